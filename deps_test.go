@@ -9,6 +9,16 @@ import (
 	"testing"
 
 	"golang.org/x/mod/modfile"
+
+	// The chosen set, imported here so that go.mod and go.sum stay complete
+	// while packages adopt them one by one.
+	_ "github.com/coder/websocket"
+	_ "github.com/fsnotify/fsnotify"
+	_ "github.com/santhosh-tekuri/jsonschema/v6"
+	_ "github.com/spf13/pflag"
+	_ "github.com/stretchr/testify/require"
+	_ "go.uber.org/goleak"
+	_ "golang.org/x/sys/unix"
 )
 
 // allowedModules is the dependency set the project chose (DEVELOPERS.md);
