@@ -41,6 +41,7 @@ var indirectOK = map[string]bool{
 	"github.com/davecgh/go-spew":      true,
 	"github.com/pmezard/go-difflib":   true,
 	"gopkg.in/yaml.v3":                true,
+	"go.yaml.in/yaml/v3":              true,
 	"github.com/kr/pretty":            true,
 	"github.com/kr/text":              true,
 	"github.com/rogpeppe/go-internal": true,
