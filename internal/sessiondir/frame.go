@@ -1,0 +1,427 @@
+package sessiondir
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Frame types (spec §7.1).
+const (
+	FrameData        = "data"
+	FrameExit        = "exit"
+	FrameError       = "error"
+	FrameShutdownAck = "shutdownAck"
+)
+
+// Streams of a data frame (spec §7.1).
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
+
+// Stdin-queue message types (spec §6.1).
+const (
+	MsgStdin    = "stdin"
+	MsgStdinEnd = "stdinEnd"
+	MsgShutdown = "shutdown"
+)
+
+// SeqDigits is the zero-padded width of queue and event file names (§6.2).
+const SeqDigits = 12
+
+var (
+	// ErrUnknownFrameType marks a frame that parsed but whose type is not
+	// one of §7.1. ParseFrame still returns the frame, so a consumer can
+	// skip it and go on.
+	ErrUnknownFrameType = errors.New("unknown frame type")
+	// ErrEmptyStdinFile is the read failure of an empty stdin file (§6.3).
+	ErrEmptyStdinFile = errors.New("stdin file is empty")
+)
+
+// Frame is one pcwrap output frame (spec §7.1). Its JSON form is exactly
+// what JavaScript's JSON.stringify produces for the reference's objects:
+// compact, keys in spec order, no HTML escaping.
+type Frame struct {
+	// Seq is the stdout-mode sequence number (§7.3); 0 means absent, and
+	// event-file bodies never carry it (§7.2).
+	Seq  int64
+	Type string
+	// Stream is StreamStdout or StreamStderr (data frames).
+	Stream string
+	// Data is the raw child output (data frames); base64 on the wire.
+	Data []byte
+	// Code is the exit code, nil for JSON null (exit frames).
+	Code *int
+	// Signal is the SIG… name, "" for JSON null (exit frames).
+	Signal string
+	// Message is the error text (error frames).
+	Message string
+}
+
+// DataFrame returns a data frame for one read from the child's stream.
+func DataFrame(stream string, b []byte) Frame {
+	return Frame{Type: FrameData, Stream: stream, Data: b}
+}
+
+// ExitFrame returns an exit frame; code nil and signal "" encode as null.
+func ExitFrame(code *int, signal string) Frame {
+	return Frame{Type: FrameExit, Code: code, Signal: signal}
+}
+
+// ErrorFrame returns an error frame carrying msg.
+func ErrorFrame(msg string) Frame { return Frame{Type: FrameError, Message: msg} }
+
+// ShutdownAckFrame returns the shutdownAck frame.
+func ShutdownAckFrame() Frame { return Frame{Type: FrameShutdownAck} }
+
+// AppendJSON appends JSON.stringify of the frame (no trailing newline) to
+// dst. A non-zero Seq is written first, as the stdout mode requires (§7.3).
+// Unknown types encode as {"type":…} alone.
+func (f Frame) AppendJSON(dst []byte) []byte {
+	dst = append(dst, '{')
+	if f.Seq != 0 {
+		dst = append(dst, `"seq":`...)
+		dst = strconv.AppendInt(dst, f.Seq, 10)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"type":`...)
+	dst = AppendJSString(dst, f.Type)
+	switch f.Type {
+	case FrameData:
+		dst = append(dst, `,"stream":`...)
+		dst = AppendJSString(dst, f.Stream)
+		dst = append(dst, `,"data":"`...)
+		n := base64.StdEncoding.EncodedLen(len(f.Data))
+		dst = append(dst, make([]byte, n)...)
+		base64.StdEncoding.Encode(dst[len(dst)-n:], f.Data)
+		dst = append(dst, '"')
+	case FrameExit:
+		dst = append(dst, `,"code":`...)
+		if f.Code == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = strconv.AppendInt(dst, int64(*f.Code), 10)
+		}
+		dst = append(dst, `,"signal":`...)
+		if f.Signal == "" {
+			dst = append(dst, "null"...)
+		} else {
+			dst = AppendJSString(dst, f.Signal)
+		}
+	case FrameError:
+		dst = append(dst, `,"message":`...)
+		dst = AppendJSString(dst, f.Message)
+	}
+	return append(dst, '}')
+}
+
+// MarshalJSON implements json.Marshaler with AppendJSON. Note that
+// json.Marshal HTML-escapes a Marshaler's output; use AppendJSON, or an
+// Encoder with SetEscapeHTML(false), for the exact wire form.
+func (f Frame) MarshalJSON() ([]byte, error) { return f.AppendJSON(nil), nil }
+
+// wireFrame is the lenient decoding shape of a frame.
+type wireFrame struct {
+	Seq     *float64 `json:"seq"`
+	Type    string   `json:"type"`
+	Stream  string   `json:"stream"`
+	Data    *string  `json:"data"`
+	Code    *float64 `json:"code"`
+	Signal  *string  `json:"signal"`
+	Message *string  `json:"message"`
+}
+
+// UnmarshalJSON decodes a frame body or a stdout-mode line. A non-integer
+// seq or code is an error; data is decoded with DecodeBase64.
+func (f *Frame) UnmarshalJSON(b []byte) error {
+	var w wireFrame
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	var out Frame
+	out.Type, out.Stream = w.Type, w.Stream
+	if w.Seq != nil {
+		s := *w.Seq
+		if s != float64(int64(s)) {
+			return fmt.Errorf("decode frame: seq is not an integer")
+		}
+		out.Seq = int64(s)
+	}
+	if w.Data != nil {
+		out.Data = DecodeBase64(*w.Data)
+	}
+	if w.Code != nil {
+		c := *w.Code
+		if c != float64(int(c)) {
+			return fmt.Errorf("decode frame: code is not an integer")
+		}
+		ci := int(c)
+		out.Code = &ci
+	}
+	if w.Signal != nil {
+		out.Signal = *w.Signal
+	}
+	if w.Message != nil {
+		out.Message = *w.Message
+	}
+	*f = out
+	return nil
+}
+
+// ParseFrame decodes one event-file body or one stdout-mode line. A frame
+// of a type outside §7.1 is returned together with ErrUnknownFrameType.
+func ParseFrame(b []byte) (Frame, error) {
+	var f Frame
+	if err := f.UnmarshalJSON(b); err != nil {
+		return Frame{}, fmt.Errorf("parse frame: %w", err)
+	}
+	switch f.Type {
+	case FrameData, FrameExit, FrameError, FrameShutdownAck:
+		return f, nil
+	}
+	return f, fmt.Errorf("parse frame: %w", ErrUnknownFrameType)
+}
+
+// Message is one stdin-queue message (spec §6.1).
+type Message struct {
+	// Type is MsgStdin, MsgStdinEnd, MsgShutdown, or anything else (ignored
+	// by pcwrap); "" when the file held valid JSON that is not an object
+	// with a string type.
+	Type string
+	// Data is the decoded payload of a stdin message.
+	Data []byte
+	// BadData is set for a stdin message whose data is not a string; pcwrap
+	// ignores such a message (§6.1).
+	BadData bool
+}
+
+// AppendJSON appends the queue-file body of m: JSON.stringify of the
+// message followed by "\n" (§6.1).
+func (m Message) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = AppendJSString(dst, m.Type)
+	if m.Type == MsgStdin {
+		dst = append(dst, `,"data":"`...)
+		n := base64.StdEncoding.EncodedLen(len(m.Data))
+		dst = append(dst, make([]byte, n)...)
+		base64.StdEncoding.Encode(dst[len(dst)-n:], m.Data)
+		dst = append(dst, '"')
+	}
+	return append(dst, "}\n"...)
+}
+
+// ParseMessage decodes the whole content of a stdin-queue file as
+// JSON.parse would. Empty content is ErrEmptyStdinFile. Any JSON value
+// parses; values that are not a known message come back with the type they
+// carry (or "") and are to be ignored. Errors never quote the content
+// beyond what the JSON decoder names (one character or a position).
+func ParseMessage(content []byte) (Message, error) {
+	if len(content) == 0 {
+		return Message{}, ErrEmptyStdinFile
+	}
+	// Validate the whole text first (JSON.parse semantics: any value,
+	// surrounding white space allowed); a map keeps keys case-sensitive
+	// and lets the last duplicate win, as JavaScript does.
+	var raw json.RawMessage
+	if err := json.Unmarshal(content, &raw); err != nil {
+		return Message{}, jsonError(err)
+	}
+	if raw[0] != '{' {
+		return Message{}, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return Message{}, jsonError(err)
+	}
+	var t string
+	if v, ok := obj["type"]; ok && v[0] == '"' {
+		_ = json.Unmarshal(v, &t)
+	}
+	m := Message{Type: t}
+	if t == MsgStdin {
+		v, ok := obj["data"]
+		var s string
+		if !ok || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+			m.BadData = true
+			return m, nil
+		}
+		m.Data = DecodeBase64(s)
+	}
+	return m, nil
+}
+
+// jsonError rewords a JSON decoding error without quoting content: a
+// syntax error names its offset, anything else its kind.
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("invalid JSON at offset %d", se.Offset)
+	}
+	return errors.New("invalid JSON")
+}
+
+// SeqName returns the queue/event file name of seq: the decimal number
+// left-padded with zeros to SeqDigits, plus ".json", exactly like
+// String(seq).padStart(12, "0") + ".json".
+func SeqName(seq int64) string {
+	s := strconv.FormatInt(seq, 10)
+	if len(s) < SeqDigits {
+		pad := "000000000000"[:SeqDigits-len(s)]
+		s = pad + s
+	}
+	return s + JSONSuffix
+}
+
+// ParseSeq returns parseInt(name, 10) with JavaScript semantics: leading
+// white space skipped, an optional sign, then the longest run of decimal
+// digits. ok is false when there are no digits (NaN). Values beyond int64
+// saturate.
+func ParseSeq(name string) (seq int64, ok bool) {
+	i := 0
+	for i < len(name) {
+		r, size := utf8.DecodeRuneInString(name[i:])
+		if !isJSSpace(r) {
+			break
+		}
+		i += size
+	}
+	neg := false
+	if i < len(name) && (name[i] == '+' || name[i] == '-') {
+		neg = name[i] == '-'
+		i++
+	}
+	start := i
+	var v uint64
+	const limit = uint64(1) << 63
+	for i < len(name) && name[i] >= '0' && name[i] <= '9' {
+		if v < limit {
+			v = v*10 + uint64(name[i]-'0')
+			if v > limit {
+				v = limit
+			}
+		}
+		i++
+	}
+	if i == start {
+		return 0, false
+	}
+	if neg {
+		if v >= limit {
+			return -1 << 63, true
+		}
+		return -int64(v), true
+	}
+	if v >= limit {
+		return 1<<63 - 1, true
+	}
+	return int64(v), true
+}
+
+// isJSSpace reports whether r is StrWhiteSpaceChar of ECMAScript (white
+// space or a line terminator), which parseInt skips.
+func isJSSpace(r rune) bool {
+	switch r {
+	case '\t', '\n', '\v', '\f', '\r', ' ', 0xa0, 0x2028, 0x2029, 0xfeff:
+		return true
+	}
+	return unicode.Is(unicode.Zs, r)
+}
+
+// base64 alphabet values; both the standard and the URL alphabet decode,
+// as in Node's Buffer.from(s, "base64").
+var b64val = func() [256]byte {
+	var t [256]byte
+	for i := range t {
+		t[i] = 0xff
+	}
+	const std = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for i := 0; i < len(std); i++ {
+		t[std[i]] = byte(i)
+	}
+	t['-'], t['_'] = 62, 63
+	return t
+}()
+
+// DecodeBase64 decodes s as leniently as Node's Buffer.from(s, "base64"):
+// characters outside the alphabets (white space included) are skipped,
+// padding is optional, and the first '=' ends the data. It never fails.
+func DecodeBase64(s string) []byte {
+	if out, err := base64.StdEncoding.DecodeString(s); err == nil {
+		return out
+	}
+	out := make([]byte, 0, len(s)*3/4+2)
+	var acc uint32
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '=' {
+			break
+		}
+		v := b64val[c]
+		if v == 0xff {
+			continue
+		}
+		acc = acc<<6 | uint32(v)
+		n++
+		if n == 4 {
+			out = append(out, byte(acc>>16), byte(acc>>8), byte(acc))
+			acc, n = 0, 0
+		}
+	}
+	switch n {
+	case 2:
+		out = append(out, byte(acc>>4))
+	case 3:
+		out = append(out, byte(acc>>10), byte(acc>>2))
+	}
+	return out
+}
+
+// AppendJSString appends s as JSON.stringify quotes a string: only '"',
+// '\\' and control characters are escaped (short forms where JavaScript
+// has them, else \u00xx), no HTML escaping, U+2028/U+2029 verbatim.
+// Invalid UTF-8 becomes U+FFFD, as decoding it to a JS string would.
+func AppendJSString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"':
+				dst = append(dst, '\\', '"')
+			case c == '\\':
+				dst = append(dst, '\\', '\\')
+			case c == '\b':
+				dst = append(dst, '\\', 'b')
+			case c == '\f':
+				dst = append(dst, '\\', 'f')
+			case c == '\n':
+				dst = append(dst, '\\', 'n')
+			case c == '\r':
+				dst = append(dst, '\\', 'r')
+			case c == '\t':
+				dst = append(dst, '\\', 't')
+			case c < 0x20:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, "\ufffd"...)
+		} else {
+			dst = append(dst, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(dst, '"')
+}

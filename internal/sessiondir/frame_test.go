@@ -1,0 +1,215 @@
+package sessiondir
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func intp(i int) *int { return &i }
+
+func TestFrameAppendJSONMatchesJSONStringify(t *testing.T) {
+	cases := []struct {
+		name string
+		f    Frame
+		want string
+	}{
+		{"data", DataFrame(StreamStdout, []byte("hello")), `{"type":"data","stream":"stdout","data":"aGVsbG8="}`},
+		{"data empty", DataFrame(StreamStderr, nil), `{"type":"data","stream":"stderr","data":""}`},
+		{"exit code", ExitFrame(intp(0), ""), `{"type":"exit","code":0,"signal":null}`},
+		{"exit signal", ExitFrame(nil, "SIGTERM"), `{"type":"exit","code":null,"signal":"SIGTERM"}`},
+		{"error", ErrorFrame(`spawn <x> "y" ENOENT`), `{"type":"error","message":"spawn <x> \"y\" ENOENT"}`},
+		{"error controls", ErrorFrame("a\nb\t\x01\u2028&"), `{"type":"error","message":"a\nb\t\u0001` + "\u2028" + `&"}`},
+		{"ack", ShutdownAckFrame(), `{"type":"shutdownAck"}`},
+		{"seq first", Frame{Seq: 7, Type: FrameShutdownAck}, `{"seq":7,"type":"shutdownAck"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, string(tc.f.AppendJSON(nil)))
+			// Through encoding/json only with HTML escaping off (json.Marshal
+			// re-escapes a Marshaler's output).
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			require.NoError(t, enc.Encode(tc.f))
+			assert.Equal(t, tc.want+"\n", buf.String())
+			b := tc.f.AppendJSON(nil)
+			got, err := ParseFrame(b)
+			require.NoError(t, err)
+			if len(tc.f.Data) == 0 {
+				got.Data = tc.f.Data
+			}
+			assert.Equal(t, tc.f, got)
+		})
+	}
+}
+
+func TestParseFrameUnknownType(t *testing.T) {
+	f, err := ParseFrame([]byte(`{"type":"bogus"}`))
+	require.ErrorIs(t, err, ErrUnknownFrameType)
+	assert.Equal(t, "bogus", f.Type)
+	_, err = ParseFrame([]byte(`{"type":"exit","code":1.5}`))
+	require.Error(t, err)
+	_, err = ParseFrame([]byte(`not json`))
+	require.Error(t, err)
+}
+
+func TestSeqName(t *testing.T) {
+	assert.Equal(t, "000000000001.json", SeqName(1))
+	assert.Equal(t, "999999999999.json", SeqName(999999999999))
+	assert.Equal(t, "1000000000000.json", SeqName(1000000000000))
+}
+
+func TestParseSeqJSSemantics(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"000000000001.json", 1, true},
+		{"000000000042.json", 42, true},
+		{"12abc.json", 12, true},
+		{" \t\u00a07.json", 7, true},
+		{"-3.json", -3, true},
+		{"+5.json", 5, true},
+		{"abc.json", 0, false},
+		{".json", 0, false},
+		{"-.json", 0, false},
+		{"", 0, false},
+		{"99999999999999999999999.json", 1<<63 - 1, true},
+	}
+	for _, tc := range cases {
+		got, ok := ParseSeq(tc.in)
+		assert.Equal(t, tc.ok, ok, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestParseMessage(t *testing.T) {
+	cases := []struct {
+		in      string
+		want    Message
+		wantErr bool
+	}{
+		{`{"type":"stdin","data":"aGk="}` + "\n", Message{Type: MsgStdin, Data: []byte("hi")}, false},
+		{` {"type":"stdinEnd"} `, Message{Type: MsgStdinEnd}, false},
+		{`{"type":"shutdown"}`, Message{Type: MsgShutdown}, false},
+		{`{"type":"stdin","data":5}`, Message{Type: MsgStdin, BadData: true}, false},
+		{`{"TYPE":"shutdown"}`, Message{}, false},
+		{`[1,2]`, Message{}, false},
+		{`"x"`, Message{}, false},
+		{`{"type":"stdin","data":"a Gk\n"}`, Message{Type: MsgStdin, Data: []byte("hi")}, false},
+		{`{"type":"x","n":1e400}`, Message{Type: "x"}, false},
+		{``, Message{}, true},
+		{`{"type":"stdin"`, Message{}, true},
+		{`{"type":"stdin","data":"secret"} trailing`, Message{}, true},
+	}
+	for _, tc := range cases {
+		got, err := ParseMessage([]byte(tc.in))
+		if tc.wantErr {
+			require.Error(t, err, tc.in)
+			assert.NotContains(t, err.Error(), "secret")
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+	_, err := ParseMessage(nil)
+	assert.True(t, errors.Is(err, ErrEmptyStdinFile))
+	assert.Equal(t, "stdin file is empty", err.Error())
+}
+
+func TestMessageAppendJSON(t *testing.T) {
+	assert.Equal(t, `{"type":"stdin","data":"aGk="}`+"\n", string(Message{Type: MsgStdin, Data: []byte("hi")}.AppendJSON(nil)))
+	assert.Equal(t, `{"type":"stdinEnd"}`+"\n", string(Message{Type: MsgStdinEnd}.AppendJSON(nil)))
+}
+
+func TestDecodeBase64Lenient(t *testing.T) {
+	cases := map[string]string{
+		"aGVsbG8=":     "hello",
+		"aGVsbG8":      "hello",
+		"aGVs\nbG8=\n": "hello",
+		" a G V s ":    "hel",
+		"aGVsbG8=junk": "hello",
+		"-_8":          "\xfb\xff",
+		"":             "",
+		"a":            "",
+	}
+	for in, want := range cases {
+		assert.Equal(t, want, string(DecodeBase64(in)), "%q", in)
+	}
+}
+
+func FuzzParseSeq(f *testing.F) {
+	for _, s := range []string{"000000000001.json", "-1.json", " 5", "abc", "99999999999999999999999", "\u30001"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		seq, ok := ParseSeq(name)
+		if !ok && seq != 0 {
+			t.Fatalf("NaN with value %d", seq)
+		}
+		if ok && seq > 0 && seq < 1e12 {
+			got, ok2 := ParseSeq(SeqName(seq))
+			if !ok2 || got != seq {
+				t.Fatalf("round trip %d -> %q -> %d", seq, SeqName(seq), got)
+			}
+		}
+	})
+}
+
+func FuzzParseMessage(f *testing.F) {
+	for _, s := range []string{`{"type":"stdin","data":"aGk="}`, `{"type":"stdinEnd"}`, `{"type":"shutdown"}`, ``, `{`, `[]`, `{"type":"stdin","data":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseMessage(b)
+		if err != nil {
+			return
+		}
+		if m.Type == MsgStdin && !m.BadData {
+			// Re-encoding and parsing again must give the same bytes.
+			m2, err := ParseMessage(m.AppendJSON(nil))
+			if err != nil || string(m2.Data) != string(m.Data) {
+				t.Fatalf("round trip failed: %v", err)
+			}
+		}
+	})
+}
+
+func FuzzDecodeBase64(f *testing.F) {
+	for _, s := range []string{"aGVsbG8=", "aGVsbG8", "a b\nc", "-_", "===", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := DecodeBase64(s)
+		enc := base64.StdEncoding.EncodeToString(out)
+		if string(DecodeBase64(enc)) != string(out) {
+			t.Fatal("re-decode differs")
+		}
+	})
+}
+
+func FuzzParseFrame(f *testing.F) {
+	for _, s := range []string{`{"type":"data","stream":"stdout","data":"aGk="}`, `{"seq":3,"type":"exit","code":0,"signal":null}`, `{"type":"error","message":"x"}`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := ParseFrame(b)
+		if err != nil {
+			return
+		}
+		again, err := ParseFrame(fr.AppendJSON(nil))
+		if err != nil {
+			t.Fatalf("reparse: %v", err)
+		}
+		if string(again.AppendJSON(nil)) != string(fr.AppendJSON(nil)) {
+			t.Fatal("not stable")
+		}
+	})
+}
