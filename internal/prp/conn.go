@@ -1,0 +1,332 @@
+package prp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Liveness bounds (prp.md §4, §12).
+const (
+	// DefaultPingInterval is --ping-interval-ms's default: a WebSocket Ping
+	// when nothing was sent for this long (beyond).
+	DefaultPingInterval = 20 * time.Second
+	// DefaultSilenceTimeout is --silence-timeout-ms's default: no inbound frame
+	// for this long closes the connection as half-open (beyond).
+	DefaultSilenceTimeout = 45 * time.Second
+	// sendQueueLen bounds the normal send lane; Send blocks (with its ctx) when full.
+	sendQueueLen = 256
+	// maxInboundQueue bounds frames opened by the reader but not yet taken by
+	// the owner; the core keeps one command in flight, so reaching it means a
+	// stuck owner or a flooding peer, and the connection is dropped.
+	maxInboundQueue = 16384
+)
+
+// ErrHalfOpen reports that no inbound frame arrived within the silence timeout.
+var ErrHalfOpen = errors.New("connection half-open: inbound silence")
+
+// ErrConnClosed reports use of a connection that has ended.
+var ErrConnClosed = errors.New("connection closed")
+
+// ErrInboundOverflow reports that the owner fell maxInboundQueue frames behind the reader.
+var ErrInboundOverflow = errors.New("inbound queue overflow")
+
+// sealer and opener are the halves of an authenticated Session the link uses:
+// the writer goroutine seals, the reader goroutine opens.
+type sealer interface {
+	Seal(plaintext []byte) ([]byte, error)
+}
+type opener interface {
+	Open(frame []byte) ([]byte, error)
+}
+
+// linkConfig configures one authenticated connection.
+type linkConfig struct {
+	PingInterval   time.Duration
+	SilenceTimeout time.Duration
+	// Inspect runs in the reader goroutine on each opened plaintext. ping
+	// reports a PRP ping, answered on the priority lane; an error ends the
+	// connection. It must not block.
+	Inspect func(plaintext []byte) (ping bool, err error)
+	// Pong builds a pong plaintext on the writer goroutine; it must read only
+	// in-memory state. Nil: pings are not answered (the core half).
+	Pong   func() ([]byte, error)
+	Logger *slog.Logger
+}
+
+// link is the machinery of one authenticated connection (prp.md §4): a reader
+// goroutine that only reads, opens and classifies frames; a single writer
+// goroutine that seals every frame in send order and serves a priority lane
+// for pongs ahead of queued frames; a WebSocket Ping when nothing was sent for
+// PingInterval; and a watchdog that closes the connection after
+// SilenceTimeout without any inbound frame.
+type link struct {
+	ws   *wsConn
+	act  *activity
+	seal sealer
+	open opener
+	cfg  linkConfig
+
+	sendq    chan []byte
+	pongs    atomic.Int32
+	pongKick chan struct{}
+	pinging  atomic.Bool
+
+	inMu      sync.Mutex
+	inbox     [][]byte
+	inKick    chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+	err       error
+	wg        sync.WaitGroup
+}
+
+// startLink starts the goroutines of an authenticated connection. The caller
+// owns the link and must call close (which waits for every goroutine).
+func startLink(ws *wsConn, act *activity, s interface {
+	sealer
+	opener
+}, cfg linkConfig) *link {
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.SilenceTimeout <= 0 {
+		cfg.SilenceTimeout = DefaultSilenceTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &link{
+		ws: ws, act: act, seal: s, open: s, cfg: cfg,
+		sendq:    make(chan []byte, sendQueueLen),
+		pongKick: make(chan struct{}, 1),
+		inKick:   make(chan struct{}, 1),
+		ctx:      ctx, cancel: cancel,
+		done: make(chan struct{}),
+	}
+	l.wg.Add(3)
+	go l.readLoop()
+	go l.writeLoop()
+	go l.watchdog()
+	return l
+}
+
+// fail ends the link with err (the first error wins) and drops the socket.
+func (l *link) fail(err error) {
+	l.closeOnce.Do(func() {
+		l.err = err
+		l.cancel()
+		_ = l.ws.Close()
+		close(l.done)
+	})
+}
+
+// close ends the link and waits for its goroutines.
+func (l *link) close(err error) {
+	if err == nil {
+		err = ErrConnClosed
+	}
+	l.fail(err)
+	l.wg.Wait()
+}
+
+// Done is closed when the link has ended; Err then says why.
+func (l *link) Done() <-chan struct{} { return l.done }
+
+// Err returns why the link ended, or nil while it is up.
+func (l *link) Err() error {
+	select {
+	case <-l.done:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// send queues a plaintext on the normal lane; the writer seals it in order.
+// It returns once queued, not once written.
+func (l *link) send(ctx context.Context, plaintext []byte) error {
+	select {
+	case <-l.done:
+		return fmt.Errorf("send frame: %w", l.err)
+	default:
+	}
+	select {
+	case l.sendq <- plaintext:
+		return nil
+	case <-l.done:
+		return fmt.Errorf("send frame: %w", l.err)
+	case <-ctx.Done():
+		return fmt.Errorf("send frame: %w", ctx.Err())
+	}
+}
+
+// recv returns the next inbound plaintext that is not a PRP ping.
+func (l *link) recv(ctx context.Context) ([]byte, error) {
+	for {
+		l.inMu.Lock()
+		if len(l.inbox) > 0 {
+			b := l.inbox[0]
+			l.inbox[0] = nil
+			l.inbox = l.inbox[1:]
+			l.inMu.Unlock()
+			return b, nil
+		}
+		l.inMu.Unlock()
+		select {
+		case <-l.inKick:
+		case <-l.done:
+			// Drain what the reader accepted before the end.
+			l.inMu.Lock()
+			n := len(l.inbox)
+			l.inMu.Unlock()
+			if n > 0 {
+				continue
+			}
+			return nil, l.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (l *link) readLoop() {
+	defer l.wg.Done()
+	for {
+		frame, err := l.ws.ReadMsg(l.ctx)
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		pt, err := l.open.Open(frame)
+		if err != nil {
+			l.fail(fmt.Errorf("open frame: %w", err))
+			return
+		}
+		ping, err := l.cfg.Inspect(pt)
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		if ping {
+			if l.cfg.Pong != nil {
+				l.pongs.Add(1)
+				kick(l.pongKick)
+			}
+			continue
+		}
+		l.inMu.Lock()
+		if len(l.inbox) >= maxInboundQueue {
+			l.inMu.Unlock()
+			l.fail(ErrInboundOverflow)
+			return
+		}
+		l.inbox = append(l.inbox, pt)
+		l.inMu.Unlock()
+		kick(l.inKick)
+	}
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (l *link) writeLoop() {
+	defer l.wg.Done()
+	idle := time.NewTimer(l.cfg.PingInterval)
+	defer idle.Stop()
+	for {
+		// The priority lane: every owed pong leaves before the next queued frame.
+		if l.pongs.Load() > 0 {
+			l.pongs.Add(-1)
+			pt, err := l.cfg.Pong()
+			if err != nil {
+				l.fail(fmt.Errorf("build pong: %w", err))
+				return
+			}
+			if !l.write(pt, idle) {
+				return
+			}
+			continue
+		}
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.pongKick:
+		case pt := <-l.sendq:
+			if !l.write(pt, idle) {
+				return
+			}
+		case <-idle.C:
+			l.wsPing()
+			idle.Reset(l.cfg.PingInterval)
+		}
+	}
+}
+
+// write seals and sends one frame, bounded by the silence timeout; any
+// outbound frame resets the idle-ping timer (prp.md §15 scenario 43).
+func (l *link) write(pt []byte, idle *time.Timer) bool {
+	frame, err := l.seal.Seal(pt)
+	if err != nil {
+		l.fail(fmt.Errorf("seal frame: %w", err))
+		return false
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.SilenceTimeout)
+	err = l.ws.WriteMsg(ctx, frame)
+	cancel()
+	if err != nil {
+		l.fail(err)
+		return false
+	}
+	idle.Reset(l.cfg.PingInterval)
+	return true
+}
+
+// wsPing sends a WebSocket Ping without blocking the writer; at most one is
+// outstanding. A missing Pong is the watchdog's business, not the pinger's.
+func (l *link) wsPing() {
+	if !l.pinging.CompareAndSwap(false, true) {
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer l.pinging.Store(false)
+		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.SilenceTimeout)
+		defer cancel()
+		_ = l.ws.ping(ctx)
+	}()
+}
+
+// watchdog closes the link as half-open after SilenceTimeout without any
+// inbound frame (prp.md §4 item 3).
+func (l *link) watchdog() {
+	defer l.wg.Done()
+	t := time.NewTimer(l.cfg.SilenceTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+			idle := l.act.idle()
+			if idle >= l.cfg.SilenceTimeout {
+				l.cfg.Logger.Warn("closing half-open connection", "silence", idle.String())
+				l.fail(ErrHalfOpen)
+				return
+			}
+			t.Reset(l.cfg.SilenceTimeout - idle)
+		}
+	}
+}

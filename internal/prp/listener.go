@@ -1,0 +1,224 @@
+package prp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Listener defaults and bounds (prp.md §1.2, §12).
+const (
+	// DefaultListenAddress and DefaultListenPort are the only values the reference accepts.
+	DefaultListenAddress = "0.0.0.0"
+	DefaultListenPort    = 43127
+	// UpgradeTimeout bounds the WebSocket upgrade (AUTH_TIMEOUT in R-transport).
+	UpgradeTimeout = 2 * time.Second
+	// acceptQueueLen bounds upgraded connections waiting for Accept.
+	acceptQueueLen = 8
+)
+
+// BindConflictCode prefixes bind and path errors on stderr; the server maps
+// the text to runner_ingress_bind_conflict (prp.md §1.2, §11).
+const BindConflictCode = "runner_ingress_bind_conflict"
+
+// ErrListenerClosed reports Accept on a closed Listener.
+var ErrListenerClosed = errors.New("listener closed")
+
+// ErrBindConflict reports a listener bind or path problem; its text starts with BindConflictCode.
+var ErrBindConflict = errors.New(BindConflictCode)
+
+// ListenConfig configures Listen.
+type ListenConfig struct {
+	Address       string // default DefaultListenAddress
+	Port          int    // 0 picks a free port (tests); the reference uses DefaultListenPort
+	Path          string // ConnectPathPrefix + runId
+	MaxFrameBytes int    // default DefaultMaxFrameBytes
+	Logger        *slog.Logger
+}
+
+// Listener accepts PRP WebSocket upgrades on exactly one path (listen mode,
+// prp.md §1.2). Anything that is not that exact upgrade gets HTTP 400. It
+// keeps accepting while a connection is up; the path rotates in place.
+type Listener struct {
+	ln     net.Listener
+	srv    *http.Server
+	path   atomic.Pointer[string]
+	max    int
+	conns  chan accepted
+	closed chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup // the Serve goroutine
+	log    *slog.Logger
+
+	hmu      sync.Mutex
+	shutdown bool
+	handlers sync.WaitGroup // ServeHTTP calls; hijacked ones are not tracked by http.Server
+}
+
+type accepted struct {
+	ws  *wsConn
+	act *activity
+}
+
+// Listen binds the listener and starts serving. A bind failure wraps
+// ErrBindConflict. An address or port other than 0.0.0.0:43127 is accepted
+// with a warning (prp.md §15 scenario 46).
+func Listen(cfg ListenConfig) (*Listener, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxFrameBytes == 0 {
+		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if !validMaxFrameBytes(cfg.MaxFrameBytes) {
+		return nil, fmt.Errorf("listen: max frame bytes out of range")
+	}
+	if cfg.Address == "" {
+		cfg.Address = DefaultListenAddress
+	}
+	if _, err := ValidateListenPath(cfg.Path); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBindConflict, err)
+	}
+	if cfg.Port < 0 || cfg.Port > 65535 {
+		return nil, fmt.Errorf("%w: listen port out of range", ErrBindConflict)
+	}
+	if cfg.Address != DefaultListenAddress || cfg.Port != DefaultListenPort {
+		cfg.Logger.Warn("listening on a non-default address; the reference server expects 0.0.0.0:43127",
+			"address", cfg.Address, "port", cfg.Port)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: bind: %w", ErrBindConflict, err)
+	}
+	l := &Listener{
+		ln:     ln,
+		max:    cfg.MaxFrameBytes,
+		conns:  make(chan accepted, acceptQueueLen),
+		closed: make(chan struct{}),
+		log:    cfg.Logger,
+	}
+	p := cfg.Path
+	l.path.Store(&p)
+	l.srv = &http.Server{
+		Handler:           l,
+		ReadHeaderTimeout: UpgradeTimeout,
+		ReadTimeout:       UpgradeTimeout,
+		WriteTimeout:      UpgradeTimeout,
+		MaxHeaderBytes:    maxUpgradeHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		_ = l.srv.Serve(ln)
+	}()
+	return l, nil
+}
+
+// Addr returns the bound address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Path returns the path currently accepted.
+func (l *Listener) Path() string { return *l.path.Load() }
+
+// SetPath rotates the accepted path without rebinding (warm run.attach, prp.md §1.2).
+func (l *Listener) SetPath(path string) error {
+	if _, err := ValidateListenPath(path); err != nil {
+		return err
+	}
+	l.path.Store(&path)
+	return nil
+}
+
+// ServeHTTP answers 400 to anything but the exact upgrade on the configured
+// path: no query, no Sec-WebSocket-Extensions, GET with Upgrade: websocket.
+func (l *Listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.hmu.Lock()
+	if l.shutdown {
+		l.hmu.Unlock()
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	l.handlers.Add(1)
+	l.hmu.Unlock()
+	defer l.handlers.Done()
+	if !l.exactUpgrade(r) {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	act := newActivity()
+	c, err := websocket.Accept(w, r, acceptOptions(act))
+	if err != nil {
+		l.log.Debug("websocket upgrade failed", "err", err)
+		return
+	}
+	a := accepted{ws: newWSConn(c, act, l.max), act: act}
+	// Hand over within the upgrade bound; nobody accepting means the owner is gone or saturated.
+	t := time.NewTimer(UpgradeTimeout)
+	defer t.Stop()
+	select {
+	case l.conns <- a:
+	case <-t.C:
+		_ = a.ws.Close()
+	case <-l.closed:
+		_ = a.ws.Close()
+	}
+}
+
+func (l *Listener) exactUpgrade(r *http.Request) bool {
+	if r.Method != http.MethodGet || r.RequestURI != l.Path() {
+		return false
+	}
+	if _, ok := r.Header["Sec-Websocket-Extensions"]; ok {
+		return false
+	}
+	if _, ok := r.Header["Sec-Websocket-Protocol"]; ok {
+		return false
+	}
+	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+// accept returns the next upgraded connection.
+func (l *Listener) accept(ctx context.Context) (accepted, error) {
+	select {
+	case a := <-l.conns:
+		return a, nil
+	case <-l.closed:
+		return accepted{}, ErrListenerClosed
+	case <-ctx.Done():
+		return accepted{}, ctx.Err()
+	}
+}
+
+// Close stops accepting, drops queued connections and waits for the server.
+// Connections already handed out are their owners' to close.
+func (l *Listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.hmu.Lock()
+		l.shutdown = true
+		l.hmu.Unlock()
+		close(l.closed)
+		err = l.srv.Close()
+		l.wg.Wait()
+		l.handlers.Wait()
+		for {
+			select {
+			case a := <-l.conns:
+				_ = a.ws.Close()
+			default:
+				return
+			}
+		}
+	})
+	return err
+}

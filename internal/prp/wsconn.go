@@ -1,0 +1,115 @@
+package prp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Frame size bounds (prp.md §1.4).
+const (
+	// DefaultMaxFrameBytes is --max-frame-bytes's default.
+	DefaultMaxFrameBytes = 1 << 20
+	// MinMaxFrameBytes and MaxMaxFrameBytes bound --max-frame-bytes and the welcome's maxFrameBytes.
+	MinMaxFrameBytes = 1 << 10
+	MaxMaxFrameBytes = 16 << 20
+)
+
+// ErrNonTextFrame reports a binary WebSocket message; PRP is text frames only (prp.md §1.4).
+var ErrNonTextFrame = errors.New("non-text websocket frame")
+
+// ErrFrameTooLarge reports an outbound frame above the frame limit.
+var ErrFrameTooLarge = errors.New("frame exceeds max frame bytes")
+
+// activity records when the last inbound frame of any kind (data, Ping or
+// Pong) arrived; the silence watchdog reads it (prp.md §4 item 3).
+type activity struct{ last atomic.Int64 }
+
+func newActivity() *activity {
+	a := &activity{}
+	a.touch()
+	return a
+}
+
+func (a *activity) touch()              { a.last.Store(time.Now().UnixNano()) }
+func (a *activity) idle() time.Duration { return time.Since(time.Unix(0, a.last.Load())) }
+
+// wsConn adapts a coder/websocket connection to MsgConn: text messages only,
+// a read limit equal to the frame limit, activity recorded on every read.
+// ReadMsg and WriteMsg may be called concurrently with each other.
+type wsConn struct {
+	c     *websocket.Conn
+	act   *activity
+	limit atomic.Int64
+}
+
+func newWSConn(c *websocket.Conn, act *activity, maxFrameBytes int) *wsConn {
+	w := &wsConn{c: c, act: act}
+	w.setMaxFrameBytes(maxFrameBytes)
+	return w
+}
+
+// setMaxFrameBytes applies a frame limit in both directions.
+func (w *wsConn) setMaxFrameBytes(n int) {
+	w.limit.Store(int64(n))
+	w.c.SetReadLimit(int64(n))
+}
+
+// ReadMsg reads one text message. A binary message is an error that ends the connection.
+func (w *wsConn) ReadMsg(ctx context.Context) ([]byte, error) {
+	typ, b, err := w.c.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read websocket: %w", err)
+	}
+	w.act.touch()
+	if typ != websocket.MessageText {
+		_ = w.c.Close(websocket.StatusUnsupportedData, "text frames only")
+		return nil, ErrNonTextFrame
+	}
+	return b, nil
+}
+
+// WriteMsg writes one text message of at most the frame limit.
+func (w *wsConn) WriteMsg(ctx context.Context, b []byte) error {
+	if int64(len(b)) > w.limit.Load() {
+		return ErrFrameTooLarge
+	}
+	if err := w.c.Write(ctx, websocket.MessageText, b); err != nil {
+		return fmt.Errorf("write websocket: %w", err)
+	}
+	return nil
+}
+
+// Close drops the connection without a close handshake, as the reference
+// core does (prp.md §13.1).
+func (w *wsConn) Close() error { return w.c.CloseNow() }
+
+// ping sends a WebSocket Ping and waits for its Pong.
+func (w *wsConn) ping(ctx context.Context) error { return w.c.Ping(ctx) }
+
+// dialOptions: no subprotocol, no compression, inbound Ping/Pong count as activity.
+func dialOptions(act *activity) *websocket.DialOptions {
+	return &websocket.DialOptions{
+		CompressionMode: websocket.CompressionDisabled,
+		OnPingReceived:  func(context.Context, []byte) bool { act.touch(); return true },
+		OnPongReceived:  func(context.Context, []byte) { act.touch() },
+	}
+}
+
+// acceptOptions: as dialOptions. Origin checks are off: the peer is a server
+// (or the preview proxy), not a browser, and PRP authenticates it.
+func acceptOptions(act *activity) *websocket.AcceptOptions {
+	return &websocket.AcceptOptions{
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+		OnPingReceived:     func(context.Context, []byte) bool { act.touch(); return true },
+		OnPongReceived:     func(context.Context, []byte) { act.touch() },
+	}
+}
+
+// validMaxFrameBytes reports whether n is within 1 KiB–16 MiB.
+func validMaxFrameBytes(n int) bool { return n >= MinMaxFrameBytes && n <= MaxMaxFrameBytes }
