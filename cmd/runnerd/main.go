@@ -1,0 +1,79 @@
+// Command runnerd (installed as paperclip-runnerd) is the in-sandbox
+// Paperclip runner daemon. See paperclip-runnerd --help and
+// internal/runner.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pcrunner/pcrunner/internal/runner"
+)
+
+func main() {
+	// The bootstrap ticket leaves the environment before anything else runs,
+	// argument parsing included (prp.md §13).
+	ticket, ticketErr := runner.TakeBootstrapTicket()
+	os.Exit(run(os.Args[1:], ticket, ticketErr, os.Stdout, os.Stderr))
+}
+
+// testHook, set only in builds with the runnerd_testhook tag, runs after the
+// command line is accepted and before runner.Run; done=true ends the process
+// with code instead of running the runner.
+var testHook func(stdout, stderr io.Writer) (code int, done bool)
+
+func run(args []string, ticket *runner.BootstrapTicket, ticketErr error, stdout, stderr io.Writer) int {
+	cfg, err := runner.ParseArgs(args, os.LookupEnv)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		fmt.Fprint(stdout, runner.Help)
+		return runner.ExitOK
+	case err != nil:
+		return fail(stderr, err)
+	case cfg.Mode == runner.ModeBuildMetadata:
+		if _, err := stdout.Write(runner.MarshalMetadata()); err != nil {
+			return fail(stderr, runner.NewError(runner.CodeRunnerFailed, "write build metadata", err))
+		}
+		return runner.ExitOK
+	case ticketErr != nil:
+		return fail(stderr, ticketErr)
+	case !ticket.Present():
+		return fail(stderr, runner.NewError(runner.CodeBootstrapTicketMissing, runner.BootstrapTicketEnv+" is required in dial and listen mode", nil))
+	}
+
+	logger := newLogger(cfg.LogFormat, stderr).With("component", "runnerd")
+	for _, w := range cfg.Warnings {
+		logger.Warn(w)
+	}
+	if len(cfg.Ignored) > 0 {
+		logger.Info("ignoring flags runnerd does not use", "flags", cfg.Ignored)
+	}
+	if testHook != nil {
+		if code, done := testHook(stdout, stderr); done {
+			return code
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return runner.Run(ctx, cfg, ticket, logger)
+}
+
+func fail(stderr io.Writer, err error) int {
+	fmt.Fprint(stderr, runner.FormatError(err))
+	return runner.ExitCode(err)
+}
+
+func newLogger(format runner.LogFormat, w io.Writer) *slog.Logger {
+	if format == runner.LogFormatText {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}

@@ -1,0 +1,108 @@
+package runner
+
+// Help is the text of paperclip-runnerd --help. A test keeps it in step with
+// the flags ParseArgs defines.
+const Help = `paperclip-runnerd: the Paperclip runner daemon for agent sandboxes.
+
+The Paperclip server starts one runnerd per run inside the sandbox. runnerd
+connects to the server over one WebSocket (PRP, the Paperclip Runner
+Protocol), keeps a durable outbox and command journal in --state-dir, and
+drives coding agents over ACP, each under pcwrap. You rarely start it by hand.
+
+USAGE
+  paperclip-runnerd --build-metadata
+  paperclip-runnerd --connect-url ws(s)://HOST/api/runner/v1/connect/RUN  IDENTITY [OPTIONS]
+  paperclip-runnerd --listen-path /api/runner/v1/connect/RUN  IDENTITY [OPTIONS]
+
+MODES (exactly one)
+  --build-metadata             Print this build's capabilities as JSON and exit.
+                               Must be the only argument. The server probes it.
+  --connect-url URL            Dial mode: runnerd dials the server. ws:// only
+                               to loopback addresses; wss:// anywhere.
+  --listen-path PATH           Listen mode: the server dials runnerd through the
+                               sandbox's preview proxy. PATH must be
+                               /api/runner/v1/connect/<--run-id>.
+
+SECRET (environment only, never a flag)
+  PAPERCLIP_RUNNER_BOOTSTRAP_TICKET
+                               One-use ticket for the first authentication.
+                               Required in dial and listen mode. runnerd removes
+                               it from its environment before anything else, so
+                               no agent or child process can see it.
+
+CONNECTION
+  --ca-bundle-path FILE        Extra PEM roots for wss:// (private file, <= 4 MiB).
+  --listen-address IP          Listen mode bind address (default 0.0.0.0).
+  --listen-port PORT           Listen mode bind port (default 43127). Other
+                               address/port values work but log a warning: the
+                               reference server's ingress reaches only 43127.
+  --reconnect-delay-ms MS      Reconnect backoff base (default 25, max 5000).
+  --reconnect-grace-ms MS      Exit with transport_reconnect_grace_exceeded when
+                               disconnected longer than this (default: no grace).
+  --max-lifetime-ms MS         Stop after this long; 0 or absent = unlimited.
+  --max-runtime-ms MS          Same as --max-lifetime-ms.
+  --max-frame-bytes N          Largest WebSocket frame (default 1048576; 1 KiB to
+                               16 MiB; the welcome's value wins within that range).
+  --ping-interval-ms MS        Send a WebSocket Ping after this long without
+                               sending anything (default 20000).
+  --silence-timeout-ms MS      Treat the connection as half-open after this long
+                               without receiving anything (default 45000).
+
+IDENTITY (required in dial and listen mode; assigned by the server)
+  --state-dir DIR              Durable state (runner-state.json, agent sessions).
+  --runner-id ID               Runner instance id.
+  --environment-lease-id ID    Environment lease id.
+  --run-id ID                  Run id (also the last segment of --listen-path).
+  --session-id ID              Normalized session id.
+  --turn-id ID                 Turn id.
+  --item-id ID                 Item id.
+  --runner-version V           Version the server expects.
+  --runner-digest D            Digest the server expects (sha256:<hex>).
+
+DURABILITY AND LIFECYCLE
+  --max-outbox-bytes N         Outbox hard limit (default 65536).
+  --p0-reserve-bytes N         Part of the outbox kept for P0 events (default
+                               32768; must be below --max-outbox-bytes).
+  --lifecycle-mode MODE        per_turn (default) or warm.
+  --idle-timeout-ms MS         Warm idle timeout: required with warm, refused
+                               with per_turn.
+  --diagnostics-directory DIR  Write bounded, redacted runnerd logs there.
+
+AGENTS
+  --session-open-resume-timeout-ms MS     session.open bound when adopting or
+                                          resuming a session (default 30000).
+  --session-open-cold-timeout-ms MS       Cold session.open bound (default 30000).
+  --session-open-cold-timeout-agent AGENT=MS
+                                          Cold bound for one agent; repeatable.
+                                          Defaults: claude, pi, opencode = 60000.
+  --cancel-grace-ms MS                    Wait for a cancelled prompt to settle
+                                          before stopping the agent (default 5000).
+  --max-concurrent-cold-starts N          Cold starts at once (default 4; <= 0
+                                          disables the gate).
+  --pcwrap-path FILE                      pcwrap binary (default: next to
+                                          runnerd, else on PATH).
+
+LOGGING
+  --log-format FORMAT          json (default) or text; logs go to stderr.
+
+ACCEPTED AND IGNORED (reference compatibility; each takes a value)
+  --fake-harness, --fake-harness-script (the server passes them on every launch),
+  --acpx-launch-authority-digest, --acpx-sidecar-command[-sha256],
+  --acpx-sidecar-script[-sha256], --opencode-proxy-command[-sha256],
+  --opencode-proxy-script[-sha256], --opencode-executable[-sha256].
+  Outside dial and listen mode they are an error: the reference's local
+  fake-harness mode is not implemented.
+
+EXIT STATUS
+  0  success: metadata printed, revoked, or a clean per-turn exit
+  1  failure; stderr has one line "paperclip-runnerd: <code>: <message>", e.g.
+     runner_ingress_bind_conflict, transport_reconnect_grace_exceeded,
+     transport_reconnect_deadline_exceeded, lease_expired_requires_bootstrap,
+     bootstrap_failed_closed (the ticket may be used up: start again with a
+     fresh one)
+  2  usage: a bad flag, a missing or conflicting mode, or a missing ticket;
+     nothing was started
+
+SIGNALS
+  SIGTERM, SIGINT  orderly stop: save state, stop agents, exit.
+`
