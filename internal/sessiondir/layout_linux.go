@@ -1,0 +1,270 @@
+package sessiondir
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxCommandFileBytes bounds a staged command.b64 (§2.3). The host stages
+// payloads above 64 KiB of base64; 16 MiB is far above any real launch
+// env and keeps a hostile file from exhausting memory.
+const MaxCommandFileBytes = 16 << 20
+
+// dirMode is the mode of directories pcwrap creates (spec §4: 0700).
+const dirMode = 0o700
+
+// Dir is an open session directory: the session dir, stdin/ and (events
+// mode) events/ held as fds for the process lifetime (spec §4 step 2).
+// Every control file is opened relative to these fds, never re-resolved.
+type Dir struct {
+	Path      string
+	StdinPath string
+	Session   *os.File
+	Stdin     *os.File
+	Events    *os.File // nil in stdout mode
+	lock      *os.File
+}
+
+// ErrLocked: another live pcwrap holds the session's .pcwrap.lock.
+var ErrLocked = errors.New("another pcwrap holds the process session lock")
+
+// Open creates the session directory if missing (mkdir -p, 0700), opens it
+// without following a final symlink, creates and opens stdin/ (and events/
+// when events is true) relative to it, and takes the .pcwrap.lock flock.
+// A symlink is ErrSymlink and a non-directory ErrNotDir, so nothing is ever
+// created through a link. path must be absolute.
+func Open(path string, events bool) (d *Dir, err error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("open session dir: path is not absolute")
+	}
+	path = filepath.Clean(path)
+	d = &Dir{Path: path, StdinPath: filepath.Join(path, StdinDir)}
+	defer func() {
+		if err != nil {
+			d.Close()
+			d = nil
+		}
+	}()
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) == unix.ENOENT {
+		if err := os.MkdirAll(path, dirMode); err != nil {
+			return d, fmt.Errorf("create session dir: %w", err)
+		}
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return d, classify(unix.AT_FDCWD, path, err)
+	}
+	d.Session = os.NewFile(uintptr(fd), path)
+	if d.Stdin, err = openSub(d.Session, StdinDir); err != nil {
+		return d, err
+	}
+	if events {
+		if d.Events, err = openSub(d.Session, EventsDir); err != nil {
+			return d, err
+		}
+	}
+	if d.lock, err = lock(d.Session); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// OpenEvents opens events/ of a session whose Open failed at stdin/, so a
+// refusal there can still be reported as an event (spec §2.5).
+func OpenEvents(path string) (*os.File, error) {
+	fd, err := unix.Open(filepath.Clean(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	sess := os.NewFile(uintptr(fd), path)
+	defer sess.Close()
+	return openSub(sess, EventsDir)
+}
+
+// openSub creates (if missing) and opens a subdirectory relative to dir.
+func openSub(dir *os.File, name string) (*os.File, error) {
+	dfd := int(dir.Fd())
+	if err := unix.Mkdirat(dfd, name, dirMode); err != nil && err != unix.EEXIST {
+		return nil, classify(dfd, name, err)
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, classify(dfd, name, err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), name)), nil
+}
+
+// classify maps an open/mkdir failure of a control path to ErrSymlink or
+// ErrNotDir when lstat shows why; else it wraps the errno.
+func classify(dirfd int, name string, err error) error {
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			return ErrSymlink
+		case unix.S_IFDIR:
+		default:
+			return ErrNotDir
+		}
+	}
+	switch err {
+	case unix.ELOOP:
+		return ErrSymlink
+	case unix.ENOTDIR:
+		return ErrNotDir
+	}
+	return fmt.Errorf("open control path: %w", err)
+}
+
+// Close releases the held fds and the lock.
+func (d *Dir) Close() {
+	for _, f := range []*os.File{d.lock, d.Events, d.Stdin, d.Session} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Capture runs the birth-time probe on the session dir then stdin/ and
+// captures both identities (spec §5.1). The error's text is the exact
+// message: a *ProbeError's own line, else the identity error.
+func (d *Dir) Capture() (*Verifier, error) {
+	if err := Probe(int(d.Session.Fd()), LabelSessionDir, d.Path); err != nil {
+		return nil, err
+	}
+	if err := Probe(int(d.Stdin.Fd()), LabelStdinDir, d.StdinPath); err != nil {
+		return nil, err
+	}
+	v := &Verifier{SessionPath: d.Path, StdinPath: d.StdinPath}
+	var err error
+	if v.Session, err = StatIdentity(d.Path); err != nil {
+		return nil, identityErr(err)
+	}
+	if v.Stdin, err = StatIdentity(d.StdinPath); err != nil {
+		return nil, identityErr(err)
+	}
+	return v, nil
+}
+
+// identityErr keeps the protocol sentinels as they are (their text is the
+// message) and gives any other stat failure a plain message.
+func identityErr(err error) error {
+	if errors.Is(err, ErrSymlink) || errors.Is(err, ErrNotDir) {
+		return err
+	}
+	return fmt.Errorf("capture identity: %w", err)
+}
+
+// ReadCommandFile reads the staged payload command.b64 relative to the
+// held fd with O_NOFOLLOW (spec §2.3) and always deletes it, even when the
+// read failed after open, so credentials never outlive the launch. found
+// is false when no such file exists.
+func (d *Dir) ReadCommandFile() (b []byte, found bool, err error) {
+	dfd := int(d.Session.Fd())
+	defer func() {
+		if found {
+			_ = unix.Unlinkat(dfd, CommandFile, 0)
+		}
+	}()
+	fd, err := unix.Openat(dfd, CommandFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err == unix.ENOENT {
+		return nil, false, fmt.Errorf("open %s: %w", CommandFile, err)
+	}
+	found = true
+	if err != nil {
+		return nil, true, fmt.Errorf("open %s: %w", CommandFile, err)
+	}
+	f := os.NewFile(uintptr(fd), CommandFile)
+	defer f.Close()
+	b, err = ReadRegular(f, MaxCommandFileBytes)
+	return b, true, err
+}
+
+// ErrTooLarge: a control file is above its size cap.
+var ErrTooLarge = errors.New("file exceeds its size limit")
+
+// ErrNotRegular: a control file is not a regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ReadRegular reads all of f, which must be a regular file of at most max
+// bytes (ErrNotRegular, ErrTooLarge otherwise). It reuses nothing and
+// allocates one buffer of the file's size.
+func ReadRegular(f *os.File, max int64) ([]byte, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, ErrNotRegular
+	}
+	if st.Size > max {
+		return nil, ErrTooLarge
+	}
+	buf := make([]byte, st.Size+1) // +1 sees growth without a second read
+	n, err := io.ReadFull(f, buf)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+	case err != nil:
+		return nil, fmt.Errorf("read: %w", err)
+	default:
+		// The file grew while read: read the rest, still bounded.
+		rest, err := io.ReadAll(io.LimitReader(f, max+1-int64(n)))
+		if err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+		buf = append(buf[:n], rest...)
+		if int64(len(buf)) > max {
+			return nil, ErrTooLarge
+		}
+		return buf, nil
+	}
+	return buf[:n], nil
+}
+
+// ChildRecord is the body of .pcwrap.child (spec §2.4).
+type ChildRecord struct {
+	Pgid      int
+	StartTime uint64
+}
+
+// WriteChild writes .pcwrap.child (temp + rename via the held fd, 0600).
+func (d *Dir) WriteChild(rec ChildRecord) error {
+	body := fmt.Appendf(nil, `{"pgid":%d,"startTime":%d}`, rec.Pgid, rec.StartTime)
+	return writeAtomic(int(d.Session.Fd()), ChildFile, ChildFile+TmpSuffix, body)
+}
+
+// writeAtomic writes body to tmp (O_NOFOLLOW, 0600) and renames it to
+// name, both relative to dirfd, so name only ever appears complete.
+func writeAtomic(dirfd int, name, tmp string, body []byte) error {
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("openat %s: %w", tmp, err)
+	}
+	for len(body) > 0 {
+		n, err := unix.Write(fd, body)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			unix.Close(fd)
+			_ = unix.Unlinkat(dirfd, tmp, 0)
+			return fmt.Errorf("write %s: %w", tmp, err)
+		}
+		body = body[n:]
+	}
+	if err := unix.Close(fd); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fmt.Errorf("renameat %s: %w", name, err)
+	}
+	return nil
+}
