@@ -67,7 +67,7 @@ func (w *wsConn) ReadMsg(ctx context.Context) ([]byte, error) {
 	}
 	w.act.touch()
 	if typ != websocket.MessageText {
-		_ = w.c.Close(websocket.StatusUnsupportedData, "text frames only")
+		_ = w.c.CloseNow() // the runner drops the connection (prp.md §1.4)
 		return nil, ErrNonTextFrame
 	}
 	return b, nil
