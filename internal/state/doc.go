@@ -1,0 +1,23 @@
+// Package state is runnerd's durable state: the runner-state.json file that
+// holds the runner's identity, lifecycle, cursors, event outbox, command
+// journal and fences (prp.md §7, §8, §9).
+//
+// Contracts:
+//
+//   - Every mutation goes through [Store.Update], which applies a function to a
+//     private copy of the state and commits it with exactly one durable write
+//     (exclusive random sibling temp file, fsync, rename, directory fsync). A
+//     failed function leaves the committed state untouched. Group the events,
+//     cursors and markers of one logical step into one Update.
+//   - Committed states are immutable. Readers ([Store.Summary],
+//     [Store.Snapshot], [Store.Unacked]) never take the lock that a write holds
+//     across its fsync, so a PRP pong is never delayed by storage.
+//   - An event is durable in the outbox before the caller can send it; a
+//     command is journaled as pending before its effect; a command whose
+//     effect may have started before a crash is reported as
+//     execution_indeterminate and never admitted for execution again.
+//   - Loading never repairs or replaces a damaged file: a corrupt state file is
+//     a clear error and the bytes on disk are left as they are.
+//
+// The package does no networking and starts no goroutines.
+package state

@@ -1,0 +1,212 @@
+package state
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// File discipline (prp.md §9.1).
+const (
+	// dirMode is the state directory's permission (prp.md §9.1: directories 0700).
+	dirMode = 0o700
+	// fileMode is the state file's permission (prp.md §9.1: files 0600).
+	fileMode = 0o600
+	// tempPrefix starts every sibling temp file name; stale ones are removed on open.
+	tempPrefix = "." + FileName + ".tmp-"
+	// tempAttempts bounds retries on a temp name collision (R-state TEMP_FILE_ATTEMPTS).
+	tempAttempts = 32
+)
+
+// dirHandle is the state directory, held open so that every file operation
+// resolves relative to the same inode: swapping the path for a symlink after
+// open cannot redirect a write (runc's openat discipline).
+type dirHandle struct {
+	fd   int
+	path string
+}
+
+// openDir creates the state directory if needed and opens it without
+// following a final symlink. It refuses a directory that is not owned by
+// this user and tightens its mode to 0700.
+func openDir(path string) (*dirHandle, error) {
+	if path == "" {
+		return nil, fmt.Errorf("open state dir: %w: empty path", ErrUnsafePath)
+	}
+	path = filepath.Clean(path)
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+			return nil, fmt.Errorf("open state dir: %w: not a real directory", ErrUnsafePath)
+		}
+	} else if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(path, dirMode); err != nil {
+			return nil, fmt.Errorf("create state dir: %w", err)
+		}
+	} else {
+		return nil, fmt.Errorf("lstat state dir: %w", err)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("open state dir: %w: not a real directory", ErrUnsafePath)
+		}
+		return nil, fmt.Errorf("open state dir: %w", err)
+	}
+	d := &dirHandle{fd: fd, path: path}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		d.close()
+		return nil, fmt.Errorf("fstat state dir: %w", err)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		d.close()
+		return nil, fmt.Errorf("open state dir: %w: owned by another user", ErrUnsafePath)
+	}
+	if st.Mode&0o777 != dirMode {
+		if err := unix.Fchmod(fd, dirMode); err != nil {
+			d.close()
+			return nil, fmt.Errorf("fchmod state dir: %w", err)
+		}
+	}
+	return d, nil
+}
+
+func (d *dirHandle) close() {
+	if d.fd >= 0 {
+		_ = unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
+// read returns the state file's bytes, or os.ErrNotExist. It refuses a
+// symlink, a non-regular file, a file of another user and a file above limit.
+func (d *dirHandle) read(limit int64) ([]byte, error) {
+	fd, err := unix.Openat(d.fd, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return nil, os.ErrNotExist
+		case errors.Is(err, unix.ELOOP):
+			return nil, fmt.Errorf("open state file: %w: symlink", ErrUnsafePath)
+		}
+		return nil, fmt.Errorf("openat state file: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), FileName)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat state file: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("open state file: %w: not a regular file", ErrUnsafePath)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("open state file: %w: owned by another user", ErrUnsafePath)
+	}
+	if st.Size > limit {
+		return nil, fmt.Errorf("read state file: %w", ErrStateTooLarge)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read state file: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("read state file: %w", ErrStateTooLarge)
+	}
+	return b, nil
+}
+
+// write replaces the state file atomically: exclusive random sibling temp
+// file (0600, O_EXCL|O_NOFOLLOW), write, fsync, rename over the old file,
+// fsync the directory. A crash at any point leaves either the old or the new
+// complete file; a failed write removes its temp file.
+func (d *dirHandle) write(b []byte) (err error) {
+	fd, name, err := d.createTemp()
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer func() {
+		if f != nil {
+			_ = f.Close()
+		}
+		if err != nil {
+			_ = unix.Unlinkat(d.fd, name, 0)
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return fmt.Errorf("write state temp file: %w", err)
+	}
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("fsync state temp file: %w", err)
+	}
+	cerr := f.Close()
+	f = nil
+	if cerr != nil {
+		return fmt.Errorf("close state temp file: %w", cerr)
+	}
+	if err := unix.Renameat(d.fd, name, d.fd, FileName); err != nil {
+		return fmt.Errorf("renameat state file: %w", err)
+	}
+	if err := unix.Fsync(d.fd); err != nil {
+		// The rename happened; the new file is in place but its directory
+		// entry may not be durable. Report it: the caller must not send.
+		return fmt.Errorf("fsync state dir: %w", err)
+	}
+	return nil
+}
+
+func (d *dirHandle) createTemp() (int, string, error) {
+	var raw [12]byte
+	for range tempAttempts {
+		if _, err := rand.Read(raw[:]); err != nil {
+			return -1, "", fmt.Errorf("create state temp file: %w", err)
+		}
+		name := tempPrefix + hex.EncodeToString(raw[:])
+		fd, err := unix.Openat(d.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fileMode)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return -1, "", fmt.Errorf("openat state temp file: %w", err)
+		}
+		// The umask may have narrowed the mode; never widened. Pin it.
+		if err := unix.Fchmod(fd, fileMode); err != nil {
+			_ = unix.Close(fd)
+			_ = unix.Unlinkat(d.fd, name, 0)
+			return -1, "", fmt.Errorf("fchmod state temp file: %w", err)
+		}
+		return fd, name, nil
+	}
+	return -1, "", fmt.Errorf("create state temp file: %d name collisions", tempAttempts)
+}
+
+// removeStaleTemps deletes temp files left by a crash mid-write. They are
+// never read: the rename is the commit point.
+func (d *dirHandle) removeStaleTemps() error {
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("openat state dir: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("readdir state dir: %w", err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, tempPrefix) {
+			if err := unix.Unlinkat(d.fd, n, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("unlinkat stale temp file: %w", err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// decodeState parses runner-state.json. Errors wrap ErrCorruptState and
+// never quote file content.
+func decodeState(b []byte) (*State, error) {
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syn):
+			return nil, fmt.Errorf("decode state: %w: malformed JSON at byte %d of %d (truncated or damaged)", ErrCorruptState, syn.Offset, len(b))
+		case errors.As(err, &typ):
+			return nil, fmt.Errorf("decode state: %w: field %s has the wrong type", ErrCorruptState, typ.Field)
+		}
+		return nil, fmt.Errorf("decode state: %w: not a state object", ErrCorruptState)
+	}
+	// Stored envelopes are compact; compacting tolerates a pretty-printed file.
+	for i, e := range st.Outbox {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, e.Envelope); err != nil {
+			return nil, fmt.Errorf("decode state: %w: outbox envelope %d", ErrCorruptState, i)
+		}
+		st.Outbox[i].Envelope = buf.Bytes()
+	}
+	st.normalize()
+	return &st, nil
+}
+
+// check verifies that the loaded state belongs to this runner and is
+// internally consistent (R-state validate_binding).
+func (st *State) check(cfg Config) error {
+	corrupt := func(what string) error { return fmt.Errorf("check state: %w: %s", ErrCorruptState, what) }
+	if st.Schema != Schema {
+		if st.Schema == WarmTransitionSchema {
+			return fmt.Errorf("check state: %w: warm transition recovery is not supported", ErrStateBinding)
+		}
+		return corrupt("unknown schema")
+	}
+	id := cfg.Identity
+	if st.RunnerInstanceID != id.RunnerInstanceID || st.EnvironmentLeaseID != id.EnvironmentLeaseID ||
+		st.RunID != id.RunID || st.NormalizedSessionID != id.NormalizedSessionID ||
+		st.TurnID != id.TurnID || st.ItemID != id.ItemID {
+		return fmt.Errorf("check state: %w: identity differs", ErrStateBinding)
+	}
+	if st.MaxOutboxBytes != cfg.MaxOutboxBytes || st.P0ReserveBytes != cfg.P0ReserveBytes {
+		return fmt.Errorf("check state: %w: outbox bounds differ", ErrStateBinding)
+	}
+	if !st.Lifecycle.Valid() {
+		return corrupt("unknown lifecycle")
+	}
+	if st.NextSourceSeq == 0 || st.AckedSourceSeq > st.HighestSourceSeq() {
+		return corrupt("source cursors out of order")
+	}
+	total := 0
+	for i, e := range st.Outbox {
+		var env envelope
+		if json.Unmarshal(e.Envelope, &env) != nil || env.Payload.SourceSeq != e.SourceSeq ||
+			e.ByteSize != len(e.Envelope) || e.Priority > P2 || env.Payload.EventType == "" {
+			return corrupt("outbox metadata does not match its envelope")
+		}
+		want := st.AckedSourceSeq + 1 + uint64(i)
+		if e.SourceSeq != want {
+			return corrupt("outbox sequence is not contiguous after the ack cursor")
+		}
+		total += e.ByteSize
+	}
+	if n := len(st.Outbox); (n == 0 && st.AckedSourceSeq != st.HighestSourceSeq()) ||
+		(n > 0 && st.Outbox[n-1].SourceSeq != st.HighestSourceSeq()) {
+		return corrupt("outbox does not end at the produced cursor")
+	}
+	if total > st.MaxOutboxBytes {
+		return corrupt("outbox exceeds its bound")
+	}
+	if st.CompactedThroughControllerSeq > st.LastControllerCommandSeq {
+		return corrupt("command cursors out of order")
+	}
+	if len(st.ProcessedCommands) > MaxRecentCommands || len(st.ProcessedCommandFingerprints) != len(st.ProcessedCommands) {
+		return corrupt("command journal size")
+	}
+	for k, r := range st.ProcessedCommands {
+		fp := st.ProcessedCommandFingerprints[k]
+		if k != r.CommandID || r.ControllerSeq <= st.CompactedThroughControllerSeq ||
+			r.ControllerSeq > st.LastControllerCommandSeq || len(fp) != 64 || !isHex(fp) {
+			return corrupt("command journal entry inconsistent")
+		}
+		switch r.Status {
+		case StatusPending, StatusCompleted, StatusFailed, StatusRejected, StatusIndeterminate:
+		default:
+			return corrupt("command journal status")
+		}
+	}
+	if len(st.ExecutorEventReceipts) > MaxExecutorEventReceipts {
+		return corrupt("executor receipts exceed their bound")
+	}
+	for k, r := range st.ExecutorEventReceipts {
+		if !validToken(k, MaxEventIDChars) || len(r.Fingerprint) != 64 || !isHex(r.Fingerprint) ||
+			r.SourceSeq == 0 || r.SourceSeq > st.HighestSourceSeq() {
+			return corrupt("executor receipt inconsistent")
+		}
+	}
+	if len(st.V2ReplayEvents) > MaxV2ReplayEvents {
+		return corrupt("v2 replay events exceed their bound")
+	}
+	for k, e := range st.V2ReplayEvents {
+		if v2Family(e.EventType) != k || e.SourceSeq == 0 || e.SourceSeq > st.HighestSourceSeq() ||
+			e.Priority > P2 || !isObject(e.Payload) {
+			return corrupt("v2 replay event inconsistent")
+		}
+	}
+	for _, f := range []*TerminalFence{st.PendingTerminalDelivery, st.PendingProviderCleanup} {
+		if f != nil && (f.CommandID == "" || !f.Lifecycle.Valid()) {
+			return corrupt("fence inconsistent")
+		}
+	}
+	if len(st.Diagnostics) > MaxDiagnostics {
+		return corrupt("too many diagnostics")
+	}
+	if v := st.LastConnectionProtocolVersion; v != nil && (*v < 1 || *v > MaxProtocolVersion) {
+		return corrupt("protocol version")
+	}
+	if n := len(st.CompactedCommandFilter); n != 0 && n != bloomBytes {
+		return corrupt("command filter size")
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	for i := range len(s) {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,93 @@
+package state
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) != "" {
+		crashChild()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var testIdentity = Identity{
+	RunnerInstanceID: "runner_1", EnvironmentLeaseID: "env_lease_1", RunID: "run_1",
+	NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
+}
+
+// fakeClock is a deterministic clock: each reading advances one millisecond.
+type fakeClock struct{ n atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time {
+	return time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).Add(time.Duration(c.n.Add(1)) * time.Millisecond)
+}
+
+func testConfig(dir string) Config {
+	c := &fakeClock{}
+	return Config{Dir: dir, Identity: testIdentity, Now: c.Now}
+}
+
+func openStore(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func newStore(t *testing.T) (*Store, Config) {
+	t.Helper()
+	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
+	return openStore(t, cfg), cfg
+}
+
+func readFile(t *testing.T, cfg Config) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, FileName))
+	require.NoError(t, err)
+	return b
+}
+
+func obj(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+func enqueue(t *testing.T, s *Store, ev Event) uint64 {
+	t.Helper()
+	var seq uint64
+	require.NoError(t, s.Update(func(tx *Tx) error {
+		var err error
+		seq, err = tx.Enqueue(ev)
+		return err
+	}))
+	return seq
+}
+
+func p1(typ string) Event {
+	return Event{Type: typ, Priority: P1, Payload: json.RawMessage(`{"channel":"progress"}`)}
+}
+
+func command(seq uint64, id, typ string, payload string) *Command {
+	raw := `{"schema":"paperclip.prp.command.v1","commandId":"` + id + `","controllerSeq":` +
+		json.Number(itoa(seq)).String() + `,"type":"` + typ + `","issuedAt":"2026-11-30T12:00:00.000Z","payload":` + payload + `}`
+	c, err := DecodeCommand([]byte(raw))
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func itoa(n uint64) string { return json.Number(func() string { b, _ := json.Marshal(n); return string(b) }()).String() }

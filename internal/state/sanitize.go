@@ -1,0 +1,146 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// Redacted replaces a credential-shaped value.
+const Redacted = "[REDACTED]"
+
+// secretKeys are object keys whose values are always redacted (compared
+// lower-case with '-' and '_' removed); keys ending in one of secretSuffixes
+// are redacted too.
+var (
+	secretKeys = map[string]bool{
+		"authorization": true, "cookie": true, "setcookie": true, "credential": true,
+		"credentials": true, "privatekey": true, "ticket": true, "bootstrapticket": true,
+	}
+	secretSuffixes = []string{"token", "secret", "password", "passwd", "apikey"}
+)
+
+// secretPattern matches credential-shaped text inside strings.
+var secretPattern = regexp.MustCompile(
+	`(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}` +
+		`|sk-(?:ant-)?[A-Za-z0-9_-]{16,}` +
+		`|gh[pousr]_[A-Za-z0-9]{20,}` +
+		`|github_pat_[A-Za-z0-9_]{20,}` +
+		`|AKIA[0-9A-Z]{16}` +
+		`|xox[abprs]-[A-Za-z0-9-]{10,}` +
+		`|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)`)
+
+func isSecretKey(k string) bool {
+	n := strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(k))
+	if secretKeys[n] {
+		return true
+	}
+	for _, s := range secretSuffixes {
+		if strings.HasSuffix(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// isIdentityKey names fields whose value must never change by redaction:
+// identities and tool inputs (prp.md §8.1).
+func isIdentityKey(k string) bool {
+	return strings.HasSuffix(k, "Id") || strings.HasSuffix(k, "ID") || k == "id" ||
+		k == "input" || k == "inputDigest" || k == "arguments"
+}
+
+// redactText masks credential-shaped substrings and bounds the length.
+func redactText(s string) string {
+	s = secretPattern.ReplaceAllString(s, Redacted)
+	if len(s) > MaxDiagnosticChars {
+		cut := MaxDiagnosticChars
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// sanitizeJSON returns raw with credential-shaped values redacted, compact.
+// It fails with ErrSensitiveIdentity when redaction would touch an identity
+// or a tool input, and with ErrInvalidEvent when raw is not a JSON object.
+func sanitizeJSON(raw []byte) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("decode payload: %w", ErrInvalidEvent)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("decode payload: %w: trailing data", ErrInvalidEvent)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, fmt.Errorf("decode payload: %w: not an object", ErrInvalidEvent)
+	}
+	changed := false
+	out, err := sanitizeValue(v, false, &changed)
+	if err != nil {
+		return nil, err
+	}
+	if !changed {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return nil, fmt.Errorf("compact payload: %w", ErrInvalidEvent)
+		}
+		return buf.Bytes(), nil
+	}
+	b, err := encodeJSON(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode payload: %w", err)
+	}
+	return b, nil
+}
+
+func sanitizeValue(v any, protected bool, changed *bool) (any, error) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			p := protected || isIdentityKey(k)
+			if isSecretKey(k) && e != nil && e != Redacted {
+				if _, isObj := e.(map[string]any); !isObj {
+					if p {
+						return nil, ErrSensitiveIdentity
+					}
+					t[k] = Redacted
+					*changed = true
+					continue
+				}
+			}
+			n, err := sanitizeValue(e, p, changed)
+			if err != nil {
+				return nil, err
+			}
+			t[k] = n
+		}
+		return t, nil
+	case []any:
+		for i, e := range t {
+			n, err := sanitizeValue(e, protected, changed)
+			if err != nil {
+				return nil, err
+			}
+			t[i] = n
+		}
+		return t, nil
+	case string:
+		r := secretPattern.ReplaceAllString(t, Redacted)
+		if r != t {
+			if protected {
+				return nil, ErrSensitiveIdentity
+			}
+			*changed = true
+		}
+		return r, nil
+	}
+	return v, nil
+}

@@ -1,0 +1,313 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// File names and schema names (R-state, prp.md §9.1).
+const (
+	// FileName is the state file inside the state directory (R-state STATE_FILE).
+	FileName = "runner-state.json"
+	// Schema is the state schema name the server reads (R-state STATE_SCHEMA).
+	Schema = "paperclip.runner.durable.state.v1"
+	// WarmTransitionSchema marks a state written during a warm run rotation (§9.5).
+	WarmTransitionSchema = "paperclip.runner.durable.state.warm-transition.v1"
+)
+
+// Bounds (prp.md §9.2, §9.3; R-state constants).
+const (
+	// MaxRecentCommands is the exact command journal size (R-state MAX_RECENT_COMMANDS).
+	MaxRecentCommands = 128
+	// MaxDiagnostics is how many redacted diagnostics are kept (R-state MAX_DIAGNOSTICS).
+	MaxDiagnostics = 32
+	// MaxCommandResultBytes bounds one sanitised command result (R-state MAX_COMMAND_RESULT_BYTES).
+	MaxCommandResultBytes = 64 * 1024
+	// MaxExecutorEventReceipts bounds the executor receipt journal (R-state MAX_EXECUTOR_EVENT_RECEIPTS).
+	MaxExecutorEventReceipts = 256
+	// MaxV2ReplayEvents is one kept event per v2-only family (R-state MAX_V2_REPLAY_EVENTS).
+	MaxV2ReplayEvents = 2
+	// StateOverheadBytes is the allowance above the outbox bound for the rest
+	// of the file (R-state STATE_OVERHEAD_BYTES).
+	StateOverheadBytes = 16 * 1024 * 1024
+	// MaxDiagnosticChars bounds one diagnostic string (runnerd; keeps the file small).
+	MaxDiagnosticChars = 512
+	// MaxIDChars bounds command ids and timestamps (prp.md §7.2, §14.7: reference runner 64).
+	MaxIDChars = 64
+	// MaxEventIDChars bounds event ids and types (event.schema.json maxLength 160).
+	MaxEventIDChars = 160
+)
+
+// Lifecycle is the runner lifecycle of prp.md §9.2.
+type Lifecycle string
+
+// Lifecycle values (prp.md §9.2).
+const (
+	Connecting         Lifecycle = "connecting"
+	Ready              Lifecycle = "ready"
+	Backpressure       Lifecycle = "backpressure"
+	RecoverableFailure Lifecycle = "recoverable_failure"
+	Unrecoverable      Lifecycle = "unrecoverable"
+	Suspended          Lifecycle = "suspended"
+	Stopped            Lifecycle = "stopped"
+	Revoked            Lifecycle = "revoked"
+	Draining           Lifecycle = "draining"
+)
+
+// Valid reports whether l is one of the §9.2 lifecycles.
+func (l Lifecycle) Valid() bool {
+	switch l {
+	case Connecting, Ready, Backpressure, RecoverableFailure, Unrecoverable, Suspended, Stopped, Revoked, Draining:
+		return true
+	}
+	return false
+}
+
+// OutboxEvent is one durable, not yet acknowledged event. Envelope holds the
+// exact compact bytes sent on a connection of the envelope's version.
+type OutboxEvent struct {
+	SourceSeq uint64          `json:"sourceSeq"`
+	Priority  Priority        `json:"priority"`
+	EventType string          `json:"eventType"`
+	Envelope  json.RawMessage `json:"envelope"`
+	ByteSize  int             `json:"byteSize"`
+}
+
+// CommandResult is a journaled command outcome; also the command_result payload.
+type CommandResult struct {
+	CommandID     string          `json:"commandId"`
+	ControllerSeq uint64          `json:"controllerSeq"`
+	CommandType   string          `json:"commandType"`
+	Status        CommandStatus   `json:"status"`
+	Result        json.RawMessage `json:"result"`
+}
+
+// TerminalFence is a pendingTerminalDelivery or pendingProviderCleanup fence (§7.4, §9.4).
+type TerminalFence struct {
+	CommandID     string    `json:"commandId"`
+	ControllerSeq uint64    `json:"controllerSeq"`
+	CommandType   string    `json:"commandType"`
+	Lifecycle     Lifecycle `json:"lifecycle"`
+}
+
+// ExecutorEventReceipt records that an executor event is durably in the outbox.
+type ExecutorEventReceipt struct {
+	Fingerprint string `json:"fingerprint"`
+	SourceSeq   uint64 `json:"sourceSeq"`
+}
+
+// V2ReplayEvent keeps the real payload of the latest v2-only event of one
+// family for replay on a later v2 connection (§8.2).
+type V2ReplayEvent struct {
+	SourceSeq uint64          `json:"sourceSeq"`
+	Priority  Priority        `json:"priority"`
+	EventType string          `json:"eventType"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+// State is the content of runner-state.json. Field names are the reference's
+// (R-state DurableState); the fields after RecoverableFailure are runnerd's.
+// A State published by a Store is immutable: use Clone before changing it.
+type State struct {
+	Schema                        string                          `json:"schema"`
+	RunnerInstanceID              string                          `json:"runnerInstanceId"`
+	EnvironmentLeaseID            string                          `json:"environmentLeaseId"`
+	RunID                         string                          `json:"runId"`
+	NormalizedSessionID           string                          `json:"normalizedSessionId"`
+	TurnID                        string                          `json:"turnId"`
+	ItemID                        string                          `json:"itemId"`
+	Lifecycle                     Lifecycle                       `json:"lifecycle"`
+	NextSourceSeq                 uint64                          `json:"nextSourceSeq"`
+	AckedSourceSeq                uint64                          `json:"ackedSourceSeq"`
+	LastControllerCommandSeq      uint64                          `json:"lastControllerCommandSeq"`
+	CompactedThroughControllerSeq uint64                          `json:"compactedThroughControllerSeq"`
+	ReconnectCount                uint64                          `json:"reconnectCount"`
+	MaxOutboxBytes                int                             `json:"maxOutboxBytes"`
+	P0ReserveBytes                int                             `json:"p0ReserveBytes"`
+	PeakOutboxBytes               int                             `json:"peakOutboxBytes"`
+	Outbox                        []OutboxEvent                   `json:"outbox"`
+	ProcessedCommands             map[string]CommandResult        `json:"processedCommands"`
+	ProcessedCommandFingerprints  map[string]string               `json:"processedCommandFingerprints"`
+	PendingTerminalDelivery       *TerminalFence                  `json:"pendingTerminalDelivery"`
+	PendingProviderCleanup        *TerminalFence                  `json:"pendingProviderCleanup,omitempty"`
+	WarmTransition                json.RawMessage                 `json:"warmTransition,omitempty"`
+	ExecutorEventReceipts         map[string]ExecutorEventReceipt `json:"executorEventReceipts"`
+	V2ReplayEvents                map[string]V2ReplayEvent        `json:"v2ReplayEvents"`
+	LastConnectionProtocolVersion *int                            `json:"lastConnectionProtocolVersion"`
+	Diagnostics                   []string                        `json:"diagnostics"`
+	Backpressure                  bool                            `json:"backpressure"`
+	RecoverableFailure            *string                         `json:"recoverableFailure"`
+
+	// RevocationEpoch is the highest revoke epoch honoured (runnerd, §3.2).
+	RevocationEpoch uint64 `json:"revocationEpoch,omitempty"`
+	// CompactedCommandFilter is the Bloom filter of command ids evicted from
+	// the exact journal (runnerd, §9.3); it can only cause false rejections.
+	CompactedCommandFilter []byte `json:"compactedCommandFilter,omitempty"`
+
+	// Extensions holds every other top-level field, keyed by name: records
+	// added by later issues (e.g. ACP session records, acp.md §3.4) and fields
+	// of a newer writer. They round-trip byte-for-byte. Use Tx.SetRecord.
+	Extensions map[string]json.RawMessage `json:"-"`
+}
+
+// plainState has State's fields without its methods, for the default codec.
+type plainState State
+
+var knownFields = sync.OnceValue(func() map[string]bool {
+	known := map[string]bool{}
+	t := reflect.TypeFor[plainState]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	return known
+})
+
+// MarshalJSON writes the known fields in declaration order, then extensions
+// in key order. It never escapes HTML, so stored envelopes keep their bytes.
+func (s *State) MarshalJSON() ([]byte, error) {
+	c := *s
+	c.normalize()
+	b, err := encodeJSON((*plainState)(&c))
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Extensions) == 0 {
+		return b, nil
+	}
+	var buf bytes.Buffer
+	buf.Write(b[:len(b)-1]) // drop the closing brace
+	for _, k := range slices.Sorted(maps.Keys(s.Extensions)) {
+		if knownFields()[k] {
+			return nil, fmt.Errorf("encode state: extension %q shadows a state field", k)
+		}
+		key, err := encodeJSON(k)
+		if err != nil {
+			return nil, err
+		}
+		if !json.Valid(s.Extensions[k]) {
+			return nil, fmt.Errorf("encode state: extension %q is not valid JSON", k)
+		}
+		buf.WriteByte(',')
+		buf.Write(key)
+		buf.WriteByte(':')
+		if err := json.Compact(&buf, s.Extensions[k]); err != nil {
+			return nil, fmt.Errorf("encode state: %w", err)
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// UnmarshalJSON reads the known fields and keeps every other field in Extensions.
+func (s *State) UnmarshalJSON(b []byte) error {
+	var p plainState
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	for k, v := range all {
+		if knownFields()[k] {
+			continue
+		}
+		if p.Extensions == nil {
+			p.Extensions = map[string]json.RawMessage{}
+		}
+		p.Extensions[k] = slices.Clone(v)
+	}
+	*s = State(p)
+	return nil
+}
+
+// normalize replaces nil collections with empty ones: the reference reader
+// expects arrays and objects, never null.
+func (s *State) normalize() {
+	if s.Outbox == nil {
+		s.Outbox = []OutboxEvent{}
+	}
+	if s.ProcessedCommands == nil {
+		s.ProcessedCommands = map[string]CommandResult{}
+	}
+	if s.ProcessedCommandFingerprints == nil {
+		s.ProcessedCommandFingerprints = map[string]string{}
+	}
+	if s.ExecutorEventReceipts == nil {
+		s.ExecutorEventReceipts = map[string]ExecutorEventReceipt{}
+	}
+	if s.V2ReplayEvents == nil {
+		s.V2ReplayEvents = map[string]V2ReplayEvent{}
+	}
+	if s.Diagnostics == nil {
+		s.Diagnostics = []string{}
+	}
+}
+
+// Clone returns a deep copy. Raw JSON values are shared: nothing in this
+// package mutates them in place.
+func (s *State) Clone() *State {
+	c := *s
+	c.Outbox = slices.Clone(s.Outbox)
+	c.ProcessedCommands = maps.Clone(s.ProcessedCommands)
+	c.ProcessedCommandFingerprints = maps.Clone(s.ProcessedCommandFingerprints)
+	c.ExecutorEventReceipts = maps.Clone(s.ExecutorEventReceipts)
+	c.V2ReplayEvents = maps.Clone(s.V2ReplayEvents)
+	c.Diagnostics = slices.Clone(s.Diagnostics)
+	c.CompactedCommandFilter = slices.Clone(s.CompactedCommandFilter)
+	c.Extensions = maps.Clone(s.Extensions)
+	if s.PendingTerminalDelivery != nil {
+		f := *s.PendingTerminalDelivery
+		c.PendingTerminalDelivery = &f
+	}
+	if s.PendingProviderCleanup != nil {
+		f := *s.PendingProviderCleanup
+		c.PendingProviderCleanup = &f
+	}
+	if s.LastConnectionProtocolVersion != nil {
+		v := *s.LastConnectionProtocolVersion
+		c.LastConnectionProtocolVersion = &v
+	}
+	if s.RecoverableFailure != nil {
+		v := *s.RecoverableFailure
+		c.RecoverableFailure = &v
+	}
+	return &c
+}
+
+// OutboxBytes is the sum of the stored envelope sizes.
+func (s *State) OutboxBytes() int {
+	n := 0
+	for _, e := range s.Outbox {
+		n += e.ByteSize
+	}
+	return n
+}
+
+// HighestSourceSeq is the highest sourceSeq ever produced (0 if none).
+func (s *State) HighestSourceSeq() uint64 {
+	if s.NextSourceSeq == 0 {
+		return 0
+	}
+	return s.NextSourceSeq - 1
+}
+
+// encodeJSON encodes v compactly without HTML escaping.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

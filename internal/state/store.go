@@ -1,0 +1,422 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of the runnerd flags (prp.md §13).
+const (
+	// DefaultMaxOutboxBytes is --max-outbox-bytes' default (prp.md §13: 64 KiB).
+	DefaultMaxOutboxBytes = 64 * 1024
+	// DefaultP0ReserveBytes is --p0-reserve-bytes' default (prp.md §13: 32 KiB).
+	DefaultP0ReserveBytes = 32 * 1024
+	// DefaultMaxFrameBytes is --max-frame-bytes' default (prp.md §13: 1 MiB).
+	DefaultMaxFrameBytes = 1024 * 1024
+	// AckPersistInterval: the ACK cursor is saved every this many advances or
+	// when the outbox empties (prp.md §8.4, §12).
+	AckPersistInterval = 16
+)
+
+// Identity is the six durable identity fields (prp.md §3.2).
+type Identity struct {
+	RunnerInstanceID    string
+	EnvironmentLeaseID  string
+	RunID               string
+	NormalizedSessionID string
+	TurnID              string
+	ItemID              string
+}
+
+func (id Identity) valid() bool {
+	for _, s := range []string{id.RunnerInstanceID, id.EnvironmentLeaseID, id.RunID, id.NormalizedSessionID, id.TurnID, id.ItemID} {
+		if !validToken(s, MaxEventIDChars) {
+			return false
+		}
+	}
+	// event_<runner>_<16 digits> must fit the 160-char sourceEventId bound.
+	return len(RunnerSourceEventID(id.RunnerInstanceID, 0)) <= MaxEventIDChars
+}
+
+// Config configures a Store.
+type Config struct {
+	// Dir is the state directory (--state-dir). Created 0700 if absent.
+	Dir      string
+	Identity Identity
+	// MaxOutboxBytes, P0ReserveBytes, MaxFrameBytes: zero means the default.
+	MaxOutboxBytes int
+	P0ReserveBytes int
+	MaxFrameBytes  int
+	// Now stamps emittedAt; nil means time.Now.
+	Now func() time.Time
+	// Logger receives lifecycle facts, never payloads; nil discards.
+	Logger *slog.Logger
+}
+
+// Summary is the lock-free view a PRP pong needs (prp.md §3.2).
+type Summary struct {
+	Lifecycle        Lifecycle
+	AckedSourceSeq   uint64
+	HighestSourceSeq uint64
+	OutboxBytes      int
+	// StoragePressure is true while the outbox is in backpressure or its P0
+	// reserve is exhausted (pong.storagePressure).
+	StoragePressure bool
+}
+
+// Recovery describes what Open found.
+type Recovery struct {
+	// Resumed is true when an existing state file was loaded (a process
+	// restart); then ReconciledSeq is the P0 runner.reconciled event.
+	Resumed        bool
+	ReconnectCount uint64
+	ReconciledSeq  uint64
+	// Indeterminate lists commands that were pending at the crash, now
+	// indeterminate: report them as failed/execution_indeterminate, never re-run.
+	Indeterminate []CommandResult
+	// PendingTerminalDelivery: the next connection only reconciles this
+	// terminal result and finishes cleanup (prp.md §9.4).
+	PendingTerminalDelivery *TerminalFence
+	// PendingProviderCleanup blocks every command but a new turn.stop.
+	PendingProviderCleanup *TerminalFence
+}
+
+// Store owns runner-state.json. Its methods are safe for concurrent use.
+type Store struct {
+	cfg Config
+	log *slog.Logger
+	dir *dirHandle
+
+	mu          sync.Mutex // serialises writers; held across the fsync
+	failed      error      // sticky write failure: disk and memory may differ
+	ackAdvances int        // ACK advances since the cursor was last written
+	coalesce    coalesceMark
+	closed      bool
+
+	cur atomic.Pointer[State]   // committed state; immutable
+	sum atomic.Pointer[Summary] // derived from cur
+
+	gate struct {
+		mu       sync.Mutex
+		everSent uint64 // highest seq handed to a sender; never decreases
+		pin      uint64 // seq being coalesced by an in-flight Update (0: none)
+	}
+
+	recovery Recovery
+}
+
+// Open loads the state in cfg.Dir or creates a fresh one, and performs
+// restart recovery (prp.md §9.4): pending commands become indeterminate,
+// reconnectCount is incremented and a P0 runner.reconciled event is
+// enqueued, in one durable write. A revoked state, or a stopped state with no
+// pending fence, returns ErrExitNow: the caller exits 0 at once. A corrupt
+// file returns ErrCorruptState and is left untouched on disk.
+func Open(cfg Config) (*Store, error) {
+	if cfg.MaxOutboxBytes == 0 {
+		cfg.MaxOutboxBytes = DefaultMaxOutboxBytes
+	}
+	if cfg.P0ReserveBytes == 0 {
+		cfg.P0ReserveBytes = DefaultP0ReserveBytes
+	}
+	if cfg.MaxFrameBytes == 0 {
+		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if cfg.MaxOutboxBytes < 0 || cfg.P0ReserveBytes < 0 || cfg.P0ReserveBytes >= cfg.MaxOutboxBytes || cfg.MaxFrameBytes < 0 {
+		return nil, errors.New("open state: outbox bounds must satisfy 0 <= p0 reserve < max outbox bytes")
+	}
+	if !cfg.Identity.valid() {
+		return nil, errors.New("open state: identity fields must be non-empty, at most 160 chars, without control characters")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dir, err := openDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, log: log.With("component", "state"), dir: dir}
+	if err := s.load(); err != nil {
+		dir.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) stateLimit() int64 { return int64(s.cfg.MaxOutboxBytes) + StateOverheadBytes }
+
+func (s *Store) load() error {
+	if err := s.dir.removeStaleTemps(); err != nil {
+		return err
+	}
+	b, err := s.dir.read(s.stateLimit())
+	if errors.Is(err, os.ErrNotExist) {
+		st := s.fresh()
+		if err := s.commit(st); err != nil {
+			return err
+		}
+		s.log.Info("created runner state")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := decodeState(b)
+	if err != nil {
+		return err
+	}
+	if err := st.check(s.cfg); err != nil {
+		return err
+	}
+	fenced := st.PendingTerminalDelivery != nil || st.PendingProviderCleanup != nil
+	if st.Lifecycle == Revoked || (st.Lifecycle == Stopped && !fenced) {
+		return fmt.Errorf("open state: lifecycle %s: %w", st.Lifecycle, ErrExitNow)
+	}
+	s.publish(st)
+	s.gate.everSent = st.HighestSourceSeq() // anything stored may have been sent
+	rec := Recovery{Resumed: true}
+	err = s.Update(func(tx *Tx) error {
+		rec.Indeterminate = tx.st.reconcilePending()
+		tx.st.ReconnectCount++
+		rec.ReconnectCount = tx.st.ReconnectCount
+		seq, err := tx.Enqueue(Event{Type: EventRunnerReconciled, Priority: P0,
+			Payload: json.RawMessage(`{"outcome":"` + ReconciledOutcome + `"}`)})
+		rec.ReconciledSeq = seq
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recover state: %w", err)
+	}
+	cur := s.cur.Load()
+	rec.PendingTerminalDelivery = cur.PendingTerminalDelivery
+	rec.PendingProviderCleanup = cur.PendingProviderCleanup
+	s.recovery = rec
+	s.log.Info("recovered runner state", "reconnectCount", rec.ReconnectCount,
+		"indeterminateCommands", len(rec.Indeterminate), "outboxEvents", len(cur.Outbox))
+	return nil
+}
+
+func (s *Store) fresh() *State {
+	id := s.cfg.Identity
+	st := &State{
+		Schema: Schema, RunnerInstanceID: id.RunnerInstanceID, EnvironmentLeaseID: id.EnvironmentLeaseID,
+		RunID: id.RunID, NormalizedSessionID: id.NormalizedSessionID, TurnID: id.TurnID, ItemID: id.ItemID,
+		Lifecycle: Connecting, NextSourceSeq: 1,
+		MaxOutboxBytes: s.cfg.MaxOutboxBytes, P0ReserveBytes: s.cfg.P0ReserveBytes,
+	}
+	st.normalize()
+	return st
+}
+
+// Recovery reports what Open found.
+func (s *Store) Recovery() Recovery { return s.recovery }
+
+// Summary returns the pong view without taking the write lock.
+func (s *Store) Summary() Summary { return *s.sum.Load() }
+
+// Snapshot returns a private deep copy of the committed state.
+func (s *Store) Snapshot() *State { return s.cur.Load().Clone() }
+
+// Unacked returns every committed, unacknowledged outbox event in order.
+// The slice is the caller's; the envelopes must not be modified.
+func (s *Store) Unacked() []OutboxEvent { return append([]OutboxEvent(nil), s.cur.Load().Outbox...) }
+
+// Unsent returns the committed outbox events with sourceSeq > after, in
+// order, for the caller to send; once returned, an event's bytes are fixed
+// (no later P2 event merges into it). Pass the ACK cursor after a reconnect
+// to replay the whole unacknowledged suffix.
+func (s *Store) Unsent(after uint64) []OutboxEvent {
+	s.gate.mu.Lock()
+	defer s.gate.mu.Unlock()
+	var out []OutboxEvent
+	for _, e := range s.cur.Load().Outbox {
+		if e.SourceSeq <= after {
+			continue
+		}
+		if s.gate.pin != 0 && e.SourceSeq >= s.gate.pin {
+			break
+		}
+		out = append(out, e)
+		s.gate.everSent = max(s.gate.everSent, e.SourceSeq)
+	}
+	return out
+}
+
+// pinUnsent claims seq for coalescing if no sender has seen it.
+func (s *Store) pinUnsent(seq uint64) bool {
+	s.gate.mu.Lock()
+	defer s.gate.mu.Unlock()
+	if seq <= s.gate.everSent {
+		return false
+	}
+	s.gate.pin = seq
+	return true
+}
+
+func (s *Store) unpin() {
+	s.gate.mu.Lock()
+	s.gate.pin = 0
+	s.gate.mu.Unlock()
+}
+
+// Update applies fn to a private copy of the state and commits the result
+// with one durable write. If fn fails nothing is written, except that a
+// bound violation inside fn (ErrBackpressure, ErrP0StorageExhausted) still
+// commits its lifecycle change and diagnostic on the previous state. A
+// failed write poisons the store: every later call returns that error.
+func (s *Store) Update(fn func(tx *Tx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	base := s.cur.Load()
+	tx := &Tx{s: s, st: base.Clone(), coalesce: s.coalesce}
+	defer s.unpin()
+	if err := fn(tx); err != nil {
+		if tx.bound != nil {
+			st := base.Clone()
+			tx.bound.apply(st)
+			if werr := s.commit(st); werr != nil {
+				return errors.Join(err, werr)
+			}
+			s.coalesce = coalesceMark{}
+		}
+		return err
+	}
+	if err := s.commit(tx.st); err != nil {
+		return err
+	}
+	s.coalesce = tx.coalesce
+	if tx.acked {
+		s.ackAdvances = 0
+	}
+	return nil
+}
+
+// ApplyAck applies a cumulative ACK (prp.md §8.4): trims the outbox and
+// advances the cursor. ErrAckBehindCursor and ErrAckBeyondProduced are fatal
+// protocol errors and change nothing. The cursor is written every
+// AckPersistInterval advances or when the outbox empties; between writes it
+// lives in memory (an older cursor after a crash only causes a harmless
+// replay). persisted reports whether this call wrote.
+func (s *Store) ApplyAck(seq uint64, protocolVersion int) (persisted bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return false, err
+	}
+	st := s.cur.Load().Clone()
+	advanced, err := st.applyAck(seq, protocolVersion)
+	if err != nil || !advanced {
+		return false, err
+	}
+	s.ackAdvances++
+	if s.ackAdvances < AckPersistInterval && len(st.Outbox) > 0 {
+		s.publish(st)
+		return false, nil
+	}
+	if err := s.commit(st); err != nil {
+		return false, err
+	}
+	s.ackAdvances = 0
+	return true, nil
+}
+
+// Flush writes the in-memory ACK cursor if it is ahead of the file.
+func (s *Store) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if s.ackAdvances == 0 {
+		return nil
+	}
+	if err := s.commit(s.cur.Load()); err != nil {
+		return err
+	}
+	s.ackAdvances = 0
+	return nil
+}
+
+// Close flushes the ACK cursor and releases the directory. Later calls fail
+// with ErrClosed.
+func (s *Store) Close() error {
+	err := s.Flush()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.dir.close()
+	}
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Store) usable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	return s.failed
+}
+
+// commit writes st and publishes it. Called with mu held (or during Open).
+func (s *Store) commit(st *State) error {
+	b, err := st.MarshalJSON()
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	if int64(len(b)) > s.stateLimit() {
+		return fmt.Errorf("save state: %w", ErrStateTooLarge)
+	}
+	if err := s.dir.write(b); err != nil {
+		s.failed = fmt.Errorf("save state: %w", err)
+		s.log.Error("runner state write failed; store is unusable", "err", err)
+		return s.failed
+	}
+	s.publish(st)
+	return nil
+}
+
+func (s *Store) publish(st *State) {
+	s.cur.Store(st)
+	s.sum.Store(&Summary{
+		Lifecycle: st.Lifecycle, AckedSourceSeq: st.AckedSourceSeq, HighestSourceSeq: st.HighestSourceSeq(),
+		OutboxBytes: st.OutboxBytes(), StoragePressure: st.Backpressure || st.Lifecycle == Unrecoverable,
+	})
+}
+
+func (s *Store) now() time.Time { return s.cfg.Now() }
+
+// boundFact is the lifecycle change of a bound violation, committed even
+// when the transaction that hit it is abandoned.
+type boundFact struct {
+	lifecycle    Lifecycle
+	backpressure bool
+	diagnostic   string
+}
+
+func (b *boundFact) apply(st *State) {
+	st.Lifecycle = b.lifecycle
+	st.Backpressure = b.backpressure
+	st.addDiagnostic(b.diagnostic)
+}
+
+func (st *State) addDiagnostic(msg string) {
+	st.Diagnostics = append(st.Diagnostics, redactText(msg))
+	if n := len(st.Diagnostics); n > MaxDiagnostics {
+		st.Diagnostics = append([]string(nil), st.Diagnostics[n-MaxDiagnostics:]...)
+	}
+}
