@@ -1,0 +1,396 @@
+package prp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+const (
+	// AuthChallengeTTL bounds how long a challenge stays answerable (CP
+	// authChallengeTtlMs); credential expiry bounds it too.
+	AuthChallengeTTL = 5 * time.Second
+	// DefaultLeaseTTL is the connection lease TTL when CoreHandshake.LeaseTTL
+	// is zero (CP connectionLeaseTtlMs default).
+	DefaultLeaseTTL = 60 * time.Second
+	// DefaultCoreMaxFrameBytes is the welcome's maxFrameBytes when
+	// CoreHandshake.MaxFrameBytes is zero (CP maxFrameBytes, older cores).
+	DefaultCoreMaxFrameBytes = 1 << 20
+	// welcomeMaxBatchEvents and welcomeHeartbeatIntervalMs are constants in
+	// CP's welcome; runnerd ignores the heartbeat.
+	welcomeMaxBatchEvents      = 100
+	welcomeHeartbeatIntervalMs = 250
+	// leaseRenewalVersion is the welcome's connectionLeaseRenewalVersion:
+	// the runner may send lease_renew (spec §5).
+	leaseRenewalVersion = 1
+)
+
+// Core-side handshake failures. The core closes the connection on each.
+var (
+	ErrHelloRejected      = errors.New("auth hello rejected")
+	ErrCredentialRejected = errors.New("credential unknown, used, expired or revoked")
+	ErrClientProof        = errors.New("auth response rejected")
+	ErrChallengeExpired   = errors.New("auth challenge expired")
+)
+
+// Credential is a usable ticket or lease as the core's store holds it.
+type Credential struct {
+	ID   string // credentialId
+	Kind string // CredentialBootstrap or CredentialLease
+	// AuthKey is the HMAC key derived from the token.
+	AuthKey         [32]byte
+	ExpiresAtUnixMs int64
+	// Lease fields, set for CredentialLease only.
+	LeaseID         string
+	RevocationEpoch int64
+	ProtocolVersion int
+}
+
+// CredentialStore holds the core's tickets and leases.
+type CredentialStore interface {
+	// Lookup returns the credential with this id if it is an unused,
+	// unexpired bootstrap ticket or an unrevoked, unexpired lease at now;
+	// otherwise an error wrapping ErrCredentialRejected.
+	Lookup(credentialID string, now time.Time) (Credential, error)
+	// Admit runs once the client proof validated. It re-validates the
+	// credential and, for a bootstrap ticket, atomically marks it used and
+	// creates a lease pinned to version with the given TTL, returning it
+	// with its Token (the only time the token leaves the store). For a lease
+	// it returns the lease without a token.
+	Admit(cred Credential, version int, ttl time.Duration, now time.Time) (Lease, error)
+}
+
+// Hello is what the core learned from an authenticated runner.
+type Hello struct {
+	HelloPayload
+	// Lease is the connection's lease (without its token).
+	Lease Lease
+}
+
+// CoreHandshake runs the core (controller) half of the handshake: the
+// checks of CP #authorizeHello and #authResponse, version selection (§2.5),
+// and the welcome. It is a value for one connection.
+type CoreHandshake struct {
+	// Identity, RunnerVersion and RunnerDigest are the registration the
+	// runner must match.
+	Identity                    Identity
+	RunnerVersion, RunnerDigest string
+	Store                       CredentialStore
+	// LeaseTTL is the TTL of a lease created on bootstrap; 0 means
+	// DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// MaxFrameBytes is announced in the welcome; 0 means
+	// DefaultCoreMaxFrameBytes.
+	MaxFrameBytes int
+	// ConnectionID names this connection (connection_<n> in CP); empty means
+	// a random one.
+	ConnectionID string
+	// Now is the clock; nil means time.Now. Rand supplies nonces; nil means
+	// crypto/rand.
+	Now  func() time.Time
+	Rand io.Reader
+	// PendingCommands returns the commands to deliver in the welcome (at most
+	// the lowest pending one); AckedSourceSeq the committed cursor. Either
+	// may be nil.
+	PendingCommands func() []json.RawMessage
+	AckedSourceSeq  func() int64
+}
+
+func (h *CoreHandshake) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+func (h *CoreHandshake) rand() io.Reader {
+	if h.Rand != nil {
+		return h.Rand
+	}
+	return rand.Reader
+}
+
+// Run runs the core half on c. On any error the caller closes the
+// connection; a ticket is consumed only by Store.Admit, after the client
+// proof validated.
+func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, error) {
+	msg, err := readAuth(ctx, c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: read auth_hello: %w", err)
+	}
+	hello, err := parseHello(msg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+	now := h.now()
+	cred, err := h.Store.Lookup(hello.CredentialID, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+	selected, err := h.checkHello(hello, cred)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+
+	serverNonce, err := randomUUID(h.rand())
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: server nonce: %w", err)
+	}
+	ch := ChallengePayload{
+		CredentialID: cred.ID, CredentialKind: cred.Kind, ClientNonce: hello.ClientNonce, ServerNonce: serverNonce,
+		Identity: hello.Identity, RunnerVersion: hello.RunnerVersion, RunnerDigest: hello.RunnerDigest,
+		SelectedVersion:           selected,
+		CredentialExpiresAt:       isoMillis(cred.ExpiresAtUnixMs),
+		CredentialExpiresAtUnixMs: cred.ExpiresAtUnixMs,
+	}
+	if cred.Kind == CredentialLease {
+		id := cred.LeaseID
+		ch.CredentialLeaseID, ch.RevocationEpoch = &id, cred.RevocationEpoch
+	}
+	if hello.WarmTransitionVersion != nil && *hello.WarmTransitionVersion == warmTransitionVersion {
+		ch.WarmTransitionVersion = hello.WarmTransitionVersion
+	}
+	ch.WarmTransitionID = hello.WarmTransitionID
+	signing, err := Canonical(ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: sign challenge: %w", err)
+	}
+	ch.ServerProof = serverProof(cred.AuthKey[:], signing)
+	deadline := min(cred.ExpiresAtUnixMs, now.Add(AuthChallengeTTL).UnixMilli())
+	if err := writeAuth(ctx, c, selected, KindAuthChallenge, ch); err != nil {
+		return nil, nil, fmt.Errorf("core handshake: send auth_challenge: %w", err)
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, AuthChallengeTTL)
+	msg, err = c.ReadMsg(rctx)
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: read auth_response: %w", err)
+	}
+	now = h.now()
+	if now.UnixMilli() >= deadline {
+		return nil, nil, fmt.Errorf("core handshake: %w", ErrChallengeExpired)
+	}
+	resp, err := parseAuthResponse(msg, selected)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+	want := clientProofBytes(cred.AuthKey[:], signing, ch.ServerProof)
+	if resp.CredentialID != cred.ID || resp.ClientNonce != hello.ClientNonce || resp.ServerNonce != serverNonce ||
+		!verifyHexMAC(want, resp.ClientProof) {
+		return nil, nil, fmt.Errorf("core handshake: %w", ErrClientProof)
+	}
+	lease, err := h.Store.Admit(cred, selected, h.leaseTTL(), now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: admit: %w", err)
+	}
+
+	sess, err := newSession(RoleCore, cred.AuthKey[:], signing, ch.ServerProof, hex.EncodeToString(want[:]))
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+	sess.Version, sess.Identity, sess.ConnectionLeaseID = selected, h.Identity, lease.ID
+	sess.ConnectionID = h.ConnectionID
+	if sess.ConnectionID == "" {
+		id, err := randomUUID(h.rand())
+		if err != nil {
+			return nil, nil, fmt.Errorf("core handshake: connection id: %w", err)
+		}
+		sess.ConnectionID = "connection_" + id
+	}
+	frame, err := h.sealWelcome(sess, lease, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+	if err := writeMsg(ctx, c, frame); err != nil {
+		return nil, nil, fmt.Errorf("core handshake: send welcome: %w", err)
+	}
+	lease.Token = ""
+	return sess, &Hello{HelloPayload: *hello, Lease: lease}, nil
+}
+
+func (h *CoreHandshake) leaseTTL() time.Duration {
+	if h.LeaseTTL > 0 {
+		return h.LeaseTTL
+	}
+	return DefaultLeaseTTL
+}
+
+// checkHello applies CP #authorizeHello and selects the version: the lease's
+// pinned version for a lease, else min(ProtocolVersion, protocolMax).
+func (h *CoreHandshake) checkHello(p *HelloPayload, cred Credential) (int, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
+	if p.Identity != h.Identity {
+		return 0, bad("identity does not match the registration")
+	}
+	if p.RunnerVersion != h.RunnerVersion || p.RunnerDigest != h.RunnerDigest {
+		return 0, bad("runner version or digest does not match")
+	}
+	if p.ProtocolMin > ProtocolVersion || p.ProtocolMax < ProtocolMinVersion || p.ProtocolMin > p.ProtocolMax {
+		return 0, bad("no common protocol version")
+	}
+	if cred.Kind == CredentialLease {
+		if cred.ProtocolVersion < p.ProtocolMin || cred.ProtocolVersion > p.ProtocolMax {
+			return 0, bad("lease version outside the offered range")
+		}
+		return cred.ProtocolVersion, nil
+	}
+	return min(ProtocolVersion, p.ProtocolMax), nil
+}
+
+func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time) ([]byte, error) {
+	pending := []json.RawMessage{}
+	if h.PendingCommands != nil {
+		if pc := h.PendingCommands(); pc != nil {
+			pending = pc
+		}
+	}
+	var acked int64
+	if h.AckedSourceSeq != nil {
+		acked = h.AckedSourceSeq()
+	}
+	maxFrame := h.MaxFrameBytes
+	if maxFrame == 0 {
+		maxFrame = DefaultCoreMaxFrameBytes
+	}
+	renewal := leaseRenewalVersion
+	expiry, epoch := lease.ExpiresAtUnixMs, lease.RevocationEpoch
+	p := WelcomePayload{
+		SelectedVersion: s.Version, HeartbeatIntervalMs: welcomeHeartbeatIntervalMs,
+		ConnectionLeaseRenewalVersion: &renewal, ConnectionLeaseID: lease.ID,
+		ConnectionLeaseExpiresAt: isoMillis(expiry), ConnectionLeaseExpiresAtUnixMs: &expiry,
+		ConnectionLeaseRevocationEpoch: &epoch,
+		LeaseBinding: &LeaseBinding{
+			RunnerInstanceID: s.Identity.RunnerInstanceID, EnvironmentLeaseID: s.Identity.EnvironmentLeaseID,
+			RunID: s.Identity.RunID, NormalizedSessionID: s.Identity.NormalizedSessionID, ProtocolVersion: s.Version,
+		},
+		MaxFrameBytes: maxFrame, MaxBatchEvents: welcomeMaxBatchEvents, AckedSourceSeq: &acked,
+		PendingCommands: pending,
+	}
+	if lease.Token != "" {
+		tok := lease.Token
+		p.ConnectionLeaseToken = &tok
+	}
+	env, err := s.NewControl(KindWelcome, p)
+	if err != nil {
+		return nil, err
+	}
+	env.EnvelopeID = "welcome_" + strings.TrimPrefix(s.ConnectionID, "connection_")
+	env.SentAt = isoMillis(now.UnixMilli())
+	return s.SealEnvelope(env)
+}
+
+// parseHello parses an auth_hello envelope; version must be a supported one.
+func parseHello(msg []byte) (*HelloPayload, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
+	env, err := parseJSON(msg)
+	if err != nil || env.kind != jsonObject {
+		return nil, bad("not a JSON object")
+	}
+	if p, _ := env.member("protocol").goString(); p != Protocol {
+		return nil, bad("protocol")
+	}
+	if k, _ := env.member("kind").goString(); k != KindAuthHello {
+		return nil, bad("kind")
+	}
+	if v, ok := env.member("version").safeInt(); !ok || v < ProtocolMinVersion || v > ProtocolVersion {
+		return nil, bad("version")
+	}
+	pl := env.member("payload")
+	if pl == nil || pl.kind != jsonObject {
+		return nil, bad("payload")
+	}
+	r := fieldReader{obj: pl}
+	p := &HelloPayload{
+		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
+		ProtocolMin: int(r.int("protocolMin")), ProtocolMax: int(r.int("protocolMax")),
+		Identity: r.identity(), RunnerVersion: r.str("runnerVersion"), RunnerDigest: r.str("runnerDigest"),
+	}
+	// The reference core ignores credentialKind and resume; read them when
+	// present, for the caller.
+	p.CredentialKind, _ = pl.member("credentialKind").goString()
+	if v, ok := pl.member("warmTransitionVersion").safeInt(); ok {
+		n := int(v)
+		p.WarmTransitionVersion = &n
+	}
+	if s, ok := pl.member("warmTransitionId").goString(); ok {
+		p.WarmTransitionID = &s
+	}
+	if rv := pl.member("resume"); rv != nil && rv.kind == jsonObject {
+		rr := fieldReader{obj: rv}
+		p.Resume = &Resume{
+			LastControllerCommandSeq: rr.int("lastControllerCommandSeq"),
+			NextSourceEventSeq:       rr.int("nextSourceEventSeq"),
+			AckedSourceSeq:           rr.int("ackedSourceSeq"),
+		}
+		if rr.err != "" {
+			p.Resume = nil
+		}
+	}
+	if r.err != "" {
+		return nil, bad(r.err)
+	}
+	return p, nil
+}
+
+// parseAuthResponse parses an auth_response envelope at the selected version.
+func parseAuthResponse(msg []byte, version int) (*AuthResponsePayload, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrClientProof, what) }
+	env, err := parseJSON(msg)
+	if err != nil || env.kind != jsonObject {
+		return nil, bad("not a JSON object")
+	}
+	if p, _ := env.member("protocol").goString(); p != Protocol {
+		return nil, bad("protocol")
+	}
+	if k, _ := env.member("kind").goString(); k != KindAuthResponse {
+		return nil, bad("kind")
+	}
+	if v, ok := env.member("version").safeInt(); !ok || int(v) != version {
+		return nil, bad("version")
+	}
+	pl := env.member("payload")
+	if pl == nil || pl.kind != jsonObject {
+		return nil, bad("payload")
+	}
+	r := fieldReader{obj: pl}
+	p := &AuthResponsePayload{
+		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
+		ServerNonce: r.str("serverNonce"), ClientProof: r.str("clientProof"),
+	}
+	if r.err != "" {
+		return nil, bad(r.err)
+	}
+	return p, nil
+}
+
+// writeMsg sends one message within AuthMessageTimeout.
+func writeMsg(ctx context.Context, c MsgConn, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, AuthMessageTimeout)
+	defer cancel()
+	return c.WriteMsg(ctx, b)
+}
+
+// isoMillis formats Unix milliseconds as JavaScript's Date.toISOString.
+func isoMillis(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// randomUUID returns a random RFC 4122 version-4 UUID string, the shape of
+// the reference's randomUUID().
+func randomUUID(r io.Reader) (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
+}

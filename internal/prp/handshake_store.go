@@ -1,0 +1,215 @@
+package prp
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Bootstrap ticket TTL bounds (CP issueBootstrapTicket).
+const (
+	MinTicketTTL = time.Second
+	MaxTicketTTL = 60 * time.Second
+)
+
+// Lease store errors.
+var (
+	ErrLeaseUnknown = errors.New("connection lease unknown, expired or revoked")
+	// ErrLeaseRenewMismatch: lease_renew stated an epoch or expiry the core
+	// does not hold; the core closes the connection (spec §5).
+	ErrLeaseRenewMismatch = errors.New("lease renewal does not match the held lease")
+	// ErrRevokeEpoch: a revocation must advance the epoch.
+	ErrRevokeEpoch = errors.New("revocation epoch must advance")
+)
+
+// MemoryCredentialStore is an in-memory CredentialStore for the core half
+// (tests and prpctl). It keeps auth keys, never tokens, once issued. Safe
+// for concurrent use.
+type MemoryCredentialStore struct {
+	// Rand supplies ticket and lease tokens; nil means crypto/rand.
+	Rand io.Reader
+
+	mu      sync.Mutex
+	tickets map[string]*ticketRecord // by credential id
+	leases  map[string]*leaseRecord  // by credential id
+}
+
+type ticketRecord struct {
+	authKey         [32]byte
+	expiresAtUnixMs int64
+	used            bool
+}
+
+type leaseRecord struct {
+	authKey [32]byte
+	lease   Lease // Token always empty
+	revoked bool
+}
+
+// NewMemoryCredentialStore returns an empty store.
+func NewMemoryCredentialStore() *MemoryCredentialStore {
+	return &MemoryCredentialStore{tickets: map[string]*ticketRecord{}, leases: map[string]*leaseRecord{}}
+}
+
+func (m *MemoryCredentialStore) rand() io.Reader {
+	if m.Rand != nil {
+		return m.Rand
+	}
+	return rand.Reader
+}
+
+// IssueTicket creates a one-use bootstrap ticket ("bootstrap_<uuid>") valid
+// for ttl (1–60 s) from now and returns the token. The store keeps only its
+// auth key.
+func (m *MemoryCredentialStore) IssueTicket(ttl time.Duration, now time.Time) (string, error) {
+	if ttl < MinTicketTTL || ttl > MaxTicketTTL {
+		return "", fmt.Errorf("issue ticket: ttl %s outside %s–%s", ttl, MinTicketTTL, MaxTicketTTL)
+	}
+	id, err := randomUUID(m.rand())
+	if err != nil {
+		return "", fmt.Errorf("issue ticket: %w", err)
+	}
+	token := "bootstrap_" + id
+	m.AddTicket(token, now.Add(ttl))
+	return token, nil
+}
+
+// AddTicket registers a given bootstrap token (tests with fixed tokens).
+func (m *MemoryCredentialStore) AddTicket(token string, expiresAt time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tickets[CredentialID(token)] = &ticketRecord{authKey: AuthKey(token), expiresAtUnixMs: expiresAt.UnixMilli()}
+}
+
+// TicketUsed reports whether the ticket was consumed (tests).
+func (m *MemoryCredentialStore) TicketUsed(token string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tickets[CredentialID(token)]
+	return t != nil && t.used
+}
+
+// Lookup implements CredentialStore.
+func (m *MemoryCredentialStore) Lookup(credentialID string, now time.Time) (Credential, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ms := now.UnixMilli()
+	if t := m.tickets[credentialID]; t != nil && !t.used && t.expiresAtUnixMs > ms {
+		return Credential{ID: credentialID, Kind: CredentialBootstrap, AuthKey: t.authKey, ExpiresAtUnixMs: t.expiresAtUnixMs}, nil
+	}
+	if l := m.leases[credentialID]; l != nil && !l.revoked && l.lease.ExpiresAtUnixMs > ms {
+		return Credential{
+			ID: credentialID, Kind: CredentialLease, AuthKey: l.authKey, ExpiresAtUnixMs: l.lease.ExpiresAtUnixMs,
+			LeaseID: l.lease.ID, RevocationEpoch: l.lease.RevocationEpoch, ProtocolVersion: l.lease.ProtocolVersion,
+		}, nil
+	}
+	return Credential{}, ErrCredentialRejected
+}
+
+// Admit implements CredentialStore: the ticket is consumed and the lease
+// created under one lock, so two proofs cannot both spend one ticket.
+func (m *MemoryCredentialStore) Admit(cred Credential, version int, ttl time.Duration, now time.Time) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ms := now.UnixMilli()
+	switch cred.Kind {
+	case CredentialBootstrap:
+		t := m.tickets[cred.ID]
+		if t == nil || t.used || t.expiresAtUnixMs <= ms || t.authKey != cred.AuthKey {
+			return Lease{}, ErrCredentialRejected
+		}
+		leaseUUID, err := randomUUID(m.rand())
+		if err != nil {
+			return Lease{}, err
+		}
+		tokenUUID, err := randomUUID(m.rand())
+		if err != nil {
+			return Lease{}, err
+		}
+		t.used = true
+		token := "lease_" + tokenUUID
+		l := Lease{
+			ID: "connection_lease_" + leaseUUID, ExpiresAtUnixMs: ms + ttl.Milliseconds(),
+			ProtocolVersion: version, RenewalVersion: leaseRenewalVersion,
+		}
+		m.leases[CredentialID(token)] = &leaseRecord{authKey: AuthKey(token), lease: l}
+		l.Token = token
+		return l, nil
+	case CredentialLease:
+		r := m.leases[cred.ID]
+		if r == nil || r.revoked || r.lease.ExpiresAtUnixMs <= ms || r.authKey != cred.AuthKey ||
+			r.lease.ExpiresAtUnixMs != cred.ExpiresAtUnixMs || r.lease.RevocationEpoch != cred.RevocationEpoch {
+			return Lease{}, ErrCredentialRejected
+		}
+		return r.lease, nil
+	}
+	return Lease{}, ErrCredentialRejected
+}
+
+func (m *MemoryCredentialStore) byLeaseID(leaseID string) *leaseRecord {
+	for _, r := range m.leases {
+		if r.lease.ID == leaseID {
+			return r
+		}
+	}
+	return nil
+}
+
+// LeaseState returns the lease (without token) and whether it is usable at
+// now: known, unrevoked and unexpired. The core checks this before every
+// frame (spec §5, scenario 27).
+func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (Lease, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.byLeaseID(leaseID)
+	if r == nil {
+		return Lease{}, false
+	}
+	return r.lease, !r.revoked && r.lease.ExpiresAtUnixMs > now.UnixMilli()
+}
+
+// RenewLease applies a lease_renew as CP #renewLease does: the stated epoch
+// must match and the stated expiry must be > 0 and ≤ the recorded one. A
+// stated expiry equal to the recorded one extends it to max(recorded,
+// now+ttl); an older one (a retry after a lost reply) changes nothing. It
+// returns the payload of the lease_renewed reply.
+func (m *MemoryCredentialStore) RenewLease(leaseID string, req LeaseRenewPayload, ttl time.Duration, now time.Time) (LeaseRenewedPayload, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.byLeaseID(leaseID)
+	ms := now.UnixMilli()
+	if r == nil || r.revoked || r.lease.ExpiresAtUnixMs <= ms {
+		return LeaseRenewedPayload{}, ErrLeaseUnknown
+	}
+	stated := req.ConnectionLeaseExpiresAtUnixMs
+	if req.ConnectionLeaseRevocationEpoch != r.lease.RevocationEpoch || stated <= 0 || stated > r.lease.ExpiresAtUnixMs {
+		return LeaseRenewedPayload{}, ErrLeaseRenewMismatch
+	}
+	if stated == r.lease.ExpiresAtUnixMs {
+		r.lease.ExpiresAtUnixMs = max(r.lease.ExpiresAtUnixMs, ms+ttl.Milliseconds())
+	}
+	return LeaseRenewedPayload{
+		PreviousExpiresAtUnixMs:        stated,
+		ConnectionLeaseExpiresAtUnixMs: r.lease.ExpiresAtUnixMs,
+		ConnectionLeaseRevocationEpoch: r.lease.RevocationEpoch,
+	}, nil
+}
+
+// Revoke marks the lease revoked at a new epoch, which must exceed the
+// current one; it returns the revoke payload to send.
+func (m *MemoryCredentialStore) Revoke(leaseID string, epoch int64) (RevokePayload, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.byLeaseID(leaseID)
+	if r == nil {
+		return RevokePayload{}, ErrLeaseUnknown
+	}
+	if epoch <= r.lease.RevocationEpoch {
+		return RevokePayload{}, ErrRevokeEpoch
+	}
+	r.lease.RevocationEpoch, r.revoked = epoch, true
+	return RevokePayload{RevocationEpoch: epoch}, nil
+}
