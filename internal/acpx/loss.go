@@ -1,0 +1,48 @@
+package acpx
+
+import "errors"
+
+// LossReason is the closed set of agent channel losses (acp.md §5.1).
+type LossReason string
+
+// Loss reasons.
+const (
+	LossProviderExit     LossReason = "provider_exit"
+	LossStdinEOF         LossReason = "stdin_eof"
+	LossTransportClosed  LossReason = "transport_closed"
+	LossWriteError       LossReason = "write_error"
+	LossRPCFailure       LossReason = "rpc_failure"
+	LossHeartbeatTimeout LossReason = "heartbeat_timeout"
+	LossOther            LossReason = "other"
+)
+
+var lossMessages = map[LossReason]string{
+	LossProviderExit:     "the agent exited before answering the prompt",
+	LossStdinEOF:         "the agent's stdin closed unexpectedly",
+	LossTransportClosed:  "the agent's process session disappeared",
+	LossWriteError:       "a message to the agent could not be written",
+	LossRPCFailure:       "the agent broke the JSON-RPC stream",
+	LossHeartbeatTimeout: "the agent went silent past the watchdog",
+	LossOther:            "the agent channel was lost",
+}
+
+// Message is the public text for the reason; it never includes peer text.
+func (r LossReason) Message() string {
+	if m, ok := lossMessages[r]; ok {
+		return m
+	}
+	return lossMessages[LossOther]
+}
+
+// LossReasonOf classifies a stream or transport error into the closed set.
+func LossReasonOf(err error) LossReason {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrFrameExceeded), errors.Is(err, ErrTooManyBadLines), errors.Is(err, ErrUnknownResponse):
+		return LossRPCFailure
+	case ClassOf(err) == ClassAgentDisconnected:
+		return LossProviderExit
+	}
+	return LossOther
+}

@@ -1,0 +1,797 @@
+package acpx
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// PRP event priorities (prp.md §8.1).
+const (
+	P0 = 0 // lifecycle, terminal, diagnostics on failure
+	P1 = 1 // normal
+	P2 = 2 // coalescable deltas
+)
+
+// Payload bounds, from the reference schemas.
+const (
+	// MaxItemText bounds the text kept for item.completed; it mirrors the
+	// tool execution output bound (provider-event.schema.json).
+	MaxItemText = 65536
+	// maxToolOutput is toolExecution.output maxLength.
+	maxToolOutput = 65536
+	// maxShortText is the schema's shortText maxLength.
+	maxShortText = 4000
+	// maxSummary is result.schema.json summary maxLength.
+	maxSummary = 12000
+	// maxPlanSteps is plan.steps maxItems.
+	maxPlanSteps = 256
+	// maxSafeID is the schema id maxLength.
+	maxSafeID = 160
+	// maxSessionList bounds names listed in a session.updated payload.
+	maxSessionList = 64
+)
+
+// Event is one PRP event description; runnerd wraps it in the envelope
+// (sourceEventId, sourceSeq, identity, emittedAt) when it commits it to the
+// outbox.
+type Event struct {
+	EventType string         `json:"eventType"`
+	Priority  int            `json:"priority"`
+	TurnID    string         `json:"turnId,omitempty"`
+	ItemID    string         `json:"itemId,omitempty"`
+	Payload   map[string]any `json:"payload"`
+}
+
+// MapState is the mapping's durable state (part of the record): item ids
+// and texts of the active turn, the plan revision, usage baselines.
+type MapState struct {
+	// NextItem numbers items record-wide, so item ids are never reused.
+	NextItem uint64 `json:"nextItem"`
+	// Items are the active turn's open items by key.
+	Items map[string]*ItemState `json:"items,omitempty"`
+	// Order lists Items keys in creation order.
+	Order []string `json:"order,omitempty"`
+	// LastMessage is the key of the latest assistant message item.
+	LastMessage  string `json:"lastMessage,omitempty"`
+	PlanRevision int    `json:"planRevision,omitempty"`
+
+	// Cost is the latest cumulative cost; CostAtTurnStart its value when
+	// the active turn began.
+	Cost            float64 `json:"cost,omitempty"`
+	CostAtTurnStart float64 `json:"costAtTurnStart,omitempty"`
+	// Tokens are cumulative prompt usage over the session.
+	Tokens TokenUsage `json:"tokens"`
+}
+
+// ItemState is one open item.
+type ItemState struct {
+	ItemID    string `json:"itemId"`
+	Kind      string `json:"kind"`
+	Text      string `json:"text,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Done      bool   `json:"done,omitempty"`
+	// Tool fields carry over updates that send only changed fields.
+	Name      string `json:"name,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	Target    string `json:"target,omitempty"`
+	ReadOnly  *bool  `json:"readOnly,omitempty"`
+	Status    string `json:"status,omitempty"`
+}
+
+// Ending is how a turn finished, as PRP sees it.
+type Ending int
+
+// Turn endings.
+const (
+	EndCompleted   Ending = iota + 1 // the agent answered a stop reason
+	EndFailed                        // error, loss, agent exit
+	EndInterrupted                   // turn.interrupt / turn.stop
+	EndCancelled                     // run.cancel
+)
+
+// Settlement describes a finished turn.
+type Settlement struct {
+	TurnID     string
+	Ending     Ending
+	StopReason string
+	Usage      *TokenUsage
+	// Class is the failure class of EndFailed.
+	Class Class
+	// Reason is turn.interrupted's reason (e.g. "operator").
+	Reason string
+}
+
+// Descriptor is the part of the acpx provider descriptor copied into
+// session events.
+type Descriptor struct {
+	Agent           string
+	ProviderVersion string
+}
+
+// Mapper maps ACP to PRP events (acp.md §5). Its methods are pure: the
+// output depends only on the arguments and the MapState they update.
+type Mapper struct {
+	// Redactor scrubs every text that reaches a payload.
+	Redactor *Redactor
+	// Provider names the agent in usage receipts (the descriptor's agent).
+	Provider string
+	// Cwd relativises tool targets; absolute paths outside it are dropped.
+	Cwd string
+	// ContractRevision is run.prepare's completionContract.revision.
+	ContractRevision string
+}
+
+// SessionOpened yields harness.ready then session.started (cold) or
+// session.resumed.
+func (mp Mapper) SessionOpened(rec Record, resumed bool, d Descriptor) []Event {
+	ready := map[string]any{"agent": d.Agent, "protocolVersion": rec.ProtocolVersion}
+	if rec.AgentInfo != nil {
+		ready["agentName"] = mp.text(rec.AgentInfo.Name, maxShortText)
+		ready["agentVersion"] = mp.text(rec.AgentInfo.Version, maxShortText)
+	}
+	sess := map[string]any{
+		"providerSessionId": rec.ACPSessionID,
+		"providerDescriptor": map[string]any{
+			"driver": "acpx_runtime", "providerVersion": d.ProviderVersion, "agent": d.Agent,
+		},
+	}
+	if rec.AgentSessionID != "" {
+		sess["agentSessionId"] = rec.AgentSessionID
+	}
+	typ := "session.started"
+	if resumed {
+		typ = "session.resumed"
+	}
+	return []Event{
+		{EventType: "harness.ready", Priority: P0, Payload: ready},
+		{EventType: typ, Priority: P0, Payload: sess},
+	}
+}
+
+// TurnStarted yields turn.started once the prompt is written and resets
+// the per-turn state.
+func (mp Mapper) TurnStarted(st *MapState, turnID string) []Event {
+	st.Items, st.Order, st.LastMessage, st.PlanRevision = nil, nil, "", 0
+	st.CostAtTurnStart = st.Cost
+	return []Event{{EventType: "turn.started", Priority: P1, TurnID: turnID,
+		Payload: map[string]any{"providerTurnId": turnID}}}
+}
+
+// Update maps one session/update of turn turnID ("" outside a turn).
+func (mp Mapper) Update(st *MapState, turnID string, u SessionUpdate) []Event {
+	switch u.Kind {
+	case UpdateAgentMessageChunk, UpdateAgentThoughtChunk:
+		if turnID == "" {
+			return nil
+		}
+		return mp.chunk(st, turnID, u)
+	case UpdateToolCall, UpdateToolCallUpdate:
+		if turnID == "" {
+			return nil
+		}
+		return mp.tool(st, turnID, u)
+	case UpdatePlan:
+		if turnID == "" {
+			return nil
+		}
+		return mp.plan(st, turnID, u)
+	case UpdateUsage:
+		return mp.usageUpdate(st, turnID, u)
+	case UpdateCurrentMode, UpdateConfigOption, UpdateAvailableCommands, UpdateSessionInfo:
+		return mp.sessionUpdated(turnID, u)
+	}
+	// user_message_chunk and unknown variants are not forwarded.
+	return nil
+}
+
+func (mp Mapper) chunk(st *MapState, turnID string, u SessionUpdate) []Event {
+	kind := "assistant_message"
+	if u.Kind == UpdateAgentThoughtChunk {
+		kind = "reasoning"
+	}
+	text := ""
+	if u.Content != nil && u.Content.Type == "text" {
+		text = mp.Redactor.String(u.Content.Text)
+	}
+	key := kind + ":" + u.MessageID
+	it, evs := mp.item(st, turnID, key, kind)
+	if kind == "assistant_message" {
+		st.LastMessage = key
+	}
+	if text == "" {
+		return evs
+	}
+	if !it.Truncated {
+		if len(it.Text)+len(text) > MaxItemText {
+			it.Text += truncateUTF8(text, MaxItemText-len(it.Text))
+			it.Truncated = true
+		} else {
+			it.Text += text
+		}
+	}
+	return append(evs, Event{EventType: "item.delta", Priority: P2, TurnID: turnID, ItemID: it.ItemID,
+		Payload: map[string]any{"kind": kind, "text": text}})
+}
+
+// item returns the open item for key, starting it if needed.
+func (mp Mapper) item(st *MapState, turnID, key, kind string) (*ItemState, []Event) {
+	if it, ok := st.Items[key]; ok && !it.Done {
+		return it, nil
+	}
+	if st.Items == nil {
+		st.Items = map[string]*ItemState{}
+	}
+	st.NextItem++
+	it := &ItemState{ItemID: safeID(turnID) + "-item-" + strconv.FormatUint(st.NextItem, 10), Kind: kind}
+	if _, ok := st.Items[key]; !ok {
+		st.Order = append(st.Order, key)
+	}
+	st.Items[key] = it
+	if kind == "tool_call" {
+		return it, nil
+	}
+	return it, []Event{{EventType: "item.started", Priority: P1, TurnID: turnID, ItemID: it.ItemID,
+		Payload: map[string]any{"kind": kind, "text": ""}}}
+}
+
+func (mp Mapper) tool(st *MapState, turnID string, u SessionUpdate) []Event {
+	key := "tool:" + u.ToolCallID
+	it, existed := st.Items[key]
+	var evs []Event
+	fresh := !existed || it.Done
+	if fresh {
+		if u.Kind == UpdateToolCallUpdate && existed {
+			return nil // an update after completion: nothing new to say
+		}
+		it, _ = mp.item(st, turnID, key, "tool_call")
+		it.Name, it.Operation = "ACP tool call", "unknown"
+	}
+	if u.Title != nil {
+		it.Name = mp.text(*u.Title, maxShortText)
+	}
+	if u.ToolKind != "" {
+		it.Operation, it.ReadOnly = toolOperation(u.ToolKind)
+	}
+	if len(u.Locations) > 0 {
+		it.Target = mp.safeTarget(u.Locations[0].Path)
+	}
+	output, haveOutput := mp.toolOutput(u.ToolOutput)
+	status := "running"
+	switch u.Status {
+	case "completed":
+		status = "completed"
+	case "failed":
+		status = "failed"
+	}
+	it.Status = status
+	payload := mp.toolPayload(it, status, output, haveOutput)
+	switch {
+	case fresh:
+		evs = append(evs,
+			Event{EventType: "item.started", Priority: P1, TurnID: turnID, ItemID: it.ItemID,
+				Payload: map[string]any{"kind": "tool_call", "title": it.Name}},
+			Event{EventType: "tool.execution.started", Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload})
+		if status == "running" {
+			return evs
+		}
+		payload = mp.toolPayload(it, status, output, haveOutput)
+		fallthrough
+	case status != "running":
+		it.Done = true
+		evs = append(evs,
+			Event{EventType: "tool.execution.completed", Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload},
+			Event{EventType: "item.completed", Priority: P1, TurnID: turnID, ItemID: it.ItemID,
+				Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
+	default:
+		evs = append(evs, Event{EventType: "tool.execution.progressed", Priority: P2, TurnID: turnID, ItemID: it.ItemID, Payload: payload})
+	}
+	return evs
+}
+
+func (mp Mapper) toolPayload(it *ItemState, status, output string, haveOutput bool) map[string]any {
+	p := map[string]any{
+		"schema":          "paperclip.tool.execution.v1",
+		"executionId":     safeID(it.ItemID),
+		"transport":       "builtin",
+		"operation":       it.Operation,
+		"name":            it.Name,
+		"status":          status,
+		"output":          nil,
+		"outputBytes":     0,
+		"outputTruncated": false,
+		"outputDigest":    nil,
+	}
+	if it.Target != "" {
+		p["target"] = it.Target
+	}
+	if it.ReadOnly != nil {
+		p["readOnly"] = *it.ReadOnly
+	}
+	if haveOutput {
+		sum := sha256.Sum256([]byte(output))
+		p["outputBytes"] = len(output)
+		p["outputDigest"] = "sha256:" + hex.EncodeToString(sum[:])
+		if len(output) > maxToolOutput {
+			p["output"] = truncateUTF8(output, maxToolOutput)
+			p["outputTruncated"] = true
+		} else {
+			p["output"] = output
+		}
+	}
+	return p
+}
+
+// toolOutput joins the text of the tool call's content (redacted); diffs
+// and terminals are summarised by reference, never by their bytes.
+func (mp Mapper) toolOutput(cs []ToolCallContent) (string, bool) {
+	if len(cs) == 0 {
+		return "", false
+	}
+	var b strings.Builder
+	for _, c := range cs {
+		switch c.Type {
+		case "content":
+			if c.Content != nil && c.Content.Type == "text" {
+				b.WriteString(c.Content.Text)
+			}
+		case "diff":
+			fmt.Fprintf(&b, "[diff %s]", mp.safeTarget(c.Path))
+		case "terminal":
+			b.WriteString("[terminal]")
+		}
+	}
+	return mp.Redactor.String(b.String()), true
+}
+
+// toolOperation maps an ACP ToolKind to the PRP operation and read-only flag.
+func toolOperation(kind string) (string, *bool) {
+	t, f := true, false
+	switch kind {
+	case "read":
+		return "read", &t
+	case "search":
+		return "search", &t
+	case "execute":
+		return "execute", &f
+	case "edit", "delete", "move":
+		return "edit", &f
+	case "fetch", "think":
+		return "unknown", &t
+	}
+	return "unknown", nil
+}
+
+// safeTarget turns an ACP absolute path into the schema's safePath: relative
+// to cwd, never absolute, never climbing out. Paths outside cwd are dropped.
+func (mp Mapper) safeTarget(p string) string {
+	if p == "" || mp.Cwd == "" || !filepath.IsAbs(p) {
+		return ""
+	}
+	rel, err := filepath.Rel(mp.Cwd, filepath.Clean(p))
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || len(rel) > 4096 {
+		return ""
+	}
+	return mp.Redactor.String(rel)
+}
+
+func (mp Mapper) plan(st *MapState, turnID string, u SessionUpdate) []Event {
+	st.PlanRevision++
+	entries := u.Entries
+	if len(entries) > maxPlanSteps {
+		entries = entries[:maxPlanSteps]
+	}
+	steps := make([]any, 0, len(entries))
+	complete := len(entries) > 0
+	for i, e := range entries {
+		status := e.Status
+		switch status {
+		case "pending", "in_progress", "completed":
+		default:
+			status = "pending"
+		}
+		if status != "completed" {
+			complete = false
+		}
+		steps = append(steps, map[string]any{
+			"stepId": "step-" + strconv.Itoa(i+1),
+			"body":   mp.text(e.Content, maxShortText),
+			"status": status,
+		})
+	}
+	return []Event{{EventType: "plan.updated", Priority: P1, TurnID: turnID, Payload: map[string]any{
+		"schema":           "paperclip.plan.updated.v1",
+		"planId":           safeID(turnID) + "-plan",
+		"revision":         st.PlanRevision,
+		"steps":            steps,
+		"complete":         complete,
+		"syncStatus":       "not_applicable",
+		"documentRevision": nil,
+	}}}
+}
+
+// usageUpdate reports a cumulative cost change; the run delta is taken
+// against the pre-turn value, and a drop means the agent restarted.
+func (mp Mapper) usageUpdate(st *MapState, turnID string, u SessionUpdate) []Event {
+	if u.Cost == nil {
+		return nil
+	}
+	if u.Cost.Amount < st.Cost {
+		st.CostAtTurnStart = 0
+	}
+	st.Cost = u.Cost.Amount
+	return []Event{mp.usageEvent(st, turnID, nil)}
+}
+
+func (mp Mapper) usageEvent(st *MapState, turnID string, turn *TokenUsage) Event {
+	priced := true
+	delta := st.Cost - st.CostAtTurnStart
+	if delta < 0 {
+		delta = 0
+	}
+	cum := measurement(st.Tokens, st.Cost, priced)
+	var d TokenUsage
+	if turn != nil {
+		d = *turn
+	}
+	p := map[string]any{
+		"provider":   mp.provider(),
+		"model":      nil,
+		"cumulative": cum,
+		"runDelta":   measurement(d, delta, priced),
+	}
+	if turnID != "" {
+		p["providerTurnId"] = turnID
+	}
+	return Event{EventType: "usage.reported", Priority: P2, TurnID: turnID, Payload: p}
+}
+
+func measurement(t TokenUsage, cost float64, priced bool) map[string]any {
+	m := map[string]any{
+		"inputTokens":      nonNeg(t.InputTokens),
+		"outputTokens":     nonNeg(t.OutputTokens),
+		"cacheReadTokens":  nonNeg(t.CachedReadTokens),
+		"cacheWriteTokens": nonNeg(t.CachedWriteTokens),
+		"activeSeconds":    0,
+		"requests":         0,
+		"providerCostUsd":  cost,
+	}
+	if t.TotalTokens > 0 || t.InputTokens > 0 || t.OutputTokens > 0 {
+		m["requests"] = 1
+		m["requestCountSource"] = "token_bearing_turn_minimum"
+		m["requestCountExact"] = false
+	} else {
+		m["requestCountSource"] = "unavailable"
+	}
+	if priced {
+		m["providerCostStatus"] = "reported"
+	}
+	return m
+}
+
+func (mp Mapper) sessionUpdated(turnID string, u SessionUpdate) []Event {
+	p := map[string]any{"providerMethod": MethodSessionUpdate, "update": u.Kind}
+	switch u.Kind {
+	case UpdateCurrentMode:
+		p["currentModeId"] = mp.text(u.CurrentModeID, maxShortText)
+	case UpdateAvailableCommands:
+		p["commands"] = mp.names(u.AvailableCommands, "name")
+	case UpdateConfigOption:
+		p["configOptions"] = mp.names(u.ConfigOptions, "id")
+	case UpdateSessionInfo:
+		if u.SessionTitle != nil {
+			p["title"] = mp.text(*u.SessionTitle, maxShortText)
+		}
+	}
+	return []Event{{EventType: "session.updated", Priority: P1, TurnID: turnID, Payload: p}}
+}
+
+// names lists one string field of raw objects, bounded and redacted.
+func (mp Mapper) names(raws []json.RawMessage, field string) []any {
+	out := []any{}
+	for _, r := range raws {
+		if len(out) == maxSessionList {
+			break
+		}
+		var m map[string]any
+		if json.Unmarshal(r, &m) != nil {
+			continue
+		}
+		if s, ok := m[field].(string); ok {
+			out = append(out, mp.text(s, maxShortText))
+		}
+	}
+	return out
+}
+
+// PermissionRequested maps session/request_permission to
+// runtime_request.created; n numbers requests within the turn (the caller
+// keeps it durable through the request table). It returns the PRP request
+// id to link with Client.SetRuntimeRequestID.
+func (mp Mapper) PermissionRequested(turnID string, agentRequestID json.RawMessage, req PermissionRequest) (string, []Event) {
+	id := safeID(turnID) + "-permission-" + safeID(idKey(agentRequestID))
+	prompt := mp.text(req.ToolCall.Title, maxShortText)
+	if prompt == "" {
+		prompt = "Allow the agent's tool call?"
+	}
+	choices := make([]any, 0, len(req.Options))
+	for _, o := range req.Options {
+		if o.OptionID == "" {
+			continue
+		}
+		label := mp.text(o.Name, maxShortText)
+		if label == "" {
+			label = o.OptionID
+		}
+		choices = append(choices, map[string]any{"key": o.OptionID, "label": label, "kind": o.Kind})
+	}
+	return id, []Event{{EventType: "runtime_request.created", Priority: P0, TurnID: turnID, Payload: map[string]any{
+		"request": map[string]any{
+			"schema":      "paperclip.runtime_request.v1",
+			"requestKind": "runtime",
+			"requestId":   id,
+			"type":        "permission",
+			"status":      "pending",
+			"prompt":      prompt,
+			"choices":     choices,
+		},
+		"providerMethod": MethodRequestPermission,
+	}}}
+}
+
+// PermissionResolved maps runnerd's answer (by policy or request.resolve).
+func (mp Mapper) PermissionResolved(turnID, requestID string, o PermissionOutcome, byPolicy bool) []Event {
+	typ, status := "runtime_request.resolved", "resolved"
+	if o.Outcome == "cancelled" {
+		typ, status = "runtime_request.cancelled", "cancelled"
+	}
+	p := map[string]any{"requestId": requestID, "status": status, "outcome": o.Outcome}
+	if o.OptionID != "" {
+		p["optionId"] = o.OptionID
+	}
+	if byPolicy {
+		p["resolvedBy"] = "policy"
+	}
+	return []Event{{EventType: typ, Priority: P1, TurnID: turnID, Payload: p}}
+}
+
+// Settle ends a turn: open items complete, then exactly one terminal turn
+// event, one run.result.proposed and one run.terminal (acp.md §5).
+func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
+	var evs []Event
+	summaryText := ""
+	for _, key := range st.Order {
+		it := st.Items[key]
+		if it == nil || it.Done {
+			continue
+		}
+		it.Done = true
+		if it.Kind == "tool_call" {
+			status := "interrupted"
+			if s.Ending == EndCancelled {
+				status = "cancelled"
+			} else if s.Ending == EndFailed {
+				status = "failed"
+			}
+			evs = append(evs, Event{EventType: "tool.execution.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
+				Payload: mp.toolPayload(it, status, "", false)})
+			continue
+		}
+		p := map[string]any{"kind": it.Kind, "text": it.Text}
+		if it.Truncated {
+			p["textTruncated"] = true
+		}
+		evs = append(evs, Event{EventType: "item.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID, Payload: p})
+	}
+	if it := st.Items[st.LastMessage]; it != nil {
+		summaryText = it.Text
+	}
+	if s.Usage != nil {
+		st.Tokens.InputTokens += s.Usage.InputTokens
+		st.Tokens.OutputTokens += s.Usage.OutputTokens
+		st.Tokens.CachedReadTokens += s.Usage.CachedReadTokens
+		st.Tokens.CachedWriteTokens += s.Usage.CachedWriteTokens
+		st.Tokens.TotalTokens += s.Usage.TotalTokens
+		evs = append(evs, mp.usageEvent(st, s.TurnID, s.Usage))
+	}
+
+	var turnEv Event
+	var disposition, turnState, runState string
+	switch s.Ending {
+	case EndCompleted:
+		turnEv = Event{EventType: "turn.completed", Priority: P0, Payload: map[string]any{"stopReason": s.StopReason}}
+		turnState, runState, disposition = "completed", "succeeded", "done"
+		if s.StopReason != StopEndTurn {
+			// max_tokens, max_turn_requests, refusal: the agent stopped
+			// short (acp.md §10 question 2); a person should look.
+			disposition = "needs_review"
+		}
+	case EndFailed:
+		class := s.Class
+		if class == "" {
+			class = ClassUnclassified
+		}
+		turnEv = Event{EventType: "turn.failed", Priority: P0, Payload: map[string]any{
+			"code": string(class), "message": NewFailure(class, nil).Message}}
+		turnState, runState, disposition = "failed", "failed", "needs_review"
+		summaryText = "The turn failed: " + NewFailure(class, nil).Message + "."
+	case EndInterrupted:
+		reason := s.Reason
+		if reason == "" {
+			reason = "operator"
+		}
+		turnEv = Event{EventType: "turn.interrupted", Priority: P0, Payload: map[string]any{"reason": reason}}
+		turnState, runState, disposition = "interrupted", "cancelled", "yielded"
+		summaryText = "The turn was interrupted."
+	default:
+		turnEv = Event{EventType: "turn.cancelled", Priority: P0, Payload: map[string]any{"reason": "run_cancelled"}}
+		turnState, runState, disposition = "cancelled", "cancelled", "yielded"
+		summaryText = "The run was cancelled."
+	}
+	if s.StopReason != "" && s.Ending != EndCompleted {
+		turnEv.Payload["stopReason"] = s.StopReason
+	}
+	turnEv.TurnID = s.TurnID
+	summaryText = truncateUTF8(strings.TrimSpace(summaryText), maxSummary)
+	if summaryText == "" {
+		summaryText = "The agent ended the turn (" + s.StopReason + ")."
+	}
+	remaining := []any{}
+	if disposition != "done" {
+		remaining = append(remaining, map[string]any{"description": "Review or continue the turn", "blocksCompletion": true})
+	}
+	rev := mp.ContractRevision
+	if rev == "" {
+		rev = "acp-v1"
+	}
+	result := map[string]any{
+		"schema":                  "paperclip.run_result.v1",
+		"reportedWorkDisposition": disposition,
+		"summary":                 summaryText,
+		"completionClaim": map[string]any{
+			"contractRevision":   rev,
+			"objectiveSatisfied": disposition == "done",
+			"criteria":           []any{},
+			"remainingWork":      remaining,
+		},
+		"evidence":          []any{},
+		"verification":      []any{},
+		"attentionRequests": []any{},
+		"artifacts":         []any{},
+	}
+	if disposition == "yielded" {
+		result["continuation"] = map[string]any{
+			"kind": "same_agent", "summary": "Continue in the same session",
+			"idempotencyKey": "continue-" + safeID(s.TurnID),
+		}
+	}
+	st.Items, st.Order, st.LastMessage = nil, nil, ""
+	return append(evs, turnEv,
+		Event{EventType: "run.result.proposed", Priority: P0, TurnID: s.TurnID, Payload: result},
+		Event{EventType: "run.terminal", Priority: P0, TurnID: s.TurnID, Payload: map[string]any{
+			"schema":                  "paperclip.prp.terminal.v1",
+			"turnTerminalState":       turnState,
+			"runTerminalState":        runState,
+			"reportedWorkDisposition": disposition,
+		}})
+}
+
+// SettlementOf turns a prompt outcome into a settlement. byRunCancel
+// distinguishes run.cancel (turn.cancelled) from turn.interrupt/turn.stop.
+func SettlementOf(out TurnOutcome, byRunCancel bool) Settlement {
+	s := Settlement{TurnID: out.TurnID, StopReason: out.StopReason, Usage: out.Usage}
+	switch {
+	case out.Cancelled && byRunCancel:
+		s.Ending = EndCancelled
+	case out.Cancelled:
+		s.Ending = EndInterrupted
+	case out.Err != nil:
+		s.Ending, s.Class = EndFailed, ClassOf(out.Err)
+	default:
+		s.Ending = EndCompleted
+	}
+	return s
+}
+
+// AgentExited maps pcwrap's exit frame: harness.exited, then for an active
+// turn the provider_exit loss and its failed turn, then session.failed.
+func (mp Mapper) AgentExited(st *MapState, activeTurn string, exitCode *int, signal string) []Event {
+	p := map[string]any{"exitCode": nil}
+	if exitCode != nil {
+		p["exitCode"] = *exitCode
+	}
+	if signal != "" {
+		p["signal"] = signal
+	}
+	evs := []Event{{EventType: "harness.exited", Priority: P0, Payload: p}}
+	if activeTurn != "" {
+		evs = append(evs, mp.ChannelLost(st, activeTurn, LossProviderExit)...)
+	}
+	return append(evs, Event{EventType: "session.failed", Priority: P0, Payload: map[string]any{
+		"code": string(ClassAgentDisconnected), "message": NewFailure(ClassAgentDisconnected, nil).Message}})
+}
+
+// ChannelLost maps a latched loss (acp.md §5.1): harness.diagnostic with
+// the reason, then the failed turn (turn.failed, one run.result.proposed,
+// one run.terminal). The public text derives from the reason alone.
+func (mp Mapper) ChannelLost(st *MapState, turnID string, reason LossReason) []Event {
+	evs := []Event{{EventType: "harness.diagnostic", Priority: P0, TurnID: turnID, Payload: map[string]any{
+		"lossReason": string(reason), "message": reason.Message(),
+	}}}
+	class := ClassAgentDisconnected
+	if reason == LossRPCFailure {
+		class = ClassUnclassified
+	}
+	return append(evs, mp.Settle(st, Settlement{TurnID: turnID, Ending: EndFailed, Class: class})...)
+}
+
+// StreamDiagnostic reports skipped stdout lines (harness.diagnostic, P1
+// while the session still works).
+func (mp Mapper) StreamDiagnostic(w WireState) Event {
+	return Event{EventType: "harness.diagnostic", Priority: P1, Payload: map[string]any{
+		"reasonCode":      "acp_stdout_lines_skipped",
+		"skippedLines":    w.SkippedLines,
+		"lateUpdates":     w.LateUpdates,
+		"replayedUpdates": w.ReplayedUpdates,
+		"staleResponses":  w.StaleResponses,
+	}}
+}
+
+func (mp Mapper) provider() string {
+	if mp.Provider == "" {
+		return "acpx"
+	}
+	return truncateUTF8(mp.Provider, 80)
+}
+
+// text redacts then bounds a peer string.
+func (mp Mapper) text(s string, max int) string {
+	return truncateUTF8(mp.Redactor.String(s), max)
+}
+
+// safeID maps s onto the schema id pattern ^[A-Za-z0-9][A-Za-z0-9._:-]*$,
+// bounded to maxSafeID; an empty or unsafe lead gets an "x" prefix.
+func safeID(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok || c == '_' {
+			b[i] = '-'
+		}
+	}
+	out := string(b)
+	if out == "" || !(out[0] >= 'a' && out[0] <= 'z' || out[0] >= 'A' && out[0] <= 'Z' || out[0] >= '0' && out[0] <= '9') {
+		out = "x" + out
+	}
+	if len(out) > maxSafeID {
+		sum := sha256.Sum256([]byte(s))
+		out = out[:maxSafeID-17] + "-" + hex.EncodeToString(sum[:8])
+	}
+	return out
+}
+
+// truncateUTF8 cuts s to at most n bytes on a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func nonNeg(v int64) int64 {
+	if v < 0 {
+		return 0
+	}
+	return v
+}

@@ -1,0 +1,134 @@
+package acpx
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Record is the durable ACP session record (acp.md §3.4), one per PRP
+// normalizedSessionId. It is plain JSON so runnerd stores it inside
+// runner-state.json and a restarted runnerd resumes exactly where the old one
+// stopped. It never holds an environment value or a payload the agent sent,
+// except the partial stdout line that must survive a restart.
+type Record struct {
+	// ACPSessionID is the ACP wire session id.
+	ACPSessionID string `json:"acpSessionId,omitempty"`
+	// AgentSessionID is the harness id, only from _meta.agentSessionId on a
+	// session/new or session/load answer; never synthesised.
+	AgentSessionID string `json:"agentSessionId,omitempty"`
+
+	Agent   string   `json:"agent,omitempty"`
+	Command string   `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	Cwd     string   `json:"cwd,omitempty"`
+
+	// ResetOnNextEnsure forbids reusing the record (acpx
+	// acpx.reset_on_next_ensure): set after a cancel, a handshake timeout or
+	// a discard.
+	ResetOnNextEnsure bool `json:"resetOnNextEnsure"`
+	// Prompted records that the session ever received a prompt; a record
+	// that never did is discarded, never loaded.
+	Prompted bool `json:"prompted"`
+
+	ProtocolVersion   int             `json:"protocolVersion,omitempty"`
+	AgentCapabilities json.RawMessage `json:"agentCapabilities,omitempty"`
+	AgentInfo         *Implementation `json:"agentInfo,omitempty"`
+
+	// Process is the live process session; nil when no agent runs.
+	Process *ProcessRecord `json:"process,omitempty"`
+}
+
+// ProcessRecord is the live half of the record: the pcwrap session and the
+// JSON-RPC line stream running through it.
+type ProcessRecord struct {
+	// UUID names <state-dir>/process-sessions/<uuid>/.
+	UUID string `json:"uuid,omitempty"`
+	// NextStdinSeq and ConsumedEventSeq are pcwrap file sequences; the
+	// client core never touches them, the runner does.
+	NextStdinSeq     uint64 `json:"nextStdinSeq,omitempty"`
+	ConsumedEventSeq uint64 `json:"consumedEventSeq,omitempty"`
+
+	Wire WireState `json:"wire"`
+	Map  MapState  `json:"map"`
+}
+
+// WireState is the JSON-RPC framing and request table.
+type WireState struct {
+	// NextRequestID is the next outbound JSON-RPC id; ids are never reused.
+	NextRequestID int64 `json:"nextRequestId"`
+	// PartialLine is stdout received after the last newline.
+	PartialLine []byte `json:"partialLine,omitempty"`
+	// ConsecutiveBadLines counts non-JSON-RPC lines since the last good one.
+	ConsecutiveBadLines int `json:"consecutiveBadLines,omitempty"`
+
+	// Diagnostic counters.
+	SkippedLines    uint64 `json:"skippedLines,omitempty"`
+	LateUpdates     uint64 `json:"lateUpdates,omitempty"`
+	ReplayedUpdates uint64 `json:"replayedUpdates,omitempty"`
+	StaleResponses  uint64 `json:"staleResponses,omitempty"`
+
+	// Pending maps outbound request id → what it was.
+	Pending map[int64]PendingRequest `json:"pendingRequests,omitempty"`
+	// AgentRequests maps an agent request id (compact JSON text) → what it
+	// is, until runnerd answers it.
+	AgentRequests map[string]AgentRequest `json:"pendingAgentRequests,omitempty"`
+	// Turn is the active turn, nil between turns.
+	Turn *TurnState `json:"activeTurn,omitempty"`
+}
+
+// PendingRequest is an outbound request awaiting its response.
+type PendingRequest struct {
+	Method string `json:"method"`
+	TurnID string `json:"turnId,omitempty"`
+}
+
+// AgentRequest is an agent→client request awaiting runnerd's answer.
+type AgentRequest struct {
+	Method string `json:"method"`
+	// RuntimeRequestID is the PRP runtime_request id it surfaced as.
+	RuntimeRequestID string `json:"runtimeRequestId,omitempty"`
+	TurnID           string `json:"turnId,omitempty"`
+}
+
+// TurnState is the active turn.
+type TurnState struct {
+	// ID is runnerd's providerTurnId (ACP has no turn id).
+	ID string `json:"id"`
+	// PromptRequestID is the session/prompt id.
+	PromptRequestID int64 `json:"promptRequestId"`
+	// CancelRequested is set once session/cancel was produced: every
+	// answer after it settles as cancelled (acp.md §4.4).
+	CancelRequested bool `json:"cancelRequested,omitempty"`
+}
+
+// Clone returns a deep copy through the record's own JSON form, which also
+// proves the record stays serialisable.
+func (r Record) Clone() Record {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("acpx: record is not serialisable: %v", err))
+	}
+	var out Record
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(fmt.Sprintf("acpx: record does not round-trip: %v", err))
+	}
+	return out
+}
+
+// Reusable reports whether a resumable record may be reused for a new
+// session.open with the given launch (acpx shouldReuseExistingRecord):
+// not reset, ever prompted, same cwd, command and argv.
+func (r Record) Reusable(cwd, command string, args []string) bool {
+	if r.ResetOnNextEnsure || !r.Prompted || r.ACPSessionID == "" {
+		return false
+	}
+	if r.Cwd != cwd || r.Command != command || len(r.Args) != len(args) {
+		return false
+	}
+	for i := range args {
+		if r.Args[i] != args[i] {
+			return false
+		}
+	}
+	return true
+}

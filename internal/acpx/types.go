@@ -1,0 +1,309 @@
+package acpx
+
+import "encoding/json"
+
+// ACP method names runnerd uses (acp.md §1.2).
+const (
+	MethodInitialize        = "initialize"
+	MethodAuthenticate      = "authenticate"
+	MethodSessionNew        = "session/new"
+	MethodSessionLoad       = "session/load"
+	MethodSessionResume     = "session/resume"
+	MethodSessionClose      = "session/close"
+	MethodSessionPrompt     = "session/prompt"
+	MethodSessionCancel     = "session/cancel"
+	MethodSessionUpdate     = "session/update"
+	MethodRequestPermission = "session/request_permission"
+	MethodCancelRequest     = "$/cancel_request"
+)
+
+// ProtocolVersion is the only ACP version runnerd speaks (acp.md §1).
+const ProtocolVersion = 1
+
+// Implementation names a peer ({name, title?, version}).
+type Implementation struct {
+	Name    string `json:"name"`
+	Title   string `json:"title,omitempty"`
+	Version string `json:"version"`
+}
+
+// InitializeParams is the initialize request. runnerd advertises no client
+// capabilities until acp.md §10 question 1 is settled.
+type InitializeParams struct {
+	ProtocolVersion    int                `json:"protocolVersion"`
+	ClientCapabilities ClientCapabilities `json:"clientCapabilities"`
+	ClientInfo         Implementation     `json:"clientInfo"`
+}
+
+// ClientCapabilities are all false: fs/* and terminal/* get -32601.
+type ClientCapabilities struct {
+	FS       FSCapabilities `json:"fs"`
+	Terminal bool           `json:"terminal"`
+}
+
+// FSCapabilities is the fs block of ClientCapabilities.
+type FSCapabilities struct {
+	ReadTextFile  bool `json:"readTextFile"`
+	WriteTextFile bool `json:"writeTextFile"`
+}
+
+// InitializeResult is the part of the initialize answer runnerd reads.
+// AgentCapabilities is kept raw for the durable record.
+type InitializeResult struct {
+	ProtocolVersion   int             `json:"protocolVersion"`
+	AgentCapabilities json.RawMessage `json:"agentCapabilities,omitempty"`
+	AgentInfo         *Implementation `json:"agentInfo,omitempty"`
+}
+
+// AgentCapabilities is the gate subset runnerd consults.
+type AgentCapabilities struct {
+	LoadSession         bool `json:"loadSession"`
+	SessionCapabilities struct {
+		Resume *json.RawMessage `json:"resume,omitempty"`
+		Close  *json.RawMessage `json:"close,omitempty"`
+	} `json:"sessionCapabilities"`
+}
+
+// MCPServer is one stdio MCP server entry of session/new. Env values are
+// secrets and never enter the record.
+type MCPServer struct {
+	Name    string        `json:"name"`
+	Command string        `json:"command"`
+	Args    []string      `json:"args"`
+	Env     []EnvVariable `json:"env"`
+}
+
+// EnvVariable is one {name, value} pair.
+type EnvVariable struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// NewSessionParams is session/new.
+type NewSessionParams struct {
+	Cwd        string      `json:"cwd"`
+	MCPServers []MCPServer `json:"mcpServers"`
+}
+
+// LoadSessionParams is session/load and session/resume.
+type LoadSessionParams struct {
+	SessionID  string      `json:"sessionId"`
+	Cwd        string      `json:"cwd"`
+	MCPServers []MCPServer `json:"mcpServers"`
+}
+
+// SessionResult is the answer of session/new (and the optional body of
+// session/load): sessionId plus the harness id in _meta.agentSessionId.
+type SessionResult struct {
+	SessionID string `json:"sessionId"`
+	Meta      struct {
+		AgentSessionID string `json:"agentSessionId"`
+	} `json:"_meta"`
+}
+
+// ContentBlock is an ACP content block (text and resource_link are the only
+// kinds runnerd sends or reads).
+type ContentBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text,omitempty"`
+	URI  string `json:"uri,omitempty"`
+	Name string `json:"name,omitempty"`
+}
+
+// PromptParams is session/prompt.
+type PromptParams struct {
+	SessionID string         `json:"sessionId"`
+	Prompt    []ContentBlock `json:"prompt"`
+}
+
+// PromptResult is the prompt answer; Usage is unstable and optional.
+type PromptResult struct {
+	StopReason string      `json:"stopReason"`
+	Usage      *TokenUsage `json:"usage,omitempty"`
+}
+
+// TokenUsage is the unstable prompt usage block.
+type TokenUsage struct {
+	TotalTokens       int64 `json:"totalTokens"`
+	InputTokens       int64 `json:"inputTokens"`
+	OutputTokens      int64 `json:"outputTokens"`
+	ThoughtTokens     int64 `json:"thoughtTokens,omitempty"`
+	CachedReadTokens  int64 `json:"cachedReadTokens,omitempty"`
+	CachedWriteTokens int64 `json:"cachedWriteTokens,omitempty"`
+}
+
+// Stop reasons (acp.md §1.4).
+const (
+	StopEndTurn         = "end_turn"
+	StopMaxTokens       = "max_tokens"
+	StopMaxTurnRequests = "max_turn_requests"
+	StopRefusal         = "refusal"
+	StopCancelled       = "cancelled"
+)
+
+// CancelParams is session/cancel.
+type CancelParams struct {
+	SessionID string `json:"sessionId"`
+}
+
+// SessionNotification is the session/update params.
+type SessionNotification struct {
+	SessionID string          `json:"sessionId"`
+	Update    json.RawMessage `json:"update"`
+}
+
+// Session update discriminators (acp.md §1.4).
+const (
+	UpdateUserMessageChunk  = "user_message_chunk"
+	UpdateAgentMessageChunk = "agent_message_chunk"
+	UpdateAgentThoughtChunk = "agent_thought_chunk"
+	UpdateToolCall          = "tool_call"
+	UpdateToolCallUpdate    = "tool_call_update"
+	UpdatePlan              = "plan"
+	UpdateAvailableCommands = "available_commands_update"
+	UpdateCurrentMode       = "current_mode_update"
+	UpdateConfigOption      = "config_option_update"
+	UpdateSessionInfo       = "session_info_update"
+	UpdateUsage             = "usage_update"
+)
+
+// SessionUpdate is the decoded union of the variants runnerd maps; unknown
+// variants keep only Kind and are ignored (acp.md §1.4).
+type SessionUpdate struct {
+	Kind string `json:"sessionUpdate"`
+
+	// message chunks
+	Content   *ContentBlock `json:"-"`
+	MessageID string        `json:"messageId,omitempty"`
+
+	// tool_call / tool_call_update
+	ToolCallID string            `json:"toolCallId,omitempty"`
+	Title      *string           `json:"title,omitempty"`
+	ToolKind   string            `json:"kind,omitempty"`
+	Status     string            `json:"status,omitempty"`
+	Locations  []ToolLocation    `json:"locations,omitempty"`
+	ToolOutput []ToolCallContent `json:"-"`
+
+	// plan
+	Entries []PlanEntry `json:"entries,omitempty"`
+
+	// usage_update
+	Used *int64 `json:"used,omitempty"`
+	Size *int64 `json:"size,omitempty"`
+	Cost *Cost  `json:"cost,omitempty"`
+
+	// session-level updates
+	CurrentModeID     string            `json:"currentModeId,omitempty"`
+	AvailableCommands []json.RawMessage `json:"availableCommands,omitempty"`
+	ConfigOptions     []json.RawMessage `json:"configOptions,omitempty"`
+	SessionTitle      *string           `json:"-"`
+}
+
+// ToolLocation is a file a tool call touches.
+type ToolLocation struct {
+	Path string `json:"path"`
+	Line *int   `json:"line,omitempty"`
+}
+
+// ToolCallContent is one tool_call content entry.
+type ToolCallContent struct {
+	Type       string        `json:"type"`
+	Content    *ContentBlock `json:"content,omitempty"`
+	Path       string        `json:"path,omitempty"`
+	NewText    string        `json:"newText,omitempty"`
+	TerminalID string        `json:"terminalId,omitempty"`
+}
+
+// PlanEntry is one plan entry.
+type PlanEntry struct {
+	Content  string `json:"content"`
+	Priority string `json:"priority"`
+	Status   string `json:"status"`
+}
+
+// Cost is a cumulative session cost.
+type Cost struct {
+	Amount   float64 `json:"amount"`
+	Currency string  `json:"currency"`
+}
+
+// DecodeSessionUpdate decodes the update member of session/update. The
+// content member means a ContentBlock for chunks and a ToolCallContent list
+// for tool calls, so it is decoded by kind.
+func DecodeSessionUpdate(raw json.RawMessage) (SessionUpdate, error) {
+	var u SessionUpdate
+	if err := json.Unmarshal(raw, &u); err != nil {
+		return SessionUpdate{}, err
+	}
+	var extra struct {
+		Content json.RawMessage `json:"content"`
+		Title   *string         `json:"title"`
+	}
+	if err := json.Unmarshal(raw, &extra); err != nil {
+		return SessionUpdate{}, err
+	}
+	switch u.Kind {
+	case UpdateUserMessageChunk, UpdateAgentMessageChunk, UpdateAgentThoughtChunk:
+		var c ContentBlock
+		if len(extra.Content) > 0 {
+			if err := json.Unmarshal(extra.Content, &c); err != nil {
+				return SessionUpdate{}, err
+			}
+		}
+		u.Content = &c
+	case UpdateToolCall, UpdateToolCallUpdate:
+		if len(extra.Content) > 0 && string(extra.Content) != "null" {
+			if err := json.Unmarshal(extra.Content, &u.ToolOutput); err != nil {
+				return SessionUpdate{}, err
+			}
+		}
+	case UpdateSessionInfo:
+		u.SessionTitle, u.Title = extra.Title, nil
+	}
+	return u, nil
+}
+
+// PermissionRequest is session/request_permission.
+type PermissionRequest struct {
+	SessionID string             `json:"sessionId"`
+	ToolCall  PermissionToolCall `json:"toolCall"`
+	Options   []PermissionOption `json:"options"`
+}
+
+// PermissionToolCall is the part of the tool call runnerd reads.
+type PermissionToolCall struct {
+	ToolCallID string `json:"toolCallId"`
+	Title      string `json:"title,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+}
+
+// PermissionOption is one choice offered to the user.
+type PermissionOption struct {
+	OptionID string `json:"optionId"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+}
+
+// Permission option kinds.
+const (
+	OptionAllowOnce    = "allow_once"
+	OptionAllowAlways  = "allow_always"
+	OptionRejectOnce   = "reject_once"
+	OptionRejectAlways = "reject_always"
+)
+
+// PermissionOutcome is the answer's outcome member.
+type PermissionOutcome struct {
+	Outcome  string `json:"outcome"`
+	OptionID string `json:"optionId,omitempty"`
+}
+
+// PermissionResponse is the session/request_permission result.
+type PermissionResponse struct {
+	Outcome PermissionOutcome `json:"outcome"`
+}
+
+// CancelRequestParams is $/cancel_request.
+type CancelRequestParams struct {
+	RequestID json.RawMessage `json:"requestId"`
+}

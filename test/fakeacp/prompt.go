@@ -1,0 +1,320 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// maxSleep bounds the `sleep` scenario so a forgotten test cannot hang.
+const maxSleep = 120 * time.Second
+
+type promptParams struct {
+	SessionID string `json:"sessionId"`
+	Prompt    []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+		URI  string `json:"uri"`
+	} `json:"prompt"`
+}
+
+// turn is one running prompt.
+type turn struct {
+	a      *agent
+	s      *session
+	cancel chan struct{}
+	msgID  string
+}
+
+func (a *agent) prompt(m message) {
+	var p promptParams
+	if json.Unmarshal(m.Params, &p) != nil || p.SessionID == "" || p.Prompt == nil {
+		a.fail(m.ID, -32602, "invalid params")
+		return
+	}
+	a.mu.Lock()
+	s := a.sessions[p.SessionID]
+	if s == nil {
+		a.mu.Unlock()
+		a.fail(m.ID, -32002, "resource not found")
+		return
+	}
+	for s.busy {
+		if a.cfg.busyPrompt == "reject" {
+			a.mu.Unlock()
+			a.fail(m.ID, -32600, "Prompt already in progress")
+			return
+		}
+		s.idle.Wait()
+	}
+	s.busy = true
+	s.cancel = make(chan struct{})
+	t := &turn{a: a, s: s, cancel: s.cancel}
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		s.busy, s.cancel = false, nil
+		s.idle.Broadcast()
+		a.mu.Unlock()
+	}()
+
+	var parts []string
+	for _, b := range p.Prompt {
+		switch b.Type {
+		case "text":
+			parts = append(parts, b.Text)
+		case "resource_link":
+			parts = append(parts, b.URI)
+		}
+	}
+	stop, usage, rerr := t.run(strings.Join(parts, " "))
+	if t.cancelled() {
+		switch a.cfg.cancelMode {
+		case "end-turn":
+			stop, rerr = "end_turn", nil
+		case "error":
+			rerr = &rpcError{Code: -32603, Message: "internal error after cancel"}
+		case "ignore":
+		default:
+			stop, rerr = "cancelled", nil
+		}
+	}
+	if rerr != nil {
+		a.fail(m.ID, rerr.Code, rerr.Message)
+	} else {
+		result := map[string]any{"stopReason": stop}
+		if usage != nil {
+			result["usage"] = usage
+		}
+		a.reply(m.ID, result)
+	}
+	for i := 1; i <= a.cfg.lateUpdates; i++ {
+		a.update(s, map[string]any{"sessionUpdate": "agent_message_chunk",
+			"content": map[string]any{"type": "text", "text": fmt.Sprintf("late %d", i)}})
+	}
+}
+
+func (t *turn) cancelled() bool {
+	select {
+	case <-t.cancel:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d, cut short by a cancel unless the cancel mode is ignore.
+func (t *turn) sleep(d time.Duration) bool {
+	if d > maxSleep {
+		d = maxSleep
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	cancel := t.cancel
+	if t.a.cfg.cancelMode == "ignore" {
+		cancel = nil
+	}
+	select {
+	case <-timer.C:
+		return true
+	case <-cancel:
+		return false
+	}
+}
+
+func (t *turn) say(text string) {
+	if t.msgID == "" {
+		t.msgID = t.a.next("msg")
+	}
+	t.a.update(t.s, map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": t.msgID,
+		"content": map[string]any{"type": "text", "text": text}})
+}
+
+func (t *turn) crash() {
+	switch t.a.cfg.crashMidTurn {
+	case "eof":
+		fmt.Fprintln(t.a.stderr, "fakeacp: crashing mid-turn (stdout eof)")
+		_ = os.Stdout.Close()
+		os.Exit(0)
+	case "sigkill":
+		fmt.Fprintln(t.a.stderr, "fakeacp: crashing mid-turn (sigkill)")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+}
+
+// call sends an agent→client request and waits for the answer. On a
+// cancel with --cancel-own-terminal it cascades $/cancel_request for its
+// own terminal/create and keeps waiting: the client must still answer.
+func (t *turn) call(method string, params map[string]any) message {
+	params["sessionId"] = t.s.id
+	id, ch := t.a.request(method, params)
+	cancel := t.cancel
+	for {
+		select {
+		case m := <-ch:
+			return m
+		case <-cancel:
+			cancel = nil
+			if t.a.cfg.cancelOwnTerm && method == "terminal/create" {
+				t.a.notify("$/cancel_request", map[string]any{"requestId": id})
+			}
+		}
+	}
+}
+
+func (t *turn) toolCall(kind, title string, locations []string) string {
+	id := t.a.next("call")
+	locs := []any{}
+	for _, l := range locations {
+		locs = append(locs, map[string]any{"path": l})
+	}
+	t.a.update(t.s, map[string]any{"sessionUpdate": "tool_call", "toolCallId": id, "title": title,
+		"kind": kind, "status": "pending", "locations": locs})
+	return id
+}
+
+func (t *turn) toolDone(id, status, text string) {
+	u := map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": id, "status": status}
+	if text != "" {
+		u["content"] = []any{map[string]any{"type": "content", "content": map[string]any{"type": "text", "text": text}}}
+	}
+	t.a.update(t.s, u)
+}
+
+// run plays the scenario named by the prompt's first word (acp.md §9).
+func (t *turn) run(text string) (string, any, *rpcError) {
+	word, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
+	if t.a.cfg.crashMidTurn != "" {
+		t.say("about to crash")
+		t.crash()
+	}
+	switch word {
+	case "echo":
+		t.say(rest)
+	case "sleep":
+		ms, err := strconv.Atoi(strings.TrimSpace(rest))
+		if err != nil || ms < 0 {
+			return "", nil, &rpcError{Code: -32602, Message: "sleep needs milliseconds"}
+		}
+		if !t.sleep(time.Duration(ms) * time.Millisecond) {
+			t.say("interrupted")
+			return "cancelled", nil, nil
+		}
+		t.say(fmt.Sprintf("slept %d ms", ms))
+	case "read":
+		id := t.toolCall("read", "Read "+rest, []string{rest})
+		m := t.call("fs/read_text_file", map[string]any{"path": rest})
+		if m.Error != nil {
+			t.toolDone(id, "failed", fmt.Sprintf("fs/read_text_file failed: %d", m.Error.Code))
+		} else {
+			var r struct {
+				Content string `json:"content"`
+			}
+			_ = json.Unmarshal(m.Result, &r)
+			t.toolDone(id, "completed", r.Content)
+		}
+	case "write":
+		path, content, _ := strings.Cut(rest, " ")
+		id := t.toolCall("edit", "Write "+path, []string{path})
+		m := t.call("fs/write_text_file", map[string]any{"path": path, "content": content})
+		if m.Error != nil {
+			t.toolDone(id, "failed", fmt.Sprintf("fs/write_text_file failed: %d", m.Error.Code))
+		} else {
+			t.toolDone(id, "completed", "written")
+		}
+	case "terminal", "kill-terminal":
+		t.terminal(word == "kill-terminal", rest)
+	case "permission":
+		id := t.toolCall("edit", "Edit with permission ("+rest+")", nil)
+		m := t.call("session/request_permission", map[string]any{
+			"toolCall": map[string]any{"toolCallId": id, "title": "Edit with permission (" + rest + ")", "kind": "edit", "status": "pending"},
+			"options": []any{
+				map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+				map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+				map[string]any{"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+				map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
+			},
+		})
+		var r struct {
+			Outcome struct {
+				Outcome  string `json:"outcome"`
+				OptionID string `json:"optionId"`
+			} `json:"outcome"`
+		}
+		_ = json.Unmarshal(m.Result, &r)
+		switch {
+		case m.Error != nil || r.Outcome.Outcome == "cancelled":
+			t.toolDone(id, "failed", "permission cancelled")
+			return "cancelled", nil, nil
+		case strings.HasPrefix(r.Outcome.OptionID, "allow"):
+			t.toolDone(id, "completed", "permission granted: "+r.Outcome.OptionID)
+		default:
+			t.toolDone(id, "failed", "permission denied: "+r.Outcome.OptionID)
+		}
+		t.say("permission outcome " + r.Outcome.OptionID)
+	case "plan":
+		entries := func(status string) []any {
+			return []any{
+				map[string]any{"content": "Read the code", "priority": "high", "status": status},
+				map[string]any{"content": "Write the fix", "priority": "medium", "status": status},
+				map[string]any{"content": "Run the tests", "priority": "low", "status": status},
+			}
+		}
+		t.a.update(t.s, map[string]any{"sessionUpdate": "plan", "entries": entries("pending")})
+		t.a.update(t.s, map[string]any{"sessionUpdate": "plan", "entries": entries("completed")})
+		t.say("plan done")
+	case "think":
+		t.a.update(t.s, map[string]any{"sessionUpdate": "agent_thought_chunk", "messageId": t.a.next("thought"),
+			"content": map[string]any{"type": "text", "text": "thinking about " + rest}})
+		t.say("thought about " + rest)
+	case "usage":
+		t.a.update(t.s, map[string]any{"sessionUpdate": "usage_update", "used": 1234, "size": 200000,
+			"cost": map[string]any{"amount": 0.25, "currency": "USD"}})
+		t.say("usage reported")
+		return "end_turn", map[string]any{"totalTokens": 150, "inputTokens": 100, "outputTokens": 50}, nil
+	case "fail":
+		code, err := strconv.Atoi(strings.TrimSpace(rest))
+		if err != nil {
+			code = -32603
+		}
+		return "", nil, &rpcError{Code: code, Message: "fake failure"}
+	case "refuse":
+		return "refusal", nil, nil
+	case "max_tokens":
+		t.say("truncated")
+		return "max_tokens", nil, nil
+	default:
+		t.say(strings.TrimSpace(text))
+	}
+	return "end_turn", nil, nil
+}
+
+func (t *turn) terminal(kill bool, command string) {
+	id := t.toolCall("execute", "Run "+command, nil)
+	m := t.call("terminal/create", map[string]any{"command": "sh", "args": []any{"-c", command}})
+	if m.Error != nil {
+		t.toolDone(id, "failed", fmt.Sprintf("terminal/create failed: %d", m.Error.Code))
+		return
+	}
+	var r struct {
+		TerminalID string `json:"terminalId"`
+	}
+	_ = json.Unmarshal(m.Result, &r)
+	if kill {
+		t.call("terminal/kill", map[string]any{"terminalId": r.TerminalID})
+	} else {
+		t.call("terminal/wait_for_exit", map[string]any{"terminalId": r.TerminalID})
+	}
+	out := t.call("terminal/output", map[string]any{"terminalId": r.TerminalID})
+	t.call("terminal/release", map[string]any{"terminalId": r.TerminalID})
+	var o struct {
+		Output string `json:"output"`
+	}
+	_ = json.Unmarshal(out.Result, &o)
+	t.toolDone(id, "completed", o.Output)
+}
