@@ -186,19 +186,16 @@ func ExitCode(err error) int {
 }
 
 // FormatError renders err as the one stderr line runnerd prints before it
-// exits: "paperclip-runnerd: <code>: <message>\n". Control characters become
-// spaces and the line is cut at maxErrorLineBytes, so the result is always
-// exactly one line. An error without a code gets CodeRunnerFailed.
+// exits: "paperclip-runnerd: <code>: <message>\n", code being CodeOf(err)
+// (so a wrapped coded error still leads with its code). Control characters
+// become spaces and the line is cut at maxErrorLineBytes, so the result is
+// always exactly one line.
 func FormatError(err error) string {
 	if err == nil {
 		return ""
 	}
-	text := err.Error()
-	var ue *UsageError
-	var e *Error
-	if !errors.As(err, &ue) && !errors.As(err, &e) {
-		text = string(CodeRunnerFailed) + ": " + text
-	}
+	code := string(CodeOf(err))
+	text := code + ": " + strings.TrimPrefix(err.Error(), code+": ")
 	return StderrPrefix + oneLine(text, maxErrorLineBytes-len(StderrPrefix)-1) + "\n"
 }
 

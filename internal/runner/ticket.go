@@ -24,9 +24,23 @@ const redacted = "[redacted]"
 // fmt verbs (%v %+v %#v %s %q %x %d …), slog, encoding/json, encoding.Text,
 // on the value or a pointer — yields "[redacted]"; only Reveal returns the
 // secret, for the handshake.
-// The zero value and a nil *BootstrapTicket hold no ticket.
+// The zero value and a nil *BootstrapTicket hold no ticket. Not safe for
+// concurrent use: one owner (the handshake) reveals and destroys it.
 type BootstrapTicket struct {
-	secret []byte
+	// secret holds the bytes in a closure: reflection (fmt printing an
+	// unexported field, where these methods cannot run) sees only a func
+	// value, never the bytes. wipe=true overwrites and forgets them.
+	secret func(wipe bool) []byte
+}
+
+func newTicketSecret(b []byte) func(wipe bool) []byte {
+	return func(wipe bool) []byte {
+		if wipe {
+			clear(b)
+			b = nil
+		}
+		return b
+	}
 }
 
 // NewBootstrapTicket wraps value (for tests and for callers that obtained a
@@ -39,7 +53,7 @@ func NewBootstrapTicket(value string) (*BootstrapTicket, error) {
 	if len(value) > MaxBootstrapTicketBytes {
 		return nil, NewError(CodeBootstrapTicketInvalid, fmt.Sprintf("%s is longer than %d bytes", BootstrapTicketEnv, MaxBootstrapTicketBytes), nil)
 	}
-	return &BootstrapTicket{secret: []byte(value)}, nil
+	return &BootstrapTicket{secret: newTicketSecret([]byte(value))}, nil
 }
 
 // TakeBootstrapTicket removes PAPERCLIP_RUNNER_BOOTSTRAP_TICKET from the
@@ -70,22 +84,24 @@ func TakeBootstrapTicket() (*BootstrapTicket, error) {
 // Reveal returns a copy of the ticket's bytes for the PRP handshake, or nil
 // once the ticket is destroyed. Callers must not log, store or wrap it.
 func (t *BootstrapTicket) Reveal() []byte {
-	if t == nil || t.secret == nil {
+	if !t.Present() {
 		return nil
 	}
-	return append([]byte(nil), t.secret...)
+	return append([]byte(nil), t.secret(false)...)
 }
 
 // Present reports whether the ticket holds a value.
-func (t *BootstrapTicket) Present() bool { return t != nil && len(t.secret) > 0 }
+func (t *BootstrapTicket) Present() bool {
+	return t != nil && t.secret != nil && len(t.secret(false)) > 0
+}
 
 // Destroy overwrites the ticket and forgets it; prp.md §2.4 destroys it once
 // the welcome delivers the lease token. Safe to call more than once.
 func (t *BootstrapTicket) Destroy() {
-	if t == nil {
+	if t == nil || t.secret == nil {
 		return
 	}
-	clear(t.secret)
+	t.secret(true)
 	t.secret = nil
 }
 

@@ -1,0 +1,13 @@
+package runner
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain checks the whole package for leaked goroutines. It is the only
+// TestMain of package runner; add package-wide setup here.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
