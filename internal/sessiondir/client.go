@@ -1,0 +1,251 @@
+package sessiondir
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ShutdownAckWait is how long a stop waits for shutdownAck before removing
+// the session directory anyway (spec §9.4, §10, §11:
+// DEFAULT_PROCESS_SESSION_SHUTDOWN_WAIT_MS = 3000).
+const ShutdownAckWait = 3000 * time.Millisecond
+
+// ackPollInterval is the host's ack reader period (spec §11: 100 ms).
+const ackPollInterval = 100 * time.Millisecond
+
+// Errors of the client half.
+var (
+	// ErrClientSymlink: a session control path is a symbolic link.
+	ErrClientSymlink = errors.New("refusing a symbolic link on a process session control path")
+	// ErrClientNotDir: a session control path is not a directory.
+	ErrClientNotDir = errors.New("a process session control path is not a directory")
+	// ErrSessionGone: the session directory (or events/) was removed or
+	// replaced while a reader held it open.
+	ErrSessionGone = errors.New("process session directory vanished")
+	// ErrShutdownNotAcked: Stop saw no shutdownAck within its wait; the
+	// directory was removed anyway.
+	ErrShutdownNotAcked = errors.New("the wrapper did not acknowledge shutdown within 3000ms")
+)
+
+// StopOptions tune Stop. The zero value is the host's behaviour.
+type StopOptions struct {
+	// Writer writes the stdinEnd and shutdown files. Nil: Stop takes the
+	// session's .pcwrap-stdin-seq counter (spec §10), as pcwrap stop does.
+	Writer *Writer
+	// AckWait overrides ShutdownAckWait (tests).
+	AckWait time.Duration
+	// OnNoAck, when set, runs after the wait expired and before the
+	// directory is removed (pcwrap stop prints its warning there).
+	OnNoAck func()
+}
+
+// Stop ends a session the way the host does (spec §9.4, §10): it queues
+// stdinEnd then shutdown on one serial chain, waits up to 3000 ms for a
+// shutdownAck in events/ (without events/, the stdout mode, until stdin/
+// holds no .json file, i.e. pcwrap consumed both), then removes the session
+// directory without following symlinks. It sends no signal. Event files are
+// read, not removed, so a concurrent consumer loses nothing.
+//
+// The directory is removed whenever it could be opened, even if a write
+// failed or no ack came. Stop returns nil when acknowledged,
+// ErrShutdownNotAcked when it removed the directory without an ack, or the
+// first error.
+func Stop(ctx context.Context, sessionDir string, opts StopOptions) error {
+	root, err := openControlDir(sessionDir, "")
+	if err != nil {
+		return fmt.Errorf("stop session: %w", err)
+	}
+	root.Close()
+	wait := opts.AckWait
+	if wait <= 0 {
+		wait = ShutdownAckWait
+	}
+	werr := queueStop(ctx, sessionDir, opts.Writer)
+	acked := false
+	if werr == nil {
+		acked = waitAck(ctx, sessionDir, wait)
+	}
+	if !acked && werr == nil && opts.OnNoAck != nil {
+		opts.OnNoAck()
+	}
+	rerr := removeSessionDir(sessionDir)
+	switch {
+	case werr != nil:
+		return fmt.Errorf("stop session: %w", werr)
+	case rerr != nil:
+		return fmt.Errorf("stop session: %w", rerr)
+	case !acked:
+		return ErrShutdownNotAcked
+	}
+	return nil
+}
+
+// queueStop writes stdinEnd then shutdown.
+func queueStop(ctx context.Context, sessionDir string, w *Writer) error {
+	if w == nil {
+		c, err := LockSeqCounter(ctx, sessionDir)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		w, err = OpenWriter(sessionDir, c.Next(), WriterOptions{Reserve: c.Store})
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+	}
+	if _, err := w.StdinEnd(ctx); err != nil {
+		return err
+	}
+	_, err := w.Shutdown(ctx)
+	return err
+}
+
+// waitAck polls every 100 ms, for at most wait, for the stop to be
+// acknowledged. exit and error frames do not shorten the wait (§9.4).
+func waitAck(ctx context.Context, sessionDir string, wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	seen := map[string]bool{}
+	t := time.NewTicker(ackPollInterval)
+	defer t.Stop()
+	for {
+		if acknowledged(sessionDir, seen) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// acknowledged reports whether events/ holds a shutdownAck, or, without
+// events/, whether stdin/ is drained. seen skips files already read.
+func acknowledged(sessionDir string, seen map[string]bool) bool {
+	fs, err := OpenEventsDir(sessionDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return stdinDrained(sessionDir)
+		}
+		return false
+	}
+	defer fs.Close()
+	names, err := fs.List()
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		b, err := fs.Read(n)
+		if err != nil {
+			continue // maybe mid-removal by another consumer; retry next tick
+		}
+		seen[n] = true
+		if f, err := ParseFrame(b); err == nil && f.Type == FrameShutdownAck {
+			return true
+		}
+	}
+	return false
+}
+
+// stdinDrained reports whether stdin/ exists and holds no .json file.
+func stdinDrained(sessionDir string) bool {
+	d, err := openControlDir(sessionDir, StdinDir)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n, JSONSuffix) {
+			return false
+		}
+	}
+	return true
+}
+
+// removeSessionDir removes the directory tree without following symlinks:
+// os.RemoveAll unlinks a symlink instead of descending into it, and walks
+// with openat/unlinkat relative to held descriptors.
+func removeSessionDir(sessionDir string) error {
+	if err := os.RemoveAll(filepath.Clean(sessionDir)); err != nil {
+		return fmt.Errorf("remove session dir: %w", err)
+	}
+	return nil
+}
+
+// Tail writes each event file of sessionDir, in sequence order, to out as
+// one line {"seq":N,…frame} (the stdout-mode shape, spec §10) as it
+// arrives, without removing anything. It returns nil after printing an exit
+// frame and the files already present after it, ErrSessionGone if the
+// directory vanishes, or ctx's error.
+func Tail(ctx context.Context, sessionDir string, out io.Writer, opts EventReaderOptions) error {
+	fs, err := OpenEventsDir(sessionDir)
+	if err != nil {
+		return fmt.Errorf("tail session: %w", err)
+	}
+	defer fs.Close()
+	opts.FS = fs
+	opts.Keep = true
+	opts.Watch = filepath.Join(sessionDir, EventsDir)
+	r := NewEventReader(opts)
+	var werr error
+	print := func(ev Event) error {
+		if _, err := out.Write(TailLine(ev)); err != nil {
+			werr = fmt.Errorf("write event line: %w", err)
+			return ErrStopReading
+		}
+		if ev.Frame.Type == FrameExit {
+			return ErrStopReading
+		}
+		return nil
+	}
+	if err := r.Run(ctx, print); err != nil {
+		return fmt.Errorf("tail session: %w", err)
+	}
+	if werr != nil {
+		return werr
+	}
+	// The exit frame was printed; print what is already there (typically
+	// the shutdownAck) and end.
+	if _, err := r.Cycle(func(ev Event) error {
+		if _, err := out.Write(TailLine(ev)); err != nil {
+			return ErrStopReading
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("tail session: %w", err)
+	}
+	return nil
+}
+
+// TailLine returns the event as one stdout-mode line: the file's JSON
+// object with "seq" inserted first, then a newline. The body's own bytes are
+// kept, so the line shows exactly what pcwrap wrote.
+func TailLine(ev Event) []byte {
+	body := bytes.TrimSpace(ev.Raw)
+	line := make([]byte, 0, len(body)+24)
+	line = append(line, `{"seq":`...)
+	line = strconv.AppendInt(line, ev.Seq, 10)
+	rest := bytes.TrimSpace(body[1:]) // ParseFrame accepted it: an object
+	if len(rest) > 0 && rest[0] != '}' {
+		line = append(line, ',')
+	}
+	line = append(line, rest...)
+	return append(line, '\n')
+}

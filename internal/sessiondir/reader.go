@@ -1,0 +1,255 @@
+package sessiondir
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+)
+
+// EventPollInterval is the host's event poll period (spec §9.3, §11:
+// 100 ms, re-armed after each cycle).
+const EventPollInterval = 100 * time.Millisecond
+
+// MaxFailedCycles is how many consecutive failed poll cycles the tolerant
+// reader accepts before the failure is fatal (spec §9.3, PR #10213).
+const MaxFailedCycles = 5
+
+// maxEventFileBytes bounds one event file read. pcwrap reads at most
+// 64 KiB per data frame, which base64 makes ~87 KiB; 1 MiB leaves room for
+// a long error message and refuses a runaway planted file.
+const maxEventFileBytes = 1 << 20
+
+// ErrPollFailed is returned by EventReader.Run after MaxFailedCycles
+// consecutive failed cycles; the error wraps the last cycle's failure.
+var ErrPollFailed = errors.New("ACP process session bridge poll failed")
+
+// ErrStopReading may be returned by a Deliver callback to end Run after the
+// current file (which counts as delivered) without an error.
+var ErrStopReading = errors.New("stop reading events")
+
+// errNotObject: an event body must be one JSON object (spec §7.2).
+var errNotObject = errors.New("event file is not a JSON object")
+
+// ErrEventFileTooLarge is the read failure of an event file over the bound.
+var ErrEventFileTooLarge = errors.New("event file too large")
+
+// EventFS is the small filesystem the reader works through: the events/
+// directory of one session. Tests wrap it to inject failures; DirFS is the
+// real one.
+type EventFS interface {
+	// List returns the names of regular files ending in ".json".
+	List() ([]string, error)
+	// Read returns the whole content of a file.
+	Read(name string) ([]byte, error)
+	// Remove deletes a file; a missing file is not an error.
+	Remove(name string) error
+}
+
+// Event is one event file, parsed.
+type Event struct {
+	Seq   int64  // from the file name
+	Name  string // the file name, e.g. 000000000001.json
+	Frame Frame  // the parsed body
+	Raw   []byte // the body as read, trailing newline included
+}
+
+// EventReaderOptions configure an EventReader.
+type EventReaderOptions struct {
+	// FS is the events directory. Required.
+	FS EventFS
+	// Watch, when set, is the events directory path watched with inotify so
+	// a new file is read at once rather than on the next poll.
+	Watch string
+	// PollOnly disables the inotify trigger even when Watch is set (tests
+	// under testing/synctest; filesystems without inotify).
+	PollOnly bool
+	// Delivered is the highest sequence already delivered (and, for
+	// runnerd, durably committed). Files at or below it are removed unread:
+	// after a restart they are the ones consumed before the crash.
+	Delivered int64
+	// Keep leaves files in place after delivery (pcwrap tail: best effort
+	// on a session another consumer drains). The watermark still prevents
+	// a second delivery.
+	Keep bool
+	// Interval overrides EventPollInterval (tests).
+	Interval time.Duration
+	// Logger receives the poll-failure and removal warnings. Required.
+	Logger *slog.Logger
+}
+
+// EventReader is the tolerant event reader of spec §9.3 (PR #10213), which
+// runnerd MUST follow (acp.md §3.3). Each cycle lists events/, and in
+// sequence order reads, parses and delivers each file, then removes it. The
+// first file that cannot be listed, read, parsed or delivered stops the
+// cycle; it is retried next cycle. A cycle that failed is logged as
+// "ACP process session bridge poll failed: <reason> (attempt N/5)"; a cycle
+// that succeeds resets the count; the fifth consecutive failure ends Run
+// with ErrPollFailed. A delivered-sequence watermark guarantees that a file
+// whose removal failed is never delivered twice.
+//
+// Delivery happens before removal: a Deliver callback that commits the
+// event durably and returns nil gets exactly-once consumption ("parse →
+// commit durably → delete", spec ARCHITECTURE.md); if the process dies
+// between commit and removal, the next reader, given the committed sequence
+// as Delivered, removes the file unread.
+type EventReader struct {
+	opts      EventReaderOptions
+	delivered int64
+	failed    int // consecutive failed cycles
+}
+
+// NewEventReader returns a reader; call Run to start it.
+func NewEventReader(opts EventReaderOptions) *EventReader {
+	if opts.Interval <= 0 {
+		opts.Interval = EventPollInterval
+	}
+	return &EventReader{opts: opts, delivered: opts.Delivered}
+}
+
+// Delivered returns the watermark: the highest sequence delivered so far.
+// Only safe to call from the Deliver callback or after Run returned.
+func (r *EventReader) Delivered() int64 { return r.delivered }
+
+// Run polls until ctx is done (returning ctx's error), deliver returns
+// ErrStopReading (nil), deliver returns another error for the fifth
+// consecutive cycle, or five consecutive cycles fail (ErrPollFailed).
+// deliver is called from Run's goroutine only, in sequence order.
+func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error {
+	var wake <-chan struct{}
+	if r.opts.Watch != "" && !r.opts.PollOnly {
+		w, err := newDirWatch(r.opts.Watch)
+		if err != nil {
+			// Polling alone still delivers everything, only later.
+			r.opts.Logger.Warn("event watch unavailable; polling only", "err", err)
+		} else {
+			defer w.Close()
+			wake = w.C
+		}
+	}
+	timer := time.NewTimer(0) // the first cycle runs at once
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		case <-wake:
+			if r.failed > 0 {
+				// A failing cycle is retried on the poll only, so five
+				// failures take five poll periods, not one event burst.
+				continue
+			}
+			timer.Stop() // Go ≥1.23: no stale tick is delivered after Stop
+		}
+		stop, err := r.Cycle(deliver)
+		if err != nil {
+			return err
+		}
+		if stop {
+			return nil
+		}
+		timer.Reset(r.opts.Interval)
+	}
+}
+
+// Cycle runs one poll cycle: it delivers the files present, in order, up to
+// the first failure. stop reports that deliver asked to stop; err is
+// non-nil only when the failure was the fatal fifth in a row. Run calls
+// Cycle; it is exported for consumers that drive their own loop.
+func (r *EventReader) Cycle(deliver func(Event) error) (stop bool, err error) {
+	stop, cerr := r.cycle(deliver)
+	if errors.Is(cerr, ErrSessionGone) {
+		return false, cerr // nothing left to retry
+	}
+	if cerr == nil {
+		r.failed = 0
+		return stop, nil
+	}
+	r.failed++
+	r.opts.Logger.Warn(fmt.Sprintf("%v: %v (attempt %d/%d)", ErrPollFailed, cerr, r.failed, MaxFailedCycles),
+		"attempt", r.failed)
+	if r.failed >= MaxFailedCycles {
+		return false, fmt.Errorf("%w: %w", ErrPollFailed, cerr)
+	}
+	return false, nil
+}
+
+func (r *EventReader) cycle(deliver func(Event) error) (stop bool, err error) {
+	names, err := r.opts.FS.List()
+	if err != nil {
+		return false, fmt.Errorf("list event files: %w", err)
+	}
+	type entry struct {
+		name string
+		seq  int64
+	}
+	files := make([]entry, 0, len(names))
+	for _, n := range names {
+		// pcwrap only writes 12-digit names; anything else is not ours.
+		if seq, ok := ParseSeq(n); ok && seq > 0 && strings.HasSuffix(n, JSONSuffix) {
+			files = append(files, entry{n, seq})
+		}
+	}
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].seq != files[j].seq {
+			return files[i].seq < files[j].seq
+		}
+		return files[i].name < files[j].name
+	})
+	for _, f := range files {
+		if f.seq <= r.delivered {
+			if !r.opts.Keep {
+				r.remove(f.name)
+			}
+			continue
+		}
+		raw, err := r.opts.FS.Read(f.name)
+		if err != nil {
+			return false, fmt.Errorf("read event file %s: %w", f.name, err)
+		}
+		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+			return false, fmt.Errorf("parse event file %s: %w", f.name, errNotObject)
+		}
+		fr, err := ParseFrame(raw)
+		if err != nil && !errors.Is(err, ErrUnknownFrameType) {
+			return false, fmt.Errorf("parse event file %s: %w", f.name, frameError(err))
+		}
+		derr := deliver(Event{Seq: f.seq, Name: f.name, Frame: fr, Raw: raw})
+		if derr != nil && !errors.Is(derr, ErrStopReading) {
+			return false, fmt.Errorf("deliver event file %s: %w", f.name, derr)
+		}
+		r.delivered = f.seq
+		if !r.opts.Keep {
+			r.remove(f.name)
+		}
+		if derr != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// remove deletes a consumed file; a failure is only a warning because the
+// watermark already keeps the file from a second delivery.
+func (r *EventReader) remove(name string) {
+	if err := r.opts.FS.Remove(name); err != nil {
+		r.opts.Logger.Warn("failed to remove processed event file "+name, "file", name, "err", err)
+	}
+}
+
+// frameError rewords a frame decoding error so that no file content leaks
+// into logs: a JSON syntax error keeps only its offset (encoding/json quotes
+// the offending character); the other decode errors name no content.
+func frameError(err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return jsonError(se)
+	}
+	return err
+}

@@ -1,0 +1,155 @@
+package sessiondir
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+)
+
+// DirFS is the EventFS of a real events/ directory, reached through a held
+// descriptor so a swapped path component cannot redirect reads or removals;
+// files are opened with O_NOFOLLOW.
+type DirFS struct {
+	mu   sync.Mutex // serializes the seek+readdir of List
+	dir  *os.File
+	path string
+	dev  uint64 // identity of the held directory, to notice removal
+	ino  uint64
+}
+
+// OpenEventsDir opens <sessionDir>/events without following symlinks.
+func OpenEventsDir(sessionDir string) (*DirFS, error) {
+	dir, err := openControlDir(sessionDir, EventsDir)
+	if err != nil {
+		return nil, fmt.Errorf("open events dir: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
+		dir.Close()
+		return nil, fmt.Errorf("open events dir: fstat: %w", err)
+	}
+	return &DirFS{dir: dir, path: sessionDir + "/" + EventsDir, dev: st.Dev, ino: st.Ino}, nil
+}
+
+// Close releases the directory descriptor.
+func (d *DirFS) Close() error { return d.dir.Close() }
+
+// List implements EventFS. It fails with ErrSessionGone once the path no
+// longer names the held directory: reading a removed directory through its
+// descriptor would otherwise just look empty forever.
+func (d *DirFS) List() ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var st unix.Stat_t
+	err := unix.Lstat(d.path, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		return nil, ErrSessionGone
+	case err != nil:
+		return nil, fmt.Errorf("lstat events dir: %w", err)
+	case st.Dev != d.dev || st.Ino != d.ino:
+		return nil, ErrSessionGone
+	}
+	if _, err := d.dir.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("lseek: %w", err)
+	}
+	ents, err := d.dir.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("getdents: %w", err)
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), JSONSuffix) {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// Read implements EventFS.
+func (d *DirFS) Read(name string) ([]byte, error) {
+	return readAt(d.dir, name, maxEventFileBytes)
+}
+
+// Remove implements EventFS.
+func (d *DirFS) Remove(name string) error {
+	err := unix.Unlinkat(int(d.dir.Fd()), name, 0)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unlinkat: %w", err)
+	}
+	return nil
+}
+
+// readAt reads the regular file name inside dir, refusing a symlink and
+// anything larger than limit.
+func readAt(dir *os.File, name string, limit int64) ([]byte, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("openat: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, ErrEventFileTooLarge
+	}
+	return b, nil
+}
+
+// dirWatch turns inotify events on one directory into wake-ups. C has room
+// for one pending wake-up; more events coalesce into it. A watcher error,
+// queue overflow included, also wakes, so the next cycle rescans fully.
+type dirWatch struct {
+	C    chan struct{}
+	w    *fsnotify.Watcher
+	done chan struct{}
+}
+
+func newDirWatch(path string) (*dirWatch, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("inotify init: %w", err)
+	}
+	if err := w.Add(path); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("inotify watch: %w", err)
+	}
+	d := &dirWatch{C: make(chan struct{}, 1), w: w, done: make(chan struct{})}
+	go d.loop()
+	return d, nil
+}
+
+func (d *dirWatch) loop() {
+	defer close(d.done)
+	for {
+		select {
+		case _, ok := <-d.w.Events:
+			if !ok {
+				return
+			}
+		case _, ok := <-d.w.Errors:
+			if !ok {
+				return
+			}
+		}
+		select {
+		case d.C <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Close stops the watcher and waits for its goroutine.
+func (d *dirWatch) Close() {
+	d.w.Close()
+	<-d.done
+}

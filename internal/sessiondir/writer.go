@@ -1,0 +1,139 @@
+package sessiondir
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// ErrSeqTaken reports that a stdin-queue file with the sequence number the
+// writer was about to use already exists. The writer never overwrites it:
+// another writer is active on the session, or the caller's durable counter
+// is behind (spec §6.4: a writer MUST NOT reuse a sequence number).
+var ErrSeqTaken = errors.New("stdin sequence number already used")
+
+// ErrWriterClosed is returned by writes after Close.
+var ErrWriterClosed = errors.New("stdin writer closed")
+
+// tmpSuffix ends every temporary sibling; it never ends in ".json", so the
+// reader (spec §6.2) never lists a half-written file.
+const tmpSuffix = ".pcwrap-write.tmp"
+
+// stdinFileMode is the mode of stdin-queue files: the payload may carry
+// prompts and credentials, so only the session owner reads it.
+const stdinFileMode = 0o600
+
+// WriterOptions tune a Writer.
+type WriterOptions struct {
+	// Reserve, when set, is called with each sequence number before its file
+	// is started, under the writer's lock; runnerd records the number
+	// durably here (acp.md §3.2), pcwrap send stores it in .pcwrap-stdin-seq
+	// (§10). An error aborts the write. After a failed write the same number
+	// is reserved again by the next attempt (it never reached the queue).
+	Reserve func(seq int64) error
+}
+
+// Writer writes stdin-queue files for one session (spec §6.4). Each file is
+// written under a temporary sibling name and then renamed with
+// RENAME_NOREPLACE through a held directory descriptor, so it appears under
+// its final name only complete and never replaces a file. Writes are
+// serialized: file N's rename completes before file N+1 is started. A Writer
+// is safe for concurrent use.
+type Writer struct {
+	mu     sync.Mutex
+	dir  *os.File // held stdin/ directory; nil after Close
+	next int64   // sequence number of the next file
+	opts WriterOptions
+}
+
+// OpenWriter opens the stdin/ directory of sessionDir without following
+// symlinks and returns a Writer whose first file gets sequence number next
+// (1 for a fresh session). next is the caller's durable counter.
+func OpenWriter(sessionDir string, next int64, opts WriterOptions) (*Writer, error) {
+	if next == 0 {
+		return nil, fmt.Errorf("open stdin writer: sequence numbers start at 1")
+	}
+	dir, err := openControlDir(sessionDir, StdinDir)
+	if err != nil {
+		return nil, fmt.Errorf("open stdin writer: %w", err)
+	}
+	return &Writer{dir: dir, next: next, opts: opts}, nil
+}
+
+// Next returns the sequence number the next file will get.
+func (w *Writer) Next() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next
+}
+
+// Close releases the directory descriptor. Later writes fail.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dir == nil {
+		return nil
+	}
+	err := w.dir.Close()
+	w.dir = nil
+	return err
+}
+
+// Stdin queues raw bytes for the child's stdin and returns the file's
+// sequence number.
+func (w *Writer) Stdin(ctx context.Context, data []byte) (int64, error) {
+	return w.Write(ctx, Message{Type: MsgStdin, Data: data})
+}
+
+// StdinEnd queues the message that closes the child's stdin.
+func (w *Writer) StdinEnd(ctx context.Context) (int64, error) {
+	return w.Write(ctx, Message{Type: MsgStdinEnd})
+}
+
+// Shutdown queues the message that makes pcwrap terminate the child.
+func (w *Writer) Shutdown(ctx context.Context) (int64, error) {
+	return w.Write(ctx, Message{Type: MsgShutdown})
+}
+
+// Write queues one message and returns its sequence number. The context is
+// checked before the write starts; a started write runs to completion so
+// the queue never holds a half-published file.
+func (w *Writer) Write(ctx context.Context, m Message) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("write stdin file: %w", err)
+	}
+	body := m.AppendJSON(nil)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dir == nil {
+		return 0, fmt.Errorf("write stdin file: %w", ErrWriterClosed)
+	}
+	seq := w.next
+	if w.opts.Reserve != nil {
+		if err := w.opts.Reserve(seq); err != nil {
+			return 0, fmt.Errorf("reserve stdin seq %d: %w", seq, err)
+		}
+	}
+	if err := publish(w.dir, SeqName(seq), body); err != nil {
+		// Nothing appeared under the final name (rename is atomic), so the
+		// number stays free for the next attempt; skipping it would leave a
+		// gap that pcwrap reports as lost input after its retry budget.
+		return 0, fmt.Errorf("write stdin file %s: %w", SeqName(seq), err)
+	}
+	w.next = seq + 1
+	return seq, nil
+}
+
+// tmpName returns a fresh temporary sibling name for final.
+func tmpName(final string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("read random: %w", err)
+	}
+	return final + "." + hex.EncodeToString(b[:]) + tmpSuffix, nil
+}
