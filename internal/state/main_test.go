@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,12 +83,10 @@ func p1(typ string) Event {
 
 func command(seq uint64, id, typ string, payload string) *Command {
 	raw := `{"schema":"paperclip.prp.command.v1","commandId":"` + id + `","controllerSeq":` +
-		json.Number(itoa(seq)).String() + `,"type":"` + typ + `","issuedAt":"2026-11-30T12:00:00.000Z","payload":` + payload + `}`
+		strconv.FormatUint(seq, 10) + `,"type":"` + typ + `","issuedAt":"2026-11-30T12:00:00.000Z","payload":` + payload + `}`
 	c, err := DecodeCommand([]byte(raw))
 	if err != nil {
 		panic(err)
 	}
 	return c
 }
-
-func itoa(n uint64) string { return json.Number(func() string { b, _ := json.Marshal(n); return string(b) }()).String() }
