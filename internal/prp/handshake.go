@@ -90,6 +90,19 @@ func (l Lease) LogValue() slog.Value {
 	)
 }
 
+// MarshalJSON keeps the token out of any JSON (a JSON log handler marshals
+// structs that embed a Lease); a Lease is never a wire type.
+func (l Lease) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID              string `json:"id"`
+		ExpiresAtUnixMs int64  `json:"expiresAtUnixMs"`
+		RevocationEpoch int64  `json:"revocationEpoch"`
+		ProtocolVersion int    `json:"protocolVersion"`
+		RenewalVersion  int    `json:"renewalVersion"`
+		Token           string `json:"token,omitempty"`
+	}{l.ID, l.ExpiresAtUnixMs, l.RevocationEpoch, l.ProtocolVersion, l.RenewalVersion, redacted(l.Token)})
+}
+
 func redacted(s string) string {
 	if s == "" {
 		return ""
