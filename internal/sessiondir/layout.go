@@ -43,3 +43,14 @@ const (
 	OutputEvents = "events"
 	OutputStdout = "stdout"
 )
+
+// ParseTuning reads a tuning variable as the reference does: JavaScript
+// parseInt(v, 10) (leading integer prefix, white space skipped), used only
+// if positive; otherwise def.
+func ParseTuning(v string, def int64) int64 {
+	n, ok := ParseSeq(v)
+	if !ok || n <= 0 {
+		return def
+	}
+	return n
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"golang.org/x/sys/unix"
+)
+
+// defaultPath is searched when the child env has no PATH, as execvp does
+// (confstr _CS_PATH).
+const defaultPath = "/bin:/usr/bin"
+
+// childEnv returns pcwrap's environment overlaid with the payload env,
+// minus every PAPERCLIP_PROCESS_SESSION* variable (spec §2.4). Entries
+// execve cannot carry (a NUL, an empty name or '=' in the name) are
+// skipped.
+func childEnv(base []string, overlay [][2]string) []string {
+	var keys []string
+	vals := map[string]string{}
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			keys = append(keys, k)
+		}
+		vals[k] = v
+	}
+	for _, kv := range base {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok {
+			set(k, v)
+		}
+	}
+	for _, kv := range overlay {
+		set(kv[0], kv[1])
+	}
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := vals[k]
+		if k == "" || strings.HasPrefix(k, sessiondir.EnvPrefix) || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			continue
+		}
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// lookPath resolves a bare command name against the CHILD's PATH (spec
+// §2.4), not pcwrap's; relative PATH entries are relative to the child's
+// cwd. A name with a slash is used as is. The error is the errno execvp
+// would report: ENOENT when nothing matched, EACCES when only a
+// non-executable file did.
+func lookPath(command string, env []string, cwd string) (string, error) {
+	if strings.Contains(command, "/") {
+		return command, nil
+	}
+	path, found := defaultPath, false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path, found = v, true
+		}
+	}
+	_ = found
+	denied := false
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, command)
+		abs := p
+		if !filepath.IsAbs(p) {
+			abs = filepath.Join(cwd, p)
+		}
+		st, err := os.Stat(abs)
+		if err != nil || st.IsDir() {
+			continue
+		}
+		if unix.Access(abs, unix.X_OK) != nil {
+			denied = true
+			continue
+		}
+		return abs, nil
+	}
+	if denied {
+		return "", syscall.EACCES
+	}
+	return "", syscall.ENOENT
+}
+
+// spawnErrno names the errno of a failed spawn for `spawn <cmd> <ERRNO>`.
+func spawnErrno(err error) string {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		if n := unix.ErrnoName(e); n != "" {
+			return n
+		}
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return "ENOENT"
+	}
+	return "UNKNOWN"
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+)
+
+// Exit statuses of pcwrap itself (spec §2.5); a child's own exit code
+// passes through unchanged.
+const (
+	exitFailure = 1   // setup failure, payload, refusal, child killed by a signal
+	exitUsage   = 2   // bad flags
+	exitSpawn   = 127 // the child could not be spawned
+)
+
+// options are the parsed command-line flags.
+type options struct {
+	sessionDir string   // --session-dir (overrides the env)
+	output     string   // --output ("" = from the env)
+	command    []string // after "--": the child, instead of the payload
+}
+
+const usage = `pcwrap: run one child process joined to a process-session directory.
+
+Usage:
+  pcwrap [--output=events|stdout]
+      Production mode. Everything comes from the environment:
+        PAPERCLIP_PROCESS_SESSION_DIR          absolute session dir (required)
+        PAPERCLIP_PROCESS_SESSION_COMMAND_B64  base64 JSON {command,args,cwd,env};
+                                               if empty, <dir>/command.b64 is read
+                                               and deleted
+        PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES   retry budget in 50 ms ticks (100)
+        PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS  SIGTERM->SIGKILL grace (3000)
+        PAPERCLIP_PROCESS_SESSION_OUTPUT       events (default) or stdout
+
+  pcwrap --session-dir DIR [--output=events|stdout] [-- CMD ARGS...]
+      Local debugging: DIR replaces PAPERCLIP_PROCESS_SESSION_DIR. With
+      "-- CMD ARGS...", pcwrap runs CMD in its own cwd and environment and
+      reads no payload.
+
+  pcwrap send|stop|tail --session-dir DIR ...
+      Host-side helpers: write stdin files, stop a session, print events.
+      Run "pcwrap send --help" for details.
+
+Input: the child's stdin is fed from DIR/stdin/000000000001.json, ...
+({"type":"stdin","data":"<base64>"}, {"type":"stdinEnd"}, {"type":"shutdown"}).
+Output: frames (data, exit, error, shutdownAck) as files DIR/events/*.json
+(events mode) or as JSON lines with "seq" on stdout (stdout mode).
+
+Exit status: the child's exit code; 1 if the child was killed by a signal
+or pcwrap could not set up the session; 2 for bad flags; 127 if the child
+could not be spawned.
+
+Flags:
+`
+
+// parseFlags parses the production/debug command line. It returns ok
+// false with the exit code when pcwrap should exit at once (--help: 0,
+// bad flags: 2).
+func parseFlags(args []string, stdout, stderr io.Writer) (options, int, bool) {
+	var o options
+	fs := pflag.NewFlagSet("pcwrap", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.sessionDir, "session-dir", "", "session directory (absolute); overrides PAPERCLIP_PROCESS_SESSION_DIR")
+	fs.StringVar(&o.output, "output", "", "output mode: events (files in DIR/events) or stdout (JSON lines)")
+	help := fs.BoolP("help", "h", false, "show this help")
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "pcwrap: %v\nRun 'pcwrap --help' for usage.\n", err)
+		return o, exitUsage, false
+	}
+	if *help {
+		fmt.Fprint(stdout, usage+fs.FlagUsages())
+		return o, 0, false
+	}
+	rest := fs.Args()
+	if dash := fs.ArgsLenAtDash(); dash >= 0 {
+		if dash > 0 {
+			fmt.Fprintf(stderr, "pcwrap: unexpected argument %q before --\nRun 'pcwrap --help' for usage.\n", rest[0])
+			return o, exitUsage, false
+		}
+		if len(rest) == 0 {
+			fmt.Fprint(stderr, "pcwrap: no command after --\nRun 'pcwrap --help' for usage.\n")
+			return o, exitUsage, false
+		}
+		if o.sessionDir == "" {
+			fmt.Fprint(stderr, "pcwrap: -- CMD needs --session-dir\nRun 'pcwrap --help' for usage.\n")
+			return o, exitUsage, false
+		}
+		o.command = rest
+	} else if len(rest) > 0 {
+		fmt.Fprintf(stderr, "pcwrap: unexpected argument %q\nRun 'pcwrap --help' for usage.\n", rest[0])
+		return o, exitUsage, false
+	}
+	return o, 0, true
+}

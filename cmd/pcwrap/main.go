@@ -1,0 +1,33 @@
+// Command pcwrap runs one child process and joins it to a process-session
+// directory: stdin arrives as sequence-numbered JSON files, output and exit
+// leave as frames (spec pcwrap-protocol.md). It is a drop-in for the
+// Paperclip reference's Node process-session wrapper.
+package main
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	// Caught, never ignored (spec §8.2): a caught signal reverts to the
+	// default across exec, so the child starts with default dispositions
+	// even under nohup; a caught SIGPIPE turns a broken stdout into EPIPE.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
+
+	if len(os.Args) > 1 {
+		switch name := os.Args[1]; name {
+		case "send", "stop", "tail":
+			os.Exit(runDebug(name, os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		}
+	}
+	opts, code, ok := parseFlags(os.Args[1:], os.Stdout, os.Stderr)
+	if !ok {
+		os.Exit(code)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "pcwrap")
+	os.Exit(run(opts, os.Environ(), sigs, os.Stdout, os.Stderr, log))
+}

@@ -1,0 +1,152 @@
+package sessiondir
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// Bounds of the events-mode write retry: a transient failure (a full
+// disk freeing up) is retried for EventRetryLimit × EventRetryInterval
+// = 5 s, about the host's 100 ms poll × 50, before the frame is reported
+// lost on stderr. No retries once shutting down, so exit stays prompt.
+const (
+	EventRetryInterval = 100 * time.Millisecond
+	EventRetryLimit    = 50
+)
+
+// emitQueue is the frame channel's capacity: pumps block (backpressure on
+// the child's pipes) rather than grow memory when output is slow.
+const emitQueue = 64
+
+// Emitter is the one goroutine that writes frames, in emission order
+// (spec §7): as event files (§7.2) or as stdout lines with seq first
+// (§7.3). One counter from 1 numbers all frames.
+type Emitter struct {
+	stdout   io.Writer
+	eventsfd int
+	events   bool
+	log      *slog.Logger
+
+	mu     sync.RWMutex
+	closed bool
+	ch     chan Frame
+	done   chan struct{}
+
+	brokenOnce sync.Once
+	broken     chan struct{}
+	fastOnce   sync.Once
+	fast       chan struct{}
+
+	seq int64
+	buf []byte
+}
+
+// NewStdoutEmitter writes frames as JSON lines to w, one Write per line.
+func NewStdoutEmitter(w io.Writer, log *slog.Logger) *Emitter {
+	return newEmitter(&Emitter{stdout: w, log: log})
+}
+
+// NewEventsEmitter writes frames as event files in the held events dir.
+func NewEventsEmitter(events *os.File, log *slog.Logger) *Emitter {
+	return newEmitter(&Emitter{eventsfd: int(events.Fd()), events: true, log: log})
+}
+
+func newEmitter(e *Emitter) *Emitter {
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	e.ch = make(chan Frame, emitQueue)
+	e.done = make(chan struct{})
+	e.broken = make(chan struct{})
+	e.fast = make(chan struct{})
+	go e.loop()
+	return e
+}
+
+// Emit queues f. It blocks only while the queue is full; after Close it
+// drops f.
+func (e *Emitter) Emit(f Frame) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return
+	}
+	e.ch <- f
+}
+
+// Broken is closed when a stdout write failed (EPIPE: the reader went
+// away); the caller runs terminate(). Later frames are discarded.
+func (e *Emitter) Broken() <-chan struct{} { return e.broken }
+
+// FailFast stops write retries (pcwrap is shutting down).
+func (e *Emitter) FailFast() { e.fastOnce.Do(func() { close(e.fast) }) }
+
+// Close flushes the queued frames and stops the goroutine.
+func (e *Emitter) Close() {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		close(e.ch)
+	}
+	e.mu.Unlock()
+	<-e.done
+}
+
+func (e *Emitter) loop() {
+	defer close(e.done)
+	dead := false
+	for f := range e.ch {
+		if dead {
+			continue
+		}
+		if e.events {
+			e.writeEvent(f)
+			continue
+		}
+		e.seq++
+		f.Seq = e.seq
+		e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
+		if _, err := e.stdout.Write(e.buf); err != nil {
+			e.log.Warn("stdout write failed; terminating", "err", err)
+			dead = true
+			e.brokenOnce.Do(func() { close(e.broken) })
+		}
+	}
+}
+
+// writeEvent publishes f under the next seq, retrying a failed write
+// (bounded) unless shutting down. A lost frame does not use up its seq.
+func (e *Emitter) writeEvent(f Frame) {
+	f.Seq = 0 // event bodies never carry seq (§7.2)
+	e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
+	seq := e.seq + 1
+	for attempt := 1; ; attempt++ {
+		err := WriteEventFile(e.eventsfd, seq, e.buf)
+		if err == nil {
+			e.seq = seq
+			return
+		}
+		if attempt >= EventRetryLimit || e.isFast() {
+			e.log.Error("event frame lost", "type", f.Type, "file", SeqName(seq), "err", err)
+			return
+		}
+		t := time.NewTimer(EventRetryInterval)
+		select {
+		case <-t.C:
+		case <-e.fast:
+			t.Stop()
+		}
+	}
+}
+
+func (e *Emitter) isFast() bool {
+	select {
+	case <-e.fast:
+		return true
+	default:
+		return false
+	}
+}

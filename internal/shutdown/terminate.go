@@ -1,0 +1,130 @@
+// Package shutdown ends pcwrap's child (spec pcwrap-protocol.md §8):
+// terminate() sends SIGTERM to the child's process group, arms a SIGKILL
+// after a grace period and acknowledges with shutdownAck. Signals reach
+// the group only through the live process handle while the leader is
+// unreaped (invariant I2); no numeric pid is ever stored or reused.
+package shutdown
+
+import (
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultGrace is the SIGTERM→SIGKILL grace (spec §2.2, §11: 3000 ms).
+const DefaultGrace = 3000 * time.Millisecond
+
+// Signaler delivers a signal to the child's process group; it reports
+// false when nothing was sent (the leader was already reaped, or the
+// kernel refused).
+type Signaler interface {
+	Signal(sig syscall.Signal) bool
+}
+
+// Terminator is terminate() of spec §8.1. It is safe for concurrent use;
+// only the first Terminate acts.
+type Terminator struct {
+	grace time.Duration
+	// begin runs first, once: mark shutting down and close the child's
+	// stdin (dropping queued bytes).
+	begin func()
+	// ack emits shutdownAck.
+	ack func()
+
+	mu      sync.Mutex
+	group   Signaler
+	done    bool
+	timer   *time.Timer
+	killed  bool
+	stopped bool
+}
+
+// New returns a Terminator. grace <= 0 means DefaultGrace.
+func New(grace time.Duration, begin, ack func()) *Terminator {
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	return &Terminator{grace: grace, begin: begin, ack: ack}
+}
+
+// Attach attaches the spawned child's group. Before it is attached,
+// Terminate only acknowledges (nothing was spawned). If Terminate already
+// ran, the group gets its SIGTERM and SIGKILL timer here, so a signal
+// that raced with the spawn still ends the child; Attach then reports
+// false.
+func (t *Terminator) Attach(g Signaler) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.group = g
+	if !t.done {
+		return true
+	}
+	if g.Signal(syscall.SIGTERM) {
+		t.armLocked(g)
+	}
+	return false
+}
+
+// Terminate is idempotent: it runs begin, sends SIGTERM to the group if
+// the leader is unreaped and, if that was delivered, arms a SIGKILL after
+// the grace; then it emits shutdownAck. It never blocks on the child.
+func (t *Terminator) Terminate() {
+	t.mu.Lock()
+	if t.done {
+		t.mu.Unlock()
+		return
+	}
+	t.done = true
+	g := t.group
+	t.mu.Unlock()
+
+	if t.begin != nil {
+		t.begin()
+	}
+	if g != nil && g.Signal(syscall.SIGTERM) {
+		t.mu.Lock()
+		t.armLocked(g)
+		t.mu.Unlock()
+	}
+	if t.ack != nil {
+		t.ack()
+	}
+}
+
+// armLocked arms the SIGKILL timer unless Stop already ran.
+func (t *Terminator) armLocked(g Signaler) {
+	if t.stopped {
+		return
+	}
+	t.timer = time.AfterFunc(t.grace, func() {
+		if g.Signal(syscall.SIGKILL) {
+			t.mu.Lock()
+			t.killed = true
+			t.mu.Unlock()
+		}
+	})
+}
+
+// Terminated reports whether Terminate has run.
+func (t *Terminator) Terminated() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done
+}
+
+// Killed reports whether the grace expired and SIGKILL was sent.
+func (t *Terminator) Killed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.killed
+}
+
+// Stop disarms the SIGKILL timer (the child is gone).
+func (t *Terminator) Stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+}

@@ -1,0 +1,133 @@
+package stdinpoll
+
+import (
+	"io"
+	"sync"
+)
+
+// MaxQueuedBytes is how many bytes may wait for the child's stdin before
+// the reader leaves further files on disk (backpressure instead of
+// unbounded memory; 4 MiB is 64 files of the 64 KiB benchmark size).
+const MaxQueuedBytes = 4 << 20
+
+// Feeder is the one ordered writer of the child's stdin (spec §6.3): the
+// reader hands it chunks and never blocks on the pipe. End closes the
+// pipe after the queued bytes; Drop (terminate) discards them and closes
+// at once. Write errors (the child closed its stdin) are ignored and the
+// rest is discarded.
+type Feeder struct {
+	w       io.WriteCloser
+	onDrain func()
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   [][]byte
+	queued  int
+	ended   bool
+	dropped bool
+	closed  bool
+	done    chan struct{}
+}
+
+// NewFeeder starts the writer goroutine for w. onDrain, if set, is called
+// (from the writer goroutine) when the queue falls below MaxQueuedBytes
+// after having been full.
+func NewFeeder(w io.WriteCloser, onDrain func()) *Feeder {
+	f := &Feeder{w: w, onDrain: onDrain, done: make(chan struct{})}
+	f.cond = sync.NewCond(&f.mu)
+	go f.loop()
+	return f
+}
+
+// Write queues b (owned by the Feeder from now on).
+func (f *Feeder) Write(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended || f.dropped {
+		return
+	}
+	f.queue = append(f.queue, b)
+	f.queued += len(b)
+	f.cond.Signal()
+}
+
+// SetOnDrain sets the callback of NewFeeder's onDrain.
+func (f *Feeder) SetOnDrain(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onDrain = fn
+}
+
+// Full reports whether MaxQueuedBytes or more wait for the child.
+func (f *Feeder) Full() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queued >= MaxQueuedBytes
+}
+
+// End closes the child's stdin once the queued bytes are written.
+func (f *Feeder) End() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended = true
+	f.cond.Signal()
+}
+
+// Drop discards queued bytes and closes the pipe now, unblocking a write
+// in progress.
+func (f *Feeder) Drop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropped = true
+	f.queue, f.queued = nil, 0
+	f.closeLocked()
+	f.cond.Signal()
+}
+
+// Done is closed when the writer goroutine has exited.
+func (f *Feeder) Done() <-chan struct{} { return f.done }
+
+func (f *Feeder) closeLocked() {
+	if !f.closed {
+		f.closed = true
+		_ = f.w.Close()
+	}
+}
+
+func (f *Feeder) loop() {
+	defer close(f.done)
+	broken := false
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		for len(f.queue) == 0 && !f.ended && !f.dropped {
+			f.cond.Wait()
+		}
+		if f.dropped || len(f.queue) == 0 {
+			f.closeLocked()
+			return
+		}
+		b := f.queue[0]
+		f.queue[0] = nil
+		f.queue = f.queue[1:]
+		wasFull := f.queued >= MaxQueuedBytes
+		f.mu.Unlock()
+		if !broken {
+			if _, err := f.w.Write(b); err != nil {
+				broken = true // child closed stdin or Drop closed the pipe
+			}
+		}
+		f.mu.Lock()
+		if !f.dropped {
+			f.queued -= len(b)
+		}
+		if fn := f.onDrain; wasFull && f.queued < MaxQueuedBytes && fn != nil {
+			f.mu.Unlock()
+			fn()
+			f.mu.Lock()
+		}
+	}
+}

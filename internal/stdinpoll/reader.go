@@ -1,0 +1,326 @@
+// Package stdinpoll reads pcwrap's stdin queue (spec pcwrap-protocol.md
+// §6): sequence-numbered JSON files in <sessionDir>/stdin/, delivered in
+// strict order, with bounded retries for unreadable files and gaps and a
+// loud give-up. fsnotify gives latency; a 50 ms tick is the safety net
+// and the only thing that spends the retry budget.
+package stdinpoll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"golang.org/x/sys/unix"
+)
+
+// TickInterval is the pause after a tick scan before the next (spec §6.3, §11).
+const TickInterval = 50 * time.Millisecond
+
+// DefaultMaxRetries is the retry budget in tick scans (spec §2.2, §11).
+const DefaultMaxRetries = 100
+
+// MaxFileBytes caps one stdin file. The host writes one ACP line per file;
+// 16 MiB holds a prompt with several inline images while keeping pcwrap's
+// memory bounded. A larger file is unreadable: retried, then dropped with
+// a message that names the cap, never the content.
+const MaxFileBytes = 16 << 20
+
+// Handler receives the effects of the queue, in file order, from the
+// reader goroutine. Calls must not block for long.
+type Handler interface {
+	// Stdin queues bytes for the child's stdin.
+	Stdin(data []byte)
+	// StdinEnd closes the child's stdin after queued bytes.
+	StdinEnd()
+	// Shutdown runs terminate(); the reader stops after it.
+	Shutdown()
+	// Error emits an error frame.
+	Error(msg string)
+}
+
+// Config configures a Reader.
+type Config struct {
+	// Dir is the held stdin/ directory fd; names are opened relative to it.
+	Dir *os.File
+	// MaxRetries is the retry budget in tick scans; <= 0 means DefaultMaxRetries.
+	MaxRetries int
+	// Verify re-checks the session identity before each scan (spec §5.3);
+	// false means the identity is lost and pcwrap is terminating.
+	Verify func() bool
+	// Lost is called when listing stdin/ fails with ENOENT or ENOTDIR
+	// (latch and terminate, spec §6.3 step 2).
+	Lost func()
+	// ShuttingDown reports whether terminate() ran; scans stop then.
+	ShuttingDown func() bool
+	// Backlogged reports whether the child's stdin queue is full; a scan
+	// then leaves the remaining files on disk (no retry is spent) until
+	// Kick is called. nil means never.
+	Backlogged func() bool
+	Handler    Handler
+	Logger     *slog.Logger
+	// NoWatch disables inotify: tick scans alone drive the queue.
+	NoWatch bool
+}
+
+// Reader is the stdin-queue state machine of spec §6.3. Scans never run
+// concurrently: Run is the only caller of scan.
+type Reader struct {
+	cfg         Config
+	maxRetries  int
+	expectedSeq int64
+	gapRetries  int
+	parseRetry  map[string]int
+	stdinClosed bool
+	stopped     bool
+	kick        chan struct{}
+	names       []string
+	dirbuf      []byte
+}
+
+// New returns a Reader in its initial state (expectedSeq 1).
+func New(cfg Config) *Reader {
+	if cfg.MaxRetries <= 0 {
+		cfg.MaxRetries = DefaultMaxRetries
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Verify == nil {
+		cfg.Verify = func() bool { return true }
+	}
+	if cfg.Lost == nil {
+		cfg.Lost = func() {}
+	}
+	if cfg.ShuttingDown == nil {
+		cfg.ShuttingDown = func() bool { return false }
+	}
+	return &Reader{
+		cfg:         cfg,
+		maxRetries:  cfg.MaxRetries,
+		expectedSeq: 1,
+		parseRetry:  map[string]int{},
+		kick:        make(chan struct{}, 1),
+		dirbuf:      make([]byte, 8192),
+	}
+}
+
+// Kick asks for an event scan soon (for example after the child's stdin
+// queue drained). It never blocks.
+func (r *Reader) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run scans until ctx is done, a shutdown message was acted on, or pcwrap
+// is shutting down. Tick scans run TickInterval after the previous tick
+// scan completed; inotify events, an overflow and Kick trigger event scans
+// in between, which never spend the retry budget.
+func (r *Reader) Run(ctx context.Context) {
+	var events <-chan struct{}
+	if !r.cfg.NoWatch && !hookNoInotify() {
+		w, err := newWatch(r.cfg.Dir)
+		if err != nil {
+			r.cfg.Logger.Warn("stdin queue: inotify unavailable; polling only", "err", err)
+		} else {
+			defer w.close()
+			events = w.c
+		}
+	}
+	r.Scan(false)
+	tick := time.NewTimer(TickInterval)
+	defer tick.Stop()
+	for !r.Done() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-events:
+			r.Scan(false)
+		case <-r.kick:
+			r.Scan(false)
+		case <-tick.C:
+			r.Scan(true)
+			tick.Reset(TickInterval)
+		}
+	}
+}
+
+// Done reports whether the reader has stopped for good (shutdown message
+// acted on, or pcwrap shutting down).
+func (r *Reader) Done() bool { return r.stopped || r.cfg.ShuttingDown() }
+
+// Scan runs one scan (spec §6.3); tick selects a tick scan, the only kind
+// that spends the retry budget and gives up.
+func (r *Reader) Scan(tick bool) {
+	if r.Done() {
+		return
+	}
+	if !r.cfg.Verify() {
+		return
+	}
+	names, err := r.list()
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			r.cfg.Lost()
+		} else {
+			r.cfg.Logger.Warn("stdin queue: list failed; retrying next scan", "err", err)
+		}
+		return
+	}
+	for _, name := range names {
+		if r.Done() {
+			return
+		}
+		seq, numeric := sessiondir.ParseSeq(name)
+		if numeric && seq > r.expectedSeq {
+			if tick {
+				r.gapRetries++
+			}
+			if !tick || r.gapRetries < r.maxRetries {
+				return
+			}
+			r.cfg.Handler.Error(fmt.Sprintf("Advanced past missing stdin files %d to %d after %d retries.", r.expectedSeq, seq-1, r.maxRetries))
+			r.gapRetries = 0
+			r.expectedSeq = seq
+		}
+		if r.cfg.Backlogged != nil && r.cfg.Backlogged() {
+			return // Kick resumes; nothing spent
+		}
+		msg, err := r.read(name)
+		if err != nil {
+			if !tick {
+				return
+			}
+			retries := r.parseRetry[name] + 1
+			if retries < r.maxRetries {
+				r.parseRetry[name] = retries
+				return // a later file must never overtake this one
+			}
+			delete(r.parseRetry, name)
+			_ = unix.Unlinkat(int(r.cfg.Dir.Fd()), name, 0)
+			r.cfg.Handler.Error(fmt.Sprintf("Dropped unreadable stdin file after %d retries: %s: %s", r.maxRetries, name, err))
+			if numeric {
+				r.expectedSeq = seq + 1
+			}
+			r.gapRetries = 0
+			continue
+		}
+		delete(r.parseRetry, name)
+		if numeric {
+			r.expectedSeq = seq + 1
+		}
+		r.gapRetries = 0
+		switch msg.Type {
+		case sessiondir.MsgStdin:
+			if !r.stdinClosed && !msg.BadData {
+				r.cfg.Handler.Stdin(msg.Data)
+			}
+		case sessiondir.MsgStdinEnd:
+			if !r.stdinClosed {
+				r.stdinClosed = true
+				r.cfg.Handler.StdinEnd()
+			}
+			return
+		case sessiondir.MsgShutdown:
+			r.stopped = true
+			r.cfg.Handler.Shutdown()
+			return
+		}
+	}
+}
+
+// read opens name relative to the held fd without following links, reads
+// it whole (bounded), parses it, and deletes it before returning success:
+// a file that cannot be deleted is not acted on (it would come back).
+func (r *Reader) read(name string) (sessiondir.Message, error) {
+	dfd := int(r.cfg.Dir.Fd())
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return sessiondir.Message{}, fmt.Errorf("open: %s", errText(err))
+	}
+	f := os.NewFile(uintptr(fd), name)
+	b, err := sessiondir.ReadRegular(f, MaxFileBytes)
+	f.Close()
+	if errors.Is(err, sessiondir.ErrTooLarge) {
+		return sessiondir.Message{}, fmt.Errorf("stdin file exceeds the %d-byte limit", MaxFileBytes)
+	}
+	if err != nil {
+		return sessiondir.Message{}, err
+	}
+	msg, err := sessiondir.ParseMessage(b)
+	if err != nil {
+		return sessiondir.Message{}, err
+	}
+	if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
+		return sessiondir.Message{}, fmt.Errorf("unlink: %s", errText(err))
+	}
+	return msg, nil
+}
+
+// errText names an errno ("ELOOP") when it can, for messages without paths.
+func errText(err error) string {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		if n := unix.ErrnoName(e); n != "" {
+			return n
+		}
+	}
+	return err.Error()
+}
+
+// list returns the names in stdin/ ending in ".json", sorted
+// lexicographically, read through the held fd. It reuses its buffers, so
+// an idle tick allocates nothing but the names it finds.
+func (r *Reader) list() ([]string, error) {
+	dfd := int(r.cfg.Dir.Fd())
+	if _, err := unix.Seek(dfd, 0, 0); err != nil {
+		return nil, fmt.Errorf("lseek: %w", err)
+	}
+	r.names = r.names[:0]
+	for {
+		n, err := unix.Getdents(dfd, r.dirbuf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("getdents: %w", err)
+		}
+		if n <= 0 {
+			break
+		}
+		r.names = appendJSONNames(r.names, r.dirbuf[:n])
+	}
+	// A deleted directory lists empty rather than failing through the fd;
+	// the identity check (by path) catches that.
+	sort.Strings(r.names)
+	return r.names, nil
+}
+
+// appendJSONNames parses linux_dirent64 records and appends every name
+// ending in ".json".
+func appendJSONNames(names []string, buf []byte) []string {
+	for len(buf) >= 19 {
+		reclen := int(buf[16]) | int(buf[17])<<8
+		if reclen < 19 || reclen > len(buf) {
+			break
+		}
+		name := buf[19:reclen]
+		for i, c := range name {
+			if c == 0 {
+				name = name[:i]
+				break
+			}
+		}
+		if len(name) > len(sessiondir.JSONSuffix) && string(name[len(name)-len(sessiondir.JSONSuffix):]) == sessiondir.JSONSuffix {
+			names = append(names, string(name))
+		}
+		buf = buf[reclen:]
+	}
+	return names
+}

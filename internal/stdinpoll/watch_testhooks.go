@@ -1,0 +1,26 @@
+//go:build pcwraptesthooks
+
+package stdinpoll
+
+// Test hooks, compiled only with -tags pcwraptesthooks:
+//
+//	PCWRAP_TEST_NO_INOTIFY=1
+//	    no inotify watch: tick scans alone drive the queue (scenario 58).
+//	PCWRAP_TEST_INOTIFY_OVERFLOW=1
+//	    every inotify event is lost as in a queue overflow, and the
+//	    overflow is reported instead, so only the full rescan that an
+//	    overflow triggers delivers the files (scenario 60).
+
+import (
+	"os"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+func hookNoInotify() bool { return os.Getenv("PCWRAP_TEST_NO_INOTIFY") == "1" }
+
+// hookLoseEvent loses the event; the caller reports an overflow instead,
+// which wakes a full rescan exactly as after IN_Q_OVERFLOW.
+func hookLoseEvent(fsnotify.Event) bool {
+	return os.Getenv("PCWRAP_TEST_INOTIFY_OVERFLOW") == "1"
+}
