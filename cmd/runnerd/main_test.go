@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/runner"
+	"github.com/pcrunner/pcrunner/internal/testbin"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// runTimeout bounds every run of the binary; none should take a second.
+const runTimeout = 20 * time.Second
+
+const secretTicket = "bt_SECRET-ticket-0123456789abcdef"
+
+const runID = "3f1c2a9e-5b7d-4c1e-9a2b-8d6e4f0a1b2c"
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runBin runs bin with args and exactly env (plus PATH).
+func runBin(t *testing.T, bin string, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		require.True(t, errors.As(err, &ee), "run %s: %v", bin, err)
+		code = ee.ExitCode()
+	}
+	return result{code, stdout.String(), stderr.String()}
+}
+
+// serverLaunchArgv is the argv the reference core's launcher (CP/LT
+// spawnRunner) builds for a listen-mode warm run, with the newest core's
+// --max-frame-bytes 4194304.
+func serverLaunchArgv(stateDir string) []string {
+	return []string{
+		"--listen-address", "0.0.0.0",
+		"--listen-port", "43127",
+		"--listen-path", "/api/runner/v1/connect/" + runID,
+		"--state-dir", stateDir,
+		"--runner-id", "runner-instance-1",
+		"--environment-lease-id", "env-lease-1",
+		"--run-id", runID,
+		"--session-id", "normalized-session-1",
+		"--turn-id", "turn-1",
+		"--item-id", "item-1",
+		"--runner-version", "0.3.0",
+		"--runner-digest", "sha256:approved",
+		"--fake-harness", "/opt/paperclip/fake-harness",
+		"--fake-harness-script", "/opt/paperclip/fake-harness-script.json",
+		"--max-outbox-bytes", "16777216",
+		"--p0-reserve-bytes", "1048576",
+		"--reconnect-delay-ms", "250",
+		"--max-frame-bytes", "4194304",
+		"--max-lifetime-ms", "0",
+		"--reconnect-grace-ms", "420000",
+		"--lifecycle-mode", "warm",
+		"--idle-timeout-ms", "600000",
+	}
+}
+
+func TestBuildMetadata(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	r := runBin(t, bin, nil, "--build-metadata")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	require.Empty(t, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stdout, "\n"))
+
+	var m struct {
+		Schema                     string   `json:"schema"`
+		BinaryName                 string   `json:"binaryName"`
+		PackageName                string   `json:"packageName"`
+		PackageVersion             string   `json:"packageVersion"`
+		BinaryContractVersion      int      `json:"binaryContractVersion"`
+		NativeExecutionVersion     int      `json:"nativeExecutionVersion"`
+		HarnessDriverVersion       int      `json:"harnessDriverVersion"`
+		PRPTransportModes          []string `json:"prpTransportModes"`
+		DurableSessionCapabilities []string `json:"durableSessionCapabilities"`
+		PRP                        struct {
+			Name           string `json:"name"`
+			MinimumVersion int    `json:"minimumVersion"`
+			MaximumVersion int    `json:"maximumVersion"`
+		} `json:"prp"`
+	}
+	var raw map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
+	require.Contains(t, raw, "capabilities")
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &m))
+	require.Equal(t, "paperclip-runner/runnerd-build-metadata/v1", m.Schema)
+	require.Equal(t, "paperclip-runnerd", m.BinaryName)
+	require.Equal(t, "@paperclipai/paperclip-runner", m.PackageName)
+	require.NotEmpty(t, m.PackageVersion)
+	require.Equal(t, 2, m.BinaryContractVersion)
+	require.Equal(t, 1, m.NativeExecutionVersion)
+	require.Equal(t, 1, m.HarnessDriverVersion)
+	require.Equal(t, "paperclip.runner", m.PRP.Name)
+	require.Equal(t, 1, m.PRP.MinimumVersion)
+	require.Equal(t, 2, m.PRP.MaximumVersion)
+	require.Equal(t, []string{"dial_ws_loopback", "dial_wss", "listen_ws"}, m.PRPTransportModes)
+	require.Subset(t, m.DurableSessionCapabilities, []string{"unlimited_runtime", "connection_lease_renewal"})
+
+	// A broken ticket must not stop the server's metadata probe.
+	r = runBin(t, bin, []string{runner.BootstrapTicketEnv + "="}, "--build-metadata")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+}
+
+func TestHelp(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	for _, arg := range []string{"--help", "-h"} {
+		r := runBin(t, bin, nil, arg)
+		require.Equal(t, 0, r.code)
+		require.Empty(t, r.stderr)
+		for _, want := range []string{"MODES", "--connect-url", "--listen-path", "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET", "EXIT STATUS", "--fake-harness"} {
+			require.Contains(t, r.stdout, want)
+		}
+	}
+}
+
+func TestUsageErrorsExit2WithOneLine(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	state := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no arguments", nil, "paperclip-runnerd: usage: no mode"},
+		{"unknown flag", append(serverLaunchArgv(state), "--no-such-flag"), "paperclip-runnerd: usage: unknown flag: --no-such-flag"},
+		{"fake harness alone", []string{"--fake-harness", "/x", "--fake-harness-script", "/y"}, "paperclip-runnerd: usage: --fake-harness: "},
+		{"repeated flag", append(serverLaunchArgv(state), "--max-frame-bytes", "1048576"), "paperclip-runnerd: usage: --max-frame-bytes: given more than once"},
+		{"frame bytes out of range", replace(serverLaunchArgv(state), "4194304", "16777217"), `paperclip-runnerd: usage: --max-frame-bytes: invalid value "16777217": must be between 1024 and 16777216`},
+		{"warm without idle", serverLaunchArgv(state)[:len(serverLaunchArgv(state))-2], "paperclip-runnerd: usage: --idle-timeout-ms: required with --lifecycle-mode warm"},
+		{"listen path for another run", replace(serverLaunchArgv(state), "/api/runner/v1/connect/"+runID, "/api/runner/v1/connect/other"), "paperclip-runnerd: runner_ingress_bind_conflict: --listen-path: "},
+		{"metadata plus more", []string{"--build-metadata", "--run-id", "x"}, "paperclip-runnerd: usage: --build-metadata: must be the only argument"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, tc.args...)
+			require.Equal(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
+			require.Empty(t, r.stdout)
+			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			require.True(t, strings.HasPrefix(r.stderr, tc.want), "stderr %q does not start with %q", r.stderr, tc.want)
+			require.NotContains(t, r.stderr, secretTicket)
+		})
+	}
+}
+
+// TestServerLaunchArgvAccepted runs the binary with the reference core's
+// exact launch argv: it must get past argument parsing to the runner (which
+// is a placeholder for now and exits 1), never a usage error.
+func TestServerLaunchArgvAccepted(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, serverLaunchArgv(t.TempDir())...)
+	require.NotEqual(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
+	require.NotContains(t, r.stderr, "paperclip-runnerd: usage:")
+	require.NotContains(t, r.stderr+r.stdout, secretTicket)
+	// The logger is JSON on stderr and says which flags it ignored.
+	require.Contains(t, r.stderr, `"flags":["--fake-harness","--fake-harness-script"]`)
+
+	// The same argv without a ticket is refused before anything starts.
+	r = runBin(t, bin, nil, serverLaunchArgv(t.TempDir())...)
+	require.Equal(t, runner.ExitUsage, r.code)
+	require.Equal(t, "paperclip-runnerd: bootstrap_ticket_missing: PAPERCLIP_RUNNER_BOOTSTRAP_TICKET is required in dial and listen mode\n", r.stderr)
+
+	r = runBin(t, bin, []string{runner.BootstrapTicketEnv + "=  "}, serverLaunchArgv(t.TempDir())...)
+	require.Equal(t, runner.ExitUsage, r.code)
+	require.True(t, strings.HasPrefix(r.stderr, "paperclip-runnerd: bootstrap_ticket_invalid: "), r.stderr)
+}
+
+// TestTicketNeverReachesChildren uses the test-hook build: runnerd starts a
+// shell child the ordinary way, which prints its own /proc/self/environ and
+// runnerd's /proc/<pid>/environ. The ticket appears in neither, while other
+// variables pass through untouched.
+func TestTicketNeverReachesChildren(t *testing.T) {
+	bin := testbin.Path(t, "runnerd", "runnerd_testhook")
+	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket, "PCRUNNER_TESTHOOK_EXEC=1", "OTHER_VAR=kept"}
+	r := runBin(t, bin, env, serverLaunchArgv(t.TempDir())...)
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	child, parent, ok := strings.Cut(r.stdout, "\n--runnerd--\n")
+	require.True(t, ok, "hook output: %q", r.stdout)
+	require.Contains(t, child, "OTHER_VAR=kept")
+	require.Contains(t, parent, "OTHER_VAR=kept")
+	require.NotContains(t, child, runner.BootstrapTicketEnv, "child inherited the ticket variable")
+	require.NotContains(t, r.stdout+r.stderr, secretTicket)
+}
+
+func replace(args []string, old, new string) []string {
+	out := append([]string(nil), args...)
+	for i := range out {
+		if out[i] == old {
+			out[i] = new
+		}
+	}
+	return out
+}
