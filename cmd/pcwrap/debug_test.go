@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+)
+
+func debugSession(t *testing.T) string {
+	t.Helper()
+	d := filepath.Join(t.TempDir(), "s")
+	require.NoError(t, os.MkdirAll(filepath.Join(d, sessiondir.StdinDir), 0o700))
+	require.NoError(t, os.MkdirAll(filepath.Join(d, sessiondir.EventsDir), 0o700))
+	return d
+}
+
+func debug(t *testing.T, stdin string, name string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = debugMain(context.Background(), name, args, strings.NewReader(stdin), &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestDebugUsage(t *testing.T) {
+	d := debugSession(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"send", nil, "--session-dir is required"},
+		{"send", []string{"--session-dir", d}, "nothing to send"},
+		{"send", []string{"--session-dir", d, "a", "b"}, "want one TEXT argument"},
+		{"send", []string{"--session-dir", d, "--bogus"}, "unknown flag"},
+		{"stop", []string{"--session-dir", d, "extra"}, "unexpected argument"},
+		{"tail", []string{"--session-dir", d, "--end"}, "unknown flag"},
+		{"tail", nil, "--session-dir is required"},
+	}
+	for _, tc := range cases {
+		code, out, errOut := debug(t, "", tc.name, tc.args...)
+		assert.Equal(t, debugUsage, code, "%s %v", tc.name, tc.args)
+		assert.Empty(t, out)
+		assert.Contains(t, errOut, tc.want)
+		assert.Contains(t, errOut, "--help")
+	}
+	assert.Empty(t, dirNames(t, filepath.Join(d, sessiondir.StdinDir)), "usage errors write nothing")
+}
+
+func TestDebugHelp(t *testing.T) {
+	for _, name := range []string{"send", "stop", "tail"} {
+		code, out, errOut := debug(t, "", name, "--help")
+		assert.Equal(t, debugOK, code)
+		assert.Empty(t, errOut)
+		for _, s := range []string{"pcwrap send --session-dir DIR", "pcwrap stop", "pcwrap tail", "Exit status", "3000 ms"} {
+			assert.Contains(t, out, s)
+		}
+	}
+}
+
+func TestDebugSendForms(t *testing.T) {
+	d := debugSession(t)
+	code, _, errOut := debug(t, "", "send", "--session-dir", d, "--", "-- not a flag")
+	require.Equal(t, debugOK, code, errOut)
+	code, _, _ = debug(t, "from\nstdin\n", "send", "--session-dir", d, "-")
+	require.Equal(t, debugOK, code)
+	code, _, _ = debug(t, "", "send", "--session-dir", d, "--end")
+	require.Equal(t, debugOK, code)
+
+	stdin := filepath.Join(d, sessiondir.StdinDir)
+	var got []sessiondir.Message
+	for _, n := range dirNames(t, stdin) {
+		b, err := os.ReadFile(filepath.Join(stdin, n))
+		require.NoError(t, err)
+		m, err := sessiondir.ParseMessage(b)
+		require.NoError(t, err)
+		got = append(got, m)
+	}
+	require.Len(t, got, 3)
+	assert.Equal(t, "-- not a flag", string(got[0].Data))
+	assert.Equal(t, "from\nstdin\n", string(got[1].Data), "stdin is sent as-is")
+	assert.Equal(t, sessiondir.MsgStdinEnd, got[2].Type)
+}
+
+func TestDebugMissingDir(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone")
+	for _, name := range []string{"send", "stop", "tail"} {
+		args := []string{"--session-dir", missing}
+		if name == "send" {
+			args = append(args, "x")
+		}
+		code, _, errOut := debug(t, "", name, args...)
+		assert.Equal(t, debugFailed, code, name)
+		assert.Contains(t, errOut, "pcwrap "+name+": ")
+		assert.Contains(t, errOut, "no such file or directory")
+	}
+}
+
+// Security: the debug CLI refuses a symlinked session dir.
+func TestDebugRefusesSymlink(t *testing.T) {
+	real := debugSession(t)
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(real, link))
+	code, _, errOut := debug(t, "", "send", "--session-dir", link, "x")
+	assert.Equal(t, debugFailed, code)
+	assert.Contains(t, errOut, "symbolic link")
+	assert.Empty(t, dirNames(t, filepath.Join(real, sessiondir.StdinDir)))
+}
+
+func TestDebugTailWithoutEvents(t *testing.T) {
+	d := debugSession(t)
+	require.NoError(t, os.Remove(filepath.Join(d, sessiondir.EventsDir)))
+	code, _, errOut := debug(t, "", "tail", "--session-dir", d)
+	assert.Equal(t, debugFailed, code)
+	assert.Contains(t, errOut, "events")
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
