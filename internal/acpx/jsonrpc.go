@@ -86,6 +86,9 @@ func decodeMessage(line []byte) (wireMessage, error) {
 		if hasID && !validID(m.ID) {
 			return wireMessage{}, errNotJSONRPC
 		}
+		if !hasID {
+			m.ID = nil
+		}
 	default:
 		return wireMessage{}, errNotJSONRPC
 	}

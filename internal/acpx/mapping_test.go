@@ -77,10 +77,18 @@ func TestMappingValidatesAgainstSchemas(t *testing.T) {
 		"completed": func(st *MapState) []Event {
 			return fullTurn(t, mp, st, "turn-1", Settlement{Ending: EndCompleted, StopReason: StopEndTurn, Usage: &TokenUsage{InputTokens: 5, OutputTokens: 7, TotalTokens: 12}})
 		},
-		"max_tokens":  func(st *MapState) []Event { return fullTurn(t, mp, st, "turn-2", Settlement{Ending: EndCompleted, StopReason: StopMaxTokens}) },
-		"failed":      func(st *MapState) []Event { return fullTurn(t, mp, st, "turn-3", Settlement{Ending: EndFailed, Class: ClassTurnFailed}) },
-		"interrupted": func(st *MapState) []Event { return fullTurn(t, mp, st, "turn-4", Settlement{Ending: EndInterrupted, StopReason: StopCancelled}) },
-		"cancelled":   func(st *MapState) []Event { return fullTurn(t, mp, st, "turn-5", Settlement{Ending: EndCancelled, StopReason: StopCancelled}) },
+		"max_tokens": func(st *MapState) []Event {
+			return fullTurn(t, mp, st, "turn-2", Settlement{Ending: EndCompleted, StopReason: StopMaxTokens})
+		},
+		"failed": func(st *MapState) []Event {
+			return fullTurn(t, mp, st, "turn-3", Settlement{Ending: EndFailed, Class: ClassTurnFailed})
+		},
+		"interrupted": func(st *MapState) []Event {
+			return fullTurn(t, mp, st, "turn-4", Settlement{Ending: EndInterrupted, StopReason: StopCancelled})
+		},
+		"cancelled": func(st *MapState) []Event {
+			return fullTurn(t, mp, st, "turn-5", Settlement{Ending: EndCancelled, StopReason: StopCancelled})
+		},
 		"loss": func(st *MapState) []Event {
 			evs := mp.TurnStarted(st, "turn_6")
 			evs = append(evs, mp.Update(st, "turn_6", upd(t, `{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}`))...)
