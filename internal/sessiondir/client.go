@@ -200,9 +200,14 @@ func Tail(ctx context.Context, sessionDir string, out io.Writer, opts EventReade
 		return fmt.Errorf("tail session: %w", err)
 	}
 	defer fs.Close()
+	opts.Watch = filepath.Join(sessionDir, EventsDir)
+	return tailWith(ctx, fs, out, opts)
+}
+
+// tailWith is Tail over a given events filesystem.
+func tailWith(ctx context.Context, fs EventFS, out io.Writer, opts EventReaderOptions) error {
 	opts.FS = fs
 	opts.Keep = true
-	opts.Watch = filepath.Join(sessionDir, EventsDir)
 	r := NewEventReader(opts)
 	var werr error
 	print := func(ev Event) error {
@@ -222,13 +227,14 @@ func Tail(ctx context.Context, sessionDir string, out io.Writer, opts EventReade
 		return werr
 	}
 	// The exit frame was printed; print what is already there (typically
-	// the shutdownAck) and end.
+	// the shutdownAck) and end. A stop may have removed the directory
+	// meanwhile: the session ended normally, so that is no error.
 	if _, err := r.Cycle(func(ev Event) error {
 		if _, err := out.Write(TailLine(ev)); err != nil {
 			return ErrStopReading
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, ErrSessionGone) {
 		return fmt.Errorf("tail session: %w", err)
 	}
 	return nil

@@ -163,3 +163,34 @@ func TestTailWithoutEventsDir(t *testing.T) {
 	err := Tail(context.Background(), d, &bytes.Buffer{}, EventReaderOptions{Logger: discard(), PollOnly: true})
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// A stop that removes the directory right after the exit frame does not turn
+// a complete tail into an error.
+func TestTailExitThenRemoved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSession(t)
+		writeEvents(t, d, 1, ExitFrame(intp(0), ""))
+		var out bytes.Buffer
+		gone := &removeAfterExit{dir: d}
+		fs, err := OpenEventsDir(d)
+		require.NoError(t, err)
+		defer fs.Close()
+		gone.EventFS = fs
+		require.NoError(t, tailWith(context.Background(), gone, &out, EventReaderOptions{Logger: discard(), PollOnly: true}))
+		assert.Equal(t, `{"seq":1,"type":"exit","code":0,"signal":null}`+"\n", out.String())
+	})
+}
+
+type removeAfterExit struct {
+	EventFS
+	dir   string
+	lists int
+}
+
+func (r *removeAfterExit) List() ([]string, error) {
+	r.lists++
+	if r.lists == 2 {
+		_ = os.RemoveAll(r.dir)
+	}
+	return r.EventFS.List()
+}
