@@ -60,6 +60,8 @@ type opts struct {
 	stagePayl bool     // stage command.b64 instead of the env var
 	args      []string // extra pcwrap args
 	stdin     *os.File
+	wrapper   []string // run pcwrap under this command (e.g. nohup)
+	stdout    *os.File // pcwrap's stdout instead of the frame reader
 }
 
 // session is a running pcwrap.
@@ -74,6 +76,7 @@ type session struct {
 	raw   []string
 	done  chan struct{}
 	code  int
+	state *os.ProcessState
 	outWG sync.WaitGroup
 }
 
@@ -124,7 +127,8 @@ func start(t testing.TB, o opts) *session {
 	if o.mode != "" {
 		args = append(args, "--output="+o.mode)
 	}
-	cmd := exec.Command(bin, args...)
+	argv := append(append(append([]string{}, o.wrapper...), bin), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	s := &session{t: t, dir: dir, cmd: cmd, stderr: &syncBuf{}, done: make(chan struct{})}
@@ -132,6 +136,36 @@ func start(t testing.TB, o opts) *session {
 	if o.stdin != nil {
 		cmd.Stdin = o.stdin
 	}
+	if o.stdout != nil {
+		cmd.Stdout = o.stdout
+		require.NoError(t, cmd.Start())
+	} else {
+		s.readStdout(t, cmd)
+	}
+	go func() {
+		s.outWG.Wait()
+		err := cmd.Wait()
+		s.code = 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			s.code = ee.ExitCode()
+			s.state = ee.ProcessState
+		}
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-s.done
+		}
+	})
+	return s
+}
+
+// readStdout starts cmd and parses its stdout lines as frames.
+func (s *session) readStdout(t testing.TB, cmd *exec.Cmd) {
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -151,25 +185,6 @@ func start(t testing.TB, o opts) *session {
 			s.mu.Unlock()
 		}
 	}()
-	go func() {
-		s.outWG.Wait()
-		err := cmd.Wait()
-		s.code = 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			s.code = ee.ExitCode()
-		}
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-s.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-s.done
-		}
-	})
-	return s
 }
 
 // wait waits for pcwrap to exit within d and returns its status.

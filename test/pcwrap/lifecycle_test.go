@@ -1,0 +1,432 @@
+package pcwrap_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sh returns a payload running script under sh -c.
+func sh(script string) payload { return payload{Command: "sh", Args: []string{"-c", script}} }
+
+// groupMembers lists the live (non-zombie) processes in process group pgid.
+func groupMembers(pgid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		i := strings.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(st[i+1:])
+		if len(f) < 3 || f[0] == "Z" {
+			continue
+		}
+		if g, _ := strconv.Atoi(f[2]); g == pgid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// childRecord waits for .pcwrap.child and returns its pgid.
+func (s *session) childPgid() int {
+	s.t.Helper()
+	var pgid int
+	eventually(s.t, 5*time.Second, ".pcwrap.child", func() bool {
+		b, err := os.ReadFile(filepath.Join(s.dir, sessiondir.ChildFile))
+		if err != nil {
+			return false
+		}
+		_, err = fmt.Sscanf(string(b), `{"pgid":%d,`, &pgid)
+		return err == nil
+	})
+	return pgid
+}
+
+func groupGone(t *testing.T, pgid int, d time.Duration) {
+	t.Helper()
+	eventually(t, d, fmt.Sprintf("process group %d to be empty", pgid), func() bool { return len(groupMembers(pgid)) == 0 })
+}
+
+// TestScenario11_RemovedSessionDirEndsPcwrap (T1) and
+// TestScenario51 (orphans): rm -rf of the session dir latches the identity
+// and terminates the child.
+func TestScenario11_RemovedSessionDirEndsPcwrap(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{env: []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=200"}})
+	time.Sleep(150 * time.Millisecond)
+	require.NoError(t, os.RemoveAll(s.dir))
+	s.wait(4 * time.Second)
+}
+
+// TestScenario51_RemovedDirKillsChild: rm -rf with child sh -c 'sleep 300'
+// → pcwrap and child exit within 10 s.
+func TestScenario51_RemovedDirKillsChild(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{payload: sh("sleep 300")})
+	pgid := s.childPgid()
+	require.NoError(t, os.RemoveAll(s.dir))
+	s.wait(10 * time.Second)
+	groupGone(t, pgid, 10*time.Second)
+}
+
+// TestScenario64_LatchInStdoutMode: the identity latch in stdout mode.
+func TestScenario64_LatchInStdoutMode(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{mode: "stdout", payload: sh("sleep 300")})
+	pgid := s.childPgid()
+	require.NoError(t, os.RemoveAll(s.dir))
+	assert.Equal(t, 1, s.wait(4*time.Second))
+	groupGone(t, pgid, 4*time.Second)
+	fr := s.frames()
+	require.NotEmpty(t, fr)
+	assert.Equal(t, sessiondir.FrameShutdownAck, fr[0].Type)
+	last := fr[len(fr)-1]
+	assert.Equal(t, sessiondir.FrameExit, last.Type)
+	assert.Equal(t, "SIGTERM", last.Signal)
+}
+
+// TestScenario13_ChildExitEndsPcwrap (T3) and TestScenario50: a child that
+// exits with no stdinEnd ends pcwrap; an exit event exists.
+func TestScenario13_ChildExitEndsPcwrap(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{payload: payload{Command: "true"}})
+	assert.Equal(t, 0, s.wait(4*time.Second))
+	assert.Equal(t, 1, count(readEvents(t, s.dir), sessiondir.FrameExit))
+}
+
+// TestScenario50_TrueChildEventsMode: child `true`, no stdinEnd → exit.
+func TestScenario50_TrueChildEventsMode(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{mode: "events", payload: payload{Command: "true"}})
+	s.wait(10 * time.Second)
+}
+
+// TestScenario54_TrueChildStdoutMode: stdout mode, child `true` → exit.
+func TestScenario54_TrueChildStdoutMode(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{mode: "stdout", payload: payload{Command: "true"}})
+	assert.Equal(t, 0, s.wait(10*time.Second))
+	fr := s.frames()
+	require.Len(t, fr, 2)
+	assert.Equal(t, `{"seq":1,"type":"exit","code":0,"signal":null}`, s.raw[0])
+	assert.Equal(t, `{"seq":2,"type":"shutdownAck"}`, s.raw[1])
+}
+
+// TestScenario18_CleanExit (T8): exit status 0, empty stderr, one exit
+// event, no error events; event files are exactly JSON.stringify + "\n".
+func TestScenario18_CleanExit(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{payload: sh("printf hi")})
+	assert.Equal(t, 0, s.wait(waitBound))
+	assert.Empty(t, s.stderr.String())
+	fr := readEvents(t, s.dir)
+	assert.Equal(t, 1, count(fr, sessiondir.FrameExit))
+	assert.Zero(t, count(fr, sessiondir.FrameError))
+	b, err := os.ReadFile(filepath.Join(s.dir, "events", "000000000001.json"))
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"data","stream":"stdout","data":"aGk="}`+"\n", string(b))
+	b, err = os.ReadFile(filepath.Join(s.dir, "events", "000000000002.json"))
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"exit","code":0,"signal":null}`+"\n", string(b))
+	b, err = os.ReadFile(filepath.Join(s.dir, "events", "000000000003.json"))
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"shutdownAck"}`+"\n", string(b))
+	ents, _ := os.ReadDir(filepath.Join(s.dir, "events"))
+	assert.Len(t, ents, 3, "no temp files left")
+}
+
+// TestScenario19_SymlinkedSessionDirStdout (T9): a symlinked session dir
+// in stdout mode → an error frame naming the symbolic link.
+func TestScenario19_SymlinkedSessionDirStdout(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	real := filepath.Join(root, "real")
+	require.NoError(t, os.MkdirAll(filepath.Join(real, "stdin"), 0o700))
+	link := filepath.Join(root, "link")
+	require.NoError(t, os.Symlink(real, link))
+	s := start(t, opts{mode: "stdout", dir: link, noMkdir: true})
+	assert.Equal(t, 1, s.wait(4*time.Second))
+	fr := s.frames()
+	assert.True(t, hasError(fr, "symbolic link"), "%v", s.raw)
+	assert.Equal(t, sessiondir.FrameShutdownAck, fr[len(fr)-1].Type)
+	assert.False(t, exists(filepath.Join(real, sessiondir.LockFile)), "nothing created through the link")
+}
+
+// TestScenario61_SymlinkedSessionDirEvents: events mode → stderr refusal,
+// exit 1, nothing created through the link.
+func TestScenario61_SymlinkedSessionDirEvents(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	real := filepath.Join(root, "real")
+	require.NoError(t, os.MkdirAll(real, 0o700))
+	link := filepath.Join(root, "link")
+	require.NoError(t, os.Symlink(real, link))
+	s := start(t, opts{mode: "events", dir: link, noMkdir: true})
+	assert.Equal(t, 1, s.wait(4*time.Second))
+	assert.Contains(t, s.stderr.String(), "Refusing a symbolic link on a process session control path.")
+	ents, err := os.ReadDir(real)
+	require.NoError(t, err)
+	assert.Empty(t, ents, "nothing may be created through the link")
+}
+
+// TestScenario20_SessionEnvStripped (T10): the child sees no
+// PAPERCLIP_PROCESS_SESSION* variable, even one the payload sets.
+func TestScenario20_SessionEnvStripped(t *testing.T) {
+	t.Parallel()
+	p := sh(`k=$(env | cut -d= -f1 | grep '^PAPERCLIP_PROCESS_SESSION' | tr '\n' ,); if [ -z "$k" ]; then printf '[]'; else printf '%s' "$k"; fi`)
+	p.Env = map[string]string{"PAPERCLIP_PROCESS_SESSION_EXTRA": "x", "KEEP_ME": "y"}
+	s := start(t, opts{mode: "stdout", payload: p, env: []string{
+		"PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES=7", "PAPERCLIP_PROCESS_SESSION_OTHER=1",
+	}})
+	assert.Equal(t, 0, s.wait(waitBound))
+	assert.Equal(t, "[]", output(s.frames(), sessiondir.StreamStdout))
+}
+
+// TestPayloadEnvAndPathOfChild: the payload env overlays pcwrap's, and a
+// bare command resolves through the CHILD's PATH (spec §2.4).
+func TestPayloadEnvAndPathOfChild(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "only-in-child-path"), []byte("#!/bin/sh\nprintf '%s' \"$GREETING\"\n"), 0o755))
+	p := payload{Command: "only-in-child-path", Env: map[string]string{"PATH": bin + ":" + os.Getenv("PATH"), "GREETING": "hello"}}
+	s := start(t, opts{mode: "stdout", payload: p})
+	assert.Equal(t, 0, s.wait(waitBound))
+	assert.Equal(t, "hello", output(s.frames(), sessiondir.StreamStdout))
+}
+
+// TestScenario52_SigtermEndsPcwrapAndChild.
+func TestScenario52_SigtermEndsPcwrapAndChild(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{payload: sh("sleep 300")})
+	pgid := s.childPgid()
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 1, s.wait(10*time.Second))
+	groupGone(t, pgid, 10*time.Second)
+}
+
+// TestScenario53_SigkillEscalation: a child trapping TERM is killed after
+// the grace.
+func TestScenario53_SigkillEscalation(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{
+		payload: sh(`trap '' TERM; echo ready; while :; do sleep 1; done`),
+		env:     []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=500"},
+		mode:    "stdout",
+	})
+	pgid := s.childPgid()
+	s.waitOutput(5*time.Second, "ready\n")
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 1, s.wait(10*time.Second))
+	groupGone(t, pgid, 5*time.Second)
+	fr := s.frames()
+	assert.Equal(t, "SIGKILL", fr[len(fr)-1].Signal)
+}
+
+// TestScenario55_GroupKilledAfterGrace: a grandchild ignoring TERM is
+// killed with its group after a shutdown message.
+func TestScenario55_GroupKilledAfterGrace(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{
+		payload: sh(`sh -c 'trap "" TERM; echo ready; sleep 300' & wait`),
+		env:     []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=300"},
+		mode:    "stdout",
+	})
+	pgid := s.childPgid()
+	s.waitOutput(5*time.Second, "ready\n")
+	s.put(1, shutdownMsg)
+	s.wait(10 * time.Second)
+	groupGone(t, pgid, 5*time.Second)
+	fr := s.frames()
+	assert.Equal(t, sessiondir.FrameShutdownAck, fr[1].Type, "shutdownAck precedes exit")
+}
+
+// TestScenario56_SighupUnderNohup: pcwrap under nohup survives SIGHUP and
+// its child starts with the default SIGHUP disposition.
+func TestScenario56_SighupUnderNohup(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/usr/bin/nohup"); err != nil {
+		t.Skip("nohup not installed")
+	}
+	s := start(t, opts{
+		wrapper: []string{"/usr/bin/nohup"},
+		mode:    "stdout",
+		payload: sh(`grep SigIgn /proc/self/status; exec cat`),
+	})
+	s.waitFrame(5*time.Second, "SigIgn line", func(fr []sessiondir.Frame) bool {
+		return strings.Contains(output(fr, sessiondir.StreamStdout), "\n")
+	})
+	line := strings.TrimSpace(strings.TrimPrefix(output(s.frames(), sessiondir.StreamStdout), "SigIgn:"))
+	mask, err := strconv.ParseUint(line, 16, 64)
+	require.NoError(t, err)
+	assert.Zero(t, mask&1, "SIGHUP must not be ignored in the child")
+	pgid := s.childPgid()
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGHUP))
+	time.Sleep(200 * time.Millisecond)
+	assert.False(t, s.exited(), "pcwrap must survive SIGHUP")
+	assert.NotEmpty(t, groupMembers(pgid), "the child must survive SIGHUP")
+	s.put(1, stdinEndMsg)
+	assert.Equal(t, 0, s.wait(waitBound))
+}
+
+// TestScenario57_SpawnENOENT: error, exit 127, shutdownAck; status 127.
+func TestScenario57_SpawnENOENT(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{mode: "stdout", payload: payload{Command: "does-not-exist"}})
+	assert.Equal(t, 127, s.wait(waitBound))
+	assert.Equal(t, []string{
+		`{"seq":1,"type":"error","message":"spawn does-not-exist ENOENT"}`,
+		`{"seq":2,"type":"exit","code":127,"signal":null}`,
+		`{"seq":3,"type":"shutdownAck"}`,
+	}, s.raw)
+}
+
+// TestScenario62_StagedPayload: a payload over 64 KiB of base64 staged in
+// command.b64 starts the child, and the file is gone before its output.
+func TestScenario62_StagedPayload(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "session")
+	p := sh(`if [ -e "$CHECK_DIR/command.b64" ]; then printf present; else printf gone; fi; printf ' %s' "${#BIG}"`)
+	p.Env = map[string]string{"CHECK_DIR": dir, "BIG": strings.Repeat("x", 70*1024)}
+	require.Greater(t, len(p.b64(t)), 64*1024)
+	s := start(t, opts{mode: "stdout", dir: dir, payload: p, stagePayl: true})
+	assert.Equal(t, 0, s.wait(waitBound))
+	assert.Equal(t, fmt.Sprintf("gone %d", 70*1024), output(s.frames(), sessiondir.StreamStdout))
+}
+
+// TestScenario63_CommandFileSymlink: a symlinked command.b64 is refused
+// with the fixed message; no child runs.
+func TestScenario63_CommandFileSymlink(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "session")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "stdin"), 0o700))
+	marker := filepath.Join(root, "child-ran")
+	target := filepath.Join(root, "payload.b64")
+	require.NoError(t, os.WriteFile(target, []byte(sh("touch "+marker).b64(t)), 0o600))
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, "command.b64")))
+	s := start(t, opts{mode: "stdout", dir: dir, noMkdir: true, stagePayl: false, env: []string{"PAPERCLIP_PROCESS_SESSION_COMMAND_B64="}})
+	assert.Equal(t, 1, s.wait(waitBound))
+	assert.Equal(t, []string{
+		`{"seq":1,"type":"error","message":"Failed to read sandbox process session command payload."}`,
+		`{"seq":2,"type":"shutdownAck"}`,
+	}, s.raw)
+	assert.False(t, exists(marker), "no child may run")
+	assert.True(t, exists(target), "the link target is untouched")
+}
+
+// TestBrokenPayloadFixedMessage: invalid payloads never echo content.
+func TestBrokenPayloadFixedMessage(t *testing.T) {
+	t.Parallel()
+	for _, b64 := range []string{"!!!not base64 secret-xyz", "eyJjb21tYW5kIjo", "WzEsMl0="} {
+		s := start(t, opts{mode: "stdout", env: []string{"PAPERCLIP_PROCESS_SESSION_COMMAND_B64=" + b64}})
+		assert.Equal(t, 1, s.wait(waitBound))
+		assert.Equal(t, []string{
+			`{"seq":1,"type":"error","message":"Failed to read sandbox process session command payload."}`,
+			`{"seq":2,"type":"shutdownAck"}`,
+		}, s.raw)
+		assert.NotContains(t, s.stderr.String(), "secret-xyz")
+	}
+}
+
+// TestLenientPayloadBase64: whitespace and missing padding are accepted.
+func TestLenientPayloadBase64(t *testing.T) {
+	t.Parallel()
+	b64 := strings.TrimRight(sh("printf ok").b64(t), "=")
+	b64 = b64[:10] + "\n  " + b64[10:]
+	s := start(t, opts{mode: "stdout", env: []string{"PAPERCLIP_PROCESS_SESSION_COMMAND_B64=" + b64}})
+	assert.Equal(t, 0, s.wait(waitBound))
+	assert.Equal(t, "ok", output(s.frames(), sessiondir.StreamStdout))
+}
+
+// TestScenario65_StdoutReaderGone: the reader of pcwrap's stdout closes →
+// the child group is terminated and pcwrap exits without SIGPIPE death.
+func TestScenario65_StdoutReaderGone(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	s := start(t, opts{mode: "stdout", stdout: w, payload: sh(`while :; do echo tick; sleep 0.05; done`)})
+	w.Close()
+	pgid := s.childPgid()
+	buf := make([]byte, 64)
+	_, err = r.Read(buf)
+	require.NoError(t, err)
+	r.Close()
+	code := s.wait(10 * time.Second)
+	assert.Equal(t, 1, code)
+	if s.state != nil {
+		ws := s.state.Sys().(syscall.WaitStatus)
+		assert.False(t, ws.Signaled(), "pcwrap died from signal %v", ws.Signal())
+	}
+	groupGone(t, pgid, 5*time.Second)
+}
+
+// TestScenario69_BoundedDrain: a background sleep holding stdout cannot
+// hold the exit frame; it is killed with the group.
+func TestScenario69_BoundedDrain(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{mode: "stdout", payload: sh(`sleep 300 & echo started`)})
+	pgid := s.childPgid()
+	s.waitFrame(3*time.Second+drainSlack, "exit frame", func(fr []sessiondir.Frame) bool {
+		return count(fr, sessiondir.FrameExit) == 1
+	})
+	fr := s.frames()
+	assert.Equal(t, "started\n", output(fr, sessiondir.StreamStdout))
+	var exit sessiondir.Frame
+	for _, f := range fr {
+		if f.Type == sessiondir.FrameExit {
+			exit = f
+		}
+	}
+	require.NotNil(t, exit.Code)
+	assert.Equal(t, 0, *exit.Code)
+	assert.Equal(t, 0, s.wait(waitBound))
+	groupGone(t, pgid, 5*time.Second)
+}
+
+// drainSlack absorbs scheduling noise of a shared machine on top of the
+// scenario's 3 s bound.
+const drainSlack = 2 * time.Second
+
+// TestScenario70_KillNinePcwrapKillsChild: the parent-death signal takes
+// the child with a SIGKILLed pcwrap; .pcwrap.child names its group.
+func TestScenario70_KillNinePcwrapKillsChild(t *testing.T) {
+	t.Parallel()
+	s := start(t, opts{payload: payload{Command: "sleep", Args: []string{"300"}}})
+	pgid := s.childPgid()
+	b, err := os.ReadFile(filepath.Join(s.dir, sessiondir.ChildFile))
+	require.NoError(t, err)
+	var gotPgid int
+	var start uint64
+	_, err = fmt.Sscanf(string(b), `{"pgid":%d,"startTime":%d}`, &gotPgid, &start)
+	require.NoError(t, err)
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pgid))
+	require.NoError(t, err)
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	assert.Equal(t, strconv.FormatUint(start, 10), f[19], "startTime is field 22 of /proc/<pid>/stat")
+	info, err := os.Stat(filepath.Join(s.dir, sessiondir.ChildFile))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGKILL))
+	s.wait(waitBound)
+	groupGone(t, pgid, 1*time.Second+drainSlack)
+}
