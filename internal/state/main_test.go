@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,3 +91,5 @@ func command(seq uint64, id, typ string, payload string) *Command {
 	}
 	return c
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,121 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+// FuzzDecodeCommand: any input either decodes to a command that validates
+// and fingerprints stably, or fails with ErrInvalidCommand. Never panics.
+func FuzzDecodeCommand(f *testing.F) {
+	f.Add([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"command_prp_00000001","controllerSeq":1,"type":"run.prepare","issuedAt":"2026-11-30T12:00:00Z","payload":{}}`))
+	f.Add([]byte(`{"schema":"paperclip.prp.command.v2","commandId":"c","controllerSeq":18446744073709551615,"type":"session.goal.set","issuedAt":"t","deadlineAt":null,"precondition":{"runnerState":["ready"]},"payload":{"objective":"x"}}`))
+	f.Add([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"c","controllerSeq":1e3,"type":"run.prepare","issuedAt":"t","payload":{}}`))
+	f.Add([]byte(`{"commandId":"\u0000"}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(``))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := DecodeCommand(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidCommand) {
+				t.Fatalf("error does not wrap ErrInvalidCommand: %v", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("decoded command does not validate: %v", err)
+		}
+		fp1, err := c.Fingerprint()
+		if err != nil {
+			t.Fatalf("fingerprint: %v", err)
+		}
+		// Re-encoding with other whitespace keeps the fingerprint.
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, b, "", "  "); err != nil {
+			t.Fatalf("indent: %v", err)
+		}
+		c2, err := DecodeCommand(buf.Bytes())
+		if err != nil {
+			t.Fatalf("reformatted command rejected: %v", err)
+		}
+		fp2, err := c2.Fingerprint()
+		if err != nil || fp1 != fp2 {
+			t.Fatalf("fingerprint not stable: %v", err)
+		}
+	})
+}
+
+// FuzzLoadState: any file content either loads into a consistent state that
+// re-encodes and reloads to the same state, or fails with a clear error.
+func FuzzLoadState(f *testing.F) {
+	cfg := testConfig("")
+	cfg.MaxOutboxBytes, cfg.P0ReserveBytes, cfg.MaxFrameBytes = DefaultMaxOutboxBytes, DefaultP0ReserveBytes, DefaultMaxFrameBytes
+	seed := func(mut func(tx *Tx) error) []byte {
+		st := (&Store{cfg: cfg}).fresh()
+		s := &Store{cfg: cfg, log: discard()}
+		s.publish(st)
+		tx := &Tx{s: s, st: st.Clone()}
+		if err := mut(tx); err != nil {
+			f.Fatal(err)
+		}
+		b, err := tx.st.MarshalJSON()
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	f.Add(seed(func(*Tx) error { return nil }))
+	f.Add(seed(func(tx *Tx) error {
+		if _, err := tx.Enqueue(Event{Type: "item.delta", Priority: P2, Payload: json.RawMessage(`{"delta":"a"}`)}); err != nil {
+			return err
+		}
+		if _, _, err := tx.EnqueueExecutor("x", Event{Type: "session.goal.updated", Priority: P1, Payload: json.RawMessage(`{"goal":null}`)}); err != nil {
+			return err
+		}
+		if _, err := tx.BeginCommand(command(1, "c1", "turn.start", `{"text":"x"}`)); err != nil {
+			return err
+		}
+		return tx.SetRecord("acpSessions", map[string]int{"a": 1})
+	}))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"schema":"paperclip.runner.durable.state.v1","outbox":[{"envelope":{}}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := decodeState(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorruptState) {
+				t.Fatalf("decode error does not wrap ErrCorruptState: %v", err)
+			}
+			return
+		}
+		if err := st.check(cfg); err != nil {
+			if !errors.Is(err, ErrCorruptState) && !errors.Is(err, ErrStateBinding) {
+				t.Fatalf("check error untyped: %v", err)
+			}
+			return
+		}
+		out, err := st.MarshalJSON()
+		if err != nil {
+			t.Fatalf("a loaded state must re-encode: %v", err)
+		}
+		st2, err := decodeState(out)
+		if err != nil {
+			t.Fatalf("re-encoded state does not decode: %v", err)
+		}
+		if err := st2.check(cfg); err != nil {
+			t.Fatalf("re-encoded state does not check: %v", err)
+		}
+		out2, err := st2.MarshalJSON()
+		if err != nil || !bytes.Equal(out, out2) {
+			t.Fatalf("encoding is not stable")
+		}
+		for _, e := range st2.Outbox {
+			for _, v := range []int{1, 2} {
+				if _, err := e.Wire(v); err != nil {
+					t.Fatalf("wire of a checked event: %v", err)
+				}
+			}
+		}
+	})
+}
