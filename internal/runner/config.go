@@ -42,19 +42,19 @@ var defaultColdTimeoutAgents = []string{"claude", "opencode", "pi"}
 
 // Bounds on flag values. Each names its source.
 const (
-	MinMaxFrameBytes     = 1024                 // prp.md §1.4: allowed 1 KiB–16 MiB
-	MaxMaxFrameBytes     = 16 * 1024 * 1024     // prp.md §1.4
-	maxOutboxBytesLimit  = 1 << 30              // beyond: the outbox lives in runner-state.json in memory; the newest server passes 16 MiB
-	maxReconnectDelay    = 5 * time.Second      // prp.md §6.1: backoff is clamped to 1–5000 ms, a larger base means nothing
-	maxDurationFlag      = 24 * time.Hour       // beyond: no runnerd wait is meant to exceed a day (lease TTL max is 24 h, prp.md §5)
-	maxLifetimeFlag      = 365 * 24 * time.Hour // beyond: "unlimited" is 0; anything longer than a year is a typo
-	minPingInterval      = time.Millisecond     // beyond: a zero interval would spin
-	maxIdentityBytes     = 1024                 // beyond: the reference sets none; ids are UUIDs or short prefixed names
-	maxAgentNameBytes    = 64                   // beyond: agent names are short registry keys (acp.md §2.1)
-	maxColdTimeoutAgents = 64                   // beyond: bounds the repeatable --session-open-cold-timeout-agent
-	maxColdStartsLimit   = 1024                 // beyond: a gate wider than this is no gate (acp.md §4.2 default 4)
-	maxPathBytes         = 4096                 // PATH_MAX on Linux
-	maxConnectURLBytes   = 8192                 // beyond: far above any real URL, well below pflag's argv use
+	MinMaxFrameBytes     = 1024                       // prp.md §1.4: allowed 1 KiB–16 MiB
+	MaxMaxFrameBytes     = 16 * 1024 * 1024           // prp.md §1.4
+	maxOutboxBytesLimit  = 1 << 30                    // beyond: the outbox lives in runner-state.json in memory; the newest server passes 16 MiB
+	maxReconnectDelay    = 5 * time.Second            // prp.md §6.1: backoff is clamped to 1–5000 ms, a larger base means nothing
+	maxDurationFlag      = 24 * time.Hour             // beyond: no runnerd wait is meant to exceed a day (lease TTL max is 24 h, prp.md §5)
+	maxServerDuration    = 100 * 365 * 24 * time.Hour // R-bin takes any u64 ms for the server-set lifetime, grace and idle timeout; longer values saturate here
+	minPingInterval      = time.Millisecond           // beyond: a zero interval would spin
+	maxIdentityBytes     = 1024                       // beyond: the reference sets none; ids are UUIDs or short prefixed names
+	maxAgentNameBytes    = 64                         // beyond: agent names are short registry keys (acp.md §2.1)
+	maxColdTimeoutAgents = 64                         // beyond: bounds the repeatable --session-open-cold-timeout-agent
+	maxColdStartsLimit   = 1024                       // beyond: a gate wider than this is no gate (acp.md §4.2 default 4)
+	maxPathBytes         = 4096                       // PATH_MAX on Linux
+	maxConnectURLBytes   = 8192                       // beyond: far above any real URL, well below pflag's argv use
 )
 
 // Mode is what the command line asks runnerd to do (prp.md §13).
@@ -140,12 +140,12 @@ type Config struct {
 	MaxFrameBytes  int64 // MinMaxFrameBytes..MaxMaxFrameBytes
 
 	ReconnectDelay    time.Duration
-	ReconnectGrace    time.Duration // meaningful only when HasReconnectGrace
+	ReconnectGrace    time.Duration // meaningful only when HasReconnectGrace; at most 100 years
 	HasReconnectGrace bool          // --reconnect-grace-ms given; absent = no grace
-	MaxLifetime       time.Duration // 0 = unlimited (--max-lifetime-ms or --max-runtime-ms)
+	MaxLifetime       time.Duration // 0 = unlimited (--max-lifetime-ms or --max-runtime-ms; 0, absent or >= 100 years)
 
 	Lifecycle   Lifecycle
-	IdleTimeout time.Duration // > 0 exactly when Lifecycle == LifecycleWarm
+	IdleTimeout time.Duration // > 0 exactly when Lifecycle == LifecycleWarm; at most 100 years
 
 	DiagnosticsDir string // "" = none
 
@@ -285,11 +285,11 @@ func newParser() *parser {
 
 	c.ReconnectDelay = DefaultReconnectDelay
 	fs.Var(&msFlag{dst: &c.ReconnectDelay, max: maxReconnectDelay}, "reconnect-delay-ms", "reconnect backoff base")
-	fs.Var(&msFlag{dst: &c.ReconnectGrace, max: maxDurationFlag, set: &c.HasReconnectGrace}, "reconnect-grace-ms", "exit when disconnected longer than this")
-	fs.Var(&msFlag{dst: &p.maxLifetime, max: maxLifetimeFlag}, "max-lifetime-ms", "process lifetime; 0 = unlimited")
-	fs.Var(&msFlag{dst: &p.maxRuntime, max: maxLifetimeFlag}, "max-runtime-ms", "alias of --max-lifetime-ms")
+	fs.Var(&msFlag{dst: &c.ReconnectGrace, max: maxServerDuration, saturate: true, set: &c.HasReconnectGrace}, "reconnect-grace-ms", "exit when disconnected longer than this")
+	fs.Var(&msFlag{dst: &p.maxLifetime, max: maxServerDuration, saturate: true}, "max-lifetime-ms", "process lifetime; 0 = unlimited")
+	fs.Var(&msFlag{dst: &p.maxRuntime, max: maxServerDuration, saturate: true}, "max-runtime-ms", "alias of --max-lifetime-ms")
 	fs.StringVar(&p.lifecycle, "lifecycle-mode", string(DefaultLifecycle), "per_turn or warm")
-	fs.Var(&msFlag{dst: &c.IdleTimeout, min: time.Millisecond, max: maxDurationFlag}, "idle-timeout-ms", "warm lifecycle idle timeout (required for warm)")
+	fs.Var(&msFlag{dst: &c.IdleTimeout, min: time.Millisecond, max: maxServerDuration, saturate: true}, "idle-timeout-ms", "warm lifecycle idle timeout (required for warm)")
 	fs.StringVar(&c.DiagnosticsDir, "diagnostics-directory", "", "directory for bounded, redacted runnerd logs")
 
 	c.PingInterval, c.SilenceTimeout = DefaultPingInterval, DefaultSilenceTimeout
@@ -429,6 +429,9 @@ func (p *parser) validate() (Config, error) {
 			return Config{}, &UsageError{Flag: "--max-runtime-ms", Problem: "differs from --max-lifetime-ms (give one of them)"}
 		}
 		c.MaxLifetime = p.maxRuntime
+	}
+	if c.MaxLifetime >= maxServerDuration {
+		c.MaxLifetime = 0 // a century or more is unlimited
 	}
 
 	switch Lifecycle(p.lifecycle) {
@@ -647,17 +650,23 @@ func parseDecimal(s string) (uint64, error) {
 	return n, nil
 }
 
-// msFlag is a duration flag given in decimal milliseconds.
+// msFlag is a duration flag given in decimal milliseconds. With saturate, a
+// value above max becomes max instead of an error (for server-set outer
+// bounds, where the reference accepts any u64).
 type msFlag struct {
 	dst      *time.Duration
 	min, max time.Duration
 	set      *bool
+	saturate bool
 }
 
 func (f *msFlag) Set(s string) error {
 	n, err := parseDecimal(s)
 	if err != nil {
 		return err
+	}
+	if f.saturate && n > uint64(f.max/time.Millisecond) {
+		n = uint64(f.max / time.Millisecond)
 	}
 	if n > uint64(f.max/time.Millisecond) || time.Duration(n)*time.Millisecond < f.min {
 		return fmt.Errorf("must be between %d and %d ms", f.min/time.Millisecond, f.max/time.Millisecond)

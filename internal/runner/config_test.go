@@ -145,6 +145,15 @@ func TestServerLaunchArgvParses(t *testing.T) {
 		require.Equal(t, "/etc/paperclip/ca.pem", cfg.CABundlePath)
 		require.EqualValues(t, 443, cfg.DialPort)
 	})
+	t.Run("huge server durations", func(t *testing.T) {
+		// R-bin takes any u64 here; a server that says "very long" must not be refused.
+		args := append(append([]string{}, listen...), "--max-runtime-ms", "9007199254740991", "--reconnect-grace-ms", "18446744073709551615",
+			"--lifecycle-mode", "warm", "--idle-timeout-ms", "604800000")
+		cfg := mustParse(t, args)
+		require.Zero(t, cfg.MaxLifetime, "Number.MAX_SAFE_INTEGER ms is unlimited")
+		require.Equal(t, maxServerDuration, cfg.ReconnectGrace)
+		require.Equal(t, 7*24*time.Hour, cfg.IdleTimeout)
+	})
 	t.Run("equals syntax", func(t *testing.T) {
 		args := []string{"--connect-url=ws://127.0.0.1:1/x", "--max-frame-bytes=4194304"}
 		args = append(args, identityArgs()...)
@@ -272,6 +281,8 @@ func TestUsageErrors(t *testing.T) {
 		{"reserve not below limit", listenArgs("--max-outbox-bytes", "1000", "--p0-reserve-bytes", "1000"), "--p0-reserve-bytes", CodeUsage},
 		{"outbox zero", listenArgs("--max-outbox-bytes", "0"), "--max-outbox-bytes", CodeUsage},
 		{"delay too long", listenArgs("--reconnect-delay-ms", "5001"), "--reconnect-delay-ms", CodeUsage},
+		{"lifetime beyond u64", listenArgs("--max-lifetime-ms", "18446744073709551616"), "--max-lifetime-ms", CodeUsage},
+		{"ping beyond a day", listenArgs("--ping-interval-ms", "86400001", "--silence-timeout-ms", "86400002"), "--ping-interval-ms", CodeUsage},
 		{"delay text", listenArgs("--reconnect-delay-ms", "25ms"), "--reconnect-delay-ms", CodeUsage},
 		{"lifetime and runtime differ", listenArgs("--max-lifetime-ms", "1", "--max-runtime-ms", "2"), "--max-runtime-ms", CodeUsage},
 		{"bad lifecycle", listenArgs("--lifecycle-mode", "forever"), "--lifecycle-mode", CodeUsage},
@@ -510,4 +521,18 @@ func FuzzParseArgs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkParseArgsServerArgv measures parsing the reference core's full
+// listen-mode launch argv (runs once per runner start; printed, not asserted).
+func BenchmarkParseArgsServerArgv(b *testing.B) {
+	args := listenArgs("--fake-harness", "/x", "--fake-harness-script", "/y", "--max-outbox-bytes", "16777216",
+		"--p0-reserve-bytes", "1048576", "--reconnect-delay-ms", "250", "--max-frame-bytes", "4194304",
+		"--max-lifetime-ms", "0", "--reconnect-grace-ms", "420000", "--lifecycle-mode", "warm", "--idle-timeout-ms", "600000")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseArgs(args, noEnv); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
