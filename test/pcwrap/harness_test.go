@@ -62,6 +62,7 @@ type opts struct {
 	stdin     *os.File
 	wrapper   []string // run pcwrap under this command (e.g. nohup)
 	stdout    *os.File // pcwrap's stdout instead of the frame reader
+	cred      *syscall.Credential
 }
 
 // session is a running pcwrap.
@@ -130,7 +131,7 @@ func start(t testing.TB, o opts) *session {
 	argv := append(append(append([]string{}, o.wrapper...), bin), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: o.cred}
 	s := &session{t: t, dir: dir, cmd: cmd, stderr: &syncBuf{}, done: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if o.stdin != nil {
