@@ -65,7 +65,8 @@ func NewBootstrapTicket(value string) (*BootstrapTicket, error) {
 // process's initial environment block, so /proc/<pid>/environ — readable by
 // every process of the same user, agents included — no longer shows it.
 // It returns (nil, nil) when the variable is absent; an empty or oversize
-// value is ErrBootstrapTicketInvalid.
+// value is ErrBootstrapTicketInvalid. (The Go runtime keeps its own private
+// copy of the start-up environment; that copy never leaves the process.)
 func TakeBootstrapTicket() (*BootstrapTicket, error) {
 	value, ok := os.LookupEnv(BootstrapTicketEnv)
 	// os.Unsetenv also drops later duplicates of the name (syscall clears
