@@ -1,0 +1,103 @@
+package pcwrap_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pcwrapSources returns the non-test Go sources that make up pcwrap's own
+// logic (debug.go, the colleague's subcommands, and the client half of
+// sessiondir are not the wrapper), keyed by repo-relative path.
+func pcwrapSources(t *testing.T) map[string]string {
+	root := testbin.RepoRoot(t)
+	out := map[string]string{}
+	globs := []string{
+		"cmd/pcwrap/*.go",
+		"internal/shutdown/*.go",
+		"internal/stdinpoll/*.go",
+		"internal/sessiondir/layout*.go",
+		"internal/sessiondir/identity*.go",
+		"internal/sessiondir/probe*.go",
+		"internal/sessiondir/lock*.go",
+		"internal/sessiondir/frame*.go",
+	}
+	for _, g := range globs {
+		m, err := filepath.Glob(filepath.Join(root, g))
+		require.NoError(t, err)
+		for _, p := range m {
+			rel, _ := filepath.Rel(root, p)
+			if strings.HasSuffix(p, "_test.go") || rel == filepath.Join("cmd", "pcwrap", "debug.go") {
+				continue
+			}
+			b, err := os.ReadFile(p)
+			require.NoError(t, err)
+			out[rel] = string(b)
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+func grep(src map[string]string, re *regexp.Regexp) []string {
+	var hits []string
+	for p, s := range src {
+		for _, line := range strings.Split(s, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			if re.MatchString(line) {
+				hits = append(hits, p+": "+strings.TrimSpace(line))
+			}
+		}
+	}
+	return hits
+}
+
+// TestScenario21_SourceInvariants (T11) checks by inspection: one
+// exec.Cmd per pcwrap; every signal goes to the group through the live
+// handle (no stored pid, no Process.Kill/Signal); one identity latch that
+// is never cleared; the identity capture precedes the spawn and the
+// reader start.
+func TestScenario21_SourceInvariants(t *testing.T) {
+	src := pcwrapSources(t)
+
+	spawns := grep(src, regexp.MustCompile(`exec\.Cmd\{|exec\.Command(Context)?\(`))
+	assert.Len(t, spawns, 1, "exactly one child construction: %v", spawns)
+
+	kills := grep(src, regexp.MustCompile(`\b(unix|syscall)\.Kill\(|\.Process\.(Kill|Signal)\(|Tgkill|PidfdSendSignal`))
+	require.Len(t, kills, 1, "one signal call site: %v", kills)
+	assert.Contains(t, kills[0], "internal/shutdown/group_linux.go")
+	assert.Contains(t, kills[0], "unix.Kill(-g.cmd.Process.Pid, sig)", "signals go to the group from the live handle")
+
+	latches := grep(src, regexp.MustCompile(`lost\s+atomic\.Bool`))
+	assert.Len(t, latches, 1, "one latch: %v", latches)
+	assert.Empty(t, grep(src, regexp.MustCompile(`lost\.Store\(|CompareAndSwap\(true`)), "the latch is never cleared")
+
+	run := src[filepath.Join("cmd", "pcwrap", "run.go")]
+	capture := strings.Index(run, "sd.Capture()")
+	spawn := strings.Index(run, "spawn(payload.Command")
+	reader := strings.Index(run, "reader.Run(ctx)")
+	require.True(t, capture > 0 && spawn > 0 && reader > 0)
+	assert.Less(t, capture, spawn, "capture precedes the spawn")
+	assert.Less(t, capture, reader, "capture precedes the reader")
+}
+
+// TestProductionBuildHasNoTestHooks: the hook env vars exist only in the
+// pcwraptesthooks build.
+func TestProductionBuildHasNoTestHooks(t *testing.T) {
+	t.Parallel()
+	prod, err := os.ReadFile(testbin.Path(t, "pcwrap"))
+	require.NoError(t, err)
+	assert.False(t, bytes.Contains(prod, []byte("PCWRAP_TEST_")), "production binary mentions a test hook")
+	hooked, err := os.ReadFile(testbin.Path(t, "pcwrap", hookTag))
+	require.NoError(t, err)
+	assert.True(t, bytes.Contains(hooked, []byte("PCWRAP_TEST_")))
+}
