@@ -354,11 +354,7 @@ func (a *agent) dispatch(line []byte) {
 	case "session/close":
 		a.closeSession(m)
 	case "session/prompt":
-		a.prompts.Add(1)
-		go func() {
-			defer a.prompts.Done()
-			a.prompt(m)
-		}()
+		a.startPrompt(m)
 	default:
 		a.fail(m.ID, -32601, "method not found")
 	}

@@ -30,7 +30,10 @@ type turn struct {
 	msgID  string
 }
 
-func (a *agent) prompt(m message) {
+// startPrompt claims the session synchronously, in wire order, so a
+// session/cancel read right after the prompt line always finds the turn;
+// the turn itself runs on its own goroutine.
+func (a *agent) startPrompt(m message) {
 	var p promptParams
 	if json.Unmarshal(m.Params, &p) != nil || p.SessionID == "" || p.Prompt == nil {
 		a.fail(m.ID, -32602, "invalid params")
@@ -43,18 +46,40 @@ func (a *agent) prompt(m message) {
 		a.fail(m.ID, -32002, "resource not found")
 		return
 	}
-	for s.busy {
-		if a.cfg.busyPrompt == "reject" {
-			a.mu.Unlock()
-			a.fail(m.ID, -32600, "Prompt already in progress")
-			return
-		}
-		s.idle.Wait()
+	if s.busy && a.cfg.busyPrompt == "reject" {
+		a.mu.Unlock()
+		a.fail(m.ID, -32600, "Prompt already in progress")
+		return
 	}
+	var t *turn
+	if !s.busy {
+		t = a.claim(s)
+	}
+	a.mu.Unlock()
+	a.prompts.Add(1)
+	go func() {
+		defer a.prompts.Done()
+		if t == nil { // queued behind the running prompt
+			a.mu.Lock()
+			for s.busy {
+				s.idle.Wait()
+			}
+			t = a.claim(s)
+			a.mu.Unlock()
+		}
+		a.runPrompt(m, p, t)
+	}()
+}
+
+// claim marks s busy with a fresh cancel channel; a.mu is held.
+func (a *agent) claim(s *session) *turn {
 	s.busy = true
 	s.cancel = make(chan struct{})
-	t := &turn{a: a, s: s, cancel: s.cancel}
-	a.mu.Unlock()
+	return &turn{a: a, s: s, cancel: s.cancel}
+}
+
+func (a *agent) runPrompt(m message, p promptParams, t *turn) {
+	s := t.s
 	defer func() {
 		a.mu.Lock()
 		s.busy, s.cancel = false, nil
