@@ -44,14 +44,22 @@ type opener interface {
 	Open(frame []byte) ([]byte, error)
 }
 
+// frameAction says what the reader does with an opened frame.
+type frameAction int
+
+const (
+	frameForward  frameAction = iota // queue for the owner
+	framePing                        // answer with a pong on the priority lane
+	frameConsumed                    // handled by Inspect itself
+)
+
 // linkConfig configures one authenticated connection.
 type linkConfig struct {
 	PingInterval   time.Duration
 	SilenceTimeout time.Duration
-	// Inspect runs in the reader goroutine on each opened plaintext. ping
-	// reports a PRP ping, answered on the priority lane; an error ends the
-	// connection. It must not block.
-	Inspect func(plaintext []byte) (ping bool, err error)
+	// Inspect runs in the reader goroutine on each opened plaintext and says
+	// what to do with it; an error ends the connection. It must not block.
+	Inspect func(plaintext []byte) (frameAction, error)
 	// Pong builds a pong plaintext on the writer goroutine; it must read only
 	// in-memory state. Nil: pings are not answered (the core half).
 	Pong   func() ([]byte, error)
@@ -73,6 +81,8 @@ type link struct {
 
 	sendq    chan []byte
 	pongs    atomic.Int32
+	prioMu   sync.Mutex
+	prioQ    [][]byte // control frames that must not wait behind queued events (lease_renew)
 	pongKick chan struct{}
 	pinging  atomic.Bool
 
@@ -168,6 +178,32 @@ func (l *link) send(ctx context.Context, plaintext []byte) error {
 	}
 }
 
+// sendPriority queues a small control frame on the priority lane, ahead of
+// queued events; it never blocks.
+func (l *link) sendPriority(plaintext []byte) error {
+	select {
+	case <-l.done:
+		return fmt.Errorf("send frame: %w", l.err)
+	default:
+	}
+	l.prioMu.Lock()
+	l.prioQ = append(l.prioQ, plaintext)
+	l.prioMu.Unlock()
+	kick(l.pongKick)
+	return nil
+}
+
+func (l *link) popPriority() []byte {
+	l.prioMu.Lock()
+	defer l.prioMu.Unlock()
+	if len(l.prioQ) == 0 {
+		return nil
+	}
+	pt := l.prioQ[0]
+	l.prioQ = l.prioQ[1:]
+	return pt
+}
+
 // recv returns the next inbound plaintext that is not a PRP ping.
 func (l *link) recv(ctx context.Context) ([]byte, error) {
 	for {
@@ -210,12 +246,15 @@ func (l *link) readLoop() {
 			l.fail(fmt.Errorf("open frame: %w", err))
 			return
 		}
-		ping, err := l.cfg.Inspect(pt)
+		act, err := l.cfg.Inspect(pt)
 		if err != nil {
 			l.fail(err)
 			return
 		}
-		if ping {
+		switch act {
+		case frameConsumed:
+			continue
+		case framePing:
 			if l.cfg.Pong != nil {
 				l.pongs.Add(1)
 				kick(l.pongKick)
@@ -254,6 +293,12 @@ func (l *link) writeLoop() {
 				l.fail(fmt.Errorf("build pong: %w", err))
 				return
 			}
+			if !l.write(pt, idle) {
+				return
+			}
+			continue
+		}
+		if pt := l.popPriority(); pt != nil {
 			if !l.write(pt, idle) {
 				return
 			}

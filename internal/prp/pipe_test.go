@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -48,11 +49,55 @@ func (p pipeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 type pipeHijacker struct {
 	*httptest.ResponseRecorder
-	conn net.Conn
+	conn     net.Conn
+	hijacked chan struct{}
 }
 
 func (h pipeHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if h.hijacked != nil {
+		close(h.hijacked)
+	}
 	return h.conn, bufio.NewReadWriter(bufio.NewReader(h.conn), bufio.NewWriter(h.conn)), nil
+}
+
+// asyncPipeTransport serves each round trip with a handler that keeps
+// running after the upgrade (like Core.ServeHTTP, which authenticates on the
+// hijacked connection), over net.Pipe. wg tracks the handler goroutines.
+type asyncPipeTransport struct {
+	h  http.Handler
+	wg *sync.WaitGroup
+}
+
+func (p asyncPipeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	cc, sc := net.Pipe()
+	rec := httptest.NewRecorder()
+	hj := pipeHijacker{ResponseRecorder: rec, conn: sc, hijacked: make(chan struct{})}
+	done := make(chan struct{})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(done)
+		p.h.ServeHTTP(hj, r)
+	}()
+	select {
+	case <-hj.hijacked:
+	case <-done:
+	}
+	resp := rec.Result()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = cc
+	} else {
+		_ = cc.Close()
+		_ = sc.Close()
+	}
+	return resp, nil
+}
+
+// pipeDialer returns a Dialer whose connections reach h over net.Pipe.
+func pipeDialer(t testing.TB, h http.Handler, wg *sync.WaitGroup) *Dialer {
+	tg, err := ParseDialURL("ws://127.0.0.1" + testRunPath)
+	require.NoError(t, err)
+	return &Dialer{target: tg, client: &http.Client{Transport: asyncPipeTransport{h: h, wg: wg}}}
 }
 
 // plainSession stands in for an authenticated Session in transport tests:
@@ -71,4 +116,9 @@ func kindOf(b []byte) string {
 	return k.Kind
 }
 
-func inspectKinds(b []byte) (bool, error) { return kindOf(b) == KindPing, nil }
+func inspectKinds(b []byte) (frameAction, error) {
+	if kindOf(b) == KindPing {
+		return framePing, nil
+	}
+	return frameForward, nil
+}

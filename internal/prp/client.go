@@ -1,0 +1,659 @@
+package prp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Runner-side terminal conditions named by the protocol (prp.md §5, §6.1, §11).
+var (
+	// ErrRevoked: the core revoked the lease with a higher epoch; the runner
+	// persists lifecycle "revoked" and exits 0.
+	ErrRevoked = errors.New("connection lease revoked")
+	// ErrReconnectGraceExceeded is transport_reconnect_grace_exceeded.
+	ErrReconnectGraceExceeded = errors.New("transport_reconnect_grace_exceeded")
+	// ErrReconnectDeadlineExceeded is transport_reconnect_deadline_exceeded.
+	ErrReconnectDeadlineExceeded = errors.New("transport_reconnect_deadline_exceeded")
+	// ErrNotConnected reports a send while no connection is authenticated.
+	ErrNotConnected = errors.New("not connected")
+	// ErrLeaseRenewed reports a lease_renewed that does not answer the outstanding renewal.
+	ErrLeaseRenewed = errors.New("unexpected lease_renewed")
+)
+
+// LeaseExpiredCode is the recoverable failure recorded on lease expiry (prp.md §5).
+const LeaseExpiredCode = "lease_expired_requires_bootstrap"
+
+// minRenewInterval keeps lease renewal from spinning when little lease time is left.
+const minRenewInterval = 100 * time.Millisecond
+
+// ClientConfig configures the runner half. Exactly one of Dialer and
+// Listener selects the mode. The hooks run on Client goroutines and must
+// not block for long; Pong and Resume read only in-memory state.
+type ClientConfig struct {
+	Identity                    Identity
+	RunnerVersion, RunnerDigest string
+	// Ticket is the one-use bootstrap ticket. It lives only in memory and is
+	// dropped once the welcome delivers the lease.
+	Ticket string
+	// Lease, when set, is a lease to reconnect with instead of a ticket.
+	Lease *Lease
+
+	Dialer   *Dialer   // dial modes
+	Listener *Listener // listen mode; the Client does not close it
+
+	MaxFrameBytes  int           // default DefaultMaxFrameBytes
+	PingInterval   time.Duration // default DefaultPingInterval
+	SilenceTimeout time.Duration // default DefaultSilenceTimeout
+	ReconnectDelay time.Duration // backoff base; default DefaultReconnectDelay
+	ReconnectGrace time.Duration // 0: no grace
+	Deadline       time.Time     // lifetime end; zero: unlimited
+
+	// Resume reports the cursors for auth_hello. Nil: zero cursors.
+	Resume func() Resume
+	// Pong reports the pong payload. Nil: an empty "ready" pong.
+	Pong func() PongPayload
+	// OnAuthenticated runs for each new authenticated connection before any
+	// of its inbound envelopes: the place to apply welcome.AckedSourceSeq,
+	// replay the unacknowledged outbox and admit the welcome's pending command.
+	OnAuthenticated func(ctx context.Context, c *Conn, w *Welcome) error
+	// OnControl receives, in order, every inbound command, ack,
+	// command_result_ack and warm_transition_activated_ack. ping,
+	// lease_renewed and revoke are handled by the Client. An error is fatal:
+	// Run returns it.
+	OnControl func(ctx context.Context, c *Conn, env *Envelope) error
+	// OnLost reports that the current connection ended.
+	OnLost func(err error)
+
+	Logger *slog.Logger
+	Rand   io.Reader
+}
+
+// Client is the runner half of PRP: one supervised connection with lease
+// renewal, reconnects and, in listen mode, newest-wins replacement
+// (prp.md §4–§6). Run it once.
+type Client struct {
+	cfg ClientConfig
+	log *slog.Logger
+
+	mu           sync.Mutex
+	ticket       string
+	lease        *Lease
+	renewPending *LeaseRenewPayload // the outstanding lease_renew, resent as is
+	current      *Conn
+	leaseKick    chan struct{}
+	fatal        chan error
+}
+
+// Conn is one authenticated connection as the Client's user sees it.
+type Conn struct {
+	l       *link
+	sess    *Session
+	welcome *Welcome
+}
+
+// Session returns the connection's secure session.
+func (c *Conn) Session() *Session { return c.sess }
+
+// Welcome returns the checked welcome that opened the connection.
+func (c *Conn) Welcome() *Welcome { return c.welcome }
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.l.Done() }
+
+// Send queues one envelope plaintext (an event or command_result kept
+// durably, byte for byte) for the single writer, which seals frames in
+// send order. It returns once queued.
+func (c *Conn) Send(ctx context.Context, plaintext []byte) error { return c.l.send(ctx, plaintext) }
+
+// SendControl builds a control envelope of kind on this connection and queues it.
+func (c *Conn) SendControl(ctx context.Context, kind string, payload any) error {
+	env, err := c.sess.NewControl(kind, payload)
+	if err != nil {
+		return err
+	}
+	b, err := MarshalEnvelope(env)
+	if err != nil {
+		return err
+	}
+	return c.l.send(ctx, b)
+}
+
+// NewClient checks cfg.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if (cfg.Dialer == nil) == (cfg.Listener == nil) {
+		return nil, errors.New("new client: exactly one of dialer and listener")
+	}
+	if cfg.Ticket == "" && cfg.Lease == nil {
+		return nil, fmt.Errorf("new client: %w", ErrNoCredential)
+	}
+	if cfg.MaxFrameBytes == 0 {
+		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if !validMaxFrameBytes(cfg.MaxFrameBytes) {
+		return nil, errors.New("new client: max frame bytes outside 1 KiB-16 MiB")
+	}
+	if cfg.ReconnectDelay <= 0 {
+		cfg.ReconnectDelay = DefaultReconnectDelay
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "prp.client"),
+		ticket:    cfg.Ticket,
+		leaseKick: make(chan struct{}, 1),
+		fatal:     make(chan error, 1),
+	}
+	if cfg.Lease != nil {
+		l := *cfg.Lease
+		c.lease = &l
+	}
+	c.cfg.Ticket, c.cfg.Lease = "", nil
+	return c, nil
+}
+
+// Lease returns a copy of the held lease, if any.
+func (c *Client) Lease() (Lease, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease == nil {
+		return Lease{}, false
+	}
+	return *c.lease, true
+}
+
+// Send queues plaintext on the current connection.
+func (c *Client) Send(ctx context.Context, plaintext []byte) error {
+	c.mu.Lock()
+	cur := c.current
+	c.mu.Unlock()
+	if cur == nil {
+		return ErrNotConnected
+	}
+	return cur.Send(ctx, plaintext)
+}
+
+func (c *Client) failFatal(err error) {
+	select {
+	case c.fatal <- err:
+	default:
+	}
+}
+
+// handshake runs one client handshake on ws with the current credential.
+func (c *Client) handshake(ctx context.Context, ws *wsConn) (*Session, *Welcome, error) {
+	c.mu.Lock()
+	h := ClientHandshake{
+		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
+		Ticket: c.ticket, RenewalOutstanding: c.renewPending != nil, Rand: c.cfg.Rand,
+	}
+	if c.lease != nil {
+		l := *c.lease
+		h.Lease = &l
+		h.Ticket = ""
+	}
+	c.mu.Unlock()
+	if c.cfg.Resume != nil {
+		h.Resume = c.cfg.Resume()
+	}
+	return h.Run(ctx, ws)
+}
+
+// adopt applies a welcome's lease and starts the connection machinery.
+func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Conn {
+	c.mu.Lock()
+	l := w.Lease
+	if c.lease != nil && c.lease.ID == l.ID && c.lease.ExpiresAtUnixMs > l.ExpiresAtUnixMs {
+		l.ExpiresAtUnixMs = c.lease.ExpiresAtUnixMs // renewed meanwhile on the old connection
+	}
+	if c.lease != nil && c.lease.ID == l.ID && w.Lease.ExpiresAtUnixMs > c.lease.ExpiresAtUnixMs {
+		c.renewPending = nil // the lost lease_renewed arrived as the welcome's later expiry
+	}
+	if w.Bootstrapped {
+		c.ticket = "" // spent; the lease replaces it
+	}
+	c.lease = &l
+	c.mu.Unlock()
+	if w.MaxFrameBytes > 0 {
+		ws.setMaxFrameBytes(min(max(w.MaxFrameBytes, MinMaxFrameBytes), MaxMaxFrameBytes))
+	}
+	conn := &Conn{sess: sess, welcome: w}
+	conn.l = startLink(ws, act, sess, linkConfig{
+		PingInterval:   c.cfg.PingInterval,
+		SilenceTimeout: c.cfg.SilenceTimeout,
+		Inspect:        func(pt []byte) (frameAction, error) { return c.inspect(sess, pt) },
+		Pong:           func() ([]byte, error) { return c.pong(sess) },
+		Logger:         c.log,
+	})
+	return conn
+}
+
+func (c *Client) pong(sess *Session) ([]byte, error) {
+	p := PongPayload{Lifecycle: "ready"}
+	if c.cfg.Pong != nil {
+		p = c.cfg.Pong()
+	}
+	env, err := sess.NewControl(KindPong, p)
+	if err != nil {
+		return nil, err
+	}
+	return MarshalEnvelope(env)
+}
+
+// inspect runs in the reader goroutine: it validates every core frame,
+// answers nothing itself but classifies ping, and applies lease_renewed and
+// revoke at once so neither waits behind the user's handler.
+func (c *Client) inspect(sess *Session, pt []byte) (frameAction, error) {
+	env, err := DecodeEnvelope(pt)
+	if err != nil {
+		return 0, err
+	}
+	if err := ValidateControlIdentity(env, sess); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	expired := c.lease != nil && time.Now().UnixMilli() >= c.lease.ExpiresAtUnixMs
+	c.mu.Unlock()
+	if expired {
+		return 0, fmt.Errorf("inspect frame: %w", ErrLeaseExpired)
+	}
+	switch env.Kind {
+	case KindPing:
+		return framePing, nil
+	case KindLeaseRenewed:
+		return frameConsumed, c.applyRenewed(env)
+	case KindRevoke:
+		var p RevokePayload
+		if err := env.DecodePayload(&p); err != nil {
+			return 0, err
+		}
+		c.mu.Lock()
+		epoch := c.lease.RevocationEpoch
+		c.mu.Unlock()
+		if p.RevocationEpoch <= epoch {
+			c.failFatal(ErrRevokeEpoch)
+			return 0, ErrRevokeEpoch
+		}
+		c.failFatal(ErrRevoked)
+		return 0, ErrRevoked
+	}
+	return frameForward, nil
+}
+
+func (c *Client) applyRenewed(env *Envelope) error {
+	var p LeaseRenewedPayload
+	if err := env.DecodePayload(&p); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.renewPending == nil || p.PreviousExpiresAtUnixMs != c.renewPending.ConnectionLeaseExpiresAtUnixMs ||
+		p.ConnectionLeaseRevocationEpoch != c.lease.RevocationEpoch {
+		return fmt.Errorf("apply lease_renewed: %w", ErrLeaseRenewed)
+	}
+	if p.ConnectionLeaseExpiresAtUnixMs > c.lease.ExpiresAtUnixMs {
+		c.lease.ExpiresAtUnixMs = p.ConnectionLeaseExpiresAtUnixMs
+	}
+	c.renewPending = nil
+	kick(c.leaseKick)
+	return nil
+}
+
+// Run supervises the connection until a terminal condition: ErrRevoked
+// (exit 0), ErrRevokeEpoch, ErrLeaseExpired (LeaseExpiredCode),
+// ErrReconnectGraceExceeded, ErrReconnectDeadlineExceeded, ErrTicketConsumed
+// (fail closed), an error from a hook, or ctx's end. State (the outbox, the
+// journal) is the caller's and is never touched here.
+func (c *Client) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	authed := make(chan *Conn)
+	need := make(chan struct{}, 1)
+	d := &dispatcher{kick: make(chan struct{}, 1)}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	if c.cfg.Dialer != nil {
+		go func() { defer wg.Done(); c.dialLoop(ctx, need, authed) }()
+	} else {
+		go func() { defer wg.Done(); c.acceptLoop(ctx, authed) }()
+	}
+	go func() { defer wg.Done(); c.dispatchLoop(ctx, d) }()
+
+	var cur *Conn
+	defer func() {
+		cancel()
+		if cur != nil {
+			cur.l.close(nil)
+		}
+		wg.Wait()
+		c.mu.Lock()
+		c.current = nil
+		c.mu.Unlock()
+	}()
+
+	everAuthed := false
+	disconnectedAt := time.Now()
+	var renewAt time.Time
+	scheduleRenew := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.lease == nil || c.lease.RenewalVersion != 1 {
+			renewAt = time.Time{}
+			return
+		}
+		now := time.Now()
+		left := time.UnixMilli(c.lease.ExpiresAtUnixMs).Sub(now)
+		renewAt = now.Add(max(left/2, minRenewInterval))
+	}
+	kick(need)
+	for {
+		now := time.Now()
+		wake := time.Duration(-1)
+		consider := func(d time.Duration) {
+			if wake < 0 || d < wake {
+				wake = d
+			}
+		}
+		c.mu.Lock()
+		var expiry time.Time
+		if c.lease != nil {
+			expiry = time.UnixMilli(c.lease.ExpiresAtUnixMs)
+		}
+		c.mu.Unlock()
+		if !expiry.IsZero() {
+			if !now.Before(expiry) {
+				c.log.Error("connection lease expired", "code", LeaseExpiredCode)
+				return fmt.Errorf("run client: %s: %w", LeaseExpiredCode, ErrLeaseExpired)
+			}
+			consider(expiry.Sub(now))
+		}
+		if cur == nil && everAuthed && c.cfg.ReconnectGrace > 0 {
+			left := disconnectedAt.Add(c.cfg.ReconnectGrace).Sub(now)
+			if left <= 0 {
+				return fmt.Errorf("run client: %w", ErrReconnectGraceExceeded)
+			}
+			consider(left)
+		}
+		if cur == nil && !c.cfg.Deadline.IsZero() {
+			left := c.cfg.Deadline.Sub(now)
+			if left <= 0 {
+				return fmt.Errorf("run client: %w", ErrReconnectDeadlineExceeded)
+			}
+			consider(left)
+		}
+		if cur != nil && !renewAt.IsZero() {
+			if !now.Before(renewAt) {
+				c.sendRenew(cur)
+				scheduleRenew()
+			}
+			consider(renewAt.Sub(now))
+		}
+		var timer <-chan time.Time
+		if wake >= 0 {
+			t := time.NewTimer(wake)
+			defer t.Stop()
+			timer = t.C
+		}
+		var curDone <-chan struct{}
+		if cur != nil {
+			curDone = cur.Done()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-c.fatal:
+			return fmt.Errorf("run client: %w", err)
+		case conn := <-authed:
+			if cur != nil {
+				c.log.Info("newer authenticated connection supersedes the current one")
+				cur.l.close(errSuperseded)
+			}
+			cur = conn
+			everAuthed = true
+			c.mu.Lock()
+			c.current = conn
+			c.mu.Unlock()
+			d.set(conn)
+			scheduleRenew()
+			c.log.Info("connection authenticated", "connectionId", conn.sess.ConnectionID, "version", conn.sess.Version)
+		case <-curDone:
+			err := cur.l.Err()
+			c.log.Warn("connection lost", "err", err)
+			cur.l.close(nil)
+			cur = nil
+			c.mu.Lock()
+			c.current = nil
+			c.mu.Unlock()
+			disconnectedAt = time.Now()
+			if c.cfg.OnLost != nil {
+				c.cfg.OnLost(err)
+			}
+			kick(need)
+		case <-c.leaseKick:
+			scheduleRenew()
+		case <-timer:
+		}
+	}
+}
+
+// errSuperseded ends a connection replaced by a newer authenticated one.
+var errSuperseded = errors.New("superseded by a newer connection")
+
+// sendRenew sends lease_renew on the priority lane: the held expiry and
+// epoch, or the outstanding request again, unchanged (prp.md §5).
+func (c *Client) sendRenew(cur *Conn) {
+	c.mu.Lock()
+	if c.renewPending == nil {
+		c.renewPending = &LeaseRenewPayload{
+			ConnectionLeaseExpiresAtUnixMs: c.lease.ExpiresAtUnixMs,
+			ConnectionLeaseRevocationEpoch: c.lease.RevocationEpoch,
+		}
+	}
+	p := *c.renewPending
+	c.mu.Unlock()
+	env, err := cur.sess.NewControl(KindLeaseRenew, p)
+	if err == nil {
+		var b []byte
+		if b, err = MarshalEnvelope(env); err == nil {
+			err = cur.l.sendPriority(b)
+		}
+	}
+	if err != nil {
+		c.log.Warn("lease renewal not sent", "err", err)
+	}
+}
+
+// attemptCtx bounds one connect and handshake by the lifetime deadline and the lease expiry.
+func (c *Client) attemptCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl := c.cfg.Deadline
+	c.mu.Lock()
+	if c.lease != nil {
+		if e := time.UnixMilli(c.lease.ExpiresAtUnixMs); dl.IsZero() || e.Before(dl) {
+			dl = e
+		}
+	}
+	c.mu.Unlock()
+	if dl.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, dl)
+}
+
+// handshakeFailed sorts a failed handshake: fatal ones end Run.
+func (c *Client) handshakeFailed(err error) (fatal bool) {
+	if errors.Is(err, ErrTicketConsumed) || errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrNoCredential) {
+		c.failFatal(err)
+		return true
+	}
+	c.log.Warn("handshake failed; retrying", "err", err)
+	return false
+}
+
+func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan<- *Conn) {
+	bo := Backoff{Base: c.cfg.ReconnectDelay}
+	first := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-need:
+		}
+		if !first && !sleepCtx(ctx, c.cfg.ReconnectDelay) { // after a drop: base once
+			return
+		}
+		first = false
+		for {
+			conn, err := c.dialOnce(ctx)
+			if err == nil {
+				bo.Reset()
+				select {
+				case authed <- conn:
+				case <-ctx.Done():
+					conn.l.close(nil)
+					return
+				}
+				break
+			}
+			if ctx.Err() != nil || c.handshakeFailed(err) {
+				return
+			}
+			if !sleepCtx(ctx, bo.Next()) {
+				return
+			}
+		}
+	}
+}
+
+func (c *Client) dialOnce(ctx context.Context) (*Conn, error) {
+	actx, cancel := c.attemptCtx(ctx)
+	defer cancel()
+	act := newActivity()
+	ws, err := c.cfg.Dialer.dial(actx, act, c.cfg.MaxFrameBytes)
+	if err != nil {
+		return nil, err
+	}
+	sess, w, err := c.handshake(actx, ws)
+	if err != nil {
+		_ = ws.Close()
+		return nil, err
+	}
+	return c.adopt(ws, act, sess, w), nil
+}
+
+// acceptLoop authenticates listener peers one at a time, so one ticket is
+// never in two handshakes; a peer failing before auth_response costs nothing
+// and never touches the current connection (prp.md §1.2, §4 item 4).
+func (c *Client) acceptLoop(ctx context.Context, authed chan<- *Conn) {
+	for {
+		a, err := c.cfg.Listener.accept(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.failFatal(fmt.Errorf("accept: %w", err))
+			}
+			return
+		}
+		actx, cancel := c.attemptCtx(ctx)
+		sess, w, err := c.handshake(actx, a.ws)
+		cancel()
+		if err != nil {
+			_ = a.ws.Close()
+			if ctx.Err() != nil || c.handshakeFailed(err) {
+				return
+			}
+			continue
+		}
+		conn := c.adopt(a.ws, a.act, sess, w)
+		select {
+		case authed <- conn:
+		case <-ctx.Done():
+			conn.l.close(nil)
+			return
+		}
+	}
+}
+
+// dispatcher hands the newest connection to the dispatch goroutine without
+// ever blocking the supervisor.
+type dispatcher struct {
+	mu   sync.Mutex
+	conn *Conn
+	gen  int
+	kick chan struct{}
+}
+
+func (d *dispatcher) set(c *Conn) {
+	d.mu.Lock()
+	d.conn, d.gen = c, d.gen+1
+	d.mu.Unlock()
+	kick(d.kick)
+}
+
+func (d *dispatcher) get() (*Conn, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conn, d.gen
+}
+
+// dispatchLoop calls the user's hooks serially: OnAuthenticated once per
+// connection, then OnControl for each inbound envelope, until a newer
+// connection takes over.
+func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
+	seen := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+		}
+		conn, gen := d.get()
+		if gen == seen || conn == nil {
+			continue
+		}
+		seen = gen
+		if c.cfg.OnAuthenticated != nil {
+			if err := c.cfg.OnAuthenticated(ctx, conn, conn.welcome); err != nil {
+				c.failFatal(err)
+				return
+			}
+		}
+		for {
+			pt, err := conn.l.recv(ctx)
+			if err != nil {
+				break
+			}
+			if _, g := d.get(); g != gen {
+				break // superseded: the newer connection's replay covers the rest
+			}
+			env, err := DecodeEnvelope(pt)
+			if err != nil {
+				continue // inspect already validated it
+			}
+			if c.cfg.OnControl != nil {
+				if err := c.cfg.OnControl(ctx, conn, env); err != nil {
+					c.failFatal(err)
+					return
+				}
+			}
+		}
+		if _, g := d.get(); g != gen {
+			kick(d.kick)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends; false means ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

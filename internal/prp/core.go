@@ -1,0 +1,549 @@
+package prp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Core-side bounds and defaults (prp.md §3, §7.1, §8.4, §12).
+const (
+	// DefaultTicketTTL is the bootstrap ticket TTL the core mints with (LT uses 60 s; CP allows 1–60 s).
+	DefaultTicketTTL = 60 * time.Second
+	// maxCoreCommands bounds the core journal (CP: 500 commands).
+	maxCoreCommands = 500
+	// isoMillisLayout is JavaScript's Date.prototype.toISOString.
+	isoMillisLayout = "2006-01-02T15:04:05.000Z"
+)
+
+// Core-side protocol faults; each closes the runner's connection (prp.md §8.4, §7.3).
+var (
+	// ErrSourceSeq: an event whose sourceSeq is neither acked+1 nor a duplicate.
+	ErrSourceSeq = errors.New("event sourceSeq is not contiguous")
+	// ErrSourceEventReplayConflict is source_event_replay_conflict.
+	ErrSourceEventReplayConflict = errors.New("source_event_replay_conflict")
+	// ErrCommandResult: a result for an unknown command or a conflicting one for a settled command.
+	ErrCommandResult = errors.New("command result does not match the journal")
+	// ErrLeaseNotUsable: the connection's lease expired or was revoked (scenario 27).
+	ErrLeaseNotUsable = errors.New("connection lease expired or revoked")
+	// ErrJournalFull: more than maxCoreCommands commands queued.
+	ErrJournalFull = errors.New("core command journal full")
+)
+
+// CoreConfig configures the core (controller) half.
+type CoreConfig struct {
+	Identity                    Identity
+	RunnerVersion, RunnerDigest string
+	Store                       *MemoryCredentialStore // nil: a new one
+	LeaseTTL                    time.Duration          // 0: DefaultLeaseTTL
+	TicketTTL                   time.Duration          // 0: DefaultTicketTTL
+	MaxFrameBytes               int                    // announced in the welcome; 0: DefaultCoreMaxFrameBytes
+	PingInterval                time.Duration          // WebSocket Ping when idle; 0: DefaultPingInterval
+	SilenceTimeout              time.Duration          // 0: DefaultSilenceTimeout
+	Logger                      *slog.Logger
+}
+
+// Core is the controller half of PRP used by tests and prpctl: it mints
+// tickets, holds leases, queues commands (only the lowest pending one is
+// delivered; the welcome re-delivers it), admits events with cumulative
+// ACKs and keeps the newest authenticated connection (prp.md §3–§8).
+// Safe for concurrent use.
+type Core struct {
+	cfg   CoreConfig
+	store *MemoryCredentialStore
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	conns    map[*coreConn]struct{}
+	current  *coreConn
+	connSeq  int
+	envSeq   int
+	commands []*coreCommand
+	acked    int64
+	events   []json.RawMessage // committed event envelopes, as received
+	canon    [][]byte          // their canonical forms
+	pongs    int
+	auths    int
+	changed  chan struct{}
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+type coreCommand struct {
+	cmd    Command
+	raw    json.RawMessage
+	result json.RawMessage // canonical command_result payload once settled
+}
+
+type coreConn struct {
+	l     *link
+	sess  *Session
+	lease Lease
+}
+
+// NewCore returns a core for one runner registration.
+func NewCore(cfg CoreConfig) *Core {
+	if cfg.Store == nil {
+		cfg.Store = NewMemoryCredentialStore()
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.TicketTTL == 0 {
+		cfg.TicketTTL = DefaultTicketTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Core{
+		cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "prp.core"),
+		conns: map[*coreConn]struct{}{}, changed: make(chan struct{}),
+	}
+}
+
+// Store returns the credential store.
+func (c *Core) Store() *MemoryCredentialStore { return c.store }
+
+// MintTicket issues a one-use bootstrap ticket.
+func (c *Core) MintTicket() (string, error) { return c.store.IssueTicket(c.cfg.TicketTTL, time.Now()) }
+
+// notifyLocked wakes every Wait; c.mu held.
+func (c *Core) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Wait blocks until cond (evaluated under the core's lock) holds or ctx ends.
+func (c *Core) Wait(ctx context.Context, cond func(s CoreSnapshot) bool) error {
+	for {
+		c.mu.Lock()
+		ok := cond(c.snapshotLocked())
+		ch := c.changed
+		c.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait core: %w", ctx.Err())
+		}
+	}
+}
+
+// CoreSnapshot is what a test observes of the core.
+type CoreSnapshot struct {
+	AckedSourceSeq  int64
+	Events          []json.RawMessage
+	Results         map[string]json.RawMessage // by commandId
+	Pongs           int
+	Authentications int
+	Connected       bool
+	ConnectionID    string
+	Lease           Lease // the current connection's lease (no token)
+}
+
+// Snapshot returns the observable state.
+func (c *Core) Snapshot() CoreSnapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snapshotLocked()
+}
+
+func (c *Core) snapshotLocked() CoreSnapshot {
+	s := CoreSnapshot{
+		AckedSourceSeq: c.acked, Events: append([]json.RawMessage(nil), c.events...),
+		Results: map[string]json.RawMessage{}, Pongs: c.pongs, Authentications: c.auths,
+	}
+	for _, cmd := range c.commands {
+		if cmd.result != nil {
+			s.Results[cmd.cmd.CommandID] = cmd.result
+		}
+	}
+	if c.current != nil {
+		s.Connected, s.ConnectionID = true, c.current.sess.ConnectionID
+		s.Lease, _ = c.store.LeaseState(c.current.lease.ID, time.Now())
+	}
+	return s
+}
+
+// ServeHTTP is the dial-target route: the runner dials
+// ConnectPath(runId); anything else gets 400 (prp.md §1.1).
+func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || r.RequestURI != ConnectPath(c.cfg.Identity.RunID) {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	act := newActivity()
+	ws, err := websocket.Accept(w, r, acceptOptions(act))
+	if err != nil {
+		return
+	}
+	c.serve(context.Background(), newWSConn(ws, act, MaxMaxFrameBytes), act)
+}
+
+// Connect is the listen-target mode: the core dials the runner's listener
+// (ws:// to loopback in tests) and returns once the handshake has ended.
+func (c *Core) Connect(ctx context.Context, url string) error {
+	d, err := NewDialer(ctx, DialerConfig{URL: url})
+	if err != nil {
+		return err
+	}
+	defer d.CloseIdle()
+	act := newActivity()
+	ws, err := d.dial(ctx, act, MaxMaxFrameBytes)
+	if err != nil {
+		return err
+	}
+	return c.serve(ctx, ws, act)
+}
+
+// serve authenticates one connection and, on success, makes it current
+// (closing every other: newest wins) and starts its dispatch goroutine.
+func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = ws.Close()
+		return ErrConnClosed
+	}
+	c.connSeq++
+	connID := "connection_" + strconv.Itoa(c.connSeq)
+	c.mu.Unlock()
+	h := CoreHandshake{
+		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
+		Store: c.store, LeaseTTL: c.cfg.LeaseTTL, MaxFrameBytes: c.cfg.MaxFrameBytes, ConnectionID: connID,
+		PendingCommands: c.pendingForWelcome,
+		AckedSourceSeq:  func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
+	}
+	hctx, cancel := context.WithTimeout(ctx, 3*AuthMessageTimeout)
+	sess, hello, err := h.Run(hctx, ws)
+	cancel()
+	if err != nil {
+		_ = ws.Close()
+		c.log.Info("runner handshake failed", "err", err)
+		return err
+	}
+	cc := &coreConn{sess: sess, lease: hello.Lease}
+	cc.l = startLink(ws, act, sess, linkConfig{
+		PingInterval: c.cfg.PingInterval, SilenceTimeout: c.cfg.SilenceTimeout,
+		Inspect: func([]byte) (frameAction, error) { return frameForward, nil },
+		Logger:  c.log,
+	})
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		cc.l.close(nil)
+		return ErrConnClosed
+	}
+	var old []*coreConn
+	for o := range c.conns {
+		old = append(old, o)
+	}
+	c.conns[cc] = struct{}{}
+	c.current = cc
+	c.auths++
+	c.notifyLocked()
+	c.wg.Add(1)
+	c.mu.Unlock()
+	for _, o := range old {
+		o.l.fail(errSuperseded) // newest wins (CP, prp.md §6.1)
+	}
+	go func() {
+		defer c.wg.Done()
+		c.dispatch(cc)
+	}()
+	return nil
+}
+
+func (c *Core) pendingForWelcome() []json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.lowestPendingLocked(); p != nil {
+		return []json.RawMessage{p.raw}
+	}
+	return []json.RawMessage{}
+}
+
+func (c *Core) lowestPendingLocked() *coreCommand {
+	for _, cmd := range c.commands {
+		if cmd.result == nil {
+			return cmd
+		}
+	}
+	return nil
+}
+
+// dispatch handles one connection's inbound envelopes until it ends.
+func (c *Core) dispatch(cc *coreConn) {
+	defer func() {
+		cc.l.close(nil)
+		c.mu.Lock()
+		delete(c.conns, cc)
+		if c.current == cc {
+			c.current = nil
+		}
+		c.notifyLocked()
+		c.mu.Unlock()
+	}()
+	for {
+		pt, err := cc.l.recv(context.Background())
+		if err != nil {
+			return
+		}
+		if err := c.handle(cc, pt); err != nil {
+			c.log.Warn("closing runner connection", "err", err)
+			cc.l.fail(err)
+			return
+		}
+	}
+}
+
+func (c *Core) handle(cc *coreConn, pt []byte) error {
+	env, err := DecodeEnvelope(pt)
+	if err != nil {
+		return err
+	}
+	if err := ValidateRunnerEnvelope(env, cc.sess); err != nil {
+		return err
+	}
+	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
+		return ErrLeaseNotUsable // every later frame, lease_renew included (scenario 27)
+	}
+	switch env.Kind {
+	case KindEvent:
+		return c.admitEvent(cc, pt, env)
+	case KindCommandResult:
+		return c.admitResult(cc, env)
+	case KindPong:
+		c.mu.Lock()
+		c.pongs++
+		c.notifyLocked()
+		c.mu.Unlock()
+	case KindLeaseRenew:
+		var p LeaseRenewPayload
+		if err := env.DecodePayload(&p); err != nil {
+			return err
+		}
+		r, err := c.store.RenewLease(cc.lease.ID, p, c.cfg.LeaseTTL, time.Now())
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.notifyLocked()
+		c.mu.Unlock()
+		return c.sendOn(cc, KindLeaseRenewed, "lease_renewed_"+strconv.FormatInt(p.ConnectionLeaseExpiresAtUnixMs, 10), r)
+	}
+	return nil
+}
+
+// admitEvent applies CP #event: sourceSeq = acked+1 commits and ACKs; a
+// duplicate must byte-match after canonicalisation and is re-ACKed.
+func (c *Core) admitEvent(cc *coreConn, pt []byte, env *Envelope) error {
+	var p struct {
+		SourceSeq int64 `json:"sourceSeq"`
+	}
+	if err := env.DecodePayload(&p); err != nil {
+		return err
+	}
+	canon, err := Canonical(json.RawMessage(pt))
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	switch {
+	case p.SourceSeq == c.acked+1:
+		c.events = append(c.events, append(json.RawMessage(nil), pt...))
+		c.canon = append(c.canon, canon)
+		c.acked = p.SourceSeq
+		c.notifyLocked()
+	case p.SourceSeq >= 1 && p.SourceSeq <= c.acked && int(p.SourceSeq) <= len(c.canon):
+		if string(c.canon[p.SourceSeq-1]) != string(canon) {
+			c.mu.Unlock()
+			return ErrSourceEventReplayConflict
+		}
+	default:
+		c.mu.Unlock()
+		return ErrSourceSeq
+	}
+	acked := c.acked
+	c.mu.Unlock()
+	return c.sendOn(cc, KindAck, "", AckPayload{AckedSourceSeq: acked})
+}
+
+func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
+	var p CommandResultPayload
+	if err := env.DecodePayload(&p); err != nil {
+		return err
+	}
+	canon, err := Canonical(env.Payload)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	var cmd *coreCommand
+	for _, x := range c.commands {
+		if x.cmd.CommandID == p.CommandID {
+			cmd = x
+		}
+	}
+	switch {
+	case cmd == nil || cmd.cmd.ControllerSeq != p.ControllerSeq:
+		c.mu.Unlock()
+		return ErrCommandResult
+	case cmd.result != nil:
+		same := string(cmd.result) == string(canon)
+		c.mu.Unlock()
+		if !same {
+			return ErrCommandResult
+		}
+		return nil // an identical duplicate is counted, nothing more
+	}
+	cmd.result = canon
+	c.notifyLocked()
+	next := c.lowestPendingLocked()
+	c.mu.Unlock()
+	if p.CommandType == "runner.suspend" || p.CommandType == "runner.shutdown" {
+		return c.sendOn(cc, KindCommandResultAck, "", CommandResultAckPayload{
+			CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: p.ControllerSeq, Status: p.Status,
+		})
+	}
+	if next != nil {
+		return c.sendOn(cc, KindCommand, "", json.RawMessage(next.raw))
+	}
+	return nil
+}
+
+// sendOn builds a core control envelope (envelopeId, sentAt) and queues it on cc.
+func (c *Core) sendOn(cc *coreConn, kind, envelopeID string, payload any) error {
+	env, err := cc.sess.NewControl(kind, payload)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.envSeq++
+	if envelopeID == "" {
+		envelopeID = kind + "_" + strconv.Itoa(c.envSeq)
+	}
+	c.mu.Unlock()
+	env.EnvelopeID = envelopeID
+	env.SentAt = time.Now().UTC().Format(isoMillisLayout)
+	b, err := MarshalEnvelope(env)
+	if err != nil {
+		return err
+	}
+	return cc.l.send(context.Background(), b)
+}
+
+// QueueCommand journals a command: controllerSeq is assigned, and
+// commandId, schema and issuedAt default as CP queueCommand does. It is
+// delivered at once when it is the lowest pending command and a runner is
+// connected.
+func (c *Core) QueueCommand(cmd Command) (Command, error) {
+	c.mu.Lock()
+	if len(c.commands) >= maxCoreCommands {
+		c.mu.Unlock()
+		return Command{}, ErrJournalFull
+	}
+	cmd.ControllerSeq = int64(len(c.commands) + 1)
+	if cmd.CommandID == "" {
+		cmd.CommandID = fmt.Sprintf("command_prp_%08d", cmd.ControllerSeq)
+	}
+	if cmd.Schema == "" {
+		cmd.Schema = "paperclip.prp.command.v1"
+	}
+	if cmd.IssuedAt == "" {
+		cmd.IssuedAt = time.Now().UTC().Format(isoMillisLayout)
+	}
+	if cmd.Payload == nil {
+		cmd.Payload = json.RawMessage(`{}`)
+	}
+	raw, err := marshalJSON(cmd)
+	if err != nil {
+		c.mu.Unlock()
+		return Command{}, fmt.Errorf("queue command: %w", err)
+	}
+	cc := &coreCommand{cmd: cmd, raw: raw}
+	c.commands = append(c.commands, cc)
+	deliver := c.lowestPendingLocked() == cc
+	cur := c.current
+	c.mu.Unlock()
+	if deliver && cur != nil {
+		if err := c.sendOn(cur, KindCommand, "", json.RawMessage(raw)); err != nil {
+			return cmd, err
+		}
+	}
+	return cmd, nil
+}
+
+// Ping sends a PRP ping to the current connection.
+func (c *Core) Ping(ctx context.Context) error {
+	cur := c.cur()
+	if cur == nil {
+		return ErrNotConnected
+	}
+	return c.sendOn(cur, KindPing, "", struct{}{})
+}
+
+// Revoke revokes the current lease at epoch and tells the runner.
+func (c *Core) Revoke(epoch int64) error {
+	cur := c.cur()
+	if cur == nil {
+		return ErrNotConnected
+	}
+	p, err := c.store.Revoke(cur.lease.ID, epoch)
+	if err != nil {
+		return err
+	}
+	return c.sendOn(cur, KindRevoke, "", p)
+}
+
+// SendRaw queues a core envelope built by the caller on the current
+// connection (tests of malformed or mismatched frames).
+func (c *Core) SendRaw(ctx context.Context, build func(s *Session) ([]byte, error)) error {
+	cur := c.cur()
+	if cur == nil {
+		return ErrNotConnected
+	}
+	b, err := build(cur.sess)
+	if err != nil {
+		return err
+	}
+	return cur.l.send(ctx, b)
+}
+
+// DropCurrent drops the current connection as a network failure would.
+func (c *Core) DropCurrent() {
+	if cur := c.cur(); cur != nil {
+		cur.l.fail(ErrConnClosed)
+	}
+}
+
+func (c *Core) cur() *coreConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+// Close drops every connection and waits for their goroutines.
+func (c *Core) Close() {
+	c.mu.Lock()
+	c.closed = true
+	var all []*coreConn
+	for cc := range c.conns {
+		all = append(all, cc)
+	}
+	c.mu.Unlock()
+	for _, cc := range all {
+		cc.l.fail(ErrConnClosed)
+	}
+	c.wg.Wait()
+}

@@ -1,0 +1,136 @@
+package prp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var runnerIdentity = Identity{
+	RunnerInstanceID: "runner_1", EnvironmentLeaseID: "env_1", RunID: "run_1",
+	NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
+}
+
+const (
+	runnerVer = "0.1.0"
+	runnerDig = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+)
+
+func newTestCore(mod func(*CoreConfig)) *Core {
+	cfg := CoreConfig{Identity: runnerIdentity, RunnerVersion: runnerVer, RunnerDigest: runnerDig}
+	if mod != nil {
+		mod(&cfg)
+	}
+	return NewCore(cfg)
+}
+
+// runnerUser is the Client's user in tests: it records every hook call.
+type runnerUser struct {
+	mu       sync.Mutex
+	welcomes []*Welcome
+	controls []*Envelope
+	lost     []error
+	changed  chan struct{}
+	// block, when set, makes OnControl wait on it (a user stuck in provider work).
+	block chan struct{}
+}
+
+func newRunnerUser() *runnerUser { return &runnerUser{changed: make(chan struct{}, 1)} }
+
+func (u *runnerUser) hooks(cfg *ClientConfig) {
+	cfg.OnAuthenticated = func(_ context.Context, _ *Conn, w *Welcome) error {
+		u.mu.Lock()
+		u.welcomes = append(u.welcomes, w)
+		u.mu.Unlock()
+		kick(u.changed)
+		return nil
+	}
+	cfg.OnControl = func(ctx context.Context, _ *Conn, env *Envelope) error {
+		if u.block != nil {
+			select {
+			case <-u.block:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		u.mu.Lock()
+		u.controls = append(u.controls, env)
+		u.mu.Unlock()
+		kick(u.changed)
+		return nil
+	}
+	cfg.OnLost = func(err error) {
+		u.mu.Lock()
+		u.lost = append(u.lost, err)
+		u.mu.Unlock()
+		kick(u.changed)
+	}
+}
+
+// waitFor polls cond on every hook call until it holds or ctx ends.
+func (u *runnerUser) waitFor(ctx context.Context, t testing.TB, what string, cond func(u *runnerUser) bool) {
+	t.Helper()
+	for {
+		u.mu.Lock()
+		ok := cond(u)
+		u.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-u.changed:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		}
+	}
+}
+
+func (u *runnerUser) kinds() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var ks []string
+	for _, e := range u.controls {
+		ks = append(ks, e.Kind)
+	}
+	return ks
+}
+
+// startClient runs a Client; the returned channel yields Run's error.
+func startClient(t testing.TB, ctx context.Context, cfg ClientConfig) (*Client, <-chan error) {
+	t.Helper()
+	if cfg.Identity == (Identity{}) {
+		cfg.Identity = runnerIdentity
+	}
+	cfg.RunnerVersion, cfg.RunnerDigest = runnerVer, runnerDig
+	c, err := NewClient(cfg)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return c, done
+}
+
+// eventEnvelope builds a runner event envelope with sourceSeq seq.
+func eventEnvelope(t testing.TB, seq int64) []byte {
+	t.Helper()
+	payload := fmt.Appendf(nil, `{"schema":"paperclip.prp.event.v1","sourceEventId":"event_runner_1_%016d","sourceSeq":%d,"sourceInstanceId":"runner_1","sourceKind":"runner","eventType":"runner.diagnostic","schemaVersion":1,"priority":1,"payload":{"note":"<&>"}}`, seq, seq)
+	b, err := MarshalEnvelope(NewEventEnvelope(KindEvent, ProtocolVersion, runnerIdentity, payload))
+	require.NoError(t, err)
+	return b
+}
+
+// resultEnvelope builds a completed command_result for cmd.
+func resultEnvelope(t testing.TB, cmd *Envelope) []byte {
+	t.Helper()
+	var c Command
+	require.NoError(t, json.Unmarshal(cmd.Payload, &c))
+	p, err := marshalJSON(CommandResultPayload{CommandID: c.CommandID, ControllerSeq: c.ControllerSeq,
+		CommandType: c.Type, Status: "completed", Result: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	b, err := MarshalEnvelope(NewEventEnvelope(KindCommandResult, cmd.Version, runnerIdentity, p))
+	require.NoError(t, err)
+	return b
+}
