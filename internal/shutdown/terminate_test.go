@@ -1,0 +1,98 @@
+package shutdown
+
+import (
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeGroup records signals; reaped makes Signal report false.
+type fakeGroup struct {
+	mu     sync.Mutex
+	sigs   []syscall.Signal
+	reaped bool
+}
+
+func (g *fakeGroup) Signal(s syscall.Signal) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reaped {
+		return false
+	}
+	g.sigs = append(g.sigs, s)
+	return true
+}
+
+func (g *fakeGroup) got() []syscall.Signal {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]syscall.Signal(nil), g.sigs...)
+}
+
+func TestTerminateEscalatesAfterGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var steps []string
+		term := New(500*time.Millisecond, func() { steps = append(steps, "begin") }, func() { steps = append(steps, "ack") })
+		g := &fakeGroup{}
+		assert.True(t, term.Attach(g))
+		term.Terminate()
+		term.Terminate() // idempotent
+		assert.Equal(t, []string{"begin", "ack"}, steps)
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM}, g.got())
+		time.Sleep(499 * time.Millisecond)
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM}, g.got())
+		time.Sleep(2 * time.Millisecond)
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, g.got())
+		assert.True(t, term.Killed())
+	})
+}
+
+func TestTerminateNoKillOnceReaped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		term := New(DefaultGrace, nil, nil)
+		g := &fakeGroup{}
+		term.Attach(g)
+		term.Terminate()
+		g.mu.Lock()
+		g.reaped = true
+		g.mu.Unlock()
+		time.Sleep(DefaultGrace + time.Second)
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM}, g.got())
+		assert.False(t, term.Killed())
+	})
+}
+
+func TestTerminateBeforeSpawnOnlyAcks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		acks := 0
+		term := New(0, nil, func() { acks++ })
+		term.Terminate()
+		assert.Equal(t, 1, acks)
+		assert.True(t, term.Terminated())
+		// A child attached after terminate() still gets SIGTERM and the timer.
+		g := &fakeGroup{}
+		assert.False(t, term.Attach(g))
+		time.Sleep(DefaultGrace + time.Millisecond)
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, g.got())
+		assert.Equal(t, 1, acks)
+	})
+}
+
+func TestStopDisarmsTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		term := New(time.Second, nil, nil)
+		g := &fakeGroup{}
+		term.Attach(g)
+		term.Terminate()
+		term.Stop()
+		time.Sleep(2 * time.Second)
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM}, g.got())
+	})
+}

@@ -1,0 +1,240 @@
+package stdinpoll
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a Handler that records effects as strings.
+type recorder struct{ got []string }
+
+func (r *recorder) Stdin(b []byte)   { r.got = append(r.got, "stdin:"+string(b)) }
+func (r *recorder) StdinEnd()        { r.got = append(r.got, "end") }
+func (r *recorder) Shutdown()        { r.got = append(r.got, "shutdown") }
+func (r *recorder) Error(msg string) { r.got = append(r.got, "error:"+msg) }
+
+type fixture struct {
+	t    *testing.T
+	dir  string
+	rec  *recorder
+	r    *Reader
+	ok   bool
+	lost int
+}
+
+func newFixture(t *testing.T, maxRetries int) *fixture {
+	dir := t.TempDir()
+	f, err := os.Open(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	fx := &fixture{t: t, dir: dir, rec: &recorder{}, ok: true}
+	fx.r = New(Config{
+		Dir: f, MaxRetries: maxRetries, Handler: fx.rec,
+		Verify: func() bool { return fx.ok },
+		Lost:   func() { fx.lost++ },
+	})
+	return fx
+}
+
+func (fx *fixture) put(seq int64, body string) {
+	require.NoError(fx.t, os.WriteFile(filepath.Join(fx.dir, sessiondir.SeqName(seq)), []byte(body), 0o600))
+}
+
+func data(s string) string {
+	return `{"type":"stdin","data":"` + base64.StdEncoding.EncodeToString([]byte(s)) + `"}` + "\n"
+}
+
+func (fx *fixture) present(seq int64) bool {
+	_, err := os.Lstat(filepath.Join(fx.dir, sessiondir.SeqName(seq)))
+	return err == nil
+}
+
+func TestReaderDeliversInOrderAndDeletes(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.put(2, data("b"))
+	fx.put(1, data("a"))
+	fx.put(3, `{"type":"stdinEnd"}`)
+	fx.put(4, `{"type":"shutdown"}`)
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"stdin:a", "stdin:b", "end"}, fx.rec.got, "stdinEnd stops the scan")
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"stdin:a", "stdin:b", "end", "shutdown"}, fx.rec.got)
+	assert.True(t, fx.r.Done())
+	for i := int64(1); i <= 4; i++ {
+		assert.False(t, fx.present(i))
+	}
+}
+
+func TestReaderGapOnlyTicksSpendBudget(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.put(3, data("c"))
+	for range 10 {
+		fx.r.Scan(false) // event scans never give up
+	}
+	assert.Empty(t, fx.rec.got)
+	fx.r.Scan(true)
+	fx.r.Scan(true)
+	assert.Empty(t, fx.rec.got)
+	fx.r.Scan(true)
+	assert.Equal(t, []string{"error:Advanced past missing stdin files 1 to 2 after 3 retries.", "stdin:c"}, fx.rec.got)
+	// A late file below expectedSeq is still processed (reference behaviour).
+	fx.put(1, data("late"))
+	fx.r.Scan(false)
+	assert.Equal(t, "stdin:late", fx.rec.got[len(fx.rec.got)-1])
+}
+
+func TestReaderUnreadableRetriedThenDropped(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.put(1, `{"type":"stdin","data":"c2VjcmV0`) // truncated, holds "secret"
+	fx.put(2, `{"type":"stdinEnd"}`)
+	fx.r.Scan(false)
+	fx.r.Scan(true)
+	fx.r.Scan(true)
+	assert.Empty(t, fx.rec.got, "a later file never overtakes")
+	assert.True(t, fx.present(1))
+	fx.r.Scan(true)
+	require.Len(t, fx.rec.got, 2)
+	assert.True(t, strings.HasPrefix(fx.rec.got[0], "error:Dropped unreadable stdin file after 3 retries: 000000000001.json: "), fx.rec.got[0])
+	assert.NotContains(t, fx.rec.got[0], "c2VjcmV0")
+	assert.Equal(t, "end", fx.rec.got[1])
+	assert.False(t, fx.present(1))
+}
+
+func TestReaderUnreadableKinds(t *testing.T) {
+	cases := map[string]func(t *testing.T, path string){
+		"empty": func(t *testing.T, p string) { require.NoError(t, os.WriteFile(p, nil, 0o600)) },
+		"symlink": func(t *testing.T, p string) {
+			target := filepath.Join(t.TempDir(), "target")
+			require.NoError(t, os.WriteFile(target, []byte(`{"type":"shutdown"}`), 0o600))
+			require.NoError(t, os.Symlink(target, p))
+		},
+		"fifo":      func(t *testing.T, p string) { require.NoError(t, syscall.Mkfifo(p, 0o600)) },
+		"directory": func(t *testing.T, p string) { require.NoError(t, os.Mkdir(p, 0o700)) },
+		"binary":    func(t *testing.T, p string) { require.NoError(t, os.WriteFile(p, []byte{0, 1, 2, 0xff, 0xfe}, 0o600)) },
+		"oversized": func(t *testing.T, p string) {
+			f, err := os.Create(p)
+			require.NoError(t, err)
+			require.NoError(t, f.Truncate(MaxFileBytes+1))
+			require.NoError(t, f.Close())
+		},
+	}
+	want := map[string]string{
+		"empty":     "stdin file is empty",
+		"symlink":   "open: ELOOP",
+		"fifo":      "not a regular file",
+		"directory": "not a regular file",
+		"binary":    "invalid JSON at offset",
+		"oversized": "stdin file exceeds the 16777216-byte limit",
+	}
+	for name, mk := range cases {
+		t.Run(name, func(t *testing.T) {
+			fx := newFixture(t, 2)
+			mk(t, filepath.Join(fx.dir, sessiondir.SeqName(1)))
+			fx.put(2, data("next"))
+			fx.r.Scan(true)
+			assert.Empty(t, fx.rec.got)
+			fx.r.Scan(true)
+			require.Len(t, fx.rec.got, 2, "%v", fx.rec.got)
+			assert.Contains(t, fx.rec.got[0], want[name])
+			assert.Equal(t, "stdin:next", fx.rec.got[1])
+		})
+	}
+}
+
+func TestReaderIgnoresUnknownAndAfterEnd(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.put(1, `{"type":"bogus"}`)
+	fx.put(2, `[1,2,3]`)
+	fx.put(3, `{"type":"stdin","data":42}`)
+	fx.put(4, `{"type":"stdinEnd"}`)
+	fx.put(5, data("dropped"))
+	fx.put(6, `{"type":"stdinEnd"}`)
+	fx.r.Scan(false)
+	fx.r.Scan(false)
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"end"}, fx.rec.got)
+	for i := int64(1); i <= 6; i++ {
+		assert.False(t, fx.present(i), "file %d consumed", i)
+	}
+}
+
+func TestReaderNonNumericNamesAndOtherFiles(t *testing.T) {
+	fx := newFixture(t, 3)
+	require.NoError(t, os.WriteFile(filepath.Join(fx.dir, "abc.json"), []byte(data("x")), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(fx.dir, "000000000001.json.1234.paperclip-upload.b64"), []byte("partial"), 0o600))
+	fx.put(1, data("one"))
+	fx.r.Scan(false)
+	// "000000000001.json" sorts before "abc.json"; the non-numeric name is
+	// processed without moving expectedSeq; upload temp files are unlisted.
+	assert.Equal(t, []string{"stdin:one", "stdin:x"}, fx.rec.got)
+	fx.put(2, data("two"))
+	fx.r.Scan(false)
+	assert.Equal(t, "stdin:two", fx.rec.got[2])
+}
+
+func TestReaderIdentityAndLostDir(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.put(1, data("a"))
+	fx.ok = false
+	fx.r.Scan(true)
+	assert.Empty(t, fx.rec.got, "no names when the identity check fails")
+	assert.True(t, fx.present(1))
+	fx.ok = true
+	require.NoError(t, os.RemoveAll(fx.dir))
+	fx.r.Scan(true)
+	assert.Equal(t, 1, fx.lost, "listing a removed dir latches")
+}
+
+func TestReaderBacklogLeavesFiles(t *testing.T) {
+	fx := newFixture(t, 2)
+	full := true
+	fx.r.cfg.Backlogged = func() bool { return full }
+	fx.put(1, data("a"))
+	for range 5 {
+		fx.r.Scan(true)
+	}
+	assert.Empty(t, fx.rec.got)
+	assert.True(t, fx.present(1), "backpressure leaves files on disk, spends nothing")
+	full = false
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"stdin:a"}, fx.rec.got)
+}
+
+func TestAppendJSONNamesAllocatesOnlyNames(t *testing.T) {
+	fx := newFixture(t, 3)
+	for i := range 20 {
+		require.NoError(t, os.WriteFile(filepath.Join(fx.dir, "other-"+string(rune('a'+i))), nil, 0o600))
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := fx.r.list(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs, "an idle listing must not allocate")
+}
+
+// FuzzReaderFileContent feeds arbitrary bytes as stdin file 1: the reader
+// never panics, and the file is either consumed or kept for a retry.
+func FuzzReaderFileContent(f *testing.F) {
+	for _, s := range []string{data("hi"), `{"type":"stdinEnd"}`, `{"type":"shutdown"}`, "", "{", "\x00\xff", `{"type":"stdin","data":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fx := newFixture(t, 1000)
+		require.NoError(t, os.WriteFile(filepath.Join(fx.dir, sessiondir.SeqName(1)), b, 0o600))
+		fx.r.Scan(true)
+		_, perr := sessiondir.ParseMessage(b)
+		assert.Equal(t, perr != nil, fx.present(1), "kept exactly when unreadable")
+	})
+}
