@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -159,7 +160,7 @@ func (s *Session) Seal(plaintext []byte) ([]byte, error) {
 	out = append(out, framePrefix...)
 	out = strconv.AppendUint(out, counter, 10)
 	out = append(out, frameMiddle...)
-	out = hex.AppendEncode(out, h.scratch)
+	out = appendLowerHex(out, h.scratch)
 	out = append(out, frameSuffix...)
 	h.counter++
 	return out, nil
@@ -182,22 +183,28 @@ func (s *Session) Open(frame []byte) ([]byte, error) {
 }
 
 func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
-	counter, ctHex, err := parseSecureFrame(frame)
-	if err != nil {
-		return nil, err
+	// The fast path decodes the hex straight from the frame; anything it
+	// cannot take goes through the general parser, which has the final word.
+	counter, ctHex, fast := splitSecureFrameFast(frame)
+	var ct []byte
+	if fast {
+		ct, fast = h.decodeCiphertext(ctHex)
+	}
+	if !fast {
+		var err error
+		counter, ctHex, err = parseSecureFrameSlow(frame)
+		if err != nil {
+			return nil, err
+		}
+		var ok bool
+		if ct, ok = h.decodeCiphertext(ctHex); !ok {
+			return nil, ErrFrameMalformed
+		}
 	}
 	if counter != h.counter {
 		return nil, ErrFrameCounter
 	}
-	n := len(ctHex) / 2
-	if n < gcmTagSize {
-		return nil, ErrFrameMalformed
-	}
-	if cap(h.scratch) < n {
-		h.scratch = make([]byte, n)
-	}
-	ct := h.scratch[:n]
-	if !decodeLowerHex(ct, ctHex) {
+	if len(ct) < gcmTagSize {
 		return nil, ErrFrameMalformed
 	}
 	nonce := h.nonce(counter)
@@ -209,6 +216,16 @@ func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
 	return pt, nil
 }
 
+// decodeCiphertext decodes lowercase hex into the scratch buffer.
+func (h *halfChannel) decodeCiphertext(src []byte) ([]byte, bool) {
+	n := len(src) / 2
+	if cap(h.scratch) < n {
+		h.scratch = make([]byte, n)
+	}
+	ct := h.scratch[:n]
+	return ct, decodeLowerHex(ct, src)
+}
+
 // parseSecureFrame extracts counter and ciphertext hex from a frame. The
 // exact layout Seal (and the reference core) produce takes a fast path; any
 // other JSON object goes through the general parser with the same rules:
@@ -216,13 +233,15 @@ func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
 // a non-negative integer literal ≤ 2^53−1, ciphertext non-empty lowercase
 // hex of even length. Unknown members are ignored, as the reference does.
 func parseSecureFrame(frame []byte) (uint64, []byte, error) {
-	if c, ct, ok := parseSecureFrameFast(frame); ok {
+	if c, ct, ok := splitSecureFrameFast(frame); ok && validCiphertextHex(ct) {
 		return c, ct, nil
 	}
 	return parseSecureFrameSlow(frame)
 }
 
-func parseSecureFrameFast(frame []byte) (uint64, []byte, bool) {
+// splitSecureFrameFast matches the exact layout Seal writes and returns the
+// counter and the still unchecked ciphertext text between the quotes.
+func splitSecureFrameFast(frame []byte) (uint64, []byte, bool) {
 	rest, ok := bytes.CutPrefix(frame, []byte(framePrefix))
 	if !ok {
 		return 0, nil, false
@@ -240,7 +259,7 @@ func parseSecureFrameFast(frame []byte) (uint64, []byte, bool) {
 		return 0, nil, false
 	}
 	ct, ok := bytes.CutSuffix(rest, []byte(frameSuffix))
-	if !ok || !validCiphertextHex(ct) {
+	if !ok || len(ct) == 0 || len(ct)%2 != 0 {
 		return 0, nil, false
 	}
 	return counter, ct, true
@@ -320,10 +339,54 @@ var hexValue = func() (t [256]byte) {
 	return t
 }()
 
-// decodeLowerHex decodes len(dst)*2 lowercase hex digits from src.
+// SWAR lane constants for the hex codec below.
+const (
+	lanes01 = 0x0101010101010101
+	lanes0f = 0x0f0f0f0f0f0f0f0f
+	lanes80 = 0x8080808080808080
+)
+
+// appendLowerHex appends the lowercase hex of src to dst, four input bytes
+// per step: each byte is spread into a 16-bit lane as (hi, lo) nibbles, and
+// nibble n becomes '0'+n, plus 39 more when n ≥ 10 ('a'-'0'-10).
+func appendLowerHex(dst, src []byte) []byte {
+	n := len(dst)
+	dst = slices.Grow(dst, 2*len(src))[:n+2*len(src)]
+	out := dst[n:]
+	for len(src) >= 8 && len(out) >= 16 {
+		binary.LittleEndian.PutUint64(out, hexLanes(binary.LittleEndian.Uint32(src)))
+		binary.LittleEndian.PutUint64(out[8:], hexLanes(binary.LittleEndian.Uint32(src[4:])))
+		src, out = src[8:], out[16:]
+	}
+	const digits = "0123456789abcdef"
+	for i, b := range src {
+		out[2*i], out[2*i+1] = digits[b>>4], digits[b&0xf]
+	}
+	return dst
+}
+
+// hexLanes turns four bytes into their eight lowercase hex digits.
+func hexLanes(w uint32) uint64 {
+	x := uint64(w)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	x = (x | x<<8) & 0x00ff00ff00ff00ff
+	v := (x>>4)&0x000f000f000f000f | (x&0x000f000f000f000f)<<8
+	return v + 0x3030303030303030 + ((v+0x0606060606060606)>>4&lanes01)*39
+}
+
+// decodeLowerHex decodes len(dst)*2 lowercase hex digits from src and
+// reports whether every digit was valid ([0-9a-f]), eight digits per step.
 func decodeLowerHex(dst, src []byte) bool {
 	if len(src) != 2*len(dst) {
 		return false
+	}
+	for len(src) >= 8 && len(dst) >= 4 {
+		m, ok := unhexLanes(binary.LittleEndian.Uint64(src))
+		if !ok {
+			return false
+		}
+		binary.LittleEndian.PutUint32(dst, m)
+		src, dst = src[8:], dst[4:]
 	}
 	var bad byte
 	for i := range dst {
@@ -332,4 +395,20 @@ func decodeLowerHex(dst, src []byte) bool {
 		dst[i] = hi<<4 | lo
 	}
 	return bad&0xf0 == 0
+}
+
+// unhexLanes decodes eight lowercase hex digits into four bytes.
+func unhexLanes(x uint64) (uint32, bool) {
+	// Per lane (ASCII only): '0' ≤ c ≤ '9' or 'a' ≤ c ≤ 'f'. Adding k sets
+	// a lane's top bit exactly when c ≥ 0x80−k, and no lane carries.
+	digit := (x + 0x5050505050505050) &^ (x + 0x4646464646464646)
+	letter := (x + 0x1f1f1f1f1f1f1f1f) &^ (x + 0x1919191919191919)
+	if x&lanes80 != 0 || (digit|letter)&lanes80 != lanes80 {
+		return 0, false
+	}
+	nib := x&lanes0f + (x>>6&lanes01)*9
+	m := (nib<<4 | nib>>8) & 0x00ff00ff00ff00ff
+	m = (m | m>>8) & 0x0000ffff0000ffff
+	m = (m | m>>16) & 0xffffffff
+	return uint32(m), true
 }
