@@ -1,0 +1,87 @@
+package sessiondir
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func TestStdoutEmitterLines(t *testing.T) {
+	var buf lockedBuf
+	e := NewStdoutEmitter(&buf, nil)
+	e.Emit(DataFrame(StreamStdout, []byte("x")))
+	e.Emit(ErrorFrame("boom <&>"))
+	e.Emit(ShutdownAckFrame())
+	e.Close()
+	e.Emit(ShutdownAckFrame()) // after Close: dropped, no panic
+	assert.Equal(t, `{"seq":1,"type":"data","stream":"stdout","data":"eA=="}
+{"seq":2,"type":"error","message":"boom <&>"}
+{"seq":3,"type":"shutdownAck"}
+`, buf.b.String())
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, os.ErrClosed }
+
+func TestStdoutEmitterBroken(t *testing.T) {
+	e := NewStdoutEmitter(failWriter{}, nil)
+	e.Emit(ShutdownAckFrame())
+	<-e.Broken()
+	e.Emit(ShutdownAckFrame())
+	e.Close()
+}
+
+func TestEventsEmitterFiles(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Open(dir)
+	require.NoError(t, err)
+	defer f.Close()
+	e := NewEventsEmitter(f, nil)
+	code := 0
+	e.Emit(DataFrame(StreamStderr, []byte("e")))
+	e.Emit(ExitFrame(&code, ""))
+	e.Close()
+	b, err := os.ReadFile(filepath.Join(dir, "000000000001.json"))
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"data","stream":"stderr","data":"ZQ=="}`+"\n", string(b))
+	b, err = os.ReadFile(filepath.Join(dir, "000000000002.json"))
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"exit","code":0,"signal":null}`+"\n", string(b))
+	ents, _ := os.ReadDir(dir)
+	assert.Len(t, ents, 2)
+}
+
+func TestEventsEmitterNoFollowAndFailFast(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "target")
+	require.NoError(t, os.WriteFile(target, []byte("keep"), 0o600))
+	// A planted symlink at the temp name is never followed.
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, "000000000001.json.tmp")))
+	f, err := os.Open(dir)
+	require.NoError(t, err)
+	defer f.Close()
+	e := NewEventsEmitter(f, nil)
+	e.FailFast()
+	e.Emit(ShutdownAckFrame())
+	e.Close()
+	b, err := os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "keep", string(b))
+}
