@@ -5,15 +5,31 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// canonicalJSON is the seam to the project's canonical JSON (sorted keys, no
-// insignificant whitespace, as the reference's canonical_json). It is local
-// until internal/prp exports Canonical; then this delegates to it.
+// canonicalJSON is the canonical JSON of raw (prp.Canonical: the reference's
+// canonicalJson). prp.Canonical refuses values above the core's node and
+// depth bounds, but the reference runner fingerprints commands of any size
+// (R-state canonical_json), so such a value falls back to an unbounded
+// encoding with sorted keys. The choice depends only on the input, so a
+// fingerprint is stable.
 func canonicalJSON(raw []byte) ([]byte, error) {
+	c, err := prp.Canonical(json.RawMessage(raw))
+	if err == nil || !errors.Is(err, prp.ErrCanonicalTooLarge) {
+		return c, err
+	}
+	return unboundedCanonicalJSON(raw)
+}
+
+// unboundedCanonicalJSON sorts object keys at every level and writes no
+// insignificant whitespace; numbers keep their text.
+func unboundedCanonicalJSON(raw []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any

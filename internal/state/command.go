@@ -60,6 +60,8 @@ type Command struct {
 	Precondition  json.RawMessage
 	Payload       json.RawMessage
 	Raw           json.RawMessage
+
+	fingerprint string // cached by DecodeCommand
 }
 
 // DecodeCommand decodes and validates a command object (prp.md §7.2 step 1).
@@ -125,6 +127,9 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if c.fingerprint, err = c.Fingerprint(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -176,6 +181,9 @@ func (c *Command) Validate() error {
 
 // Fingerprint is the hex SHA-256 of the canonical JSON of the whole command.
 func (c *Command) Fingerprint() (string, error) {
+	if c.fingerprint != "" {
+		return c.fingerprint, nil
+	}
 	d, err := digestHex(c.Raw)
 	if err != nil {
 		return "", fmt.Errorf("fingerprint command: %w", ErrInvalidCommand)

@@ -119,3 +119,24 @@ func FuzzLoadState(f *testing.F) {
 		}
 	})
 }
+
+// A command above the core's canonical node bound still fingerprints, stably.
+func TestFingerprintOfHugeCommandIsStable(t *testing.T) {
+	ops := make([]map[string]any, 3000)
+	for i := range ops {
+		ops[i] = map[string]any{"operationId": i, "version": 1, "inputSchema": map[string]any{"type": "object"}}
+	}
+	payload, err := json.Marshal(map[string]any{"authorizedTools": map[string]any{"operations": ops}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := command(1, "command_prp_00000001", "run.prepare", string(payload))
+	a, err := c.Fingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Fingerprint()
+	if err != nil || a != b {
+		t.Fatalf("unstable fingerprint: %v", err)
+	}
+}

@@ -109,6 +109,7 @@ type Store struct {
 	}
 
 	recovery Recovery
+	writes   atomic.Uint64 // durable writes done, for tests and benchmarks
 }
 
 // Open loads the state in cfg.Dir or creates a fresh one, and performs
@@ -386,6 +387,7 @@ func (s *Store) commit(st *State) error {
 		s.log.Error("runner state write failed; store is unusable", "err", err)
 		return s.failed
 	}
+	s.writes.Add(1)
 	s.publish(st)
 	return nil
 }

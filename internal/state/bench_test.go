@@ -1,0 +1,98 @@
+package state
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// benchEvent is a typical small provider delta.
+var benchEvent = Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{"channel":"progress","delta":"the quick brown fox jumps over the lazy dog"}`)}
+
+// BenchmarkDurableAppend measures, in the same run and directory, the raw
+// fsync rate of the disk (write 512 B + fsync) and durable event appends
+// with one event per Update (each a full state write: temp file, fsync,
+// rename, directory fsync). Metrics: fsync/s, append/s and their ratio.
+//
+//	go test -run '^$' -bench DurableAppend -benchtime 200x ./internal/state
+func BenchmarkDurableAppend(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "state")
+	s, err := Open(Config{Dir: dir, Identity: testIdentity})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	raw, err := os.OpenFile(filepath.Join(dir, "raw-fsync"), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	block := make([]byte, 512)
+
+	var fsyncTime, appendTime time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		t0 := time.Now()
+		if _, err := raw.WriteAt(block, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fsync(int(raw.Fd())); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		err := s.Update(func(tx *Tx) error {
+			if _, err := tx.Enqueue(benchEvent); err != nil {
+				return err
+			}
+			// Keep the outbox short, as a connected runner does.
+			return tx.ApplyAck(tx.HighestSourceSeq()-1, 2)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fsyncTime += t1.Sub(t0)
+		appendTime += time.Since(t1)
+	}
+	fsyncRate := float64(b.N) / fsyncTime.Seconds()
+	appendRate := float64(b.N) / appendTime.Seconds()
+	b.ReportMetric(fsyncRate, "fsync/s")
+	b.ReportMetric(appendRate, "append/s")
+	b.ReportMetric(appendRate/fsyncRate, "append/fsync")
+}
+
+// BenchmarkDurableAppendBatch128 commits 128 events per Update, the
+// executor batch bound (prp.md §8.5). Metrics: events/s and writes/s.
+//
+//	go test -run '^$' -bench DurableAppendBatch -benchtime 50x ./internal/state
+func BenchmarkDurableAppendBatch128(b *testing.B) {
+	const batch = 128 // executor batch bound (prp.md §8.5, §12)
+	s, err := Open(Config{Dir: filepath.Join(b.TempDir(), "state"), Identity: testIdentity, MaxOutboxBytes: 1 << 20, P0ReserveBytes: 64 << 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Now()
+	for b.Loop() {
+		err := s.Update(func(tx *Tx) error {
+			for range batch {
+				if _, err := tx.Enqueue(benchEvent); err != nil {
+					return err
+				}
+			}
+			if err := tx.ApplyAck(tx.HighestSourceSeq()-batch, 2); err != nil {
+				return err
+			}
+			return tx.SetRecord("consumedEventSeq", tx.HighestSourceSeq())
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	b.ReportMetric(float64(b.N*batch)/elapsed, "events/s")
+	b.ReportMetric(float64(b.N)/elapsed, "writes/s")
+}
