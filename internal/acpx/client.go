@@ -530,7 +530,7 @@ func (c *Client) handleResponse(m wireMessage) ([]Inbound, error) {
 		return nil, nil
 	}
 	delete(w.Pending, id)
-	if p.Method == MethodSessionPrompt {
+	if t := w.Turn; p.Method == MethodSessionPrompt && t != nil && t.PromptRequestID == id {
 		return c.settleTurn(id, p, m), nil
 	}
 	in := Inbound{Kind: KindResponse, ID: m.ID, Method: p.Method, Result: m.Result, RPCError: m.Error}
@@ -577,11 +577,6 @@ func (c *Client) applyResult(method string, result json.RawMessage) error {
 func (c *Client) settleTurn(id int64, p PendingRequest, m wireMessage) []Inbound {
 	w := c.wire()
 	t := w.Turn
-	if t == nil || t.PromptRequestID != id {
-		// A prompt answer for a turn already settled locally: stale.
-		w.StaleResponses++
-		return nil
-	}
 	w.Turn = nil
 	out := &TurnOutcome{TurnID: t.ID}
 	var r PromptResult
