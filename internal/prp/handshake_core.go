@@ -100,6 +100,11 @@ type CoreHandshake struct {
 	// may be nil.
 	PendingCommands func() []json.RawMessage
 	AckedSourceSeq  func() int64
+	// BeforeAdmit, when set, runs once the client proof validated and before
+	// the credential is re-validated and consumed (CP
+	// beforeAuthenticatedConnection); an error refuses the connection and
+	// leaves a ticket unused.
+	BeforeAdmit func(ctx context.Context, hello *HelloPayload) error
 }
 
 func (h *CoreHandshake) now() time.Time {
@@ -185,6 +190,14 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if resp.CredentialID != cred.ID || resp.ClientNonce != hello.ClientNonce || resp.ServerNonce != serverNonce ||
 		!verifyHexMAC(want, resp.ClientProof) {
 		return nil, nil, fmt.Errorf("core handshake: %w", ErrClientProof)
+	}
+	if h.BeforeAdmit != nil {
+		if err := h.BeforeAdmit(ctx, hello); err != nil {
+			return nil, nil, fmt.Errorf("core handshake: admission: %w", err)
+		}
+		if now = h.now(); now.UnixMilli() >= deadline {
+			return nil, nil, fmt.Errorf("core handshake: %w", ErrChallengeExpired)
+		}
 	}
 	lease, err := h.Store.Admit(cred, selected, h.leaseTTL(), now)
 	if err != nil {

@@ -815,3 +815,42 @@ func TestHandshakeErrorsAreTyped(t *testing.T) {
 	assert.ErrorIs(t, err, ErrMalformedEnvelope)
 	assert.True(t, errors.Is(ErrFrameAuth, ErrSecureFrame))
 }
+
+// TestCoreRefusesHello: the core half refuses a hello that does not match
+// the registration, and a refused admission leaves the ticket unused.
+func TestCoreRefusesHello(t *testing.T) {
+	store := NewMemoryCredentialStore()
+	ticket, err := store.IssueTicket(10*time.Second, time.Now())
+	require.NoError(t, err)
+	cases := map[string]func(c *ClientHandshake, core *CoreHandshake){
+		"other identity": func(c *ClientHandshake, _ *CoreHandshake) { c.Identity.ItemID = "item_2" },
+		"other digest":   func(c *ClientHandshake, _ *CoreHandshake) { c.RunnerDigest = "sha256:bb" },
+		"other version":  func(c *ClientHandshake, _ *CoreHandshake) { c.RunnerVersion = "0.9" },
+		"unknown ticket": func(c *ClientHandshake, _ *CoreHandshake) { c.Ticket = "bootstrap_unknown" },
+		"admission denied": func(_ *ClientHandshake, core *CoreHandshake) {
+			core.BeforeAdmit = func(context.Context, *HelloPayload) error { return errors.New("busy") }
+		},
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newClient()
+			c.Ticket = ticket
+			core := newCore(store)
+			mutate(c, core)
+			res := runBoth(t, c, core)
+			require.Error(t, res.coreErr)
+			require.Error(t, res.runnerErr)
+			assert.False(t, store.TicketUsed(ticket))
+		})
+	}
+	c := newClient()
+	c.Ticket = ticket
+	core := newCore(store)
+	var admitted *HelloPayload
+	core.BeforeAdmit = func(_ context.Context, h *HelloPayload) error { admitted = h; return nil }
+	res := runBoth(t, c, core)
+	require.NoError(t, res.runnerErr)
+	require.NotNil(t, admitted)
+	assert.Equal(t, testIdentity, admitted.Identity)
+	require.NotNil(t, admitted.Resume)
+}
