@@ -350,3 +350,35 @@ func TestVectorsWireMessages(t *testing.T) {
 		assert.Equal(t, c.ClientProof, resp.Payload.ClientProof)
 	}
 }
+
+// TestVectorsPlaintextShapes: the reference's decrypted core frames decode
+// into our types and re-encode to the same JSON, so every field name and
+// optionality matches the wire.
+func TestVectorsPlaintextShapes(t *testing.T) {
+	v := loadVectors(t)
+	for _, c := range v.Cases {
+		for _, f := range c.Frames.CoreToClient {
+			env, err := DecodeEnvelope([]byte(f.PlaintextUtf8))
+			require.NoError(t, err, c.Name)
+			out, err := MarshalEnvelope(env)
+			require.NoError(t, err)
+			assert.JSONEq(t, f.PlaintextUtf8, string(out), "%s %s envelope", c.Name, env.Kind)
+			switch env.Kind {
+			case KindWelcome:
+				var w welcomeWire
+				require.NoError(t, json.Unmarshal([]byte(f.PlaintextUtf8), &w))
+				out, err := marshalJSON(w.Payload)
+				require.NoError(t, err)
+				assert.JSONEq(t, string(env.Payload), string(out), "%s welcome payload", c.Name)
+			case KindCommand:
+				var cmd Command
+				require.NoError(t, env.DecodePayload(&cmd))
+				out, err := marshalJSON(cmd)
+				require.NoError(t, err)
+				assert.JSONEq(t, string(env.Payload), string(out), "%s command", c.Name)
+			default:
+				t.Fatalf("unexpected core frame kind %q", env.Kind)
+			}
+		}
+	}
+}
