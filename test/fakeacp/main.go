@@ -175,11 +175,13 @@ type agent struct {
 	pending   map[int64]chan message
 	nextReqID int64
 	prompts   sync.WaitGroup
+	// quit is closed at stdin EOF: running prompts stop waiting and end.
+	quit chan struct{}
 }
 
 func run(cfg config, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &agent{cfg: cfg, out: stdout, stderr: stderr, sessions: map[string]*session{},
-		counters: map[string]int{}, pending: map[int64]chan message{}}
+		counters: map[string]int{}, pending: map[int64]chan message{}, quit: make(chan struct{})}
 	if cfg.transcript != "" {
 		f, err := os.OpenFile(cfg.transcript, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
@@ -215,11 +217,20 @@ func run(cfg config, stdin io.Reader, stdout, stderr io.Writer) int {
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 {
+			a.wmu.Lock()
 			a.record("in", line)
+			a.wmu.Unlock()
 			a.dispatch(line)
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "fakeacp: stdin closed, exiting")
+			close(a.quit)
+			a.mu.Lock()
+			for _, s := range a.sessions {
+				s.idle.Broadcast()
+			}
+			a.mu.Unlock()
+			a.prompts.Wait()
 			return 0
 		}
 	}
@@ -240,7 +251,7 @@ func (a *agent) spawnGrandchild() error {
 	return nil
 }
 
-// record appends one wire line to the transcript.
+// record appends one wire line to the transcript; a.wmu is held.
 func (a *agent) record(dir string, line []byte) {
 	if a.trans == nil {
 		return

@@ -61,8 +61,12 @@ func (a *agent) startPrompt(m message) {
 		defer a.prompts.Done()
 		if t == nil { // queued behind the running prompt
 			a.mu.Lock()
-			for s.busy {
+			for s.busy && !isClosed(a.quit) {
 				s.idle.Wait()
+			}
+			if isClosed(a.quit) {
+				a.mu.Unlock()
+				return
 			}
 			t = a.claim(s)
 			a.mu.Unlock()
@@ -148,6 +152,8 @@ func (t *turn) sleep(d time.Duration) bool {
 		return true
 	case <-cancel:
 		return false
+	case <-t.a.quit:
+		return false
 	}
 }
 
@@ -183,6 +189,8 @@ func (t *turn) call(method string, params map[string]any) message {
 		select {
 		case m := <-ch:
 			return m
+		case <-t.a.quit:
+			return message{Error: &rpcError{Code: -32603, Message: "stdin closed"}}
 		case <-cancel:
 			cancel = nil
 			if t.a.cfg.cancelOwnTerm && method == "terminal/create" {
@@ -342,4 +350,13 @@ func (t *turn) terminal(kill bool, command string) {
 	}
 	_ = json.Unmarshal(out.Result, &o)
 	t.toolDone(id, "completed", o.Output)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
