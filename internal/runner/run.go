@@ -5,9 +5,14 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/state"
 )
 
 // Run runs the durable runner described by cfg (Mode ModeDial or
@@ -18,12 +23,175 @@ import (
 // ticket is the bootstrap ticket from TakeBootstrapTicket; Run owns it and
 // destroys it once a welcome delivers the lease token (prp.md §2.4).
 //
-// Placeholder: the control loop replaces this body.
+// A cancelled ctx (SIGTERM, SIGINT) is an orderly stop: the state is saved
+// and Run returns ExitOK (prp.md §13).
 func Run(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *slog.Logger) int {
-	_ = ctx
-	defer ticket.Destroy()
-	err := NewError(CodeRunnerFailed, "control loop not implemented yet", nil)
-	logger.Error("control loop not implemented yet", "mode", cfg.Mode.String())
-	fmt.Fprint(os.Stderr, FormatError(err))
+	return runTo(ctx, cfg, ticket, logger, Options{}, os.Stderr)
+}
+
+func runTo(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *slog.Logger, opts Options, stderr io.Writer) int {
+	err := RunLoop(ctx, cfg, ticket, logger, opts)
+	if err != nil {
+		logger.Error("runner stopped", "code", string(CodeOf(err)))
+		fmt.Fprint(stderr, FormatError(err))
+	}
 	return ExitCode(err)
+}
+
+// Options are the control loop's seams for the executor and for tests.
+type Options struct {
+	// Handlers adds or replaces command handlers by command type (the ACP
+	// executor of a later issue plugs in here). Lifecycle commands
+	// (runner.*, session.snapshot) are the loop's own and cannot be replaced.
+	Handlers map[string]Handler
+	// OnListening, when set, receives the bound listener address in listen
+	// mode before the first accept.
+	OnListening func(addr string)
+}
+
+// RunLoop is Run without the stderr line: it returns nil for every clean
+// stop (revoke, terminal command, a stopped or revoked state, ctx's end)
+// and a coded *Error otherwise.
+func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *slog.Logger, opts Options) error {
+	defer ticket.Destroy()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	st, err := state.Open(state.Config{
+		Dir: cfg.StateDir, Identity: stateIdentity(cfg.Identity),
+		MaxOutboxBytes: int(cfg.MaxOutboxBytes), P0ReserveBytes: int(cfg.P0ReserveBytes),
+		MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger,
+	})
+	switch {
+	case errors.Is(err, state.ErrExitNow):
+		logger.Info("runner state is final; exiting", "reason", err.Error())
+		return nil
+	case err != nil:
+		return NewError(CodeRunnerFailed, "open runner state", err)
+	}
+	defer func() {
+		if cerr := st.Close(); cerr != nil {
+			logger.Error("close runner state", "err", cerr)
+		}
+	}()
+
+	r := newLoop(cfg, st, logger, opts)
+	if !ticket.Present() {
+		return ErrBootstrapTicketMissing // a restart needs a fresh ticket too: leases live in memory only
+	}
+	ccfg := prp.ClientConfig{
+		Identity:      prpIdentity(cfg.Identity),
+		RunnerVersion: cfg.RunnerVersion, RunnerDigest: cfg.RunnerDigest,
+		Ticket:        string(ticket.Reveal()),
+		MaxFrameBytes: int(cfg.MaxFrameBytes), PingInterval: cfg.PingInterval,
+		SilenceTimeout: cfg.SilenceTimeout, ReconnectDelay: cfg.ReconnectDelay,
+		Resume: r.resume, Pong: r.pong,
+		OnAuthenticated: func(ctx context.Context, c *prp.Conn, w *prp.Welcome) error {
+			if w.Bootstrapped {
+				ticket.Destroy() // prp.md §2.4: the lease replaces it
+			}
+			return r.onAuthenticated(ctx, c, w)
+		},
+		OnControl: r.onControl,
+		OnLost:    r.onLost,
+		Logger:    logger,
+	}
+	if cfg.HasReconnectGrace {
+		ccfg.ReconnectGrace = cfg.ReconnectGrace
+	}
+	if cfg.MaxLifetime > 0 {
+		ccfg.Deadline = r.started.Add(cfg.MaxLifetime)
+	}
+	switch cfg.Mode {
+	case ModeDial:
+		d, err := prp.NewDialer(ctx, prp.DialerConfig{URL: cfg.ConnectURL.String(), CABundlePath: cfg.CABundlePath})
+		if err != nil {
+			return NewError(CodeRunnerFailed, "prepare dialer", err)
+		}
+		defer d.CloseIdle()
+		ccfg.Dialer = d
+	case ModeListen:
+		ln, err := prp.Listen(prp.ListenConfig{
+			Address: cfg.ListenAddress.String(), Port: int(cfg.ListenPort), Path: cfg.ListenPath,
+			MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger,
+		})
+		if err != nil {
+			return NewError(CodeIngressBindConflict, "listen", err)
+		}
+		defer ln.Close()
+		logger.Info("listening", "address", ln.Addr().String(), "path", cfg.ListenPath)
+		if opts.OnListening != nil {
+			opts.OnListening(ln.Addr().String())
+		}
+		ccfg.Listener = ln
+	default:
+		return NewError(CodeRunnerFailed, "mode "+cfg.Mode.String()+" has no control loop", nil)
+	}
+	client, err := prp.NewClient(ccfg)
+	if err != nil {
+		return NewError(CodeRunnerFailed, "start client", err)
+	}
+	return r.run(ctx, client)
+}
+
+func stateIdentity(id Identity) state.Identity {
+	return state.Identity{
+		RunnerInstanceID: id.RunnerID, EnvironmentLeaseID: id.EnvironmentLeaseID, RunID: id.RunID,
+		NormalizedSessionID: id.SessionID, TurnID: id.TurnID, ItemID: id.ItemID,
+	}
+}
+
+func prpIdentity(id Identity) prp.Identity {
+	return prp.Identity{
+		RunnerInstanceID: id.RunnerID, EnvironmentLeaseID: id.EnvironmentLeaseID, RunID: id.RunID,
+		NormalizedSessionID: id.SessionID, TurnID: id.TurnID, ItemID: id.ItemID,
+	}
+}
+
+// exitFor maps the client's terminal condition to the runner's outcome,
+// recording the recoverable failure the spec names (prp.md §5, §6.1).
+func (r *loop) exitFor(ctx context.Context, err error) error {
+	if stop := r.stopErr(); stop != nil {
+		if errors.Is(stop, errCleanStop) {
+			return nil
+		}
+		return stop
+	}
+	record := func(code Code) {
+		uerr := r.store.Update(func(tx *state.Tx) error {
+			tx.SetRecoverableFailure(string(code))
+			return tx.SetLifecycle(state.RecoverableFailure)
+		})
+		if uerr != nil {
+			r.log.Error("record recoverable failure", "err", uerr)
+		}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, prp.ErrRevoked):
+		// prp.md §5: persist revoked, shut the executor down, exit 0.
+		if uerr := r.store.Update(func(tx *state.Tx) error { return tx.SetLifecycle(state.Revoked) }); uerr != nil {
+			return NewError(CodeRunnerFailed, "persist revoked lifecycle", uerr)
+		}
+		r.log.Info("lease revoked; exiting")
+		return nil
+	case errors.Is(err, prp.ErrRevokeEpoch):
+		return NewError(CodeRunnerFailed, "protocol error: revoke did not advance the revocation epoch", nil)
+	case errors.Is(err, prp.ErrLeaseExpired):
+		record(CodeLeaseExpired)
+		return NewError(CodeLeaseExpired, "connection lease expired; a fresh bootstrap ticket is required", nil)
+	case errors.Is(err, prp.ErrReconnectGraceExceeded):
+		record(CodeReconnectGraceExceeded)
+		return NewError(CodeReconnectGraceExceeded, "disconnected longer than --reconnect-grace-ms", nil)
+	case errors.Is(err, prp.ErrReconnectDeadlineExceeded):
+		record(CodeReconnectDeadlineExceeded)
+		return NewError(CodeReconnectDeadlineExceeded, "lifetime ended while reconnecting", nil)
+	case errors.Is(err, prp.ErrTicketConsumed):
+		return ErrBootstrapFailedClosed
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		r.log.Info("signal received; orderly stop")
+		return nil
+	}
+	return NewError(CodeRunnerFailed, "control loop", err)
 }

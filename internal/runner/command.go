@@ -1,0 +1,233 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/pcrunner/pcrunner/internal/state"
+)
+
+// Command result codes runnerd adds (beyond prp.md §11). A command carrying
+// one of them goes out with status "rejected": it had no effect.
+const (
+	// CodeCommandNotImplemented: this build has no executor for the command type.
+	CodeCommandNotImplemented = "command_not_implemented"
+	// CodeRunnerDraining: runner.drain was accepted, so new turns are refused (prp.md §7.5).
+	CodeRunnerDraining = "runner_draining"
+)
+
+// rejectCodes are the result codes sent as status "rejected". The journal
+// keeps such an entry as failed (state records only executor outcomes);
+// mapping by code keeps every send and every replay identical.
+var rejectCodes = map[string]bool{CodeCommandNotImplemented: true, CodeRunnerDraining: true}
+
+// Runner event types the loop emits (prp.md §8.3).
+const (
+	eventRunnerConnected   = "runner.connected"
+	eventRunnerReconnected = "runner.reconnected"
+	eventRunnerDraining    = "runner.draining"
+	eventRunnerSuspended   = "runner.suspended"
+	eventRunnerStopped     = "runner.stopped"
+)
+
+// ErrCommandNotImplemented, returned by a Handler, answers the command
+// rejected with code command_not_implemented.
+var ErrCommandNotImplemented = errors.New(CodeCommandNotImplemented)
+
+// Handler executes one command type. The loop calls Execute after the
+// command is journaled as pending, one command at a time. Execute may make
+// events durable and send them through fx; it returns the result object
+// (nil means {}) for status completed, or an error for status failed with
+// {code: command_execution_failed, message: err.Error()} (prp.md §7.2
+// step 6), or ErrCommandNotImplemented. The error text leaves the process:
+// it must name the failure, never carry provider text, payloads or secrets.
+type Handler interface {
+	Execute(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error)
+
+// Execute calls f.
+func (f HandlerFunc) Execute(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
+	return f(ctx, cmd, fx)
+}
+
+// Effects is what a Handler may do to the runner: commit events (durable
+// before sent) and other state in one write each.
+type Effects struct {
+	r *loop
+}
+
+// Emit commits events to the outbox in one durable write, in order, then
+// sends them on the current connection (if any).
+func (fx *Effects) Emit(ctx context.Context, events ...state.Event) error {
+	return fx.r.emit(ctx, events...)
+}
+
+// Update runs fn in one durable state write (records, lifecycle, events),
+// then sends any events it committed.
+func (fx *Effects) Update(ctx context.Context, fn func(tx *state.Tx) error) error {
+	if err := fx.r.store.Update(fn); err != nil {
+		return err
+	}
+	fx.r.flush(ctx)
+	return nil
+}
+
+// loopOwned are the command types the loop executes itself (lifecycle and
+// fences): no Handler replaces them.
+var loopOwned = map[string]bool{
+	"runner.drain": true, "runner.suspend": true, "runner.shutdown": true, "session.snapshot": true,
+}
+
+// terminalLifecycle is the lifecycle a terminal command leaves (prp.md §7.4).
+func terminalLifecycle(commandType string) state.Lifecycle {
+	switch commandType {
+	case "runner.suspend":
+		return state.Suspended
+	case "runner.shutdown":
+		return state.Stopped
+	}
+	return ""
+}
+
+// defaultHandlers are this build's executors for non-lifecycle commands:
+// only run.prepare's descriptor check until the ACP executor lands.
+func defaultHandlers() map[string]Handler {
+	return map[string]Handler{"run.prepare": HandlerFunc(runPrepare)}
+}
+
+// runPrepare fails every provider kind but acpx with
+// command_execution_failed (prp.md §7.6, scenario 51); acpx waits for the
+// ACP executor.
+func runPrepare(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
+	var p struct {
+		Provider struct {
+			Kind string `json:"kind"`
+		} `json:"provider"`
+	}
+	if err := json.Unmarshal(cmd.Payload, &p); err != nil {
+		return nil, errors.New("run.prepare payload is malformed")
+	}
+	if p.Provider.Kind != "acpx" {
+		return nil, errors.New("provider descriptor kind is not supported by this runner")
+	}
+	return nil, ErrCommandNotImplemented
+}
+
+// refusal returns the result of a command refused before any effect, or
+// nil when it should execute.
+func (r *loop) refusal(tx *state.Tx, cmd *state.Command) json.RawMessage {
+	if tx.Lifecycle() == state.Draining && cmd.Type == "turn.start" {
+		return codeResult(CodeRunnerDraining, "runner is draining; new turns are refused")
+	}
+	if loopOwned[cmd.Type] || r.handlers[cmd.Type] != nil {
+		return nil
+	}
+	return codeResult(CodeCommandNotImplemented, "command type "+cmd.Type+" is not implemented by this runner")
+}
+
+// execute runs an admitted command's effect and records its result. Only a
+// storage failure is returned: it is fatal, and the pending marker makes the
+// command indeterminate after the restart.
+func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandResult, error) {
+	var res state.CommandResult
+	fact := mustJSON(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
+	var err error
+	switch cmd.Type {
+	case "runner.suspend", "runner.shutdown":
+		// Lifecycle, fence, fact and result in one write, before the result
+		// is sent (prp.md §7.4).
+		l := terminalLifecycle(cmd.Type)
+		evt := eventRunnerStopped
+		if l == state.Suspended {
+			evt = eventRunnerSuspended
+		}
+		err = r.store.Update(func(tx *state.Tx) error {
+			var err error
+			if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, mustJSON(map[string]any{"lifecycle": l})); err != nil {
+				return err
+			}
+			if err := tx.SetTerminalFence(res, l); err != nil {
+				return err
+			}
+			_, err = tx.Enqueue(state.Event{Type: evt, Priority: state.P0, Payload: fact})
+			return err
+		})
+	case "runner.drain":
+		// The effect and the result are separate writes, like any executor
+		// effect: a crash between them leaves the fact and an indeterminate
+		// command, never a second effect.
+		err = r.store.Update(func(tx *state.Tx) error {
+			if err := tx.SetLifecycle(state.Draining); err != nil {
+				return err
+			}
+			_, err := tx.Enqueue(state.Event{Type: eventRunnerDraining, Priority: state.P0, Payload: fact})
+			return err
+		})
+		if err == nil {
+			r.flush(ctx)
+			res, err = r.finishCommand(cmd, state.StatusCompleted,
+				mustJSON(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
+		}
+	case "session.snapshot":
+		// No provider session exists until the ACP executor lands.
+		res, err = r.finishCommand(cmd, state.StatusCompleted,
+			json.RawMessage(`{"activeProviderTurnId":null,"warmAttachReady":false}`))
+	default:
+		out, herr := r.handlers[cmd.Type].Execute(ctx, cmd, &Effects{r: r})
+		switch {
+		case errors.Is(herr, ErrCommandNotImplemented):
+			res, err = r.finishCommand(cmd, state.StatusFailed, codeResult(CodeCommandNotImplemented,
+				"command type "+cmd.Type+" is not implemented by this runner"))
+		case herr != nil:
+			r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type)
+			err = r.store.Update(func(tx *state.Tx) error {
+				var err error
+				res, err = tx.FailCommand(cmd.CommandID, herr.Error())
+				return err
+			})
+		default:
+			res, err = r.finishCommand(cmd, state.StatusCompleted, out)
+		}
+	}
+	if err != nil {
+		return state.CommandResult{}, fmt.Errorf("record command seq %d: %w", cmd.ControllerSeq, err)
+	}
+	return res, nil
+}
+
+func (r *loop) finishCommand(cmd *state.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
+	var res state.CommandResult
+	err := r.store.Update(func(tx *state.Tx) error {
+		var err error
+		res, err = tx.FinishCommand(cmd.CommandID, status, result)
+		return err
+	})
+	return res, err
+}
+
+// wireStatus is the command_result status of a journal entry: pending and
+// indeterminate go out as failed (prp.md §7.2 step 7), refusals as rejected.
+func wireStatus(res state.CommandResult) string {
+	w := res.Wire()
+	if w.Status == state.StatusFailed && rejectCodes[resultCode(w.Result)] {
+		return string(state.StatusRejected)
+	}
+	return string(w.Status)
+}
+
+func resultCode(result json.RawMessage) string {
+	var r struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(result, &r)
+	return r.Code
+}
+
+func codeResult(code, message string) json.RawMessage {
+	return mustJSON(map[string]string{"code": code, "message": message})
+}

@@ -1,0 +1,470 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/state"
+)
+
+// terminalAckTimeout bounds the wait for command_result_ack of a terminal
+// command and for the outbox flush that follows (prp.md §7.4, §12: 2 s).
+const terminalAckTimeout = 2 * time.Second
+
+// errCleanStop ends the loop with exit status 0 (a terminal command was
+// delivered).
+var errCleanStop = errors.New("clean stop")
+
+// loop is one runnerd process's control loop: it admits commands through
+// the durable journal, runs their effects, and ships the outbox and command
+// results on the current connection (prp.md §7, §8).
+//
+// Concurrency: the prp.Client calls onAuthenticated and onControl serially
+// on its dispatch goroutine, so admission and effects never overlap. mu
+// guards the connection, the send cursor and the terminal wait, which the
+// client's supervisor (onLost), the terminal timer and executor effects also
+// touch. Pongs read only the store's lock-free summary.
+type loop struct {
+	cfg      Config
+	store    *state.Store
+	log      *slog.Logger
+	handlers map[string]Handler
+	id       prp.Identity
+	started  time.Time
+
+	mu          sync.Mutex
+	conn        *prp.Conn // current connection; nil while disconnected
+	version     int       // its PRP version
+	sentThrough uint64    // highest sourceSeq queued on conn
+	connections int       // authenticated connections in this process
+	term        *terminalWait
+	stop        error // why the loop ends; set once
+	cancel      context.CancelFunc
+}
+
+// terminalWait is the §7.4 fence in memory: the terminal result is sent and
+// the loop waits for its command_result_ack and the outbox flush.
+type terminalWait struct {
+	fence    state.TerminalFence
+	status   string // the wire status the ack must repeat; "" when delivery is already proven
+	acked    bool
+	finished bool
+	timer    *time.Timer
+}
+
+func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
+	r := &loop{
+		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), started: time.Now(),
+		handlers: defaultHandlers(),
+	}
+	for typ, h := range opts.Handlers {
+		if !loopOwned[typ] {
+			r.handlers[typ] = h
+		}
+	}
+	return r
+}
+
+// run runs the client until a terminal condition and maps it to an outcome.
+func (r *loop) run(ctx context.Context, client *prp.Client) error {
+	rec := r.store.Recovery()
+	if rec.Resumed {
+		r.log.Info("resuming durable session", "reconnectCount", rec.ReconnectCount,
+			"indeterminateCommands", len(rec.Indeterminate), "pendingTerminalDelivery", rec.PendingTerminalDelivery != nil)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	r.mu.Lock()
+	r.cancel = cancel
+	r.mu.Unlock()
+	err := client.Run(runCtx)
+	cancel()
+	r.mu.Lock()
+	if r.term != nil && r.term.timer != nil {
+		r.term.timer.Stop()
+	}
+	r.mu.Unlock()
+	return r.exitFor(ctx, err)
+}
+
+// finish ends the loop with err (errCleanStop for exit 0); the first call wins.
+func (r *loop) finish(err error) {
+	r.mu.Lock()
+	if r.stop == nil {
+		r.stop = err
+	}
+	cancel := r.cancel
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (r *loop) stopErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stop
+}
+
+// resume reports the cursors for auth_hello from the committed state.
+func (r *loop) resume() prp.Resume {
+	s := r.store.Snapshot()
+	return prp.Resume{
+		LastControllerCommandSeq: int64(s.LastControllerCommandSeq),
+		NextSourceEventSeq:       int64(s.NextSourceSeq),
+		AckedSourceSeq:           int64(s.AckedSourceSeq),
+	}
+}
+
+// pong builds the pong payload from the store's lock-free summary, so a
+// ping is answered while a write holds the store (prp.md §4 item 1).
+func (r *loop) pong() prp.PongPayload {
+	s := r.store.Summary()
+	pressure := s.StoragePressure
+	return prp.PongPayload{
+		Lifecycle: string(s.Lifecycle), AckedSourceSeq: int64(s.AckedSourceSeq),
+		OutboxBytes: int64(s.OutboxBytes), StoragePressure: &pressure,
+	}
+}
+
+func (r *loop) onLost(err error) {
+	r.mu.Lock()
+	r.conn = nil
+	r.mu.Unlock()
+	r.log.Info("connection lost; unacknowledged events will be replayed", "err", err)
+}
+
+// onAuthenticated applies the welcome's cursor, records the connection,
+// replays the unacknowledged outbox byte for byte and admits the welcome's
+// pending command (prp.md §9.4).
+func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome) error {
+	v := c.Session().Version
+	if w.HasAckedSourceSeq {
+		if w.AckedSourceSeq < 0 {
+			return errors.New("protocol error: welcome ackedSourceSeq is negative")
+		}
+		if _, err := r.store.ApplyAck(uint64(w.AckedSourceSeq), v); err != nil {
+			return fmt.Errorf("protocol error: welcome ack: %w", err)
+		}
+	}
+	rec := r.store.Recovery()
+	r.mu.Lock()
+	r.connections++
+	first := r.connections == 1 && !rec.Resumed
+	r.mu.Unlock()
+	err := r.store.Update(func(tx *state.Tx) error {
+		if err := tx.SetProtocolVersion(v); err != nil {
+			return err
+		}
+		switch tx.Lifecycle() {
+		case state.Connecting, state.RecoverableFailure:
+			tx.SetRecoverableFailure("")
+			if err := tx.SetLifecycle(state.Ready); err != nil {
+				return err
+			}
+		}
+		if v >= 2 {
+			return tx.RestoreV2ReplayEvents()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record connection: %w", err)
+	}
+	typ := eventRunnerReconnected
+	if first {
+		typ = eventRunnerConnected
+	}
+	r.emitBestEffort(state.Event{Type: typ, Priority: state.P0,
+		Payload: mustJSON(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})})
+
+	r.mu.Lock()
+	r.conn, r.version = c, v
+	r.sentThrough = r.store.Summary().AckedSourceSeq
+	if err := r.flushLocked(ctx); err != nil {
+		r.log.Warn("replay interrupted", "err", err)
+	}
+	r.mu.Unlock()
+	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
+
+	fence := r.store.Snapshot().PendingTerminalDelivery
+	for _, raw := range w.PendingCommands {
+		if fence != nil && commandID(raw) != fence.CommandID {
+			break // only the fenced terminal result is reconciled (prp.md §9.4)
+		}
+		if err := r.handleCommand(ctx, raw); err != nil {
+			return err
+		}
+	}
+	if fence != nil {
+		// The welcome no longer lists the terminal command: the core has
+		// its result. Finish cleanup (prp.md §9.4).
+		r.beginTerminal(*fence, "")
+	}
+	return nil
+}
+
+// onControl handles one inbound command, ack or command_result_ack. An
+// error is fatal: runnerd exits with the state kept.
+func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) error {
+	switch env.Kind {
+	case prp.KindCommand:
+		return r.handleCommand(ctx, env.Payload)
+	case prp.KindAck:
+		var p prp.AckPayload
+		if err := env.DecodePayload(&p); err != nil {
+			return fmt.Errorf("protocol error: %w", err)
+		}
+		if p.AckedSourceSeq < 0 {
+			return errors.New("protocol error: ackedSourceSeq is negative")
+		}
+		if _, err := r.store.ApplyAck(uint64(p.AckedSourceSeq), c.Session().Version); err != nil {
+			return fmt.Errorf("protocol error: %w", err)
+		}
+		r.checkTerminal()
+	case prp.KindCommandResultAck:
+		var p prp.CommandResultAckPayload
+		if err := env.DecodePayload(&p); err != nil {
+			return fmt.Errorf("protocol error: %w", err)
+		}
+		r.terminalAck(p)
+	default:
+		r.log.Info("ignoring control frame", "kind", env.Kind)
+	}
+	return nil
+}
+
+// handleCommand runs prp.md §7.2: validate, admit through the journal
+// (pending marker durable before the effect), execute, record, send.
+func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
+	cmd, err := state.DecodeCommand(raw)
+	if err != nil {
+		return fmt.Errorf("protocol error: %w", err)
+	}
+	var adm state.Admission
+	err = r.store.Update(func(tx *state.Tx) error {
+		var err error
+		if adm, err = tx.BeginCommand(cmd); err != nil || adm.Disposition != state.Execute {
+			return err
+		}
+		if refusal := r.refusal(tx, cmd); refusal != nil {
+			// Refused before any effect: the pending marker and the
+			// refusal land in the same write.
+			res, err := tx.FinishCommand(cmd.CommandID, state.StatusFailed, refusal)
+			adm = state.Admission{Disposition: state.Reject, Result: res}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("admit command seq %d: %w", cmd.ControllerSeq, err)
+	}
+	res := adm.Result
+	switch adm.Disposition {
+	case state.Execute:
+		r.log.Info("executing command", "commandId", cmd.CommandID, "type", cmd.Type, "controllerSeq", cmd.ControllerSeq)
+		if res, err = r.execute(ctx, cmd); err != nil {
+			return err
+		}
+	case state.Replay:
+		r.log.Info("replaying recorded command result", "commandId", cmd.CommandID, "status", string(res.Status))
+	}
+	wire := wireStatus(res)
+	if err := r.sendResult(ctx, res); err != nil {
+		r.log.Warn("command result not sent; the core re-delivers the command", "commandId", cmd.CommandID, "err", err)
+	}
+	if terminalLifecycle(cmd.Type) != "" {
+		if f := r.store.Snapshot().PendingTerminalDelivery; f != nil && f.CommandID == cmd.CommandID {
+			r.beginTerminal(*f, wire)
+		}
+	}
+	return nil
+}
+
+// sendResult queues the command_result after every event committed before
+// it, so evidence reaches the core ahead of the result (prp.md §7.2 step 6).
+// While disconnected it does nothing: the core re-delivers the command and
+// the journal replays this result.
+func (r *loop) sendResult(ctx context.Context, res state.CommandResult) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return nil
+	}
+	if err := r.flushLocked(ctx); err != nil {
+		return err
+	}
+	payload, err := encodeJSON(prp.CommandResultPayload{
+		CommandID: res.CommandID, ControllerSeq: int64(res.ControllerSeq), CommandType: res.CommandType,
+		Status: wireStatus(res), Result: res.Result,
+	})
+	if err != nil {
+		return err
+	}
+	b, err := prp.MarshalEnvelope(prp.NewEventEnvelope(prp.KindCommandResult, r.version, r.id, payload))
+	if err != nil {
+		return err
+	}
+	return r.conn.Send(ctx, b)
+}
+
+// flush sends every committed, unsent outbox event on the current connection.
+func (r *loop) flush(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.flushLocked(ctx); err != nil {
+		r.log.Warn("outbox send interrupted; the suffix is replayed on reconnect", "err", err)
+	}
+}
+
+// flushLocked sends the outbox suffix after sentThrough in order, each event
+// as stored (byte-identical on a replay), downgraded on a v1 link
+// (prp.md §8.2, §8.5). r.mu held.
+func (r *loop) flushLocked(ctx context.Context) error {
+	if r.conn == nil {
+		return nil
+	}
+	for _, e := range r.store.Unsent(r.sentThrough) {
+		b, err := e.Wire(r.version)
+		if err != nil {
+			return err
+		}
+		if err := r.conn.Send(ctx, b); err != nil {
+			return err
+		}
+		r.sentThrough = e.SourceSeq
+	}
+	return nil
+}
+
+// emit commits events to the outbox in one durable write, then sends them.
+func (r *loop) emit(ctx context.Context, events ...state.Event) error {
+	err := r.store.Update(func(tx *state.Tx) error {
+		for _, e := range events {
+			if _, err := tx.Enqueue(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.flush(ctx)
+	return nil
+}
+
+// emitBestEffort commits a runner fact; an outbox bound only costs the
+// fact (the store records the lifecycle change and a diagnostic).
+func (r *loop) emitBestEffort(e state.Event) {
+	if err := r.store.Update(func(tx *state.Tx) error { _, err := tx.Enqueue(e); return err }); err != nil {
+		r.log.Warn("runner event not recorded", "eventType", e.Type, "err", err)
+	}
+}
+
+// beginTerminal starts the §7.4 wait: for the ack of the terminal result
+// (status non-empty) and the outbox flush, bounded by terminalAckTimeout.
+func (r *loop) beginTerminal(f state.TerminalFence, status string) {
+	r.mu.Lock()
+	if r.term == nil {
+		r.term = &terminalWait{fence: f, status: status, acked: status == ""}
+		r.term.timer = time.AfterFunc(terminalAckTimeout, r.terminalTimeout)
+	}
+	r.mu.Unlock()
+	r.checkTerminal()
+}
+
+func (r *loop) terminalAck(p prp.CommandResultAckPayload) {
+	r.mu.Lock()
+	t := r.term
+	match := t != nil && p.CommandID == t.fence.CommandID && p.CommandType == t.fence.CommandType &&
+		p.ControllerSeq == int64(t.fence.ControllerSeq) && (t.status == "" || p.Status == t.status)
+	if match {
+		t.acked = true
+	}
+	r.mu.Unlock()
+	if !match {
+		r.log.Warn("ignoring command_result_ack that matches no terminal result", "commandId", p.CommandID)
+		return
+	}
+	r.checkTerminal()
+}
+
+// checkTerminal finishes a terminal command once its result is
+// acknowledged and the outbox is empty: clear the fence, exit 0.
+func (r *loop) checkTerminal() {
+	r.mu.Lock()
+	t := r.term
+	sum := r.store.Summary()
+	done := t != nil && !t.finished && t.acked && sum.AckedSourceSeq >= sum.HighestSourceSeq
+	if done {
+		t.finished = true
+		t.timer.Stop()
+	}
+	r.mu.Unlock()
+	if !done {
+		return
+	}
+	if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTerminalFence(); return nil }); err != nil {
+		r.finish(NewError(CodeRunnerFailed, "clear terminal fence", err))
+		return
+	}
+	r.log.Info("terminal command delivered; stopping", "commandType", t.fence.CommandType, "lifecycle", string(t.fence.Lifecycle))
+	r.finish(errCleanStop)
+}
+
+// terminalTimeout stops without returning to ready: the fence stays, so the
+// next process only reconciles the terminal result (prp.md §7.4, §9.4).
+func (r *loop) terminalTimeout() {
+	r.mu.Lock()
+	t := r.term
+	if t == nil || t.finished {
+		r.mu.Unlock()
+		return
+	}
+	t.finished = true
+	acked := t.acked
+	r.mu.Unlock()
+	if acked {
+		r.log.Warn("terminal result acknowledged but the outbox did not drain in time; the fence stays for the next process")
+		r.finish(errCleanStop)
+		return
+	}
+	r.finish(NewError(CodeRunnerFailed, "terminal command result was not acknowledged within "+terminalAckTimeout.String()+"; the fence stays for the next process", nil))
+}
+
+// commandID reads a raw command's commandId ("" when absent).
+func commandID(raw []byte) string {
+	var c struct {
+		CommandID string `json:"commandId"`
+	}
+	_ = json.Unmarshal(raw, &c)
+	return c.CommandID
+}
+
+// encodeJSON encodes v compactly without HTML escaping.
+func encodeJSON(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// mustJSON encodes a value built by runnerd itself (maps of strings and
+// numbers), which cannot fail.
+func mustJSON(v any) json.RawMessage {
+	b, err := encodeJSON(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

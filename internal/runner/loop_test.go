@@ -1,0 +1,69 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/state"
+)
+
+func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// TestLoopDialCommandsAndEvents: a dial-mode runner admits lifecycle and
+// unimplemented commands and ships runner events that the core commits.
+func TestLoopDialCommandsAndEvents(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start(h.config(false), Options{})
+
+	snap := h.queue("session.snapshot", `{}`)
+	p := h.waitResult(snap.CommandID)
+	require.Equal(t, "completed", p.Status)
+	require.JSONEq(t, `{"activeProviderTurnId":null,"warmAttachReady":false}`, string(p.Result))
+
+	turn := h.queue("turn.start", `{"text":"hi"}`)
+	p = h.waitResult(turn.CommandID)
+	require.Equal(t, "rejected", p.Status)
+	require.Equal(t, CodeCommandNotImplemented, resultCodeOf(t, p))
+
+	prep := h.queue("run.prepare", `{"provider":{"kind":"codex"}}`)
+	p = h.waitResult(prep.CommandID)
+	require.Equal(t, "failed", p.Status, "scenario 51")
+	require.Equal(t, state.CodeCommandExecutionFailed, resultCodeOf(t, p))
+
+	drain := h.queue("runner.drain", `{}`)
+	p = h.waitResult(drain.CommandID)
+	require.Equal(t, "completed", p.Status)
+	turn2 := h.queue("turn.start", `{"text":"again"}`)
+	p = h.waitResult(turn2.CommandID)
+	require.Equal(t, "rejected", p.Status)
+	require.Equal(t, CodeRunnerDraining, resultCodeOf(t, p))
+
+	s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(eventsOfType(decodeEvents(t, s.Events), "runner.draining")) == 1 })
+	evs := decodeEvents(t, s.Events)
+	require.Equal(t, "runner.connected", evs[0].EventType)
+	for i, e := range evs {
+		require.EqualValues(t, i+1, e.SourceSeq)
+	}
+}
+
+// TestLoopListenMode: the core dials the runner's listener.
+func TestLoopListenMode(t *testing.T) {
+	h := newHarness(t, nil)
+	addr := make(chan string, 1)
+	h.start(h.config(true), Options{OnListening: func(a string) { addr <- a }})
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	var a string
+	select {
+	case a = <-addr:
+	case <-ctx.Done():
+		t.Fatal("runner did not listen")
+	}
+	require.NoError(t, h.core.Connect(ctx, "ws://"+a+prp.ConnectPath(testIdentity.RunID)))
+	snap := h.queue("session.snapshot", `{}`)
+	require.Equal(t, "completed", h.waitResult(snap.CommandID).Status)
+}
