@@ -42,7 +42,9 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 	require.Equal(t, "rejected", p.Status)
 	require.Equal(t, CodeRunnerDraining, resultCodeOf(t, p))
 
-	s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(eventsOfType(decodeEvents(t, s.Events), "runner.draining")) == 1 })
+	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		return len(eventsOfType(decodeEvents(t, s.Events), "runner.draining")) == 1
+	})
 	evs := decodeEvents(t, s.Events)
 	require.Equal(t, "runner.connected", evs[0].EventType)
 	for i, e := range evs {
