@@ -1,6 +1,7 @@
 package sessiondir
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -218,12 +219,21 @@ func (m Message) AppendJSON(dst []byte) []byte {
 // ParseMessage decodes the whole content of a stdin-queue file as
 // JSON.parse would. Empty content is ErrEmptyStdinFile. Any JSON value
 // parses; values that are not a known message come back with the type they
-// carry (or "") and are to be ignored. Errors never quote the content
+// carry (or "") and are to be ignored. The result never aliases content.
+// Errors never quote the content
 // beyond what the JSON decoder names (one character or a position).
 func ParseMessage(content []byte) (Message, error) {
 	if len(content) == 0 {
 		return Message{}, ErrEmptyStdinFile
 	}
+	if m, ok := parseStdinFast(content); ok {
+		return m, nil
+	}
+	return parseMessageJSON(content)
+}
+
+// parseMessageJSON is the general path of ParseMessage.
+func parseMessageJSON(content []byte) (Message, error) {
 	// Validate the whole text first (JSON.parse semantics: any value,
 	// surrounding white space allowed); a map keeps keys case-sensitive
 	// and lets the last duplicate win, as JavaScript does.
@@ -253,6 +263,42 @@ func ParseMessage(content []byte) (Message, error) {
 		m.Data = DecodeBase64(s)
 	}
 	return m, nil
+}
+
+// stdinPrefix starts every stdin message a conforming writer produces.
+const stdinPrefix = `{"type":"stdin","data":"`
+
+// parseStdinFast handles the shape every writer produces,
+// {"type":"stdin","data":"<base64>"} plus JSON white space, without the
+// general decoder, which is slow on large strings. It reports false for
+// anything else, which then takes the general path; both give the same
+// result for this shape.
+func parseStdinFast(b []byte) (Message, bool) {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if !bytes.HasPrefix(b, []byte(stdinPrefix)) {
+		return Message{}, false
+	}
+	b = b[len(stdinPrefix):]
+	end := bytes.IndexByte(b, '"')
+	if end < 0 {
+		return Message{}, false
+	}
+	data := b[:end]
+	tail := bytes.TrimRight(b[end+1:], " \t\r\n")
+	if len(tail) != 1 || tail[0] != '}' {
+		return Message{}, false
+	}
+	// The standard decoder rejects every byte outside the alphabet except
+	// CR and LF, which it skips but JSON forbids raw inside a string.
+	if bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
+		return Message{}, false
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
+	n, err := base64.StdEncoding.Decode(out, data)
+	if err != nil {
+		return Message{}, false // escapes, URL alphabet, odd padding: general path
+	}
+	return Message{Type: MsgStdin, Data: out[:n]}, true
 }
 
 // jsonError rewords a JSON decoding error without quoting content: a

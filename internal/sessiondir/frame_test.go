@@ -167,7 +167,14 @@ func FuzzParseMessage(f *testing.F) {
 	for _, s := range []string{`{"type":"stdin","data":"aGk="}`, `{"type":"stdinEnd"}`, `{"type":"shutdown"}`, ``, `{`, `[]`, `{"type":"stdin","data":null}`} {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(` {"type":"stdin","data":"aGk-_="} ` + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if fast, ok := parseStdinFast(b); ok && len(b) > 0 {
+			slow, err := parseMessageJSON(b)
+			if err != nil || slow.Type != fast.Type || !bytes.Equal(slow.Data, fast.Data) {
+				t.Fatalf("fast path differs: %v", err)
+			}
+		}
 		m, err := ParseMessage(b)
 		if err != nil {
 			return

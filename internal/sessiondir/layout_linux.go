@@ -193,9 +193,14 @@ var ErrTooLarge = errors.New("file exceeds its size limit")
 var ErrNotRegular = errors.New("not a regular file")
 
 // ReadRegular reads all of f, which must be a regular file of at most max
-// bytes (ErrNotRegular, ErrTooLarge otherwise). It reuses nothing and
-// allocates one buffer of the file's size.
+// bytes (ErrNotRegular, ErrTooLarge otherwise), into a new buffer.
 func ReadRegular(f *os.File, max int64) ([]byte, error) {
+	return ReadRegularInto(f, max, nil)
+}
+
+// ReadRegularInto is ReadRegular reading into buf's storage when it is
+// large enough (the result aliases buf then).
+func ReadRegularInto(f *os.File, max int64, buf []byte) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, fmt.Errorf("fstat: %w", err)
@@ -206,7 +211,10 @@ func ReadRegular(f *os.File, max int64) ([]byte, error) {
 	if st.Size > max {
 		return nil, ErrTooLarge
 	}
-	buf := make([]byte, st.Size+1) // +1 sees growth without a second read
+	if int64(cap(buf)) < st.Size+1 {
+		buf = make([]byte, st.Size+1) // +1 sees growth without a second read
+	}
+	buf = buf[:st.Size+1]
 	n, err := io.ReadFull(f, buf)
 	switch {
 	case err == io.ErrUnexpectedEOF || err == io.EOF:

@@ -7,8 +7,9 @@ import (
 
 // MaxQueuedBytes is how many bytes may wait for the child's stdin before
 // the reader leaves further files on disk (backpressure instead of
-// unbounded memory; 4 MiB is 64 files of the 64 KiB benchmark size).
-const MaxQueuedBytes = 4 << 20
+// unbounded memory). 1 MiB is 16 pipe buffers: enough to keep a fast
+// child busy, small enough for the 10 MiB peak-RSS target.
+const MaxQueuedBytes = 1 << 20
 
 // Feeder is the one ordered writer of the child's stdin (spec §6.3): the
 // reader hands it chunks and never blocks on the pipe. End closes the

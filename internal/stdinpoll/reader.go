@@ -80,7 +80,13 @@ type Reader struct {
 	kick        chan struct{}
 	names       []string
 	dirbuf      []byte
+	filebuf     []byte
 }
+
+// keepFileBuf is the largest read buffer kept between files: a 64 KiB
+// chunk in base64 with its JSON wrapper fits, a rare huge file does not
+// pin its memory.
+const keepFileBuf = 128 << 10
 
 // New returns a Reader in its initial state (expectedSeq 1).
 func New(cfg Config) *Reader {
@@ -245,8 +251,11 @@ func (r *Reader) read(name string) (sessiondir.Message, error) {
 		return sessiondir.Message{}, fmt.Errorf("open: %s", errText(err))
 	}
 	f := os.NewFile(uintptr(fd), name)
-	b, err := sessiondir.ReadRegular(f, MaxFileBytes)
+	b, err := sessiondir.ReadRegularInto(f, MaxFileBytes, r.filebuf)
 	f.Close()
+	if cap(b) <= keepFileBuf {
+		r.filebuf = b[:0] // reuse: ParseMessage copies what it keeps
+	}
 	if errors.Is(err, sessiondir.ErrTooLarge) {
 		return sessiondir.Message{}, fmt.Errorf("stdin file exceeds the %d-byte limit", MaxFileBytes)
 	}

@@ -1,0 +1,134 @@
+package pcwrap_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+)
+
+// Benchmarks of the performance targets (issue "pcwrap: a drop-in
+// process-session wrapper"). They print figures; nothing asserts a time.
+//
+//	go test -run '^$' -bench . -benchtime 1x ./test/pcwrap
+
+// procStat returns utime+stime (clock ticks) and VmHWM (KiB) of pid.
+func procStat(pid int) (ticks uint64, hwmKiB uint64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err == nil {
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		u, _ := strconv.ParseUint(f[11], 10, 64)
+		st, _ := strconv.ParseUint(f[12], 10, 64)
+		ticks = u + st
+	}
+	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				hwmKiB, _ = strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			}
+		}
+	}
+	return ticks, hwmKiB
+}
+
+// BenchmarkStdinLatency: atomic rename of a 100-byte stdin file until the
+// child (cat) echoed it back as a frame on pcwrap's stdout.
+func BenchmarkStdinLatency(b *testing.B) {
+	s := start(b, opts{mode: "stdout"})
+	payload := strings.Repeat("x", 60)
+	var lat []time.Duration
+	seq := int64(0)
+	for i := 0; i < b.N || len(lat) < 200; i++ {
+		seq++
+		want := len(payload) * int(seq)
+		t0 := time.Now()
+		s.put(seq, stdinMsg(payload))
+		for len(output(s.frames(), sessiondir.StreamStdout)) < want {
+			time.Sleep(20 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	s.put(seq+1, stdinEndMsg)
+	s.wait(waitBound)
+}
+
+// BenchmarkStart: exec of pcwrap until the exit frame of a `true` child.
+func BenchmarkStart(b *testing.B) {
+	testbinWarm(b)
+	var total time.Duration
+	for range b.N {
+		t0 := time.Now()
+		s := start(b, opts{mode: "stdout", payload: payload{Command: "true"}})
+		s.wait(waitBound)
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms/start")
+}
+
+func testbinWarm(b *testing.B) {
+	start(b, opts{mode: "stdout", payload: payload{Command: "true"}}).wait(waitBound)
+}
+
+// BenchmarkIdleCPU: CPU time pcwrap spends over 5 idle seconds.
+func BenchmarkIdleCPU(b *testing.B) {
+	s := start(b, opts{})
+	s.childPgid()
+	pid := s.cmd.Process.Pid
+	t0, _ := procStat(pid)
+	time.Sleep(5 * time.Second)
+	t1, hwm := procStat(pid)
+	b.ReportMetric(float64(t1-t0)*10, "ms-cpu/5s") // USER_HZ = 100
+	b.ReportMetric(float64(hwm)/1024, "MiB-peak-rss")
+	s.put(1, stdinEndMsg)
+	s.wait(waitBound)
+}
+
+// BenchmarkThroughput: 32 MiB as 64 KiB stdin files into `cat >/dev/null`.
+func BenchmarkThroughput(b *testing.B) {
+	const total, chunk = 32 << 20, 64 << 10
+	data := stdinMsg(strings.Repeat("y", chunk))
+	s := start(b, opts{payload: sh("cat >/dev/null")})
+	s.childPgid()
+	stdin := filepath.Join(s.dir, "stdin")
+	c0, _ := procStat(s.cmd.Process.Pid)
+	t0 := time.Now()
+	n := int64(0)
+	for sent := 0; sent < total; sent += chunk {
+		n++
+		tmp := filepath.Join(stdin, "upload.tmp")
+		if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Rename(tmp, s.stdinPath(n)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.put(n+1, stdinEndMsg)
+	var c1, hwm uint64
+	for !s.exited() { // sample until exit: the last figures are the totals
+		if c, h := procStat(s.cmd.Process.Pid); h > 0 {
+			c1, hwm = c, h
+		}
+		time.Sleep(time.Millisecond)
+	}
+	el := time.Since(t0)
+	s.wait(waitBound)
+	b.ReportMetric(float64(total)/el.Seconds()/1e6, "MB/s")
+	// Throughput per CPU-second of pcwrap itself: meaningful on a shared,
+	// loaded machine where wall-clock MB/s mostly measures the neighbours.
+	if c1 > c0 {
+		b.ReportMetric(float64(total)/(float64(c1-c0)/100)/1e6, "MB/cpu-s")
+	}
+	b.ReportMetric(float64(hwm)/1024, "MiB-peak-rss")
+}
