@@ -854,3 +854,140 @@ func TestCoreRefusesHello(t *testing.T) {
 	assert.Equal(t, testIdentity, admitted.Identity)
 	require.NotNil(t, admitted.Resume)
 }
+
+// TestWelcomeChecks: every check of the welcome (spec §3.1, R-transport
+// validate_welcome), applied to variants of a genuine welcome.
+func TestWelcomeChecks(t *testing.T) {
+	expiry := time.Now().Add(time.Minute).UnixMilli()
+	genuine := func() map[string]any {
+		return map[string]any{
+			"protocol": Protocol, "version": 2, "envelopeId": "welcome_1", "kind": KindWelcome,
+			"runnerInstanceId": testIdentity.RunnerInstanceID, "environmentLeaseId": testIdentity.EnvironmentLeaseID,
+			"runId": testIdentity.RunID, "normalizedSessionId": testIdentity.NormalizedSessionID,
+			"turnId": testIdentity.TurnID, "itemId": testIdentity.ItemID,
+			"connectionId": "connection_1", "connectionLeaseId": "lease_a", "sentAt": "2026-01-01T00:00:00.000Z",
+			"payload": map[string]any{
+				"selectedVersion": 2, "heartbeatIntervalMs": 250, "connectionLeaseRenewalVersion": 1,
+				"connectionLeaseId": "lease_a", "connectionLeaseToken": "lease_tok",
+				"connectionLeaseExpiresAt": isoMillis(expiry), "connectionLeaseExpiresAtUnixMs": expiry,
+				"connectionLeaseRevocationEpoch": 0,
+				"leaseBinding": map[string]any{
+					"runnerInstanceId": testIdentity.RunnerInstanceID, "environmentLeaseId": testIdentity.EnvironmentLeaseID,
+					"runId": testIdentity.RunID, "normalizedSessionId": testIdentity.NormalizedSessionID, "protocolVersion": 2,
+				},
+				"maxFrameBytes": 4194304, "maxBatchEvents": 100, "ackedSourceSeq": 7,
+				"pendingCommands": []any{map[string]any{"commandId": "command_prp_00000001"}},
+			},
+		}
+	}
+	ch := &challenge{ChallengePayload: ChallengePayload{SelectedVersion: 2, CredentialExpiresAtUnixMs: expiry}}
+	c := newClient()
+	check := func(m map[string]any, kind string) (*Welcome, error) {
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		return c.checkWelcome(b, ch, kind)
+	}
+	w, err := check(genuine(), CredentialBootstrap)
+	require.NoError(t, err)
+	assert.Equal(t, "lease_tok", w.Lease.Token)
+	assert.Equal(t, 4194304, w.MaxFrameBytes)
+	assert.EqualValues(t, 7, w.AckedSourceSeq)
+	assert.Len(t, w.PendingCommands, 1)
+
+	payload := func(m map[string]any) map[string]any { return m["payload"].(map[string]any) }
+	bad := map[string]func(m map[string]any){
+		"kind":                 func(m map[string]any) { m["kind"] = KindCommand },
+		"version":              func(m map[string]any) { m["version"] = 1 },
+		"identity":             func(m map[string]any) { m["runId"] = "run_2" },
+		"no connectionId":      func(m map[string]any) { delete(m, "connectionId") },
+		"no payload":           func(m map[string]any) { delete(m, "payload") },
+		"selectedVersion":      func(m map[string]any) { payload(m)["selectedVersion"] = 1 },
+		"payload lease id":     func(m map[string]any) { payload(m)["connectionLeaseId"] = "lease_b" },
+		"no expiry":            func(m map[string]any) { delete(payload(m), "connectionLeaseExpiresAtUnixMs") },
+		"no epoch":             func(m map[string]any) { delete(payload(m), "connectionLeaseRevocationEpoch") },
+		"expired lease":        func(m map[string]any) { payload(m)["connectionLeaseExpiresAtUnixMs"] = 1 },
+		"no token":             func(m map[string]any) { delete(payload(m), "connectionLeaseToken") },
+		"empty token":          func(m map[string]any) { payload(m)["connectionLeaseToken"] = "" },
+		"binding run":          func(m map[string]any) { payload(m)["leaseBinding"].(map[string]any)["runId"] = "run_2" },
+		"binding version":      func(m map[string]any) { payload(m)["leaseBinding"].(map[string]any)["protocolVersion"] = 1 },
+		"command not object":   func(m map[string]any) { payload(m)["pendingCommands"] = []any{"x"} },
+		"expiry is a string":   func(m map[string]any) { payload(m)["connectionLeaseExpiresAtUnixMs"] = "1" },
+		"identity is a number": func(m map[string]any) { m["turnId"] = 1 },
+	}
+	for name, mutate := range bad {
+		t.Run(name, func(t *testing.T) {
+			m := genuine()
+			mutate(m)
+			_, err := check(m, CredentialBootstrap)
+			require.ErrorIs(t, err, ErrWelcomeRejected)
+			assert.NotContains(t, err.Error(), "lease_tok")
+		})
+	}
+
+	t.Run("lease reconnect", func(t *testing.T) {
+		held := Lease{ID: "lease_a", Token: "held", ExpiresAtUnixMs: expiry}
+		c.Lease = &held
+		m := genuine()
+		delete(payload(m), "connectionLeaseToken")
+		w, err := check(m, CredentialLease)
+		require.NoError(t, err)
+		assert.Empty(t, w.Lease.Token, "Run fills in the held token")
+		payload(m)["connectionLeaseToken"] = nil
+		_, err = check(m, CredentialLease)
+		require.NoError(t, err, "null is absent")
+		for name, mutate := range map[string]func(m map[string]any){
+			"token": func(m map[string]any) { payload(m)["connectionLeaseToken"] = "new" },
+			"other lease": func(m map[string]any) {
+				m["connectionLeaseId"] = "lease_b"
+				payload(m)["connectionLeaseId"] = "lease_b"
+			},
+			"other epoch":  func(m map[string]any) { payload(m)["connectionLeaseRevocationEpoch"] = 1 },
+			"other expiry": func(m map[string]any) { payload(m)["connectionLeaseExpiresAtUnixMs"] = expiry + 1 },
+		} {
+			m := genuine()
+			delete(payload(m), "connectionLeaseToken")
+			mutate(m)
+			_, err := check(m, CredentialLease)
+			assert.ErrorIs(t, err, ErrWelcomeRejected, name)
+		}
+	})
+}
+
+// mutateConn corrupts the nth message written through it.
+type mutateConn struct {
+	MsgConn
+	n      int
+	writes int
+	mutate func([]byte) []byte
+}
+
+func (m *mutateConn) WriteMsg(ctx context.Context, b []byte) error {
+	m.writes++
+	if m.writes == m.n {
+		b = m.mutate(b)
+	}
+	return m.MsgConn.WriteMsg(ctx, b)
+}
+
+// TestTamperedWelcomeFailsClosed: a welcome that does not open ends a
+// bootstrap attempt fail-closed (the ticket is spent at the core).
+func TestTamperedWelcomeFailsClosed(t *testing.T) {
+	store := NewMemoryCredentialStore()
+	ticket, err := store.IssueTicket(5*time.Second, time.Now())
+	require.NoError(t, err)
+	rc, cc := newMemPipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		mc := &mutateConn{MsgConn: cc, n: 2, mutate: func(b []byte) []byte { return flipHexDigit(b, len(b)-4) }}
+		_, _, _ = newCore(store).Run(ctx, mc)
+	})
+	c := newClient()
+	c.Ticket = ticket
+	_, _, err = c.Run(ctx, rc)
+	wg.Wait()
+	require.ErrorIs(t, err, ErrTicketConsumed)
+	require.ErrorIs(t, err, ErrFrameAuth)
+	assert.True(t, store.TicketUsed(ticket))
+}
