@@ -599,13 +599,20 @@ func (c *Client) settleTurn(id int64, p PendingRequest, m wireMessage) []Inbound
 	return []Inbound{{Kind: KindTurnSettled, ID: m.ID, Method: p.Method, Outcome: out, Err: out.Err, RPCError: m.Error}}
 }
 
-// safeMethod bounds an untrusted method name before it is logged.
+// knownMethods are the method names that may be logged verbatim; any other
+// name is peer text and could carry anything.
+var knownMethods = map[string]bool{
+	MethodInitialize: true, MethodAuthenticate: true, MethodSessionNew: true, MethodSessionLoad: true,
+	MethodSessionResume: true, MethodSessionClose: true, MethodSessionPrompt: true, MethodSessionCancel: true,
+	MethodSessionUpdate: true, MethodRequestPermission: true, MethodCancelRequest: true,
+}
+
+// safeMethod returns a loggable stand-in for an untrusted method name.
 func safeMethod(m string) string {
-	const maxLoggedMethod = 64 // long enough for every ACP method name
-	if len(m) > maxLoggedMethod {
-		return m[:maxLoggedMethod] + "…"
+	if knownMethods[m] {
+		return m
 	}
-	return m
+	return "other(" + strconv.Itoa(len(m)) + " bytes)"
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -284,35 +284,7 @@ func (c *Conn) send(encode func(*Client) ([]byte, error)) error {
 	return c.write(line)
 }
 
-// call sends a request and waits for its response, ctx, or deadline.
-func (c *Conn) call(ctx context.Context, deadline <-chan time.Time, method string, params any) (Inbound, error) {
-	ch := make(chan Inbound, 1)
-	var id int64
-	err := c.send(func(cl *Client) ([]byte, error) {
-		call, err := cl.Request(method, params, "")
-		if err != nil {
-			return nil, err
-		}
-		id = call.ID
-		c.waiters[id] = ch
-		return call.Line, nil
-	})
-	if err != nil {
-		return Inbound{}, err
-	}
-	select {
-	case m, ok := <-ch:
-		if !ok {
-			return Inbound{}, c.closedErr()
-		}
-		return m, m.Err
-	case <-deadline:
-		return Inbound{}, errDeadline
-	case <-ctx.Done():
-		return Inbound{}, fmt.Errorf("%s: %w", method, ctx.Err())
-	}
-}
-
+// errDeadline is the handshake bound firing inside callWith.
 var errDeadline = errors.New("deadline")
 
 func (c *Conn) closedErr() error {
@@ -324,7 +296,7 @@ func (c *Conn) closedErr() error {
 
 // Call sends an arbitrary request and waits for its answer (bounded by ctx).
 func (c *Conn) Call(ctx context.Context, method string, params any) (Inbound, error) {
-	return c.call(ctx, nil, method, params)
+	return c.callWith(ctx, nil, func(cl *Client) (Call, error) { return cl.Request(method, params, "") })
 }
 
 // Notify sends a notification.
@@ -368,12 +340,7 @@ func (c *Conn) Open(ctx context.Context, o OpenOptions) error {
 }
 
 func (c *Conn) open(ctx context.Context, deadline <-chan time.Time, o OpenOptions) error {
-	var initCall Call
-	if _, err := c.callWith(ctx, deadline, func(cl *Client) (Call, error) {
-		var err error
-		initCall, err = cl.Initialize()
-		return initCall, err
-	}); err != nil {
+	if _, err := c.callWith(ctx, deadline, (*Client).Initialize); err != nil {
 		return err
 	}
 	if !o.Resume {
@@ -394,6 +361,8 @@ func (c *Conn) open(ctx context.Context, deadline <-chan time.Time, o OpenOption
 	return NewFailure(ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
 }
 
+// callWith sends the request mk encodes and waits for its answer, ctx, or
+// deadline (nil: none).
 func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(*Client) (Call, error)) (Inbound, error) {
 	ch := make(chan Inbound, 1)
 	err := c.send(func(cl *Client) ([]byte, error) {
@@ -416,7 +385,7 @@ func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(
 	case <-deadline:
 		return Inbound{}, errDeadline
 	case <-ctx.Done():
-		return Inbound{}, fmt.Errorf("acp handshake: %w", ctx.Err())
+		return Inbound{}, fmt.Errorf("await acp response: %w", ctx.Err())
 	}
 }
 

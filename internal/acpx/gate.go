@@ -1,0 +1,57 @@
+package acpx
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// ColdStartGate limits concurrent cold session.open handshakes per runnerd
+// (acp.md §4.2). Adopt and resume take no slot. A waiter that has not got
+// a slot after ColdStartGateMaxWait proceeds without one (fail-open, as
+// Paperclip's gate does).
+type ColdStartGate struct {
+	clock Clock
+	slots chan struct{} // nil: gate disabled
+}
+
+// NewColdStartGate returns a gate with max slots; max ≤ 0 disables it.
+func NewColdStartGate(max int, clock Clock) *ColdStartGate {
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	g := &ColdStartGate{clock: clock}
+	if max > 0 {
+		g.slots = make(chan struct{}, max)
+	}
+	return g
+}
+
+// Acquire waits for a slot. It returns a release func (a no-op when the
+// gate is disabled or the wait failed open) and whether a slot is held. The
+// cold bound starts after Acquire returns.
+func (g *ColdStartGate) Acquire(ctx context.Context) (release func(), held bool, err error) {
+	if g.slots == nil {
+		return func() {}, false, nil
+	}
+	select {
+	case g.slots <- struct{}{}:
+		return g.releaser(), true, nil
+	default:
+	}
+	t := g.clock.NewTimer(ColdStartGateMaxWait)
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return g.releaser(), true, nil
+	case <-t.C():
+		return func() {}, false, nil
+	case <-ctx.Done():
+		return func() {}, false, fmt.Errorf("acquire cold-start slot: %w", ctx.Err())
+	}
+}
+
+func (g *ColdStartGate) releaser() func() {
+	var once sync.Once
+	return func() { once.Do(func() { <-g.slots }) }
+}

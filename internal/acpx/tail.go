@@ -1,0 +1,63 @@
+package acpx
+
+import "strings"
+
+// StderrTail keeps the agent's stderr only as a redacted tail
+// (StderrTailLines lines, StderrTailBytes bytes; acp.md §3.3): every known
+// secret is scrubbed before a line is kept, so the tail may be logged or
+// attached to a diagnostic.
+type StderrTail struct {
+	Redactor *Redactor
+	lines    []string
+	partial  string
+}
+
+// Write appends stderr bytes; it never fails.
+func (t *StderrTail) Write(p []byte) (int, error) {
+	s := t.partial + string(p)
+	t.partial = ""
+	for {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			break
+		}
+		t.add(s[:i])
+		s = s[i+1:]
+	}
+	if len(s) > StderrTailBytes {
+		t.add(s) // an endless line is kept as what it is so far
+		s = ""
+	}
+	t.partial = s
+	return len(p), nil
+}
+
+func (t *StderrTail) add(line string) {
+	t.lines = append(t.lines, truncateUTF8(t.Redactor.String(line), StderrTailBytes))
+	if len(t.lines) > StderrTailLines {
+		t.lines = t.lines[len(t.lines)-StderrTailLines:]
+	}
+	for total := t.size(); total > StderrTailBytes && len(t.lines) > 1; total = t.size() {
+		t.lines = t.lines[1:]
+	}
+}
+
+func (t *StderrTail) size() int {
+	n := 0
+	for _, l := range t.lines {
+		n += len(l) + 1
+	}
+	return n
+}
+
+// String returns the kept lines (plus a redacted partial line).
+func (t *StderrTail) String() string {
+	out := strings.Join(t.lines, "\n")
+	if t.partial != "" {
+		if out != "" {
+			out += "\n"
+		}
+		out += t.Redactor.String(t.partial)
+	}
+	return out
+}
