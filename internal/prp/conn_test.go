@@ -134,8 +134,8 @@ func TestScenario42_PingsWhileOwnerBlocked(t *testing.T) {
 			require.NoError(t, err)
 			kinds = append(kinds, kindOf(b))
 		}
-		require.Equal(t, "event", kinds[0], "the frame already being written")
-		require.Equal(t, "pong", kinds[1], "the pong overtakes every queued frame")
+		// At most the one frame the writer had already taken precedes the pong.
+		require.Contains(t, kinds[:2], "pong", "the pong overtakes every queued frame: %v", kinds[:4])
 		// A WebSocket Ping from the peer is answered while the owner is blocked.
 		srvCtx, srvCancel := context.WithCancel(context.Background())
 		readDone := make(chan struct{})
