@@ -21,7 +21,7 @@ const (
 	// writes state in a loop until it is killed.
 	crashChildEnv = "PCRUNNER_STATE_CRASH_CHILD_DIR"
 	// crashRounds is how many SIGKILLs the crash test delivers.
-	crashRounds = 12
+	crashRounds = 6
 	// crashReadyTimeout bounds the wait for the child's first commit.
 	crashReadyTimeout = 20 * time.Second
 	// crashBlobBytes makes each write large enough to be killed mid-write.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // FuzzDecodeCommand: any input either decodes to a command that validates
@@ -122,7 +124,7 @@ func FuzzLoadState(f *testing.F) {
 
 // A command above the core's canonical node bound still fingerprints, stably.
 func TestFingerprintOfHugeCommandIsStable(t *testing.T) {
-	ops := make([]map[string]any, 3000)
+	ops := make([]map[string]any, 2100) // > prp.MaxCanonicalNodes values
 	for i := range ops {
 		ops[i] = map[string]any{"operationId": i, "version": 1, "inputSchema": map[string]any{"type": "object"}}
 	}
@@ -131,6 +133,9 @@ func TestFingerprintOfHugeCommandIsStable(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := command(1, "command_prp_00000001", "run.prepare", string(payload))
+	if _, err := prp.Canonical(c.Raw); !errors.Is(err, prp.ErrCanonicalTooLarge) {
+		t.Fatalf("test command must exceed the canonical bound, got %v", err)
+	}
 	a, err := c.Fingerprint()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,24 @@
+//go:build !linux
+
+package state
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The state file discipline (openat, O_NOFOLLOW, renameat, directory fsync)
+// is implemented for Linux, where runnerd runs.
+
+const tempPrefix = "." + FileName + ".tmp-"
+
+type dirHandle struct{ path string }
+
+func openDir(path string) (*dirHandle, error) {
+	return nil, fmt.Errorf("open state dir: %w", errors.ErrUnsupported)
+}
+
+func (d *dirHandle) close()                           {}
+func (d *dirHandle) read(limit int64) ([]byte, error) { return nil, errors.ErrUnsupported }
+func (d *dirHandle) write(b []byte) error             { return errors.ErrUnsupported }
+func (d *dirHandle) removeStaleTemps() error          { return errors.ErrUnsupported }
