@@ -1,0 +1,483 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+)
+
+// Bounds of prpctl (beyond; an operator tool).
+const (
+	// defaultTimeout bounds a whole prpctl run unless --timeout says otherwise.
+	defaultTimeout = 60 * time.Second
+	// redialDelay spaces the core's re-dials of a listening runnerd (the
+	// server's first ingress retry delay, prp.md §6.2: 250 ms).
+	redialDelay = 250 * time.Millisecond
+	// stopGrace is how long runnerd gets after SIGTERM before SIGKILL
+	// (the server's close grace, prp.md §12: 10 s).
+	stopGrace = 10 * time.Second
+	// listenWait bounds the wait for runnerd's "listening" log line.
+	listenWait = 10 * time.Second
+	// ticketEnv carries the ticket to runnerd and, in attach mode, to prpctl.
+	ticketEnv = "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET"
+)
+
+const usage = `prpctl: a small PRP control plane that drives one runnerd.
+
+USAGE
+  prpctl --mode dial   --runnerd PATH --state-dir DIR [OPTIONS]
+      serve the core on 127.0.0.1 and launch runnerd with --connect-url
+  prpctl --mode listen --runnerd PATH --state-dir DIR [OPTIONS]
+      launch runnerd listening on 127.0.0.1 and dial it
+  prpctl --mode attach --url ws://HOST:PORT/api/runner/v1/connect/RUN [OPTIONS]
+      dial a runnerd that is already listening; its ticket comes from
+      PAPERCLIP_RUNNER_BOOTSTRAP_TICKET (see --mode mint-ticket)
+  prpctl --mode mint-ticket
+      print a fresh random bootstrap ticket
+
+Commands run in order: every --command first, then the --script steps. Each
+command waits its turn in the core journal (one in flight, prp.md §7.1).
+stdout gets one JSON line per committed event, command result and runnerd
+exit; runnerd's own output goes to stderr. Exit status: 0 when every command
+got a result in time, 1 otherwise, 2 for a usage error.
+
+SCRIPT (JSON lines, # comments)
+  {"command":"session.snapshot","payload":{}}   queue a command
+  {"sleepMs":200}   {"ping":true}   {"revoke":1}   {"drop":true}
+  {"wait":true}     wait until every queued command has a result
+
+OPTIONS
+`
+
+type options struct {
+	mode, runnerd, url, stateDir, script string
+	id                                   prp.Identity
+	runnerVersion, runnerDigest          string
+	runnerdArgs, commands                []string
+	timeout, leaseTTL                    time.Duration
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := pflag.NewFlagSet("prpctl", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage+fs.FlagUsages()) }
+	fs.StringVar(&o.mode, "mode", "dial", "dial | listen | attach | mint-ticket")
+	fs.StringVar(&o.runnerd, "runnerd", "paperclip-runnerd", "runnerd binary to launch (dial and listen modes)")
+	fs.StringVar(&o.url, "url", "", "listener URL of a running runnerd (attach mode)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "runnerd --state-dir (dial and listen modes)")
+	fs.StringVar(&o.script, "script", "", "script file of JSON-line steps (- for stdin)")
+	fs.StringArrayVar(&o.commands, "command", nil, "command TYPE or TYPE=JSON-payload (repeatable)")
+	fs.StringArrayVar(&o.runnerdArgs, "runnerd-arg", nil, "extra runnerd flag (repeatable)")
+	fs.StringVar(&o.id.RunnerInstanceID, "runner-id", "runner_local", "runner instance id")
+	fs.StringVar(&o.id.EnvironmentLeaseID, "environment-lease-id", "env_local", "environment lease id")
+	fs.StringVar(&o.id.RunID, "run-id", "run_local", "run id")
+	fs.StringVar(&o.id.NormalizedSessionID, "session-id", "session_local", "normalized session id")
+	fs.StringVar(&o.id.TurnID, "turn-id", "turn_local", "turn id")
+	fs.StringVar(&o.id.ItemID, "item-id", "item_local", "item id")
+	fs.StringVar(&o.runnerVersion, "runner-version", "0.0.0-local", "runner version the core expects")
+	fs.StringVar(&o.runnerDigest, "runner-digest", "sha256:"+strings.Repeat("0", 64), "runner digest the core expects")
+	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of the whole run")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", prp.DefaultLeaseTTL, "connection lease TTL the core grants")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, errors.New("unexpected arguments")
+	}
+	switch o.mode {
+	case "dial", "listen":
+		if o.stateDir == "" {
+			return o, errors.New("--state-dir is required in dial and listen mode")
+		}
+	case "attach":
+		if o.url == "" {
+			return o, errors.New("--url is required in attach mode")
+		}
+	case "mint-ticket":
+	default:
+		return o, errors.New("--mode must be dial, listen, attach or mint-ticket")
+	}
+	if o.timeout <= 0 {
+		return o, errors.New("--timeout must be positive")
+	}
+	return o, nil
+}
+
+// out writes JSON lines to stdout; safe for concurrent use.
+type out struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (o *out) line(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, _ = o.w.Write(append(b, '\n'))
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	o, err := parseOptions(args, stderr)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
+		return 2
+	}
+	if o.mode == "mint-ticket" {
+		var b [24]byte
+		_, _ = rand.Read(b[:])
+		fmt.Fprintln(stdout, "bootstrap_"+hex.EncodeToString(b[:]))
+		return 0
+	}
+	steps, err := loadSteps(o, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "prpctl")
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if err := drive(ctx, o, steps, &out{w: stdout}, stderr, log); err != nil {
+		fmt.Fprintf(stderr, "prpctl: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func loadSteps(o options, stdin io.Reader) ([]step, error) {
+	var steps []step
+	for _, c := range o.commands {
+		s, err := parseCommandFlag(c)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, s)
+	}
+	if o.script != "" {
+		var r io.Reader = stdin
+		if o.script != "-" {
+			f, err := os.Open(o.script)
+			if err != nil {
+				return nil, fmt.Errorf("open script: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		more, err := parseScript(r)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, more...)
+	}
+	return steps, nil
+}
+
+// drive runs one session: core up, runnerd launched or attached, steps
+// executed, every result awaited, runnerd stopped.
+func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Writer, log *slog.Logger) error {
+	core := prp.NewCore(prp.CoreConfig{
+		Identity: o.id, RunnerVersion: o.runnerVersion, RunnerDigest: o.runnerDigest,
+		LeaseTTL: o.leaseTTL, Logger: log,
+	})
+	defer core.Close()
+	var ticket string
+	if o.mode == "attach" {
+		ticket = os.Getenv(ticketEnv)
+		if ticket == "" {
+			return errors.New(ticketEnv + " is required in attach mode")
+		}
+		core.Store().AddTicket(ticket, time.Now().Add(o.timeout))
+	} else {
+		var err error
+		if ticket, err = core.MintTicket(); err != nil {
+			return err
+		}
+	}
+
+	printerDone := make(chan struct{})
+	pctx, stopPrinter := context.WithCancel(context.Background())
+	go func() { defer close(printerDone); printCore(pctx, core, w) }()
+	defer func() { stopPrinter(); <-printerDone }()
+
+	var proc *runnerdProc
+	var url string
+	switch o.mode {
+	case "dial":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("listen core: %w", err)
+		}
+		srv := &http.Server{Handler: core, ReadHeaderTimeout: 2 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		connect := "ws://" + ln.Addr().String() + prp.ConnectPath(o.id.RunID)
+		if proc, err = launch(o, ticket, stderr, "--connect-url", connect); err != nil {
+			return err
+		}
+	case "listen":
+		var err error
+		proc, err = launch(o, ticket, stderr, "--listen-address", "127.0.0.1", "--listen-port", "0",
+			"--listen-path", prp.ConnectPath(o.id.RunID))
+		if err != nil {
+			return err
+		}
+		select {
+		case addr := <-proc.listening:
+			url = "ws://" + addr + prp.ConnectPath(o.id.RunID)
+		case <-proc.exited:
+			return fmt.Errorf("runnerd exited with status %d before listening", proc.code)
+		case <-time.After(listenWait):
+			proc.stop()
+			return errors.New("runnerd did not report a listening address")
+		}
+	case "attach":
+		url = o.url
+	}
+	var wg sync.WaitGroup
+	dctx, stopDial := context.WithCancel(ctx)
+	if url != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); redial(dctx, core, url, proc, log) }()
+	}
+	defer func() { stopDial(); wg.Wait() }()
+
+	err := execute(ctx, core, steps)
+	terminal := slices.ContainsFunc(steps, func(s step) bool {
+		return s.Command == "runner.shutdown" || s.Command == "runner.suspend" || s.Revoke != 0
+	})
+	if proc != nil {
+		if err != nil || !terminal {
+			proc.stop()
+		}
+		select {
+		case <-proc.exited:
+		case <-ctx.Done():
+			proc.stop()
+			<-proc.exited
+		}
+		w.line(map[string]any{"kind": "runnerd_exit", "code": proc.code})
+	}
+	return err
+}
+
+// execute runs the steps in order, then waits for every result.
+func execute(ctx context.Context, core *prp.Core, steps []step) error {
+	var ids []string
+	waitAll := func() error {
+		return core.Wait(ctx, func(s prp.CoreSnapshot) bool {
+			for _, id := range ids {
+				if s.Results[id] == nil {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for _, s := range steps {
+		var err error
+		switch {
+		case s.Command != "":
+			var cmd prp.Command
+			cmd, err = core.QueueCommand(prp.Command{Type: s.Command, Payload: s.Payload})
+			ids = append(ids, cmd.CommandID)
+		case s.SleepMs > 0:
+			select {
+			case <-time.After(time.Duration(s.SleepMs) * time.Millisecond):
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		case s.Ping:
+			err = waitConnected(ctx, core)
+			if err == nil {
+				err = core.Ping(ctx)
+			}
+		case s.Revoke != 0:
+			err = waitConnected(ctx, core)
+			if err == nil {
+				err = core.Revoke(s.Revoke)
+			}
+		case s.Drop:
+			core.DropCurrent()
+		case s.Wait:
+			err = waitAll()
+		}
+		if err != nil {
+			return fmt.Errorf("run script: %w", err)
+		}
+	}
+	if err := waitAll(); err != nil {
+		return fmt.Errorf("wait for command results: %w", err)
+	}
+	return nil
+}
+
+func waitConnected(ctx context.Context, core *prp.Core) error {
+	return core.Wait(ctx, func(s prp.CoreSnapshot) bool { return s.Connected })
+}
+
+// redial keeps the core connected to a listening runnerd (the server's
+// ingress loop, prp.md §6.2), until ctx ends or runnerd exits.
+func redial(ctx context.Context, core *prp.Core, url string, proc *runnerdProc, log *slog.Logger) {
+	var exited <-chan struct{}
+	if proc != nil {
+		exited = proc.exited
+	}
+	for {
+		if err := core.Wait(ctx, func(s prp.CoreSnapshot) bool { return !s.Connected }); err != nil {
+			return
+		}
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		if err := core.Connect(ctx, url); err != nil && ctx.Err() == nil {
+			log.Warn("connect runnerd", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-exited:
+			return
+		case <-time.After(redialDelay):
+		}
+	}
+}
+
+// printCore prints every committed event and every command result once.
+func printCore(ctx context.Context, core *prp.Core, w *out) {
+	printedEvents := 0
+	printed := map[string]bool{}
+	for {
+		var s prp.CoreSnapshot
+		err := core.Wait(ctx, func(snap prp.CoreSnapshot) bool {
+			s = snap
+			return len(snap.Events) > printedEvents || len(snap.Results) > len(printed)
+		})
+		for _, e := range s.Events[min(printedEvents, len(s.Events)):] {
+			var env struct {
+				Payload json.RawMessage `json:"payload"`
+			}
+			_ = json.Unmarshal(e, &env)
+			var ev map[string]any
+			_ = json.Unmarshal(env.Payload, &ev)
+			ev["kind"] = "event"
+			w.line(ev)
+		}
+		printedEvents = max(printedEvents, len(s.Events))
+		var fresh []prp.CommandResultPayload
+		for id, raw := range s.Results {
+			if printed[id] {
+				continue
+			}
+			printed[id] = true
+			var p prp.CommandResultPayload
+			_ = json.Unmarshal(raw, &p)
+			fresh = append(fresh, p)
+		}
+		slices.SortFunc(fresh, func(a, b prp.CommandResultPayload) int { return int(a.ControllerSeq - b.ControllerSeq) })
+		for _, p := range fresh {
+			w.line(map[string]any{"kind": "command_result", "commandId": p.CommandID, "controllerSeq": p.ControllerSeq,
+				"commandType": p.CommandType, "status": p.Status, "result": p.Result})
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// runnerdProc is one launched runnerd.
+type runnerdProc struct {
+	cmd       *exec.Cmd
+	listening chan string
+	exited    chan struct{}
+	code      int
+}
+
+// launch starts runnerd with the ticket in its environment only (never on
+// its command line, prp.md §13).
+func launch(o options, ticket string, stderr io.Writer, modeArgs ...string) (*runnerdProc, error) {
+	args := append([]string{
+		"--state-dir", o.stateDir,
+		"--runner-id", o.id.RunnerInstanceID, "--environment-lease-id", o.id.EnvironmentLeaseID,
+		"--run-id", o.id.RunID, "--session-id", o.id.NormalizedSessionID,
+		"--turn-id", o.id.TurnID, "--item-id", o.id.ItemID,
+		"--runner-version", o.runnerVersion, "--runner-digest", o.runnerDigest,
+	}, modeArgs...)
+	args = append(args, o.runnerdArgs...)
+	cmd := exec.Command(o.runnerd, args...)
+	cmd.Env = append(os.Environ(), ticketEnv+"="+ticket)
+	cmd.Stdout = stderr
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("launch runnerd: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("launch runnerd: %w", err)
+	}
+	p := &runnerdProc{cmd: cmd, listening: make(chan string, 1), exited: make(chan struct{})}
+	go func() {
+		// Forward runnerd's log and pick out its listening address.
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			var rec struct {
+				Msg     string `json:"msg"`
+				Address string `json:"address"`
+			}
+			if json.Unmarshal(line, &rec) == nil && rec.Msg == "listening" && rec.Address != "" {
+				select {
+				case p.listening <- rec.Address:
+				default:
+				}
+			}
+			_, _ = stderr.Write(append(append([]byte(nil), line...), '\n'))
+		}
+		_ = cmd.Wait()
+		p.code = cmd.ProcessState.ExitCode()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop sends SIGTERM (an orderly runnerd stop, prp.md §13), then SIGKILL
+// after stopGrace.
+func (p *runnerdProc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(stopGrace):
+		_ = p.cmd.Process.Kill()
+	}
+}

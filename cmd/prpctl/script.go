@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Script bounds (beyond: prpctl's own; the core journal holds 500 commands,
+// prp.md §7.1).
+const (
+	// maxScriptSteps bounds one script (the core journal holds 500 commands).
+	maxScriptSteps = 500
+	// maxScriptLineBytes bounds one script line (a command must fit the 1 MiB frame, prp.md §1.4).
+	maxScriptLineBytes = 1 << 20
+	// maxSleep bounds one sleep step so a script cannot stall prpctl unbounded.
+	maxSleep = 10 * time.Minute
+)
+
+// step is one script action. Exactly one field is set.
+type step struct {
+	// Command queues a command of this type with Payload (default {}).
+	Command string          `json:"command,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// SleepMs pauses the script.
+	SleepMs int64 `json:"sleepMs,omitempty"`
+	// Ping sends a PRP ping.
+	Ping bool `json:"ping,omitempty"`
+	// Revoke revokes the lease at this epoch.
+	Revoke int64 `json:"revoke,omitempty"`
+	// Drop drops the current connection as a network failure would.
+	Drop bool `json:"drop,omitempty"`
+	// Wait waits until every command queued so far has a result.
+	Wait bool `json:"wait,omitempty"`
+}
+
+// errScript marks a malformed script; its text names the line, never its content.
+var errScript = errors.New("invalid script")
+
+// parseScript reads JSON lines (blank lines and lines starting with # are
+// skipped). Each line is one step object.
+func parseScript(r io.Reader) ([]step, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), maxScriptLineBytes)
+	var steps []step
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 || b[0] == '#' {
+			continue
+		}
+		s, err := parseStep(b)
+		if err != nil {
+			return nil, fmt.Errorf("parse script line %d: %w", line, err)
+		}
+		if len(steps) == maxScriptSteps {
+			return nil, fmt.Errorf("parse script: %w: more than %d steps", errScript, maxScriptSteps)
+		}
+		steps = append(steps, s)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read script: %w", err)
+	}
+	return steps, nil
+}
+
+func parseStep(b []byte) (step, error) {
+	var s step
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return step{}, fmt.Errorf("%w: not a step object", errScript)
+	}
+	if dec.More() {
+		return step{}, fmt.Errorf("%w: trailing data", errScript)
+	}
+	set := 0
+	for _, on := range []bool{s.Command != "", s.SleepMs != 0, s.Ping, s.Revoke != 0, s.Drop, s.Wait} {
+		if on {
+			set++
+		}
+	}
+	switch {
+	case set != 1:
+		return step{}, fmt.Errorf("%w: exactly one action per line", errScript)
+	case s.Payload != nil && s.Command == "":
+		return step{}, fmt.Errorf("%w: payload without command", errScript)
+	case s.SleepMs < 0 || time.Duration(s.SleepMs)*time.Millisecond > maxSleep:
+		return step{}, fmt.Errorf("%w: sleepMs outside 0..%d", errScript, maxSleep.Milliseconds())
+	case s.Revoke < 0:
+		return step{}, fmt.Errorf("%w: revoke epoch must be positive", errScript)
+	}
+	if s.Command != "" {
+		if err := checkCommandType(s.Command); err != nil {
+			return step{}, err
+		}
+		if s.Payload == nil {
+			s.Payload = json.RawMessage(`{}`)
+		}
+		if !isObject(s.Payload) {
+			return step{}, fmt.Errorf("%w: payload is not an object", errScript)
+		}
+	}
+	return s, nil
+}
+
+// parseCommandFlag parses --command TYPE or TYPE=JSON.
+func parseCommandFlag(v string) (step, error) {
+	typ, payload, hasPayload := strings.Cut(v, "=")
+	if err := checkCommandType(typ); err != nil {
+		return step{}, err
+	}
+	s := step{Command: typ, Payload: json.RawMessage(`{}`)}
+	if hasPayload {
+		if !isObject([]byte(payload)) {
+			return step{}, fmt.Errorf("%w: --command %s: payload is not a JSON object", errScript, typ)
+		}
+		s.Payload = json.RawMessage(payload)
+	}
+	return s, nil
+}
+
+func checkCommandType(typ string) error {
+	if typ == "" || len(typ) > 64 || strings.ContainsFunc(typ, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("%w: command type empty, too long or has spaces", errScript)
+	}
+	return nil
+}
+
+func isObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseScript(t *testing.T) {
+	steps, err := parseScript(strings.NewReader(`
+# a comment
+{"command":"session.snapshot"}
+{"command":"turn.start","payload":{"text":"hi"}}
+{"sleepMs":5}
+{"ping":true}
+{"wait":true}
+{"drop":true}
+{"revoke":2}
+`))
+	require.NoError(t, err)
+	require.Len(t, steps, 7)
+	require.JSONEq(t, `{}`, string(steps[0].Payload))
+	require.Equal(t, "turn.start", steps[1].Command)
+	require.EqualValues(t, 2, steps[6].Revoke)
+
+	for _, bad := range []string{
+		`{"command":"a","sleepMs":1}`, // two actions
+		`{}`,                          // none
+		`{"payload":{}}`,              // payload without command
+		`{"command":"a","payload":[1]}`,
+		`{"command":"zzqq yy"}`,
+		`{"sleepMs":-1}`,
+		`{"revoke":-3}`,
+		`{"bogus":1}`,
+		`{"ping":true} {"ping":true}`,
+		`not json`,
+	} {
+		_, err := parseScript(strings.NewReader(bad))
+		require.Error(t, err, bad)
+		require.True(t, errors.Is(err, errScript), bad)
+		require.NotContains(t, err.Error(), "zzqq", "errors never echo script content")
+	}
+}
+
+func TestParseCommandFlag(t *testing.T) {
+	s, err := parseCommandFlag(`turn.start={"text":"a=b"}`)
+	require.NoError(t, err)
+	require.Equal(t, "turn.start", s.Command)
+	require.JSONEq(t, `{"text":"a=b"}`, string(s.Payload))
+	_, err = parseCommandFlag(`turn.start=[]`)
+	require.Error(t, err)
+	_, err = parseCommandFlag(``)
+	require.Error(t, err)
+}
+
+func FuzzParseScript(f *testing.F) {
+	f.Add(`{"command":"session.snapshot","payload":{}}`)
+	f.Add("{\"sleepMs\":1}\n{\"wait\":true}\n# c\n")
+	f.Add(`{"revoke":1}`)
+	f.Add(`{"command":"x","payload":{"a":[1,2,{"b":null}]}}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		steps, err := parseScript(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		for _, s := range steps {
+			if s.Command != "" && !isObject(s.Payload) {
+				t.Fatalf("accepted a command without an object payload")
+			}
+		}
+	})
+}
