@@ -44,6 +44,9 @@ func (st *State) check(cfg Config) error {
 		}
 		return corrupt("unknown schema")
 	}
+	if len(st.WarmTransition) > 0 && string(st.WarmTransition) != "null" {
+		return fmt.Errorf("check state: %w: warm transition recovery is not supported", ErrStateBinding)
+	}
 	id := cfg.Identity
 	if st.RunnerInstanceID != id.RunnerInstanceID || st.EnvironmentLeaseID != id.EnvironmentLeaseID ||
 		st.RunID != id.RunID || st.NormalizedSessionID != id.NormalizedSessionID ||

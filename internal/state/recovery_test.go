@@ -1,7 +1,10 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,4 +161,27 @@ func TestLifecycleDiagnosticsAndRecoverableFailure(t *testing.T) {
 	require.NotContains(t, string(readFile(t, cfg)), "sk-abcdefghijklmnopqrstuv")
 	require.Equal(t, "transport_reconnect_grace_exceeded", *snap.RecoverableFailure)
 	require.Equal(t, RecoverableFailure, s.Summary().Lifecycle)
+}
+
+// Logs carry lifecycle facts, never payloads or secrets.
+func TestLogsNeverCarryPayloads(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := testConfig(t.TempDir() + "/state")
+	cfg.MaxOutboxBytes, cfg.P0ReserveBytes = 4096, 1024
+	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s := openStore(t, cfg)
+	secret := "super-secret-payload-" + strings.Repeat("s", 900)
+	var err error
+	for err == nil {
+		err = s.Update(func(tx *Tx) error {
+			_, e := tx.Enqueue(Event{Type: "item.delta", Priority: P1, Payload: obj(t, map[string]string{"text": secret})})
+			return e
+		})
+	}
+	require.ErrorIs(t, err, ErrBackpressure)
+	require.NoError(t, s.Close())
+	openStore(t, cfg)
+	require.Contains(t, buf.String(), "outbox bound reached")
+	require.Contains(t, buf.String(), "recovered runner state")
+	require.NotContains(t, buf.String(), "super-secret-payload")
 }
