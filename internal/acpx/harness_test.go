@@ -106,7 +106,7 @@ var (
 )
 
 // fakeacpBin builds test/fakeacp once per test process.
-func fakeacpBin(t *testing.T) string {
+func fakeacpBin(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "acpx-fakeacp-")
@@ -152,12 +152,12 @@ type agentProc struct {
 	waitErr    error
 }
 
-func startAgent(t *testing.T, opts ConnOptions, args ...string) *agentProc {
+func startAgent(t testing.TB, opts ConnOptions, args ...string) *agentProc {
 	t.Helper()
 	return startAgentEnv(t, opts, nil, args...)
 }
 
-func startAgentEnv(t *testing.T, opts ConnOptions, env []string, args ...string) *agentProc {
+func startAgentEnv(t testing.TB, opts ConnOptions, env []string, args ...string) *agentProc {
 	t.Helper()
 	p := &agentProc{stderr: &lockedBuffer{}, transcript: filepath.Join(t.TempDir(), "wire.ndjson")}
 	p.cmd = exec.Command(fakeacpBin(t), append([]string{"--transcript", p.transcript}, args...)...)

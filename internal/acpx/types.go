@@ -227,38 +227,42 @@ type Cost struct {
 	Currency string  `json:"currency"`
 }
 
+// sessionUpdateWire decodes a SessionUpdate in one pass: its own content
+// and title members shadow the embedded ones, whose meaning depends on
+// the kind.
+type sessionUpdateWire struct {
+	SessionUpdate
+	Content json.RawMessage `json:"content"`
+	Title   *string         `json:"title"`
+}
+
 // DecodeSessionUpdate decodes the update member of session/update. The
 // content member means a ContentBlock for chunks and a ToolCallContent list
 // for tool calls, so it is decoded by kind.
 func DecodeSessionUpdate(raw json.RawMessage) (SessionUpdate, error) {
-	var u SessionUpdate
-	if err := json.Unmarshal(raw, &u); err != nil {
+	var w sessionUpdateWire
+	if err := json.Unmarshal(raw, &w); err != nil {
 		return SessionUpdate{}, err
 	}
-	var extra struct {
-		Content json.RawMessage `json:"content"`
-		Title   *string         `json:"title"`
-	}
-	if err := json.Unmarshal(raw, &extra); err != nil {
-		return SessionUpdate{}, err
-	}
+	u := w.SessionUpdate
 	switch u.Kind {
 	case UpdateUserMessageChunk, UpdateAgentMessageChunk, UpdateAgentThoughtChunk:
 		var c ContentBlock
-		if len(extra.Content) > 0 {
-			if err := json.Unmarshal(extra.Content, &c); err != nil {
+		if len(w.Content) > 0 {
+			if err := json.Unmarshal(w.Content, &c); err != nil {
 				return SessionUpdate{}, err
 			}
 		}
 		u.Content = &c
 	case UpdateToolCall, UpdateToolCallUpdate:
-		if len(extra.Content) > 0 && string(extra.Content) != "null" {
-			if err := json.Unmarshal(extra.Content, &u.ToolOutput); err != nil {
+		u.Title = w.Title
+		if len(w.Content) > 0 && string(w.Content) != "null" {
+			if err := json.Unmarshal(w.Content, &u.ToolOutput); err != nil {
 				return SessionUpdate{}, err
 			}
 		}
 	case UpdateSessionInfo:
-		u.SessionTitle, u.Title = extra.Title, nil
+		u.SessionTitle = w.Title
 	}
 	return u, nil
 }
