@@ -101,6 +101,9 @@ func FuzzLoadState(f *testing.F) {
 		if err != nil {
 			t.Fatalf("a loaded state must re-encode: %v", err)
 		}
+		if !json.Valid(out) {
+			t.Fatalf("encoded state is not valid JSON")
+		}
 		st2, err := decodeState(out)
 		if err != nil {
 			t.Fatalf("re-encoded state does not decode: %v", err)

@@ -176,15 +176,41 @@ var knownFields = sync.OnceValue(func() map[string]bool {
 func (s *State) MarshalJSON() ([]byte, error) {
 	c := *s
 	c.normalize()
+	c.Outbox = []OutboxEvent{}
 	b, err := encodeJSON((*plainState)(&c))
 	if err != nil {
 		return nil, err
 	}
-	if len(s.Extensions) == 0 {
-		return b, nil
+	// The outbox dominates the file and its envelopes are already compact
+	// JSON built (or compacted on load) by this package, so they are copied
+	// in verbatim instead of being re-validated by the encoder. The empty
+	// placeholder is the first `"outbox":[]` in b: only the identity and
+	// counter fields precede it, and an escaped string cannot contain it.
+	i := bytes.Index(b, []byte(`"outbox":[]`))
+	if i < 0 {
+		return nil, fmt.Errorf("encode state: outbox placeholder missing")
 	}
+	i += len(`"outbox":[`)
 	var buf bytes.Buffer
-	buf.Write(b[:len(b)-1]) // drop the closing brace
+	buf.Grow(len(b) + s.OutboxBytes() + 128*len(s.Outbox))
+	buf.Write(b[:i])
+	for k, e := range s.Outbox {
+		if k > 0 {
+			buf.WriteByte(',')
+		}
+		typ, err := encodeJSON(e.EventType)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&buf, `{"sourceSeq":%d,"priority":%d,"eventType":%s,"envelope":`, e.SourceSeq, e.Priority, typ)
+		buf.Write(e.Envelope)
+		fmt.Fprintf(&buf, `,"byteSize":%d}`, e.ByteSize)
+	}
+	buf.Write(b[i:])
+	if len(s.Extensions) == 0 {
+		return buf.Bytes(), nil
+	}
+	buf.Truncate(buf.Len() - 1) // drop the closing brace
 	for _, k := range slices.Sorted(maps.Keys(s.Extensions)) {
 		if knownFields()[k] {
 			return nil, fmt.Errorf("encode state: extension %q shadows a state field", k)
