@@ -158,6 +158,13 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 	r.connections++
 	first := r.connections == 1 && !rec.Resumed
 	r.mu.Unlock()
+	typ := eventRunnerReconnected
+	if first {
+		typ = eventRunnerConnected
+	}
+	fact := state.Event{Type: typ, Priority: state.P0,
+		Payload: mustJSON(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
+	// One write for the connection's facts (each write is two fsyncs).
 	err := r.store.Update(func(tx *state.Tx) error {
 		if err := tx.SetProtocolVersion(v); err != nil {
 			return err
@@ -170,19 +177,18 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 			}
 		}
 		if v >= 2 {
-			return tx.RestoreV2ReplayEvents()
+			if err := tx.RestoreV2ReplayEvents(); err != nil && !outboxBound(err) {
+				return err
+			}
 		}
-		return nil
+		if _, err := tx.Enqueue(fact); err != nil && !outboxBound(err) {
+			return err
+		}
+		return nil // an outbox bound costs only the fact; the store recorded the lifecycle change
 	})
 	if err != nil {
 		return fmt.Errorf("record connection: %w", err)
 	}
-	typ := eventRunnerReconnected
-	if first {
-		typ = eventRunnerConnected
-	}
-	r.emitBestEffort(state.Event{Type: typ, Priority: state.P0,
-		Payload: mustJSON(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})})
 
 	r.mu.Lock()
 	r.conn, r.version = c, v
@@ -360,12 +366,10 @@ func (r *loop) emit(ctx context.Context, events ...state.Event) error {
 	return nil
 }
 
-// emitBestEffort commits a runner fact; an outbox bound only costs the
-// fact (the store records the lifecycle change and a diagnostic).
-func (r *loop) emitBestEffort(e state.Event) {
-	if err := r.store.Update(func(tx *state.Tx) error { _, err := tx.Enqueue(e); return err }); err != nil {
-		r.log.Warn("runner event not recorded", "eventType", e.Type, "err", err)
-	}
+// outboxBound reports an outbox bound violation (prp.md §9.3): the event
+// is dropped, the store has recorded the lifecycle change and a diagnostic.
+func outboxBound(err error) bool {
+	return errors.Is(err, state.ErrBackpressure) || errors.Is(err, state.ErrP0StorageExhausted)
 }
 
 // beginTerminal starts the §7.4 wait: for the ack of the terminal result

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+)
+
+// Crash test bounds.
+const (
+	// crashKills is the minimum number of SIGKILLs in one run (the issue: at least 50).
+	crashKills = 50
+	// crashBatch bounds the commands queued before each life, so kills land
+	// mid-script; 50 lives stay well under the core's 500-command journal.
+	crashBatch = 6
+	// crashMaxLife bounds how long one runnerd life lasts before its SIGKILL;
+	// long enough to authenticate and make progress, short enough that 50
+	// lives fit in seconds.
+	crashMaxLife = 120 * time.Millisecond
+)
+
+// TestCrashKill9Recovery drives the real runnerd through a script of
+// commands while killing it with SIGKILL at random points, restarting it
+// each time with a fresh ticket and the same state dir (prp.md §9.4). The
+// core then checks exactly-once: sourceSeq contiguous without gap or
+// duplicate, no command effect twice, every indeterminate command reported
+// as failed/execution_indeterminate. Scenarios 11 (replay without a second
+// effect), 14 (crash between journal and effect) and 49's runnerd half
+// (relaunch with a fresh ticket and the same state dir → P0
+// runner.reconciled) over real processes. Set PCRUNNER_CRASH_SEED to replay
+// a run.
+func TestCrashKill9Recovery(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("PCRUNNER_CRASH_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("crash seed %d (PCRUNNER_CRASH_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+
+	bin := runnerdBin(t)
+	c := newCoreServer(t)
+	dir := stateDir(t)
+	args := runnerdArgs(dir, "--connect-url", c.connectURL())
+
+	// The script: drains carry an observable effect (runner.draining names
+	// its command), snapshots complete without one, turns are refused.
+	types := map[string]string{}
+	queue := func(n int) {
+		for range n {
+			typ := [...]string{"runner.drain", "session.snapshot", "runner.drain", "turn.start"}[len(types)%4]
+			// A send error only means the runnerd just died: the command is
+			// journaled and the next welcome re-delivers it.
+			cmd, err := c.core.QueueCommand(prp.Command{Type: typ, Payload: json.RawMessage(`{}`)})
+			require.NotEmpty(t, cmd.CommandID, "queue command: %v", err)
+			types[cmd.CommandID] = typ
+		}
+	}
+
+	start := time.Now()
+	deadline := start.Add(2 * time.Minute)
+	kills := 0
+	for kills < crashKills {
+		require.True(t, time.Now().Before(deadline), "crash loop exceeded its bound after %d kills", kills)
+		queue(1 + rng.IntN(crashBatch))
+		proc := c.startRunnerd(t, bin, args)
+		time.Sleep(time.Duration(rng.Int64N(int64(crashMaxLife))))
+		if err := proc.Process.Signal(syscall.SIGKILL); err == nil {
+			kills++
+		}
+		waitExit(t, proc)
+	}
+	mid := c.core.Snapshot()
+	t.Logf("after %d kills in %s: %d of %d commands have results, %d events committed",
+		kills, time.Since(start).Round(time.Millisecond), len(mid.Results), len(types), len(mid.Events))
+
+	// A last life finishes the script and stops cleanly.
+	proc := c.startRunnerd(t, bin, args)
+	c.wait(t, func(s prp.CoreSnapshot) bool { return len(s.Results) == len(types) })
+	stop, err := c.core.QueueCommand(prp.Command{Type: "runner.shutdown", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, 0, waitExit(t, proc), "runner.shutdown exits 0")
+	final := c.core.Snapshot()
+	require.NotNil(t, final.Results[stop.CommandID])
+
+	// sourceSeq contiguous from 1, ids unique (the core also enforces it).
+	evs := decodeEvents(t, final.Events)
+	ids := map[string]bool{}
+	for i, e := range evs {
+		require.EqualValues(t, i+1, e.SourceSeq, "gap or duplicate at position %d", i)
+		require.False(t, ids[e.SourceEventID], "duplicate sourceEventId %s", e.SourceEventID)
+		ids[e.SourceEventID] = true
+	}
+
+	// Effects per command.
+	effects := map[string]int{}
+	reconciled := 0
+	for _, e := range evs {
+		switch e.EventType {
+		case "runner.draining":
+			var p struct {
+				CommandID string `json:"commandId"`
+			}
+			require.NoError(t, json.Unmarshal(e.Payload, &p))
+			effects[p.CommandID]++
+		case "runner.reconciled":
+			reconciled++
+		}
+	}
+	indeterminate := 0
+	for id, typ := range types {
+		var res prp.CommandResultPayload
+		require.NoError(t, json.Unmarshal(final.Results[id], &res), id)
+		var body struct {
+			Code string `json:"code"`
+		}
+		_ = json.Unmarshal(res.Result, &body)
+		require.LessOrEqual(t, effects[id], 1, "command %s (%s) took effect twice", id, typ)
+		switch res.Status {
+		case "completed":
+			if typ == "runner.drain" {
+				require.Equal(t, 1, effects[id], "completed drain %s without its effect", id)
+			}
+		case "rejected":
+			require.Equal(t, "turn.start", typ, id)
+			require.Zero(t, effects[id])
+		case "failed":
+			require.Equal(t, "execution_indeterminate", body.Code, "command %s failed for another reason", id)
+			indeterminate++
+		default:
+			t.Fatalf("command %s: unexpected status %q", id, res.Status)
+		}
+		if typ != "runner.drain" {
+			require.Zero(t, effects[id], "command %s (%s) has a drain effect", id, typ)
+		}
+	}
+	require.Positive(t, reconciled, "a restarted runnerd emits runner.reconciled")
+	t.Logf("%d kills, %d events, %d runner.reconciled, %d indeterminate commands", kills, len(evs), reconciled, indeterminate)
+
+	// The state is final: a relaunch exits at once (prp.md §9.4).
+	again := c.startRunnerd(t, bin, args)
+	require.Equal(t, 0, waitExit(t, again))
+}

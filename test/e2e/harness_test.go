@@ -1,0 +1,132 @@
+// Package e2e holds black-box suites over the built runnerd and prpctl
+// binaries: a real prp.Core (the far side of the protocol) on loopback,
+// real processes, real state directories.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/testbin"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitBound bounds every single wait in these tests.
+const waitBound = 20 * time.Second
+
+var identity = prp.Identity{
+	RunnerInstanceID: "runner_e2e", EnvironmentLeaseID: "env_e2e", RunID: "run_e2e",
+	NormalizedSessionID: "session_e2e", TurnID: "turn_e2e", ItemID: "item_e2e",
+}
+
+const (
+	runnerVersion = "0.0.0-e2e"
+	runnerDigest  = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+)
+
+// coreServer is a prp.Core serving the dial route on loopback.
+type coreServer struct {
+	core *prp.Core
+	srv  *httptest.Server
+}
+
+func newCoreServer(t testing.TB) *coreServer {
+	c := &coreServer{core: prp.NewCore(prp.CoreConfig{
+		Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest,
+	})}
+	c.srv = httptest.NewServer(c.core)
+	t.Cleanup(func() {
+		c.core.Close()
+		c.srv.Close()
+	})
+	return c
+}
+
+func (c *coreServer) connectURL() string {
+	return "ws://" + strings.TrimPrefix(c.srv.URL, "http://") + prp.ConnectPath(identity.RunID)
+}
+
+// runnerdArgs is a dial-mode command line for stateDir.
+func runnerdArgs(stateDir string, mode ...string) []string {
+	return append([]string{
+		"--state-dir", stateDir,
+		"--runner-id", identity.RunnerInstanceID, "--environment-lease-id", identity.EnvironmentLeaseID,
+		"--run-id", identity.RunID, "--session-id", identity.NormalizedSessionID,
+		"--turn-id", identity.TurnID, "--item-id", identity.ItemID,
+		"--runner-version", runnerVersion, "--runner-digest", runnerDigest,
+		"--reconnect-delay-ms", "5",
+	}, mode...)
+}
+
+// startRunnerd launches runnerd with a fresh ticket in its environment.
+func (c *coreServer) startRunnerd(t testing.TB, bin string, args []string) *exec.Cmd {
+	t.Helper()
+	ticket, err := c.core.MintTicket()
+	require.NoError(t, err)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
+	require.NoError(t, cmd.Start())
+	return cmd
+}
+
+// waitExit waits for cmd, bounded, and returns its exit code.
+func waitExit(t testing.TB, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(waitBound):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatal("runnerd did not exit in time")
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+func (c *coreServer) wait(t testing.TB, cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	require.NoError(t, c.core.Wait(ctx, cond))
+	return c.core.Snapshot()
+}
+
+// event is what the suites check of a committed event.
+type event struct {
+	SourceSeq     uint64          `json:"sourceSeq"`
+	SourceEventID string          `json:"sourceEventId"`
+	EventType     string          `json:"eventType"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+func decodeEvents(t testing.TB, raw []json.RawMessage) []event {
+	t.Helper()
+	out := make([]event, 0, len(raw))
+	for _, b := range raw {
+		var env struct {
+			Payload event `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(b, &env))
+		out = append(out, env.Payload)
+	}
+	return out
+}
+
+func runnerdBin(t testing.TB) string { return testbin.Path(t, "runnerd") }
+
+func stateDir(t testing.TB) string { return filepath.Join(t.TempDir(), "state") }
