@@ -235,6 +235,9 @@ func (c *Client) Prompt(turnID, text string) (Call, error) {
 	if w.Turn != nil {
 		return Call{}, ErrTurnActive
 	}
+	if w.Loss != "" {
+		return Call{}, &LostError{Reason: w.Loss}
+	}
 	call, err := c.Request(MethodSessionPrompt, PromptParams{
 		SessionID: c.rec.ACPSessionID,
 		Prompt:    []ContentBlock{{Type: "text", Text: text}},
@@ -246,6 +249,31 @@ func (c *Client) Prompt(turnID, text string) (Call, error) {
 	c.rec.Prompted = true
 	return call, nil
 }
+
+// CloseSession encodes session/close (gated by sessionCapabilities.close;
+// session.destroy ignores a -32002 answer).
+func (c *Client) CloseSession() (Call, error) {
+	if c.rec.ACPSessionID == "" {
+		return Call{}, fmt.Errorf("close session: %w", ErrNoSession)
+	}
+	return c.Request(MethodSessionClose, CancelParams{SessionID: c.rec.ACPSessionID}, "")
+}
+
+// LatchLoss records reason as the session's channel loss unless one is
+// already latched; it reports whether this call latched it. Only the first
+// loss counts (acp.md §5.1).
+func (c *Client) LatchLoss(reason LossReason) bool {
+	w := c.wire()
+	if w.Loss != "" {
+		return false
+	}
+	w.Loss = reason
+	c.log.Warn("agent channel lost", "lossReason", string(reason))
+	return true
+}
+
+// Loss returns the latched loss, or "".
+func (c *Client) Loss() LossReason { return c.wire().Loss }
 
 // ActiveTurn returns the active turn id, or "".
 func (c *Client) ActiveTurn() string {
@@ -378,6 +406,7 @@ func (c *Client) Feed(p []byte) ([]Inbound, error) {
 
 func (c *Client) fail(err error) error {
 	c.failed = err
+	c.LatchLoss(LossReasonOf(err))
 	c.log.Error("acp stdout stream failed", "err", err)
 	return err
 }
@@ -387,6 +416,8 @@ func (c *Client) fail(err error) error {
 func (c *Client) EndOfStream() error {
 	w := c.wire()
 	w.PartialLine = nil
+	// Whether busy or idle, the agent is gone: a later turn fails at once.
+	c.LatchLoss(LossProviderExit)
 	if w.Turn != nil || len(w.Pending) > 0 {
 		return NewFailure(ClassAgentDisconnected, nil)
 	}

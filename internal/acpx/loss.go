@@ -46,3 +46,9 @@ func LossReasonOf(err error) LossReason {
 	}
 	return LossOther
 }
+
+// LostError refuses a turn on a session whose channel loss is latched;
+// the caller emits turn.started then the loss sequence at once.
+type LostError struct{ Reason LossReason }
+
+func (e *LostError) Error() string { return "start turn: agent channel lost: " + string(e.Reason) }

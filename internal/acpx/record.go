@@ -74,6 +74,9 @@ type WireState struct {
 	AgentRequests map[string]AgentRequest `json:"pendingAgentRequests,omitempty"`
 	// Turn is the active turn, nil between turns.
 	Turn *TurnState `json:"activeTurn,omitempty"`
+	// Loss is the first latched channel loss (acp.md §5.1); a loss latched
+	// between turns fails the next turn at once.
+	Loss LossReason `json:"loss,omitempty"`
 }
 
 // PendingRequest is an outbound request awaiting its response.

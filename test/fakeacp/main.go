@@ -61,6 +61,7 @@ type config struct {
 func main() {
 	if os.Getenv(grandchildEnv) != "" {
 		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ignoring SIGTERM") // tells the parent the trap is set
 		time.Sleep(grandchildLifetime)
 		return
 	}
@@ -243,8 +244,17 @@ func (a *agent) spawnGrandchild() error {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), grandchildEnv+"=1")
+	ready, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
 	if err := cmd.Start(); err != nil {
 		return err
+	}
+	// Report the pid only once SIGTERM is ignored, so a test's SIGTERM
+	// can never beat the trap.
+	if _, err := bufio.NewReader(ready).ReadString('\n'); err != nil {
+		return fmt.Errorf("wait for grandchild: %w", err)
 	}
 	fmt.Fprintf(a.stderr, "fakeacp: grandchild pid %d\n", cmd.Process.Pid)
 	go func() { _ = cmd.Wait() }()

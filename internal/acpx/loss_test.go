@@ -1,0 +1,153 @@
+package acpx
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestScenario26to29_LossSequence: every loss reason maps to
+// harness.diagnostic{lossReason} with reason-derived text, then
+// turn.failed, one run.result.proposed and one run.terminal (failed)
+// (scenarios 26 transport_closed, 27 transport_closed, 28 write_error,
+// 29 provider_exit).
+func TestScenario26to29_LossSequence(t *testing.T) {
+	for _, r := range []LossReason{LossProviderExit, LossStdinEOF, LossTransportClosed, LossWriteError, LossRPCFailure, LossHeartbeatTimeout, LossOther} {
+		t.Run(string(r), func(t *testing.T) {
+			mp, st := testMapper(), &MapState{}
+			evs := mp.TurnStarted(st, "turn-1")
+			evs = append(evs, mp.Update(st, "turn-1", upd(t, `{"sessionUpdate":"tool_call","toolCallId":"c","title":"t","status":"in_progress"}`))...)
+			evs = append(evs, mp.ChannelLost(st, "turn-1", r)...)
+			requireValidEvents(t, evs)
+			got := types(evs)
+			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "turn.failed", "run.result.proposed", "run.terminal"}, got[3:])
+			d := evs[3].Payload
+			require.Equal(t, string(r), d["lossReason"])
+			require.Equal(t, r.Message(), d["message"])
+			term := evs[len(evs)-1].Payload
+			require.Equal(t, "failed", term["turnTerminalState"])
+			require.Equal(t, "failed", evs[4].Payload["status"], "unfinished tool calls end with the turn")
+		})
+	}
+	require.Equal(t, LossOther.Message(), LossReason("bogus").Message())
+	require.Equal(t, LossOther, LossReasonOf(errors.New("x")))
+	require.Equal(t, LossReason(""), LossReasonOf(nil))
+}
+
+// TestScenario29_LossLatchedBetweenTurns: the agent exits while idle; the
+// next turn fails at once with provider_exit and nothing is written.
+func TestScenario29_LossLatchedBetweenTurns(t *testing.T) {
+	c := handshaken(t)
+	require.NoError(t, c.EndOfStream(), "idle: nothing outstanding")
+	require.Equal(t, LossProviderExit, c.Loss())
+	require.False(t, c.LatchLoss(LossTransportClosed), "only the first loss counts")
+	_, err := c.Prompt("turn-1", "echo x")
+	var lost *LostError
+	require.ErrorAs(t, err, &lost)
+	require.Equal(t, LossProviderExit, lost.Reason)
+	require.False(t, c.Record().Prompted)
+
+	// A fatal stream error latches rpc_failure.
+	c = handshaken(t)
+	_, err = c.Feed([]byte(strings.Repeat("x\n", MaxConsecutiveBadLines)))
+	require.Error(t, err)
+	require.Equal(t, LossRPCFailure, c.Record().Process.Wire.Loss)
+}
+
+// TestFakeacpSwitchesMore covers the remaining switches: session/close,
+// replayed history on load, load failing on an empty session, and queued
+// busy prompts.
+func TestFakeacpSwitchesMore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	t.Run("supports-close", func(t *testing.T) {
+		p := startAgent(t, ConnOptions{}, "--supports-close")
+		openCold(t, p, "claude")
+		_, err := p.conn.callWith(ctx, nil, (*Client).CloseSession)
+		require.NoError(t, err)
+		_, err = p.conn.callWith(ctx, nil, (*Client).CloseSession)
+		require.Equal(t, CodeResourceNotFound, rpcCode(err), "closing twice: -32002, which session.destroy ignores")
+	})
+	t.Run("replay-load-session-updates", func(t *testing.T) {
+		// The same process keeps history: load replays what the turn said.
+		p := startAgent(t, ConnOptions{}, "--supports-load-session", "--replay-load-session-updates")
+		openCold(t, p, "claude")
+		_, err := p.conn.Prompt("turn-1", "echo remembered")
+		require.NoError(t, err)
+		p.until(t, settled)
+		_, err = p.conn.callWith(ctx, nil, func(c *Client) (Call, error) { return c.LoadSession(nil) })
+		require.NoError(t, err)
+		require.EqualValues(t, 1, p.conn.Record().Process.Wire.ReplayedUpdates)
+	})
+	t.Run("load-session-fails-on-empty", func(t *testing.T) {
+		rec := Record{ACPSessionID: "sess-0042", Cwd: "/w", Prompted: true}
+		p := startAgent(t, ConnOptions{Record: rec}, "--supports-load-session", "--load-session-fails-on-empty")
+		err := p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w", Resume: true})
+		require.Equal(t, ClassSessionResumeRequired, ClassOf(err))
+		require.Equal(t, CodeResourceNotFound, rpcCode(err))
+	})
+	t.Run("busy-prompt-queue", func(t *testing.T) {
+		p := startAgent(t, ConnOptions{}, "--busy-prompt", "queue")
+		openCold(t, p, "claude")
+		sid := p.conn.Record().ACPSessionID
+		_, err := p.conn.Prompt("turn-1", "sleep 200")
+		require.NoError(t, err)
+		// A raw second prompt (runnerd never sends one) waits its turn.
+		in, err := p.conn.Call(ctx, MethodSessionPrompt, PromptParams{SessionID: sid, Prompt: []ContentBlock{{Type: "text", Text: "echo second"}}})
+		require.NoError(t, err)
+		require.JSONEq(t, `{"stopReason":"end_turn"}`, string(in.Result))
+	})
+	t.Run("kill-terminal-held", func(t *testing.T) {
+		p := startAgent(t, ConnOptions{HoldUnsupported: true})
+		openCold(t, p, "claude")
+		_, err := p.conn.Prompt("turn-1", "kill-terminal sleep 5")
+		require.NoError(t, err)
+		for _, method := range []string{"terminal/create", "terminal/kill", "terminal/output", "terminal/release"} {
+			got := p.until(t, func(m Inbound) bool { return m.Kind == KindRequest })
+			m := got[len(got)-1]
+			require.Equal(t, method, m.Method)
+			var result any = map[string]any{}
+			switch method {
+			case "terminal/create":
+				result = map[string]any{"terminalId": "term-1"}
+			case "terminal/output":
+				result = map[string]any{"output": "killed", "truncated": false}
+			}
+			require.NoError(t, p.conn.Respond(m.ID, result))
+		}
+		got := p.until(t, settled)
+		require.Equal(t, StopEndTurn, got[len(got)-1].Outcome.StopReason)
+	})
+}
+
+func rpcCode(err error) int {
+	var re *RPCError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	return 0
+}
+
+// TestPersistBeforeWrite: the record handed to Persist already counts the
+// id of the request about to be written (acp.md §3.2), and a persist
+// failure aborts the write.
+func TestPersistBeforeWrite(t *testing.T) {
+	var persisted []int64
+	p := startAgent(t, ConnOptions{Persist: func(r Record) error {
+		persisted = append(persisted, r.Process.Wire.NextRequestID)
+		return nil
+	}})
+	openCold(t, p, "claude")
+	require.Equal(t, []int64{2, 3}, persisted, "initialize (id 1) and session/new (id 2) were durable first")
+	init := p.received(t, MethodInitialize)
+	require.EqualValues(t, 1, init[0]["id"])
+
+	boom := errors.New("disk full")
+	p = startAgent(t, ConnOptions{Persist: func(Record) error { return boom }})
+	err := p.conn.Open(context.Background(), OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w"})
+	require.ErrorIs(t, err, boom)
+	require.Empty(t, p.received(t, MethodInitialize), "nothing written without a durable record")
+}
