@@ -72,9 +72,13 @@ type Core struct {
 	canon    [][]byte          // their canonical forms
 	pongs    int
 	auths    int
-	changed  chan struct{}
-	closed   bool
-	wg       sync.WaitGroup
+	renewals int
+	// dropRenewReplies makes the next n lease_renew requests be applied but
+	// answered by dropping the connection: a lost lease_renewed (tests).
+	dropRenewReplies int
+	changed          chan struct{}
+	closed           bool
+	wg               sync.WaitGroup
 }
 
 type coreCommand struct {
@@ -87,6 +91,9 @@ type coreConn struct {
 	l     *link
 	sess  *Session
 	lease Lease
+	// fenced: runner.suspend or runner.shutdown was sent on this connection;
+	// it gets no lease_renewed and no further command (prp.md §13.1).
+	fenced bool
 }
 
 // NewCore returns a core for one runner registration.
@@ -145,6 +152,7 @@ type CoreSnapshot struct {
 	Events          []json.RawMessage
 	Results         map[string]json.RawMessage // by commandId
 	Pongs           int
+	Renewals        int // lease_renew requests applied
 	Authentications int
 	Connected       bool
 	ConnectionID    string
@@ -161,7 +169,7 @@ func (c *Core) Snapshot() CoreSnapshot {
 func (c *Core) snapshotLocked() CoreSnapshot {
 	s := CoreSnapshot{
 		AckedSourceSeq: c.acked, Events: append([]json.RawMessage(nil), c.events...),
-		Results: map[string]json.RawMessage{}, Pongs: c.pongs, Authentications: c.auths,
+		Results: map[string]json.RawMessage{}, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
 	}
 	for _, cmd := range c.commands {
 		if cmd.result != nil {
@@ -198,6 +206,10 @@ func (c *Core) Connect(ctx context.Context, url string) error {
 		return err
 	}
 	defer d.CloseIdle()
+	return c.connectWith(ctx, d)
+}
+
+func (c *Core) connectWith(ctx context.Context, d *Dialer) error {
 	act := newActivity()
 	ws, err := d.dial(ctx, act, MaxMaxFrameBytes)
 	if err != nil {
@@ -333,13 +345,27 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 		if err := env.DecodePayload(&p); err != nil {
 			return err
 		}
+		c.mu.Lock()
+		fenced := cc.fenced
+		c.mu.Unlock()
+		if fenced {
+			return nil // no renewal behind a terminal lifecycle command (prp.md §5, §13.1)
+		}
 		r, err := c.store.RenewLease(cc.lease.ID, p, c.cfg.LeaseTTL, time.Now())
 		if err != nil {
 			return err
 		}
 		c.mu.Lock()
+		c.renewals++
+		drop := c.dropRenewReplies > 0
+		if drop {
+			c.dropRenewReplies--
+		}
 		c.notifyLocked()
 		c.mu.Unlock()
+		if drop {
+			return errors.New("lease_renewed reply dropped (test)")
+		}
 		return c.sendOn(cc, KindLeaseRenewed, "lease_renewed_"+strconv.FormatInt(p.ConnectionLeaseExpiresAtUnixMs, 10), r)
 	}
 	return nil
@@ -411,15 +437,35 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 	c.notifyLocked()
 	next := c.lowestPendingLocked()
 	c.mu.Unlock()
-	if p.CommandType == "runner.suspend" || p.CommandType == "runner.shutdown" {
+	if isTerminalCommand(p.CommandType) {
 		return c.sendOn(cc, KindCommandResultAck, "", CommandResultAckPayload{
 			CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: p.ControllerSeq, Status: p.Status,
 		})
 	}
-	if next != nil {
-		return c.sendOn(cc, KindCommand, "", json.RawMessage(next.raw))
+	c.mu.Lock()
+	fenced := cc.fenced
+	c.mu.Unlock()
+	if next != nil && !fenced {
+		return c.sendCommand(cc, next)
 	}
 	return nil
+}
+
+func isTerminalCommand(t string) bool { return t == "runner.suspend" || t == "runner.shutdown" }
+
+// sendCommand delivers a command on cc and raises the terminal fence for
+// runner.suspend and runner.shutdown.
+func (c *Core) sendCommand(cc *coreConn, cmd *coreCommand) error {
+	c.mu.Lock()
+	if cc.fenced {
+		c.mu.Unlock()
+		return nil
+	}
+	if isTerminalCommand(cmd.cmd.Type) {
+		cc.fenced = true
+	}
+	c.mu.Unlock()
+	return c.sendOn(cc, KindCommand, "", json.RawMessage(cmd.raw))
 }
 
 // sendOn builds a core control envelope (envelopeId, sentAt) and queues it on cc.
@@ -477,7 +523,7 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 	cur := c.current
 	c.mu.Unlock()
 	if deliver && cur != nil {
-		if err := c.sendOn(cur, KindCommand, "", json.RawMessage(raw)); err != nil {
+		if err := c.sendCommand(cur, cc); err != nil {
 			return cmd, err
 		}
 	}

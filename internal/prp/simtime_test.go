@@ -1,0 +1,194 @@
+package prp
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// simRig is a core and a runner Client in one synctest bubble, joined by
+// in-memory pipes: minutes of protocol time run in milliseconds.
+type simRig struct {
+	core   *Core
+	client *Client
+	user   *runnerUser
+	done   <-chan error
+	wg     sync.WaitGroup
+	pipes  cuttablePipes
+	ln     *Listener // listen mode
+	cancel context.CancelFunc
+}
+
+// newSimDialRig starts a dial-mode runner against a core.
+func newSimDialRig(t *testing.T, modCore func(*CoreConfig), modClient func(*ClientConfig)) *simRig {
+	r := &simRig{}
+	r.core = newTestCore(modCore)
+	ticket, err := r.core.MintTicket()
+	require.NoError(t, err)
+	r.user = newRunnerUser()
+	cfg := ClientConfig{Dialer: pipeDialer(t, r.core, &r.wg, r.pipes.pipe), Ticket: ticket}
+	r.user.hooks(&cfg)
+	if modClient != nil {
+		modClient(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.client, r.done = startClient(t, ctx, cfg)
+	return r
+}
+
+// newSimListenRig starts a listen-mode runner; the core dials it with dial().
+func newSimListenRig(t *testing.T, modCore func(*CoreConfig), modClient func(*ClientConfig)) *simRig {
+	r := &simRig{}
+	r.core = newTestCore(modCore)
+	ticket, err := r.core.MintTicket()
+	require.NoError(t, err)
+	r.ln = pipeListener(ConnectPath(runnerIdentity.RunID))
+	r.user = newRunnerUser()
+	cfg := ClientConfig{Listener: r.ln, Ticket: ticket}
+	r.user.hooks(&cfg)
+	if modClient != nil {
+		modClient(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.client, r.done = startClient(t, ctx, cfg)
+	return r
+}
+
+// dial makes the core dial the runner's listener (listen-target mode).
+func (r *simRig) dial(t *testing.T) error {
+	d := pipeDialer(t, r.ln, &r.wg, r.pipes.pipe)
+	d.target.Path = r.ln.Path()
+	return r.core.connectWith(context.Background(), d)
+}
+
+// stop ends the runner and the core and waits for every goroutine.
+func (r *simRig) stop() error {
+	r.cancel()
+	err := <-r.done
+	r.core.Close()
+	if r.ln != nil {
+		closePipeListener(r.ln)
+	}
+	r.wg.Wait()
+	synctest.Wait()
+	return err
+}
+
+func (r *simRig) snap() CoreSnapshot { return r.core.Snapshot() }
+
+// TestScenario38_QuietButLiveRunner ports prp.md §15 scenario 38 in
+// simulated time: the runner's user is blocked in a 20-minute silent tool
+// call; the server sends a PRP ping every 20 s (and WebSocket Pings when
+// idle). Every ping is answered, the 60 s lease is renewed about every 30 s,
+// no event is emitted and the connection is never replaced.
+func TestScenario38_QuietButLiveRunner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newSimDialRig(t, nil, nil)
+		synctest.Wait()
+		require.Equal(t, 1, r.snap().Authentications)
+		conn := r.snap().ConnectionID
+		r.user.block = make(chan struct{}) // the tool call: OnControl does not return
+		_, err := r.core.QueueCommand(Command{Type: "turn.start", Payload: []byte(`{"text":"run the long tool"}`)})
+		require.NoError(t, err)
+
+		const silent = 20 * time.Minute
+		pings := int(silent / (20 * time.Second))
+		for range pings {
+			time.Sleep(20 * time.Second)
+			require.NoError(t, r.core.Ping(context.Background()))
+		}
+		synctest.Wait()
+		s := r.snap()
+		require.Equal(t, pings, s.Pongs, "every ping answered while the user is blocked")
+		require.Equal(t, 1, s.Authentications, "no reconnect")
+		require.Equal(t, conn, s.ConnectionID)
+		require.Empty(t, s.Events)
+		require.InDelta(t, int(silent/(30*time.Second)), s.Renewals, 1, "renewed about every 30 s")
+		lease, _ := r.client.Lease()
+		require.Greater(t, time.UnixMilli(lease.ExpiresAtUnixMs).Sub(time.Now()), 29*time.Second)
+		require.Empty(t, r.user.lost)
+		close(r.user.block)
+		require.ErrorIs(t, r.stop(), context.Canceled)
+	})
+}
+
+// TestScenario44_DialModeSilenceRedials ports prp.md §15 scenario 44 (dial
+// mode): the path goes silent both ways; after 45 s the runner closes the
+// half-open connection and redials with credentialKind "lease".
+func TestScenario44_DialModeSilenceRedials(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newSimDialRig(t, func(c *CoreConfig) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
+		synctest.Wait()
+		start := time.Now()
+		r.pipes.cut(0)
+		r.user.waitFor(context.Background(), t, "half-open close", func(u *runnerUser) bool { return len(u.lost) == 1 })
+		require.ErrorIs(t, r.user.lost[0], ErrHalfOpen)
+		require.Equal(t, DefaultSilenceTimeout, time.Since(start))
+		r.user.waitFor(context.Background(), t, "lease redial", func(u *runnerUser) bool { return len(u.welcomes) == 2 })
+		require.False(t, r.user.welcomes[1].Bootstrapped, "redialled with the lease")
+		require.Less(t, time.Since(start), DefaultSilenceTimeout+time.Second)
+		require.ErrorIs(t, r.stop(), context.Canceled)
+	})
+}
+
+// TestScenario39_44_45_ListenModeHalfOpen ports prp.md §15 scenarios 39 and
+// 44 (listen mode) in simulated time, lease TTL 1 h: the ingress path stops
+// forwarding both ways while TCP stays open. The runner closes after 45 s of
+// silence and keeps accepting; the server gives up after its own 90 s and
+// redials; the new upgrade authenticates with the lease and the unACKed
+// event is replayed once. A redial that arrives while the old socket still
+// looks open supersedes it (45).
+func TestScenario39_44_45_ListenModeHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newSimListenRig(t, func(c *CoreConfig) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
+		outbox := map[int64][]byte{} // the user's durable outbox, by sourceSeq
+		require.NoError(t, r.dial(t))
+		synctest.Wait()
+		require.Equal(t, 1, r.snap().Authentications)
+
+		// Event 1 is committed; then the path goes dark and event 2 is lost in it.
+		outbox[1], outbox[2] = eventEnvelope(t, 1), eventEnvelope(t, 2)
+		require.NoError(t, r.client.Send(context.Background(), outbox[1]))
+		synctest.Wait()
+		require.EqualValues(t, 1, r.snap().AckedSourceSeq)
+		start := time.Now()
+		r.pipes.cut(0)
+		require.NoError(t, r.client.Send(context.Background(), outbox[2]))
+
+		// Runner: closes at 45 s and keeps accepting. Server: gives up at 90 s.
+		r.user.waitFor(context.Background(), t, "runner closes", func(u *runnerUser) bool { return len(u.lost) == 1 })
+		require.ErrorIs(t, r.user.lost[0], ErrHalfOpen)
+		require.Equal(t, DefaultSilenceTimeout, time.Since(start))
+		require.NoError(t, r.core.Wait(context.Background(), func(s CoreSnapshot) bool { return !s.Connected }))
+		require.Equal(t, 90*time.Second, time.Since(start))
+
+		// The server redials a fresh endpoint: the lease authenticates; the
+		// user replays the unACKed suffix from the welcome's cursor.
+		require.NoError(t, r.dial(t))
+		r.user.waitFor(context.Background(), t, "lease welcome", func(u *runnerUser) bool { return len(u.welcomes) == 2 })
+		w := r.user.welcomes[1]
+		require.False(t, w.Bootstrapped)
+		require.EqualValues(t, 1, w.AckedSourceSeq)
+		require.NoError(t, r.client.Send(context.Background(), outbox[2]))
+		synctest.Wait()
+		require.EqualValues(t, 2, r.snap().AckedSourceSeq)
+		require.Len(t, r.snap().Events, 2, "no duplicate commit")
+
+		// Scenario 45 / 39's "old socket still open": cut again and redial at
+		// once; the new connection supersedes the silent one.
+		r.pipes.cut(1)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, r.dial(t))
+		r.user.waitFor(context.Background(), t, "superseding welcome", func(u *runnerUser) bool { return len(u.welcomes) == 3 })
+		require.Len(t, r.user.lost, 1, "supersession is not a loss")
+		require.NoError(t, r.core.Ping(context.Background()))
+		require.NoError(t, r.core.Wait(context.Background(), func(s CoreSnapshot) bool { return s.Pongs == 1 }))
+		require.ErrorIs(t, r.stop(), context.Canceled)
+	})
+}
