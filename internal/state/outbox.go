@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -214,8 +215,14 @@ func (tx *Tx) EnqueueExecutor(executorEventID string, ev Event) (seq uint64, dup
 		}
 		return r.SourceSeq, true, nil
 	}
+	sourceID := ExecutorSourceEventID(tx.st.RunnerInstanceID, executorEventID)
+	if len(tx.st.ExecutorEventReceipts) >= MaxExecutorEventReceipts && tx.outboxHasSourceEventID(sourceID) {
+		// Its receipt was evicted while the event still waits for an ACK;
+		// the data can no longer be compared, so refuse as the reference does.
+		return 0, false, fmt.Errorf("enqueue executor event: %w: already queued", ErrExecutorEventConflict)
+	}
 	ev.CoalesceKey = ""
-	seq, err = tx.appendEvent(ExecutorSourceEventID(tx.st.RunnerInstanceID, executorEventID), ev)
+	seq, err = tx.appendEvent(sourceID, ev)
 	if err != nil {
 		return 0, false, err
 	}
@@ -234,6 +241,18 @@ func (tx *Tx) EnqueueExecutor(executorEventID string, ev Event) (seq uint64, dup
 		delete(tx.st.ExecutorEventReceipts, oldest)
 	}
 	return seq, false, nil
+}
+
+// outboxHasSourceEventID reports whether an unacknowledged event carries id.
+// Executor ids are hex, so their JSON form needs no escaping.
+func (tx *Tx) outboxHasSourceEventID(id string) bool {
+	needle := []byte(`"sourceEventId":"` + id + `"`)
+	for _, e := range tx.st.Outbox {
+		if bytes.Contains(e.Envelope, needle) {
+			return true
+		}
+	}
+	return false
 }
 
 func executorFingerprint(eventType string, p Priority, cleanPayload json.RawMessage) (string, error) {

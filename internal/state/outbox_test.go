@@ -340,7 +340,9 @@ func TestPayloadSecretsAreRedactedAndIdentitiesProtected(t *testing.T) {
 
 // Executor receipts: a replayed provider event is never appended twice.
 func TestExecutorEventReceipts(t *testing.T) {
-	s, cfg := newStore(t)
+	cfg := testConfig(t.TempDir() + "/state")
+	cfg.MaxOutboxBytes = 1 << 20
+	s := openStore(t, cfg)
 	ev := Event{Type: "item.completed", Priority: P1, Payload: json.RawMessage(`{"text":"done"}`)}
 	var seq1 uint64
 	require.NoError(t, s.Update(func(tx *Tx) error {
@@ -379,6 +381,19 @@ func TestExecutorEventReceipts(t *testing.T) {
 		return nil
 	}))
 	require.Len(t, s.Snapshot().ExecutorEventReceipts, MaxExecutorEventReceipts)
+
+	// A receipt evicted while its event still waits for an ACK: a replay is
+	// refused instead of queued twice.
+	require.NoError(t, s.Update(func(tx *Tx) error {
+		for i := range MaxExecutorEventReceipts + 1 {
+			if _, _, err := tx.EnqueueExecutor(fmt.Sprintf("y:%d", i), Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)}); err != nil {
+				return err
+			}
+		}
+		_, _, err := tx.EnqueueExecutor("y:0", Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)})
+		require.ErrorIs(t, err, ErrExecutorEventConflict)
+		return nil
+	}))
 }
 
 // Scenario 23 (state part): on a v1 connection a v2-only event goes out as
