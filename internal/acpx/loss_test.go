@@ -23,7 +23,7 @@ func TestScenario26to29_LossSequence(t *testing.T) {
 			evs = append(evs, mp.ChannelLost(st, "turn-1", r)...)
 			requireValidEvents(t, evs)
 			got := types(evs)
-			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "turn.failed", "run.result.proposed", "run.terminal"}, got[3:])
+			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "item.completed", "turn.failed", "run.result.proposed", "run.terminal"}, got[3:])
 			d := evs[3].Payload
 			require.Equal(t, string(r), d["lossReason"])
 			require.Equal(t, r.Message(), d["message"])

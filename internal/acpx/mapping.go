@@ -578,8 +578,11 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 			} else if s.Ending == EndFailed {
 				status = "failed"
 			}
-			evs = append(evs, Event{EventType: "tool.execution.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
-				Payload: mp.toolPayload(it, status, "", false)})
+			evs = append(evs,
+				Event{EventType: "tool.execution.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
+					Payload: mp.toolPayload(it, status, "", false)},
+				Event{EventType: "item.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
+					Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
 			continue
 		}
 		p := map[string]any{"kind": it.Kind, "text": it.Text}
