@@ -322,11 +322,14 @@ func TestPayloadSecretsAreRedactedAndIdentitiesProtected(t *testing.T) {
 		"message": "auth header Bearer sk-ant-abcdefghijklmnopqrstuvwxyz",
 		"env":     map[string]string{"GITHUB_TOKEN": "ghp_0123456789abcdefghijABCDEFGHIJ"},
 		"tokens":  42,
+		"lease":   map[string]string{"connectionLeaseToken": "lease_6f1c1d2e-aaaa-bbbb-cccc-123456789abc", "ticket": "ticket-abc-123"},
 	})})
 	file := string(readFile(t, cfg))
 	require.NotContains(t, file, "sk-ant-abcdef")
 	require.NotContains(t, file, "ghp_0123")
 	require.Contains(t, file, `"tokens":42`)
+	require.NotContains(t, file, "lease_6f1c1d2e", "lease tokens never reach disk")
+	require.NotContains(t, file, "ticket-abc-123", "bootstrap tickets never reach disk")
 
 	err := s.Update(func(tx *Tx) error {
 		_, e := tx.Enqueue(Event{Type: "semantic_tool.input", Priority: P1, Payload: obj(t, map[string]any{

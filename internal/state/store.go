@@ -309,7 +309,9 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 // protocol errors and change nothing. The cursor is written every
 // AckPersistInterval advances or when the outbox empties; between writes it
 // lives in memory (an older cursor after a crash only causes a harmless
-// replay). persisted reports whether this call wrote.
+// replay). persisted reports whether this call wrote. It takes the write
+// lock, so it waits for an in-flight write: never call it from the reader
+// that answers pings.
 func (s *Store) ApplyAck(seq uint64, protocolVersion int) (persisted bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
