@@ -150,6 +150,9 @@ func (c *Conn) readLoop(r io.Reader) {
 
 // finish records the end and wakes every waiter.
 func (c *Conn) finish(err error) {
+	if err != nil {
+		c.log.Warn("acp connection ended", "err", err) // fixed texts only
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.err = err

@@ -65,6 +65,9 @@ type MapState struct {
 	// the active turn began.
 	Cost            float64 `json:"cost,omitempty"`
 	CostAtTurnStart float64 `json:"costAtTurnStart,omitempty"`
+	// Unpriced is set while the agent reports cost in a currency other
+	// than USD.
+	Unpriced bool `json:"unpriced,omitempty"`
 	// Tokens are cumulative prompt usage over the session.
 	Tokens TokenUsage `json:"tokens"`
 }
@@ -421,6 +424,12 @@ func (mp Mapper) usageUpdate(st *MapState, turnID string, u SessionUpdate) []Eve
 	if u.Cost == nil {
 		return nil
 	}
+	if c := strings.ToUpper(u.Cost.Currency); c != "USD" {
+		// The receipt counts US dollars only: report the usage unpriced.
+		st.Unpriced = true
+		return []Event{mp.usageEvent(st, turnID, nil)}
+	}
+	st.Unpriced = false
 	if u.Cost.Amount < st.Cost {
 		st.CostAtTurnStart = 0
 	}
@@ -429,7 +438,7 @@ func (mp Mapper) usageUpdate(st *MapState, turnID string, u SessionUpdate) []Eve
 }
 
 func (mp Mapper) usageEvent(st *MapState, turnID string, turn *TokenUsage) Event {
-	priced := true
+	priced := !st.Unpriced
 	delta := st.Cost - st.CostAtTurnStart
 	if delta < 0 {
 		delta = 0
@@ -470,6 +479,10 @@ func measurement(t TokenUsage, cost float64, priced bool) map[string]any {
 	}
 	if priced {
 		m["providerCostStatus"] = "reported"
+	} else {
+		m["providerCostUsd"] = 0
+		m["providerCostStatus"] = "unpriced"
+		m["providerCostUnavailableReason"] = "non_usd_currency"
 	}
 	return m
 }

@@ -208,6 +208,9 @@ func TestUsageDeltaAgainstTurnStart(t *testing.T) {
 	// A drop means the agent restarted: the new value is all delta.
 	evs = mp.Update(st, "t2", upd(t, `{"sessionUpdate":"usage_update","used":1,"size":2,"cost":{"amount":0.25,"currency":"USD"}}`))
 	require.InDelta(t, 0.25, evs[0].Payload["runDelta"].(map[string]any)["providerCostUsd"], 1e-9)
+	evs = mp.Update(st, "t2", upd(t, `{"sessionUpdate":"usage_update","used":1,"size":2,"cost":{"amount":9,"currency":"EUR"}}`))
+	require.Equal(t, "unpriced", evs[0].Payload["cumulative"].(map[string]any)["providerCostStatus"])
+	requireValidEvents(t, evs)
 }
 
 func TestSafeID(t *testing.T) {
