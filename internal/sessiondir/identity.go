@@ -57,6 +57,7 @@ type Verifier struct {
 	SessionPath, StdinPath string
 	Session, Stdin         Identity
 	latch                  Latch
+	csession, cstdin       []byte // NUL-terminated paths, built once
 }
 
 // LostError is returned by Verify once the identity is lost.
@@ -73,16 +74,21 @@ func (e *LostError) Error() string { return "process session identity lost" }
 // Verify stats both paths (not the held fds, so replacement and removal
 // show) and compares them with the captured identity. It returns nil while
 // the identity holds and a *LostError once anything failed, forever after:
-// the latch is never cleared.
+// the latch is never cleared. Verify is called from one goroutine (the
+// stdin reader); Lost and Latch are safe from any.
 func (v *Verifier) Verify() error {
 	if v.latch.Lost() {
 		return &LostError{}
 	}
-	for _, c := range []struct {
-		path string
-		want Identity
-	}{{v.SessionPath, v.Session}, {v.StdinPath, v.Stdin}} {
-		got, err := StatIdentity(c.path)
+	if v.csession == nil {
+		v.csession, v.cstdin = cString(v.SessionPath), cString(v.StdinPath)
+	}
+	for _, c := range [2]struct {
+		path  string
+		cpath []byte
+		want  Identity
+	}{{v.SessionPath, v.csession, v.Session}, {v.StdinPath, v.cstdin, v.Stdin}} {
+		got, err := rawStatIdentity(c.path, c.cpath)
 		if err != nil {
 			return &LostError{First: v.latch.Set(), Message: fmt.Sprintf("Latching on a lost process session identity: %s. Terminating.", LostReason(err))}
 		}

@@ -21,6 +21,16 @@ import (
 // TickInterval is the pause after a tick scan before the next (spec §6.3, §11).
 const TickInterval = 50 * time.Millisecond
 
+// IdleTickInterval spaces tick scans while the queue is empty and inotify
+// is live (beyond the reference: each wake-up of the Go runtime costs a
+// handful of context switches, and 100 of them would exceed the 10 ms
+// CPU budget for 5 idle seconds). An inotify event, an overflow or Kick
+// scans at once and, when it finds any file, returns to TickInterval, so
+// the retry budget is still spent at 50 ms per tick and give-up timing is
+// unchanged. The identity check then runs at least every 500 ms; removal
+// of stdin/ also arrives as an inotify event.
+const IdleTickInterval = 500 * time.Millisecond
+
 // DefaultMaxRetries is the retry budget in tick scans (spec §2.2, §11).
 const DefaultMaxRetries = 100
 
@@ -130,6 +140,7 @@ func (r *Reader) Kick() {
 // in between, which never spend the retry budget.
 func (r *Reader) Run(ctx context.Context) {
 	var events <-chan struct{}
+	watching := false
 	if !r.cfg.NoWatch && !hookNoInotify() {
 		w, err := newWatch(r.cfg.Dir)
 		if err != nil {
@@ -137,11 +148,13 @@ func (r *Reader) Run(ctx context.Context) {
 		} else {
 			defer w.close()
 			events = w.c
+			watching = true
 		}
 	}
 	r.Scan(false)
 	tick := time.NewTimer(TickInterval)
 	defer tick.Stop()
+	idle := false
 	for !r.Done() {
 		select {
 		case <-ctx.Done():
@@ -152,9 +165,25 @@ func (r *Reader) Run(ctx context.Context) {
 			r.Scan(false)
 		case <-tick.C:
 			r.Scan(true)
+			idle = watching && !r.pending()
+			if idle {
+				tick.Reset(IdleTickInterval)
+			} else {
+				tick.Reset(TickInterval)
+			}
+			continue
+		}
+		if idle && r.pending() {
+			idle = false
 			tick.Reset(TickInterval)
 		}
 	}
+}
+
+// pending reports whether the last scan saw queue files or holds retry
+// state, i.e. whether tick scans must come every TickInterval.
+func (r *Reader) pending() bool {
+	return len(r.names) > 0 || len(r.parseRetry) > 0 || r.gapRetries > 0
 }
 
 // Done reports whether the reader has stopped for good (shutdown message
