@@ -25,6 +25,9 @@ var (
 	ErrClosed = errors.New("acp connection closed")
 	// ErrInboxOverflow means the consumer fell MaxQueuedInbound behind.
 	ErrInboxOverflow = errors.New("acp inbound queue overflow")
+	// ErrWrite means a line could not be written to the agent's stdin (a
+	// write_error loss).
+	ErrWrite = errors.New("write agent stdin")
 	// ErrCancelGraceExpired means the prompt did not settle within the
 	// cancel grace; the caller stops the agent (acp.md §4.4 step 4).
 	ErrCancelGraceExpired = errors.New("cancel grace expired")
@@ -264,7 +267,11 @@ func (c *Conn) write(line []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if _, err := c.w.Write(line); err != nil {
-		return fmt.Errorf("write agent stdin: %w", err)
+		err = fmt.Errorf("%w: %w", ErrWrite, err)
+		c.mu.Lock()
+		c.cl.LatchLoss(LossWriteError)
+		c.mu.Unlock()
+		return err
 	}
 	return nil
 }

@@ -41,6 +41,8 @@ func LossReasonOf(err error) LossReason {
 		return ""
 	case errors.Is(err, ErrFrameExceeded), errors.Is(err, ErrTooManyBadLines), errors.Is(err, ErrUnknownResponse):
 		return LossRPCFailure
+	case errors.Is(err, ErrWrite):
+		return LossWriteError
 	case ClassOf(err) == ClassAgentDisconnected:
 		return LossProviderExit
 	}

@@ -3,7 +3,9 @@ package acpx
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -151,3 +153,24 @@ func TestPersistBeforeWrite(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.Empty(t, p.received(t, MethodInitialize), "nothing written without a durable record")
 }
+
+// TestScenario28_WriteError: a failed stdin write latches write_error and
+// the call fails at once; nothing hangs.
+func TestScenario28_WriteError(t *testing.T) {
+	r, w := io.Pipe()
+	defer r.Close()
+	c := NewConn(r, failingWriter{}, ConnOptions{})
+	err := c.Open(context.Background(), OpenOptions{Agent: "claude", Command: "x", Cwd: "/w"})
+	require.ErrorIs(t, err, ErrWrite)
+	require.Equal(t, LossWriteError, LossReasonOf(err))
+	require.Equal(t, LossWriteError, c.Record().Process.Wire.Loss)
+	require.NoError(t, w.Close())
+	// The unanswered initialize makes the end a disconnect; the latched
+	// loss stays write_error.
+	require.Equal(t, ClassAgentDisconnected, ClassOf(c.Wait(context.Background())))
+	require.Equal(t, LossWriteError, c.Record().Process.Wire.Loss)
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, syscall.EROFS }
