@@ -148,3 +148,45 @@ func TestFingerprintOfHugeCommandIsStable(t *testing.T) {
 		t.Fatalf("unstable fingerprint: %v", err)
 	}
 }
+
+// FuzzSanitizePayload: sanitising yields a compact JSON object with no
+// credential-shaped text left, and sanitising again changes nothing.
+func FuzzSanitizePayload(f *testing.F) {
+	f.Add([]byte(`{"a":"Bearer abcdefghijkl","apiKey":"k","nested":[{"password":"p"},"sk-abcdefghijklmnopqrstu"]}`))
+	f.Add([]byte(`{"requestId":"ghp_abcdefghijklmnopqrstuvwxyz"}`))
+	f.Add([]byte(`{"n":1e400,"s":"\u2028<&>"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, err := sanitizeJSON(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidEvent) && !errors.Is(err, ErrSensitiveIdentity) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			return
+		}
+		if !isObject(out) {
+			t.Fatalf("sanitised payload is not an object")
+		}
+		if secretPattern.Match(out) {
+			t.Fatalf("credential-shaped text survived sanitising")
+		}
+		again, err := sanitizeJSON(out)
+		if err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("sanitising is not idempotent: %v", err)
+		}
+	})
+}
+
+func TestCredentialShapedKeysAreRenamed(t *testing.T) {
+	out, err := sanitizeJSON([]byte(`{"sk-abcdefghijklmnopqrstu":1,"[REDACTED]":null,"ok":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secretPattern.Match(out) || !bytes.Contains(out, []byte(`"[REDACTED]":null`)) {
+		t.Fatalf("got %s", out)
+	}
+	var m map[string]*int
+	if err := json.Unmarshal(out, &m); err != nil || len(m) != 3 {
+		t.Fatalf("keys lost: %s", out)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -104,6 +106,22 @@ func sanitizeJSON(raw []byte) (json.RawMessage, error) {
 func sanitizeValue(v any, protected bool, changed *bool) (any, error) {
 	switch t := v.(type) {
 	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			// A credential-shaped key is renamed; a suffix keeps keys unique.
+			if r := secretPattern.ReplaceAllString(k, Redacted); r != k {
+				if protected {
+					return nil, ErrSensitiveIdentity
+				}
+				e := t[k]
+				delete(t, k)
+				nk := r
+				for n := 2; hasKey(t, nk); n++ {
+					nk = fmt.Sprintf("%s#%d", r, n)
+				}
+				t[nk] = e
+				*changed = true
+			}
+		}
 		for k, e := range t {
 			p := protected || isIdentityKey(k)
 			if isSecretKey(k) && e != nil && e != Redacted {
@@ -143,4 +161,9 @@ func sanitizeValue(v any, protected bool, changed *bool) (any, error) {
 		return r, nil
 	}
 	return v, nil
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
 }
