@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,7 +97,7 @@ func (h *harness) start(cfg Config, opts Options) *running {
 	require.NoError(h.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- RunLoop(ctx, cfg, ticket, nil, opts) }()
+	go func() { r.done <- RunLoop(ctx, cfg, ticket, testLogger(), opts) }()
 	h.t.Cleanup(func() {
 		cancel()
 		select {
@@ -199,3 +201,11 @@ func resultCodeOf(t *testing.T, p prp.CommandResultPayload) string {
 }
 
 func cmdID(n int) string { return fmt.Sprintf("command_prp_%08d", n) }
+
+// testLogger logs to stderr when PCRUNNER_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("PCRUNNER_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}

@@ -1,0 +1,358 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/state"
+)
+
+// fixedIssuedAt keeps a command's bytes identical between the core journal
+// and a pre-seeded runner journal.
+const fixedIssuedAt = "2026-01-01T00:00:00.000Z"
+
+// rawCommand is the command object exactly as the core sends it.
+func rawCommand(t *testing.T, cmd prp.Command) []byte {
+	t.Helper()
+	b, err := json.Marshal(cmd)
+	require.NoError(t, err)
+	return b
+}
+
+// sendCommand sends a raw command envelope on the core's current connection.
+func (h *harness) sendRaw(kind string, payload any) {
+	h.t.Helper()
+	require.NoError(h.t, h.core.SendRaw(h.t.Context(), func(s *prp.Session) ([]byte, error) {
+		env, err := s.NewControl(kind, payload)
+		if err != nil {
+			return nil, err
+		}
+		return prp.MarshalEnvelope(env)
+	}))
+}
+
+// seed runs fn on the harness state before the runner starts.
+func (h *harness) seed(fn func(tx *state.Tx) error) {
+	h.t.Helper()
+	st := h.openState()
+	require.NoError(h.t, st.Update(fn))
+	require.NoError(h.t, st.Close())
+}
+
+func drainEffects(t *testing.T, evs []coreEvent) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, e := range eventsOfType(evs, "runner.draining") {
+		var p struct {
+			CommandID string `json:"commandId"`
+		}
+		require.NoError(t, json.Unmarshal(e.Payload, &p))
+		out[p.CommandID]++
+	}
+	return out
+}
+
+// TestScenario11_ReconnectReplaysWithoutSecondEffect: connections drop
+// while commands run; unACKed events and results are replayed, each drain
+// takes effect once, and sourceSeq stays contiguous.
+func TestScenario11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start(h.config(false), Options{})
+	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+	var ids []string
+	for i := range 24 {
+		typ := "runner.drain"
+		if i%3 == 2 {
+			typ = "session.snapshot"
+		}
+		cmd, _ := h.core.QueueCommand(prp.Command{Type: typ, Payload: json.RawMessage(`{}`)})
+		ids = append(ids, cmd.CommandID)
+		if i%4 == 1 {
+			h.core.DropCurrent()
+		}
+	}
+	s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(s.Results) == len(ids) })
+	require.Greater(t, s.Authentications, 1, "connections were dropped and re-established")
+	evs := decodeEvents(t, s.Events)
+	for i, e := range evs {
+		require.EqualValues(t, i+1, e.SourceSeq)
+	}
+	effects := drainEffects(t, evs)
+	for i, id := range ids {
+		var p prp.CommandResultPayload
+		require.NoError(t, json.Unmarshal(s.Results[id], &p))
+		require.Equal(t, "completed", p.Status, id)
+		if i%3 != 2 {
+			require.Equal(t, 1, effects[id], "drain %s took effect once", id)
+		}
+	}
+}
+
+// TestScenario11_ReplayIsByteIdentical: an event durable before a crash is
+// sent after the restart with its stored bytes, sequence and id.
+func TestScenario11_ReplayIsByteIdentical(t *testing.T) {
+	h := newHarness(t, nil)
+	h.seed(func(tx *state.Tx) error {
+		_, err := tx.Enqueue(state.Event{Type: "runner.diagnostic", Priority: state.P1, Payload: json.RawMessage(`{"note":"<kept & exact>"}`)})
+		return err
+	})
+	stored := h.readState().Outbox
+	require.Len(t, stored, 1)
+	h.start(h.config(false), Options{})
+	s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(s.Events) >= 3 })
+	require.Equal(t, string(stored[0].Envelope), string(s.Events[0]), "replayed byte for byte")
+	evs := decodeEvents(t, s.Events)
+	require.Equal(t, "runner.reconciled", evs[1].EventType, "P0 runner.reconciled after the restart")
+	require.Equal(t, "runner.reconnected", evs[2].EventType)
+}
+
+// TestScenario12_DuplicateCommand: the same command again replays the
+// recorded result without a second effect; the same id with different
+// bytes fails closed with the state kept.
+func TestScenario12_DuplicateCommand(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.start(h.config(false), Options{})
+	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_drain", Type: "runner.drain", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	h.waitResult(cmd.CommandID)
+	before := h.core.Snapshot().Authentications
+
+	h.sendRaw(prp.KindCommand, json.RawMessage(rawCommand(t, cmd)))
+	// The runner handles commands in order: once the next result is in, the
+	// duplicate's replayed result was admitted before it.
+	h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
+	s := h.core.Snapshot()
+	require.Equal(t, before, s.Authentications, "an identical duplicate result does not close the connection")
+	require.Equal(t, 1, drainEffects(t, decodeEvents(t, s.Events))["cmd_drain"])
+
+	conflict := cmd
+	conflict.Payload = json.RawMessage(`{"other":true}`)
+	h.sendRaw(prp.KindCommand, json.RawMessage(rawCommand(t, conflict)))
+	err = run.wait(t)
+	require.Error(t, err)
+	require.True(t, errors.Is(err, state.ErrCommandReplayConflict), "fail closed: %v", err)
+	require.Equal(t, ExitFailure, ExitCode(err))
+	st := h.readState()
+	require.Equal(t, state.StatusCompleted, st.ProcessedCommands["cmd_drain"].Status, "state kept")
+}
+
+// TestScenario13_NonContiguousSeq: a controllerSeq that skips is fatal.
+func TestScenario13_NonContiguousSeq(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.start(h.config(false), Options{})
+	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+	h.sendRaw(prp.KindCommand, prp.Command{
+		Schema: state.CommandSchemaV1, CommandID: "cmd_gap", ControllerSeq: 3, Type: "session.snapshot",
+		IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
+	})
+	err := run.wait(t)
+	require.ErrorIs(t, err, state.ErrNonContiguousCommand)
+	require.Equal(t, ExitFailure, ExitCode(err))
+	require.Empty(t, h.readState().ProcessedCommands, "nothing journaled")
+}
+
+// TestScenario14_CrashBetweenJournalAndEffect: a command journaled as
+// pending before a crash is reported failed/execution_indeterminate after
+// the restart and never executed.
+func TestScenario14_CrashBetweenJournalAndEffect(t *testing.T) {
+	h := newHarness(t, nil)
+	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_pending", Type: "runner.drain", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	dec, err := state.DecodeCommand(rawCommand(t, cmd))
+	require.NoError(t, err)
+	h.seed(func(tx *state.Tx) error {
+		adm, err := tx.BeginCommand(dec)
+		require.Equal(t, state.Execute, adm.Disposition)
+		return err // crash: the effect never ran
+	})
+	h.start(h.config(false), Options{})
+	p := h.waitResult(cmd.CommandID)
+	require.Equal(t, "failed", p.Status)
+	require.Equal(t, state.CodeExecutionIndeterminate, resultCode(p.Result))
+	next := h.queue("session.snapshot", `{}`)
+	h.waitResult(next.CommandID)
+	require.Zero(t, drainEffects(t, decodeEvents(t, h.core.Snapshot().Events))[cmd.CommandID], "never re-run")
+}
+
+// TestScenario15_AckOutOfRange: an ACK beyond the produced sequence or below
+// the cursor is a fatal protocol error; the state is kept.
+func TestScenario15_AckOutOfRange(t *testing.T) {
+	for name, ack := range map[string]int64{"beyond": 999, "below": 0} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			run := h.start(h.config(false), Options{})
+			// A result handled after the core admitted event 1 proves its
+			// ack(1) is queued ahead of ours (one dispatch goroutine per connection).
+			h.waitCore(func(s prp.CoreSnapshot) bool { return s.AckedSourceSeq >= 1 })
+			h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
+			h.sendRaw(prp.KindAck, prp.AckPayload{AckedSourceSeq: ack})
+			err := run.wait(t)
+			require.Error(t, err)
+			require.True(t, errors.Is(err, state.ErrAckBeyondProduced) || errors.Is(err, state.ErrAckBehindCursor), "%v", err)
+			require.Equal(t, ExitFailure, ExitCode(err))
+			st := h.readState()
+			require.Equal(t, state.Ready, st.Lifecycle, "state intact")
+		})
+	}
+}
+
+// TestScenario15_ValidAckTrims: valid ACKs trim the outbox; an orderly stop
+// saves the cursor.
+func TestScenario15_ValidAckTrims(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.start(h.config(false), Options{})
+	cmd := h.queue("runner.drain", `{}`)
+	h.waitResult(cmd.CommandID)
+	// The runner handles frames in order: once the next result is in, it
+	// has applied every ack sent before it.
+	h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
+	s := h.core.Snapshot()
+	run.cancel()
+	require.NoError(t, run.wait(t), "SIGTERM is an orderly stop")
+	st := h.readState()
+	require.Empty(t, st.Outbox)
+	require.EqualValues(t, s.AckedSourceSeq, st.AckedSourceSeq)
+}
+
+// TestScenario18_ShutdownWaitsForAck: runner.shutdown persists stopped and
+// the fence before its result, exits 0 after command_result_ack, clears
+// the fence; a restart exits at once.
+func TestScenario18_ShutdownWaitsForAck(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.start(h.config(false), Options{})
+	cmd := h.queue("runner.shutdown", `{}`)
+	require.NoError(t, run.wait(t))
+	require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+	st := h.readState()
+	require.Equal(t, state.Stopped, st.Lifecycle)
+	require.Nil(t, st.PendingTerminalDelivery)
+	require.Empty(t, st.Outbox, "outbox flushed before exit")
+	evs := decodeEvents(t, h.core.Snapshot().Events)
+	require.Equal(t, "runner.stopped", evs[len(evs)-1].EventType)
+
+	auths := h.core.Snapshot().Authentications
+	require.NoError(t, h.start(h.config(false), Options{}).wait(t), "stopped state exits at once")
+	require.Equal(t, auths, h.core.Snapshot().Authentications, "without connecting")
+}
+
+// TestScenario18_RestartWithFenceOnlyReconciles: a process that died with
+// the terminal fence set reconciles the terminal result on the next
+// connection (re-sent from the journal, never re-executed) and stops.
+func TestScenario18_RestartWithFenceOnlyReconciles(t *testing.T) {
+	h := newHarness(t, nil)
+	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_stop", Type: "runner.shutdown", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	dec, err := state.DecodeCommand(rawCommand(t, cmd))
+	require.NoError(t, err)
+	h.seed(func(tx *state.Tx) error {
+		if _, err := tx.BeginCommand(dec); err != nil {
+			return err
+		}
+		res, err := tx.FinishCommand(dec.CommandID, state.StatusCompleted, json.RawMessage(`{"lifecycle":"stopped"}`))
+		if err != nil {
+			return err
+		}
+		return tx.SetTerminalFence(res, state.Stopped)
+	})
+	run := h.start(h.config(false), Options{})
+	require.NoError(t, run.wait(t))
+	p := h.waitResult(cmd.CommandID)
+	require.Equal(t, "completed", p.Status)
+	require.JSONEq(t, `{"lifecycle":"stopped"}`, string(p.Result))
+	require.Nil(t, h.readState().PendingTerminalDelivery)
+	require.Empty(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), "runner.stopped"), "not re-executed")
+}
+
+// TestScenario18_SuspendThenResume: runner.suspend leaves lifecycle
+// suspended and exits 0; unlike stopped, a restart resumes.
+func TestScenario18_SuspendThenResume(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.start(h.config(false), Options{})
+	cmd := h.queue("runner.suspend", `{}`)
+	require.NoError(t, run.wait(t))
+	require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+	require.Equal(t, state.Suspended, h.readState().Lifecycle)
+	h.start(h.config(false), Options{})
+	next := h.queue("session.snapshot", `{}`)
+	require.Equal(t, "completed", h.waitResult(next.CommandID).Status)
+}
+
+// TestScenario19_Revoke: a revoke with a higher epoch persists revoked and
+// exits 0; a restart exits at once; a non-advancing epoch is fatal.
+func TestScenario19_Revoke(t *testing.T) {
+	t.Run("advancing", func(t *testing.T) {
+		h := newHarness(t, nil)
+		run := h.start(h.config(false), Options{})
+		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		require.NoError(t, h.core.Revoke(1))
+		require.NoError(t, run.wait(t))
+		require.Equal(t, state.Revoked, h.readState().Lifecycle)
+		auths := h.core.Snapshot().Authentications
+		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+		require.Equal(t, auths, h.core.Snapshot().Authentications)
+	})
+	t.Run("not advancing", func(t *testing.T) {
+		h := newHarness(t, nil)
+		run := h.start(h.config(false), Options{})
+		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.sendRaw(prp.KindRevoke, prp.RevokePayload{RevocationEpoch: 0})
+		err := run.wait(t)
+		require.Error(t, err)
+		require.Equal(t, ExitFailure, ExitCode(err))
+		require.NotEqual(t, state.Revoked, h.readState().Lifecycle)
+	})
+}
+
+// TestScenario20_48_LeaseExpiry: with the server gone, runnerd keeps
+// redialling until the lease expires, then shuts down with
+// lease_expired_requires_bootstrap and keeps its state (scenario 48; the
+// exit path of scenario 20).
+func TestScenario20_48_LeaseExpiry(t *testing.T) {
+	h := newHarness(t, func(c *prp.CoreConfig) { c.LeaseTTL = time.Second })
+	run := h.start(h.config(false), Options{})
+	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+	h.core.Close() // the server is gone: every redial fails
+	err := run.wait(t)
+	require.ErrorIs(t, err, ErrLeaseExpired)
+	require.Contains(t, FormatError(err), "lease_expired_requires_bootstrap")
+	st := h.readState()
+	require.Equal(t, state.RecoverableFailure, st.Lifecycle)
+	require.NotNil(t, st.RecoverableFailure)
+	require.Equal(t, string(CodeLeaseExpired), *st.RecoverableFailure)
+}
+
+// TestScenario22_PongUnderStoragePressure: the pong is built from the
+// store's lock-free summary and reports storage pressure; a PRP ping is
+// answered while connected.
+func TestScenario22_PongUnderStoragePressure(t *testing.T) {
+	dir := t.TempDir() + "/state"
+	st, err := state.Open(state.Config{Dir: dir, Identity: stateIdentity(testIdentity), MaxOutboxBytes: 4096, P0ReserveBytes: 2048})
+	require.NoError(t, err)
+	defer st.Close()
+	for {
+		err := st.Update(func(tx *state.Tx) error {
+			_, err := tx.Enqueue(state.Event{Type: "item.delta", Priority: state.P1, Payload: json.RawMessage(`{"delta":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)})
+			return err
+		})
+		if errors.Is(err, state.ErrBackpressure) {
+			break
+		}
+		require.NoError(t, err)
+	}
+	r := newLoop(Config{Identity: testIdentity}, st, nil, Options{})
+	p := r.pong()
+	require.NotNil(t, p.StoragePressure)
+	require.True(t, *p.StoragePressure)
+	require.Equal(t, string(state.Backpressure), p.Lifecycle)
+
+	h := newHarness(t, nil)
+	h.start(h.config(false), Options{})
+	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+	require.NoError(t, h.core.Ping(t.Context()))
+	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Pongs >= 1 })
+}
