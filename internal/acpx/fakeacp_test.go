@@ -77,7 +77,7 @@ func TestScenario02_EchoTurnOverPipes(t *testing.T) {
 	done, err := p.conn.Prompt("turn-1", "echo hi")
 	require.NoError(t, err)
 	evs = append(evs, mapTurn(mp, st, p.until(t, settled), false)...)
-	out := <-done
+	out := first(t, done)
 	require.Equal(t, StopEndTurn, out.StopReason)
 	requireValidEvents(t, evs)
 	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.completed", "turn.completed", "run.result.proposed", "run.terminal"}, types(evs))
@@ -108,7 +108,7 @@ func TestScenario03_StartupBounds(t *testing.T) {
 			default:
 			}
 			clk.Advance(time.Millisecond)
-			err := <-errc
+			err := first(t, errc)
 			require.Equal(t, ClassSessionHandshakeTimeout, ClassOf(err))
 			require.Equal(t, "ACP agent fakeacp did not complete ACP initialization within "+strconv.FormatInt(tc.bound.Milliseconds(), 10)+"ms", err.(*Failure).Message)
 			require.True(t, p.conn.Record().ResetOnNextEnsure)
@@ -141,12 +141,12 @@ func TestScenario04_HangOnNewSession(t *testing.T) {
 		}
 	}
 	clk.Advance(ColdOpenBoundDefault)
-	require.Equal(t, ClassSessionHandshakeTimeout, ClassOf(<-errc))
+	require.Equal(t, ClassSessionHandshakeTimeout, ClassOf(first(t, errc)))
 	rec := p.conn.Record()
 	require.True(t, rec.ResetOnNextEnsure)
 	require.False(t, rec.Reusable("/w", "fakeacp", nil))
 	p.killGroup()
-	<-p.conn.Done()
+	first(t, p.conn.Done())
 	select {
 	case m, ok := <-p.conn.Inbox():
 		require.False(t, ok, "no provider message may surface: %+v", m)
@@ -200,7 +200,7 @@ func TestScenario07_ExitDuringStartup(t *testing.T) {
 	p := startAgent(t, ConnOptions{}, "--exit-during-startup", "1")
 	err := p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w"})
 	require.Error(t, err)
-	<-p.conn.Done()
+	first(t, p.conn.Done())
 	var ee *exec.ExitError
 	require.ErrorAs(t, p.wait(), &ee)
 	f := ClassifyStartupExit(ee.ExitCode(), false, true, p.stderr.String() != "")
@@ -272,12 +272,12 @@ func TestScenario09_CancelIgnored(t *testing.T) {
 	}()
 	clk.waitArmed(t, CancelGrace)
 	clk.Advance(CancelGrace)
-	r := <-rc
+	r := first(t, rc)
 	require.ErrorIs(t, r.err, ErrCancelGraceExpired)
 	require.True(t, r.out.Cancelled)
 	require.Equal(t, EndInterrupted, SettlementOf(r.out, false).Ending)
 	p.killGroup()
-	<-p.conn.Done()
+	first(t, p.conn.Done())
 	require.Error(t, p.wait())
 	require.Empty(t, p.conn.Record().Process.Wire.Turn)
 }
@@ -392,9 +392,9 @@ func TestScenario13_CrashMidTurn(t *testing.T) {
 			openCold(t, p, "claude")
 			done, err := p.conn.Prompt("turn-1", "echo never")
 			require.NoError(t, err)
-			_, ok := <-done
+			_, ok := recv(t, done)
 			require.False(t, ok, "no outcome: the agent is gone")
-			<-p.conn.Done()
+			first(t, p.conn.Done())
 			require.Equal(t, ClassAgentDisconnected, ClassOf(p.conn.Err()))
 			werr := p.wait()
 			var code *int
@@ -499,7 +499,7 @@ func TestScenario17_StubbornGrandchild(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, p.cmd.Process.Pid, pgid, "the grandchild stays in the agent's group")
 	require.NoError(t, syscall.Kill(-pgid, syscall.SIGTERM))
-	<-p.conn.Done()
+	first(t, p.conn.Done())
 	_ = p.wait()
 	require.NoError(t, syscall.Kill(pid, 0), "the grandchild ignored SIGTERM")
 	require.NoError(t, syscall.Kill(-pgid, syscall.SIGKILL))

@@ -44,7 +44,7 @@ func TestScenario19_ColdStartGate(t *testing.T) {
 	}
 	releases[0]()
 	releases[0]() // release is idempotent
-	r := <-fifth
+	r := first(t, fifth)
 	require.True(t, r.held)
 
 	sixth := make(chan res, 1)
@@ -54,7 +54,7 @@ func TestScenario19_ColdStartGate(t *testing.T) {
 	}()
 	clk.waitArmed(t, ColdStartGateMaxWait)
 	clk.Advance(ColdStartGateMaxWait)
-	r6 := <-sixth
+	r6 := first(t, sixth)
 	require.False(t, r6.held, "fail-open after the gate wait")
 	r6.rel()
 

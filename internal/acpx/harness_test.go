@@ -270,3 +270,23 @@ func openCold(t *testing.T, p *agentProc, agent string) {
 	defer cancel()
 	require.NoError(t, p.conn.Open(ctx, OpenOptions{Agent: agent, Command: "fakeacp", Cwd: "/work/repo"}))
 }
+
+// recv receives from ch within testWait (every wait in a test is bounded).
+func recv[T any](t testing.TB, ch <-chan T) (T, bool) {
+	t.Helper()
+	select {
+	case v, ok := <-ch:
+		return v, ok
+	case <-time.After(testWait):
+		t.Fatalf("no value within %v", testWait)
+		var zero T
+		return zero, false
+	}
+}
+
+// first is recv's value alone.
+func first[T any](t testing.TB, ch <-chan T) T {
+	t.Helper()
+	v, _ := recv(t, ch)
+	return v
+}

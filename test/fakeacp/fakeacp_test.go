@@ -216,3 +216,31 @@ func TestNoWallClockInOutput(t *testing.T) {
 	require.NotContains(t, out.String(), time.Now().UTC().Format("2006-01-02"))
 	require.Contains(t, out.String(), `"sessionId":"sess-0001"`)
 }
+
+// FuzzParseConfig feeds arbitrary flag and env text; parsing either fails
+// cleanly or yields a config whose modes are valid.
+func FuzzParseConfig(f *testing.F) {
+	f.Add("--cancel-mode end-turn --late-updates 3", "FAKEACP_INIT_DELAY_MS=5")
+	f.Add("--crash-mid-turn=sigkill", "FAKEACP_BUSY_PROMPT=queue")
+	f.Add("--protocol-version x", "FAKEACP_STDOUT_BANNER=-1")
+	f.Fuzz(func(t *testing.T, args, env string) {
+		k, v, _ := strings.Cut(env, "=")
+		c, err := parseConfig(strings.Fields(args), func(name string) string {
+			if name == k {
+				return v
+			}
+			return ""
+		})
+		if err != nil {
+			return
+		}
+		switch c.cancelMode {
+		case "cancelled", "ignore", "end-turn", "error":
+		default:
+			t.Fatalf("accepted cancel mode %q", c.cancelMode)
+		}
+		if c.busyPrompt != "reject" && c.busyPrompt != "queue" {
+			t.Fatalf("accepted busy mode %q", c.busyPrompt)
+		}
+	})
+}
