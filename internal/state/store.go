@@ -65,6 +65,9 @@ type Summary struct {
 	AckedSourceSeq   uint64
 	HighestSourceSeq uint64
 	OutboxBytes      int
+	// LastControllerCommandSeq and ReconnectCount feed auth_hello.resume.
+	LastControllerCommandSeq uint64
+	ReconnectCount           uint64
 	// StoragePressure is true while the outbox is in backpressure or its P0
 	// reserve is exhausted (pong.storagePressure).
 	StoragePressure bool
@@ -398,7 +401,8 @@ func (s *Store) publish(st *State) {
 	s.cur.Store(st)
 	s.sum.Store(&Summary{
 		Lifecycle: st.Lifecycle, AckedSourceSeq: st.AckedSourceSeq, HighestSourceSeq: st.HighestSourceSeq(),
-		OutboxBytes: st.OutboxBytes(), StoragePressure: st.Backpressure || st.Lifecycle == Unrecoverable,
+		OutboxBytes: st.OutboxBytes(), LastControllerCommandSeq: st.LastControllerCommandSeq,
+		ReconnectCount: st.ReconnectCount, StoragePressure: st.Backpressure || st.Lifecycle == Unrecoverable,
 	})
 }
 
