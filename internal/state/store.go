@@ -277,6 +277,7 @@ func (s *Store) unpin() {
 // bound violation inside fn (ErrBackpressure, ErrP0StorageExhausted) still
 // commits its lifecycle change and diagnostic on the previous state. A
 // failed write poisons the store: every later call returns that error.
+// fn must not call Update, ApplyAck, Flush or Close (they take the same lock).
 func (s *Store) Update(fn func(tx *Tx) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
