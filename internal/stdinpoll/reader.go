@@ -14,6 +14,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"golang.org/x/sys/unix"
 )
@@ -139,15 +140,19 @@ func (r *Reader) Kick() {
 // scan completed; inotify events, an overflow and Kick trigger event scans
 // in between, which never spend the retry budget.
 func (r *Reader) Run(ctx context.Context) {
-	var events <-chan struct{}
-	watching := false
+	var (
+		events   <-chan fsnotify.Event
+		errs     <-chan error
+		w        *watch
+		watching bool
+	)
 	if !r.cfg.NoWatch && !hookNoInotify() {
-		w, err := newWatch(r.cfg.Dir)
-		if err != nil {
+		var err error
+		if w, err = newWatch(r.cfg.Dir); err != nil {
 			r.cfg.Logger.Warn("stdin queue: inotify unavailable; polling only", "err", err)
 		} else {
 			defer w.close()
-			events = w.c
+			events, errs = w.w.Events, w.w.Errors
 			watching = true
 		}
 	}
@@ -159,7 +164,15 @@ func (r *Reader) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-events:
+		case ev, ok := <-events:
+			if !w.event(ev, nil, ok) {
+				events, errs, watching = nil, nil, false // closed: ticks alone
+			}
+			r.Scan(false)
+		case err, ok := <-errs:
+			if !w.event(fsnotify.Event{}, err, ok) {
+				events, errs, watching = nil, nil, false
+			}
 			r.Scan(false)
 		case <-r.kick:
 			r.Scan(false)

@@ -4,27 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 
 	"github.com/fsnotify/fsnotify"
 )
 
-// watch turns inotify activity on stdin/ into a coalesced wake-up channel:
-// any event or a queue overflow (after which only a full rescan is safe,
-// and every scan is full) sends at most one pending signal.
+// watch is the inotify watch on stdin/. Run selects on its channels
+// directly (no relay goroutine: one hop less on the latency path) and
+// drains whatever queued up before scanning once.
 type watch struct {
-	w    *fsnotify.Watcher
-	c    chan struct{}
-	done chan struct{}
-	wg   sync.WaitGroup
-	// overflows counts queue overflows (loop goroutine only).
+	w *fsnotify.Watcher
+	// overflows counts queue overflows (Run's goroutine only).
 	overflows int
 }
 
 // newWatch watches the directory held by dir through /proc/self/fd, so a
 // later swap of the path cannot redirect the watch.
 func newWatch(dir *os.File) (*watch, error) {
-	fw, err := fsnotify.NewWatcher()
+	fw, err := fsnotify.NewBufferedWatcher(watchBuffer)
 	if err != nil {
 		return nil, fmt.Errorf("new watcher: %w", err)
 	}
@@ -35,54 +31,33 @@ func newWatch(dir *os.File) (*watch, error) {
 			return nil, fmt.Errorf("watch stdin dir: %w", err2)
 		}
 	}
-	w := &watch{w: fw, c: make(chan struct{}, 1), done: make(chan struct{})}
-	w.wg.Add(1)
-	go w.loop()
-	return w, nil
+	return &watch{w: fw}, nil
 }
 
-func (w *watch) loop() {
-	defer w.wg.Done()
+// watchBuffer is the event channel's capacity: a burst of writer activity
+// (temp file, writes, rename) queues without blocking fsnotify's reader.
+const watchBuffer = 64
+
+// event handles one event or error taken from the channels and drains the
+// rest that are already queued. Any event, and a queue overflow (after
+// which only a full rescan is safe; every scan is full), calls for one
+// scan. It reports false when the watcher has closed.
+func (w *watch) event(ev fsnotify.Event, err error, ok bool) bool {
 	for {
+		if !ok {
+			return false
+		}
+		if err != nil && errors.Is(err, fsnotify.ErrEventOverflow) || err == nil && hookLoseEvent(ev) {
+			w.overflows++ // the test hook turns an event into an overflow
+		}
 		select {
-		case <-w.done:
-			return
-		case ev, ok := <-w.w.Events:
-			if !ok {
-				return
-			}
-			if hookLoseEvent(ev) {
-				w.overflow() // the test hook turned this event into an overflow
-				continue
-			}
-			w.signal()
-		case err, ok := <-w.w.Errors:
-			if !ok {
-				return
-			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				w.overflow()
-			}
+		case ev, ok = <-w.w.Events:
+			err = nil
+		case err, ok = <-w.w.Errors:
+		default:
+			return true
 		}
 	}
 }
 
-// overflow: events were lost; every scan lists the whole directory, so
-// one more scan is the full rescan the spec requires.
-func (w *watch) overflow() {
-	w.overflows++
-	w.signal()
-}
-
-func (w *watch) signal() {
-	select {
-	case w.c <- struct{}{}:
-	default:
-	}
-}
-
-func (w *watch) close() {
-	close(w.done)
-	w.w.Close()
-	w.wg.Wait()
-}
+func (w *watch) close() { w.w.Close() }
