@@ -2,7 +2,9 @@ package acpx
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"syscall"
@@ -174,3 +176,51 @@ func TestScenario28_WriteError(t *testing.T) {
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, syscall.EROFS }
+
+// TestScenario20_RestartMidTurn: a runnerd restart mid-turn (record
+// through JSON between two stdout reads, even mid-line) continues the same
+// turn and item: no second item.started, no duplicate delta.
+func TestScenario20_RestartMidTurn(t *testing.T) {
+	c := handshaken(t)
+	mp := testMapper()
+	rec := c.Record()
+	evs := mp.TurnStarted(&rec.Process.Map, "turn-1")
+	c = NewClient(rec, ClientOptions{})
+	call, err := c.Prompt("turn-1", "sleep 3000")
+	require.NoError(t, err)
+	chunk := func(text string) string {
+		return `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-1","update":{"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":"` + text + `"}}}}` + "\n"
+	}
+	stream := chunk("before ") + chunk("after") + fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn"}}`, call.ID) + "\n"
+	cut := len(chunk("before ")) + 20 // crash mid-line
+	step := func(c *Client, st *MapState, p string) []Event {
+		msgs, err := c.Feed([]byte(p))
+		require.NoError(t, err)
+		var out []Event
+		for _, m := range msgs {
+			switch m.Kind {
+			case KindUpdate:
+				out = append(out, mp.Update(st, m.TurnID, *m.Update)...)
+			case KindTurnSettled:
+				out = append(out, mp.Settle(st, SettlementOf(*m.Outcome, false))...)
+			}
+		}
+		return out
+	}
+	rec = c.Record()
+	evs = append(evs, step(c, &rec.Process.Map, stream[:cut])...)
+	// The durable write: wire state from the client, map state alongside.
+	m := rec.Process.Map
+	rec = c.Record()
+	rec.Process.Map = m
+	b, err := json.Marshal(rec)
+	require.NoError(t, err)
+	var back Record
+	require.NoError(t, json.Unmarshal(b, &back))
+	c = NewClient(back, ClientOptions{})
+	evs = append(evs, step(c, &back.Process.Map, stream[cut:])...)
+	requireValidEvents(t, evs)
+	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.delta", "item.completed", "turn.completed", "run.result.proposed", "run.terminal"}, types(evs))
+	require.Equal(t, evs[1].ItemID, evs[3].ItemID)
+	require.Equal(t, "before after", evs[4].Payload["text"])
+}
