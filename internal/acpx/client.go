@@ -153,6 +153,10 @@ func NewClient(rec Record, opts ClientOptions) *Client {
 // Record returns a deep copy of the durable record.
 func (c *Client) Record() Record { return c.rec.Clone() }
 
+// Map is the mapping state inside the record: pass it to the Mapper so one
+// Record() holds wire and mapping state for the same durable write.
+func (c *Client) Map() *MapState { return &c.rec.Process.Map }
+
 // Err returns the sticky line-stream failure, if any.
 func (c *Client) Err() error { return c.failed }
 

@@ -207,18 +207,13 @@ func TestScenario20_RestartMidTurn(t *testing.T) {
 		}
 		return out
 	}
-	rec = c.Record()
-	evs = append(evs, step(c, &rec.Process.Map, stream[:cut])...)
-	// The durable write: wire state from the client, map state alongside.
-	m := rec.Process.Map
-	rec = c.Record()
-	rec.Process.Map = m
-	b, err := json.Marshal(rec)
+	evs = append(evs, step(c, c.Map(), stream[:cut])...)
+	b, err := json.Marshal(c.Record()) // the durable write
 	require.NoError(t, err)
 	var back Record
 	require.NoError(t, json.Unmarshal(b, &back))
 	c = NewClient(back, ClientOptions{})
-	evs = append(evs, step(c, &back.Process.Map, stream[cut:])...)
+	evs = append(evs, step(c, c.Map(), stream[cut:])...)
 	requireValidEvents(t, evs)
 	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.delta", "item.completed", "turn.completed", "run.result.proposed", "run.terminal"}, types(evs))
 	require.Equal(t, evs[1].ItemID, evs[3].ItemID)
