@@ -127,3 +127,37 @@ func TestUpdateIsOneDurableWrite(t *testing.T) {
 	require.Equal(t, before+1, s.writes.Load())
 	require.Equal(t, uint64(128), s.Summary().HighestSourceSeq)
 }
+
+// Scenario 17 (state part): 131 retained failure events, more than one
+// 128-event batch, are all durable before the failed command result is
+// recorded; the result carries command_execution_failed.
+func TestScenario17_FailureEvidenceIsDurableBeforeFailedResult(t *testing.T) {
+	const retained, batch = 131, 128 // scenario figure; executor batch bound (prp.md §8.5)
+	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
+	cfg.MaxOutboxBytes = 1 << 20
+	s := openStore(t, cfg)
+	c := command(1, "command_prp_00000001", "session.open", `{}`)
+	_, err := begin(t, s, c)
+	require.NoError(t, err)
+	for start := 0; start < retained; start += batch {
+		require.NoError(t, s.Update(func(tx *Tx) error {
+			for i := start; i < min(start+batch, retained); i++ {
+				if _, _, err := tx.EnqueueExecutor(fmt.Sprint("startup-failure:", i),
+					Event{Type: "harness.diagnostic", Priority: P0, Payload: json.RawMessage(fmt.Sprintf(`{"line":%d}`, i))}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	require.NoError(t, s.Update(func(tx *Tx) error {
+		require.Equal(t, uint64(retained), tx.HighestSourceSeq(), "all evidence committed first")
+		_, err := tx.FailCommand(c.CommandID, "agent startup failed")
+		return err
+	}))
+	require.NoError(t, s.Close())
+	s = openStore(t, cfg)
+	snap := s.Snapshot()
+	require.Equal(t, StatusFailed, snap.ProcessedCommands[c.CommandID].Status)
+	require.Len(t, snap.Outbox, retained+1) // + runner.reconciled
+}
