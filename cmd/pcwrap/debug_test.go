@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -131,4 +132,47 @@ func dirNames(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// Security: input never reaches an error message or a log.
+func TestDebugSendNeverEchoesInput(t *testing.T) {
+	const secret = "sk-live-SECRET-value"
+	missing := filepath.Join(t.TempDir(), "gone")
+	_, out, errOut := debug(t, secret, "send", "--session-dir", missing, "-")
+	assert.NotContains(t, out+errOut, secret)
+	_, out, errOut = debug(t, "", "send", "--session-dir", missing, secret)
+	assert.NotContains(t, out+errOut, secret)
+}
+
+// FuzzDebugArgs feeds arbitrary command lines to the subcommands: each ends
+// with a documented exit status and never panics.
+func FuzzDebugArgs(f *testing.F) {
+	for _, s := range []string{"send\x00x", "send\x00--end", "stop", "tail\x00--help", "send\x00-\x00-", "send\x00--session-dir", "tail\x00--session-dir=\x00x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		parts := strings.Split(line, "\x00")
+		name := parts[0]
+		if name != "send" && name != "stop" && name != "tail" {
+			return
+		}
+		d := debugSession(t)
+		// Point every --session-dir at the temp session so nothing outside
+		// it is touched, and give stop/tail a session that ends at once.
+		args := []string{"--session-dir", d}
+		for _, a := range parts[1:] {
+			if !strings.HasPrefix(a, "--session-dir") {
+				args = append(args, a)
+			}
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(d, sessiondir.EventsDir, sessiondir.SeqName(1)),
+			[]byte(`{"type":"shutdownAck"}`+"\n"), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(d, sessiondir.EventsDir, sessiondir.SeqName(2)),
+			[]byte(`{"type":"exit","code":0,"signal":null}`+"\n"), 0o600))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var o, e bytes.Buffer
+		code := debugMain(ctx, name, args, strings.NewReader("in"), &o, &e)
+		assert.Contains(t, []int{debugOK, debugFailed, debugUsage, debugNoAck}, code)
+	})
 }

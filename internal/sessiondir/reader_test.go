@@ -379,3 +379,45 @@ func FuzzEventReader(f *testing.F) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Security (replay): a file whose sequence was already delivered, e.g. an
+// old event re-planted by a sandbox process, is removed unread.
+func TestEventReaderDropsReplayedSeq(t *testing.T) {
+	d := newSession(t)
+	writeEvents(t, d, 1, stdoutFrame("one"), stdoutFrame("two"))
+	fs, err := OpenEventsDir(d)
+	require.NoError(t, err)
+	defer fs.Close()
+	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
+	var got []string
+	deliver := func(ev Event) error { got = append(got, string(ev.Frame.Data)); return nil }
+	_, err = r.Cycle(deliver)
+	require.NoError(t, err)
+	writeEvents(t, d, 1, stdoutFrame("replayed"))
+	writeEvents(t, d, 3, stdoutFrame("three"))
+	_, err = r.Cycle(deliver)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"one", "two", "three"}, got)
+	assert.Empty(t, dirNames(t, filepath.Join(d, EventsDir)), "the replayed file is removed")
+}
+
+// Security (path swap): events/ replaced by a symlink to a directory of
+// forged frames ends the reader; nothing is read through the link.
+func TestEventReaderPathSwapEndsSession(t *testing.T) {
+	d := newSession(t)
+	fs, err := OpenEventsDir(d)
+	require.NoError(t, err)
+	defer fs.Close()
+	forged := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(forged, EventsDir), 0o700))
+	writeEvents(t, forged, 1, ExitFrame(intp(0), ""))
+	ev := filepath.Join(d, EventsDir)
+	require.NoError(t, os.Rename(ev, ev+".old"))
+	require.NoError(t, os.Symlink(filepath.Join(forged, EventsDir), ev))
+	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
+	delivered := 0
+	_, err = r.Cycle(func(Event) error { delivered++; return nil })
+	require.ErrorIs(t, err, ErrSessionGone)
+	assert.Zero(t, delivered)
+	assert.FileExists(t, filepath.Join(forged, EventsDir, SeqName(1)))
+}

@@ -266,3 +266,22 @@ func TestWriterReaderNeverSeesPartialFile(t *testing.T) {
 	assert.Zero(t, parseErrors)
 	assert.GreaterOrEqual(t, reads, 1)
 }
+
+// Security (path swap): once open, the writer publishes through its held
+// descriptor; replacing stdin/ by a symlink afterwards does not redirect a
+// single file.
+func TestWriterHeldDirDefeatsPathSwap(t *testing.T) {
+	d := newSession(t)
+	w, err := OpenWriter(d, 1, WriterOptions{})
+	require.NoError(t, err)
+	defer w.Close()
+	elsewhere := t.TempDir()
+	stdin := filepath.Join(d, StdinDir)
+	require.NoError(t, os.Rename(stdin, stdin+".old"))
+	require.NoError(t, os.Symlink(elsewhere, stdin))
+
+	_, err = w.Stdin(context.Background(), []byte("secret"))
+	require.NoError(t, err)
+	assert.Empty(t, dirNames(t, elsewhere), "nothing written through the swapped-in link")
+	assert.Equal(t, []string{"000000000001.json"}, dirNames(t, stdin+".old"))
+}
