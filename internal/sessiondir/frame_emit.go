@@ -8,14 +8,13 @@ import (
 	"time"
 )
 
-// Bounds of the events-mode write retry: a transient failure (a full
-// disk freeing up) is retried for EventRetryLimit × EventRetryInterval
-// = 5 s, about the host's 100 ms poll × 50, before the frame is reported
-// lost on stderr. No retries once shutting down, so exit stays prompt.
-const (
-	EventRetryInterval = 100 * time.Millisecond
-	EventRetryLimit    = 50
-)
+// EventRetryInterval paces retries of a failed event-file write (the
+// host's 100 ms poll interval). A full or read-only filesystem pauses the
+// output instead of losing it: the emitter retries until the write
+// succeeds or pcwrap shuts down (FailFast), and meanwhile the pumps, and
+// so the child's writes, block. Shutdown stays possible, since reading
+// and deleting stdin files needs no space.
+const EventRetryInterval = 100 * time.Millisecond
 
 // emitQueue is the frame channel's capacity: pumps block (backpressure on
 // the child's pipes) rather than grow memory when output is slow.
@@ -118,7 +117,8 @@ func (e *Emitter) loop() {
 }
 
 // writeEvent publishes f under the next seq, retrying a failed write
-// (bounded) unless shutting down. A lost frame does not use up its seq.
+// until it succeeds or pcwrap shuts down; only then is a frame lost, and
+// a lost frame does not use up its seq.
 func (e *Emitter) writeEvent(f Frame) {
 	f.Seq = 0 // event bodies never carry seq (§7.2)
 	e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
@@ -126,12 +126,18 @@ func (e *Emitter) writeEvent(f Frame) {
 	for attempt := 1; ; attempt++ {
 		err := WriteEventFile(e.eventsfd, seq, e.buf)
 		if err == nil {
+			if attempt > 1 {
+				e.log.Warn("event writes recovered", "file", SeqName(seq), "attempts", attempt)
+			}
 			e.seq = seq
 			return
 		}
-		if attempt >= EventRetryLimit || e.isFast() {
-			e.log.Error("event frame lost", "type", f.Type, "file", SeqName(seq), "err", err)
+		if e.isFast() {
+			e.log.Error("event frame lost while shutting down", "type", f.Type, "file", SeqName(seq), "err", err)
 			return
+		}
+		if attempt == 1 {
+			e.log.Error("event write failed; output paused, retrying", "file", SeqName(seq), "err", err)
 		}
 		t := time.NewTimer(EventRetryInterval)
 		select {

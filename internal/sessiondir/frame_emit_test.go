@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -84,4 +85,27 @@ func TestEventsEmitterNoFollowAndFailFast(t *testing.T) {
 	b, err := os.ReadFile(target)
 	require.NoError(t, err)
 	assert.Equal(t, "keep", string(b))
+}
+
+func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Open(dir)
+	require.NoError(t, err)
+	defer f.Close()
+	e := NewEventsEmitter(f, nil)
+	require.NoError(t, os.Remove(dir)) // every write now fails (ENOENT)
+	e.Emit(ShutdownAckFrame())
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("a failed write must pause, not drop, while running")
+	case <-time.After(3 * EventRetryInterval):
+	}
+	e.FailFast()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("FailFast did not end the retries")
+	}
 }
