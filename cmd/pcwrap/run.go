@@ -31,6 +31,9 @@ const (
 	// maxGraceMS mirrors Node's setTimeout: a delay above 2^31-1 ms is
 	// replaced by 1 ms.
 	maxGraceMS = 1<<31 - 1
+	// maxRetriesCap keeps a huge retry budget in int range (2^31 ticks
+	// is over three years of 50 ms ticks: effectively never give up).
+	maxRetriesCap = 1 << 31
 )
 
 // pipeRead is the largest read from a child pipe, one data frame (§7.1).
@@ -213,13 +216,37 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 		}()
 	}
 
-	// The stdin reader.
-	maxRetries := sessiondir.ParseTuning(e.get(sessiondir.EnvMaxRetries), stdinpoll.DefaultMaxRetries)
-	if maxRetries > 1<<31 {
-		maxRetries = 1 << 31
+	reader := newReader(sd, verifier, ch.feeder, term, out, e, stderr, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		reader.Run(ctx)
+	}()
+
+	code, sig := supervise(ch, term, sigs, out, &pumps)
+	out.Emit(sessiondir.ExitFrame(code, sig))
+	term.Terminate() // child close: the kill is a no-op, shutdownAck follows exit
+	cancel()
+	<-readerDone
+	<-ch.feeder.Done()
+	ch.stdout.Close()
+	ch.stderr.Close()
+	out.Close()
+	if code == nil {
+		return exitFailure
 	}
-	var reader *stdinpoll.Reader
-	reader = stdinpoll.New(stdinpoll.Config{
+	return *code
+}
+
+// newReader wires the stdin-queue reader (spec §6) to the identity check,
+// the child's stdin and terminate().
+func newReader(sd *sessiondir.Dir, verifier *sessiondir.Verifier, feeder *stdinpoll.Feeder, term *shutdown.Terminator, out *sessiondir.Emitter, e env, stderr io.Writer, log *slog.Logger) *stdinpoll.Reader {
+	maxRetries := sessiondir.ParseTuning(e.get(sessiondir.EnvMaxRetries), stdinpoll.DefaultMaxRetries)
+	if maxRetries > maxRetriesCap {
+		maxRetries = maxRetriesCap
+	}
+	reader := stdinpoll.New(stdinpoll.Config{
 		Dir:        sd.Stdin,
 		MaxRetries: int(maxRetries),
 		Verify: func() bool {
@@ -242,19 +269,18 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 			}
 		},
 		ShuttingDown: term.Terminated,
-		Backlogged:   ch.feeder.Full,
-		Handler:      handler{feeder: ch.feeder, term: term, out: out},
+		Backlogged:   feeder.Full,
+		Handler:      handler{feeder: feeder, term: term, out: out},
 		Logger:       log,
 	})
-	ch.feeder.SetOnDrain(reader.Kick)
-	ctx, cancel := context.WithCancel(context.Background())
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		reader.Run(ctx)
-	}()
+	feeder.SetOnDrain(reader.Kick)
+	return reader
+}
 
-	// Wait for the leader to exit, acting on signals and a broken stdout.
+// supervise waits for the leader to exit while acting on signals and a
+// broken stdout, drains the pipes with the bound of spec §8.1 item 4, then
+// reaps the leader and returns its status.
+func supervise(ch *child, term *shutdown.Terminator, sigs <-chan os.Signal, out *sessiondir.Emitter, pumps *sync.WaitGroup) (code *int, signal string) {
 	broken := out.Broken()
 wait:
 	for {
@@ -270,13 +296,13 @@ wait:
 			break wait
 		}
 	}
-
-	// Drain (spec §8.1 item 4), then reap and publish exit.
 	drained := make(chan struct{})
 	go func() { pumps.Wait(); close(drained) }()
 	if !waitFor(drained, drainWait) {
+		// The leader is unreaped, so its group id is still ours.
 		ch.group.Signal(syscall.SIGKILL)
 		if !waitFor(drained, drainAfterKill) {
+			// A holder outside the group: stop reading what never ends.
 			now := time.Now()
 			ch.stdout.SetReadDeadline(now)
 			ch.stderr.SetReadDeadline(now)
@@ -285,19 +311,7 @@ wait:
 	}
 	ps := ch.group.Reap()
 	term.Stop()
-	code, sig := shutdown.Status(ps)
-	out.Emit(sessiondir.ExitFrame(code, sig))
-	term.Terminate() // child close: the kill is a no-op, shutdownAck follows exit
-	cancel()
-	<-readerDone
-	<-ch.feeder.Done()
-	ch.stdout.Close()
-	ch.stderr.Close()
-	out.Close()
-	if code == nil {
-		return exitFailure
-	}
-	return *code
+	return shutdown.Status(ps)
 }
 
 // waitFor waits up to d for c to close.
