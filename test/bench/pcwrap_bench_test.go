@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +50,7 @@ type child interface {
 	close(tb testing.TB) // end the child and wait for it
 }
 
-// wrapped is cat under pcwrap in stdout mode: input as stdin-queue files
+// wrapped ("pcwrap") is cat under pcwrap in stdout mode: input as stdin-queue files
 // through the sessiondir Writer, output as frame lines on pcwrap's stdout.
 type wrapped struct {
 	cmd    *exec.Cmd
@@ -128,6 +129,91 @@ func (s *wrapped) close(tb testing.TB) {
 	waitBounded(tb, s.cmd)
 }
 
+// evented is cat under pcwrap in events mode, read the way runnerd reads
+// it: the sessiondir EventReader (inotify + 100 ms poll), deleting each file.
+type evented struct {
+	cmd    *exec.Cmd
+	w      *sessiondir.Writer
+	fs     *sessiondir.DirFS
+	data   chan []byte
+	cancel context.CancelFunc
+	done   chan error
+	buf    []byte
+}
+
+func startEvented(tb testing.TB, args ...string) *evented {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "session")
+	for _, sub := range []string{sessiondir.StdinDir, sessiondir.EventsDir} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	cmd := exec.Command(testbin.Path(tb, "pcwrap"), append([]string{"--session-dir", dir, "--"}, args...)...)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	w, err := sessiondir.OpenWriter(dir, 1, sessiondir.WriterOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fs, err := sessiondir.OpenEventsDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &evented{cmd: cmd, w: w, fs: fs, data: make(chan []byte, 1024), cancel: cancel, done: make(chan error, 1)}
+	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
+		FS: fs, Watch: filepath.Join(dir, sessiondir.EventsDir), Logger: slog.New(slog.DiscardHandler),
+	})
+	go func() {
+		e.done <- r.Run(ctx, func(ev sessiondir.Event) error {
+			switch ev.Frame.Type {
+			case sessiondir.FrameData:
+				if ev.Frame.Stream == sessiondir.StreamStdout {
+					e.data <- ev.Frame.Data
+				}
+			case sessiondir.FrameExit:
+				return sessiondir.ErrStopReading
+			}
+			return nil
+		})
+	}()
+	return e
+}
+
+func (e *evented) send(p []byte) error {
+	_, err := e.w.Stdin(context.Background(), p)
+	return err
+}
+
+func (e *evented) recv(n int) error {
+	for len(e.buf) < n {
+		select {
+		case b := <-e.data:
+			e.buf = append(e.buf, b...)
+		case <-time.After(opTimeout):
+			return fmt.Errorf("no output within %v", opTimeout)
+		}
+	}
+	e.buf = e.buf[n:]
+	return nil
+}
+
+func (e *evented) pid() int { return e.cmd.Process.Pid }
+
+func (e *evented) close(tb testing.TB) {
+	_, err := e.w.StdinEnd(context.Background())
+	e.w.Close()
+	if err != nil {
+		tb.Error(err)
+	}
+	waitBounded(tb, e.cmd)
+	e.cancel()
+	<-e.done
+	e.fs.Close()
+}
+
 // piped is cat on plain pipes: the baseline.
 type piped struct {
 	cmd *exec.Cmd
@@ -192,6 +278,7 @@ var variants = []struct {
 	start func(tb testing.TB, args ...string) child
 }{
 	{"pcwrap", func(tb testing.TB, args ...string) child { return startWrapped(tb, args...) }},
+	{"pcwrap-events", func(tb testing.TB, args ...string) child { return startEvented(tb, args...) }},
 	{"pipe", func(tb testing.TB, args ...string) child { return startPiped(tb, args...) }},
 }
 
