@@ -94,6 +94,10 @@ type Reader struct {
 	filebuf     []byte
 }
 
+// dirBufSize is the getdents buffer: the size glibc's readdir uses
+// (32 KiB), so a queue of a few hundred files lists in one call.
+const dirBufSize = 32 << 10
+
 // keepFileBuf is the largest read buffer kept between files: a 64 KiB
 // chunk in base64 with its JSON wrapper fits, a rare huge file does not
 // pin its memory.
@@ -122,7 +126,7 @@ func New(cfg Config) *Reader {
 		expectedSeq: 1,
 		parseRetry:  map[string]int{},
 		kick:        make(chan struct{}, 1),
-		dirbuf:      make([]byte, 8192),
+		dirbuf:      make([]byte, dirBufSize),
 	}
 }
 
