@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -285,97 +284,4 @@ func (r *Reader) Scan(tick bool) {
 			return
 		}
 	}
-}
-
-// read opens name relative to the held fd without following links, reads
-// it whole (bounded), parses it, and deletes it before returning success:
-// a file that cannot be deleted is not acted on (it would come back).
-func (r *Reader) read(name string) (sessiondir.Message, error) {
-	dfd := int(r.cfg.Dir.Fd())
-	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return sessiondir.Message{}, fmt.Errorf("open: %s", errText(err))
-	}
-	f := os.NewFile(uintptr(fd), name)
-	b, err := sessiondir.ReadRegularInto(f, MaxFileBytes, r.filebuf)
-	f.Close()
-	if cap(b) <= keepFileBuf {
-		r.filebuf = b[:0] // reuse: ParseMessage copies what it keeps
-	}
-	if errors.Is(err, sessiondir.ErrTooLarge) {
-		return sessiondir.Message{}, fmt.Errorf("stdin file exceeds the %d-byte limit", MaxFileBytes)
-	}
-	if err != nil {
-		return sessiondir.Message{}, err
-	}
-	msg, err := sessiondir.ParseMessage(b)
-	if err != nil {
-		return sessiondir.Message{}, err
-	}
-	if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
-		return sessiondir.Message{}, fmt.Errorf("unlink: %s", errText(err))
-	}
-	return msg, nil
-}
-
-// errText names an errno ("ELOOP") when it can, for messages without paths.
-func errText(err error) string {
-	var e unix.Errno
-	if errors.As(err, &e) {
-		if n := unix.ErrnoName(e); n != "" {
-			return n
-		}
-	}
-	return err.Error()
-}
-
-// list returns the names in stdin/ ending in ".json", sorted
-// lexicographically, read through the held fd. It reuses its buffers, so
-// an idle tick allocates nothing but the names it finds.
-func (r *Reader) list() ([]string, error) {
-	dfd := int(r.cfg.Dir.Fd())
-	if _, err := unix.Seek(dfd, 0, 0); err != nil {
-		return nil, fmt.Errorf("lseek: %w", err)
-	}
-	r.names = r.names[:0]
-	for {
-		n, err := unix.Getdents(dfd, r.dirbuf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("getdents: %w", err)
-		}
-		if n <= 0 {
-			break
-		}
-		r.names = appendJSONNames(r.names, r.dirbuf[:n])
-	}
-	// A deleted directory lists empty rather than failing through the fd;
-	// the identity check (by path) catches that.
-	sort.Strings(r.names)
-	return r.names, nil
-}
-
-// appendJSONNames parses linux_dirent64 records and appends every name
-// ending in ".json".
-func appendJSONNames(names []string, buf []byte) []string {
-	for len(buf) >= 19 {
-		reclen := int(buf[16]) | int(buf[17])<<8
-		if reclen < 19 || reclen > len(buf) {
-			break
-		}
-		name := buf[19:reclen]
-		for i, c := range name {
-			if c == 0 {
-				name = name[:i]
-				break
-			}
-		}
-		if len(name) > len(sessiondir.JSONSuffix) && string(name[len(name)-len(sessiondir.JSONSuffix):]) == sessiondir.JSONSuffix {
-			names = append(names, string(name))
-		}
-		buf = buf[reclen:]
-	}
-	return names
 }
