@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/testbin"
+)
+
+// prpctlLine is one JSON line prpctl prints.
+type prpctlLine struct {
+	Kind        string          `json:"kind"`
+	EventType   string          `json:"eventType"`
+	SourceSeq   uint64          `json:"sourceSeq"`
+	CommandType string          `json:"commandType"`
+	Status      string          `json:"status"`
+	Result      json.RawMessage `json:"result"`
+	Code        *int            `json:"code"`
+}
+
+func runPrpctl(t *testing.T, args ...string) (int, []prpctlLine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testbin.Path(t, "prpctl"), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	_ = cmd.Run()
+	var lines []prpctlLine
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var l prpctlLine
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), sc.Text())
+		lines = append(lines, l)
+	}
+	if t.Failed() || cmd.ProcessState.ExitCode() != 0 {
+		t.Logf("prpctl stderr:\n%s", stderr.String())
+	}
+	return cmd.ProcessState.ExitCode(), lines
+}
+
+func linesOf(lines []prpctlLine, kind string) []prpctlLine {
+	var out []prpctlLine
+	for _, l := range lines {
+		if l.Kind == kind {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestPrpctlDrivesRunnerd: prpctl launches the real runnerd in dial and in
+// listen mode, runs a script, prints events and results as JSON lines; a
+// terminal command ends runnerd with 0, otherwise prpctl stops it with
+// SIGTERM, an orderly stop that also exits 0 (prp.md §13).
+func TestPrpctlDrivesRunnerd(t *testing.T) {
+	runnerd := runnerdBin(t)
+	script := filepath.Join(t.TempDir(), "script.jsonl")
+	require.NoError(t, os.WriteFile(script, []byte(`# drain, then a refused turn
+{"command":"runner.drain"}
+{"ping":true}
+{"command":"turn.start","payload":{"text":"hello"}}
+{"wait":true}
+`), 0o600))
+	stop := filepath.Join(t.TempDir(), "stop.jsonl")
+	require.NoError(t, os.WriteFile(stop, []byte(`{"command":"runner.shutdown"}`+"\n"), 0o600))
+	for _, mode := range []string{"dial", "listen"} {
+		for _, terminal := range []bool{true, false} {
+			name := mode
+			if terminal {
+				name += "/shutdown"
+			}
+			t.Run(name, func(t *testing.T) {
+				args := []string{"--mode", mode, "--runnerd", runnerd, "--state-dir", stateDir(t),
+					"--command", "session.snapshot", "--script", script, "--timeout", "15s"}
+				if terminal {
+					args[len(args)-3] = script + ".stop"
+					require.NoError(t, os.WriteFile(args[len(args)-3], append(mustRead(t, script), mustRead(t, stop)...), 0o600))
+				}
+				code, lines := runPrpctl(t, args...)
+				require.Equal(t, 0, code)
+				results := linesOf(lines, "command_result")
+				want := []string{"session.snapshot", "runner.drain", "turn.start"}
+				if terminal {
+					want = append(want, "runner.shutdown")
+				}
+				require.Len(t, results, len(want))
+				for i, r := range results {
+					require.Equal(t, want[i], r.CommandType)
+				}
+				events := linesOf(lines, "event")
+				require.Equal(t, "runner.connected", events[0].EventType)
+				for i, e := range events {
+					require.EqualValues(t, i+1, e.SourceSeq)
+				}
+				exit := linesOf(lines, "runnerd_exit")
+				require.Len(t, exit, 1)
+				require.Equal(t, 0, *exit[0].Code)
+			})
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
