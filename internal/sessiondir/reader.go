@@ -79,7 +79,8 @@ type EventReaderOptions struct {
 	Keep bool
 	// Interval overrides EventPollInterval (tests).
 	Interval time.Duration
-	// Logger receives the poll-failure and removal warnings. Required.
+	// Logger receives the poll-failure and removal warnings (default
+	// slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -108,6 +109,9 @@ type EventReader struct {
 func NewEventReader(opts EventReaderOptions) *EventReader {
 	if opts.Interval <= 0 {
 		opts.Interval = EventPollInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	return &EventReader{opts: opts, delivered: opts.Delivered}
 }
@@ -160,8 +164,9 @@ func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error 
 
 // Cycle runs one poll cycle: it delivers the files present, in order, up to
 // the first failure. stop reports that deliver asked to stop; err is
-// non-nil only when the failure was the fatal fifth in a row. Run calls
-// Cycle; it is exported for consumers that drive their own loop.
+// non-nil only when the failure was the fatal fifth in a row
+// (ErrPollFailed) or the directory is gone (ErrSessionGone, not retried).
+// Run calls Cycle; it is exported for consumers that drive their own loop.
 func (r *EventReader) Cycle(deliver func(Event) error) (stop bool, err error) {
 	stop, cerr := r.cycle(deliver)
 	if errors.Is(cerr, ErrSessionGone) {
