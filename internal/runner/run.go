@@ -79,10 +79,12 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	if !ticket.Present() {
 		return ErrBootstrapTicketMissing // a restart needs a fresh ticket too: leases live in memory only
 	}
+	secret := ticket.Reveal()
+	defer clear(secret)
 	ccfg := prp.ClientConfig{
 		Identity:      prpIdentity(cfg.Identity),
 		RunnerVersion: cfg.RunnerVersion, RunnerDigest: cfg.RunnerDigest,
-		Ticket:        string(ticket.Reveal()),
+		Ticket:        string(secret), // prp keeps it in memory until the welcome
 		MaxFrameBytes: int(cfg.MaxFrameBytes), PingInterval: cfg.PingInterval,
 		SilenceTimeout: cfg.SilenceTimeout, ReconnectDelay: cfg.ReconnectDelay,
 		Resume: r.resume, Pong: r.pong,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -144,6 +145,32 @@ func TestCrashKill9Recovery(t *testing.T) {
 		}
 	}
 	require.Positive(t, reconciled, "a restarted runnerd emits runner.reconciled")
+
+	// The runner's journal agrees with what the core was told: every entry
+	// it marked indeterminate reached the core as failed/execution_indeterminate.
+	b, err := os.ReadFile(filepath.Join(dir, "runner-state.json"))
+	require.NoError(t, err)
+	var st struct {
+		Lifecycle         string `json:"lifecycle"`
+		ProcessedCommands map[string]struct {
+			Status string `json:"status"`
+		} `json:"processedCommands"`
+	}
+	require.NoError(t, json.Unmarshal(b, &st))
+	require.Equal(t, "stopped", st.Lifecycle)
+	for id, e := range st.ProcessedCommands {
+		var res prp.CommandResultPayload
+		require.NoError(t, json.Unmarshal(final.Results[id], &res), id)
+		switch e.Status {
+		case "indeterminate":
+			require.Equal(t, "failed", res.Status, id)
+			require.Contains(t, string(res.Result), "execution_indeterminate", id)
+		case "completed":
+			require.Equal(t, "completed", res.Status, id)
+		case "pending":
+			t.Fatalf("command %s still pending after a clean stop", id)
+		}
+	}
 	t.Logf("%d kills, %d events, %d runner.reconciled, %d indeterminate commands", kills, len(evs), reconciled, indeterminate)
 
 	// The state is final: a relaunch exits at once (prp.md §9.4).
