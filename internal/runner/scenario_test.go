@@ -356,3 +356,32 @@ func TestScenario22_PongUnderStoragePressure(t *testing.T) {
 	require.NoError(t, h.core.Ping(t.Context()))
 	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Pongs >= 1 })
 }
+
+// TestScenario18_NoAckStopsWithFence: without a command_result_ack within
+// 2 s the runner stops without returning to ready, fence kept; the next
+// process only reconciles (the core no longer lists the command: treated
+// as delivered) and exits 0. The core here never acks because the shutdown
+// reached the runner outside its journal, so it drops the result.
+func TestScenario18_NoAckStopsWithFence(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.start(h.config(false), Options{})
+	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+	h.sendRaw(prp.KindCommand, prp.Command{
+		Schema: state.CommandSchemaV1, CommandID: "cmd_unjournaled_stop", ControllerSeq: 1, Type: "runner.shutdown",
+		IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
+	})
+	err := run.wait(t)
+	require.Error(t, err, "an unacknowledged terminal result is a failed delivery")
+	require.Contains(t, err.Error(), "not acknowledged")
+	st := h.readState()
+	require.Equal(t, state.Stopped, st.Lifecycle, "never back to ready")
+	require.NotNil(t, st.PendingTerminalDelivery)
+
+	auths := h.core.Snapshot().Authentications
+	require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+	require.Greater(t, h.core.Snapshot().Authentications, auths, "the fenced restart connects to reconcile")
+	st = h.readState()
+	require.Nil(t, st.PendingTerminalDelivery)
+	require.Empty(t, st.Outbox, "outbox flushed before the exit")
+	require.NoError(t, h.start(h.config(false), Options{}).wait(t), "then stopped for good")
+}
