@@ -64,6 +64,9 @@ func newRig(t *testing.T, stream bool) *rig {
 	t.Helper()
 	root := t.TempDir()
 	r := &rig{runner: &ShellRunner{}, logs: &logLines{}}
+	// The runtime dir exists before any session: the host syncs its
+	// scripts (here: pcwrap would be) into it first (spec §9.1).
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "process-sessions"), 0o700))
 	r.host = &Host{
 		Runner:     r.runner,
 		Pcwrap:     testbin.Path(t, "pcwrap"),

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,6 +31,9 @@ const (
 	// launchWait bounds the background stream exec after a stop; the
 	// reference does not wait for it, the emulator must to end cleanly.
 	launchWait = 10 * time.Second
+	// inlinePayloadLimit: above it the payload is staged in command.b64
+	// (64×1024 base64 chars; Linux caps one env string at 131,072 bytes).
+	inlinePayloadLimit = 64 * 1024
 	// maxProxyLine bounds one proxy line (a 64 KiB stdin chunk in base64
 	// plus JSON) so a bad peer cannot grow the buffer without limit.
 	maxProxyLine = 1 << 20
@@ -122,11 +126,21 @@ func (h *Host) Start(ctx context.Context, cmd Command) (*Session, error) {
 	s.bg.Go(func() { s.acceptLoop(bgCtx) })
 
 	stdinDir, eventsDir := filepath.Join(s.Dir, sessiondir.StdinDir), filepath.Join(s.Dir, sessiondir.EventsDir)
+	inline := sessiondir.EnvCommandB64 + "=" + shq(b64) + " "
+	if len(b64) > inlinePayloadLimit {
+		if err := s.stage(ctx, b64); err != nil {
+			s.closeSockets()
+			cancel()
+			s.bg.Wait()
+			return nil, err
+		}
+		inline, b64 = "", ""
+	}
 	if !h.Stream {
 		h.logf("[paperclip] Starting ACP process session bridge in sandbox (%s).", cmd.Command)
 		script := "mkdir -p " + shq(stdinDir) + " " + shq(eventsDir) + "\n" +
-			sessiondir.EnvDir + "=" + shq(s.Dir) + " " + sessiondir.EnvCommandB64 + "=" + shq(b64) +
-			" nohup " + shq(h.Pcwrap) + " >/dev/null 2>&1 < /dev/null &"
+			sessiondir.EnvDir + "=" + shq(s.Dir) + " " + inline +
+			"nohup " + shq(h.Pcwrap) + " >/dev/null 2>&1 < /dev/null &"
 		res, err := h.Runner.Run(ctx, Exec{Script: script, Env: bridgeEnv, Cwd: h.RemoteCwd, BypassSession: true, Timeout: controlCap})
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("%s", firstNonEmpty(string(res.Stderr), string(res.Stdout)))
@@ -144,6 +158,26 @@ func (h *Host) Start(ctx context.Context, cmd Command) (*Session, error) {
 	h.logf("[paperclip] Starting streamed ACP process session bridge in sandbox (%s).", cmd.Command)
 	s.bg.Go(func() { s.stream(bgCtx, b64) })
 	return s, nil
+}
+
+// stage uploads a large payload to <sessionDir>/command.b64 (spec §9.1):
+// a private directory made without -p, the queue upload, chmod 600. Any
+// failure removes the directory.
+func (s *Session) stage(ctx context.Context, b64 string) error {
+	file := filepath.Join(s.Dir, sessiondir.CommandFile)
+	_, err := s.q.control(ctx, "umask 077 && mkdir -m 700 "+shq(s.Dir))
+	if err == nil {
+		err = s.q.WriteTextFile(ctx, file, b64)
+	}
+	if err == nil {
+		_, err = s.q.control(ctx, "chmod 600 "+shq(file))
+	}
+	if err != nil {
+		s.h.logf("[paperclip] staging the command payload failed: %v", err)
+		_ = s.q.Remove(context.WithoutCancel(ctx), s.Dir)
+		return errors.New("Failed to stage sandbox process session command payload.")
+	}
+	return nil
 }
 
 func firstNonEmpty(a, b string) string {
@@ -182,7 +216,10 @@ func (s *Session) poll(ctx context.Context, eventsDir string) {
 // (spec §9.3, stdout mode).
 func (s *Session) stream(ctx context.Context, b64 string) {
 	p := &lineParser{deliver: s.streamFrame}
-	env := map[string]string{sessiondir.EnvDir: s.Dir, sessiondir.EnvCommandB64: b64}
+	env := map[string]string{sessiondir.EnvDir: s.Dir}
+	if b64 != "" {
+		env[sessiondir.EnvCommandB64] = b64
+	}
 	for k, v := range bridgeEnv {
 		env[k] = v
 	}

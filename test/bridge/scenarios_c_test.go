@@ -213,3 +213,28 @@ func TestScenario43_OnlyWrapperExecUsesSession(t *testing.T) {
 // sandbox.agentProcess) is not ported: it checks the reference host's
 // OpenTelemetry wiring, which neither pcwrap nor this emulator has; the
 // session-directory contract it exercises is covered by 37–43.
+
+// A payload above 64×1024 base64 characters is staged in command.b64 (spec
+// §9.1) rather than passed in the environment; pcwrap reads and deletes it
+// before the child starts (its side of scenario 62, here via the host path).
+func TestBridgeLargePayloadIsStaged(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(mode(stream), func(t *testing.T) {
+			r := newRig(t, stream)
+			cmd := sh(`printf '%s' "${#BIG}"`)
+			cmd.Env = map[string]string{"BIG": strings.Repeat("b", 60<<10)}
+			s, err := r.host.Start(context.Background(), Command{Command: cmd.Command, Args: cmd.Args, Env: cmd.Env})
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Stop(context.Background()); s.Close() })
+			code, out, _ := proxyRun(t, s, "")
+			assert.Equal(t, 0, code)
+			assert.Equal(t, "61440", out)
+			assert.NoFileExists(t, filepath.Join(s.Dir, sessiondir.CommandFile))
+			for _, e := range r.runner.Execs() {
+				assert.NotContains(t, e.Env, sessiondir.EnvCommandB64, "staged, not inline")
+				assert.NotContains(t, e.Script, sessiondir.EnvCommandB64+"=")
+			}
+			assert.Contains(t, r.runner.Scripts(), "umask 077 && mkdir -m 700 "+shq(s.Dir))
+		})
+	}
+}
