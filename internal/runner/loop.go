@@ -149,7 +149,14 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		if w.AckedSourceSeq < 0 {
 			return errors.New("protocol error: welcome ackedSourceSeq is negative")
 		}
-		if _, err := r.store.ApplyAck(uint64(w.AckedSourceSeq), v); err != nil {
+		// The welcome's cursor acknowledges what earlier links carried: apply
+		// it under their version, so a v2-only event acknowledged as a
+		// downgraded diagnostic on a v1 link is still restored (prp.md §8.2).
+		prev := v
+		if lv := r.store.Snapshot().LastConnectionProtocolVersion; lv != nil {
+			prev = *lv
+		}
+		if _, err := r.store.ApplyAck(uint64(w.AckedSourceSeq), prev); err != nil {
 			return fmt.Errorf("protocol error: welcome ack: %w", err)
 		}
 	}
