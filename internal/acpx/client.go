@@ -651,3 +651,36 @@ func safeMethod(m string) string {
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// ResetProcess forgets the line stream of an agent process that is gone
+// (stopped, exited or lost) so a new process starts a clean JSON-RPC
+// stream: request table, partial line, active turn and latched loss are
+// cleared. The mapping state stays, so item ids are never reused in the
+// record (acp.md §5).
+func (c *Client) ResetProcess() {
+	m := c.rec.Process.Map
+	m.Items, m.Order, m.LastMessage = nil, nil, ""
+	c.rec.Process = &ProcessRecord{Map: m, Wire: WireState{
+		NextRequestID: 1, Pending: map[int64]PendingRequest{}, AgentRequests: map[string]AgentRequest{},
+	}}
+	c.failed = nil
+}
+
+// SetLaunch records the launch identity compared by Record.Reusable.
+func (c *Client) SetLaunch(agent, command string, args []string, cwd string) {
+	c.rec.Agent, c.rec.Command, c.rec.Args, c.rec.Cwd = agent, command, append([]string(nil), args...), cwd
+}
+
+// MarkReset sets resetOnNextEnsure: the record is never reused.
+func (c *Client) MarkReset() { c.rec.ResetOnNextEnsure = true }
+
+// AgentRequestFor finds the pending agent request linked to a PRP
+// runtime_request id.
+func (c *Client) AgentRequestFor(runtimeRequestID string) (id json.RawMessage, turnID string, ok bool) {
+	for key, r := range c.wire().AgentRequests {
+		if r.RuntimeRequestID == runtimeRequestID {
+			return json.RawMessage(key), r.TurnID, true
+		}
+	}
+	return nil, "", false
+}

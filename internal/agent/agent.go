@@ -1,0 +1,766 @@
+// Package agent runs runnerd's ACP agent: one provider session under pcwrap
+// (acp.md §3–§5). It launches or re-adopts the pcwrap process session,
+// writes ACP lines as stdin files, consumes event files exactly once, drives
+// the acpx client core, detects channel loss and stops the agent.
+//
+// Durability contract: every state change goes through Sink.Commit, which
+// stores the Stored record and appends the PRP events in ONE durable write.
+// An event file is deleted only after the commit that covers it (parse →
+// commit → delete, acp.md §3.3); the record (next stdin sequence, request
+// ids) is committed before any line it covers is written (acp.md §3.2).
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+)
+
+// Stored is the durable state of the agent executor, kept as one record in
+// runner-state.json. It never holds an environment value.
+type Stored struct {
+	// Binding is what run.prepare bound; nil before it.
+	Binding *Binding `json:"binding,omitempty"`
+	// Session is the ACP session record (acp.md §3.4); nil when none.
+	Session *acpx.Record `json:"session,omitempty"`
+	// NextTurn numbers runnerd's providerTurnIds.
+	NextTurn uint64 `json:"nextTurn"`
+	// Loss is a channel loss latched on an agent that is gone; the next
+	// turn.start fails at once with it (acp.md §5.1).
+	Loss acpx.LossReason `json:"loss,omitempty"`
+}
+
+// Binding is the provider descriptor bound by run.prepare (prp.md §7.6).
+type Binding struct {
+	Agent            string              `json:"agent"`
+	Command          string              `json:"command"`
+	Args             []string            `json:"args,omitempty"`
+	Cwd              string              `json:"cwd"`
+	PermissionMode   acpx.PermissionMode `json:"permissionMode"`
+	ProviderVersion  string              `json:"providerVersion,omitempty"`
+	ContractRevision string              `json:"contractRevision,omitempty"`
+}
+
+// Sink is where the agent's state and events become durable.
+type Sink interface {
+	// Commit stores st and appends events to the outbox, in order, in one
+	// durable write, then sends what it can.
+	Commit(st Stored, events []acpx.Event) error
+	// Ready blocks until new provider output may be taken (prp.md §8.5:
+	// everything sent is acknowledged), bounded by ctx.
+	Ready(ctx context.Context) error
+}
+
+// Config configures a Manager.
+type Config struct {
+	StateDir string
+	// Pcwrap is the pcwrap binary (see FindPcwrap).
+	Pcwrap string
+	// Environ is runnerd's environment; the agent gets an allowlist of it.
+	Environ []string
+	Sink    Sink
+	Logger  *slog.Logger
+	Clock   acpx.Clock
+	// Stderr receives the literal "stdout frame exceeded" line (acp.md §3.3).
+	Stderr io.Writer
+
+	ResumeBound  time.Duration
+	ColdBound    func(agent string) time.Duration
+	CancelGrace  time.Duration
+	LossDeadline time.Duration
+	// StopWait bounds a stop: pcwrap's grace plus the kill wait (acp.md §3.6).
+	StopWait time.Duration
+	Gate     *acpx.ColdStartGate
+}
+
+// Poll periods of the event watcher.
+const (
+	// eventPoll is the safety-net poll of events/ (acp.md §3.3: 100 ms).
+	eventPoll = 100 * time.Millisecond
+	// readyPoll re-checks the flow-control gate while it is closed.
+	readyPoll = time.Millisecond
+)
+
+// Result codes the executor returns (acp.md §6 classes reuse acpx.Class).
+const (
+	CodeCommandExecutionFailed = "command_execution_failed"
+)
+
+// CommandError is a failed command with a protocol-named code; its Message
+// is a fixed text, never provider output.
+type CommandError struct {
+	Code    string
+	Message string
+}
+
+func (e *CommandError) Error() string { return e.Message }
+
+func failed(msg string) error { return &CommandError{Code: CodeCommandExecutionFailed, Message: msg} }
+
+func classErr(err error) error {
+	var f *acpx.Failure
+	if errors.As(err, &f) {
+		return &CommandError{Code: string(f.Class), Message: f.Message}
+	}
+	var ce *CommandError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return failed("the agent command failed")
+}
+
+// Manager is the agent executor of one runnerd (one normalizedSessionId).
+// Its methods are called by the runner's command handlers, one at a time;
+// the event reader of the live process runs concurrently and takes the same
+// lock for each consumed file.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	// waiting counts handlers blocked on the agent: while one waits, the
+	// flow-control gate is bypassed, because the ACKs it would wait for
+	// are processed by the same goroutine the handler blocks.
+	waiting atomic.Int32
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	st       Stored
+	cl       *acpx.Client // nil without a session record
+	mapper   acpx.Mapper
+	proc     *process // live pcwrap session; nil when none
+	waiters  map[int64]chan acpx.Inbound
+	turnDone chan struct{} // closed when the active turn settles
+	byRun    bool          // the active cancel is run.cancel
+}
+
+// NewManager returns a manager resuming st. Call Start to re-adopt a live
+// agent, Close to stop the reader (a crash-equivalent for the agent: it
+// keeps running).
+func NewManager(cfg Config, st Stored) *Manager {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = acpx.SystemClock{}
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = io.Discard
+	}
+	if cfg.ResumeBound <= 0 {
+		cfg.ResumeBound = acpx.ResumeOpenBound
+	}
+	if cfg.ColdBound == nil {
+		cfg.ColdBound = func(a string) time.Duration { return acpx.OpenBound(a, false) }
+	}
+	if cfg.CancelGrace <= 0 {
+		cfg.CancelGrace = acpx.CancelGrace
+	}
+	if cfg.LossDeadline <= 0 {
+		cfg.LossDeadline = acpx.LossDeadline
+	}
+	if cfg.StopWait <= 0 {
+		cfg.StopWait = acpx.AgentStopWait
+	}
+	if cfg.Gate == nil {
+		cfg.Gate = acpx.NewColdStartGate(acpx.MaxConcurrentColdStarts, cfg.Clock)
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan acpx.Inbound{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if st.Session != nil {
+		m.cl = acpx.NewClient(*st.Session, acpx.ClientOptions{Logger: m.log})
+	}
+	m.setMapper()
+	return m
+}
+
+func (m *Manager) setMapper() {
+	b := m.st.Binding
+	if b == nil {
+		m.mapper = acpx.Mapper{}
+		return
+	}
+	env, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
+	_ = env
+	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd, ContractRevision: b.ContractRevision}
+}
+
+// Start re-adopts the recorded process session after a restart (acp.md
+// §3.5): a live pcwrap keeps its agent and its waiting event files are
+// consumed exactly once; a dead one has its files consumed, and the agent
+// is marked gone.
+func (m *Manager) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cl == nil {
+		return nil
+	}
+	rec := m.cl.Record()
+	if rec.Process == nil || rec.Process.UUID == "" {
+		return nil
+	}
+	dir := sessionPath(m.cfg.StateDir, rec.Process.UUID)
+	p, err := m.attachLocked(rec.Process.UUID, dir, nil, rec.Process.NextStdinSeq, rec.Process.ConsumedEventSeq)
+	if err != nil {
+		// The directory is gone or unusable: the agent is lost.
+		m.log.Warn("recorded process session is unusable; marking the agent gone", "err", err)
+		evs := m.goneLocked(acpx.LossTransportClosed)
+		return m.commitLocked(evs)
+	}
+	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
+	return nil
+}
+
+// Close stops the reader goroutines without touching the agents: a
+// restarted runnerd re-adopts them. Use Shutdown to stop the agents.
+func (m *Manager) Close() {
+	m.cancel()
+	m.wg.Wait()
+}
+
+// Shutdown stops the live agent (orderly runnerd stop, acp.md §3.6), then
+// closes the manager.
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.stopAgent(ctx, stopRelease)
+	m.Close()
+}
+
+// commitLocked persists the stored record (with the live process fields)
+// and events in one write. m.mu held.
+func (m *Manager) commitLocked(events []acpx.Event) error {
+	st := m.st
+	if m.cl != nil {
+		rec := m.cl.Record()
+		if p := m.proc; p != nil {
+			rec.Process.UUID = p.uuid
+			rec.Process.NextStdinSeq = uint64(p.w.Next())
+			rec.Process.ConsumedEventSeq = uint64(p.consumed)
+		} else {
+			rec.Process = nil
+		}
+		st.Session = &rec
+	} else {
+		st.Session = nil
+	}
+	if err := m.cfg.Sink.Commit(st, events); err != nil {
+		return fmt.Errorf("commit agent state: %w", err)
+	}
+	m.st = st
+	return nil
+}
+
+// sendLocked commits events with the record, then writes lines to the
+// agent (acp.md §3.2: the record covers the lines before they exist). A
+// failed write latches write_error. m.mu held.
+func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
+	p := m.proc
+	if p == nil && len(lines) > 0 {
+		return failed("no agent is running")
+	}
+	if p != nil && len(lines) > 0 {
+		p.reserve = len(lines)
+		defer func() { p.reserve = 0 }()
+	}
+	if err := m.commitLocked(events); err != nil {
+		return err
+	}
+	for _, l := range lines {
+		if _, err := p.w.Stdin(m.ctx, l); err != nil {
+			m.log.Warn("stdin write failed", "err", err)
+			p.reserve = 0
+			evs := m.lostLocked(p, acpx.LossWriteError)
+			if cerr := m.commitLocked(evs); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("%w: %w", acpx.ErrWrite, err)
+		}
+		p.reserve--
+	}
+	return nil
+}
+
+// busy marks a handler as waiting on the agent for the gate bypass.
+func (m *Manager) busy() func() {
+	m.waiting.Add(1)
+	return func() { m.waiting.Add(-1) }
+}
+
+// Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
+func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
+	b, err := ParseDescriptor(payload)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.st.Binding = b
+	m.setMapper()
+	if err := m.commitLocked(nil); err != nil {
+		return nil, err
+	}
+	return mustJSON(map[string]any{"agent": b.Agent, "prepared": true}), nil
+}
+
+// ParseDescriptor reads run.prepare's acpx descriptor (prp.md §7.6,
+// acp.md §2.1). Sidecar-only fields are accepted and ignored.
+func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
+	var p struct {
+		Provider struct {
+			Kind            string   `json:"kind"`
+			Agent           string   `json:"agent"`
+			Command         string   `json:"command"`
+			Args            []string `json:"args"`
+			Cwd             string   `json:"cwd"`
+			PermissionMode  string   `json:"permissionMode"`
+			ProviderVersion string   `json:"providerVersion"`
+		} `json:"provider"`
+		CompletionContract struct {
+			Revision string `json:"revision"`
+		} `json:"completionContract"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, failed("run.prepare payload is malformed")
+	}
+	d := p.Provider
+	if d.Kind != "acpx" {
+		return nil, failed("provider descriptor kind is not supported by this runner")
+	}
+	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
+		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision}
+	if b.Command == "" {
+		argv, ok := acpx.AgentCommand(d.Agent)
+		if !ok {
+			return nil, failed("provider descriptor names an unknown agent without a command")
+		}
+		b.Command, b.Args = argv[0], argv[1:]
+	}
+	if b.Cwd == "" {
+		b.Cwd = "/"
+	}
+	if !filepath.IsAbs(b.Cwd) {
+		return nil, failed("provider descriptor cwd is not absolute")
+	}
+	mode, err := acpx.ParsePermissionMode(d.PermissionMode)
+	if err != nil {
+		return nil, failed("provider descriptor permissionMode is not supported")
+	}
+	b.PermissionMode = mode
+	return b, nil
+}
+
+// errDeadline is the open bound firing.
+var errDeadline = errors.New("deadline")
+
+// Open runs session.open (acp.md §4.1): adopt a live agent, resume a
+// reusable record, or start cold.
+func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
+	defer m.busy()()
+	m.mu.Lock()
+	b := m.st.Binding
+	if b == nil {
+		m.mu.Unlock()
+		return nil, failed("run.prepare has not bound a provider")
+	}
+	// 1. Adopt.
+	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
+		rec := m.cl.Record()
+		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		err := m.commitLocked(evs)
+		m.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"}), nil
+	}
+	resume := m.cl != nil && m.cl.Record().Reusable(b.Cwd, b.Command, b.Args)
+	if !resume {
+		m.cl = nil // a never-prompted or reset record is discarded, never loaded
+	}
+	m.mu.Unlock()
+
+	bound := m.cfg.ResumeBound
+	if !resume {
+		release, _, err := m.cfg.Gate.Acquire(ctx)
+		if err != nil {
+			return nil, failed("session.open was cancelled while waiting for a cold-start slot")
+		}
+		defer release()
+		bound = m.cfg.ColdBound(b.Agent)
+	}
+	t := m.cfg.Clock.NewTimer(bound)
+	defer t.Stop()
+	err := m.open(ctx, t.C(), b, resume)
+	if err == nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		rec := m.cl.Record()
+		m.st.Loss = ""
+		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		if err := m.commitLocked(evs); err != nil {
+			return nil, err
+		}
+		outcome := "started"
+		if resume {
+			outcome = "resumed"
+		}
+		return mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome}), nil
+	}
+	// Failure: stop the agent, emit no provider event, start clean next time.
+	m.stopAgent(context.WithoutCancel(ctx), stopQuiet)
+	m.mu.Lock()
+	if m.cl != nil && (errors.Is(err, errDeadline) || !resume) {
+		m.cl.MarkReset()
+	}
+	cerr := m.commitLocked(nil)
+	m.mu.Unlock()
+	if cerr != nil {
+		return nil, cerr
+	}
+	if errors.Is(err, errDeadline) {
+		f := acpx.HandshakeTimeout(b.Command, bound.Milliseconds())
+		return nil, &CommandError{Code: string(f.Class), Message: f.Message}
+	}
+	return nil, classErr(err)
+}
+
+// open spawns the agent and runs the handshake.
+func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Binding, resume bool) error {
+	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
+	argv := append([]string{b.Command}, b.Args...)
+	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env})
+	if err != nil {
+		m.log.Error("agent launch failed", "err", err)
+		return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
+	}
+	m.mu.Lock()
+	if m.cl == nil {
+		m.cl = acpx.NewClient(acpx.Record{}, acpx.ClientOptions{Logger: m.log})
+	} else {
+		m.cl.ResetProcess()
+	}
+	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
+	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
+	if err == nil {
+		err = m.commitLocked(nil)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		_ = l.cmd.Process.Kill() // never started its agent session: nothing to hand over
+		return err
+	}
+	if _, err := m.call(ctx, deadline, (*acpx.Client).Initialize); err != nil {
+		return err
+	}
+	if !resume {
+		_, err := m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.NewSession(b.Cwd, nil) })
+		return err
+	}
+	m.mu.Lock()
+	caps := m.cl.Capabilities()
+	m.mu.Unlock()
+	switch {
+	case caps.SessionCapabilities.Resume != nil:
+		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.ResumeSession(nil) })
+	case caps.LoadSession:
+		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.LoadSession(nil) })
+	default:
+		err = acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
+	}
+	return err
+}
+
+// call sends one request and waits for its answer, the agent's exit, the
+// deadline or ctx.
+func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*acpx.Client) (acpx.Call, error)) (acpx.Inbound, error) {
+	m.mu.Lock()
+	p := m.proc
+	if p == nil || p.lost {
+		m.mu.Unlock()
+		return acpx.Inbound{}, acpx.NewFailure(acpx.ClassAgentDisconnected, nil)
+	}
+	call, err := mk(m.cl)
+	if err != nil {
+		m.mu.Unlock()
+		return acpx.Inbound{}, err
+	}
+	ch := make(chan acpx.Inbound, 1)
+	m.waiters[call.ID] = ch
+	err = m.sendLocked(nil, [][]byte{call.Line})
+	m.mu.Unlock()
+	if err != nil {
+		return acpx.Inbound{}, acpx.NewFailure(acpx.ClassAgentDisconnected, err)
+	}
+	defer func() {
+		m.mu.Lock()
+		delete(m.waiters, call.ID)
+		m.mu.Unlock()
+	}()
+	select {
+	case in := <-ch:
+		return in, in.Err
+	case <-p.ended:
+		return acpx.Inbound{}, p.startupFailure()
+	case <-deadline:
+		return acpx.Inbound{}, errDeadline
+	case <-ctx.Done():
+		return acpx.Inbound{}, fmt.Errorf("await agent answer: %w", ctx.Err())
+	}
+}
+
+// StartTurn runs turn.start (acp.md §4.3): the command completes once the
+// prompt is durably queued; turn.started carries the providerTurnId.
+func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil || strings.TrimSpace(p.Text) == "" {
+		return nil, failed("turn.start needs a non-empty text")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cl == nil || m.cl.Record().ACPSessionID == "" {
+		return nil, failed("no open session; run session.open first")
+	}
+	if m.cl.ActiveTurn() != "" {
+		return nil, failed("a turn is already active")
+	}
+	m.st.NextTurn++
+	turnID := fmt.Sprintf("pturn-%d", m.st.NextTurn)
+	loss := m.st.Loss
+	if m.proc == nil && loss == "" {
+		loss = acpx.LossProviderExit // the agent is gone: nothing can answer
+	}
+	var call acpx.Call
+	var err error
+	if loss == "" {
+		call, err = m.cl.Prompt(turnID, p.Text)
+		var lost *acpx.LostError
+		if errors.As(err, &lost) {
+			loss, err = lost.Reason, nil
+		}
+		if err != nil {
+			m.st.NextTurn--
+			return nil, failed("the turn could not be started")
+		}
+	}
+	evs := m.mapper.TurnStarted(m.cl.Map(), turnID)
+	if loss != "" {
+		// A loss latched between turns fails this one at once (acp.md §5.1).
+		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), turnID, loss)...)
+		m.st.Loss = ""
+		if err := m.commitLocked(evs); err != nil {
+			return nil, err
+		}
+		return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)}), nil
+	}
+	m.turnDone = make(chan struct{})
+	m.byRun = false
+	if err := m.sendLocked(evs, [][]byte{call.Line}); err != nil {
+		if errors.Is(err, acpx.ErrWrite) {
+			return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
+		}
+		return nil, err
+	}
+	return mustJSON(map[string]any{"providerTurnId": turnID}), nil
+}
+
+// Steer is turn.steer: ACP v1 cannot steer (acp.md §4.3).
+func (m *Manager) Steer() (json.RawMessage, error) {
+	return nil, failed("ACP v1 agents cannot steer a running turn")
+}
+
+// CancelKind selects the cancel command.
+type CancelKind int
+
+// Cancel commands (acp.md §4.4).
+const (
+	Interrupt CancelKind = iota + 1 // turn.interrupt
+	StopTurn                        // turn.stop
+	RunCancel                       // run.cancel
+)
+
+// Cancel runs turn.interrupt, turn.stop or run.cancel (acp.md §4.4):
+// session/cancel, cancelled answers to pending permissions, wait up to the
+// cancel grace, then stop the agent and set resetOnNextEnsure.
+func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage, error) {
+	defer m.busy()()
+	m.mu.Lock()
+	if m.cl == nil || m.cl.ActiveTurn() == "" {
+		hadAgent := m.proc != nil
+		m.mu.Unlock()
+		res := map[string]any{"cancelled": false}
+		if kind == StopTurn {
+			m.stopAgent(ctx, stopRelease)
+			res["providerExitConfirmed"] = true
+			_ = hadAgent
+		}
+		return mustJSON(res), nil
+	}
+	turnID := m.cl.ActiveTurn()
+	m.byRun = kind == RunCancel
+	lines, err := m.cl.Cancel()
+	if err != nil {
+		m.mu.Unlock()
+		return nil, failed("the turn could not be cancelled")
+	}
+	m.cl.MarkReset()
+	done := m.turnDone
+	werr := m.sendLocked(nil, lines)
+	m.mu.Unlock()
+	if werr != nil && !errors.Is(werr, acpx.ErrWrite) {
+		return nil, werr
+	}
+	if done != nil {
+		t := m.cfg.Clock.NewTimer(m.cfg.CancelGrace)
+		select {
+		case <-done:
+		case <-t.C():
+			m.log.Warn("cancelled prompt did not settle within the grace; stopping the agent")
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	// Settle locally if the agent did not (the grace expired).
+	m.mu.Lock()
+	if m.cl.ActiveTurn() == turnID {
+		out := m.cl.AbandonTurn()
+		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*out, kind == RunCancel))
+		m.closeTurnLocked()
+		if err := m.commitLocked(evs); err != nil {
+			m.mu.Unlock()
+			return nil, err
+		}
+	}
+	m.mu.Unlock()
+	confirmed := m.stopAgent(ctx, stopRelease)
+	res := map[string]any{"cancelled": true, "providerTurnId": turnID}
+	if kind == StopTurn {
+		res["providerExitConfirmed"] = confirmed
+	}
+	return mustJSON(res), nil
+}
+
+// CloseSession is session.close: stop the agent, keep the record
+// resumable (acpx "release").
+func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
+	defer m.busy()()
+	m.stopAgent(ctx, stopRelease)
+	return mustJSON(map[string]any{"closed": true}), nil
+}
+
+// Destroy is session.destroy: session/close if advertised, stop, discard.
+func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
+	defer m.busy()()
+	m.mu.Lock()
+	canClose := m.proc != nil && !m.proc.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" &&
+		m.cl.Capabilities().SessionCapabilities.Close != nil && m.cl.ActiveTurn() == ""
+	m.mu.Unlock()
+	if canClose {
+		t := m.cfg.Clock.NewTimer(m.cfg.StopWait)
+		_, _ = m.call(ctx, t.C(), (*acpx.Client).CloseSession) // -32002 and errors are ignored
+		t.Stop()
+	}
+	m.stopAgent(ctx, stopRelease)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cl = nil
+	m.st.Loss = ""
+	if err := m.commitLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
+		Payload: map[string]any{"reason": "destroyed"}}}); err != nil {
+		return nil, err
+	}
+	return mustJSON(map[string]any{"destroyed": true}), nil
+}
+
+// Resolve is request.resolve: it answers the agent request behind a
+// runtime_request.created still pending.
+func (m *Manager) Resolve(payload json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		RequestID string `json:"requestId"`
+		Response  struct {
+			OptionID string `json:"optionId"`
+			Outcome  string `json:"outcome"`
+			Answers  []struct {
+				OptionID string `json:"optionId"`
+				Value    string `json:"value"`
+			} `json:"answers"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil || p.RequestID == "" {
+		return nil, failed("request.resolve needs a requestId")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cl == nil || m.proc == nil {
+		return nil, failed("no agent request is pending")
+	}
+	id, turnID, ok := m.cl.AgentRequestFor(p.RequestID)
+	if !ok {
+		return nil, failed("no agent request is pending under that requestId")
+	}
+	o := acpx.PermissionOutcome{Outcome: "cancelled"}
+	opt := p.Response.OptionID
+	if opt == "" && len(p.Response.Answers) > 0 {
+		opt = p.Response.Answers[0].OptionID
+		if opt == "" {
+			opt = p.Response.Answers[0].Value
+		}
+	}
+	if opt != "" && p.Response.Outcome != "cancelled" {
+		o = acpx.PermissionOutcome{Outcome: "selected", OptionID: opt}
+	}
+	line, err := m.cl.Respond(id, acpx.PermissionResponse{Outcome: o})
+	if err != nil {
+		return nil, failed("no agent request is pending under that requestId")
+	}
+	evs := m.mapper.PermissionResolved(turnID, p.RequestID, o, false)
+	if err := m.sendLocked(evs, [][]byte{line}); err != nil {
+		return nil, err
+	}
+	return mustJSON(map[string]any{"resolved": true}), nil
+}
+
+// Snapshot reports session.snapshot's fields.
+func (m *Manager) Snapshot() (activeTurn string, warm bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cl == nil {
+		return "", false
+	}
+	t := m.cl.ActiveTurn()
+	return t, t == "" && m.proc != nil && !m.proc.lost
+}
+
+// closeTurnLocked wakes a cancel waiting for the turn to settle.
+func (m *Manager) closeTurnLocked() {
+	if m.turnDone != nil {
+		close(m.turnDone)
+		m.turnDone = nil
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// removeStderrFile removes <uuid>.stderr: it may hold agent output.
+func removeStderrFile(stateDir, uuid string) {
+	_ = os.Remove(filepath.Join(stateDir, ProcessSessionsDir, uuid+".stderr"))
+}

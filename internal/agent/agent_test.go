@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"time"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+)
+
+// TestScenario01_02_ColdOpenEchoTurn: a cold session.open runs initialize
+// and session/new through pcwrap (harness.ready, session.started, record
+// holds sess-0001), then "echo hi" yields turn.started, item.delta "hi",
+// turn.completed, one run.result.proposed and one run.terminal; every
+// event file is consumed exactly once (acp.md §11 scenarios 1, 2).
+func TestScenario01_02_ColdOpenEchoTurn(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	res := r.open()
+	require.JSONEq(t, `{"providerSessionId":"sess-0001","outcome":"started"}`, string(res))
+	st, evs := r.sink.snapshot()
+	require.Equal(t, []string{"harness.ready", "session.started"}, types(evs))
+	require.Equal(t, "sess-0001", st.Session.ACPSessionID)
+	require.NotNil(t, st.Session.Process)
+
+	turn := r.turn("echo hi")
+	require.Equal(t, "pturn-1", turn)
+	evs = r.sink.waitEvent(t, "run.terminal")
+	got := types(evs[2:])
+	require.Equal(t, "turn.started", got[0])
+	require.Equal(t, 1, count(evs, "turn.completed"))
+	require.Equal(t, 1, count(evs, "run.result.proposed"))
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	require.Equal(t, "run.terminal", got[len(got)-1])
+	text := ""
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			text += e.Payload["text"].(string)
+		}
+	}
+	require.Equal(t, "hi", text)
+
+	// Exactly once: every file at or below the committed watermark is
+	// deleted (after its commit, so eventually).
+	st, _ = r.sink.snapshot()
+	dir := r.sessionDir()
+	eventually(t, "consumed event files deleted", func() bool {
+		ents, err := os.ReadDir(dir + "/events")
+		require.NoError(t, err)
+		for _, e := range ents {
+			if e.Name() <= seqName(st.Session.Process.ConsumedEventSeq) {
+				return false
+			}
+		}
+		return true
+	})
+	require.Positive(t, st.Session.Process.NextStdinSeq)
+}
+
+func seqName(n uint64) string {
+	b, _ := json.Marshal(n)
+	s := string(b)
+	for len(s) < 12 {
+		s = "0" + s
+	}
+	return s + ".json"
+}
+
+// TestScenario04_HandshakeTimeout: an agent that never answers session/new
+// is stopped at the bound, no provider event is emitted, the command fails
+// session_handshake_timeout, and the next open starts fresh with
+// session/new (acp.md §11 scenario 4).
+func TestScenario04_HandshakeTimeout(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 700 * time.Millisecond } })
+	r.prepare("--hang-on-new-session")
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.Open(ctx)
+	var ce *CommandError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "session_handshake_timeout", ce.Code)
+	require.Contains(t, ce.Message, "did not complete ACP initialization within 700ms")
+	require.NotContains(t, ce.Message, "--hang")
+	st, evs := r.sink.snapshot()
+	require.Empty(t, evs, "no provider event on a handshake timeout")
+	require.True(t, st.Session == nil || st.Session.Process == nil, "the agent is stopped")
+	entries, _ := os.ReadDir(r.state + "/" + ProcessSessionsDir)
+	require.Empty(t, entries, "the session dir is removed")
+
+	// Next open: fresh (the record was never prompted), agent works.
+	r.prepare()
+	res := r.open()
+	require.Contains(t, string(res), `"outcome":"started"`)
+}
+

@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/testbin"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testWait bounds every wait in these tests: a safety net, never a figure.
+const testWait = 20 * time.Second
+
+// memSink is the far side of the Sink: it keeps every commit in memory.
+type memSink struct {
+	mu      sync.Mutex
+	st      Stored
+	events  []acpx.Event
+	commits int
+	changed chan struct{}
+	// gate, when set, is closed to open the flow-control gate.
+	gate chan struct{}
+}
+
+func newMemSink() *memSink { return &memSink{changed: make(chan struct{})} }
+
+func (s *memSink) Commit(st Stored, evs []acpx.Event) error {
+	b, err := json.Marshal(st) // the record must stay serialisable
+	if err != nil {
+		return err
+	}
+	var cp Stored
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st = cp
+	s.events = append(s.events, evs...)
+	s.commits++
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
+}
+
+func (s *memSink) Ready(ctx context.Context) error {
+	s.mu.Lock()
+	g := s.gate
+	s.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *memSink) snapshot() (Stored, []acpx.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st, append([]acpx.Event(nil), s.events...)
+}
+
+// waitFor waits until cond holds on the committed events.
+func (s *memSink) waitFor(t *testing.T, what string, cond func(st Stored, evs []acpx.Event) bool) []acpx.Event {
+	t.Helper()
+	deadline := time.After(testWait)
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		st, evs := s.st, append([]acpx.Event(nil), s.events...)
+		s.mu.Unlock()
+		if cond(st, evs) {
+			return evs
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; events: %v", what, types(evs))
+		}
+	}
+}
+
+func (s *memSink) waitEvent(t *testing.T, typ string) []acpx.Event {
+	t.Helper()
+	return s.waitFor(t, typ, func(_ Stored, evs []acpx.Event) bool { return count(evs, typ) > 0 })
+}
+
+func types(evs []acpx.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.EventType
+	}
+	return out
+}
+
+func count(evs []acpx.Event, typ string) int {
+	n := 0
+	for _, e := range evs {
+		if e.EventType == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func since(evs []acpx.Event, n int) []acpx.Event { return evs[n:] }
+
+var (
+	fakeOnce sync.Once
+	fakePath string
+	fakeErr  error
+	fakeOut  []byte
+)
+
+// fakeacpBin builds test/fakeacp once per test process.
+func fakeacpBin(t testing.TB) string {
+	t.Helper()
+	fakeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "agent-fakeacp-")
+		if err != nil {
+			fakeErr = err
+			return
+		}
+		fakePath = filepath.Join(dir, "fakeacp")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", fakePath, "./test/fakeacp")
+		cmd.Dir = testbin.RepoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		fakeOut, fakeErr = cmd.CombinedOutput()
+	})
+	require.NoError(t, fakeErr, "go build ./test/fakeacp: %s", fakeOut)
+	return fakePath
+}
+
+// rig is one Manager over real pcwrap and fakeacp.
+type rig struct {
+	t     *testing.T
+	sink  *memSink
+	cfg   Config
+	m     *Manager
+	state string
+}
+
+// testBounds are short bounds so fault scenarios finish in seconds.
+func testConfig(t *testing.T, sink *memSink, stateDir string) Config {
+	return Config{
+		StateDir: stateDir, Pcwrap: testbin.Path(t, "pcwrap"), Sink: sink,
+		Environ:     []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
+		ResumeBound: 10 * time.Second,
+		ColdBound:   func(string) time.Duration { return 10 * time.Second },
+		CancelGrace: 500 * time.Millisecond,
+		StopWait:    4 * time.Second,
+	}
+}
+
+func newRig(t *testing.T, mutate ...func(*Config)) *rig {
+	t.Helper()
+	sink := newMemSink()
+	stateDir := t.TempDir()
+	cfg := testConfig(t, sink, stateDir)
+	for _, f := range mutate {
+		f(&cfg)
+	}
+	r := &rig{t: t, sink: sink, cfg: cfg, state: stateDir}
+	r.m = NewManager(cfg, Stored{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		defer cancel()
+		r.m.Shutdown(ctx)
+	})
+	return r
+}
+
+// prepare binds fakeacp (run as agent "claude") with flags.
+func (r *rig) prepare(flags ...string) {
+	r.t.Helper()
+	desc := map[string]any{"provider": map[string]any{
+		"kind": "acpx", "agent": "claude", "command": fakeacpBin(r.t), "args": flags, "cwd": r.t.TempDir(),
+	}}
+	b, _ := json.Marshal(desc)
+	_, err := r.m.Prepare(b)
+	require.NoError(r.t, err)
+}
+
+func (r *rig) open() json.RawMessage {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	res, err := r.m.Open(ctx)
+	require.NoError(r.t, err)
+	return res
+}
+
+func (r *rig) turn(text string) string {
+	r.t.Helper()
+	b, _ := json.Marshal(map[string]string{"text": text})
+	res, err := r.m.StartTurn(b)
+	require.NoError(r.t, err)
+	var out struct {
+		ProviderTurnID string `json:"providerTurnId"`
+	}
+	require.NoError(r.t, json.Unmarshal(res, &out))
+	return out.ProviderTurnID
+}
+
+// sessionDir returns the live process session dir.
+func (r *rig) sessionDir() string {
+	r.t.Helper()
+	st, _ := r.sink.snapshot()
+	require.NotNil(r.t, st.Session)
+	require.NotNil(r.t, st.Session.Process)
+	return sessionPath(r.state, st.Session.Process.UUID)
+}
+
+func payloadOf(evs []acpx.Event, typ string) map[string]any {
+	for _, e := range evs {
+		if e.EventType == typ {
+			return e.Payload
+		}
+	}
+	return nil
+}
+
+// eventually polls cond every 10 ms, bounded by testWait.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(testWait)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}

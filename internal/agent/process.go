@@ -1,0 +1,501 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+)
+
+// stopCheck is how often a stop re-checks whether pcwrap is gone.
+const stopCheck = 20 * time.Millisecond
+
+// Stop modes.
+const (
+	stopRelease = iota + 1 // emit harness.exited
+	stopQuiet              // a failed session.open: no provider event
+)
+
+// Fixed texts of pcwrap error frames that mean an ACP message was lost
+// (pcwrap-protocol.md §6.3; acp.md §3.3: fail the session).
+var lostInputPrefixes = []string{"Dropped unreadable stdin file", "Advanced past missing stdin files"}
+
+// process is one live pcwrap session. Fields are guarded by Manager.mu,
+// except the channels.
+type process struct {
+	uuid     string
+	dir      string
+	w        *sessiondir.Writer
+	consumed int64
+	// reserve counts lines covered by the next commit but not yet written:
+	// the committed next stdin seq includes them (acp.md §3.2).
+	reserve int
+
+	lost, stopping, quiet bool
+	exitSeen              bool
+	exitCode              *int
+	signal                string
+	tail                  acpx.StderrTail
+
+	endOnce    sync.Once
+	ended      chan struct{} // the agent is gone (exit frame or loss)
+	readerDone chan struct{}
+	pcwrapDone chan struct{} // our child pcwrap was reaped; nil when adopted
+	cancel     context.CancelFunc
+}
+
+func (p *process) end() { p.endOnce.Do(func() { close(p.ended) }) }
+
+// alive reports whether pcwrap still runs.
+func (p *process) alive() bool {
+	if p.pcwrapDone != nil {
+		select {
+		case <-p.pcwrapDone:
+			return false
+		default:
+			return true
+		}
+	}
+	return wrapperAlive(p.dir)
+}
+
+// startupFailure classifies the agent's end during the handshake (acp.md
+// §6). Read only after ended is closed.
+func (p *process) startupFailure() error {
+	if !p.exitSeen {
+		return acpx.NewFailure(acpx.ClassAgentDisconnected, nil)
+	}
+	code := -1
+	if p.exitCode != nil {
+		code = *p.exitCode
+	}
+	return acpx.ClassifyStartupExit(code, p.signal != "", true, p.tail.String() != "")
+}
+
+// attachLocked opens the writer and starts the reader of a process
+// session. cmd is the pcwrap this process started (nil when re-adopted).
+// m.mu held.
+func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consumed uint64) (*process, error) {
+	if nextSeq == 0 {
+		nextSeq = 1
+	}
+	w, err := sessiondir.OpenWriter(dir, int64(nextSeq), sessiondir.WriterOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("attach process session: %w", err)
+	}
+	fs, err := sessiondir.OpenEventsDir(dir)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("attach process session: %w", err)
+	}
+	_, secrets := acpx.AgentEnv(m.agentName(), m.cfg.Environ)
+	p := &process{
+		uuid: uuid, dir: dir, w: w, consumed: int64(consumed),
+		ended: make(chan struct{}), readerDone: make(chan struct{}),
+		tail: acpx.StderrTail{Redactor: acpx.NewRedactor(secrets...)},
+	}
+	if cmd != nil {
+		p.pcwrapDone = make(chan struct{})
+		go func() { // reaps our child; ends when pcwrap does
+			_ = cmd.Wait()
+			close(p.pcwrapDone)
+		}()
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	p.cancel = cancel
+	m.proc = p
+	m.wg.Add(1)
+	go m.readLoop(ctx, p, fs)
+	return p, nil
+}
+
+func (m *Manager) agentName() string {
+	if m.st.Binding != nil {
+		return m.st.Binding.Agent
+	}
+	return ""
+}
+
+// readLoop consumes the event files of p exactly once, in order, woken by
+// inotify and a 100 ms poll (acp.md §3.3), until the agent is gone.
+func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS) {
+	defer m.wg.Done()
+	defer close(p.readerDone)
+	defer fs.Close()
+	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: fs, Delivered: p.consumed, Logger: m.log})
+	var wake <-chan fsnotify.Event
+	var werrs <-chan error
+	if w, err := fsnotify.NewWatcher(); err == nil {
+		defer w.Close()
+		if w.Add(filepath.Join(p.dir, sessiondir.EventsDir)) == nil {
+			wake, werrs = w.Events, w.Errors
+		}
+	}
+	tick := time.NewTicker(eventPoll)
+	defer tick.Stop()
+	deliver := func(ev sessiondir.Event) error { return m.deliver(ctx, p, ev) }
+	for {
+		stop, err := r.Cycle(deliver)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil || stop || m.isLost(p) {
+			if err != nil && !m.isStopping(p) {
+				m.log.Warn("process session unreadable", "err", err)
+				m.loseAndCommit(p, acpx.LossTransportClosed)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-werrs:
+		case <-tick.C:
+			if !p.alive() {
+				// pcwrap is gone: take what it left, then it is a loss
+				// unless its exit frame was among them.
+				_, _ = r.Cycle(deliver)
+				if !m.isEnded(p) && !m.isStopping(p) {
+					m.loseAndCommit(p, acpx.LossTransportClosed)
+				}
+				m.mu.Lock()
+				p.lost = true
+				p.end()
+				m.mu.Unlock()
+			}
+		case <-p.pcwrapDone:
+		}
+	}
+	if m.ctx.Err() != nil {
+		return // runnerd is going away: the agent stays for re-adoption
+	}
+	m.finishProcess(p)
+}
+
+func (m *Manager) isLost(p *process) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return p.lost
+}
+
+func (m *Manager) isStopping(p *process) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return p.stopping
+}
+
+func (m *Manager) isEnded(p *process) bool {
+	select {
+	case <-p.ended:
+		return true
+	default:
+		return false
+	}
+}
+
+func (m *Manager) loseAndCommit(p *process, reason acpx.LossReason) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.commitLocked(m.lostLocked(p, reason)); err != nil {
+		m.log.Error("commit channel loss", "err", err)
+	}
+}
+
+// deliver handles one event file: parse, map, commit with the consumed
+// sequence in one write, then (after return) the reader deletes it.
+func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) error {
+	if m.waiting.Load() == 0 {
+		if err := m.cfg.Sink.Ready(ctx); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != p {
+		return sessiondir.ErrStopReading
+	}
+	var evs []acpx.Event
+	var lines [][]byte
+	var wake []func()
+	stop := false
+	switch ev.Frame.Type {
+	case sessiondir.FrameData:
+		if ev.Frame.Stream == sessiondir.StreamStderr {
+			_, _ = p.tail.Write(ev.Frame.Data)
+			break
+		}
+		if p.lost || m.cl == nil {
+			break
+		}
+		msgs, ferr := m.cl.Feed(ev.Frame.Data)
+		for _, in := range msgs {
+			e, l, w := m.handleInbound(p, in)
+			evs, lines = append(evs, e...), append(lines, l...)
+			if w != nil {
+				wake = append(wake, w)
+			}
+		}
+		if ferr != nil {
+			if errors.Is(ferr, acpx.ErrFrameExceeded) {
+				fmt.Fprintln(m.cfg.Stderr, acpx.ErrFrameExceeded.Error())
+			}
+			evs = append(evs, m.lostLocked(p, acpx.LossReasonOf(ferr))...)
+		}
+	case sessiondir.FrameExit:
+		p.exitSeen, p.exitCode, p.signal = true, ev.Frame.Code, ev.Frame.Signal
+		evs = append(evs, m.exitedLocked(p)...)
+		stop = true
+	case sessiondir.FrameError:
+		if p.stopping {
+			break
+		}
+		evs = append(evs, acpx.Event{EventType: "harness.diagnostic", Priority: acpx.P1,
+			Payload: map[string]any{"reasonCode": "pcwrap_error"}})
+		for _, pre := range lostInputPrefixes {
+			if strings.HasPrefix(ev.Frame.Message, pre) {
+				evs = append(evs, m.lostLocked(p, acpx.LossOther)...)
+			}
+		}
+	}
+	p.consumed = ev.Seq
+	if p.lost {
+		lines = nil // nothing more reaches a lost agent
+	}
+	if err := m.sendLocked(evs, lines); err != nil && !errors.Is(err, acpx.ErrWrite) {
+		p.consumed = ev.Seq - 1
+		return err
+	}
+	for _, w := range wake {
+		w()
+	}
+	if stop {
+		return sessiondir.ErrStopReading
+	}
+	return nil
+}
+
+// handleInbound maps one agent message to events, answer lines and a
+// waiter wake-up (run after the commit). m.mu held.
+func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]byte, func()) {
+	switch in.Kind {
+	case acpx.KindResponse:
+		id, _ := strconv.ParseInt(string(in.ID), 10, 64)
+		if ch, ok := m.waiters[id]; ok {
+			delete(m.waiters, id)
+			return nil, nil, func() { ch <- in }
+		}
+	case acpx.KindRequest:
+		if in.Method == acpx.MethodRequestPermission && in.Permission != nil {
+			return m.permissionLocked(in)
+		}
+		// runnerd advertises no fs/terminal capability (acp.md §2.2).
+		if l, err := m.cl.RespondError(in.ID, acpx.CodeMethodNotFound, "method not found"); err == nil {
+			return nil, [][]byte{l}, nil
+		}
+	case acpx.KindCancelRequest:
+		if l, err := m.cl.RespondError(in.ID, acpx.CodeRequestCancelled, "request cancelled"); err == nil {
+			return nil, [][]byte{l}, nil
+		}
+	case acpx.KindUpdate:
+		return m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), nil, nil
+	case acpx.KindTurnSettled:
+		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*in.Outcome, m.byRun))
+		m.closeTurnLocked()
+		return evs, nil, nil
+	}
+	return nil, nil, nil
+}
+
+// permissionLocked surfaces a permission request as runtime_request.created
+// and answers it by the bound permission mode (acp.md §2.2).
+func (m *Manager) permissionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, func()) {
+	reqID, evs := m.mapper.PermissionRequested(in.TurnID, in.ID, *in.Permission)
+	m.cl.SetRuntimeRequestID(in.ID, reqID)
+	mode := acpx.ApproveAll
+	if m.st.Binding != nil {
+		mode = m.st.Binding.PermissionMode
+	}
+	o := acpx.ChoosePermission(mode, *in.Permission)
+	l, err := m.cl.Respond(in.ID, acpx.PermissionResponse{Outcome: o})
+	if err != nil {
+		return evs, nil, nil
+	}
+	return append(evs, m.mapper.PermissionResolved(in.TurnID, reqID, o, true)...), [][]byte{l}, nil
+}
+
+// exitedLocked maps pcwrap's exit frame (acp.md §5). m.mu held.
+func (m *Manager) exitedLocked(p *process) []acpx.Event {
+	defer p.end()
+	wasLost := p.lost
+	p.lost = true
+	var evs []acpx.Event
+	switch {
+	case p.quiet:
+	case p.stopping, wasLost:
+		evs = []acpx.Event{exitedEvent(p)}
+	case m.cl == nil || m.cl.Record().ACPSessionID == "":
+		// The handshake fails with a startup class; no provider event.
+	default:
+		turn := m.cl.ActiveTurn()
+		m.cl.AbandonTurn()
+		_ = m.cl.EndOfStream()
+		evs = m.mapper.AgentExited(m.cl.Map(), turn, p.exitCode, p.signal)
+		if turn == "" {
+			m.st.Loss = acpx.LossProviderExit
+		}
+		m.closeTurnLocked()
+	}
+	return evs
+}
+
+func exitedEvent(p *process) acpx.Event {
+	pl := map[string]any{"exitCode": nil}
+	if p.exitCode != nil {
+		pl["exitCode"] = *p.exitCode
+	}
+	if p.signal != "" {
+		pl["signal"] = p.signal
+	}
+	return acpx.Event{EventType: "harness.exited", Priority: acpx.P0, Payload: pl}
+}
+
+// lostLocked latches a channel loss (acp.md §5.1): an active turn ends at
+// once with harness.diagnostic{lossReason}, turn.failed, one
+// run.result.proposed and one run.terminal (the agent is stopped by the
+// reader's finish, well inside the loss deadline); a loss between turns
+// fails the next turn. m.mu held.
+func (m *Manager) lostLocked(p *process, reason acpx.LossReason) []acpx.Event {
+	if p.lost {
+		return nil
+	}
+	p.lost = true
+	defer p.end()
+	if m.cl == nil || p.stopping {
+		return nil
+	}
+	m.cl.LatchLoss(reason)
+	if t := m.cl.ActiveTurn(); t != "" {
+		m.cl.AbandonTurn()
+		m.closeTurnLocked()
+		return m.mapper.ChannelLost(m.cl.Map(), t, reason)
+	}
+	if m.cl.Record().ACPSessionID != "" {
+		m.st.Loss = reason
+	}
+	return nil
+}
+
+// goneLocked marks a recorded agent gone without a live process. m.mu held.
+func (m *Manager) goneLocked(reason acpx.LossReason) []acpx.Event {
+	var evs []acpx.Event
+	if t := m.cl.ActiveTurn(); t != "" {
+		m.cl.AbandonTurn()
+		evs = m.mapper.ChannelLost(m.cl.Map(), t, reason)
+	} else if m.cl.Record().ACPSessionID != "" {
+		m.st.Loss = reason
+	}
+	m.cl.ResetProcess()
+	m.proc = nil
+	return evs
+}
+
+// finishProcess ends a process session whose agent is gone or stopping:
+// ask pcwrap to stop if it still runs, wait for it (bounded), apply the
+// .pcwrap.child rule when pcwrap died without an exit frame, remove the
+// session directory and forget the process.
+func (m *Manager) finishProcess(p *process) {
+	ctx := context.Background()
+	m.mu.Lock()
+	exit := p.exitSeen
+	m.mu.Unlock()
+	if p.alive() && !exit {
+		_, _ = p.w.StdinEnd(ctx)
+		_, _ = p.w.Shutdown(ctx)
+	}
+	m.waitGone(p)
+	if !exit && !p.alive() {
+		if killed, err := killOrphanGroup(p.dir); killed {
+			m.log.Warn("killed the agent group of a pcwrap that died without an exit frame")
+		} else if err != nil {
+			m.log.Info("no agent group to clean up", "err", err)
+		}
+	}
+	_ = p.w.Close()
+	if err := os.RemoveAll(p.dir); err != nil {
+		m.log.Warn("remove process session dir", "err", err)
+	}
+	removeStderrFile(m.cfg.StateDir, p.uuid)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p.end()
+	if m.proc != p {
+		return
+	}
+	m.proc = nil
+	if m.cl != nil {
+		m.cl.ResetProcess()
+	}
+	if err := m.commitLocked(nil); err != nil {
+		m.log.Error("commit agent gone", "err", err)
+	}
+}
+
+// waitGone waits, bounded by StopWait, until pcwrap no longer runs.
+func (m *Manager) waitGone(p *process) {
+	t := m.cfg.Clock.NewTimer(m.cfg.StopWait)
+	defer t.Stop()
+	tick := time.NewTicker(stopCheck)
+	defer tick.Stop()
+	for p.alive() {
+		select {
+		case <-t.C():
+			m.log.Warn("pcwrap did not exit within the stop wait; removing its session directory")
+			return
+		case <-p.pcwrapDone:
+		case <-tick.C:
+		}
+	}
+}
+
+// stopAgent stops the live agent (acp.md §3.6): stdinEnd, shutdown, wait
+// for the exit frame up to StopWait, remove the session directory. runnerd
+// sends no signal. It reports whether the exit frame was consumed.
+func (m *Manager) stopAgent(ctx context.Context, mode int) bool {
+	m.mu.Lock()
+	p := m.proc
+	if p == nil {
+		m.mu.Unlock()
+		return true
+	}
+	p.stopping = true
+	p.quiet = mode == stopQuiet
+	ended := m.isEnded(p)
+	m.mu.Unlock()
+	if !ended {
+		_, _ = p.w.StdinEnd(ctx)
+		_, _ = p.w.Shutdown(ctx)
+	}
+	t := m.cfg.Clock.NewTimer(m.cfg.StopWait + time.Second)
+	select {
+	case <-p.readerDone:
+	case <-t.C():
+		p.cancel() // the reader finishes the process on its way out
+		<-p.readerDone
+	}
+	t.Stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return p.exitSeen
+}
+

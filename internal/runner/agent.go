@@ -1,0 +1,210 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/agent"
+	"github.com/pcrunner/pcrunner/internal/state"
+)
+
+// agentRecord is the runner-state.json field holding the agent executor's
+// durable record (acp.md §3.4).
+const agentRecord = "acpAgent"
+
+// readyPoll is how often the flow-control gate re-reads the ACK cursor
+// while provider output waits (prp.md §8.5).
+const readyPoll = time.Millisecond
+
+// agentShutdownWait bounds stopping the agent on an orderly runnerd stop:
+// the agent stop wait plus a margin (acp.md §3.6).
+const agentShutdownWait = acpx.AgentStopWait + 2*time.Second
+
+// agentExec plugs the ACP executor (internal/agent) into the loop: it is
+// the agent's durable Sink and the handler of the provider commands.
+type agentExec struct {
+	r   *loop
+	m   *agent.Manager
+	ctx context.Context // the loop's run context, for sends outside a command
+}
+
+// newAgentExec builds the executor from the stored record. A missing pcwrap
+// is not fatal: session.open then fails with agent_spawn_failed.
+func newAgentExec(r *loop) (*agentExec, error) {
+	var st agent.Stored
+	if _, err := r.store.Snapshot().Record(agentRecord, &st); err != nil {
+		return nil, err
+	}
+	pcwrap, err := agent.FindPcwrap(r.cfg.PcwrapPath)
+	if err != nil {
+		r.log.Warn("pcwrap not found; agents cannot start", "err", err)
+		pcwrap = "pcwrap"
+	}
+	a := &agentExec{r: r, ctx: context.Background()}
+	a.m = agent.NewManager(agent.Config{
+		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, Environ: os.Environ(), Sink: a,
+		Logger: r.log, Stderr: os.Stderr,
+		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,
+		CancelGrace: r.cfg.CancelGrace,
+		Gate:        acpx.NewColdStartGate(r.cfg.MaxConcurrentColdStarts, nil),
+	}, st)
+	return a, nil
+}
+
+// start re-adopts a live agent (acp.md §3.5) for the run context ctx.
+func (a *agentExec) start(ctx context.Context) {
+	a.ctx = ctx
+	if err := a.m.Start(); err != nil {
+		a.r.log.Error("re-adopt agent", "err", err)
+	}
+}
+
+// stop ends the executor. An orderly stop (ctx cancelled by a signal, a
+// terminal command) stops the agent as acp.md §3.6 says; a fatal error
+// leaves it for re-adoption.
+func (a *agentExec) stop(orderly bool) {
+	if orderly {
+		ctx, cancel := context.WithTimeout(context.Background(), agentShutdownWait)
+		defer cancel()
+		a.m.Shutdown(ctx)
+		return
+	}
+	a.m.Close()
+}
+
+// Commit implements agent.Sink: the record and the events in one durable
+// write, then a send of what is committed.
+func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event) error {
+	events, err := stateEvents(evs)
+	if err != nil {
+		return err
+	}
+	err = a.r.store.Update(func(tx *state.Tx) error {
+		if err := tx.SetRecord(agentRecord, st); err != nil {
+			return err
+		}
+		for _, e := range events {
+			if _, err := tx.Enqueue(e); err != nil && !outboxBound(err) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	a.r.flush(a.ctx)
+	return nil
+}
+
+// Ready implements agent.Sink: provider output is taken only once
+// everything sent is acknowledged (prp.md §8.5).
+func (a *agentExec) Ready(ctx context.Context) error {
+	ready := func() bool {
+		s := a.r.store.Summary()
+		return s.AckedSourceSeq >= s.HighestSourceSeq
+	}
+	if ready() {
+		return nil
+	}
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	for !ready() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// stateEvents converts mapped events for the outbox: the provider turn and
+// item ids go into the payload (the envelope carries the runner's durable
+// identity), and consecutive deltas of one item coalesce into one P2 event
+// (prp.md §8.1).
+func stateEvents(evs []acpx.Event) ([]state.Event, error) {
+	out := make([]state.Event, 0, len(evs))
+	var lastDelta map[string]any
+	for _, e := range evs {
+		p := make(map[string]any, len(e.Payload)+2)
+		for k, v := range e.Payload {
+			p[k] = v
+		}
+		if e.TurnID != "" {
+			if _, ok := p["providerTurnId"]; !ok {
+				p["providerTurnId"] = e.TurnID
+			}
+		}
+		if e.ItemID != "" {
+			if _, ok := p["itemId"]; !ok {
+				p["itemId"] = e.ItemID
+			}
+		}
+		if e.EventType == "item.delta" && lastDelta != nil && lastDelta["itemId"] == p["itemId"] {
+			prev, _ := lastDelta["text"].(string)
+			next, _ := p["text"].(string)
+			lastDelta["text"] = prev + next
+			b, err := json.Marshal(lastDelta)
+			if err != nil {
+				return nil, err
+			}
+			out[len(out)-1].Payload = b
+			continue
+		}
+		lastDelta = nil
+		if e.EventType == "item.delta" {
+			lastDelta = p
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b})
+	}
+	return out, nil
+}
+
+// handlers returns the provider command handlers.
+func (a *agentExec) handlers() map[string]Handler {
+	plain := func(f func(json.RawMessage) (json.RawMessage, error)) Handler {
+		return HandlerFunc(func(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
+			return f(cmd.Payload)
+		})
+	}
+	withCtx := func(f func(context.Context) (json.RawMessage, error)) Handler {
+		return HandlerFunc(func(ctx context.Context, _ *state.Command, _ *Effects) (json.RawMessage, error) {
+			return f(ctx)
+		})
+	}
+	cancel := func(k agent.CancelKind) Handler {
+		return withCtx(func(ctx context.Context) (json.RawMessage, error) { return a.m.Cancel(ctx, k) })
+	}
+	return map[string]Handler{
+		"run.prepare":     plain(a.m.Prepare),
+		"session.open":    withCtx(a.m.Open),
+		"turn.start":      plain(a.m.StartTurn),
+		"turn.steer":      plain(func(json.RawMessage) (json.RawMessage, error) { return a.m.Steer() }),
+		"turn.interrupt":  cancel(agent.Interrupt),
+		"turn.stop":       cancel(agent.StopTurn),
+		"run.cancel":      cancel(agent.RunCancel),
+		"session.close":   withCtx(a.m.CloseSession),
+		"session.destroy": withCtx(a.m.Destroy),
+		"request.resolve": plain(a.m.Resolve),
+	}
+}
+
+// commandFailure is the result of a handler error: a protocol-named code
+// from the agent (e.g. session_handshake_timeout, acp.md §4.1), else nil
+// for the loop's command_execution_failed.
+func commandFailure(err error) json.RawMessage {
+	var ce *agent.CommandError
+	if errors.As(err, &ce) && ce.Code != "" && ce.Code != state.CodeCommandExecutionFailed {
+		return codeResult(ce.Code, ce.Message)
+	}
+	return nil
+}
