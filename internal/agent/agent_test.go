@@ -4,11 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // TestScenario01_02_ColdOpenEchoTurn: a cold session.open runs initialize
@@ -95,4 +94,3 @@ func TestScenario04_HandshakeTimeout(t *testing.T) {
 	res := r.open()
 	require.Contains(t, string(res), `"outcome":"started"`)
 }
-

@@ -498,4 +498,3 @@ func (m *Manager) stopAgent(ctx context.Context, mode int) bool {
 	defer m.mu.Unlock()
 	return p.exitSeen
 }
-
