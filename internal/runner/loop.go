@@ -171,13 +171,17 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 	}
 	fact := state.Event{Type: typ, Priority: state.P0,
 		Payload: mustJSON(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
+	fenced := r.store.Snapshot().PendingTerminalDelivery != nil
 	// One write for the connection's facts (each write is two fsyncs).
 	err := r.store.Update(func(tx *state.Tx) error {
 		if err := tx.SetProtocolVersion(v); err != nil {
 			return err
 		}
 		switch tx.Lifecycle() {
-		case state.Connecting, state.RecoverableFailure:
+		case state.Connecting, state.RecoverableFailure, state.Suspended:
+			if tx.Lifecycle() == state.Suspended && fenced {
+				break // the suspend is still being delivered: only reconcile it
+			}
 			tx.SetRecoverableFailure("")
 			if err := tx.SetLifecycle(state.Ready); err != nil {
 				return err

@@ -277,9 +277,12 @@ func TestScenario18_SuspendThenResume(t *testing.T) {
 	require.NoError(t, run.wait(t))
 	require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
 	require.Equal(t, state.Suspended, h.readState().Lifecycle)
-	h.start(h.config(false), Options{})
+	run = h.start(h.config(false), Options{})
 	next := h.queue("session.snapshot", `{}`)
 	require.Equal(t, "completed", h.waitResult(next.CommandID).Status)
+	run.cancel()
+	require.NoError(t, run.wait(t))
+	require.Equal(t, state.Ready, h.readState().Lifecycle, "resumed")
 }
 
 // TestScenario19_Revoke: a revoke with a higher epoch persists revoked and

@@ -22,6 +22,9 @@ const (
 	// crashBatch bounds the commands queued before each life, so kills land
 	// mid-script; 50 lives stay well under the core's 500-command journal.
 	crashBatch = 6
+	// crashSuspendEvery puts a runner.suspend (which ends the process
+	// cleanly) among the commands.
+	crashSuspendEvery = 17
 	// crashMaxLife bounds how long one runnerd life lasts before its SIGKILL;
 	// long enough to authenticate and make progress, short enough that 50
 	// lives fit in seconds.
@@ -59,6 +62,9 @@ func TestCrashKill9Recovery(t *testing.T) {
 	queue := func(n int) {
 		for range n {
 			typ := [...]string{"runner.drain", "session.snapshot", "runner.drain", "turn.start"}[len(types)%4]
+			if len(types)%crashSuspendEvery == crashSuspendEvery-1 {
+				typ = "runner.suspend" // a terminal fence under fire; the next life resumes
+			}
 			// A send error only means the runnerd just died: the command is
 			// journaled and the next welcome re-delivers it.
 			cmd, err := c.core.QueueCommand(prp.Command{Type: typ, Payload: json.RawMessage(`{}`)})
@@ -69,27 +75,36 @@ func TestCrashKill9Recovery(t *testing.T) {
 
 	start := time.Now()
 	deadline := start.Add(2 * time.Minute)
-	kills := 0
+	kills, suspends := 0, 0
 	for kills < crashKills {
 		require.True(t, time.Now().Before(deadline), "crash loop exceeded its bound after %d kills", kills)
 		queue(1 + rng.IntN(crashBatch))
 		proc := c.startRunnerd(t, bin, args)
 		time.Sleep(time.Duration(rng.Int64N(int64(crashMaxLife))))
-		if err := proc.Process.Signal(syscall.SIGKILL); err == nil {
+		_ = proc.Process.Signal(syscall.SIGKILL)
+		switch code := waitExit(t, proc); {
+		case code == -1 && proc.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
 			kills++
+		case code == 0:
+			suspends++ // it had already stopped by itself
+		default:
+			t.Fatalf("runnerd exited with status %d", code)
 		}
-		waitExit(t, proc)
 	}
 	mid := c.core.Snapshot()
 	t.Logf("after %d kills in %s: %d of %d commands have results, %d events committed",
 		kills, time.Since(start).Round(time.Millisecond), len(mid.Results), len(types), len(mid.Events))
 
-	// A last life finishes the script and stops cleanly.
-	proc := c.startRunnerd(t, bin, args)
-	c.wait(t, func(s prp.CoreSnapshot) bool { return len(s.Results) == len(types) })
+	// Undisturbed lives finish the script and the shutdown queued after it.
+	// Every such life ends by itself with 0: at a suspend, after
+	// reconciling a fence left by a kill, or at the shutdown.
 	stop, err := c.core.QueueCommand(prp.Command{Type: "runner.shutdown", Payload: json.RawMessage(`{}`)})
-	require.NoError(t, err)
-	require.Equal(t, 0, waitExit(t, proc), "runner.shutdown exits 0")
+	require.NotEmpty(t, stop.CommandID, "queue shutdown: %v", err)
+	for lives := 0; c.core.Snapshot().Results[stop.CommandID] == nil; lives++ {
+		require.Less(t, lives, crashKills, "the script does not finish")
+		proc := c.startRunnerd(t, bin, args)
+		require.Equal(t, 0, waitExit(t, proc), "an undisturbed life ends cleanly")
+	}
 	final := c.core.Snapshot()
 	require.NotNil(t, final.Results[stop.CommandID])
 
@@ -115,6 +130,12 @@ func TestCrashKill9Recovery(t *testing.T) {
 			effects[p.CommandID]++
 		case "runner.reconciled":
 			reconciled++
+		case "runner.suspended":
+			var p struct {
+				CommandID string `json:"commandId"`
+			}
+			require.NoError(t, json.Unmarshal(e.Payload, &p))
+			effects[p.CommandID]++
 		}
 	}
 	indeterminate := 0
@@ -128,8 +149,8 @@ func TestCrashKill9Recovery(t *testing.T) {
 		require.LessOrEqual(t, effects[id], 1, "command %s (%s) took effect twice", id, typ)
 		switch res.Status {
 		case "completed":
-			if typ == "runner.drain" {
-				require.Equal(t, 1, effects[id], "completed drain %s without its effect", id)
+			if typ == "runner.drain" || typ == "runner.suspend" {
+				require.Equal(t, 1, effects[id], "completed %s %s without its effect", typ, id)
 			}
 		case "rejected":
 			require.Equal(t, "turn.start", typ, id)
@@ -140,8 +161,8 @@ func TestCrashKill9Recovery(t *testing.T) {
 		default:
 			t.Fatalf("command %s: unexpected status %q", id, res.Status)
 		}
-		if typ != "runner.drain" {
-			require.Zero(t, effects[id], "command %s (%s) has a drain effect", id, typ)
+		if typ != "runner.drain" && typ != "runner.suspend" {
+			require.Zero(t, effects[id], "command %s (%s) has an effect", id, typ)
 		}
 	}
 	require.Positive(t, reconciled, "a restarted runnerd emits runner.reconciled")
@@ -171,7 +192,8 @@ func TestCrashKill9Recovery(t *testing.T) {
 			t.Fatalf("command %s still pending after a clean stop", id)
 		}
 	}
-	t.Logf("%d kills, %d events, %d runner.reconciled, %d indeterminate commands", kills, len(evs), reconciled, indeterminate)
+	t.Logf("%d kills, %d clean suspends, %d events, %d runner.reconciled, %d indeterminate commands",
+		kills, suspends, len(evs), reconciled, indeterminate)
 
 	// The state is final: a relaunch exits at once (prp.md §9.4).
 	again := c.startRunnerd(t, bin, args)
