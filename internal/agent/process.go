@@ -36,6 +36,7 @@ var lostInputPrefixes = []string{"Dropped unreadable stdin file", "Advanced past
 type process struct {
 	uuid     string
 	dir      string
+	pid      int // pcwrap's pid when this process started it (tests, logs)
 	w        *sessiondir.Writer
 	consumed int64
 	// reserve counts lines covered by the next commit but not yet written:
@@ -106,6 +107,7 @@ func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consume
 		tail: acpx.StderrTail{Redactor: acpx.NewRedactor(secrets...)},
 	}
 	if cmd != nil {
+		p.pid = cmd.Process.Pid
 		p.pcwrapDone = make(chan struct{})
 		go func() { // reaps our child; ends when pcwrap does
 			_ = cmd.Wait()
@@ -424,10 +426,14 @@ func (m *Manager) finishProcess(p *process) {
 		_, _ = p.w.Shutdown(ctx)
 	}
 	m.waitGone(p)
-	if !exit && !p.alive() {
+	// pcwrap kills the group only while the leader is unreaped; a member
+	// that outlived its leader (scenario 17), or a group whose pcwrap died
+	// without an exit frame (acp.md §5.1), gets the guarded SIGKILL of the
+	// .pcwrap.child rule: only members not older than the recorded start.
+	if !p.alive() {
 		if killed, err := killOrphanGroup(p.dir); killed {
-			m.log.Warn("killed the agent group of a pcwrap that died without an exit frame")
-		} else if err != nil {
+			m.log.Warn("killed what was left of the agent's process group", "exitFrame", exit)
+		} else if err != nil && !exit {
 			m.log.Info("no agent group to clean up", "err", err)
 		}
 	}

@@ -1,0 +1,275 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+)
+
+// agentPgid reads the agent's process group from .pcwrap.child.
+func agentPgid(t *testing.T, dir string) int {
+	t.Helper()
+	var rec struct {
+		Pgid int `json:"pgid"`
+	}
+	eventually(t, ".pcwrap.child", func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, sessiondir.ChildFile))
+		return err == nil && json.Unmarshal(b, &rec) == nil && rec.Pgid > 0
+	})
+	return rec.Pgid
+}
+
+func groupAlive(pgid int) bool { return syscall.Kill(-pgid, 0) == nil }
+
+func (r *rig) cancel(kind CancelKind) map[string]any {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	res, err := r.m.Cancel(ctx, kind)
+	require.NoError(r.t, err)
+	var out map[string]any
+	require.NoError(r.t, json.Unmarshal(res, &out))
+	return out
+}
+
+// waitStarted waits until the agent has begun the turn (a first delta or
+// tool call is committed).
+func (r *rig) waitTurnRunning(typ string) {
+	r.t.Helper()
+	r.sink.waitEvent(r.t, typ)
+}
+
+// TestScenario08_Interrupt: sleep 10000 then turn.interrupt → session/cancel,
+// prompt answered cancelled, turn.interrupted, agent stopped, record
+// resetOnNextEnsure (acp.md §11 scenario 8).
+func TestScenario08_Interrupt(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	r.turn("sleep 10000")
+	r.waitTurnRunning("turn.started")
+	res := r.cancel(Interrupt)
+	require.Equal(t, true, res["cancelled"])
+	st, evs := r.sink.snapshot()
+	require.Equal(t, 1, count(evs, "turn.interrupted"))
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	require.Equal(t, "interrupted", payloadOf(evs, "run.terminal")["turnTerminalState"])
+	require.Equal(t, "cancelled", payloadOf(evs, "turn.interrupted")["stopReason"])
+	require.True(t, st.Session.ResetOnNextEnsure)
+	require.Nil(t, st.Session.Process, "the agent is stopped")
+}
+
+// TestScenario09_CancelIgnored: an agent that ignores session/cancel is
+// stopped after the grace; the turn ends interrupted (scenario 9).
+func TestScenario09_CancelIgnored(t *testing.T) {
+	r := newRig(t)
+	r.prepare("--cancel-mode", "ignore")
+	r.open()
+	r.turn("sleep 30000")
+	pgid := agentPgid(t, r.sessionDir())
+	r.waitTurnRunning("turn.started")
+	res := r.cancel(StopTurn)
+	require.Equal(t, true, res["providerExitConfirmed"])
+	_, evs := r.sink.snapshot()
+	require.Equal(t, 1, count(evs, "turn.interrupted"))
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
+}
+
+// TestScenario10_RunCancel: run.cancel settles as turn.cancelled with a
+// cancelled run terminal state (scenarios 10 and acp.md §4.4 step 5).
+func TestScenario10_RunCancel(t *testing.T) {
+	for _, mode := range []string{"end-turn", "error"} {
+		t.Run(mode, func(t *testing.T) {
+			r := newRig(t)
+			r.prepare("--cancel-mode", mode)
+			r.open()
+			r.turn("sleep 10000")
+			r.waitTurnRunning("turn.started")
+			r.cancel(RunCancel)
+			_, evs := r.sink.snapshot()
+			require.Equal(t, 1, count(evs, "turn.cancelled"))
+			term := payloadOf(evs, "run.terminal")
+			require.Equal(t, "cancelled", term["turnTerminalState"])
+			require.Equal(t, "cancelled", term["runTerminalState"])
+		})
+	}
+}
+
+// TestScenario11_Permission: approve-all selects allow_once; deny-all
+// reject_once; both surface as runtime_request.created then resolved by
+// policy (scenario 11).
+func TestScenario11_Permission(t *testing.T) {
+	for mode, want := range map[string]string{"approve-all": "allow", "deny-all": "reject"} {
+		t.Run(mode, func(t *testing.T) {
+			r := newRig(t)
+			desc := map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+				"command": fakeacpBin(t), "cwd": t.TempDir(), "permissionMode": mode}}
+			b, _ := json.Marshal(desc)
+			_, err := r.m.Prepare(b)
+			require.NoError(t, err)
+			r.open()
+			r.turn("permission " + want)
+			evs := r.sink.waitEvent(t, "run.terminal")
+			require.Equal(t, 1, count(evs, "runtime_request.created"))
+			res := payloadOf(evs, "runtime_request.resolved")
+			require.Equal(t, want, res["optionId"])
+			require.Equal(t, "policy", res["resolvedBy"])
+			require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
+		})
+	}
+}
+
+// TestScenario13_CrashMidTurn: the agent dies mid-turn (stdout EOF or
+// SIGKILL) → harness.exited, turn.failed, session.failed
+// (agent_disconnected), one result and one terminal (scenario 13).
+func TestScenario13_CrashMidTurn(t *testing.T) {
+	for _, mode := range []string{"eof", "sigkill"} {
+		t.Run(mode, func(t *testing.T) {
+			r := newRig(t)
+			r.prepare("--crash-mid-turn", mode)
+			r.open()
+			r.turn("echo boom")
+			evs := r.sink.waitEvent(t, "session.failed")
+			require.Equal(t, 1, count(evs, "harness.exited"))
+			require.Equal(t, 1, count(evs, "turn.failed"))
+			require.Equal(t, 1, count(evs, "run.result.proposed"))
+			require.Equal(t, 1, count(evs, "run.terminal"))
+			require.Equal(t, "agent_disconnected", payloadOf(evs, "session.failed")["code"])
+			require.Equal(t, "provider_exit", payloadOf(evs, "harness.diagnostic")["lossReason"])
+		})
+	}
+}
+
+// TestScenario05_StdoutBanner: three banner lines are skipped and the
+// session works; a line over 10 MiB fails the session with "stdout frame
+// exceeded" on runnerd's stderr (scenario 5).
+func TestScenario05_StdoutBanner(t *testing.T) {
+	r := newRig(t)
+	r.prepare("--stdout-banner", "3")
+	r.open()
+	r.turn("echo ok")
+	evs := r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
+
+	t.Run("too many", func(t *testing.T) {
+		r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 3 * time.Second } })
+		r.prepare("--stdout-banner", strconv.Itoa(acpx.MaxConsecutiveBadLines))
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		defer cancel()
+		_, err := r.m.Open(ctx)
+		require.Error(t, err)
+	})
+}
+
+// TestScenario29_LossBetweenTurns: the agent exits while idle; the next
+// turn.start fails at once with provider_exit (scenario 29).
+func TestScenario29_LossBetweenTurns(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	pgid := agentPgid(t, r.sessionDir())
+	require.NoError(t, syscall.Kill(-pgid, syscall.SIGKILL))
+	r.sink.waitEvent(t, "harness.exited")
+	eventually(t, "process forgotten", func() bool { st, _ := r.sink.snapshot(); return st.Session.Process == nil })
+	n := len(func() []acpx.Event { _, e := r.sink.snapshot(); return e }())
+	r.turn("echo late")
+	_, evs := r.sink.snapshot()
+	evs = since(evs, n)
+	require.Equal(t, []string{"turn.started", "harness.diagnostic", "turn.failed", "run.result.proposed", "run.terminal"}, types(evs))
+	require.Equal(t, "provider_exit", payloadOf(evs, "harness.diagnostic")["lossReason"])
+}
+
+// TestScenario26_PcwrapKilled: kill -9 pcwrap (not the agent) mid-turn →
+// harness.diagnostic{transport_closed}, turn.failed, one result, one
+// terminal; the agent group is gone (scenario 26).
+func TestScenario26_PcwrapKilled(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	r.turn("sleep 30000")
+	pgid := agentPgid(t, r.sessionDir())
+	r.waitTurnRunning("turn.started")
+	r.m.mu.Lock()
+	pid := r.m.proc.pid
+	r.m.mu.Unlock()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	evs := r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, "transport_closed", payloadOf(evs, "harness.diagnostic")["lossReason"])
+	require.Equal(t, 1, count(evs, "turn.failed"))
+	require.Equal(t, 1, count(evs, "run.result.proposed"))
+	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
+}
+
+// TestScenario27_SessionDirRemoved: rm -rf of the session directory
+// mid-turn → transport_closed, the same terminal sequence (scenario 27).
+func TestScenario27_SessionDirRemoved(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	r.turn("sleep 30000")
+	dir := r.sessionDir()
+	pgid := agentPgid(t, dir)
+	r.waitTurnRunning("turn.started")
+	require.NoError(t, os.RemoveAll(dir))
+	evs := r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, "transport_closed", payloadOf(evs, "harness.diagnostic")["lossReason"])
+	require.Equal(t, "failed", payloadOf(evs, "run.terminal")["turnTerminalState"])
+	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
+}
+
+// TestScenario17_StubbornGrandchildClose: session.close with a grandchild
+// that ignores SIGTERM → the whole agent group is dead after the pcwrap
+// grace (scenario 17).
+func TestScenario17_StubbornGrandchildClose(t *testing.T) {
+	r := newRig(t)
+	r.prepare("--stubborn-grandchild")
+	r.open()
+	pgid := agentPgid(t, r.sessionDir())
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.CloseSession(ctx)
+	require.NoError(t, err)
+	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
+	st, _ := r.sink.snapshot()
+	require.Nil(t, st.Session.Process)
+	require.Equal(t, "sess-0001", st.Session.ACPSessionID, "session.close keeps the record")
+}
+
+// TestScenario20_RestartMidTurn: runnerd goes away mid-turn (the manager
+// closes without stopping the agent) and a new one re-adopts the live
+// pcwrap: same agent group, the turn completes, no event twice (scenario
+// 20 at the executor level).
+func TestScenario20_RestartMidTurn(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	r.turn("sleep 1500")
+	dir := r.sessionDir()
+	pgid := agentPgid(t, dir)
+	r.waitTurnRunning("turn.started")
+	r.m.Close()
+
+	st, before := r.sink.snapshot()
+	require.NotNil(t, st.Session.Process)
+	m2 := NewManager(r.cfg, st)
+	r.m = m2 // the rig's cleanup shuts it down
+	require.NoError(t, m2.Start())
+	evs := r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, pgid, agentPgid(t, dir), "the agent keeps its process group")
+	require.True(t, groupAlive(pgid))
+	require.Equal(t, 1, count(evs, "turn.started"))
+	require.Equal(t, 1, count(evs, "turn.completed"))
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	require.GreaterOrEqual(t, len(evs), len(before))
+}
