@@ -46,7 +46,10 @@ type loop struct {
 	connections int       // authenticated connections in this process
 	term        *terminalWait
 	stop        error // why the loop ends; set once
-	cancel      context.CancelFunc
+	// boundReported is the outbox bound last reported as a diagnostic;
+	// cleared once the store leaves storage pressure.
+	boundReported string
+	cancel        context.CancelFunc
 }
 
 // terminalWait is the §7.4 fence in memory: the terminal result is sent and
@@ -244,6 +247,11 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 		if _, err := r.store.ApplyAck(uint64(p.AckedSourceSeq), c.Session().Version); err != nil {
 			return fmt.Errorf("protocol error: %w", err)
 		}
+		if !r.store.Summary().StoragePressure {
+			r.mu.Lock()
+			r.boundReported = ""
+			r.mu.Unlock()
+		}
 		r.checkTerminal()
 	case prp.KindCommandResultAck:
 		var p prp.CommandResultAckPayload
@@ -371,10 +379,40 @@ func (r *loop) emit(ctx context.Context, events ...state.Event) error {
 		return nil
 	})
 	if err != nil {
+		if outboxBound(err) {
+			r.reportBound(ctx, err)
+		}
 		return err
 	}
 	r.flush(ctx)
 	return nil
+}
+
+// reportBound makes an outbox bound visible to the core as one P0
+// runner.diagnostic per episode (prp.md §8.3, §9.3); the reserve exists for
+// such facts.
+func (r *loop) reportBound(ctx context.Context, cause error) {
+	code := "outbox_backpressure"
+	if errors.Is(cause, state.ErrP0StorageExhausted) {
+		code = state.CodeP0StorageExhausted
+	}
+	r.mu.Lock()
+	if r.boundReported == code {
+		r.mu.Unlock()
+		return
+	}
+	r.boundReported = code
+	r.mu.Unlock()
+	err := r.store.Update(func(tx *state.Tx) error {
+		_, err := tx.Enqueue(state.Event{Type: state.EventRunnerDiagnostic, Priority: state.P0,
+			Payload: mustJSON(map[string]string{"reasonCode": code})})
+		return err
+	})
+	if err != nil {
+		r.log.Warn("outbox bound not reported", "reasonCode", code, "err", err)
+		return
+	}
+	r.flush(ctx)
 }
 
 // outboxBound reports an outbox bound violation (prp.md §9.3): the event

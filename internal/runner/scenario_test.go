@@ -1,8 +1,10 @@
 package runner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -387,4 +389,40 @@ func TestScenario18_NoAckStopsWithFence(t *testing.T) {
 	require.Nil(t, st.PendingTerminalDelivery)
 	require.Empty(t, st.Outbox, "outbox flushed before the exit")
 	require.NoError(t, h.start(h.config(false), Options{}).wait(t), "then stopped for good")
+}
+
+// TestScenario16_HandlerHitsOutboxBound: an executor effect that would
+// push non-P0 events into the P0 reserve is refused whole (nothing of it is
+// stored), the command fails with command_execution_failed, and one P0
+// runner.diagnostic tells the core (scenario 16 as it applies to the loop;
+// the bounds themselves are internal/state's). It also exercises the
+// Handler seam the ACP executor plugs into.
+func TestScenario16_HandlerHitsOutboxBound(t *testing.T) {
+	h := newHarness(t, nil)
+	big := json.RawMessage(`{"delta":"` + strings.Repeat("x", 900) + `"}`)
+	flood := HandlerFunc(func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
+		evs := make([]state.Event, 8)
+		for i := range evs {
+			evs[i] = state.Event{Type: "item.delta", Priority: state.P1, Payload: big}
+		}
+		if err := fx.Emit(ctx, evs...); err != nil {
+			return nil, errors.New("provider output exceeded the outbox")
+		}
+		return nil, nil
+	})
+	h.start(h.config(false, "--max-outbox-bytes", "8192", "--p0-reserve-bytes", "4096"),
+		Options{Handlers: map[string]Handler{"turn.start": flood, "runner.drain": flood}})
+	cmd := h.queue("turn.start", `{"text":"go"}`)
+	p := h.waitResult(cmd.CommandID)
+	require.Equal(t, "failed", p.Status)
+	require.Equal(t, state.CodeCommandExecutionFailed, resultCode(p.Result))
+	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		return len(eventsOfType(decodeEvents(t, s.Events), "runner.diagnostic")) == 1
+	})
+	evs := decodeEvents(t, s.Events)
+	require.Empty(t, eventsOfType(evs, "item.delta"), "the refused effect stored nothing")
+	require.JSONEq(t, `{"reasonCode":"outbox_backpressure"}`, string(eventsOfType(evs, "runner.diagnostic")[0].Payload))
+
+	drain := h.queue("runner.drain", `{}`)
+	require.Equal(t, "completed", h.waitResult(drain.CommandID).Status, "lifecycle commands cannot be replaced")
 }
