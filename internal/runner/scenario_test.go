@@ -426,3 +426,31 @@ func TestScenario16_HandlerHitsOutboxBound(t *testing.T) {
 	drain := h.queue("runner.drain", `{}`)
 	require.Equal(t, "completed", h.waitResult(drain.CommandID).Status, "lifecycle commands cannot be replaced")
 }
+
+// TestPingAnsweredWhileCommandRuns: a PRP ping is answered while a command
+// effect holds the dispatch goroutine (ARCHITECTURE.md invariant 5; the
+// "ping still answered" half of scenario 22).
+func TestPingAnsweredWhileCommandRuns(t *testing.T) {
+	h := newHarness(t, nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	slow := HandlerFunc(func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
+		close(entered)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	h.start(h.config(false), Options{Handlers: map[string]Handler{"turn.start": slow}})
+	cmd := h.queue("turn.start", `{"text":"long"}`)
+	select {
+	case <-entered:
+	case <-time.After(waitBound):
+		t.Fatal("handler not entered")
+	}
+	require.NoError(t, h.core.Ping(t.Context()))
+	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Pongs >= 1 })
+	require.Nil(t, h.core.Snapshot().Results[cmd.CommandID], "answered while the command still runs")
+	close(release)
+	require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+}
