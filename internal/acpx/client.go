@@ -684,3 +684,15 @@ func (c *Client) AgentRequestFor(runtimeRequestID string) (id json.RawMessage, t
 	}
 	return nil, "", false
 }
+
+// PendingPermissions lists the permission requests still waiting for an
+// answer, in id order (Cancel answers them {outcome:"cancelled"}).
+func (c *Client) PendingPermissions() []AgentRequest {
+	var out []AgentRequest
+	for _, key := range sortedKeys(c.wire().AgentRequests) {
+		if r := c.wire().AgentRequests[key]; r.Method == MethodRequestPermission {
+			out = append(out, r)
+		}
+	}
+	return out
+}

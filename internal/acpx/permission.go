@@ -10,6 +10,9 @@ const (
 	ApproveAll   PermissionMode = "approve-all"
 	ApproveReads PermissionMode = "approve-reads"
 	DenyAll      PermissionMode = "deny-all"
+	// Manual (beyond acp.md §2.2) answers nothing by policy: the request
+	// stays pending as a runtime_request until request.resolve or a cancel.
+	Manual PermissionMode = "manual"
 )
 
 // ParsePermissionMode accepts the three modes; "" means approve-all.
@@ -17,7 +20,7 @@ func ParsePermissionMode(s string) (PermissionMode, error) {
 	switch PermissionMode(s) {
 	case "":
 		return ApproveAll, nil
-	case ApproveAll, ApproveReads, DenyAll:
+	case ApproveAll, ApproveReads, DenyAll, Manual:
 		return PermissionMode(s), nil
 	}
 	return "", fmt.Errorf("parse permission mode: unknown mode %q", s)

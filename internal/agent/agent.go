@@ -611,6 +611,12 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	turnID := m.cl.ActiveTurn()
 	m.byRun = kind == RunCancel
+	var evs []acpx.Event
+	for _, pr := range m.cl.PendingPermissions() {
+		if pr.RuntimeRequestID != "" {
+			evs = append(evs, m.mapper.PermissionResolved(pr.TurnID, pr.RuntimeRequestID, acpx.PermissionOutcome{Outcome: "cancelled"}, false)...)
+		}
+	}
 	lines, err := m.cl.Cancel()
 	if err != nil {
 		m.mu.Unlock()
@@ -618,7 +624,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	m.cl.MarkReset()
 	done := m.turnDone
-	werr := m.sendLocked(nil, lines)
+	werr := m.sendLocked(evs, lines)
 	m.mu.Unlock()
 	if werr != nil && !errors.Is(werr, acpx.ErrWrite) {
 		return nil, werr

@@ -328,6 +328,9 @@ func (m *Manager) permissionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, fun
 	if m.st.Binding != nil {
 		mode = m.st.Binding.PermissionMode
 	}
+	if mode == acpx.Manual {
+		return evs, nil, nil // pending until request.resolve or a cancel
+	}
 	o := acpx.ChoosePermission(mode, *in.Permission)
 	l, err := m.cl.Respond(in.ID, acpx.PermissionResponse{Outcome: o})
 	if err != nil {
