@@ -76,7 +76,7 @@ func (s *memSink) snapshot() (Stored, []acpx.Event) {
 }
 
 // waitFor waits until cond holds on the committed events.
-func (s *memSink) waitFor(t *testing.T, what string, cond func(st Stored, evs []acpx.Event) bool) []acpx.Event {
+func (s *memSink) waitFor(t testing.TB, what string, cond func(st Stored, evs []acpx.Event) bool) []acpx.Event {
 	t.Helper()
 	deadline := time.After(testWait)
 	for {
@@ -95,7 +95,7 @@ func (s *memSink) waitFor(t *testing.T, what string, cond func(st Stored, evs []
 	}
 }
 
-func (s *memSink) waitEvent(t *testing.T, typ string) []acpx.Event {
+func (s *memSink) waitEvent(t testing.TB, typ string) []acpx.Event {
 	t.Helper()
 	return s.waitFor(t, typ, func(_ Stored, evs []acpx.Event) bool { return count(evs, typ) > 0 })
 }
@@ -148,7 +148,7 @@ func fakeacpBin(t testing.TB) string {
 
 // rig is one Manager over real pcwrap and fakeacp.
 type rig struct {
-	t     *testing.T
+	t     testing.TB
 	sink  *memSink
 	cfg   Config
 	m     *Manager
@@ -156,7 +156,7 @@ type rig struct {
 }
 
 // testBounds are short bounds so fault scenarios finish in seconds.
-func testConfig(t *testing.T, sink *memSink, stateDir string) Config {
+func testConfig(t testing.TB, sink *memSink, stateDir string) Config {
 	return Config{
 		StateDir: stateDir, Pcwrap: testbin.Path(t, "pcwrap"), Sink: sink,
 		Environ:     []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
@@ -167,7 +167,7 @@ func testConfig(t *testing.T, sink *memSink, stateDir string) Config {
 	}
 }
 
-func newRig(t *testing.T, mutate ...func(*Config)) *rig {
+func newRig(t testing.TB, mutate ...func(*Config)) *rig {
 	t.Helper()
 	sink := newMemSink()
 	stateDir := t.TempDir()
@@ -236,7 +236,7 @@ func payloadOf(evs []acpx.Event, typ string) map[string]any {
 }
 
 // eventually polls cond every 10 ms, bounded by testWait.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()

@@ -14,7 +14,7 @@ import (
 
 // peerAgent returns node and the T1 example agent (acp.md §9), skipping
 // cleanly when either is absent (`npm ci --prefix test/peers`).
-func peerAgent(t *testing.T) (node, script string) {
+func peerAgent(t testing.TB) (node, script string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {

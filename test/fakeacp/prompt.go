@@ -13,6 +13,9 @@ import (
 // maxSleep bounds the `sleep` scenario so a forgotten test cannot hang.
 const maxSleep = 120 * time.Second
 
+// maxChunks bounds the `chunks` and `stamp` bench scenarios.
+const maxChunks = 100000
+
 type promptParams struct {
 	SessionID string `json:"sessionId"`
 	Prompt    []struct {
@@ -316,6 +319,41 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 			code = -32603
 		}
 		return "", nil, &rpcError{Code: code, Message: "fake failure"}
+	case "chunks":
+		// chunks N: N small agent_message_chunk updates "0,", "1,", … in
+		// one message (bench: ordered delivery with P2 coalescing).
+		n, err := strconv.Atoi(strings.TrimSpace(rest))
+		if err != nil || n < 0 || n > maxChunks {
+			return "", nil, &rpcError{Code: -32602, Message: "chunks needs 0..100000"}
+		}
+		if t.msgID == "" {
+			t.msgID = t.a.next("msg")
+		}
+		for i := range n {
+			t.a.update(t.s, map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": t.msgID,
+				"content": map[string]any{"type": "text", "text": strconv.Itoa(i) + ","}})
+		}
+	case "stamp":
+		// stamp N GAPMS: N chunks "<unix-nanos>;" written GAPMS apart (bench
+		// only: the one scenario with wall-clock content, so a consumer can
+		// measure line-written → event-committed latency).
+		f := strings.Fields(rest)
+		n, gap := 0, 5
+		if len(f) > 0 {
+			n, _ = strconv.Atoi(f[0])
+		}
+		if len(f) > 1 {
+			gap, _ = strconv.Atoi(f[1])
+		}
+		if n < 0 || n > maxChunks || gap < 0 || gap > 1000 {
+			return "", nil, &rpcError{Code: -32602, Message: "stamp needs N (0..100000) and GAPMS (0..1000)"}
+		}
+		for range n {
+			if !t.sleep(time.Duration(gap) * time.Millisecond) {
+				return "cancelled", nil, nil
+			}
+			t.say(strconv.FormatInt(time.Now().UnixNano(), 10) + ";")
+		}
 	case "refuse":
 		return "refusal", nil, nil
 	case "max_tokens":
