@@ -273,3 +273,30 @@ func TestScenario20_RestartMidTurn(t *testing.T) {
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	require.GreaterOrEqual(t, len(evs), len(before))
 }
+
+// TestScenario28_StdinWriteFails: a stdin file cannot be written (the
+// queue directory is gone; pcwrap is paused so it cannot notice first) →
+// write_error, the same terminal sequence, nothing hangs (scenario 28).
+func TestScenario28_StdinWriteFails(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	dir := r.sessionDir()
+	r.m.mu.Lock()
+	pid := r.m.proc.pid
+	r.m.mu.Unlock()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, sessiondir.StdinDir)))
+	b, _ := json.Marshal(map[string]string{"text": "echo lost"})
+	res, err := r.m.StartTurn(b)
+	require.NoError(t, err)
+	require.Contains(t, string(res), `"lossReason":"write_error"`)
+	_, evs := r.sink.snapshot()
+	require.Equal(t, "write_error", payloadOf(evs, "harness.diagnostic")["lossReason"])
+	require.Equal(t, 1, count(evs, "turn.failed"))
+	require.Equal(t, 1, count(evs, "run.result.proposed"))
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	eventually(t, "agent gone", func() bool { st, _ := r.sink.snapshot(); return st.Session.Process == nil })
+}
