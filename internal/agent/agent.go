@@ -57,9 +57,9 @@ type Sink interface {
 	// Commit stores st and appends events to the outbox, in order, in one
 	// durable write, then sends what it can.
 	Commit(st Stored, events []acpx.Event) error
-	// Ready blocks until new provider output may be taken (prp.md §8.5:
-	// everything sent is acknowledged), bounded by ctx.
-	Ready(ctx context.Context) error
+	// Drained reports whether new provider output may be taken (prp.md
+	// §8.5: everything sent is acknowledged). It must not block.
+	Drained() bool
 }
 
 // Config configures a Manager.
@@ -88,8 +88,8 @@ type Config struct {
 const (
 	// eventPoll is the safety-net poll of events/ (acp.md §3.3: 100 ms).
 	eventPoll = 100 * time.Millisecond
-	// readyPoll re-checks the flow-control gate while it is closed.
-	readyPoll = time.Millisecond
+	// drainPoll re-checks the flow-control gate while it is closed.
+	drainPoll = time.Millisecond
 )
 
 // Result codes the executor returns (acp.md §6 classes reuse acpx.Class).

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
 )
 
 // TestScenario01_02_ColdOpenEchoTurn: a cold session.open runs initialize
@@ -93,4 +95,27 @@ func TestScenario04_HandshakeTimeout(t *testing.T) {
 	r.prepare()
 	res := r.open()
 	require.Contains(t, string(res), `"outcome":"started"`)
+}
+
+// TestFlowControl: provider output waits while something sent is not yet
+// acknowledged (prp.md §8.5), except while a handler waits on the agent
+// (the handshake still completes with the gate closed).
+func TestFlowControl(t *testing.T) {
+	r := newRig(t)
+	r.sink.gate = make(chan struct{})
+	r.prepare()
+	r.open() // bypass: the handler waits on the agent
+	n := len(func() []acpx.Event { _, e := r.sink.snapshot(); return e }())
+	r.turn("echo gated")
+	dir := r.sessionDir()
+	eventually(t, "output waiting in events/", func() bool {
+		ents, _ := os.ReadDir(dir + "/events")
+		return len(ents) > 0
+	})
+	_, evs := r.sink.snapshot()
+	require.Equal(t, []string{"turn.started"}, types(evs[n:]), "nothing consumed while the gate is closed")
+	r.sink.mu.Lock()
+	close(r.sink.gate)
+	r.sink.mu.Unlock()
+	r.sink.waitEvent(t, "run.terminal")
 }

@@ -54,18 +54,17 @@ func (s *memSink) Commit(st Stored, evs []acpx.Event) error {
 	return nil
 }
 
-func (s *memSink) Ready(ctx context.Context) error {
+func (s *memSink) Drained() bool {
 	s.mu.Lock()
-	g := s.gate
-	s.mu.Unlock()
-	if g == nil {
-		return nil
+	defer s.mu.Unlock()
+	if s.gate == nil {
+		return true
 	}
 	select {
-	case <-g:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-s.gate:
+		return true
+	default:
+		return false
 	}
 }
 

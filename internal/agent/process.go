@@ -217,10 +217,8 @@ func (m *Manager) loseAndCommit(p *process, reason acpx.LossReason) {
 // deliver handles one event file: parse, map, commit with the consumed
 // sequence in one write, then (after return) the reader deletes it.
 func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) error {
-	if m.waiting.Load() == 0 {
-		if err := m.cfg.Sink.Ready(ctx); err != nil {
-			return err
-		}
+	if err := m.awaitDrained(ctx); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -283,6 +281,26 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) 
 	}
 	if stop {
 		return sessiondir.ErrStopReading
+	}
+	return nil
+}
+
+// awaitDrained is PRP flow control (prp.md §8.5): provider output is taken
+// only once everything sent is acknowledged. A handler waiting on the agent
+// opens the gate at once: the ACKs it would wait for are processed by the
+// goroutine that handler blocks.
+func (m *Manager) awaitDrained(ctx context.Context) error {
+	if m.waiting.Load() > 0 || m.cfg.Sink.Drained() {
+		return nil
+	}
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for m.waiting.Load() == 0 && !m.cfg.Sink.Drained() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
 	return nil
 }

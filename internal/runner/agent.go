@@ -16,10 +16,6 @@ import (
 // durable record (acp.md §3.4).
 const agentRecord = "acpAgent"
 
-// readyPoll is how often the flow-control gate re-reads the ACK cursor
-// while provider output waits (prp.md §8.5).
-const readyPoll = time.Millisecond
-
 // agentShutdownWait bounds stopping the agent on an orderly runnerd stop:
 // the agent stop wait plus a margin (acp.md §3.6).
 const agentShutdownWait = acpx.AgentStopWait + 2*time.Second
@@ -101,26 +97,11 @@ func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event) error {
 	return nil
 }
 
-// Ready implements agent.Sink: provider output is taken only once
+// Drained implements agent.Sink: provider output is taken only once
 // everything sent is acknowledged (prp.md §8.5).
-func (a *agentExec) Ready(ctx context.Context) error {
-	ready := func() bool {
-		s := a.r.store.Summary()
-		return s.AckedSourceSeq >= s.HighestSourceSeq
-	}
-	if ready() {
-		return nil
-	}
-	t := time.NewTicker(readyPoll)
-	defer t.Stop()
-	for !ready() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
+func (a *agentExec) Drained() bool {
+	s := a.r.store.Summary()
+	return s.AckedSourceSeq >= s.HighestSourceSeq
 }
 
 // stateEvents converts mapped events for the outbox: the provider turn and
