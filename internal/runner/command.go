@@ -174,9 +174,16 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 				mustJSON(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
 		}
 	case "session.snapshot":
-		// No provider session exists until the ACP executor lands.
+		var active any // null without an active provider turn
+		warm := false
+		if r.exec != nil {
+			var turn string
+			if turn, warm = r.exec.m.Snapshot(); turn != "" {
+				active = turn
+			}
+		}
 		res, err = r.finishCommand(cmd, state.StatusCompleted,
-			json.RawMessage(`{"activeProviderTurnId":null,"warmAttachReady":false}`))
+			mustJSON(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warm}))
 	default:
 		out, herr := r.handlers[cmd.Type].Execute(ctx, cmd, &Effects{r: r})
 		switch {
@@ -185,6 +192,11 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 				"command type "+cmd.Type+" is not implemented by this runner"))
 		case herr != nil:
 			r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type)
+			if coded := commandFailure(herr); coded != nil {
+				// A protocol-named failure code (e.g. session_handshake_timeout, acp.md §4.1).
+				res, err = r.finishCommand(cmd, state.StatusFailed, coded)
+				break
+			}
 			err = r.store.Update(func(tx *state.Tx) error {
 				var err error
 				res, err = tx.FailCommand(cmd.CommandID, herr.Error())

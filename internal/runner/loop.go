@@ -50,16 +50,48 @@ type loop struct {
 	// cleared once the store leaves storage pressure.
 	boundReported string
 	cancel        context.CancelFunc
+
+	exec     *agentExec // the ACP executor; nil in loop-only tests
+	execStop sync.Once
+}
+
+// attachExecutor plugs the ACP executor in: its handlers serve the provider
+// commands unless opts replaces them; lifecycle commands stay the loop's.
+func (r *loop) attachExecutor(ax *agentExec, opts Options) {
+	for typ, h := range ax.handlers() {
+		if _, replaced := opts.Handlers[typ]; !replaced && !loopOwned[typ] {
+			r.handlers[typ] = h
+		}
+	}
+	r.exec = ax
+}
+
+// stopExecutor stops the executor once: orderly (terminal command, revoke,
+// lease expiry, a signal) stops the agent (acp.md §3.6); otherwise (a fatal
+// error) the agent is left running for the next process to re-adopt.
+func (r *loop) stopExecutor(orderly bool) {
+	if r.exec == nil {
+		return
+	}
+	r.execStop.Do(func() { r.exec.stop(orderly) })
+}
+
+// orderlyStop reports whether the loop's outcome shuts the executor down
+// (prp.md §5, §6.1, §7.4, §13) rather than leaving it for re-adoption.
+func orderlyStop(outcome error) bool {
+	return outcome == nil || errors.Is(outcome, ErrLeaseExpired) ||
+		errors.Is(outcome, ErrReconnectGraceExceeded) || errors.Is(outcome, ErrReconnectDeadlineExceeded)
 }
 
 // terminalWait is the §7.4 fence in memory: the terminal result is sent and
 // the loop waits for its command_result_ack and the outbox flush.
 type terminalWait struct {
-	fence    state.TerminalFence
-	status   string // the wire status the ack must repeat; "" when delivery is already proven
-	acked    bool
-	finished bool
-	timer    *time.Timer
+	fence       state.TerminalFence
+	status      string // the wire status the ack must repeat; "" when delivery is already proven
+	acked       bool
+	execStopped bool // the executor was shut down for this stop
+	finished    bool
+	timer       *time.Timer
 }
 
 func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
@@ -86,6 +118,9 @@ func (r *loop) run(ctx context.Context, client *prp.Client) error {
 	r.mu.Lock()
 	r.cancel = cancel
 	r.mu.Unlock()
+	if r.exec != nil {
+		r.exec.start(runCtx) // re-adopts a live agent (acp.md §3.5)
+	}
 	err := client.Run(runCtx)
 	cancel()
 	r.mu.Lock()
@@ -93,7 +128,9 @@ func (r *loop) run(ctx context.Context, client *prp.Client) error {
 		r.term.timer.Stop()
 	}
 	r.mu.Unlock()
-	return r.exitFor(ctx, err)
+	out := r.exitFor(ctx, err)
+	r.stopExecutor(orderlyStop(out))
+	return out
 }
 
 // finish ends the loop with err (errCleanStop for exit 0); the first call wins.
@@ -456,7 +493,20 @@ func (r *loop) checkTerminal() {
 	t := r.term
 	sum := r.store.Summary()
 	done := t != nil && !t.finished && t.acked && sum.AckedSourceSeq >= sum.HighestSourceSeq
-	if done {
+	stopExec := done && !t.execStopped
+	if stopExec {
+		t.execStopped = true
+	}
+	r.mu.Unlock()
+	if stopExec {
+		// Shut the executor down before the fence is cleared; its last
+		// events must be ACKed too, so look again (prp.md §7.4).
+		r.stopExecutor(true)
+		r.checkTerminal()
+		return
+	}
+	r.mu.Lock()
+	if done = done && !t.finished; done {
 		t.finished = true
 		t.timer.Stop()
 	}

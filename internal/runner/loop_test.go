@@ -24,7 +24,7 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 	require.Equal(t, "completed", p.Status)
 	require.JSONEq(t, `{"activeProviderTurnId":null,"warmAttachReady":false}`, string(p.Result))
 
-	turn := h.queue("turn.start", `{"text":"hi"}`)
+	turn := h.queue("session.budget.increase", `{}`)
 	p = h.waitResult(turn.CommandID)
 	require.Equal(t, "rejected", p.Status)
 	require.Equal(t, CodeCommandNotImplemented, resultCodeOf(t, p))

@@ -76,6 +76,11 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	}()
 
 	r := newLoop(cfg, st, logger, opts)
+	ax, err := newAgentExec(r)
+	if err != nil {
+		return NewError(CodeRunnerFailed, "load agent record", err)
+	}
+	r.attachExecutor(ax, opts)
 	if !ticket.Present() {
 		return ErrBootstrapTicketMissing // a restart needs a fresh ticket too: leases live in memory only
 	}

@@ -57,11 +57,12 @@ func TestCrashKill9Recovery(t *testing.T) {
 	args := runnerdArgs(dir, "--connect-url", c.connectURL())
 
 	// The script: drains carry an observable effect (runner.draining names
-	// its command), snapshots complete without one, turns are refused.
+	// its command), snapshots complete without one, budget increases are
+	// refused (not implemented), suspends end a life cleanly.
 	types := map[string]string{}
 	queue := func(n int) {
 		for range n {
-			typ := [...]string{"runner.drain", "session.snapshot", "runner.drain", "turn.start"}[len(types)%4]
+			typ := [...]string{"runner.drain", "session.snapshot", "runner.drain", "session.budget.increase"}[len(types)%4]
 			if len(types)%crashSuspendEvery == crashSuspendEvery-1 {
 				typ = "runner.suspend" // a terminal fence under fire; the next life resumes
 			}
@@ -153,7 +154,7 @@ func TestCrashKill9Recovery(t *testing.T) {
 				require.Equal(t, 1, effects[id], "completed %s %s without its effect", typ, id)
 			}
 		case "rejected":
-			require.Equal(t, "turn.start", typ, id)
+			require.Equal(t, "session.budget.increase", typ, id)
 			require.Zero(t, effects[id])
 		case "failed":
 			require.Equal(t, "execution_indeterminate", body.Code, "command %s failed for another reason", id)
