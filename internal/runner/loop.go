@@ -95,6 +95,9 @@ type terminalWait struct {
 }
 
 func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	r := &loop{
 		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), started: time.Now(),
 		handlers: defaultHandlers(),
