@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 )
 
@@ -87,9 +86,9 @@ type Session struct {
 type halfChannel struct {
 	aead    cipher.AEAD
 	prefix  string
-	aadHead []byte // schema NUL sessionId NUL direction NUL
+	aadHead []byte   // schema NUL sessionId NUL direction NUL, room for a counter
+	nonceIn [12]byte // the nonce of the frame being sealed or opened
 	counter uint64
-	scratch []byte
 	err     error // sticky: a failed Open poisons the direction
 }
 
@@ -123,8 +122,9 @@ func newHalf(key []byte, prefix, sessionID, dir string) (halfChannel, error) {
 	if err != nil {
 		return halfChannel{}, fmt.Errorf("create gcm: %w", err)
 	}
-	head := []byte(SecureFrameSchema + "\x00" + sessionID + "\x00" + dir + "\x00")
-	return halfChannel{aead: aead, prefix: prefix, aadHead: head}, nil
+	head := SecureFrameSchema + "\x00" + sessionID + "\x00" + dir + "\x00"
+	aadHead := append(make([]byte, 0, len(head)+20), head...)
+	return halfChannel{aead: aead, prefix: prefix, aadHead: aadHead}, nil
 }
 
 func (h *halfChannel) nonce(counter uint64) [12]byte {
@@ -134,8 +134,12 @@ func (h *halfChannel) nonce(counter uint64) [12]byte {
 	return n
 }
 
+// aad returns the frame's additional data. It writes the counter into the
+// spare capacity of aadHead, so the result is only good until the next aad
+// call on this direction; one goroutine per direction (Session) keeps that
+// safe and spares an allocation per frame.
 func (h *halfChannel) aad(counter uint64) []byte {
-	return strconv.AppendUint(h.aadHead[:len(h.aadHead):len(h.aadHead)], counter, 10)
+	return strconv.AppendUint(h.aadHead, counter, 10)
 }
 
 const (
@@ -147,28 +151,43 @@ const (
 // Seal encrypts plaintext under the next outbound counter and returns the
 // secure-frame JSON to send as one text message:
 // {"schema":"paperclip.runner.secure-frame.v1","counter":N,"ciphertext":"<hex>"}.
-// The frame is about 2×len(plaintext)+110 bytes.
+// The frame, about 2×len(plaintext)+110 bytes, is a fresh slice allocated
+// once at its exact length; the caller owns it.
 func (s *Session) Seal(plaintext []byte) ([]byte, error) {
 	h := &s.seal
 	if h.counter > maxFrameCounter {
 		return nil, fmt.Errorf("seal frame: %w", ErrCounterExhausted)
 	}
 	counter := h.counter
-	nonce := h.nonce(counter)
-	h.scratch = h.aead.Seal(h.scratch[:0], nonce[:], plaintext, h.aad(counter))
-	out := make([]byte, 0, len(framePrefix)+20+len(frameMiddle)+2*len(h.scratch)+len(frameSuffix))
-	out = append(out, framePrefix...)
-	out = strconv.AppendUint(out, counter, 10)
-	out = append(out, frameMiddle...)
-	out = appendLowerHex(out, h.scratch)
-	out = append(out, frameSuffix...)
+	var digits [20]byte
+	ctr := strconv.AppendUint(digits[:0], counter, 10)
+	ctLen := len(plaintext) + gcmTagSize
+	head := len(framePrefix) + len(ctr) + len(frameMiddle)
+	out := make([]byte, head+2*ctLen+len(frameSuffix))
+	copy(out, framePrefix)
+	copy(out[len(framePrefix):], ctr)
+	copy(out[len(framePrefix)+len(ctr):], frameMiddle)
+	copy(out[head+2*ctLen:], frameSuffix)
+
+	// Seal into the back half of the hex field and expand it forward in
+	// place (encodeLowerHex allows exactly this overlap): the frame is the
+	// only buffer, written once by AES-GCM and once by the encoder.
+	field := out[head : head+2*ctLen]
+	h.nonceIn = h.nonce(counter) // a field: a local would escape to the heap
+	ct := h.aead.Seal(field[ctLen:ctLen], h.nonceIn[:], plaintext, h.aad(counter))
+	if &ct[0] != &field[ctLen] { // cipher.AEAD appends, so this never copies
+		copy(field[ctLen:], ct)
+	}
+	encodeLowerHex(field, field[ctLen:])
 	h.counter++
 	return out, nil
 }
 
 // Open parses a secure frame, requires the next inbound counter, checks the
-// tag, and returns the plaintext. Any error is fatal for the connection, and
-// the direction stays failed: every later Open returns the same error.
+// tag, and returns the plaintext in a fresh slice the caller owns (Open
+// never reuses it, and never writes to frame). Any error is fatal for the
+// connection, and the direction stays failed: every later Open returns the
+// same error.
 func (s *Session) Open(frame []byte) ([]byte, error) {
 	h := &s.open
 	if h.err != nil {
@@ -182,13 +201,23 @@ func (s *Session) Open(frame []byte) ([]byte, error) {
 	return pt, nil
 }
 
+// openFrame extracts counter and ciphertext from a frame. The exact layout
+// Seal (and the reference core) produce takes a fast path that decodes the
+// hex straight from the frame, with no JSON decode of the long string; any
+// other JSON object goes through the general parser, which has the final
+// word and the same rules: schema must be the secure-frame schema (else
+// ErrPlaintextFrame), counter a non-negative integer literal ≤ 2^53−1,
+// ciphertext non-empty lowercase hex of even length. Unknown members are
+// ignored, as the reference does.
+//
+// The ciphertext is decoded into the buffer that becomes the plaintext, and
+// AES-GCM opens it in place: one allocation per frame.
 func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
-	// The fast path decodes the hex straight from the frame; anything it
-	// cannot take goes through the general parser, which has the final word.
 	counter, ctHex, fast := splitSecureFrameFast(frame)
 	var ct []byte
 	if fast {
-		ct, fast = h.decodeCiphertext(ctHex)
+		ct = make([]byte, len(ctHex)/2)
+		fast = decodeLowerHex(ct, ctHex)
 	}
 	if !fast {
 		var err error
@@ -196,8 +225,8 @@ func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		var ok bool
-		if ct, ok = h.decodeCiphertext(ctHex); !ok {
+		ct = make([]byte, len(ctHex)/2)
+		if !decodeLowerHex(ct, ctHex) {
 			return nil, ErrFrameMalformed
 		}
 	}
@@ -207,36 +236,13 @@ func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
 	if len(ct) < gcmTagSize {
 		return nil, ErrFrameMalformed
 	}
-	nonce := h.nonce(counter)
-	pt, err := h.aead.Open(nil, nonce[:], ct, h.aad(counter))
+	h.nonceIn = h.nonce(counter)
+	pt, err := h.aead.Open(ct[:0], h.nonceIn[:], ct, h.aad(counter))
 	if err != nil {
 		return nil, ErrFrameAuth
 	}
 	h.counter++
-	return pt, nil
-}
-
-// decodeCiphertext decodes lowercase hex into the scratch buffer.
-func (h *halfChannel) decodeCiphertext(src []byte) ([]byte, bool) {
-	n := len(src) / 2
-	if cap(h.scratch) < n {
-		h.scratch = make([]byte, n)
-	}
-	ct := h.scratch[:n]
-	return ct, decodeLowerHex(ct, src)
-}
-
-// parseSecureFrame extracts counter and ciphertext hex from a frame. The
-// exact layout Seal (and the reference core) produce takes a fast path; any
-// other JSON object goes through the general parser with the same rules:
-// schema must be the secure-frame schema (else ErrPlaintextFrame), counter
-// a non-negative integer literal ≤ 2^53−1, ciphertext non-empty lowercase
-// hex of even length. Unknown members are ignored, as the reference does.
-func parseSecureFrame(frame []byte) (uint64, []byte, error) {
-	if c, ct, ok := splitSecureFrameFast(frame); ok && validCiphertextHex(ct) {
-		return c, ct, nil
-	}
-	return parseSecureFrameSlow(frame)
+	return pt[:len(pt):len(pt)], nil
 }
 
 // splitSecureFrameFast matches the exact layout Seal writes and returns the
@@ -313,102 +319,16 @@ func parseCounter(b []byte) (uint64, bool) {
 	return n, n <= maxFrameCounter
 }
 
+// validCiphertextHex reports whether b is non-empty lowercase hex of even
+// length.
 func validCiphertextHex(b []byte) bool {
 	if len(b) == 0 || len(b)%2 != 0 {
 		return false
 	}
-	for _, c := range b {
-		if hexValue[c] == 0xff {
-			return false
-		}
+	t := hexPairValues()
+	var bad uint16
+	for i := 0; i+1 < len(b); i += 2 {
+		bad |= t[binary.LittleEndian.Uint16(b[i:])]
 	}
-	return true
-}
-
-// hexValue maps a lowercase hex digit to its value and anything else to 0xff.
-var hexValue = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for i := byte(0); i < 10; i++ {
-		t['0'+i] = i
-	}
-	for i := byte(0); i < 6; i++ {
-		t['a'+i] = 10 + i
-	}
-	return t
-}()
-
-// SWAR lane constants for the hex codec below.
-const (
-	lanes01 = 0x0101010101010101
-	lanes0f = 0x0f0f0f0f0f0f0f0f
-	lanes80 = 0x8080808080808080
-)
-
-// appendLowerHex appends the lowercase hex of src to dst, four input bytes
-// per step: each byte is spread into a 16-bit lane as (hi, lo) nibbles, and
-// nibble n becomes '0'+n, plus 39 more when n ≥ 10 ('a'-'0'-10).
-func appendLowerHex(dst, src []byte) []byte {
-	n := len(dst)
-	dst = slices.Grow(dst, 2*len(src))[:n+2*len(src)]
-	out := dst[n:]
-	for len(src) >= 8 && len(out) >= 16 {
-		binary.LittleEndian.PutUint64(out, hexLanes(binary.LittleEndian.Uint32(src)))
-		binary.LittleEndian.PutUint64(out[8:], hexLanes(binary.LittleEndian.Uint32(src[4:])))
-		src, out = src[8:], out[16:]
-	}
-	const digits = "0123456789abcdef"
-	for i, b := range src {
-		out[2*i], out[2*i+1] = digits[b>>4], digits[b&0xf]
-	}
-	return dst
-}
-
-// hexLanes turns four bytes into their eight lowercase hex digits.
-func hexLanes(w uint32) uint64 {
-	x := uint64(w)
-	x = (x | x<<16) & 0x0000ffff0000ffff
-	x = (x | x<<8) & 0x00ff00ff00ff00ff
-	v := (x>>4)&0x000f000f000f000f | (x&0x000f000f000f000f)<<8
-	return v + 0x3030303030303030 + ((v+0x0606060606060606)>>4&lanes01)*39
-}
-
-// decodeLowerHex decodes len(dst)*2 lowercase hex digits from src and
-// reports whether every digit was valid ([0-9a-f]), eight digits per step.
-func decodeLowerHex(dst, src []byte) bool {
-	if len(src) != 2*len(dst) {
-		return false
-	}
-	for len(src) >= 8 && len(dst) >= 4 {
-		m, ok := unhexLanes(binary.LittleEndian.Uint64(src))
-		if !ok {
-			return false
-		}
-		binary.LittleEndian.PutUint32(dst, m)
-		src, dst = src[8:], dst[4:]
-	}
-	var bad byte
-	for i := range dst {
-		hi, lo := hexValue[src[2*i]], hexValue[src[2*i+1]]
-		bad |= hi | lo
-		dst[i] = hi<<4 | lo
-	}
-	return bad&0xf0 == 0
-}
-
-// unhexLanes decodes eight lowercase hex digits into four bytes.
-func unhexLanes(x uint64) (uint32, bool) {
-	// Per lane (ASCII only): '0' ≤ c ≤ '9' or 'a' ≤ c ≤ 'f'. Adding k sets
-	// a lane's top bit exactly when c ≥ 0x80−k, and no lane carries.
-	digit := (x + 0x5050505050505050) &^ (x + 0x4646464646464646)
-	letter := (x + 0x1f1f1f1f1f1f1f1f) &^ (x + 0x1919191919191919)
-	if x&lanes80 != 0 || (digit|letter)&lanes80 != lanes80 {
-		return 0, false
-	}
-	nib := x&lanes0f + (x>>6&lanes01)*9
-	m := (nib<<4 | nib>>8) & 0x00ff00ff00ff00ff
-	m = (m | m>>8) & 0x0000ffff0000ffff
-	m = (m | m>>16) & 0xffffffff
-	return uint32(m), true
+	return bad&hexPairInvalid == 0
 }

@@ -3,6 +3,7 @@ package prp
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,30 +15,90 @@ func TestLowerHexCodec(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*7 + i>>8)
 	}
-	for n := 0; n <= len(src); n += 1 + n/3 {
-		enc := appendLowerHex([]byte("prefix"), src[:n])
-		require.Equal(t, "prefix"+hex.EncodeToString(src[:n]), string(enc), "n=%d", n)
+	for n := 0; n <= len(src); n += 1 + n/7 {
+		want := hex.EncodeToString(src[:n])
+		enc := make([]byte, 2*n)
+		encodeLowerHex(enc, src[:n])
+		require.Equal(t, want, string(enc), "n=%d", n)
+
+		// In place: the bytes sit in the back half of the output.
+		inPlace := make([]byte, 2*n)
+		copy(inPlace[n:], src[:n])
+		encodeLowerHex(inPlace, inPlace[n:])
+		require.Equal(t, want, string(inPlace), "in place n=%d", n)
+
 		dst := make([]byte, n)
-		require.True(t, decodeLowerHex(dst, enc[len("prefix"):]), "n=%d", n)
+		require.True(t, decodeLowerHex(dst, enc), "n=%d", n)
 		require.Equal(t, src[:n], dst)
+		assert.Equal(t, n > 0, validCiphertextHex(enc), "n=%d", n)
 	}
-	// Every byte value in every lane position of a SWAR step is checked.
+	// Every byte value in every position of an unrolled step and of the
+	// tail is checked, by the decoder and by the validator.
 	valid := []byte("0123456789abcdef")
-	for pos := range 16 {
-		for c := range 256 {
-			s := bytes.Repeat([]byte("0"), 16)
-			s[pos] = byte(c)
-			dst := make([]byte, 8)
-			want := bytes.IndexByte(valid, byte(c)) >= 0
-			assert.Equal(t, want, decodeLowerHex(dst, s), "pos %d char %#x", pos, c)
-			if want {
-				ref, err := hex.DecodeString(string(s))
-				require.NoError(t, err)
-				assert.Equal(t, ref, dst)
+	for _, size := range []int{16, 22} {
+		for pos := range size {
+			for c := range 256 {
+				s := bytes.Repeat([]byte("0"), size)
+				s[pos] = byte(c)
+				dst := make([]byte, size/2)
+				want := bytes.IndexByte(valid, byte(c)) >= 0
+				assert.Equal(t, want, decodeLowerHex(dst, s), "size %d pos %d char %#x", size, pos, c)
+				assert.Equal(t, want, validCiphertextHex(s), "size %d pos %d char %#x", size, pos, c)
+				if want {
+					ref, err := hex.DecodeString(string(s))
+					require.NoError(t, err)
+					assert.Equal(t, ref, dst)
+				}
 			}
 		}
 	}
 	assert.False(t, decodeLowerHex(make([]byte, 1), []byte("abc")))
+	assert.False(t, validCiphertextHex([]byte("abc")))
+	assert.False(t, validCiphertextHex(nil))
+}
+
+// TestSealFrameLayout: Seal writes exactly the reference layout, sized to
+// the byte, with the hex of AES-GCM over the spec's nonce and AAD.
+func TestSealFrameLayout(t *testing.T) {
+	key := AuthKey("t")
+	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	for _, n := range []int{0, 1, 15, 16, 17, 100, 4099} {
+		pt := bytes.Repeat([]byte{0xa5}, n)
+		counter := runner.seal.counter
+		frame, err := runner.Seal(pt)
+		require.NoError(t, err)
+		nonce := runner.seal.nonce(counter)
+		ct := runner.seal.aead.Seal(nil, nonce[:], pt, runner.seal.aad(counter))
+		want := fmt.Sprintf(`{"schema":%q,"counter":%d,"ciphertext":%q}`, SecureFrameSchema, counter, hex.EncodeToString(ct))
+		assert.Equal(t, want, string(frame), "n=%d", n)
+		assert.Equal(t, len(frame), cap(frame), "n=%d: frame sized once", n)
+	}
+}
+
+// TestOpenReturnsOwnedPlaintext: a plaintext Open returned is not touched by
+// later Opens, and Open leaves the frame as it was.
+func TestOpenReturnsOwnedPlaintext(t *testing.T) {
+	key := AuthKey("t")
+	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	var kept [][]byte
+	for i := range 8 {
+		pt := bytes.Repeat([]byte{byte('a' + i)}, 1000+i)
+		f, err := runner.Seal(pt)
+		require.NoError(t, err)
+		sent := bytes.Clone(f)
+		got, err := core.Open(f)
+		require.NoError(t, err)
+		assert.Equal(t, sent, f, "Open wrote to the frame")
+		assert.Equal(t, len(got), cap(got))
+		kept = append(kept, got)
+	}
+	for i, got := range kept {
+		assert.Equal(t, string(bytes.Repeat([]byte{byte('a' + i)}, 1000+i)), string(got), "plaintext %d", i)
+	}
 }
 
 func TestSealOpenRoundTripAndCounters(t *testing.T) {
