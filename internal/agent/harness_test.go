@@ -3,10 +3,14 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,6 +156,7 @@ type rig struct {
 	cfg   Config
 	m     *Manager
 	state string
+	cwd   string // the agent cwd, fixed so a record stays reusable
 }
 
 // testBounds are short bounds so fault scenarios finish in seconds.
@@ -174,7 +179,7 @@ func newRig(t testing.TB, mutate ...func(*Config)) *rig {
 	for _, f := range mutate {
 		f(&cfg)
 	}
-	r := &rig{t: t, sink: sink, cfg: cfg, state: stateDir}
+	r := &rig{t: t, sink: sink, cfg: cfg, state: stateDir, cwd: t.TempDir()}
 	r.m = NewManager(cfg, Stored{})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testWait)
@@ -185,10 +190,13 @@ func newRig(t testing.TB, mutate ...func(*Config)) *rig {
 }
 
 // prepare binds fakeacp (run as agent "claude") with flags.
-func (r *rig) prepare(flags ...string) {
+func (r *rig) prepare(flags ...string) { r.t.Helper(); r.prepareAs("claude", flags...) }
+
+// prepareAs binds fakeacp run as agent name (the bound follows the name).
+func (r *rig) prepareAs(name string, flags ...string) {
 	r.t.Helper()
 	desc := map[string]any{"provider": map[string]any{
-		"kind": "acpx", "agent": "claude", "command": fakeacpBin(r.t), "args": flags, "cwd": r.t.TempDir(),
+		"kind": "acpx", "agent": name, "command": fakeacpBin(r.t), "args": flags, "cwd": r.cwd,
 	}}
 	b, _ := json.Marshal(desc)
 	_, err := r.m.Prepare(b)
@@ -247,4 +255,40 @@ func eventually(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// openErr runs session.open expecting a failure and returns its code.
+func (r *rig) openErr() *CommandError {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.Open(ctx)
+	var ce *CommandError
+	require.ErrorAs(r.t, err, &ce)
+	return ce
+}
+
+// killAgent SIGKILLs the agent's group and waits until the executor has
+// forgotten the process.
+func (r *rig) killAgent() {
+	r.t.Helper()
+	pgid := agentPgid(r.t, r.sessionDir())
+	require.NoError(r.t, syscall.Kill(-pgid, syscall.SIGKILL))
+	eventually(r.t, "process forgotten", func() bool { st, _ := r.sink.snapshot(); return st.Session.Process == nil })
+}
+
+// killWait SIGKILLs pid and waits (bounded) until it is gone or a zombie.
+func killWait(pid int) error {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(testWait)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return errors.New("process survived SIGKILL")
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // agentPgid reads the agent's process group from .pcwrap.child.
-func agentPgid(t *testing.T, dir string) int {
+func agentPgid(t testing.TB, dir string) int {
 	t.Helper()
 	var rec struct {
 		Pgid int `json:"pgid"`
