@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +29,9 @@ const (
 	// crashSuspendEvery puts a runner.suspend (which ends the process
 	// cleanly) among the commands.
 	crashSuspendEvery = 17
+	// crashRedial spaces the core's dials of a listening runnerd in the
+	// listen-mode run (kept short: lives last milliseconds).
+	crashRedial = 5 * time.Millisecond
 	// crashMaxLife bounds how long one runnerd life lasts before its SIGKILL;
 	// long enough to authenticate and make progress, short enough that 50
 	// lives fit in seconds.
@@ -41,7 +48,14 @@ const (
 // (relaunch with a fresh ticket and the same state dir → P0
 // runner.reconciled) over real processes. Set PCRUNNER_CRASH_SEED to replay
 // a run.
-func TestCrashKill9Recovery(t *testing.T) {
+func TestCrashKill9Recovery(t *testing.T) { crashRun(t, false) }
+
+// TestCrashKill9RecoveryListen is the same in listen mode, the production
+// mode on Daytona: each life binds a fresh loopback port and the core dials
+// it (prp.md §1.2, §6.2).
+func TestCrashKill9RecoveryListen(t *testing.T) { crashRun(t, true) }
+
+func crashRun(t *testing.T, listen bool) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("PCRUNNER_CRASH_SEED"); s != "" {
 		var err error
@@ -55,6 +69,10 @@ func TestCrashKill9Recovery(t *testing.T) {
 	c := newCoreServer(t)
 	dir := stateDir(t)
 	args := runnerdArgs(dir, "--connect-url", c.connectURL())
+	if listen {
+		args = runnerdArgs(dir, "--listen-address", "127.0.0.1", "--listen-port", "0",
+			"--listen-path", prp.ConnectPath(identity.RunID))
+	}
 
 	// The script: drains carry an observable effect (runner.draining names
 	// its command), snapshots complete without one, budget increases are
@@ -80,11 +98,11 @@ func TestCrashKill9Recovery(t *testing.T) {
 	for kills < crashKills {
 		require.True(t, time.Now().Before(deadline), "crash loop exceeded its bound after %d kills", kills)
 		queue(1 + rng.IntN(crashBatch))
-		proc := c.startRunnerd(t, bin, args)
+		l := c.startLife(t, bin, args, listen)
 		time.Sleep(time.Duration(rng.Int64N(int64(crashMaxLife))))
-		_ = proc.Process.Signal(syscall.SIGKILL)
-		switch code := waitExit(t, proc); {
-		case code == -1 && proc.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+		_ = l.proc.Process.Signal(syscall.SIGKILL)
+		switch code := l.wait(t); {
+		case code == -1 && l.proc.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
 			kills++
 		case code == 0:
 			suspends++ // it had already stopped by itself
@@ -103,8 +121,7 @@ func TestCrashKill9Recovery(t *testing.T) {
 	require.NotEmpty(t, stop.CommandID, "queue shutdown: %v", err)
 	for lives := 0; c.core.Snapshot().Results[stop.CommandID] == nil; lives++ {
 		require.Less(t, lives, crashKills, "the script does not finish")
-		proc := c.startRunnerd(t, bin, args)
-		require.Equal(t, 0, waitExit(t, proc), "an undisturbed life ends cleanly")
+		require.Equal(t, 0, c.startLife(t, bin, args, listen).wait(t), "an undisturbed life ends cleanly")
 	}
 	final := c.core.Snapshot()
 	require.NotNil(t, final.Results[stop.CommandID])
@@ -197,6 +214,88 @@ func TestCrashKill9Recovery(t *testing.T) {
 		kills, suspends, len(evs), reconciled, indeterminate)
 
 	// The state is final: a relaunch exits at once (prp.md §9.4).
-	again := c.startRunnerd(t, bin, args)
-	require.Equal(t, 0, waitExit(t, again))
+	require.Equal(t, 0, c.startLife(t, bin, args, listen).wait(t))
+}
+
+// life is one runnerd process; in listen mode the core keeps dialling its
+// listener (the server's ingress loop) until the process ends.
+type life struct {
+	proc   *exec.Cmd
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the stderr reader and the dialler
+	eof    chan struct{}  // stderr reached EOF: the process is gone
+}
+
+func (c *coreServer) startLife(t *testing.T, bin string, args []string, listen bool) *life {
+	t.Helper()
+	if !listen {
+		return &life{proc: c.startRunnerd(t, bin, args)}
+	}
+	ticket, err := c.core.MintTicket()
+	require.NoError(t, err)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &life{proc: cmd, cancel: cancel, eof: make(chan struct{})}
+	addr := make(chan string, 1)
+	l.wg.Add(2)
+	go func() {
+		defer l.wg.Done()
+		defer close(l.eof)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var rec struct {
+				Msg     string `json:"msg"`
+				Address string `json:"address"`
+			}
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" {
+				addr <- rec.Address
+			}
+		}
+	}()
+	go func() {
+		defer l.wg.Done()
+		var url string
+		select {
+		case a := <-addr:
+			url = "ws://" + a + prp.ConnectPath(identity.RunID)
+		case <-ctx.Done():
+			return
+		}
+		for ctx.Err() == nil {
+			if c.core.Connect(ctx, url) == nil {
+				_ = c.core.Wait(ctx, func(s prp.CoreSnapshot) bool { return !s.Connected })
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(crashRedial):
+			}
+		}
+	}()
+	return l
+}
+
+// wait waits for the process (bounded), stops the dialler and returns the
+// exit code.
+func (l *life) wait(t *testing.T) int {
+	t.Helper()
+	if l.cancel == nil {
+		return waitExit(t, l.proc)
+	}
+	select {
+	case <-l.eof: // all output read before Wait, as os/exec requires
+	case <-time.After(waitBound):
+		_ = l.proc.Process.Kill()
+		<-l.eof
+		l.cancel()
+		l.wg.Wait()
+		_ = l.proc.Wait()
+		t.Fatal("runnerd did not exit in time")
+	}
+	l.cancel()
+	l.wg.Wait()
+	return waitExit(t, l.proc)
 }
