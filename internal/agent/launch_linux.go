@@ -178,12 +178,9 @@ func killOrphanGroup(dir string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read child record: %w", err)
 	}
-	var rec struct {
-		Pgid      int    `json:"pgid"`
-		StartTime uint64 `json:"startTime"`
-	}
-	if err := json.Unmarshal(b, &rec); err != nil || rec.Pgid <= 1 {
-		return false, errors.New("read child record: malformed")
+	rec, err := parseChildRecord(b)
+	if err != nil {
+		return false, err
 	}
 	if !groupHasMemberSince(rec.Pgid, rec.StartTime) {
 		return false, nil
@@ -227,4 +224,21 @@ func groupHasMemberSince(pgid int, since uint64) bool {
 		}
 	}
 	return false
+}
+
+// childRecord is .pcwrap.child: the agent's group and its leader's start
+// time (pcwrap-protocol.md §2.4).
+type childRecord struct {
+	Pgid      int    `json:"pgid"`
+	StartTime uint64 `json:"startTime"`
+}
+
+// parseChildRecord decodes .pcwrap.child; a group id of 0 or 1 (or a
+// negative one) is refused: signalling it would hit runnerd or init.
+func parseChildRecord(b []byte) (childRecord, error) {
+	var rec childRecord
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Pgid <= 1 {
+		return childRecord{}, errors.New("read child record: malformed")
+	}
+	return rec, nil
 }
