@@ -1,0 +1,115 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/state"
+	"github.com/pcrunner/pcrunner/internal/testbin"
+)
+
+var (
+	fakeOnce sync.Once
+	fakePath string
+	fakeErr  error
+	fakeOut  []byte
+)
+
+// fakeacpBin builds test/fakeacp once per test process.
+func fakeacpBin(t testing.TB) string {
+	t.Helper()
+	fakeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "runner-fakeacp-")
+		if err != nil {
+			fakeErr = err
+			return
+		}
+		fakePath = filepath.Join(dir, "fakeacp")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", fakePath, "./test/fakeacp")
+		cmd.Dir = testbin.RepoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		fakeOut, fakeErr = cmd.CombinedOutput()
+	})
+	require.NoError(t, fakeErr, "go build ./test/fakeacp: %s", fakeOut)
+	return fakePath
+}
+
+// agentRun starts a runner whose config finds the test pcwrap.
+func (h *harness) agentRun(extra ...string) *running {
+	h.t.Helper()
+	cfg := h.config(false, append([]string{"--pcwrap-path", testbin.Path(h.t, "pcwrap")}, extra...)...)
+	return h.start(cfg, Options{})
+}
+
+func (h *harness) prepareFake(flags ...string) {
+	h.t.Helper()
+	b, err := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+		"command": fakeacpBin(h.t), "args": flags, "cwd": h.t.TempDir()}})
+	require.NoError(h.t, err)
+	res := h.waitResult(h.queue("run.prepare", string(b)).CommandID)
+	require.Equal(h.t, "completed", res.Status, string(res.Result))
+}
+
+// TestAgentTurnThroughLoop: the executor's events reach the core through
+// the durable outbox, the provider turn and item ids ride in the payload,
+// consecutive deltas coalesce, and the ACP record lives in
+// runner-state.json without any environment value (acp.md §3.3, §3.4).
+func TestAgentTurnThroughLoop(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.agentRun()
+	h.prepareFake()
+	res := h.waitResult(h.queue("session.open", `{"reuse":"same_session"}`).CommandID)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	res = h.waitResult(h.queue("turn.start", `{"text":"echo hello"}`).CommandID)
+	require.Equal(t, "completed", res.Status)
+	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		return len(eventsOfType(decodeEvents(t, s.Events), "run.terminal")) == 1
+	})
+	evs := decodeEvents(t, s.Events)
+	deltas := eventsOfType(evs, "item.delta")
+	require.NotEmpty(t, deltas)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(deltas[0].Payload, &p))
+	require.Equal(t, "pturn-1", p["providerTurnId"])
+	require.NotEmpty(t, p["itemId"])
+	require.Equal(t, "hello", p["text"])
+
+	snap := h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
+	require.Equal(t, "completed", snap.Status)
+
+	run.cancel()
+	require.NoError(t, run.wait(t))
+	st := h.readState()
+	var rec map[string]any
+	ok, err := st.Record(agentRecord, &rec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	raw, _ := json.Marshal(rec)
+	require.Contains(t, string(raw), `"acpSessionId":"sess-0001"`)
+	require.NotContains(t, string(raw), "PATH=")
+	require.NotContains(t, string(raw), os.Getenv("HOME")+"\"", "no environment value in the record")
+	_ = state.FileName
+}
+
+// TestAgentHandshakeTimeoutCode: a handshake timeout fails session.open
+// with the protocol-named code session_handshake_timeout, not the generic
+// command_execution_failed (acp.md §4.1 step 4).
+func TestAgentHandshakeTimeoutCode(t *testing.T) {
+	h := newHarness(t, nil)
+	h.agentRun("--session-open-cold-timeout-agent", "claude=500")
+	h.prepareFake("--hang-on-new-session")
+	res := h.waitResult(h.queue("session.open", `{}`).CommandID)
+	require.Equal(t, "failed", res.Status)
+	require.Equal(t, "session_handshake_timeout", resultCodeOf(t, res))
+	require.True(t, strings.Contains(string(res.Result), "within 500ms"), string(res.Result))
+	_ = context.Background
+}

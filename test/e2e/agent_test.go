@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAgentScenario01_02_EchoTurn: run.prepare, a cold session.open and
+// "echo hi" through the real runnerd, pcwrap and fakeacp; the core sees
+// harness.ready, session.started, turn.started, the delta "hi",
+// turn.completed, one run.result.proposed and one run.terminal, exactly
+// once; SIGTERM stops the agent and removes its session dir (acp.md §11
+// scenarios 1, 2; §3.6).
+func TestAgentScenario01_02_EchoTurn(t *testing.T) {
+	r := newAgentRig(t)
+	proc := r.start(t)
+	r.prepare(t)
+	r.open(t)
+	res := r.run(t, "turn.start", map[string]any{"text": "echo hi"})
+	require.Equal(t, "completed", res.Status)
+	require.Contains(t, string(res.Result), `"providerTurnId":"pturn-1"`)
+	evs := r.waitEvents(t, "run.terminal", 1)
+	requireContiguous(t, evs)
+	got := agentTypes(evs)
+	require.Equal(t, []string{"harness.ready", "session.started", "turn.started", "item.started", "item.delta"}, got[:5])
+	require.Equal(t, []string{"turn.completed", "run.result.proposed", "run.terminal"}, got[len(got)-3:])
+	text := ""
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			text += field(t, e, "text").(string)
+		}
+	}
+	require.Equal(t, "hi", text)
+	term, _ := find(evs, "run.terminal")
+	require.Equal(t, "completed", field(t, term, "turnTerminalState"))
+	require.Len(t, processSessions(r.dir), 1)
+
+	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, waitExit(t, proc))
+	require.Empty(t, processSessions(r.dir), "an orderly stop stops the agent")
+}
+
+// TestAgentScenario04_HandshakeTimeout: --hang-on-new-session → at the
+// bound the agent is stopped, no provider event, the command fails with
+// code session_handshake_timeout (scenario 4).
+func TestAgentScenario04_HandshakeTimeout(t *testing.T) {
+	r := newAgentRig(t, "--session-open-cold-timeout-agent", "claude=800")
+	r.start(t)
+	r.prepare(t, "--hang-on-new-session")
+	res := r.run(t, "session.open", map[string]any{})
+	require.Equal(t, "failed", res.Status)
+	require.Contains(t, string(res.Result), `"code":"session_handshake_timeout"`)
+	require.Contains(t, string(res.Result), "within 800ms")
+	require.Empty(t, agentTypes(r.events(t)), "no provider event")
+	require.Empty(t, processSessions(r.dir))
+}
+
+// TestAgentScenario08_Interrupt: a long turn, then turn.interrupt →
+// turn.interrupted, one result, one terminal, agent stopped (scenario 8).
+func TestAgentScenario08_Interrupt(t *testing.T) {
+	r := newAgentRig(t, "--cancel-grace-ms", "1000")
+	r.start(t)
+	r.prepare(t)
+	r.open(t)
+	r.run(t, "turn.start", map[string]any{"text": "sleep 20000"})
+	res := r.run(t, "turn.interrupt", map[string]any{})
+	require.Equal(t, "completed", res.Status)
+	evs := r.waitEvents(t, "run.terminal", 1)
+	require.Equal(t, 1, countType(evs, "turn.interrupted"))
+	require.Equal(t, 1, countType(evs, "run.result.proposed"))
+	require.Empty(t, processSessions(r.dir))
+}
+
+// TestAgentScenario13_CrashMidTurn: the agent dies mid-turn → harness.exited,
+// turn.failed, session.failed agent_disconnected (scenario 13).
+func TestAgentScenario13_CrashMidTurn(t *testing.T) {
+	r := newAgentRig(t)
+	r.start(t)
+	r.prepare(t, "--crash-mid-turn", "sigkill")
+	r.open(t)
+	r.run(t, "turn.start", map[string]any{"text": "echo boom"})
+	evs := r.waitEvents(t, "session.failed", 1)
+	require.Equal(t, 1, countType(evs, "harness.exited"))
+	require.Equal(t, 1, countType(evs, "turn.failed"))
+	require.Equal(t, 1, countType(evs, "run.terminal"))
+}
+
+// TestAgentScenario26_PcwrapKilled: kill -9 of pcwrap mid-turn → within the
+// loss deadline harness.diagnostic{transport_closed}, turn.failed, one
+// result, one terminal; the agent's group is gone (scenario 26).
+func TestAgentScenario26_PcwrapKilled(t *testing.T) {
+	r := newAgentRig(t)
+	r.start(t)
+	r.prepare(t)
+	r.open(t)
+	r.run(t, "turn.start", map[string]any{"text": "sleep 20000"})
+	sessions := processSessions(r.dir)
+	require.Len(t, sessions, 1)
+	pid := pcwrapPid(t, filepath.Join(r.dir, "process-sessions", sessions[0]))
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	evs := r.waitEvents(t, "run.terminal", 1)
+	diag, ok := find(evs, "harness.diagnostic")
+	require.True(t, ok)
+	require.Equal(t, "transport_closed", field(t, diag, "lossReason"))
+	require.Equal(t, 1, countType(evs, "turn.failed"))
+	require.Equal(t, 1, countType(evs, "run.result.proposed"))
+}
+
+// TestAgentScenario29_LossBetweenTurns: the agent dies while idle; the next
+// turn.start fails at once with provider_exit (scenario 29).
+func TestAgentScenario29_LossBetweenTurns(t *testing.T) {
+	r := newAgentRig(t)
+	r.start(t)
+	r.prepare(t)
+	r.open(t)
+	sessions := processSessions(r.dir)
+	require.Len(t, sessions, 1)
+	pgid := childPgid(t, filepath.Join(r.dir, "process-sessions", sessions[0]))
+	require.NoError(t, syscall.Kill(-pgid, syscall.SIGKILL))
+	r.waitEvents(t, "harness.exited", 1)
+	res := r.run(t, "turn.start", map[string]any{"text": "echo late"})
+	require.Equal(t, "completed", res.Status)
+	require.Contains(t, string(res.Result), `"lossReason":"provider_exit"`)
+	evs := r.waitEvents(t, "run.terminal", 1)
+	require.Equal(t, 1, countType(evs, "turn.failed"))
+}
+
+// pcwrapPid finds the pcwrap whose environment names dir (scanning /proc).
+func pcwrapPid(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && strings.Contains("\x00"+string(env), "\x00PAPERCLIP_PROCESS_SESSION_DIR="+dir+"\x00") {
+			return pid
+		}
+	}
+	t.Fatalf("no pcwrap for %s", dir)
+	return 0
+}
+
+// childPgid reads the agent's process group from .pcwrap.child.
+func childPgid(t *testing.T, dir string) int {
+	t.Helper()
+	var rec struct {
+		Pgid int `json:"pgid"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ".pcwrap.child"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rec))
+	require.Positive(t, rec.Pgid)
+	return rec.Pgid
+}
