@@ -3,8 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"os"
-	"strconv"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
