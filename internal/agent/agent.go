@@ -259,6 +259,9 @@ func (m *Manager) commitLocked(events []acpx.Event) error {
 		return fmt.Errorf("commit agent state: %w", err)
 	}
 	m.st = st
+	if p := m.proc; p != nil {
+		p.removeCovered(m) // parse → commit → delete (acp.md §3.3)
+	}
 	return nil
 }
 

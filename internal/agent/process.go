@@ -21,6 +21,11 @@ import (
 // stopCheck is how often a stop re-checks whether pcwrap is gone.
 const stopCheck = 20 * time.Millisecond
 
+// maxDeferredFiles bounds the event files consumed without a commit of
+// their own (beyond: 256 × pcwrap's 64 KiB data frames covers a line of
+// acpx.MaxLineBytes with room to spare).
+const maxDeferredFiles = 256
+
 // Stop modes.
 const (
 	stopRelease = iota + 1 // emit harness.exited
@@ -38,12 +43,19 @@ type process struct {
 	dir      string
 	pid      int // pcwrap's pid when this process started it (tests, logs)
 	w        *sessiondir.Writer
-	consumed int64
+	fs       *sessiondir.DirFS // events/, held by the reader; nil once it closed
+	consumed int64             // last event file fed to the client
+	// pending names files fed since the last commit: a file whose content
+	// produced nothing to send (typically a chunk of a long line) is not
+	// committed on its own; the next commit covers it, then it is deleted.
+	// Until then a restart re-reads it from the last committed state.
+	pending []string
 	// reserve counts lines covered by the next commit but not yet written:
 	// the committed next stdin seq includes them (acp.md §3.2).
 	reserve int
 
 	lost, stopping, quiet bool
+	frameExceeded         bool // the agent wrote a stdout line over acpx.MaxLineBytes
 	exitSeen              bool
 	exitCode              *int
 	signal                string
@@ -74,6 +86,9 @@ func (p *process) alive() bool {
 // startupFailure classifies the agent's end during the handshake (acp.md
 // §6). Read only after ended is closed.
 func (p *process) startupFailure() error {
+	if p.frameExceeded {
+		return acpx.NewFailure(acpx.ClassProviderFrameTooLarge, nil)
+	}
 	if !p.exitSeen {
 		return acpx.NewFailure(acpx.ClassAgentDisconnected, nil)
 	}
@@ -116,6 +131,7 @@ func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consume
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	p.cancel = cancel
+	p.fs = fs
 	m.proc = p
 	m.wg.Add(1)
 	go m.readLoop(ctx, p, fs)
@@ -134,8 +150,19 @@ func (m *Manager) agentName() string {
 func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS) {
 	defer m.wg.Done()
 	defer close(p.readerDone)
-	defer fs.Close()
-	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: fs, Delivered: p.consumed, Logger: m.log})
+	defer func() {
+		m.mu.Lock()
+		p.fs = nil
+		m.mu.Unlock()
+		fs.Close()
+	}()
+	m.mu.Lock()
+	start := p.consumed
+	m.mu.Unlock()
+	sweepConsumed(fs, start, m)
+	// Keep: the reader never deletes; a file is deleted once a commit
+	// covers it (removeCovered), so uncommitted files survive a crash.
+	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: fs, Delivered: start, Keep: true, Logger: m.log})
 	var wake <-chan fsnotify.Event
 	var werrs <-chan error
 	if w, err := fsnotify.NewWatcher(); err == nil {
@@ -217,6 +244,9 @@ func (m *Manager) loseAndCommit(p *process, reason acpx.LossReason) {
 // deliver handles one event file: parse, map, commit with the consumed
 // sequence in one write, then (after return) the reader deletes it.
 func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) error {
+	if err := ctx.Err(); err != nil {
+		return err // stopping: leave the rest unread
+	}
 	if err := m.awaitDrained(ctx); err != nil {
 		return err
 	}
@@ -248,6 +278,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) 
 		}
 		if ferr != nil {
 			if errors.Is(ferr, acpx.ErrFrameExceeded) {
+				p.frameExceeded = true
 				fmt.Fprintln(m.cfg.Stderr, acpx.ErrFrameExceeded.Error())
 			}
 			evs = append(evs, m.lostLocked(p, acpx.LossReasonOf(ferr))...)
@@ -269,11 +300,17 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) 
 		}
 	}
 	p.consumed = ev.Seq
+	p.pending = append(p.pending, ev.Name)
 	if p.lost {
 		lines = nil // nothing more reaches a lost agent
 	}
+	if len(evs) == 0 && len(lines) == 0 && len(wake) == 0 && !stop && !p.lost && len(p.pending) < maxDeferredFiles {
+		// Nothing to send: re-reading this file after a crash yields the
+		// same state, so it waits for the next commit (a long line costs
+		// one write, not one per 64 KiB chunk).
+		return nil
+	}
 	if err := m.sendLocked(evs, lines); err != nil && !errors.Is(err, acpx.ErrWrite) {
-		p.consumed = ev.Seq - 1
 		return err
 	}
 	for _, w := range wake {
@@ -524,4 +561,34 @@ func (m *Manager) stopAgent(ctx context.Context, mode int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return p.exitSeen
+}
+
+// sweepConsumed deletes files at or below the committed sequence: a crash
+// between a commit and the deletion left them (acp.md §3.3: deleted unread).
+func sweepConsumed(fs *sessiondir.DirFS, upTo int64, m *Manager) {
+	names, err := fs.List()
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if seq, ok := sessiondir.ParseSeq(n); ok && seq > 0 && seq <= upTo {
+			if err := fs.Remove(n); err != nil {
+				m.log.Warn("remove consumed event file", "file", n, "err", err)
+			}
+		}
+	}
+}
+
+// removeCovered deletes the files the last commit covered. m.mu held.
+func (p *process) removeCovered(m *Manager) {
+	if p.fs == nil {
+		p.pending = nil
+		return
+	}
+	for _, n := range p.pending {
+		if err := p.fs.Remove(n); err != nil {
+			m.log.Warn("remove consumed event file", "file", n, "err", err)
+		}
+	}
+	p.pending = nil
 }

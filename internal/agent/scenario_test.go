@@ -162,6 +162,16 @@ func TestScenario05_StdoutBanner(t *testing.T) {
 	evs := r.sink.waitEvent(t, "run.terminal")
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 
+	t.Run("huge line", func(t *testing.T) {
+		stderr := &syncBuffer{}
+		r := newRig(t, func(c *Config) { c.Stderr = stderr })
+		r.prepare("--huge-line-bytes", "11000000")
+		require.Equal(t, string(acpx.ClassProviderFrameTooLarge), r.openErr().Code)
+		require.Contains(t, stderr.String(), "stdout frame exceeded\n")
+		entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
+		require.Empty(t, entries, "the agent is stopped")
+	})
+
 	t.Run("too many", func(t *testing.T) {
 		r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 3 * time.Second } })
 		r.prepare("--stdout-banner", strconv.Itoa(acpx.MaxConsecutiveBadLines))
