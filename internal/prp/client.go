@@ -71,6 +71,9 @@ type ClientConfig struct {
 
 	Logger *slog.Logger
 	Rand   io.Reader
+
+	// pongSent observes ping-to-pong latency inside the runner (benchmarks).
+	pongSent func(time.Duration)
 }
 
 // Client is the runner half of PRP: one supervised connection with lease
@@ -229,6 +232,7 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 		SilenceTimeout: c.cfg.SilenceTimeout,
 		Inspect:        func(pt []byte) (frameAction, error) { return c.inspect(sess, pt) },
 		Pong:           func() ([]byte, error) { return c.pong(sess) },
+		PongSent:       c.cfg.pongSent,
 		Logger:         c.log,
 	})
 	return conn

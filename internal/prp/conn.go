@@ -62,8 +62,11 @@ type linkConfig struct {
 	Inspect func(plaintext []byte) (frameAction, error)
 	// Pong builds a pong plaintext on the writer goroutine; it must read only
 	// in-memory state. Nil: pings are not answered (the core half).
-	Pong   func() ([]byte, error)
-	Logger *slog.Logger
+	Pong func() ([]byte, error)
+	// PongSent, if set, observes the time from a ping's arrival to its pong
+	// leaving the writer (benchmarks).
+	PongSent func(time.Duration)
+	Logger   *slog.Logger
 }
 
 // link is the machinery of one authenticated connection (prp.md §4): a reader
@@ -80,7 +83,8 @@ type link struct {
 	cfg  linkConfig
 
 	sendq    chan []byte
-	pongs    atomic.Int32
+	pingMu   sync.Mutex
+	pingAt   []time.Time // arrival of each PRP ping still owed a pong
 	prioMu   sync.Mutex
 	prioQ    [][]byte // control frames that must not wait behind queued events (lease_renew)
 	pongKick chan struct{}
@@ -193,6 +197,17 @@ func (l *link) sendPriority(plaintext []byte) error {
 	return nil
 }
 
+func (l *link) popPing() (time.Time, bool) {
+	l.pingMu.Lock()
+	defer l.pingMu.Unlock()
+	if len(l.pingAt) == 0 {
+		return time.Time{}, false
+	}
+	at := l.pingAt[0]
+	l.pingAt = l.pingAt[1:]
+	return at, true
+}
+
 func (l *link) popPriority() []byte {
 	l.prioMu.Lock()
 	defer l.prioMu.Unlock()
@@ -233,6 +248,13 @@ func (l *link) recv(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// pending reports how many opened frames wait for the owner.
+func (l *link) pending() int {
+	l.inMu.Lock()
+	defer l.inMu.Unlock()
+	return len(l.inbox)
+}
+
 func (l *link) readLoop() {
 	defer l.wg.Done()
 	for {
@@ -256,7 +278,9 @@ func (l *link) readLoop() {
 			continue
 		case framePing:
 			if l.cfg.Pong != nil {
-				l.pongs.Add(1)
+				l.pingMu.Lock()
+				l.pingAt = append(l.pingAt, time.Now())
+				l.pingMu.Unlock()
 				kick(l.pongKick)
 			}
 			continue
@@ -286,8 +310,7 @@ func (l *link) writeLoop() {
 	defer idle.Stop()
 	for {
 		// The priority lane: every owed pong leaves before the next queued frame.
-		if l.pongs.Load() > 0 {
-			l.pongs.Add(-1)
+		if at, ok := l.popPing(); ok {
 			pt, err := l.cfg.Pong()
 			if err != nil {
 				l.fail(fmt.Errorf("build pong: %w", err))
@@ -295,6 +318,9 @@ func (l *link) writeLoop() {
 			}
 			if !l.write(pt, idle) {
 				return
+			}
+			if l.cfg.PongSent != nil {
+				l.cfg.PongSent(time.Since(at))
 			}
 			continue
 		}

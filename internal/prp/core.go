@@ -1,6 +1,7 @@
 package prp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,6 +95,8 @@ type coreConn struct {
 	// fenced: runner.suspend or runner.shutdown was sent on this connection;
 	// it gets no lease_renewed and no further command (prp.md §13.1).
 	fenced bool
+	// ackOwed: events were admitted since the last ack (dispatch goroutine only).
+	ackOwed bool
 }
 
 // NewCore returns a core for one runner registration.
@@ -168,7 +171,7 @@ func (c *Core) Snapshot() CoreSnapshot {
 
 func (c *Core) snapshotLocked() CoreSnapshot {
 	s := CoreSnapshot{
-		AckedSourceSeq: c.acked, Events: append([]json.RawMessage(nil), c.events...),
+		AckedSourceSeq: c.acked, Events: c.events[:len(c.events):len(c.events)], // append-only: safe to share
 		Results: map[string]json.RawMessage{}, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
 	}
 	for _, cmd := range c.commands {
@@ -247,7 +250,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	cc := &coreConn{sess: sess, lease: hello.Lease}
 	cc.l = startLink(ws, act, sess, linkConfig{
 		PingInterval: c.cfg.PingInterval, SilenceTimeout: c.cfg.SilenceTimeout,
-		Inspect: func([]byte) (frameAction, error) { return frameForward, nil },
+		Inspect: func(pt []byte) (frameAction, error) { return c.inspect(cc, pt) },
 		Logger:  c.log,
 	})
 	c.mu.Lock()
@@ -294,6 +297,30 @@ func (c *Core) lowestPendingLocked() *coreCommand {
 	return nil
 }
 
+// inspect runs in the core's reader goroutine: pongs are counted as they
+// arrive, not after the backlog of events ahead of them is committed, so
+// ping latency measures the runner and the wire, not this core's queue.
+func (c *Core) inspect(cc *coreConn, pt []byte) (frameAction, error) {
+	if !bytes.Contains(pt, []byte(`"kind":"pong"`)) { // cheap sniff; confirmed below
+		return frameForward, nil
+	}
+	env, err := DecodeEnvelope(pt)
+	if err != nil || env.Kind != KindPong {
+		return frameForward, nil // dispatch rejects or handles it
+	}
+	if err := ValidateRunnerEnvelope(env, cc.sess); err != nil {
+		return 0, err
+	}
+	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
+		return 0, ErrLeaseNotUsable
+	}
+	c.mu.Lock()
+	c.pongs++
+	c.notifyLocked()
+	c.mu.Unlock()
+	return frameConsumed, nil
+}
+
 // dispatch handles one connection's inbound envelopes until it ends.
 func (c *Core) dispatch(cc *coreConn) {
 	defer func() {
@@ -316,6 +343,16 @@ func (c *Core) dispatch(cc *coreConn) {
 			cc.l.fail(err)
 			return
 		}
+		// ACKs are cumulative: one after a burst of events acknowledges it all.
+		if cc.ackOwed && cc.l.pending() == 0 {
+			cc.ackOwed = false
+			c.mu.Lock()
+			acked := c.acked
+			c.mu.Unlock()
+			if err := c.sendOn(cc, KindAck, "", AckPayload{AckedSourceSeq: acked}); err != nil {
+				return
+			}
+		}
 	}
 }
 
@@ -335,11 +372,6 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 		return c.admitEvent(cc, pt, env)
 	case KindCommandResult:
 		return c.admitResult(cc, env)
-	case KindPong:
-		c.mu.Lock()
-		c.pongs++
-		c.notifyLocked()
-		c.mu.Unlock()
 	case KindLeaseRenew:
 		var p LeaseRenewPayload
 		if err := env.DecodePayload(&p); err != nil {
@@ -372,7 +404,9 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 }
 
 // admitEvent applies CP #event: sourceSeq = acked+1 commits and ACKs; a
-// duplicate must byte-match after canonicalisation and is re-ACKed.
+// duplicate must byte-match after canonicalisation and is re-ACKed. The
+// ACK itself is sent by dispatch once the burst is drained; CP sends one per
+// event, which the runner's cumulative cursor makes equivalent.
 func (c *Core) admitEvent(cc *coreConn, pt []byte, env *Envelope) error {
 	var p struct {
 		SourceSeq int64 `json:"sourceSeq"`
@@ -400,9 +434,9 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *Envelope) error {
 		c.mu.Unlock()
 		return ErrSourceSeq
 	}
-	acked := c.acked
 	c.mu.Unlock()
-	return c.sendOn(cc, KindAck, "", AckPayload{AckedSourceSeq: acked})
+	cc.ackOwed = true
+	return nil
 }
 
 func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
@@ -470,9 +504,18 @@ func (c *Core) sendCommand(cc *coreConn, cmd *coreCommand) error {
 
 // sendOn builds a core control envelope (envelopeId, sentAt) and queues it on cc.
 func (c *Core) sendOn(cc *coreConn, kind, envelopeID string, payload any) error {
-	env, err := cc.sess.NewControl(kind, payload)
+	b, err := c.buildOn(cc, kind, envelopeID, payload)
 	if err != nil {
 		return err
+	}
+	return cc.l.send(context.Background(), b)
+}
+
+// buildOn builds a core control envelope for cc.
+func (c *Core) buildOn(cc *coreConn, kind, envelopeID string, payload any) ([]byte, error) {
+	env, err := cc.sess.NewControl(kind, payload)
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	c.envSeq++
@@ -482,11 +525,7 @@ func (c *Core) sendOn(cc *coreConn, kind, envelopeID string, payload any) error 
 	c.mu.Unlock()
 	env.EnvelopeID = envelopeID
 	env.SentAt = time.Now().UTC().Format(isoMillisLayout)
-	b, err := MarshalEnvelope(env)
-	if err != nil {
-		return err
-	}
-	return cc.l.send(context.Background(), b)
+	return MarshalEnvelope(env)
 }
 
 // QueueCommand journals a command: controllerSeq is assigned, and
@@ -530,13 +569,18 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 	return cmd, nil
 }
 
-// Ping sends a PRP ping to the current connection.
+// Ping sends a PRP ping to the current connection on the priority lane,
+// ahead of queued ACKs and commands.
 func (c *Core) Ping(ctx context.Context) error {
 	cur := c.cur()
 	if cur == nil {
 		return ErrNotConnected
 	}
-	return c.sendOn(cur, KindPing, "", struct{}{})
+	b, err := c.buildOn(cur, KindPing, "", struct{}{})
+	if err != nil {
+		return err
+	}
+	return cur.l.sendPriority(b)
 }
 
 // Revoke revokes the current lease at epoch and tells the runner.

@@ -331,8 +331,9 @@ func TestScenario26_CoreEventAdmission(t *testing.T) {
 	defer cancel()
 	core, client, u, done := connected(t, ctx, nil, nil)
 	require.NoError(t, client.Send(ctx, eventEnvelope(t, 1)))
+	u.waitFor(ctx, t, "ack", func(u *runnerUser) bool { return len(u.controls) == 1 })
 	require.NoError(t, client.Send(ctx, eventEnvelope(t, 1)))
-	u.waitFor(ctx, t, "two acks", func(u *runnerUser) bool { return len(u.controls) == 2 })
+	u.waitFor(ctx, t, "re-ack of the duplicate", func(u *runnerUser) bool { return len(u.controls) == 2 })
 	require.Equal(t, []string{"ack", "ack"}, u.kinds())
 
 	conflict := strings.Replace(string(eventEnvelope(t, 1)), `"<&>"`, `"changed"`, 1)
