@@ -186,3 +186,48 @@ func processSessions(dir string) []string {
 	}
 	return out
 }
+
+// lockedBuffer collects a process's stderr.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startCapturing launches runnerd with its stderr captured.
+func (r *agentRig) startCapturing(t *testing.T) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	ticket, err := r.c.core.MintTicket()
+	require.NoError(t, err)
+	buf := &lockedBuffer{}
+	cmd := exec.Command(r.bin, r.args...)
+	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
+	cmd.Stderr = buf
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			waitExit(t, cmd)
+		}
+	})
+	return cmd, buf
+}
+
+// sessionDir returns the one live process session dir.
+func (r *agentRig) sessionDir(t *testing.T) string {
+	t.Helper()
+	s := processSessions(r.dir)
+	require.Len(t, s, 1)
+	return filepath.Join(r.dir, "process-sessions", s[0])
+}
