@@ -66,7 +66,9 @@ type ClientConfig struct {
 	// lease_renewed and revoke are handled by the Client. An error is fatal:
 	// Run returns it.
 	OnControl func(ctx context.Context, c *Conn, env *Envelope) error
-	// OnLost reports that the current connection ended.
+	// OnLost reports that the current connection ended (not when a newer
+	// connection supersedes it). It runs on the supervisor goroutine, so it
+	// may overlap an OnControl call, and must not block.
 	OnLost func(err error)
 
 	Logger *slog.Logger
@@ -398,9 +400,9 @@ func (c *Client) Run(ctx context.Context) error {
 			consider(renewAt.Sub(now))
 		}
 		var timer <-chan time.Time
+		var t *time.Timer
 		if wake >= 0 {
-			t := time.NewTimer(wake)
-			defer t.Stop()
+			t = time.NewTimer(wake)
 			timer = t.C
 		}
 		var curDone <-chan struct{}
@@ -441,6 +443,9 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-c.leaseKick:
 			scheduleRenew()
 		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
 		}
 	}
 }

@@ -167,6 +167,9 @@ func (l *link) Err() error {
 // send queues a plaintext on the normal lane; the writer seals it in order.
 // It returns once queued, not once written.
 func (l *link) send(ctx context.Context, plaintext []byte) error {
+	if err := l.fits(plaintext); err != nil {
+		return err
+	}
 	select {
 	case <-l.done:
 		return fmt.Errorf("send frame: %w", l.err)
@@ -182,9 +185,25 @@ func (l *link) send(ctx context.Context, plaintext []byte) error {
 	}
 }
 
+// secureFrameOverhead bounds the secure-frame JSON around the hex
+// ciphertext: schema, counter (≤ 20 digits) and punctuation (prp.md §2.2).
+const secureFrameOverhead = 128
+
+// fits rejects a plaintext whose sealed frame would exceed the frame limit,
+// before it is queued: the connection stays up and nothing is half-sent.
+func (l *link) fits(plaintext []byte) error {
+	if int64(2*(len(plaintext)+16)+secureFrameOverhead) > l.ws.limit.Load() {
+		return fmt.Errorf("send frame: %w", ErrFrameTooLarge)
+	}
+	return nil
+}
+
 // sendPriority queues a small control frame on the priority lane, ahead of
 // queued events; it never blocks.
 func (l *link) sendPriority(plaintext []byte) error {
+	if err := l.fits(plaintext); err != nil {
+		return err
+	}
 	select {
 	case <-l.done:
 		return fmt.Errorf("send frame: %w", l.err)

@@ -153,3 +153,20 @@ func TestScenario42_PingsWhileOwnerBlocked(t *testing.T) {
 		_ = srv.CloseNow()
 	})
 }
+
+// TestOversizeSendRejectedUpFront: a plaintext whose sealed frame would pass
+// the frame limit is refused at Send and the connection stays up.
+func TestOversizeSendRejectedUpFront(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		act := newActivity()
+		ws, srv := wsPipe(t, act, nil)
+		ws.setMaxFrameBytes(MinMaxFrameBytes)
+		l := startLink(ws, act, &plainSession{}, linkConfig{Inspect: inspectKinds})
+		big := make([]byte, MinMaxFrameBytes/2)
+		require.ErrorIs(t, l.send(context.Background(), big), ErrFrameTooLarge)
+		require.ErrorIs(t, l.sendPriority(big), ErrFrameTooLarge)
+		require.NoError(t, l.Err())
+		l.close(nil)
+		_ = srv.CloseNow()
+	})
+}
