@@ -75,10 +75,9 @@ type Config struct {
 	// Stderr receives the literal "stdout frame exceeded" line (acp.md §3.3).
 	Stderr io.Writer
 
-	ResumeBound  time.Duration
-	ColdBound    func(agent string) time.Duration
-	CancelGrace  time.Duration
-	LossDeadline time.Duration
+	ResumeBound time.Duration
+	ColdBound   func(agent string) time.Duration
+	CancelGrace time.Duration
 	// StopWait bounds a stop: pcwrap's grace plus the kill wait (acp.md §3.6).
 	StopWait time.Duration
 	Gate     *acpx.ColdStartGate
@@ -169,9 +168,6 @@ func NewManager(cfg Config, st Stored) *Manager {
 	if cfg.CancelGrace <= 0 {
 		cfg.CancelGrace = acpx.CancelGrace
 	}
-	if cfg.LossDeadline <= 0 {
-		cfg.LossDeadline = acpx.LossDeadline
-	}
 	if cfg.StopWait <= 0 {
 		cfg.StopWait = acpx.AgentStopWait
 	}
@@ -193,8 +189,7 @@ func (m *Manager) setMapper() {
 		m.mapper = acpx.Mapper{}
 		return
 	}
-	env, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
-	_ = env
+	_, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd, ContractRevision: b.ContractRevision}
 }
 
@@ -602,13 +597,11 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	defer m.busy()()
 	m.mu.Lock()
 	if m.cl == nil || m.cl.ActiveTurn() == "" {
-		hadAgent := m.proc != nil
 		m.mu.Unlock()
 		res := map[string]any{"cancelled": false}
 		if kind == StopTurn {
-			m.stopAgent(ctx, stopRelease)
-			res["providerExitConfirmed"] = true
-			_ = hadAgent
+			// turn.stop proves the provider is gone even between turns.
+			res["providerExitConfirmed"] = m.stopAgent(ctx, stopRelease)
 		}
 		return mustJSON(res), nil
 	}

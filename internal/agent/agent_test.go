@@ -119,3 +119,56 @@ func TestFlowControl(t *testing.T) {
 	r.sink.mu.Unlock()
 	r.sink.waitEvent(t, "run.terminal")
 }
+
+// TestRequestResolve: with the manual permission mode the agent's request
+// stays pending as runtime_request.created until request.resolve answers
+// it; the agent then goes on with the chosen option (acp.md §4.5).
+func TestRequestResolve(t *testing.T) {
+	r := newRig(t)
+	b, _ := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+		"command": fakeacpBin(t), "cwd": t.TempDir(), "permissionMode": "manual"}})
+	_, err := r.m.Prepare(b)
+	require.NoError(t, err)
+	r.open()
+	r.turn("permission allow")
+	evs := r.sink.waitEvent(t, "runtime_request.created")
+	req := payloadOf(evs, "runtime_request.created")["request"].(map[string]any)
+	id := req["requestId"].(string)
+	_, err = r.m.Resolve(json.RawMessage(`{"requestId":"nope","response":{"optionId":"allow"}}`))
+	require.Error(t, err, "an unknown request id is refused")
+	res, err := r.m.Resolve(mustJSON(map[string]any{"requestId": id, "turnId": "pturn-1", "response": map[string]any{"optionId": "allow"}}))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"resolved":true}`, string(res))
+	evs = r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, "allow", payloadOf(evs, "runtime_request.resolved")["optionId"])
+	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
+	text := ""
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			text += e.Payload["text"].(string)
+		}
+	}
+	require.Contains(t, text, "permission outcome allow")
+}
+
+// TestDestroyAndSteer: turn.steer is refused (ACP v1 cannot steer);
+// session.destroy sends session/close when advertised, stops the agent and
+// discards the record, so the next open is cold (acp.md §4.3, §4.5).
+func TestDestroyAndSteer(t *testing.T) {
+	r := newRig(t)
+	r.prepare("--supports-close")
+	r.open()
+	_, err := r.m.Steer()
+	var ce *CommandError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err = r.m.Destroy(ctx)
+	require.NoError(t, err)
+	st, evs := r.sink.snapshot()
+	require.Nil(t, st.Session)
+	require.Equal(t, "session.closed", evs[len(evs)-1].EventType)
+	res := r.open()
+	require.Contains(t, string(res), `"outcome":"started"`)
+}

@@ -432,9 +432,12 @@ func exitedEvent(p *process) acpx.Event {
 
 // lostLocked latches a channel loss (acp.md §5.1): an active turn ends at
 // once with harness.diagnostic{lossReason}, turn.failed, one
-// run.result.proposed and one run.terminal (the agent is stopped by the
-// reader's finish, well inside the loss deadline); a loss between turns
-// fails the next turn. m.mu held.
+// run.result.proposed and one run.terminal, and the reader's finish stops
+// the agent. Ending at once keeps well inside the 30 s loss deadline: every
+// loss reason leaves a channel that can no longer carry the prompt's
+// answer (the process or directory is gone, a write failed, or the stdout
+// stream is broken for good). A loss between turns fails the next turn.
+// m.mu held.
 func (m *Manager) lostLocked(p *process, reason acpx.LossReason) []acpx.Event {
 	if p.lost {
 		return nil
