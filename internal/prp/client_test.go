@@ -99,3 +99,29 @@ func TestClientCoreLoopback(t *testing.T) {
 		t.Fatal("client did not stop on revoke")
 	}
 }
+
+// FuzzClientInspect feeds arbitrary decrypted frames to the runner's
+// control-envelope check: it never panics, and anything it forwards is a
+// valid envelope of this connection.
+func FuzzClientInspect(f *testing.F) {
+	sess := &Session{Version: ProtocolVersion, Identity: runnerIdentity, ConnectionID: "connection_1", ConnectionLeaseID: "lease_1"}
+	good, err := sess.NewControl(KindCommand, map[string]any{"commandId": "c1"})
+	require.NoError(f, err)
+	gb, err := MarshalEnvelope(good)
+	require.NoError(f, err)
+	f.Add(gb)
+	f.Add([]byte(`{"protocol":"paperclip.runner","version":2,"kind":"ping","payload":{}}`))
+	f.Add([]byte(`{"kind":"revoke","payload":{"revocationEpoch":1}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, pt []byte) {
+		c, err := NewClient(ClientConfig{Dialer: &Dialer{}, Lease: &Lease{ID: "lease_1", Token: "t", ExpiresAtUnixMs: 1 << 50}})
+		require.NoError(t, err)
+		act, err := c.inspect(sess, pt)
+		if err != nil || act != frameForward {
+			return
+		}
+		env, err := DecodeEnvelope(pt)
+		require.NoError(t, err)
+		require.NoError(t, ValidateControlIdentity(env, sess))
+	})
+}

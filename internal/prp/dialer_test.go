@@ -2,12 +2,15 @@ package prp
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,3 +102,36 @@ func TestDialerCABundleRules(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestDialerWSSWithPrivateCA: wss:// verifies the server against the
+// platform roots plus the private CA bundle, hostname checks on.
+func TestDialerWSSWithPrivateCA(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err == nil {
+			_ = c.Write(r.Context(), websocket.MessageText, []byte("tls"))
+			_ = c.CloseNow()
+		}
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	url := "wss://" + strings.TrimPrefix(srv.URL, "https://") + "/x"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	d, err := NewDialer(ctx, DialerConfig{URL: url})
+	require.NoError(t, err)
+	_, err = d.dial(ctx, newActivity(), DefaultMaxFrameBytes)
+	require.Error(t, err, "unknown CA refused")
+
+	d, err = NewDialer(ctx, DialerConfig{URL: url, CABundlePath: ca})
+	require.NoError(t, err)
+	ws, err := d.dial(ctx, newActivity(), DefaultMaxFrameBytes)
+	require.NoError(t, err)
+	b, err := ws.ReadMsg(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "tls", string(b))
+	_ = ws.Close()
+	d.CloseIdle()
+}
