@@ -384,6 +384,14 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 		return mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"}), nil
 	}
 	resume := m.cl != nil && m.cl.Record().Reusable(b.Cwd, b.Command, b.Args)
+	stale := m.proc != nil
+	m.mu.Unlock()
+	if stale {
+		// A live agent without a usable session (its handshake was cut
+		// short by a restart, or it is lost): stop it before a new one.
+		m.stopAgent(ctx, stopQuiet)
+	}
+	m.mu.Lock()
 	if !resume {
 		m.cl = nil // a never-prompted or reset record is discarded, never loaded
 	}

@@ -310,3 +310,36 @@ func TestScenario28_StdinWriteFails(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
 	eventually(t, "agent gone", func() bool { st, _ := r.sink.snapshot(); return st.Session.Process == nil })
 }
+
+// TestRestartDuringHandshake: runnerd goes away while session.open waits
+// for the agent; the re-adopted agent has no ACP session, so the next
+// session.open stops it and starts clean, leaving one process session.
+func TestRestartDuringHandshake(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 300 * time.Millisecond } })
+	r.prepare("--hang-on-new-session")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = r.m.Open(ctx) }()
+	eventually(t, "agent launched", func() bool {
+		st, _ := r.sink.snapshot()
+		return st.Session != nil && st.Session.Process != nil
+	})
+	r.m.Close() // the crash: the reader stops, the agent stays
+	cancel()
+	<-done
+	st, _ := r.sink.snapshot()
+	m2 := NewManager(r.cfg, st)
+	r.m = m2
+	require.NoError(t, m2.Start())
+	r.prepare()
+	res := r.open()
+	require.Contains(t, string(res), `"outcome":"started"`)
+	entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
+	dirs := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs++
+		}
+	}
+	require.Equal(t, 1, dirs, "the stale agent was stopped")
+}
