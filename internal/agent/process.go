@@ -402,6 +402,8 @@ func (m *Manager) exitedLocked(p *process) []acpx.Event {
 	var evs []acpx.Event
 	switch {
 	case p.quiet:
+	case p.stopping && m.cl != nil && m.cl.ActiveTurn() != "":
+		evs = append([]acpx.Event{exitedEvent(p)}, m.endTurnLocked(p)...)
 	case p.stopping, wasLost:
 		evs = []acpx.Event{exitedEvent(p)}
 	case m.cl == nil || m.cl.Record().ACPSessionID == "":
@@ -509,13 +511,35 @@ func (m *Manager) finishProcess(p *process) {
 	if m.proc != p {
 		return
 	}
+	// A turn the agent never settled (the stop outlived its wait) still
+	// ends, never silently.
+	evs := m.endTurnLocked(p)
 	m.proc = nil
 	if m.cl != nil {
 		m.cl.ResetProcess()
 	}
-	if err := m.commitLocked(nil); err != nil {
+	if err := m.commitLocked(evs); err != nil {
 		m.log.Error("commit agent gone", "err", err)
 	}
+}
+
+// endTurnLocked ends the active turn of an agent that is being stopped or
+// is gone: interrupted when runnerd stopped it (session.close, an orderly
+// runnerd stop), else the transport_closed loss sequence. m.mu held.
+func (m *Manager) endTurnLocked(p *process) []acpx.Event {
+	if m.cl == nil || m.cl.ActiveTurn() == "" {
+		return nil
+	}
+	turn := m.cl.ActiveTurn()
+	defer m.closeTurnLocked()
+	if !p.stopping {
+		m.cl.AbandonTurn()
+		return m.mapper.ChannelLost(m.cl.Map(), turn, acpx.LossTransportClosed)
+	}
+	out := m.cl.AbandonTurn()
+	s := acpx.SettlementOf(*out, false)
+	s.Ending, s.Class, s.Reason = acpx.EndInterrupted, "", "agent_stopped"
+	return m.mapper.Settle(m.cl.Map(), s)
 }
 
 // waitGone waits, bounded by StopWait, until pcwrap no longer runs.

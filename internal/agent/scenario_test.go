@@ -343,3 +343,21 @@ func TestRestartDuringHandshake(t *testing.T) {
 	}
 	require.Equal(t, 1, dirs, "the stale agent was stopped")
 }
+
+// TestCloseDuringTurn: session.close under a running turn stops the agent
+// and ends the turn interrupted, with one result and one terminal.
+func TestCloseDuringTurn(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	r.turn("sleep 20000")
+	r.sink.waitEvent(t, "turn.started")
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.CloseSession(ctx)
+	require.NoError(t, err)
+	_, evs := r.sink.snapshot()
+	require.Equal(t, 1, count(evs, "turn.interrupted"))
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	require.Equal(t, "interrupted", payloadOf(evs, "run.terminal")["turnTerminalState"])
+}
