@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,4 +173,18 @@ func TestDestroyAndSteer(t *testing.T) {
 	require.Equal(t, "session.closed", evs[len(evs)-1].EventType)
 	res := r.open()
 	require.Contains(t, string(res), `"outcome":"started"`)
+}
+
+// TestLargePayloadStagedInFile: a launch payload whose base64 exceeds
+// 64×1024 characters is staged as command.b64 instead of the environment
+// (acp.md §3.1, pcwrap-protocol.md §2.3); pcwrap reads and deletes it.
+func TestLargePayloadStagedInFile(t *testing.T) {
+	r := newRig(t)
+	r.prepare("--runtime-session-id", strings.Repeat("x", 60<<10))
+	r.open()
+	_, err := os.Stat(filepath.Join(r.sessionDir(), "command.b64"))
+	require.True(t, os.IsNotExist(err), "pcwrap deleted the staged payload")
+	r.turn("echo big")
+	evs := r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 }
