@@ -104,6 +104,12 @@ func (a *agentExec) Drained() bool {
 	return s.AckedSourceSeq >= s.HighestSourceSeq
 }
 
+// closedPayload are event types whose payload schema admits no extra
+// field (provider-event.schema.json plan and toolExecution).
+var closedPayload = map[string]bool{
+	"plan.updated": true, "tool.execution.started": true, "tool.execution.progressed": true, "tool.execution.completed": true,
+}
+
 // stateEvents converts mapped events for the outbox: the provider turn and
 // item ids go into the payload (the envelope carries the runner's durable
 // identity), and consecutive deltas of one item coalesce into one P2 event
@@ -116,12 +122,14 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 		for k, v := range e.Payload {
 			p[k] = v
 		}
-		if e.TurnID != "" {
+		if closedPayload[e.EventType] {
+			// Their schemas allow no extra field; the ids are inside.
+		} else if e.TurnID != "" {
 			if _, ok := p["providerTurnId"]; !ok {
 				p["providerTurnId"] = e.TurnID
 			}
 		}
-		if e.ItemID != "" {
+		if e.ItemID != "" && !closedPayload[e.EventType] {
 			if _, ok := p["itemId"]; !ok {
 				p["itemId"] = e.ItemID
 			}

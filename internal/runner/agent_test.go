@@ -6,13 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/sharedtest"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testbin"
 )
@@ -112,4 +115,85 @@ func TestAgentHandshakeTimeoutCode(t *testing.T) {
 	require.Equal(t, "session_handshake_timeout", resultCodeOf(t, res))
 	require.True(t, strings.Contains(string(res.Result), "within 500ms"), string(res.Result))
 	_ = context.Background
+}
+
+// safePathPattern is the one reference pattern RE2 cannot compile (it uses
+// lookahead): relative, without a ".." segment.
+const safePathPattern = `^(?!/)(?!.*(?:^|/)\.\.(?:/|$)).*$`
+
+type safePathRegexp struct{}
+
+func (safePathRegexp) MatchString(s string) bool {
+	if strings.HasPrefix(s, "/") {
+		return false
+	}
+	for _, seg := range strings.Split(s, "/") {
+		if seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+func (safePathRegexp) String() string { return safePathPattern }
+
+// eventSchema compiles the reference event schema, read in place.
+func eventSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	dir := sharedtest.Path(t, "reference", "paperclip-protocol", "schemas")
+	c := jsonschema.NewCompiler()
+	c.UseRegexpEngine(func(s string) (jsonschema.Regexp, error) {
+		if s == safePathPattern {
+			return safePathRegexp{}, nil
+		}
+		return regexp.Compile(s)
+	})
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	const base = "https://paperclip.dev/schemas/prp/v1/"
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".schema.json") {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		doc, err := jsonschema.UnmarshalJSON(f)
+		f.Close()
+		require.NoError(t, err)
+		require.NoError(t, c.AddResource(base+e.Name(), doc))
+	}
+	for _, m := range []string{"workspace-diff", "workspace-file-reference", "semantic-tool", "question-response"} {
+		if _, err := os.Stat(filepath.Join(dir, m+".schema.json")); err != nil {
+			require.NoError(t, c.AddResource(base+m+".schema.json", map[string]any{"type": "object"}))
+		}
+	}
+	s, err := c.Compile(base + "event.schema.json")
+	require.NoError(t, err)
+	return s
+}
+
+// TestAgentEventsMatchSchema: every event of a turn with tool calls, a
+// plan, a permission and usage, as it reaches the core, validates against
+// the reference event schema (the server validates payloads, prp.md §8.4).
+func TestAgentEventsMatchSchema(t *testing.T) {
+	schema := eventSchema(t)
+	h := newHarness(t, nil)
+	h.agentRun()
+	h.prepareFake()
+	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	for i, text := range []string{"plan", "permission allow", "usage", "think hard", "echo done"} {
+		b, _ := json.Marshal(map[string]string{"text": text})
+		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(b)).CommandID).Status)
+		h.waitCore(func(s prp.CoreSnapshot) bool {
+			return len(eventsOfType(decodeEvents(t, s.Events), "run.terminal")) == i+1
+		})
+	}
+	for _, raw := range h.core.Snapshot().Events {
+		var env struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &env))
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(env.Payload)))
+		require.NoError(t, err)
+		require.NoError(t, schema.Validate(inst), "event %s", env.Payload)
+	}
 }
