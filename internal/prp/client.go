@@ -413,6 +413,9 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-c.fatal:
+			if errors.Is(err, ErrLeaseExpired) {
+				return fmt.Errorf("run client: %s: %w", LeaseExpiredCode, err)
+			}
 			return fmt.Errorf("run client: %w", err)
 		case conn := <-authed:
 			if cur != nil {
