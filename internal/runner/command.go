@@ -9,19 +9,15 @@ import (
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
-// Command result codes runnerd adds (beyond prp.md §11). A command carrying
-// one of them goes out with status "rejected": it had no effect.
+// Command result codes runnerd adds (beyond prp.md §11). A command refused
+// with one of them is journaled and sent with status "rejected": it had no
+// effect.
 const (
 	// CodeCommandNotImplemented: this build has no executor for the command type.
 	CodeCommandNotImplemented = "command_not_implemented"
 	// CodeRunnerDraining: runner.drain was accepted, so new turns are refused (prp.md §7.5).
 	CodeRunnerDraining = "runner_draining"
 )
-
-// rejectCodes are the result codes sent as status "rejected". The journal
-// keeps such an entry as failed (state records only executor outcomes);
-// mapping by code keeps every send and every replay identical.
-var rejectCodes = map[string]bool{CodeCommandNotImplemented: true, CodeRunnerDraining: true}
 
 // Runner event types the loop emits (prp.md §8.3).
 const (
@@ -118,16 +114,20 @@ func runPrepare(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMess
 	return nil, ErrCommandNotImplemented
 }
 
-// refusal returns the result of a command refused before any effect, or
-// nil when it should execute.
-func (r *loop) refusal(tx *state.Tx, cmd *state.Command) json.RawMessage {
+// refusal returns the code and message of a command refused before any
+// effect, or "" when it should execute.
+func (r *loop) refusal(tx *state.Tx, cmd *state.Command) (code, message string) {
 	if tx.Lifecycle() == state.Draining && cmd.Type == "turn.start" {
-		return codeResult(CodeRunnerDraining, "runner is draining; new turns are refused")
+		return CodeRunnerDraining, "runner is draining; new turns are refused"
 	}
 	if loopOwned[cmd.Type] || r.handlers[cmd.Type] != nil {
-		return nil
+		return "", ""
 	}
-	return codeResult(CodeCommandNotImplemented, "command type "+cmd.Type+" is not implemented by this runner")
+	return CodeCommandNotImplemented, notImplemented(cmd.Type)
+}
+
+func notImplemented(commandType string) string {
+	return "command type " + commandType + " is not implemented by this runner"
 }
 
 // execute runs an admitted command's effect and records its result. Only a
@@ -188,8 +188,11 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 		out, herr := r.handlers[cmd.Type].Execute(ctx, cmd, &Effects{r: r})
 		switch {
 		case errors.Is(herr, ErrCommandNotImplemented):
-			res, err = r.finishCommand(cmd, state.StatusFailed, codeResult(CodeCommandNotImplemented,
-				"command type "+cmd.Type+" is not implemented by this runner"))
+			err = r.store.Update(func(tx *state.Tx) error {
+				var err error
+				res, err = tx.RejectCommand(cmd.CommandID, CodeCommandNotImplemented, notImplemented(cmd.Type))
+				return err
+			})
 		case herr != nil:
 			r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type)
 			if coded := commandFailure(herr); coded != nil {
@@ -223,21 +226,9 @@ func (r *loop) finishCommand(cmd *state.Command, status state.CommandStatus, res
 }
 
 // wireStatus is the command_result status of a journal entry: pending and
-// indeterminate go out as failed (prp.md §7.2 step 7), refusals as rejected.
+// indeterminate go out as failed (prp.md §7.2 step 7).
 func wireStatus(res state.CommandResult) string {
-	w := res.Wire()
-	if w.Status == state.StatusFailed && rejectCodes[resultCode(w.Result)] {
-		return string(state.StatusRejected)
-	}
-	return string(w.Status)
-}
-
-func resultCode(result json.RawMessage) string {
-	var r struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(result, &r)
-	return r.Code
+	return string(res.Wire().Status)
 }
 
 func codeResult(code, message string) json.RawMessage {

@@ -209,3 +209,12 @@ func testLogger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }
+
+// resultCode reads a command result's code ("" when absent).
+func resultCode(result json.RawMessage) string {
+	var r struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(result, &r)
+	return r.Code
+}

@@ -318,10 +318,10 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		if adm, err = tx.BeginCommand(cmd); err != nil || adm.Disposition != state.Execute {
 			return err
 		}
-		if refusal := r.refusal(tx, cmd); refusal != nil {
+		if code, msg := r.refusal(tx, cmd); code != "" {
 			// Refused before any effect: the pending marker and the
-			// refusal land in the same write.
-			res, err := tx.FinishCommand(cmd.CommandID, state.StatusFailed, refusal)
+			// rejection land in the same write.
+			res, err := tx.RejectCommand(cmd.CommandID, code, msg)
 			adm = state.Admission{Disposition: state.Reject, Result: res}
 			return err
 		}

@@ -42,6 +42,13 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 	require.Equal(t, "rejected", p.Status)
 	require.Equal(t, CodeRunnerDraining, resultCodeOf(t, p))
 
+	// The journal records the status the core saw, not a failure mapped
+	// back on send.
+	st := h.readState()
+	require.Equal(t, state.StatusRejected, st.ProcessedCommands[turn.CommandID].Status)
+	require.Equal(t, state.StatusRejected, st.ProcessedCommands[turn2.CommandID].Status)
+	require.Equal(t, state.StatusFailed, st.ProcessedCommands[prep.CommandID].Status)
+
 	s := h.waitCore(func(s prp.CoreSnapshot) bool {
 		return len(eventsOfType(decodeEvents(t, s.Events), "runner.draining")) == 1
 	})

@@ -301,11 +301,12 @@ func (tx *Tx) journal(entry CommandResult, fp string) {
 	}
 }
 
-// FinishCommand records the executor's outcome (completed or failed) for a
-// pending command (prp.md §7.2 step 6). The result must be a JSON object; it
-// is sanitised and bounded by MaxCommandResultBytes.
+// FinishCommand records the outcome of a pending command (prp.md §7.2 step
+// 6): completed or failed for an executor's effect, rejected for a command
+// refused without effect (see RejectCommand). The result must be a JSON
+// object; it is sanitised and bounded by MaxCommandResultBytes.
 func (tx *Tx) FinishCommand(commandID string, status CommandStatus, result json.RawMessage) (CommandResult, error) {
-	if status != StatusCompleted && status != StatusFailed {
+	if status != StatusCompleted && status != StatusFailed && status != StatusRejected {
 		return CommandResult{}, fmt.Errorf("finish command: unsupported status %q", status)
 	}
 	prev, ok := tx.st.ProcessedCommands[commandID]
@@ -328,6 +329,14 @@ func (tx *Tx) FinishCommand(commandID string, status CommandStatus, result json.
 	prev.Status, prev.Result = status, clean
 	tx.st.ProcessedCommands[commandID] = prev
 	return prev, nil
+}
+
+// RejectCommand records status rejected with {code, message} for a pending
+// command that had no effect (refused by the runner, or a type it does not
+// implement), so the journal holds the status the core saw and a duplicate
+// replays it unchanged.
+func (tx *Tx) RejectCommand(commandID, code, message string) (CommandResult, error) {
+	return tx.FinishCommand(commandID, StatusRejected, codeResult(code, redactText(message)))
 }
 
 // FailCommand records status failed with {code: command_execution_failed,

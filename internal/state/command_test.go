@@ -238,3 +238,36 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// A command refused without effect is journaled as rejected: the status the
+// core saw, replayed unchanged after a restart; only a pending entry can be
+// rejected.
+func TestRejectCommandRecordsRejected(t *testing.T) {
+	s, cfg := newStore(t)
+	c := command(1, "command_prp_00000001", "turn.start", `{}`)
+	var res CommandResult
+	require.NoError(t, s.Update(func(tx *Tx) error {
+		if _, err := tx.BeginCommand(c); err != nil {
+			return err
+		}
+		var err error
+		res, err = tx.RejectCommand(c.CommandID, "runner_draining", "runner is draining; new turns are refused")
+		return err
+	}))
+	require.Equal(t, StatusRejected, res.Status)
+	require.Equal(t, StatusRejected, res.Wire().Status)
+	require.JSONEq(t, `{"code":"runner_draining","message":"runner is draining; new turns are refused"}`, string(res.Result))
+
+	require.NoError(t, s.Close())
+	s = openStore(t, cfg)
+	adm, err := begin(t, s, c)
+	require.NoError(t, err)
+	require.Equal(t, Replay, adm.Disposition)
+	require.Equal(t, res, adm.Result, "the replay is the recorded rejection, byte for byte")
+
+	err = s.Update(func(tx *Tx) error {
+		_, err := tx.RejectCommand(c.CommandID, "runner_draining", "again")
+		return err
+	})
+	require.ErrorIs(t, err, ErrCommandNotPending)
+}
