@@ -25,6 +25,14 @@ var (
 	ErrLeaseRenewed = errors.New("unexpected lease_renewed")
 )
 
+// RevokedError is the ErrRevoked that ends Run: Epoch is the revoke's
+// revocation epoch and LeaseEpoch the one the lease held, so the runner can
+// persist the epoch it honoured (prp.md §5: a later revoke must exceed it).
+type RevokedError struct{ Epoch, LeaseEpoch int64 }
+
+func (e *RevokedError) Error() string        { return ErrRevoked.Error() }
+func (e *RevokedError) Is(target error) bool { return target == ErrRevoked }
+
 // LeaseExpiredCode is the recoverable failure recorded on lease expiry (prp.md §5).
 const LeaseExpiredCode = "lease_expired_requires_bootstrap"
 
@@ -286,8 +294,9 @@ func (c *Client) inspect(sess *Session, pt []byte) (frameAction, error) {
 			c.failFatal(ErrRevokeEpoch)
 			return 0, ErrRevokeEpoch
 		}
-		c.failFatal(ErrRevoked)
-		return 0, ErrRevoked
+		rev := &RevokedError{Epoch: p.RevocationEpoch, LeaseEpoch: epoch}
+		c.failFatal(rev)
+		return 0, rev
 	}
 	return frameForward, nil
 }

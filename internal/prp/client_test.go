@@ -96,6 +96,10 @@ func TestClientCoreLoopback(t *testing.T) {
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, ErrRevoked)
+		var rev *RevokedError
+		require.ErrorAs(t, err, &rev, "the revoke's epoch reaches the runner")
+		require.EqualValues(t, 1, rev.Epoch)
+		require.EqualValues(t, lease.RevocationEpoch, rev.LeaseEpoch)
 	case <-ctx.Done():
 		t.Fatal("client did not stop on revoke")
 	}

@@ -177,8 +177,20 @@ func (r *loop) exitFor(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, prp.ErrRevoked):
-		// prp.md §5: persist revoked, shut the executor down, exit 0.
-		if uerr := r.store.Update(func(tx *state.Tx) error { return tx.SetLifecycle(state.Revoked) }); uerr != nil {
+		// prp.md §5: persist revoked with the honoured epoch, shut the
+		// executor down, exit 0.
+		var rev *prp.RevokedError
+		if !errors.As(err, &rev) {
+			return NewError(CodeRunnerFailed, "revoke without its epoch", err)
+		}
+		uerr := r.store.Update(func(tx *state.Tx) error {
+			return tx.Revoke(uint64(max(rev.Epoch, 0)), uint64(max(rev.LeaseEpoch, 0)))
+		})
+		switch {
+		case errors.Is(uerr, state.ErrRevokeNotAdvancing):
+			// Below an epoch this state already honoured: a replayed revoke.
+			return NewError(CodeRunnerFailed, "protocol error: revoke did not advance the stored revocation epoch", nil)
+		case uerr != nil:
 			return NewError(CodeRunnerFailed, "persist revoked lifecycle", uerr)
 		}
 		r.log.Info("lease revoked; exiting")

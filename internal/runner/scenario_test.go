@@ -294,9 +294,11 @@ func TestScenario19_Revoke(t *testing.T) {
 		h := newHarness(t, nil)
 		run := h.start(h.config(false), Options{})
 		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
-		require.NoError(t, h.core.Revoke(1))
+		require.NoError(t, h.core.Revoke(3))
 		require.NoError(t, run.wait(t))
-		require.Equal(t, state.Revoked, h.readState().Lifecycle)
+		st := h.readState()
+		require.Equal(t, state.Revoked, st.Lifecycle)
+		require.EqualValues(t, 3, st.RevocationEpoch, "the honoured epoch is durable")
 		auths := h.core.Snapshot().Authentications
 		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
 		require.Equal(t, auths, h.core.Snapshot().Authentications)
