@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -69,8 +70,9 @@ type Core struct {
 	envSeq   int
 	commands []*coreCommand
 	acked    int64
-	events   []json.RawMessage // committed event envelopes, as received
-	canon    [][]byte          // their canonical forms
+	events   []json.RawMessage          // committed event envelopes, as received
+	canon    [][]byte                   // their canonical forms
+	results  map[string]json.RawMessage // settled results by commandId; replaced, never mutated
 	pongs    int
 	auths    int
 	renewals int
@@ -115,7 +117,7 @@ func NewCore(cfg CoreConfig) *Core {
 	}
 	return &Core{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "prp.core"),
-		conns: map[*coreConn]struct{}{}, changed: make(chan struct{}),
+		conns: map[*coreConn]struct{}{}, changed: make(chan struct{}), results: map[string]json.RawMessage{},
 	}
 }
 
@@ -153,7 +155,7 @@ func (c *Core) Wait(ctx context.Context, cond func(s CoreSnapshot) bool) error {
 type CoreSnapshot struct {
 	AckedSourceSeq  int64
 	Events          []json.RawMessage
-	Results         map[string]json.RawMessage // by commandId
+	Results         map[string]json.RawMessage // by commandId; shared, read-only
 	Pongs           int
 	Renewals        int // lease_renew requests applied
 	Authentications int
@@ -172,12 +174,7 @@ func (c *Core) Snapshot() CoreSnapshot {
 func (c *Core) snapshotLocked() CoreSnapshot {
 	s := CoreSnapshot{
 		AckedSourceSeq: c.acked, Events: c.events[:len(c.events):len(c.events)], // append-only: safe to share
-		Results: map[string]json.RawMessage{}, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
-	}
-	for _, cmd := range c.commands {
-		if cmd.result != nil {
-			s.Results[cmd.cmd.CommandID] = cmd.result
-		}
+		Results: c.results, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
 	}
 	if c.current != nil {
 		s.Connected, s.ConnectionID = true, c.current.sess.ConnectionID
@@ -468,6 +465,9 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 		return nil // an identical duplicate is counted, nothing more
 	}
 	cmd.result = canon
+	results := maps.Clone(c.results) // copy on write: snapshots share the map
+	results[p.CommandID] = canon
+	c.results = results
 	c.notifyLocked()
 	next := c.lowestPendingLocked()
 	c.mu.Unlock()
