@@ -304,6 +304,11 @@ func (tx *Tx) checkEvent(ev Event) error {
 	return nil
 }
 
+// turnTerminal are the event types that end a provider turn (prp.md §8.3).
+var turnTerminal = map[string]bool{
+	"turn.completed": true, "turn.failed": true, "turn.interrupted": true, "turn.cancelled": true,
+}
+
 // appendEvent checks bounds and appends one new event.
 func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 	if err := tx.checkEvent(ev); err != nil {
@@ -329,6 +334,9 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 		SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Envelope: env, ByteSize: len(env),
 	})
 	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.OutboxBytes())
+	if turnTerminal[ev.Type] {
+		tx.st.TurnEnded = true
+	}
 	if fam := v2Family(ev.Type); fam != "" {
 		if tx.st.V2ReplayEvents == nil {
 			tx.st.V2ReplayEvents = map[string]V2ReplayEvent{}
@@ -402,6 +410,9 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	last.Envelope, last.ByteSize = b, len(b)
 	tx.st.Outbox[n-1] = last
 	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.OutboxBytes())
+	if turnTerminal[ev.Type] {
+		tx.st.TurnEnded = true
+	}
 	return last.SourceSeq, true, nil
 }
 

@@ -461,3 +461,24 @@ func TestScenario23_V2EventsDowngradeOnV1AndReplayOnV2(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, s.Snapshot().V2ReplayEvents, "a v2 ACK settles it")
 }
+
+// A turn's terminal event sets TurnEnded in the same durable write; it
+// survives a restart until the runner clears it.
+func TestTurnEndedCommittedWithTerminalEvent(t *testing.T) {
+	s, cfg := newStore(t)
+	enqueue(t, s, p1("item.completed"))
+	require.False(t, s.Summary().TurnEnded)
+	enqueue(t, s, Event{Type: "turn.completed", Priority: P0, Payload: json.RawMessage(`{}`)})
+	require.True(t, s.Summary().TurnEnded)
+
+	require.NoError(t, s.Close())
+	s = openStore(t, cfg)
+	require.True(t, s.Summary().TurnEnded, "durable")
+	require.NoError(t, s.Update(func(tx *Tx) error {
+		require.True(t, tx.TurnEnded())
+		tx.ClearTurnEnded()
+		return nil
+	}))
+	require.False(t, s.Summary().TurnEnded)
+	require.False(t, s.Snapshot().TurnEnded)
+}

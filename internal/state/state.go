@@ -54,16 +54,20 @@ const (
 	Backpressure       Lifecycle = "backpressure"
 	RecoverableFailure Lifecycle = "recoverable_failure"
 	Unrecoverable      Lifecycle = "unrecoverable"
-	Suspended          Lifecycle = "suspended"
-	Stopped            Lifecycle = "stopped"
-	Revoked            Lifecycle = "revoked"
-	Draining           Lifecycle = "draining"
+	// Suspending: an automatic suspend (per-turn completion, warm idle
+	// timeout, lifetime rotation) waits for its events to be acknowledged
+	// before the process exits "suspended" (the reference's name).
+	Suspending Lifecycle = "suspending"
+	Suspended  Lifecycle = "suspended"
+	Stopped    Lifecycle = "stopped"
+	Revoked    Lifecycle = "revoked"
+	Draining   Lifecycle = "draining"
 )
 
 // Valid reports whether l is one of the §9.2 lifecycles.
 func (l Lifecycle) Valid() bool {
 	switch l {
-	case Connecting, Ready, Backpressure, RecoverableFailure, Unrecoverable, Suspended, Stopped, Revoked, Draining:
+	case Connecting, Ready, Backpressure, RecoverableFailure, Unrecoverable, Suspending, Suspended, Stopped, Revoked, Draining:
 		return true
 	}
 	return false
@@ -146,6 +150,10 @@ type State struct {
 
 	// RevocationEpoch is the highest revoke epoch honoured (runnerd, §3.2).
 	RevocationEpoch uint64 `json:"revocationEpoch,omitempty"`
+	// TurnEnded is set in the write that commits a provider turn's terminal
+	// event (turn.completed|failed|interrupted|cancelled) and cleared by the
+	// runner once it has acted on it (runnerd: the per-turn exit, prp.md §7.4).
+	TurnEnded bool `json:"turnEnded,omitempty"`
 	// CompactedCommandFilter is the Bloom filter of command ids evicted from
 	// the exact journal (runnerd, §9.3); it can only cause false rejections.
 	CompactedCommandFilter []byte `json:"compactedCommandFilter,omitempty"`

@@ -71,6 +71,9 @@ type Summary struct {
 	// StoragePressure is true while the outbox is in backpressure or its P0
 	// reserve is exhausted (pong.storagePressure).
 	StoragePressure bool
+	// TurnEnded: a provider turn's terminal event is committed and the
+	// runner has not cleared it yet (State.TurnEnded).
+	TurnEnded bool
 }
 
 // Recovery describes what Open found.
@@ -404,6 +407,7 @@ func (s *Store) publish(st *State) {
 		Lifecycle: st.Lifecycle, AckedSourceSeq: st.AckedSourceSeq, HighestSourceSeq: st.HighestSourceSeq(),
 		OutboxBytes: st.OutboxBytes(), LastControllerCommandSeq: st.LastControllerCommandSeq,
 		ReconnectCount: st.ReconnectCount, StoragePressure: st.Backpressure || st.Lifecycle == Unrecoverable,
+		TurnEnded: st.TurnEnded,
 	})
 }
 

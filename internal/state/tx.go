@@ -39,6 +39,13 @@ func (tx *Tx) SetLifecycle(l Lifecycle) error {
 	return nil
 }
 
+// TurnEnded reports whether a provider turn's terminal event was committed
+// since the last ClearTurnEnded.
+func (tx *Tx) TurnEnded() bool { return tx.st.TurnEnded }
+
+// ClearTurnEnded records that the runner has acted on the ended turn.
+func (tx *Tx) ClearTurnEnded() { tx.st.TurnEnded = false }
+
 // RecordDiagnostic appends a redacted diagnostic (at most MaxDiagnostics kept).
 func (tx *Tx) RecordDiagnostic(msg string) { tx.st.addDiagnostic(msg) }
 
