@@ -308,8 +308,15 @@ func (c *Client) applyRenewed(env *Envelope) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.renewPending == nil || p.PreviousExpiresAtUnixMs != c.renewPending.ConnectionLeaseExpiresAtUnixMs ||
-		p.ConnectionLeaseRevocationEpoch != c.lease.RevocationEpoch {
+	if p.ConnectionLeaseRevocationEpoch != c.lease.RevocationEpoch {
+		return fmt.Errorf("apply lease_renewed: %w", ErrLeaseRenewed)
+	}
+	if c.renewPending == nil || p.PreviousExpiresAtUnixMs != c.renewPending.ConnectionLeaseExpiresAtUnixMs {
+		// A resent lease_renew gets a second reply; one that grants nothing
+		// beyond the held expiry is a stale duplicate, not a fault.
+		if p.ConnectionLeaseExpiresAtUnixMs <= c.lease.ExpiresAtUnixMs {
+			return nil
+		}
 		return fmt.Errorf("apply lease_renewed: %w", ErrLeaseRenewed)
 	}
 	if p.ConnectionLeaseExpiresAtUnixMs > c.lease.ExpiresAtUnixMs {

@@ -130,3 +130,27 @@ func FuzzClientInspect(f *testing.F) {
 		require.NoError(t, ValidateControlIdentity(env, sess))
 	})
 }
+
+// TestApplyLeaseRenewed: the reply to the outstanding request extends the
+// lease; a second reply to a resent request is ignored; an unsolicited
+// extension or another epoch is a fault.
+func TestApplyLeaseRenewed(t *testing.T) {
+	c, err := NewClient(ClientConfig{Dialer: &Dialer{}, Lease: &Lease{ID: "l", Token: "t", ExpiresAtUnixMs: 60_000, RenewalVersion: 1}})
+	require.NoError(t, err)
+	renewed := func(prev, next, epoch int64) *Envelope {
+		b, err := marshalJSON(LeaseRenewedPayload{PreviousExpiresAtUnixMs: prev, ConnectionLeaseExpiresAtUnixMs: next, ConnectionLeaseRevocationEpoch: epoch})
+		require.NoError(t, err)
+		return &Envelope{Kind: KindLeaseRenewed, Payload: b}
+	}
+	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 90_000, 0)), ErrLeaseRenewed, "nothing outstanding")
+	c.renewPending = &LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: 60_000}
+	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 90_000, 7)), ErrLeaseRenewed, "other epoch")
+	require.NoError(t, c.applyRenewed(renewed(60_000, 90_000, 0)))
+	l, _ := c.Lease()
+	require.EqualValues(t, 90_000, l.ExpiresAtUnixMs)
+	require.Nil(t, c.renewPending)
+	require.NoError(t, c.applyRenewed(renewed(60_000, 90_000, 0)), "duplicate reply to a resent request")
+	l, _ = c.Lease()
+	require.EqualValues(t, 90_000, l.ExpiresAtUnixMs)
+	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 120_000, 0)), ErrLeaseRenewed, "unsolicited extension")
+}
