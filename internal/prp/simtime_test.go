@@ -2,11 +2,13 @@ package prp
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 )
 
@@ -329,4 +331,34 @@ func closedErr(err error) <-chan error {
 	ch := make(chan error, 1)
 	ch <- err
 	return ch
+}
+
+// TestScenario06_AuthNearLifecycleDeadline ports prp.md §15 scenario 6 at
+// the Client level: a peer that stalls the handshake cannot hold the runner
+// past its lifecycle deadline, which is shorter than the 2 s auth bound.
+func TestScenario06_AuthNearLifecycleDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		stall := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			for { // read auth_hello and anything after, never answer
+				if _, _, err := c.Read(context.Background()); err != nil {
+					return
+				}
+			}
+		})
+		start := time.Now()
+		deadline := start.Add(time.Second)
+		_, done := startClient(t, context.Background(), ClientConfig{
+			Dialer: pipeDialer(t, stall, &wg, nil), Ticket: "bootstrap_ticket", Deadline: deadline,
+		})
+		err := <-done
+		require.ErrorIs(t, err, ErrReconnectDeadlineExceeded)
+		require.Equal(t, time.Second, time.Since(start), "no auth I/O past the deadline")
+		wg.Wait()
+	})
 }
