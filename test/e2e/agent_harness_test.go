@@ -63,14 +63,22 @@ func newAgentRig(t *testing.T, extra ...string) *agentRig {
 // stops its agents) if the test did not.
 func (r *agentRig) start(t *testing.T) *exec.Cmd {
 	t.Helper()
-	cmd := r.c.startRunnerd(t, r.bin, r.args)
+	cmd, stderr := r.startCapturing(t)
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			waitExit(t, cmd)
+		if t.Failed() {
+			t.Logf("runnerd (pid %d) stderr:\n%s", cmd.Process.Pid, tail(stderr.String(), 40))
 		}
 	})
 	return cmd
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // queue queues a command and returns its id.
