@@ -233,8 +233,17 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	h := CoreHandshake{
 		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
 		Store: c.store, LeaseTTL: c.cfg.LeaseTTL, MaxFrameBytes: c.cfg.MaxFrameBytes, ConnectionID: connID,
-		PendingCommands: c.pendingForWelcome,
-		AckedSourceSeq:  func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
+		AckedSourceSeq: func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
+	}
+	var inWelcome *coreCommand // the pending command the welcome carries
+	h.PendingCommands = func() []json.RawMessage {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		inWelcome = c.lowestPendingLocked()
+		if inWelcome == nil {
+			return []json.RawMessage{}
+		}
+		return []json.RawMessage{inWelcome.raw}
 	}
 	hctx, cancel := context.WithTimeout(ctx, 3*AuthMessageTimeout)
 	sess, hello, err := h.Run(hctx, ws)
@@ -265,24 +274,24 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	c.auths++
 	c.notifyLocked()
 	c.wg.Add(1)
+	// A command queued while the handshake ran went to the old connection
+	// or nowhere; deliver it here unless the welcome already did.
+	missed := c.lowestPendingLocked()
+	if missed == inWelcome {
+		missed = nil
+	}
 	c.mu.Unlock()
 	for _, o := range old {
 		o.l.fail(errSuperseded) // newest wins (CP, prp.md §6.1)
+	}
+	if missed != nil {
+		_ = c.sendCommand(cc, missed) // a failure ends cc; its dispatch cleans up
 	}
 	go func() {
 		defer c.wg.Done()
 		c.dispatch(cc)
 	}()
 	return nil
-}
-
-func (c *Core) pendingForWelcome() []json.RawMessage {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if p := c.lowestPendingLocked(); p != nil {
-		return []json.RawMessage{p.raw}
-	}
-	return []json.RawMessage{}
 }
 
 func (c *Core) lowestPendingLocked() *coreCommand {
