@@ -24,6 +24,9 @@ const (
 	// the owner; the core keeps one command in flight, so reaching it means a
 	// stuck owner or a flooding peer, and the connection is dropped.
 	maxInboundQueue = 16384
+	// maxOwedPongs bounds PRP pings waiting for their pong; a peer pinging
+	// faster than the socket drains is dropped rather than buffered forever.
+	maxOwedPongs = 1024
 )
 
 // ErrHalfOpen reports that no inbound frame arrived within the silence timeout.
@@ -32,7 +35,8 @@ var ErrHalfOpen = errors.New("connection half-open: inbound silence")
 // ErrConnClosed reports use of a connection that has ended.
 var ErrConnClosed = errors.New("connection closed")
 
-// ErrInboundOverflow reports that the owner fell maxInboundQueue frames behind the reader.
+// ErrInboundOverflow reports that the owner fell maxInboundQueue frames behind
+// the reader, or that more than maxOwedPongs pings await their pong.
 var ErrInboundOverflow = errors.New("inbound queue overflow")
 
 // sealer and opener are the halves of an authenticated Session the link uses:
@@ -298,8 +302,15 @@ func (l *link) readLoop() {
 		case framePing:
 			if l.cfg.Pong != nil {
 				l.pingMu.Lock()
-				l.pingAt = append(l.pingAt, time.Now())
+				owed := len(l.pingAt)
+				if owed < maxOwedPongs {
+					l.pingAt = append(l.pingAt, time.Now())
+				}
 				l.pingMu.Unlock()
+				if owed >= maxOwedPongs {
+					l.fail(ErrInboundOverflow)
+					return
+				}
 				kick(l.pongKick)
 			}
 			continue
