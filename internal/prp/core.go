@@ -22,6 +22,9 @@ const (
 	DefaultTicketTTL = 60 * time.Second
 	// maxCoreCommands bounds the core journal (CP: 500 commands).
 	maxCoreCommands = 500
+	// coreHandshakeTimeout bounds the core half of one handshake: three
+	// messages, each within AuthMessageTimeout (R-transport AUTH_TIMEOUT).
+	coreHandshakeTimeout = 3 * AuthMessageTimeout
 	// isoMillisLayout is JavaScript's Date.prototype.toISOString.
 	isoMillisLayout = "2006-01-02T15:04:05.000Z"
 )
@@ -245,7 +248,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 		}
 		return []json.RawMessage{inWelcome.raw}
 	}
-	hctx, cancel := context.WithTimeout(ctx, 3*AuthMessageTimeout)
+	hctx, cancel := context.WithTimeout(ctx, coreHandshakeTimeout)
 	sess, hello, err := h.Run(hctx, ws)
 	cancel()
 	if err != nil {
