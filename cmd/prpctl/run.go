@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,6 +60,11 @@ command waits its turn in the core journal (one in flight, prp.md §7.1).
 stdout gets one JSON line per committed event, command result and runnerd
 exit; runnerd's own output goes to stderr. Exit status: 0 when every command
 got a result in time, 1 otherwise, 2 for a usage error.
+
+A launched runnerd runs warm (--lifecycle-mode warm, idle for --timeout),
+since a script drives several commands and turns through one process; pass
+--runnerd-arg=--lifecycle-mode --runnerd-arg=per_turn for the per-turn
+default of the server (runnerd exits after its turn, prp.md §7.4).
 
 SCRIPT (JSON lines, # comments)
   {"command":"session.snapshot","payload":{}}   queue a command
@@ -122,6 +128,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	return o, nil
 }
+
+// isLifecycleFlag reports a --lifecycle-mode=VALUE argument.
+func isLifecycleFlag(a string) bool { return strings.HasPrefix(a, "--lifecycle-mode=") }
 
 // out writes JSON lines to stdout; safe for concurrent use.
 type out struct {
@@ -429,6 +438,9 @@ func launch(o options, ticket string, stderr io.Writer, modeArgs ...string) (*ru
 		"--turn-id", o.id.TurnID, "--item-id", o.id.ItemID,
 		"--runner-version", o.runnerVersion, "--runner-digest", o.runnerDigest,
 	}, modeArgs...)
+	if !slices.Contains(o.runnerdArgs, "--lifecycle-mode") && !slices.ContainsFunc(o.runnerdArgs, isLifecycleFlag) {
+		args = append(args, "--lifecycle-mode", "warm", "--idle-timeout-ms", strconv.FormatInt(o.timeout.Milliseconds(), 10))
+	}
 	args = append(args, o.runnerdArgs...)
 	cmd := exec.Command(o.runnerd, args...)
 	cmd.Env = append(os.Environ(), ticketEnv+"="+ticket)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,12 @@ func (h *harness) config(listen bool, extra ...string) Config {
 			"--listen-path", prp.ConnectPath(testIdentity.RunID))
 	} else {
 		args = append(args, "--connect-url", "ws://"+strings.TrimPrefix(h.srv.URL, "http://")+prp.ConnectPath(testIdentity.RunID))
+	}
+	if !slices.Contains(extra, "--lifecycle-mode") {
+		// These tests drive several commands and turns per process: warm,
+		// idle for longer than any test (a per-turn runner exits after its
+		// turn, prp.md §7.4; suspend_test.go covers that).
+		args = append(args, "--lifecycle-mode", "warm", "--idle-timeout-ms", "600000")
 	}
 	cfg, err := ParseArgs(append(args, extra...), func(string) (string, bool) { return "", false })
 	require.NoError(h.t, err)

@@ -53,6 +53,13 @@ type loop struct {
 
 	exec     *agentExec // the ACP executor; nil in loop-only tests
 	execStop sync.Once
+
+	// Automatic suspends (suspend.go), under mu.
+	susp         *suspendWait
+	inCommand    bool      // a command is being admitted or executed
+	lastActivity time.Time // the last command or turn end (warm idle clock)
+	lifetimeOver bool      // --max-lifetime-ms has passed
+	kickCh       chan struct{}
 }
 
 // attachExecutor plugs the ACP executor in: its handlers serve the provider
@@ -100,7 +107,7 @@ func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *lo
 	}
 	r := &loop{
 		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), started: time.Now(),
-		handlers: defaultHandlers(),
+		handlers: defaultHandlers(), kickCh: make(chan struct{}, 1), lastActivity: time.Now(),
 	}
 	for typ, h := range opts.Handlers {
 		if !loopOwned[typ] {
@@ -124,8 +131,12 @@ func (r *loop) run(ctx context.Context, client *prp.Client) error {
 	if r.exec != nil {
 		r.exec.start(runCtx) // re-adopts a live agent (acp.md §3.5)
 	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.watchLifecycle(runCtx) }()
 	err := client.Run(runCtx)
 	cancel()
+	wg.Wait()
 	r.mu.Lock()
 	if r.term != nil && r.term.timer != nil {
 		r.term.timer.Stop()
@@ -267,6 +278,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		// its result. Finish cleanup (prp.md §9.4).
 		r.beginTerminal(*fence, "")
 	}
+	r.kick() // a suspend recorded by an earlier process finishes now
 	return nil
 }
 
@@ -293,6 +305,7 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 			r.mu.Unlock()
 		}
 		r.checkTerminal()
+		r.kick()
 	case prp.KindCommandResultAck:
 		var p prp.CommandResultAckPayload
 		if err := env.DecodePayload(&p); err != nil {
@@ -308,6 +321,15 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 // handleCommand runs prp.md §7.2: validate, admit through the journal
 // (pending marker durable before the effect), execute, record, send.
 func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
+	r.mu.Lock()
+	r.inCommand, r.lastActivity = true, time.Now()
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inCommand, r.lastActivity = false, time.Now()
+		r.mu.Unlock()
+		r.kick() // a suspend waits for the command's result
+	}()
 	cmd, err := state.DecodeCommand(raw)
 	if err != nil {
 		return fmt.Errorf("protocol error: %w", err)
@@ -379,13 +401,16 @@ func (r *loop) sendResult(ctx context.Context, res state.CommandResult) error {
 	return r.conn.Send(ctx, b)
 }
 
-// flush sends every committed, unsent outbox event on the current connection.
+// flush sends every committed, unsent outbox event on the current
+// connection, then kicks the lifecycle routine (a commit may end a turn).
 func (r *loop) flush(ctx context.Context) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.flushLocked(ctx); err != nil {
+	err := r.flushLocked(ctx)
+	r.mu.Unlock()
+	if err != nil {
 		r.log.Warn("outbox send interrupted; the suffix is replayed on reconnect", "err", err)
 	}
+	r.kick()
 }
 
 // flushLocked sends the outbox suffix after sentThrough in order, each event
@@ -483,10 +508,32 @@ func (r *loop) terminalAck(p prp.CommandResultAckPayload) {
 	}
 	r.mu.Unlock()
 	if !match {
+		if r.settledWithoutEffect(p) {
+			// The core acknowledged a terminal command that had no effect
+			// (indeterminate after a crash, or rejected): it sends nothing
+			// more on this connection, not even a lease renewal (prp.md
+			// §13.1), and it asked this process to end. Stop orderly with
+			// the state as it is; the next process takes the next command.
+			r.log.Warn("terminal command settled without effect; stopping", "commandId", p.CommandID, "status", p.Status)
+			r.finish(errCleanStop)
+			return
+		}
 		r.log.Warn("ignoring command_result_ack that matches no terminal result", "commandId", p.CommandID)
 		return
 	}
 	r.checkTerminal()
+}
+
+// settledWithoutEffect reports whether p acknowledges the journaled,
+// non-completed result of a terminal command (runner.suspend or
+// runner.shutdown) with the status that was sent.
+func (r *loop) settledWithoutEffect(p prp.CommandResultAckPayload) bool {
+	if terminalLifecycle(p.CommandType) == "" {
+		return false
+	}
+	res, ok := r.store.Snapshot().ProcessedCommands[p.CommandID]
+	return ok && res.CommandType == p.CommandType && int64(res.ControllerSeq) == p.ControllerSeq &&
+		res.Status != state.StatusCompleted && res.Status != state.StatusPending && wireStatus(res) == p.Status
 }
 
 // checkTerminal finishes a terminal command once its result is

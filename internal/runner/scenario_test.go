@@ -456,3 +456,34 @@ func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 	close(release)
 	require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
 }
+
+// TestScenario14_IndeterminateSuspendEndsProcess: a runner.suspend killed
+// between its journal entry and its effect is replayed as failed
+// (execution_indeterminate, never re-run); the core acknowledges it and
+// sends nothing more on that connection (prp.md §13.1), so the process
+// stops by itself, state unchanged, and the next one takes the next
+// command. (The crash test's rare hang: such a life waited forever.)
+func TestScenario14_IndeterminateSuspendEndsProcess(t *testing.T) {
+	h := newHarness(t, nil)
+	cmd, err := h.core.QueueCommand(prp.Command{Type: "runner.suspend", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	raw, err := json.Marshal(cmd)
+	require.NoError(t, err)
+	dc, err := state.DecodeCommand(raw)
+	require.NoError(t, err)
+	st := h.openState()
+	require.NoError(t, st.Update(func(tx *state.Tx) error { _, err := tx.BeginCommand(dc); return err }))
+	require.NoError(t, st.Close())
+
+	require.NoError(t, h.start(h.config(false), Options{}).wait(t), "the process ends by itself, status 0")
+	res := h.waitResult(cmd.CommandID)
+	require.Equal(t, "failed", res.Status)
+	require.Equal(t, state.CodeExecutionIndeterminate, resultCode(res.Result))
+	require.NotEqual(t, state.Suspended, h.readState().Lifecycle, "the suspend had no effect")
+	require.Empty(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), "runner.suspended"))
+
+	run := h.start(h.config(false), Options{})
+	require.Equal(t, "completed", h.waitResult(h.queue("session.snapshot", `{}`).CommandID).Status)
+	run.cancel()
+	require.NoError(t, run.wait(t))
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,12 @@ func (c *coreServer) connectURL() string {
 
 // runnerdArgs is a dial-mode command line for stateDir.
 func runnerdArgs(stateDir string, mode ...string) []string {
+	if !slices.Contains(mode, "--lifecycle-mode") {
+		// The rigs drive several commands and turns per runnerd: warm, idle
+		// for longer than any test (a per-turn runnerd exits after its turn,
+		// prp.md §7.4; lifecycle_test.go covers that).
+		mode = append([]string{"--lifecycle-mode", "warm", "--idle-timeout-ms", "600000"}, mode...)
+	}
 	return append([]string{
 		"--state-dir", stateDir,
 		"--runner-id", identity.RunnerInstanceID, "--environment-lease-id", identity.EnvironmentLeaseID,

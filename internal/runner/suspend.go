@@ -1,0 +1,238 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/state"
+)
+
+// Automatic suspends: the runner ends its own process, resumably, when a
+// per-turn runner's turn has ended (prp.md §7.4: "Per-turn runners also exit
+// after their terminal events are ACKed"), when a warm runner has been idle
+// for --idle-timeout-ms, or when --max-lifetime-ms ends while connected. As in
+// the reference runner (durable runner loop, begin_automatic_suspend), it
+// records lifecycle "suspending" and a P0 runner.suspending
+// {reason, resumable: true} in one write, waits until every event is
+// acknowledged, stops the agent, records "suspended" and exits 0. The server
+// treats exit 0 after runner.suspending (or run.terminal) as the expected
+// per-turn exit, and launches the next runnerd on the same state, which
+// returns to ready.
+//
+// Who stops the agent: on every automatic suspend this process stops it
+// (orderly, acp.md §3.6) before recording "suspended", as the reference
+// shuts its provider down; the next runnerd resumes the ACP session
+// (session/load) on session.open. Nothing is left running after a clean
+// per-turn or idle exit. Only a crash or a fatal error leaves the agent
+// under its detached pcwrap, for the next runnerd to re-adopt (acp.md §3.5);
+// that next runnerd, per turn, then stops it at its own suspend.
+//
+// The runner does not emit runner.disconnected: the reference runner never
+// does (a dropped link cannot carry it; the core observes the drop itself).
+
+// Reasons of runner.suspending (the reference's).
+const (
+	suspendPerTurn  = "per_turn_complete"
+	suspendIdle     = "idle_timeout"
+	suspendLifetime = "max_lifetime_rotation"
+)
+
+const eventRunnerSuspending = "runner.suspending"
+
+// suspendWait is an automatic suspend in progress.
+type suspendWait struct {
+	stopping    bool // the executor is being stopped
+	execStopped bool
+	finished    bool
+}
+
+// watchLifecycle is the loop's lifecycle routine: it runs lifecycleCheck
+// on every kick (a commit, a command's end, an ACK) and owns the warm idle
+// and lifetime timers, until ctx ends. It never runs under the executor's
+// lock (a commit kicks it and returns), so it may ask the executor whether
+// a turn is active and stop it.
+func (r *loop) watchLifecycle(ctx context.Context) {
+	var idle, life <-chan time.Time
+	var idleT *time.Timer
+	if r.cfg.Lifecycle == LifecycleWarm && r.cfg.IdleTimeout > 0 {
+		idleT = time.NewTimer(r.cfg.IdleTimeout)
+		defer idleT.Stop()
+		idle = idleT.C
+	}
+	// At --max-lifetime-ms while disconnected the client ends the process
+	// with transport_reconnect_deadline_exceeded (prp.md §6.1); while
+	// connected the runner rotates at the next safe point, as the reference
+	// does: at once without an active turn or command, else when it ends.
+	if r.cfg.MaxLifetime > 0 {
+		t := time.NewTimer(time.Until(r.started.Add(r.cfg.MaxLifetime)))
+		defer t.Stop()
+		life = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kickCh:
+			r.lifecycleCheck(ctx)
+		case <-idle:
+			if again := r.idleDue(ctx); again > 0 {
+				idleT.Reset(again)
+			}
+		case <-life:
+			life = nil
+			r.mu.Lock()
+			r.lifetimeOver = true
+			r.mu.Unlock()
+			r.lifecycleCheck(ctx)
+		}
+	}
+}
+
+// kick asks the lifecycle routine to look again; it never blocks.
+func (r *loop) kick() {
+	select {
+	case r.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// touch records activity for the warm idle timeout.
+func (r *loop) touch() {
+	r.mu.Lock()
+	r.lastActivity = time.Now()
+	r.mu.Unlock()
+}
+
+// turnActive reports whether the executor has a provider turn running.
+func (r *loop) turnActive() bool {
+	if r.exec == nil {
+		return false
+	}
+	turn, _ := r.exec.m.Snapshot()
+	return turn != ""
+}
+
+// idleDue runs when the warm idle timeout may have elapsed: with no
+// command, no active turn and no activity for --idle-timeout-ms, suspend;
+// otherwise it returns when to look again.
+func (r *loop) idleDue(ctx context.Context) time.Duration {
+	if r.turnActive() {
+		r.touch() // idle counts from the turn's end
+	}
+	r.mu.Lock()
+	busy := r.inCommand || r.susp != nil || r.term != nil
+	left := r.cfg.IdleTimeout - time.Since(r.lastActivity)
+	r.mu.Unlock()
+	if busy || left > 0 {
+		if left <= 0 {
+			left = r.cfg.IdleTimeout
+		}
+		return left
+	}
+	r.log.Info("warm runner idle; suspending", "idleTimeout", r.cfg.IdleTimeout.String())
+	r.beginSuspend(ctx, suspendIdle)
+	return 0
+}
+
+// lifecycleCheck runs after each commit, command and ACK: it starts the
+// automatic suspend that is due and finishes one whose events are all
+// acknowledged.
+func (r *loop) lifecycleCheck(ctx context.Context) {
+	sum := r.store.Summary()
+	r.mu.Lock()
+	idle := r.susp == nil && r.term == nil && r.stop == nil
+	busy := r.inCommand
+	lifetimeOver := r.lifetimeOver
+	r.mu.Unlock()
+	switch {
+	case !idle:
+	case sum.Lifecycle == state.Suspending:
+		r.beginSuspend(ctx, "") // a suspend cut short by a restart: finish it
+		return
+	case sum.TurnEnded && r.cfg.Lifecycle == LifecyclePerTurn:
+		r.beginSuspend(ctx, suspendPerTurn)
+		return
+	case sum.TurnEnded:
+		// Warm: the turn's end starts the idle clock; nothing more to do.
+		r.touch()
+		if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTurnEnded(); return nil }); err != nil {
+			r.finish(NewError(CodeRunnerFailed, "record turn end", err))
+			return
+		}
+	case lifetimeOver && !busy && !r.turnActive():
+		r.log.Info("lifetime reached while connected; suspending", "maxLifetime", r.cfg.MaxLifetime.String())
+		r.beginSuspend(ctx, suspendLifetime)
+		return
+	}
+	r.checkSuspend()
+}
+
+// beginSuspend records lifecycle suspending and runner.suspending (reason
+// "" resumes a suspend recorded by an earlier process) and waits for the
+// outbox to drain.
+func (r *loop) beginSuspend(ctx context.Context, reason string) {
+	r.mu.Lock()
+	if r.susp != nil || r.term != nil || r.stop != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.susp = &suspendWait{}
+	r.mu.Unlock()
+	err := r.store.Update(func(tx *state.Tx) error {
+		tx.ClearTurnEnded()
+		if tx.Lifecycle() == state.Suspending {
+			return nil
+		}
+		if err := tx.SetLifecycle(state.Suspending); err != nil {
+			return err
+		}
+		_, err := tx.Enqueue(state.Event{Type: eventRunnerSuspending, Priority: state.P0,
+			Payload: mustJSON(map[string]any{"reason": reason, "resumable": true})})
+		if outboxBound(err) {
+			return nil // the store recorded the bound; the lifecycle change stands
+		}
+		return err
+	})
+	if err != nil {
+		r.finish(NewError(CodeRunnerFailed, "record suspend", err))
+		return
+	}
+	r.flush(ctx)
+	r.checkSuspend()
+}
+
+// checkSuspend finishes an automatic suspend once no command runs and every
+// event is acknowledged: stop the executor (its last events must be ACKed
+// too, so look again), record suspended, exit 0. A terminal command that
+// arrived meanwhile takes over.
+func (r *loop) checkSuspend() {
+	sum := r.store.Summary()
+	r.mu.Lock()
+	w := r.susp
+	if w == nil || w.finished || w.stopping || r.term != nil || r.inCommand || sum.AckedSourceSeq < sum.HighestSourceSeq {
+		r.mu.Unlock()
+		return
+	}
+	if !w.execStopped {
+		w.stopping = true
+		r.mu.Unlock()
+		r.stopExecutor(true)
+		r.mu.Lock()
+		w.stopping, w.execStopped = false, true
+		r.mu.Unlock()
+		r.checkSuspend()
+		return
+	}
+	w.finished = true
+	r.mu.Unlock()
+	err := r.store.Update(func(tx *state.Tx) error {
+		tx.ClearTurnEnded()
+		return tx.SetLifecycle(state.Suspended)
+	})
+	if err != nil {
+		r.finish(NewError(CodeRunnerFailed, "record suspended", err))
+		return
+	}
+	r.log.Info("suspended; exiting")
+	r.finish(errCleanStop)
+}
