@@ -49,6 +49,16 @@ func run(args []string, ticket *runner.BootstrapTicket, ticketErr error, stdout,
 		return fail(stderr, runner.NewError(runner.CodeBootstrapTicketMissing, runner.BootstrapTicketEnv+" is required in dial and listen mode", nil))
 	}
 
+	if cfg.DiagnosticsDir != "" {
+		// From here on runnerd's output goes only to the bounded, redacted
+		// diagnostics files (prp.md §13).
+		diag, err := runner.OpenDiagnostics(cfg.DiagnosticsDir, os.Environ())
+		if err != nil {
+			return fail(stderr, err)
+		}
+		defer diag.Close()
+		stdout, stderr = diag.Stdout(), diag.Stderr()
+	}
 	logger := newLogger(cfg.LogFormat, stderr).With("component", "runnerd")
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -216,4 +217,47 @@ func replace(args []string, old, new string) []string {
 		}
 	}
 	return out
+}
+
+// TestDiagnosticsDirectory: with --diagnostics-directory, runnerd's raw
+// stdout and stderr stay empty; its logs and final error line go to the
+// bounded, redacted runnerd.stderr.log there (prp.md §13), which holds
+// neither the ticket nor a credential from the environment.
+func TestDiagnosticsDirectory(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	const apiKey = "sk-ant-api03-SECRETSECRETSECRET0123456789"
+	diag := filepath.Join(t.TempDir(), "diagnostics")
+	args := []string{
+		"--connect-url", "ws://127.0.0.1:1/api/runner/v1/connect/" + runID, // nothing listens: reconnect until the lifetime ends
+		"--state-dir", filepath.Join(t.TempDir(), "state"),
+		"--runner-id", "runner-instance-1", "--environment-lease-id", "env-lease-1",
+		"--run-id", runID, "--session-id", "normalized-session-1", "--turn-id", "turn-1", "--item-id", "item-1",
+		"--runner-version", "0.3.0", "--runner-digest", "sha256:approved",
+		"--max-lifetime-ms", "300", "--diagnostics-directory", diag,
+	}
+	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket, "ANTHROPIC_API_KEY=" + apiKey}
+	r := runBin(t, bin, env, args...)
+	require.Equal(t, runner.ExitFailure, r.code)
+	require.Empty(t, r.stdout)
+	require.Empty(t, r.stderr, "raw output is discarded")
+
+	errLog, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	require.NoError(t, err)
+	require.Contains(t, string(errLog), "paperclip-runnerd: transport_reconnect_deadline_exceeded")
+	require.Contains(t, string(errLog), `"level":"INFO"`, "the logs are there too")
+	outLog, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStdoutName))
+	require.NoError(t, err)
+	for _, secret := range []string{secretTicket, apiKey} {
+		require.NotContains(t, string(errLog)+string(outLog), secret)
+	}
+	fi, err := os.Stat(diag)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+
+	// A symlinked directory is refused before anything runs, on the raw stderr.
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(diag, link))
+	r = runBin(t, bin, env, replace(args, diag, link)...)
+	require.Equal(t, runner.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "paperclip-runnerd: runner_failed: open --diagnostics-directory")
 }
