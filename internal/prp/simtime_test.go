@@ -362,3 +362,29 @@ func TestScenario06_AuthNearLifecycleDeadline(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestListenStalledPeerDoesNotDelay: a listener peer that takes auth_hello
+// and never answers does not hold up the server's lease reconnect, which
+// authenticates at once (prp.md §1.2: a stray peer must not disturb).
+// Bootstrap handshakes stay serialized so a ticket is never in two
+// handshakes; there a stalled peer costs up to its auth bound.
+func TestListenStalledPeerDoesNotDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newSimListenRig(t, nil, nil)
+		require.NoError(t, r.dial(t))
+		r.waitAuth(t, 1)
+
+		d := pipeDialer(t, r.ln, &r.wg, nil)
+		d.target.Path = r.ln.Path()
+		stalled, err := d.dial(context.Background(), newActivity(), DefaultMaxFrameBytes)
+		require.NoError(t, err)
+		_, err = stalled.ReadMsg(context.Background()) // auth_hello, then silence
+		require.NoError(t, err)
+		start := time.Now()
+		require.NoError(t, r.dial(t))
+		r.waitAuth(t, 2)
+		require.Zero(t, time.Since(start), "the lease reconnect did not wait for the stalled peer")
+		_ = stalled.Close()
+		require.ErrorIs(t, r.stop(), context.Canceled)
+	})
+}
