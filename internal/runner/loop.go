@@ -60,6 +60,11 @@ type loop struct {
 	lastActivity time.Time // the last command or turn end (warm idle clock)
 	lifetimeOver bool      // --max-lifetime-ms has passed
 	kickCh       chan struct{}
+	// resultAfter is sentThrough when the last command_result was queued on
+	// conn (resultQueued): an ACK beyond it proves the result arrived, since
+	// the core handles one connection's frames in order.
+	resultAfter  uint64
+	resultQueued bool
 }
 
 // attachExecutor plugs the ACP executor in: its handlers serve the provider
@@ -258,6 +263,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 	r.mu.Lock()
 	r.conn, r.version = c, v
 	r.sentThrough = r.store.Summary().AckedSourceSeq
+	r.resultQueued = false
 	if err := r.flushLocked(ctx); err != nil {
 		r.log.Warn("replay interrupted", "err", err)
 	}
@@ -398,7 +404,11 @@ func (r *loop) sendResult(ctx context.Context, res state.CommandResult) error {
 	if err != nil {
 		return err
 	}
-	return r.conn.Send(ctx, b)
+	if err := r.conn.Send(ctx, b); err != nil {
+		return err
+	}
+	r.resultAfter, r.resultQueued = r.sentThrough, true
+	return nil
 }
 
 // flush sends every committed, unsent outbox event on the current

@@ -140,18 +140,23 @@ func (r *loop) idleDue(ctx context.Context) time.Duration {
 func (r *loop) lifecycleCheck(ctx context.Context) {
 	sum := r.store.Summary()
 	r.mu.Lock()
-	idle := r.susp == nil && r.term == nil && r.stop == nil
+	free := r.susp == nil && r.term == nil && r.stop == nil
 	busy := r.inCommand
 	lifetimeOver := r.lifetimeOver
 	r.mu.Unlock()
 	switch {
-	case !idle:
+	case !free:
 	case sum.Lifecycle == state.Suspending:
 		r.beginSuspend(ctx, "") // a suspend cut short by a restart: finish it
 		return
-	case sum.TurnEnded && r.cfg.Lifecycle == LifecyclePerTurn:
+	case sum.TurnEnded && r.cfg.Lifecycle == LifecyclePerTurn && !busy:
+		// After the command that may still run (turn.start, a cancel): its
+		// result is then queued before runner.suspending, whose ACK proves
+		// the result arrived.
 		r.beginSuspend(ctx, suspendPerTurn)
 		return
+	case sum.TurnEnded && r.cfg.Lifecycle == LifecyclePerTurn:
+		// The command's end kicks this check again.
 	case sum.TurnEnded:
 		// Warm: the turn's end starts the idle clock; nothing more to do.
 		r.touch()
@@ -209,7 +214,13 @@ func (r *loop) checkSuspend() {
 	sum := r.store.Summary()
 	r.mu.Lock()
 	w := r.susp
-	if w == nil || w.finished || w.stopping || r.term != nil || r.inCommand || sum.AckedSourceSeq < sum.HighestSourceSeq {
+	// A result queued on this connection is proven delivered by the ACK of
+	// a later event; with no later event (a command re-delivered after a
+	// reconnect) the core re-delivers it to the next process, which replays
+	// the journaled result.
+	unproven := r.resultQueued && sum.AckedSourceSeq <= r.resultAfter && sum.HighestSourceSeq > r.resultAfter
+	if w == nil || w.finished || w.stopping || r.term != nil || r.inCommand || unproven ||
+		sum.AckedSourceSeq < sum.HighestSourceSeq {
 		r.mu.Unlock()
 		return
 	}
