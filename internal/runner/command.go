@@ -19,7 +19,10 @@ const (
 	CodeRunnerDraining = "runner_draining"
 )
 
-// Runner event types the loop emits (prp.md §8.3).
+// Runner event types the loop emits (prp.md §8.3; runner.suspending and
+// runner.reconciled are in suspend.go and the state package). Like the
+// reference runner, runnerd never emits runner.disconnected: a dropped link
+// cannot carry it, and the core observes the drop itself.
 const (
 	eventRunnerConnected   = "runner.connected"
 	eventRunnerReconnected = "runner.reconnected"

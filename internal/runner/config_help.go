@@ -39,7 +39,9 @@ CONNECTION
   --reconnect-delay-ms MS      Reconnect backoff base (default 25, max 5000).
   --reconnect-grace-ms MS      Exit with transport_reconnect_grace_exceeded when
                                disconnected longer than this (default: no grace).
-  --max-lifetime-ms MS         Stop after this long; 0 or absent = unlimited.
+  --max-lifetime-ms MS         Lifetime; 0 or absent = unlimited. Reached while
+                               connected: suspend at the next safe point, exit 0;
+                               while reconnecting: transport_reconnect_deadline_exceeded.
   --max-runtime-ms MS          Same as --max-lifetime-ms.
   --max-frame-bytes N          Largest WebSocket frame (default 1048576; 1 KiB to
                                16 MiB; the welcome's value wins within that range).
@@ -63,10 +65,15 @@ DURABILITY AND LIFECYCLE
   --max-outbox-bytes N         Outbox hard limit (default 65536).
   --p0-reserve-bytes N         Part of the outbox kept for P0 events (default
                                32768; must be below --max-outbox-bytes).
-  --lifecycle-mode MODE        per_turn (default) or warm.
-  --idle-timeout-ms MS         Warm idle timeout: required with warm, refused
+  --lifecycle-mode MODE        per_turn (default: suspend and exit 0 once a
+                               turn's events are acknowledged) or warm.
+  --idle-timeout-ms MS         Warm: suspend and exit 0 after this long with no
+                               command and no turn. Required with warm, refused
                                with per_turn.
-  --diagnostics-directory DIR  Write bounded, redacted runnerd logs there.
+  --diagnostics-directory DIR  Send runnerd's output only to bounded, redacted
+                               runnerd.stdout.log and runnerd.stderr.log in DIR
+                               (created 0700; a symlink or a group- or
+                               other-accessible directory is refused).
 
 AGENTS
   --session-open-resume-timeout-ms MS     session.open bound when adopting or

@@ -30,7 +30,10 @@ var errCleanStop = errors.New("clean stop")
 // on its dispatch goroutine, so admission and effects never overlap. mu
 // guards the connection, the send cursor and the terminal wait, which the
 // client's supervisor (onLost), the terminal timer and executor effects also
-// touch. Pongs read only the store's lock-free summary.
+// touch, and the automatic-suspend state the lifecycle routine
+// (watchLifecycle, suspend.go) shares with them; a commit only kicks that
+// routine, since executor commits run under the executor's lock. Pongs read
+// only the store's lock-free summary.
 type loop struct {
 	cfg      Config
 	store    *state.Store

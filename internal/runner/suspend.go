@@ -19,16 +19,18 @@ import (
 // per-turn exit, and launches the next runnerd on the same state, which
 // returns to ready.
 //
-// Who stops the agent: on every automatic suspend this process stops it
-// (orderly, acp.md §3.6) before recording "suspended", as the reference
-// shuts its provider down; the next runnerd resumes the ACP session
-// (session/load) on session.open. Nothing is left running after a clean
-// per-turn or idle exit. Only a crash or a fatal error leaves the agent
-// under its detached pcwrap, for the next runnerd to re-adopt (acp.md §3.5);
-// that next runnerd, per turn, then stops it at its own suspend.
-//
-// The runner does not emit runner.disconnected: the reference runner never
-// does (a dropped link cannot carry it; the core observes the drop itself).
+// Who stops the agent, path by path:
+//   - automatic suspend (per-turn end, warm idle, lifetime rotation): this
+//     process, orderly (acp.md §3.6), before recording "suspended", as the
+//     reference shuts its provider down; the next runnerd resumes the ACP
+//     session (session/load) on session.open;
+//   - runner.suspend / runner.shutdown, revoke, SIGTERM/SIGINT, lease expiry,
+//     reconnect grace or deadline exceeded: this process, orderly (loop.run);
+//   - a fatal error, a crash, or the server's SIGKILL after its close grace:
+//     nobody in this process; the agent lives on under its detached pcwrap
+//     and the next runnerd on the same state (the server's process recovery
+//     or its next turn) re-adopts it (acp.md §3.5) and stops it on its own
+//     exit. Without a next runnerd, the sandbox's teardown ends it.
 
 // Reasons of runner.suspending (the reference's).
 const (
