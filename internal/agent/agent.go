@@ -233,15 +233,20 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	m.Close()
 }
 
-// commitLocked persists the stored record (with the live process fields)
+// commitLocked commits events (after any pending batch) with the record.
+// m.mu held.
+func (m *Manager) commitLocked(events []acpx.Event) error { return m.sendLocked(events, nil) }
+
+// persistLocked persists the stored record (with the live process fields)
 // and events in one write. m.mu held.
-func (m *Manager) commitLocked(events []acpx.Event) error {
+func (m *Manager) persistLocked(events []acpx.Event) error {
 	st := m.st
 	if m.cl != nil {
 		rec := m.cl.Record()
 		if p := m.proc; p != nil {
 			rec.Process.UUID = p.uuid
-			rec.Process.NextStdinSeq = uint64(p.w.Next())
+			// The lines this commit covers are written after it.
+			rec.Process.NextStdinSeq = uint64(p.w.Next() + int64(p.reserve))
 			rec.Process.ConsumedEventSeq = uint64(p.consumed)
 		} else {
 			rec.Process = nil
@@ -265,6 +270,23 @@ func (m *Manager) commitLocked(events []acpx.Event) error {
 // failed write latches write_error. m.mu held.
 func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
 	p := m.proc
+	var wakes []func()
+	if p != nil && (len(p.bufEvents) > 0 || len(p.bufLines) > 0 || len(p.bufWakes) > 0) {
+		// A batch of consumed files is pending: this commit covers it, in
+		// stream order before what the caller adds.
+		events = append(p.bufEvents, events...)
+		lines = append(p.bufLines, lines...)
+		wakes = p.bufWakes
+		p.bufEvents, p.bufLines, p.bufWakes = nil, nil, nil
+		if p.lost {
+			lines = nil
+		}
+	}
+	defer func() {
+		for _, w := range wakes {
+			w()
+		}
+	}()
 	if p == nil && len(lines) > 0 {
 		return failed("no agent is running")
 	}
@@ -272,7 +294,7 @@ func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
 		p.reserve = len(lines)
 		defer func() { p.reserve = 0 }()
 	}
-	if err := m.commitLocked(events); err != nil {
+	if err := m.persistLocked(events); err != nil {
 		return err
 	}
 	for _, l := range lines {
@@ -280,7 +302,7 @@ func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
 			m.log.Warn("stdin write failed", "err", err)
 			p.reserve = 0
 			evs := m.lostLocked(p, acpx.LossWriteError)
-			if cerr := m.commitLocked(evs); cerr != nil {
+			if cerr := m.persistLocked(evs); cerr != nil {
 				return cerr
 			}
 			return fmt.Errorf("%w: %w", acpx.ErrWrite, err)

@@ -26,6 +26,10 @@ const stopCheck = 20 * time.Millisecond
 // acpx.MaxLineBytes with room to spare).
 const maxDeferredFiles = 256
 
+// maxBatchEvents bounds the events one commit takes from a backlog of event
+// files (prp.md §8.5: at most 128 executor events per batch).
+const maxBatchEvents = 128
+
 // Stop modes.
 const (
 	stopRelease = iota + 1 // emit harness.exited
@@ -50,6 +54,12 @@ type process struct {
 	// committed on its own; the next commit covers it, then it is deleted.
 	// Until then a restart re-reads it from the last committed state.
 	pending []string
+	// bufEvents, bufLines and bufWakes are a batch: what files already
+	// fed produced, committed (and written, and woken) by the next commit.
+	// A backlog of files present in one listing costs one state write.
+	bufEvents []acpx.Event
+	bufLines  [][]byte
+	bufWakes  []func()
 	// reserve counts lines covered by the next commit but not yet written:
 	// the committed next stdin seq includes them (acp.md §3.2).
 	reserve int
@@ -162,7 +172,8 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 	sweepConsumed(fs, start, m)
 	// Keep: the reader never deletes; a file is deleted once a commit
 	// covers it (removeCovered), so uncommitted files survive a crash.
-	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: fs, Delivered: start, Keep: true, Logger: m.log})
+	lfs := &listingFS{DirFS: fs}
+	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: lfs, Delivered: start, Keep: true, Logger: m.log})
 	var wake <-chan fsnotify.Event
 	var werrs <-chan error
 	if w, err := fsnotify.NewWatcher(); err == nil {
@@ -173,7 +184,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 	}
 	tick := time.NewTicker(eventPoll)
 	defer tick.Stop()
-	deliver := func(ev sessiondir.Event) error { return m.deliver(ctx, p, ev) }
+	deliver := func(ev sessiondir.Event) error { return m.deliver(ctx, p, ev, ev.Seq < lfs.last) }
 	for {
 		stop, err := r.Cycle(deliver)
 		if ctx.Err() != nil {
@@ -243,7 +254,7 @@ func (m *Manager) loseAndCommit(p *process, reason acpx.LossReason) {
 
 // deliver handles one event file: parse, map, commit with the consumed
 // sequence in one write, then (after return) the reader deletes it.
-func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) error {
+func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, more bool) error {
 	if err := ctx.Err(); err != nil {
 		return err // stopping: leave the rest unread
 	}
@@ -304,17 +315,20 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event) 
 	if p.lost {
 		lines = nil // nothing more reaches a lost agent
 	}
-	if len(evs) == 0 && len(lines) == 0 && len(wake) == 0 && !stop && !p.lost && len(p.pending) < maxDeferredFiles {
-		// Nothing to send: re-reading this file after a crash yields the
-		// same state, so it waits for the next commit (a long line costs
-		// one write, not one per 64 KiB chunk).
+	p.bufEvents = append(p.bufEvents, evs...)
+	p.bufLines = append(p.bufLines, lines...)
+	p.bufWakes = append(p.bufWakes, wake...)
+	// Defer the commit while more files of this listing wait (a backlog
+	// is one write) or while nothing needs sending (a long line costs one
+	// write, not one per 64 KiB chunk): re-reading uncommitted files after
+	// a crash yields the same state, and none is deleted before its commit.
+	quiet := len(p.bufEvents) == 0 && len(p.bufLines) == 0 && len(p.bufWakes) == 0
+	if !stop && !p.lost && len(p.pending) < maxDeferredFiles && len(p.bufEvents) < maxBatchEvents &&
+		len(p.bufWakes) == 0 && (quiet || more) {
 		return nil
 	}
-	if err := m.sendLocked(evs, lines); err != nil && !errors.Is(err, acpx.ErrWrite) {
+	if err := m.sendLocked(nil, nil); err != nil && !errors.Is(err, acpx.ErrWrite) {
 		return err
-	}
-	for _, w := range wake {
-		w()
 	}
 	if stop {
 		return sessiondir.ErrStopReading
@@ -513,7 +527,14 @@ func (m *Manager) finishProcess(p *process) {
 	}
 	// A turn the agent never settled (the stop outlived its wait) still
 	// ends, never silently.
-	evs := m.endTurnLocked(p)
+	evs := append(p.bufEvents, m.endTurnLocked(p)...) // the pending batch first
+	wakes := p.bufWakes
+	p.bufEvents, p.bufLines, p.bufWakes = nil, nil, nil // no line reaches a gone agent
+	defer func() {
+		for _, w := range wakes {
+			w()
+		}
+	}()
 	m.proc = nil
 	if m.cl != nil {
 		m.cl.ResetProcess()
@@ -618,4 +639,24 @@ func (p *process) removeCovered(m *Manager) {
 		}
 	}
 	p.pending = nil
+}
+
+// listingFS remembers the highest sequence of the latest listing, so the
+// reader knows whether more files of a backlog follow the one it delivers.
+// Used from the reader goroutine only.
+type listingFS struct {
+	*sessiondir.DirFS
+	last int64
+}
+
+// List implements sessiondir.EventFS.
+func (l *listingFS) List() ([]string, error) {
+	names, err := l.DirFS.List()
+	l.last = 0
+	for _, n := range names {
+		if seq, ok := sessiondir.ParseSeq(n); ok && seq > l.last {
+			l.last = seq
+		}
+	}
+	return names, err
 }
