@@ -98,7 +98,7 @@ func TestPerTurnSuspendResumedAfterRestart(t *testing.T) {
 // {reason: idle_timeout}) and exits 0; a turn's end does not end it.
 func TestWarmIdleTimeoutSuspends(t *testing.T) {
 	h := newHarness(t, nil)
-	run := h.start(h.config(false, "--lifecycle-mode", "warm", "--idle-timeout-ms", "300"), turnHandlers())
+	run := h.start(h.config(false, "--lifecycle-mode", "warm", "--idle-timeout-ms", "2000"), turnHandlers())
 	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"hi"}`).CommandID).Status)
 	require.NoError(t, run.wait(t))
 
@@ -116,7 +116,7 @@ func TestWarmIdleTimeoutSuspends(t *testing.T) {
 // ends while reconnecting (TestLifetimeWhileReconnectingFails).
 func TestLifetimeWhileConnectedRotates(t *testing.T) {
 	h := newHarness(t, nil)
-	run := h.start(h.config(false, "--max-lifetime-ms", "400"), Options{})
+	run := h.start(h.config(false, "--max-lifetime-ms", "1500"), Options{})
 	require.NoError(t, run.wait(t))
 	evs := decodeEvents(t, h.core.Snapshot().Events)
 	sus := eventsOfType(evs, eventRunnerSuspending)

@@ -59,7 +59,7 @@ func TestPerTurnRunnerdExitsAfterEachTurn(t *testing.T) {
 // after --idle-timeout-ms with no command and no turn (runner.suspending
 // {reason: idle_timeout}), stopping its agent first.
 func TestWarmRunnerdIdleTimeout(t *testing.T) {
-	r := newAgentRig(t, "--lifecycle-mode", "warm", "--idle-timeout-ms", "700")
+	r := newAgentRig(t, "--lifecycle-mode", "warm", "--idle-timeout-ms", "2000")
 	cmd := r.start(t)
 	r.prepare(t)
 	r.open(t)
