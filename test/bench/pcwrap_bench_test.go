@@ -1,11 +1,17 @@
 // Package bench measures pcwrap against a plain pipe to cat on this
 // machine. The figures are printed (b.ReportMetric), never asserted: the
-// machine is shared and noisy. Run them with scripts/bench; a plain
+// machine is shared and noisy. Run them with scripts/bench-pcwrap; a plain
 // `go test` runs only the smoke test.
 //
 // Targets (issue "pcwrap: a drop-in process-session wrapper"): stdin latency
 // p50 < 1 ms and p99 < 5 ms, start < 10 ms median, peak RSS < 10 MiB, idle
 // CPU < 10 ms per 5 s, throughput ≥ 110 MB/s.
+//
+// Wall-clock MB/s on a shared 2-core machine mostly measures the
+// neighbours, so every throughput run also reports MB per CPU-second of
+// pcwrap itself (schedstat, ns resolution) and of the test's own writer and
+// consumer threads: a consumer slower than pcwrap would otherwise be
+// misread as pcwrap's cost.
 package bench
 
 import (
@@ -19,13 +25,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testbin"
@@ -33,40 +42,119 @@ import (
 
 const (
 	latencySamples  = 2000             // stdin round trips per latency run
-	latencyBytes    = 100              // payload of one latency probe (issue text)
+	latencyBytes    = 54               // base64 72 bytes: a 99-byte stdin file, the issue's "100-byte file"
 	startSamples    = 50               // launches per start-time run
 	throughputTotal = 32 << 20         // bytes per throughput run (issue text)
 	throughputChunk = 64 << 10         // bytes per stdin file (issue text)
 	idleWindow      = 5 * time.Second  // idle CPU window (issue text)
 	opTimeout       = 30 * time.Second // bound on any one wait in a run
-	clockTicks      = 100              // USER_HZ: /proc/<pid>/stat time unit on Linux
+	frameQueue      = 64               // data frames the consumer may run ahead of recv
 )
+
+// oneWayChild swallows its stdin and says "done" at EOF, so one-way
+// throughput ends when the child has read every byte; it then stays
+// alive, and so does pcwrap, to be sampled (close ends it).
+var oneWayChild = []string{"sh", "-c", "cat >/dev/null && echo done && exec sleep 60"}
 
 // child is what the benchmarks run under pcwrap or on a pipe.
 type child interface {
 	send(p []byte) error // queue p for the child's stdin
-	recv(n int) error    // read n bytes of the child's stdout
+	end() error          // close the child's stdin after what was sent
+	recv(p []byte) error // read exactly len(p) bytes of the child's stdout
 	pid() int            // the process whose CPU and RSS are measured
+	consumerCPU() time.Duration
 	close(tb testing.TB) // end the child and wait for it
 }
 
-// wrapped ("pcwrap") is cat under pcwrap in stdout mode: input as stdin-queue files
-// through the sessiondir Writer, output as frame lines on pcwrap's stdout.
-type wrapped struct {
-	cmd    *exec.Cmd
-	w      *sessiondir.Writer
-	lines  *bufio.Reader
-	stdout io.ReadCloser
-	buf    []byte // data received but not yet consumed by recv
+// frames is the test side of a wrapped child's output: a consumer
+// goroutine (on its own locked thread, so its CPU can be measured)
+// decodes frames and hands stdout data to recv through a bounded channel.
+type frames struct {
+	data chan []byte
+	err  chan error // the consumer's end: nil after exit, else the failure
+	tid  atomic.Int64
+	cur  []byte
 }
 
-func startWrapped(tb testing.TB, args ...string) *wrapped {
-	tb.Helper()
-	dir := filepath.Join(tb.TempDir(), "session")
-	if err := os.MkdirAll(filepath.Join(dir, sessiondir.StdinDir), 0o700); err != nil {
-		tb.Fatal(err)
+func newFrames() *frames {
+	return &frames{data: make(chan []byte, frameQueue), err: make(chan error, 1)}
+}
+
+// run is the consumer goroutine's body around decode.
+func (f *frames) run(decode func(deliver func(sessiondir.Frame) error) error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f.tid.Store(int64(unix.Gettid()))
+	err := decode(func(fr sessiondir.Frame) error {
+		switch fr.Type {
+		case sessiondir.FrameData:
+			if fr.Stream == sessiondir.StreamStdout {
+				f.data <- fr.Data
+			}
+		case sessiondir.FrameError:
+			return fmt.Errorf("unexpected error frame: %q", fr.Message)
+		case sessiondir.FrameExit:
+			return sessiondir.ErrStopReading
+		}
+		return nil
+	})
+	if errors.Is(err, sessiondir.ErrStopReading) {
+		err = nil
 	}
-	cmd := exec.Command(testbin.Path(tb, "pcwrap"), append([]string{"--session-dir", dir, "--output", "stdout", "--"}, args...)...)
+	close(f.data)
+	f.err <- err
+}
+
+func (f *frames) recv(p []byte) error {
+	for len(p) > 0 {
+		if len(f.cur) == 0 {
+			select {
+			case b, ok := <-f.data:
+				if !ok {
+					if err := <-f.err; err != nil {
+						return err
+					}
+					return io.ErrUnexpectedEOF
+				}
+				f.cur = b
+			case <-time.After(opTimeout):
+				return fmt.Errorf("no output within %v", opTimeout)
+			}
+		}
+		n := copy(p, f.cur)
+		p, f.cur = p[n:], f.cur[n:]
+	}
+	return nil
+}
+
+// consumerCPU is the CPU time of the consumer thread so far.
+func (f *frames) consumerCPU() time.Duration {
+	d, _ := taskCPU(fmt.Sprintf("/proc/self/task/%d/schedstat", f.tid.Load()))
+	return d
+}
+
+// wait ends the consumer after the child's exit frame.
+func (f *frames) wait(tb testing.TB) {
+	for range f.data {
+	}
+	if err := <-f.err; err != nil {
+		tb.Error(err)
+	}
+}
+
+// wrapped ("pcwrap") is a child under pcwrap in stdout mode: input as
+// stdin-queue files through the sessiondir Writer, output as frame lines
+// on pcwrap's stdout.
+type wrapped struct {
+	*frames
+	cmd *exec.Cmd
+	w   *sessiondir.Writer
+}
+
+func startWrapped(tb testing.TB, args ...string) child {
+	tb.Helper()
+	dir := sessionDir(tb, sessiondir.StdinDir)
+	cmd := pcwrapCmd(tb, append([]string{"--session-dir", dir, "--output", "stdout", "--"}, args...))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -78,7 +166,28 @@ func startWrapped(tb testing.TB, args ...string) *wrapped {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &wrapped{cmd: cmd, w: w, lines: bufio.NewReaderSize(out, 256<<10), stdout: out}
+	s := &wrapped{frames: newFrames(), cmd: cmd, w: w}
+	go s.run(func(deliver func(sessiondir.Frame) error) error {
+		defer io.Copy(io.Discard, out) // shutdownAck after exit
+		lines := bufio.NewReaderSize(out, 256<<10)
+		for {
+			line, err := lines.ReadSlice('\n')
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return fmt.Errorf("frame line over %d bytes", lines.Size())
+			}
+			if err != nil {
+				return err
+			}
+			fr, err := sessiondir.ParseFrame(line)
+			if err != nil {
+				return err
+			}
+			if err := deliver(fr); err != nil {
+				return err
+			}
+		}
+	})
+	return s
 }
 
 func (s *wrapped) send(p []byte) error {
@@ -86,70 +195,43 @@ func (s *wrapped) send(p []byte) error {
 	return err
 }
 
-// frame reads one stdout-mode line.
-func (s *wrapped) frame() (sessiondir.Frame, error) {
-	line, err := s.lines.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) {
-		return sessiondir.Frame{}, fmt.Errorf("frame line over %d bytes", s.lines.Size())
-	}
-	if err != nil {
-		return sessiondir.Frame{}, err
-	}
-	return sessiondir.ParseFrame(line)
+func (s *wrapped) end() error {
+	_, err := s.w.StdinEnd(context.Background())
+	return err
 }
 
-func (s *wrapped) recv(n int) error {
-	for len(s.buf) < n {
-		f, err := s.frame()
-		if err != nil {
-			return err
-		}
-		switch f.Type {
-		case sessiondir.FrameData:
-			if f.Stream == sessiondir.StreamStdout {
-				s.buf = append(s.buf, f.Data...)
-			}
-		case sessiondir.FrameExit, sessiondir.FrameError:
-			return fmt.Errorf("unexpected %s frame: %q", f.Type, f.Message)
-		}
-	}
-	s.buf = s.buf[n:]
-	return nil
+// shutdown ends a child that outlives its stdin (oneWayChild).
+func (s *wrapped) shutdown() error {
+	_, err := s.w.Shutdown(context.Background())
+	return err
 }
 
 func (s *wrapped) pid() int { return s.cmd.Process.Pid }
 
 func (s *wrapped) close(tb testing.TB) {
-	_, err := s.w.StdinEnd(context.Background())
-	s.w.Close()
-	if err != nil {
+	if err := errors.Join(s.end(), s.shutdown()); err != nil {
 		tb.Error(err)
 	}
-	go io.Copy(io.Discard, s.stdout) // drain exit and shutdownAck
+	s.w.Close()
+	s.wait(tb)
 	waitBounded(tb, s.cmd)
 }
 
-// evented is cat under pcwrap in events mode, read the way runnerd reads
-// it: the sessiondir EventReader (inotify + 100 ms poll), deleting each file.
+// evented ("pcwrap-events") is a child under pcwrap in events mode, read
+// the way runnerd reads it: the sessiondir EventReader (inotify + 100 ms
+// poll), deleting each file after delivery.
 type evented struct {
+	*frames
 	cmd    *exec.Cmd
 	w      *sessiondir.Writer
 	fs     *sessiondir.DirFS
-	data   chan []byte
 	cancel context.CancelFunc
-	done   chan error
-	buf    []byte
 }
 
-func startEvented(tb testing.TB, args ...string) *evented {
+func startEvented(tb testing.TB, args ...string) child {
 	tb.Helper()
-	dir := filepath.Join(tb.TempDir(), "session")
-	for _, sub := range []string{sessiondir.StdinDir, sessiondir.EventsDir} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	cmd := exec.Command(testbin.Path(tb, "pcwrap"), append([]string{"--session-dir", dir, "--"}, args...)...)
+	dir := sessionDir(tb, sessiondir.StdinDir, sessiondir.EventsDir)
+	cmd := pcwrapCmd(tb, append([]string{"--session-dir", dir, "--"}, args...))
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
@@ -162,23 +244,13 @@ func startEvented(tb testing.TB, args ...string) *evented {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &evented{cmd: cmd, w: w, fs: fs, data: make(chan []byte, 1024), cancel: cancel, done: make(chan error, 1)}
+	e := &evented{frames: newFrames(), cmd: cmd, w: w, fs: fs, cancel: cancel}
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
 		FS: fs, Watch: filepath.Join(dir, sessiondir.EventsDir), Logger: slog.New(slog.DiscardHandler),
 	})
-	go func() {
-		e.done <- r.Run(ctx, func(ev sessiondir.Event) error {
-			switch ev.Frame.Type {
-			case sessiondir.FrameData:
-				if ev.Frame.Stream == sessiondir.StreamStdout {
-					e.data <- ev.Frame.Data
-				}
-			case sessiondir.FrameExit:
-				return sessiondir.ErrStopReading
-			}
-			return nil
-		})
-	}()
+	go e.run(func(deliver func(sessiondir.Frame) error) error {
+		return r.Run(ctx, func(ev sessiondir.Event) error { return deliver(ev.Frame) })
+	})
 	return e
 }
 
@@ -187,42 +259,58 @@ func (e *evented) send(p []byte) error {
 	return err
 }
 
-func (e *evented) recv(n int) error {
-	for len(e.buf) < n {
-		select {
-		case b := <-e.data:
-			e.buf = append(e.buf, b...)
-		case <-time.After(opTimeout):
-			return fmt.Errorf("no output within %v", opTimeout)
-		}
-	}
-	e.buf = e.buf[n:]
-	return nil
+func (e *evented) end() error {
+	_, err := e.w.StdinEnd(context.Background())
+	return err
+}
+
+// shutdown ends a child that outlives its stdin (oneWayChild).
+func (e *evented) shutdown() error {
+	_, err := e.w.Shutdown(context.Background())
+	return err
 }
 
 func (e *evented) pid() int { return e.cmd.Process.Pid }
 
 func (e *evented) close(tb testing.TB) {
-	_, err := e.w.StdinEnd(context.Background())
-	e.w.Close()
-	if err != nil {
+	if err := errors.Join(e.end(), e.shutdown()); err != nil {
 		tb.Error(err)
 	}
+	e.w.Close()
 	waitBounded(tb, e.cmd)
+	e.wait(tb) // the exit frame stops the reader
 	e.cancel()
-	<-e.done
 	e.fs.Close()
 }
 
-// piped is cat on plain pipes: the baseline.
+// sessionDir returns a fresh session dir with the given subdirectories.
+func sessionDir(tb testing.TB, subs ...string) string {
+	dir := filepath.Join(tb.TempDir(), "session")
+	for _, sub := range subs {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// pcwrapCmd runs the built pcwrap; PCWRAP_BENCH_ENV (space-separated K=V)
+// is added to its environment, to compare runtime settings such as
+// GOGC or GOMAXPROCS.
+func pcwrapCmd(tb testing.TB, args []string) *exec.Cmd {
+	cmd := exec.Command(testbin.Path(tb, "pcwrap"), args...)
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("PCWRAP_BENCH_ENV"))...)
+	return cmd
+}
+
+// piped ("pipe") is the child on plain pipes: the baseline.
 type piped struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	out io.ReadCloser
-	buf []byte
 }
 
-func startPiped(tb testing.TB, args ...string) *piped {
+func startPiped(tb testing.TB, args ...string) child {
 	tb.Helper()
 	cmd := exec.Command(args[0], args[1:]...)
 	in, err := cmd.StdinPipe()
@@ -236,26 +324,23 @@ func startPiped(tb testing.TB, args ...string) *piped {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	return &piped{cmd: cmd, in: in, out: out, buf: make([]byte, throughputChunk)}
+	return &piped{cmd: cmd, in: in, out: out}
 }
 
 func (p *piped) send(b []byte) error { _, err := p.in.Write(b); return err }
 
-func (p *piped) recv(n int) error {
-	for n > 0 {
-		m, err := p.out.Read(p.buf[:min(n, len(p.buf))])
-		if err != nil {
-			return err
-		}
-		n -= m
-	}
-	return nil
-}
+func (p *piped) end() error { return p.in.Close() }
+
+func (p *piped) recv(b []byte) error { _, err := io.ReadFull(p.out, b); return err }
 
 func (p *piped) pid() int { return p.cmd.Process.Pid }
 
+// consumerCPU: the pipe has no decoding consumer.
+func (p *piped) consumerCPU() time.Duration { return 0 }
+
 func (p *piped) close(tb testing.TB) {
 	p.in.Close()
+	_ = p.cmd.Process.Kill() // oneWayChild outlives its stdin
 	go io.Copy(io.Discard, p.out)
 	waitBounded(tb, p.cmd)
 }
@@ -272,26 +357,32 @@ func waitBounded(tb testing.TB, cmd *exec.Cmd) {
 	}
 }
 
-// variants are the two subjects of every benchmark.
+// variants are the subjects of every benchmark.
 var variants = []struct {
-	name  string
-	start func(tb testing.TB, args ...string) child
+	name    string
+	wrapper bool // pcwrap is the measured process
+	start   func(tb testing.TB, args ...string) child
 }{
-	{"pcwrap", func(tb testing.TB, args ...string) child { return startWrapped(tb, args...) }},
-	{"pcwrap-events", func(tb testing.TB, args ...string) child { return startEvented(tb, args...) }},
-	{"pipe", func(tb testing.TB, args ...string) child { return startPiped(tb, args...) }},
+	{"pcwrap", true, startWrapped},
+	{"pcwrap-events", true, startEvented},
+	{"pipe", false, startPiped},
 }
 
 // roundTrip sends one payload and waits until the child echoed it.
 func roundTrip(c child, payload []byte) (time.Duration, error) {
+	got := make([]byte, len(payload))
 	t0 := time.Now()
 	if err := c.send(payload); err != nil {
 		return 0, err
 	}
-	if err := c.recv(len(payload)); err != nil {
+	if err := c.recv(got); err != nil {
 		return 0, err
 	}
-	return time.Since(t0), nil
+	d := time.Since(t0)
+	if !bytes.Equal(got, payload) {
+		return 0, fmt.Errorf("echo differs: got %q", got)
+	}
+	return d, nil
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -302,8 +393,10 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// BenchmarkStdinLatency: a 100-byte message until cat echoed it (pcwrap:
-// temp file + rename into stdin/, then the data frame on pcwrap's stdout).
+// BenchmarkStdinLatency: a 99-byte stdin file (temp file + rename through
+// the sessiondir Writer) until cat's echo of it arrived, so the figure
+// also holds pcwrap's output path and the consumer: an upper bound on
+// "until the child has read it".
 func BenchmarkStdinLatency(b *testing.B) {
 	payload := bytes.Repeat([]byte("x"), latencyBytes)
 	for _, v := range variants {
@@ -333,12 +426,13 @@ func BenchmarkStartTime(b *testing.B) {
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
 			var samples []time.Duration
+			got := make([]byte, 3)
 			for b.Loop() {
 				samples = samples[:0]
 				for range startSamples {
 					t0 := time.Now()
 					c := v.start(b, "echo", "ok")
-					if err := c.recv(3); err != nil {
+					if err := c.recv(got); err != nil {
 						b.Fatal(err)
 					}
 					samples = append(samples, time.Since(t0))
@@ -350,49 +444,129 @@ func BenchmarkStartTime(b *testing.B) {
 	}
 }
 
-// BenchmarkThroughput: 32 MiB as 64 KiB messages through cat; also the
-// peak RSS (VmHWM) of the measured process after the run.
+// BenchmarkThroughput: 32 MiB as 64 KiB messages. OneWay sends them into
+// `cat >/dev/null` (pcwrap's stdin path only) and ends when the child read
+// EOF; RoundTrip sends them through cat and back as data frames decoded by
+// the test (stdin and output path), checking every byte. Each run also
+// reports the peak RSS (VmHWM) of the measured process, MB per CPU-second
+// of pcwrap, and of the test's writer and consumer threads.
 func BenchmarkThroughput(b *testing.B) {
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16)
-	for _, v := range variants {
-		b.Run(v.name, func(b *testing.B) {
-			var mbps, rss float64
-			for b.Loop() {
-				c := v.start(b, "cat")
-				errc := make(chan error, 1)
-				t0 := time.Now()
-				go func() {
-					for range throughputTotal / throughputChunk {
-						if err := c.send(chunk); err != nil {
-							errc <- err
-							return
+	for _, mode := range []string{"OneWay", "RoundTrip"} {
+		b.Run(mode, func(b *testing.B) {
+			for _, v := range variants {
+				b.Run(v.name, func(b *testing.B) {
+					var r throughputRun
+					for b.Loop() {
+						r = runThroughput(b, v.start, mode == "RoundTrip", chunk)
+					}
+					b.ReportMetric(r.mbps, "MB/s")
+					b.ReportMetric(r.rss, "peak-RSS-MiB")
+					if v.wrapper {
+						b.ReportMetric(r.mbPerCPU, "MB/cpu-s")
+						b.ReportMetric(r.writerMBPerCPU, "writer-MB/cpu-s")
+						if r.consumerMBPerCPU > 0 {
+							b.ReportMetric(r.consumerMBPerCPU, "consumer-MB/cpu-s")
 						}
 					}
-					errc <- nil
-				}()
-				if err := c.recv(throughputTotal); err != nil {
-					b.Fatal(err)
-				}
-				el := time.Since(t0)
-				if err := <-errc; err != nil {
-					b.Fatal(err)
-				}
-				mbps = float64(throughputTotal) / 1e6 / el.Seconds()
-				kib, err := procStatusKiB(c.pid(), "VmHWM")
-				if err != nil {
-					b.Fatal(err)
-				}
-				rss = float64(kib) / 1024
-				c.close(b)
+				})
 			}
-			b.ReportMetric(mbps, "MB/s")
-			b.ReportMetric(rss, "peak-RSS-MiB")
 		})
 	}
 }
 
-// BenchmarkIdleCPU: utime+stime of the measured process over 5 idle
-// seconds with cat waiting for input.
+type throughputRun struct {
+	mbps, rss                                  float64
+	mbPerCPU, writerMBPerCPU, consumerMBPerCPU float64
+}
+
+func runThroughput(b *testing.B, start func(testing.TB, ...string) child, roundTrip bool, chunk []byte) throughputRun {
+	args := oneWayChild
+	if roundTrip {
+		args = []string{"cat"}
+	}
+	c := start(b, args...)
+	defer c.close(b)
+	// Warm up (and for pcwrap make sure the child runs) before measuring.
+	if roundTrip {
+		if _, err := roundTripOnce(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0, err := procCPU(c.pid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cons0 := c.consumerCPU()
+	var writerCPU time.Duration
+	errc := make(chan error, 1)
+	t0 := time.Now()
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		self := fmt.Sprintf("/proc/self/task/%d/schedstat", unix.Gettid())
+		w0, _ := taskCPU(self)
+		for range throughputTotal / throughputChunk {
+			if err := c.send(chunk); err != nil {
+				errc <- err
+				return
+			}
+		}
+		w1, _ := taskCPU(self)
+		writerCPU = w1 - w0
+		if !roundTrip {
+			errc <- c.end()
+			return
+		}
+		errc <- nil
+	}()
+	if roundTrip {
+		got := make([]byte, len(chunk))
+		for range throughputTotal / throughputChunk {
+			if err := c.recv(got); err != nil {
+				b.Fatal(err)
+			}
+			if !bytes.Equal(got, chunk) {
+				b.Fatal("round trip changed the data")
+			}
+		}
+	} else {
+		done := make([]byte, len("done\n"))
+		if err := c.recv(done); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(t0)
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	cpu1, err := procCPU(c.pid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cons := c.consumerCPU() - cons0
+	kib, err := procStatusKiB(c.pid(), "VmHWM")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mb := float64(throughputTotal) / 1e6
+	r := throughputRun{mbps: mb / el.Seconds(), rss: float64(kib) / 1024}
+	if cpu1 > cpu0 {
+		r.mbPerCPU = mb / (cpu1 - cpu0).Seconds()
+	}
+	if writerCPU > 0 {
+		r.writerMBPerCPU = mb / writerCPU.Seconds()
+	}
+	if roundTrip && cons > 0 {
+		r.consumerMBPerCPU = mb / cons.Seconds()
+	}
+	return r
+}
+
+func roundTripOnce(c child) (time.Duration, error) { return roundTrip(c, []byte("warm\n")) }
+
+// BenchmarkIdleCPU: CPU time of the measured process over 5 idle seconds
+// with cat waiting for input.
 func BenchmarkIdleCPU(b *testing.B) {
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
@@ -400,7 +574,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 			for b.Loop() {
 				c := v.start(b, "cat")
 				// One round trip first, so startup work is not counted.
-				if _, err := roundTrip(c, []byte("warm\n")); err != nil {
+				if _, err := roundTripOnce(c); err != nil {
 					b.Fatal(err)
 				}
 				before, err := procCPU(c.pid())
@@ -420,24 +594,37 @@ func BenchmarkIdleCPU(b *testing.B) {
 	}
 }
 
-// procCPU returns utime+stime of pid (fields 14 and 15 of /proc/<pid>/stat).
+// procCPU returns the CPU time of pid: the sum over its threads of
+// /proc/<pid>/task/<tid>/schedstat (ns, where /proc/<pid>/stat counts
+// 10 ms ticks). Go runtime threads do not exit, so none is missed.
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return 0, err
 	}
-	// Fields after the parenthesised command name, which may hold spaces.
-	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	var sum time.Duration
+	for _, t := range tasks {
+		d, err := taskCPU(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		sum += d
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	return sum, nil
+}
+
+// taskCPU reads the on-CPU time (first field, ns) of a schedstat file.
+func taskCPU(path string) (time.Duration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
 		return 0, err
 	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("empty %s", path)
+	}
+	ns, err := strconv.ParseInt(f[0], 10, 64)
+	return time.Duration(ns), err
 }
 
 // procStatusKiB returns a kB field of /proc/<pid>/status.
@@ -455,7 +642,8 @@ func procStatusKiB(pid int, field string) (int64, error) {
 }
 
 // TestBenchSmoke keeps the harness honest under `go test` without running
-// the measurements: one round trip through each variant.
+// the measurements: one round trip through each variant, a one-way end,
+// and the /proc readers.
 func TestBenchSmoke(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -463,11 +651,21 @@ func TestBenchSmoke(t *testing.T) {
 			if _, err := roundTrip(c, []byte("smoke\n")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := procCPU(c.pid()); err != nil {
-				t.Fatal(err)
+			if cpu, err := procCPU(c.pid()); err != nil || cpu <= 0 {
+				t.Fatalf("procCPU = %v, %v", cpu, err)
 			}
 			if _, err := procStatusKiB(c.pid(), "VmHWM"); err != nil {
 				t.Fatal(err)
+			}
+			c.close(t)
+
+			c = v.start(t, oneWayChild...)
+			if err := errors.Join(c.send([]byte("x\n")), c.end()); err != nil {
+				t.Fatal(err)
+			}
+			done := make([]byte, len("done\n"))
+			if err := c.recv(done); err != nil || string(done) != "done\n" {
+				t.Fatalf("one-way child said %q: %v", done, err)
 			}
 			c.close(t)
 		})
