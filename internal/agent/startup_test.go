@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,4 +202,63 @@ func TestScenario22_PcwrapDiedWhileDown(t *testing.T) {
 	require.True(t, os.IsNotExist(err), "the dead session dir is removed")
 	res := r.open()
 	require.Contains(t, string(res), `"outcome":"resumed"`)
+}
+
+// TestScenario19_ColdStartGate: five concurrent cold opens with a slow
+// initialize share a gate of four: no fifth agent is launched before a
+// handshake finished, and all five succeed (scenario 19).
+func TestScenario19_ColdStartGate(t *testing.T) {
+	gate := acpx.NewColdStartGate(4, nil)
+	rigs := make([]*rig, 5)
+	for i := range rigs {
+		rigs[i] = newRig(t, func(c *Config) { c.Gate = gate })
+		rigs[i].prepare("--init-delay-ms", "800")
+	}
+	launched := func() int {
+		n := 0
+		for _, r := range rigs {
+			ents, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
+			for _, e := range ents {
+				if e.IsDir() {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	firstDone := false
+	errs := make([]error, len(rigs))
+	for i, r := range rigs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), testWait)
+			defer cancel()
+			_, errs[i] = r.m.Open(ctx)
+			mu.Lock()
+			firstDone = true
+			mu.Unlock()
+		}()
+	}
+	maxBefore := 0
+	tick := time.NewTicker(5 * time.Millisecond)
+	for {
+		mu.Lock()
+		done := firstDone
+		mu.Unlock()
+		if done {
+			break
+		}
+		maxBefore = max(maxBefore, launched())
+		<-tick.C
+	}
+	tick.Stop()
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.LessOrEqual(t, maxBefore, 4, "at most four cold handshakes at once")
+	require.Equal(t, 5, launched())
 }
