@@ -142,3 +142,25 @@ func TestLifetimeWhileReconnectingFails(t *testing.T) {
 	require.NotNil(t, st.RecoverableFailure)
 	require.Equal(t, string(CodeReconnectDeadlineExceeded), *st.RecoverableFailure)
 }
+
+// TestSuspendingStateFinishedAfterRestart: a process that recorded
+// lifecycle suspending and died before its exit leaves the next process,
+// whatever its mode, to finish that suspend: replay, ACK, exit 0 suspended,
+// without a second runner.suspending.
+func TestSuspendingStateFinishedAfterRestart(t *testing.T) {
+	h := newHarness(t, nil)
+	st := h.openState()
+	require.NoError(t, st.Update(func(tx *state.Tx) error {
+		if err := tx.SetLifecycle(state.Suspending); err != nil {
+			return err
+		}
+		_, err := tx.Enqueue(state.Event{Type: eventRunnerSuspending, Priority: state.P0,
+			Payload: json.RawMessage(`{"reason":"idle_timeout","resumable":true}`)})
+		return err
+	}))
+	require.NoError(t, st.Close())
+
+	require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+	require.Len(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), eventRunnerSuspending), 1)
+	require.Equal(t, state.Suspended, h.readState().Lifecycle)
+}

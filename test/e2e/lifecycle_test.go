@@ -70,3 +70,23 @@ func TestWarmRunnerdIdleTimeout(t *testing.T) {
 	require.Equal(t, 1, countType(evs, "run.terminal"))
 	require.Empty(t, processSessions(r.dir))
 }
+
+// TestLifetimeRotatesAfterActiveTurn: --max-lifetime-ms passing while
+// connected during a turn does not cut the turn: runnerd rotates once the
+// turn has ended (runner.suspending {reason: max_lifetime_rotation} after
+// run.terminal), exit 0, as the reference does.
+func TestLifetimeRotatesAfterActiveTurn(t *testing.T) {
+	r := newAgentRig(t, "--max-lifetime-ms", "3000")
+	cmd := r.start(t)
+	r.prepare(t)
+	r.open(t)
+	require.Equal(t, "completed", r.run(t, "turn.start", map[string]any{"text": "sleep 4000"}).Status)
+	require.Equal(t, 0, waitExit(t, cmd))
+	evs := r.events(t)
+	require.Equal(t, []string{"max_lifetime_rotation"}, suspendingReasons(t, evs))
+	terminal, ok := find(evs, "run.terminal")
+	require.True(t, ok, "the turn ran to its end")
+	sus, _ := find(evs, "runner.suspending")
+	require.Less(t, terminal.SourceSeq, sus.SourceSeq)
+	require.Empty(t, processSessions(r.dir))
+}
