@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,12 +22,15 @@ const (
 	// hotRestartTurnMs bounds one turn's sleep; the kill lands anywhere in
 	// it or shortly after.
 	hotRestartTurnMs = 600
+	// hotRestartChunks bounds the extra deltas of a streaming turn.
+	hotRestartChunks = 3000
 	// hotRestartBound bounds the whole test.
 	hotRestartBound = 2 * time.Minute
 )
 
 // TestHotRestartScenario20 kills runnerd with SIGKILL at a seeded random
-// point of a running turn, relaunches it with a fresh ticket and the same
+// point of a running turn (a quiet one, or one streaming thousands of
+// deltas), relaunches it with a fresh ticket and the same
 // state dir, and checks acp.md §3.5 over the real binaries: the agent keeps
 // its process group (never restarted), every turn completes into the same
 // turn, the core sees every event exactly once (contiguous sourceSeq, one
@@ -58,9 +62,19 @@ func TestHotRestartScenario20(t *testing.T) {
 	for i := 1; i <= hotRestartRuns; i++ {
 		require.True(t, time.Now().Before(deadline), "hot-restart loop exceeded its bound at round %d", i)
 		ms := 100 + rng.IntN(hotRestartTurnMs)
-		res := r.run(t, "turn.start", map[string]any{"text": fmt.Sprintf("sleep %d", ms)})
+		text, reply := fmt.Sprintf("sleep %d", ms), fmt.Sprintf("slept %d ms", ms)
+		if i%2 == 0 {
+			// A streaming turn: the kill lands among thousands of deltas.
+			n := 500 + rng.IntN(hotRestartChunks)
+			var b strings.Builder
+			for k := range n {
+				b.WriteString(strconv.Itoa(k) + ",")
+			}
+			text, reply = fmt.Sprintf("chunks %d", n), b.String()
+		}
+		res := r.run(t, "turn.start", map[string]any{"text": text})
 		require.Equal(t, "completed", res.Status, string(res.Result))
-		want[fmt.Sprintf("pturn-%d", i)] = fmt.Sprintf("slept %d ms", ms)
+		want[fmt.Sprintf("pturn-%d", i)] = reply
 		time.Sleep(time.Duration(rng.IntN(ms+100)) * time.Millisecond) // the kill point
 		require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
 		waitExit(t, proc)
