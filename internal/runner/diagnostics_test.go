@@ -98,3 +98,24 @@ func TestDiagnosticsRefusesUnsafePaths(t *testing.T) {
 	require.Equal(t, "keep", string(b))
 	require.Same(t, orig, os.Stderr, "os.Stderr untouched on failure")
 }
+
+// BenchmarkDiagnosticsLogLine is the cost of one typical JSON log line
+// through the redacting, bounded diagnostics writer (with a dozen credential
+// values to scrub), file write included.
+func BenchmarkDiagnosticsLogLine(b *testing.B) {
+	env := make([]string, 12)
+	for i := range env {
+		env[i] = fmt.Sprintf("SECRET_%d_TOKEN=value-%d-0123456789abcdef", i, i)
+	}
+	d, err := OpenDiagnostics(filepath.Join(b.TempDir(), "diag"), env)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	line := []byte(`{"time":"2026-11-30T13:23:57.567138785Z","level":"INFO","msg":"executing command","component":"runnerd","commandId":"command_prp_00000199","type":"runner.drain","controllerSeq":199}` + "\n")
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = d.Stderr().Write(line)
+	}
+}
