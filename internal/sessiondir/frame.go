@@ -177,6 +177,9 @@ func (f *Frame) UnmarshalJSON(b []byte) error {
 // ParseFrame decodes one event-file body or one stdout-mode line. A frame
 // of a type outside §7.1 is returned together with ErrUnknownFrameType.
 func ParseFrame(b []byte) (Frame, error) {
+	if f, ok := parseDataFast(b); ok {
+		return f, nil
+	}
 	var f Frame
 	if err := f.UnmarshalJSON(b); err != nil {
 		return Frame{}, fmt.Errorf("parse frame: %w", err)
@@ -186,6 +189,71 @@ func ParseFrame(b []byte) (Frame, error) {
 		return f, nil
 	}
 	return f, fmt.Errorf("parse frame: %w", ErrUnknownFrameType)
+}
+
+// parseDataFast handles the data frame exactly as pcwrap writes it,
+// [{"seq":N,]"type":"data","stream":"stdout"|"stderr","data":"<base64>"}
+// plus JSON white space, without encoding/json, which scans a large string
+// several times a byte at a time (a consumer decoding frames slower than
+// pcwrap writes them). It reports false for anything else, which then
+// takes the general path; both give the same Frame for this shape
+// (FuzzParseFrame checks).
+func parseDataFast(b []byte) (Frame, bool) {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || b[0] != '{' {
+		return Frame{}, false
+	}
+	b = b[1:]
+	var f Frame
+	if rest, ok := bytes.CutPrefix(b, []byte(`"seq":`)); ok {
+		// 1 to 15 digits without a leading zero: valid JSON and exact
+		// through the general path's float64.
+		n := 0
+		for n < len(rest) && n < 16 && rest[n] >= '0' && rest[n] <= '9' {
+			n++
+		}
+		if n == 0 || n > 15 || rest[0] == '0' || n >= len(rest) || rest[n] != ',' {
+			return Frame{}, false
+		}
+		seq, err := strconv.ParseInt(string(rest[:n]), 10, 64)
+		if err != nil {
+			return Frame{}, false
+		}
+		f.Seq, b = seq, rest[n+1:]
+	}
+	b, ok := bytes.CutPrefix(b, []byte(`"type":"data","stream":"`))
+	if !ok {
+		return Frame{}, false
+	}
+	switch {
+	case bytes.HasPrefix(b, []byte(StreamStdout+`","data":"`)):
+		f.Stream = StreamStdout
+	case bytes.HasPrefix(b, []byte(StreamStderr+`","data":"`)):
+		f.Stream = StreamStderr
+	default:
+		return Frame{}, false
+	}
+	b = b[len(StreamStdout+`","data":"`):]
+	end := bytes.IndexByte(b, '"')
+	if end < 0 {
+		return Frame{}, false
+	}
+	data := b[:end]
+	if tail := bytes.TrimRight(b[end+1:], " \t\r\n"); len(tail) != 1 || tail[0] != '}' {
+		return Frame{}, false
+	}
+	// As in parseStdinFast: strict base64 rejects every byte outside the
+	// alphabet but CR and LF, which JSON forbids raw inside a string.
+	if bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
+		return Frame{}, false
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
+	n, err := base64.StdEncoding.Decode(out, data)
+	if err != nil {
+		return Frame{}, false
+	}
+	f.Type, f.Data = FrameData, out[:n]
+	return f, true
 }
 
 // Message is one stdin-queue message (spec §6.1).

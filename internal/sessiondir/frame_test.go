@@ -206,7 +206,19 @@ func FuzzParseFrame(f *testing.F) {
 	for _, s := range []string{`{"type":"data","stream":"stdout","data":"aGk="}`, `{"seq":3,"type":"exit","code":0,"signal":null}`, `{"type":"error","message":"x"}`, `{}`} {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(` {"seq":12,"type":"data","stream":"stderr","data":"aGk-_="} ` + "\n"))
+	f.Add([]byte(`{"seq":0,"type":"data","stream":"stdout","data":""}`))
+	f.Add([]byte(`{"seq":01,"type":"data","stream":"stdout","data":"aGk="}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if fast, ok := parseDataFast(b); ok {
+			var slow Frame
+			if err := slow.UnmarshalJSON(b); err != nil {
+				t.Fatalf("fast path accepted what the general path refuses: %v", err)
+			}
+			if fast.Seq != slow.Seq || fast.Type != slow.Type || fast.Stream != slow.Stream || !bytes.Equal(fast.Data, slow.Data) {
+				t.Fatalf("fast path differs: %+v vs %+v", fast, slow)
+			}
+		}
 		fr, err := ParseFrame(b)
 		if err != nil {
 			return
