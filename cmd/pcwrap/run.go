@@ -270,6 +270,7 @@ func newReader(sd *sessiondir.Dir, verifier *sessiondir.Verifier, feeder *stdinp
 		},
 		ShuttingDown: term.Terminated,
 		Backlogged:   feeder.Full,
+		Buffer:       feeder.Buffer,
 		Handler:      handler{feeder: feeder, term: term, out: out},
 		Logger:       log,
 	})
@@ -380,13 +381,15 @@ func (h handler) Shutdown()        { h.term.Terminate() }
 func (h handler) Error(msg string) { h.out.Emit(sessiondir.ErrorFrame(msg)) }
 
 // pump reads the child's pipe until EOF (or the drain deadline) and emits
-// one data frame per read.
+// one data frame per read. Each read goes into a buffer of the largest
+// frame taken from the emitter's free list and is handed over without a
+// copy; the emitter recycles it once the frame is written.
 func pump(f *os.File, stream string, out *sessiondir.Emitter) {
-	buf := make([]byte, pipeRead)
 	for {
+		buf := out.DataBuffer(pipeRead)
 		n, err := f.Read(buf)
 		if n > 0 {
-			out.Emit(sessiondir.DataFrame(stream, append([]byte(nil), buf[:n]...)))
+			out.EmitData(stream, buf[:n])
 		}
 		if err != nil {
 			return

@@ -291,10 +291,18 @@ func (m Message) AppendJSON(dst []byte) []byte {
 // Errors never quote the content
 // beyond what the JSON decoder names (one character or a position).
 func ParseMessage(content []byte) (Message, error) {
+	return ParseMessageInto(content, nil)
+}
+
+// ParseMessageInto is ParseMessage decoding the payload of a stdin
+// message into dst's storage when it is large enough (Data aliases dst
+// then), so a reader can recycle payload buffers instead of allocating
+// and zeroing one per file. The result never aliases content.
+func ParseMessageInto(content, dst []byte) (Message, error) {
 	if len(content) == 0 {
 		return Message{}, ErrEmptyStdinFile
 	}
-	if m, ok := parseStdinFast(content); ok {
+	if m, ok := parseStdinFast(content, dst); ok {
 		return m, nil
 	}
 	return parseMessageJSON(content)
@@ -341,7 +349,7 @@ const stdinPrefix = `{"type":"stdin","data":"`
 // general decoder, which is slow on large strings. It reports false for
 // anything else, which then takes the general path; both give the same
 // result for this shape.
-func parseStdinFast(b []byte) (Message, bool) {
+func parseStdinFast(b, dst []byte) (Message, bool) {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if !bytes.HasPrefix(b, []byte(stdinPrefix)) {
 		return Message{}, false
@@ -361,7 +369,10 @@ func parseStdinFast(b []byte) (Message, bool) {
 	if bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
 		return Message{}, false
 	}
-	out := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
+	out := dst[:cap(dst)]
+	if need := base64.StdEncoding.DecodedLen(len(data)); len(out) < need {
+		out = make([]byte, need)
+	}
 	n, err := base64.StdEncoding.Decode(out, data)
 	if err != nil {
 		return Message{}, false // escapes, URL alphabet, odd padding: general path

@@ -17,8 +17,21 @@ import (
 const EventRetryInterval = 100 * time.Millisecond
 
 // emitQueue is the frame channel's capacity: pumps block (backpressure on
-// the child's pipes) rather than grow memory when output is slow.
-const emitQueue = 64
+// the child's pipes) rather than grow memory when output is slow. 16 full
+// pipe reads are 1 MiB in flight: enough to ride out a slow consumer
+// write, small enough for the 10 MiB peak-RSS target.
+const emitQueue = 16
+
+// freeBufs bounds the free list of data buffers (DataBuffer): the queue's
+// worth plus one per pump in flight.
+const freeBufs = emitQueue + 4
+
+// queued is one frame in the channel; owned marks Data as a DataBuffer
+// buffer to recycle once written.
+type queued struct {
+	f     Frame
+	owned bool
+}
 
 // Emitter is the one goroutine that writes frames, in emission order
 // (spec §7): as event files (§7.2) or as stdout lines with seq first
@@ -31,8 +44,9 @@ type Emitter struct {
 
 	mu     sync.RWMutex
 	closed bool
-	ch     chan Frame
+	ch     chan queued
 	done   chan struct{}
+	free   chan []byte // recycled data buffers (DataBuffer, EmitData)
 
 	brokenOnce sync.Once
 	broken     chan struct{}
@@ -57,7 +71,8 @@ func newEmitter(e *Emitter) *Emitter {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	e.ch = make(chan Frame, emitQueue)
+	e.ch = make(chan queued, emitQueue)
+	e.free = make(chan []byte, freeBufs)
 	e.done = make(chan struct{})
 	e.broken = make(chan struct{})
 	e.fast = make(chan struct{})
@@ -67,13 +82,36 @@ func newEmitter(e *Emitter) *Emitter {
 
 // Emit queues f. It blocks only while the queue is full; after Close it
 // drops f.
-func (e *Emitter) Emit(f Frame) {
+func (e *Emitter) Emit(f Frame) { e.emit(queued{f: f}) }
+
+// DataBuffer returns a buffer of size bytes to read child output into and
+// hand to EmitData: a recycled one when one is free, so a pump does not
+// allocate and zero a fresh buffer per read.
+func (e *Emitter) DataBuffer(size int) []byte {
+	select {
+	case b := <-e.free:
+		if cap(b) >= size {
+			return b[:size]
+		}
+	default:
+	}
+	return make([]byte, size)
+}
+
+// EmitData queues a data frame of b and takes b over: its storage is
+// reused by DataBuffer once the frame is written, so the caller must not
+// touch b again. The frame is the same as Emit(DataFrame(stream, b)).
+func (e *Emitter) EmitData(stream string, b []byte) {
+	e.emit(queued{f: DataFrame(stream, b), owned: true})
+}
+
+func (e *Emitter) emit(q queued) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
 		return
 	}
-	e.ch <- f
+	e.ch <- q
 }
 
 // Broken is closed when a stdout write failed (EPIPE: the reader went
@@ -97,23 +135,34 @@ func (e *Emitter) Close() {
 func (e *Emitter) loop() {
 	defer close(e.done)
 	dead := false
-	for f := range e.ch {
-		if dead {
-			continue
+	for q := range e.ch {
+		if !dead {
+			dead = e.write(q.f)
 		}
-		if e.events {
-			e.writeEvent(f)
-			continue
-		}
-		e.seq++
-		f.Seq = e.seq
-		e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
-		if _, err := e.stdout.Write(e.buf); err != nil {
-			e.log.Warn("stdout write failed; terminating", "err", err)
-			dead = true
-			e.brokenOnce.Do(func() { close(e.broken) })
+		if q.owned {
+			select {
+			case e.free <- q.f.Data[:0]:
+			default:
+			}
 		}
 	}
+}
+
+// write writes one frame; it reports whether stdout broke.
+func (e *Emitter) write(f Frame) (dead bool) {
+	if e.events {
+		e.writeEvent(f)
+		return false
+	}
+	e.seq++
+	f.Seq = e.seq
+	e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
+	if _, err := e.stdout.Write(e.buf); err != nil {
+		e.log.Warn("stdout write failed; terminating", "err", err)
+		e.brokenOnce.Do(func() { close(e.broken) })
+		return true
+	}
+	return false
 }
 
 // writeEvent publishes f under the next seq, retrying a failed write

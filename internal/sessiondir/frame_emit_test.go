@@ -109,3 +109,40 @@ func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 		t.Fatal("FailFast did not end the retries")
 	}
 }
+
+// EmitData writes the same frame as Emit(DataFrame(...)) and hands its
+// buffer back through DataBuffer once written, in both modes.
+func TestEmitDataRecyclesBuffers(t *testing.T) {
+	var buf lockedBuf
+	e := NewStdoutEmitter(&buf, nil)
+	seen := map[*byte]bool{}
+	for i := range 200 {
+		b := e.DataBuffer(8)
+		require.Len(t, b, 8)
+		seen[&b[:1][0]] = true
+		n := copy(b, []byte{'a' + byte(i%26)})
+		e.EmitData(StreamStderr, b[:n])
+	}
+	e.Close() // every frame written, so every buffer offered back
+	again := e.DataBuffer(8)
+	assert.True(t, seen[&again[:1][0]], "a written buffer comes back")
+	lines := bytes.Split(bytes.TrimSuffix(buf.b.Bytes(), []byte("\n")), []byte("\n"))
+	require.Len(t, lines, 200)
+	for i, line := range lines {
+		want := Frame{Seq: int64(i + 1), Type: FrameData, Stream: StreamStderr, Data: []byte{'a' + byte(i%26)}}
+		assert.Equal(t, string(want.AppendJSON(nil)), string(line))
+	}
+
+	session := t.TempDir()
+	d, err := Open(session, true)
+	require.NoError(t, err)
+	defer d.Close()
+	ev := NewEventsEmitter(d.Events, nil)
+	b := ev.DataBuffer(3)
+	copy(b, "abc")
+	ev.EmitData(StreamStdout, b)
+	ev.Close()
+	body, err := os.ReadFile(filepath.Join(session, EventsDir, SeqName(1)))
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"data","stream":"stdout","data":"YWJj"}`+"\n", string(body))
+}

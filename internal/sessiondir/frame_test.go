@@ -169,7 +169,7 @@ func FuzzParseMessage(f *testing.F) {
 	}
 	f.Add([]byte(` {"type":"stdin","data":"aGk-_="} ` + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if fast, ok := parseStdinFast(b); ok && len(b) > 0 {
+		if fast, ok := parseStdinFast(b, make([]byte, 7)); ok && len(b) > 0 {
 			slow, err := parseMessageJSON(b)
 			if err != nil || slow.Type != fast.Type || !bytes.Equal(slow.Data, fast.Data) {
 				t.Fatalf("fast path differs: %v", err)
@@ -231,4 +231,18 @@ func FuzzParseFrame(f *testing.F) {
 			t.Fatal("not stable")
 		}
 	})
+}
+
+func TestParseMessageIntoReusesDst(t *testing.T) {
+	body := Message{Type: MsgStdin, Data: []byte("hello, world")}.AppendJSON(nil)
+	dst := make([]byte, 64)
+	m, err := ParseMessageInto(body, dst)
+	require.NoError(t, err)
+	assert.Equal(t, "hello, world", string(m.Data))
+	assert.Same(t, &dst[0], &m.Data[0], "decoded into dst")
+	small := make([]byte, 2)
+	m, err = ParseMessageInto(body, small)
+	require.NoError(t, err)
+	assert.Equal(t, "hello, world", string(m.Data))
+	assert.Equal(t, "hi", string(append(small[:0], "hi"...)), "dst too small: left alone")
 }

@@ -11,6 +11,15 @@ import (
 // child busy, small enough for the 10 MiB peak-RSS target.
 const MaxQueuedBytes = 1 << 20
 
+// freeBufs bounds the Feeder's free list of written payload buffers
+// (Buffer): a few are enough to keep the reader from allocating and
+// zeroing one per file; more would only pin memory.
+const freeBufs = 4
+
+// maxRecycled is the largest payload buffer kept for reuse: a 64 KiB chunk
+// fits, a rare huge file does not pin its memory.
+const maxRecycled = 128 << 10
+
 // Feeder is the one ordered writer of the child's stdin (spec §6.3): the
 // reader hands it chunks and never blocks on the pipe. End closes the
 // pipe after the queued bytes; Drop (terminate) discards them and closes
@@ -28,19 +37,32 @@ type Feeder struct {
 	dropped bool
 	closed  bool
 	done    chan struct{}
+	free    chan []byte
 }
 
 // NewFeeder starts the writer goroutine for w. onDrain, if set, is called
 // (from the writer goroutine) when the queue falls below MaxQueuedBytes
 // after having been full.
 func NewFeeder(w io.WriteCloser, onDrain func()) *Feeder {
-	f := &Feeder{w: w, onDrain: onDrain, done: make(chan struct{})}
+	f := &Feeder{w: w, onDrain: onDrain, done: make(chan struct{}), free: make(chan []byte, freeBufs)}
 	f.cond = sync.NewCond(&f.mu)
 	go f.loop()
 	return f
 }
 
-// Write queues b (owned by the Feeder from now on).
+// Buffer returns an empty buffer whose storage the Feeder has written and
+// no longer needs, for the next payload (nil when none is free).
+func (f *Feeder) Buffer() []byte {
+	select {
+	case b := <-f.free:
+		return b
+	default:
+		return nil
+	}
+}
+
+// Write queues b (owned by the Feeder from now on; its storage may come
+// back from Buffer once written).
 func (f *Feeder) Write(b []byte) {
 	if len(b) == 0 {
 		return
@@ -119,6 +141,12 @@ func (f *Feeder) loop() {
 		if !broken {
 			if _, err := f.w.Write(b); err != nil {
 				broken = true // child closed stdin or Drop closed the pipe
+			}
+		}
+		if cap(b) <= maxRecycled {
+			select {
+			case f.free <- b[:0]:
+			default:
 			}
 		}
 		f.mu.Lock()

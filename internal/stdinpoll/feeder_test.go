@@ -57,3 +57,22 @@ func TestFeederChildClosedStdin(t *testing.T) {
 		t.Fatal("feeder did not finish")
 	}
 }
+
+func TestFeederRecyclesWrittenBuffers(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	f := NewFeeder(w, nil)
+	assert.Nil(t, f.Buffer(), "nothing written yet")
+	b := []byte("payload")
+	f.Write(b)
+	got := make([]byte, len(b))
+	_, err = io.ReadFull(r, got)
+	require.NoError(t, err)
+	var back []byte
+	require.Eventually(t, func() bool { back = f.Buffer(); return back != nil }, 5*time.Second, time.Millisecond)
+	assert.Empty(t, back)
+	assert.Same(t, &b[0], &back[:1][0])
+	f.End()
+	<-f.Done()
+}

@@ -71,8 +71,12 @@ type Config struct {
 	// then leaves the remaining files on disk (no retry is spent) until
 	// Kick is called. nil means never.
 	Backlogged func() bool
-	Handler    Handler
-	Logger     *slog.Logger
+	// Buffer returns a recycled buffer for the next stdin payload
+	// (Feeder.Buffer), or nil; the payload is decoded into it when it is
+	// large enough. nil means always allocate.
+	Buffer  func() []byte
+	Handler Handler
+	Logger  *slog.Logger
 	// NoWatch disables inotify: tick scans alone drive the queue.
 	NoWatch bool
 }
@@ -91,6 +95,7 @@ type Reader struct {
 	names       []string
 	dirbuf      []byte
 	filebuf     []byte
+	spare       []byte // payload buffer for the next stdin message
 }
 
 // dirBufSize is the getdents buffer: the size glibc's readdir uses
@@ -270,6 +275,7 @@ func (r *Reader) Scan(tick bool) {
 		switch msg.Type {
 		case sessiondir.MsgStdin:
 			if !r.stdinClosed && !msg.BadData {
+				r.spare = nil // the payload (maybe in spare) now belongs to the Handler
 				r.cfg.Handler.Stdin(msg.Data)
 			}
 		case sessiondir.MsgStdinEnd:

@@ -32,7 +32,10 @@ func (r *Reader) read(name string) (sessiondir.Message, error) {
 	if err != nil {
 		return sessiondir.Message{}, err
 	}
-	msg, err := sessiondir.ParseMessage(b)
+	if r.spare == nil && r.cfg.Buffer != nil {
+		r.spare = r.cfg.Buffer()
+	}
+	msg, err := sessiondir.ParseMessageInto(b, r.spare)
 	if err != nil {
 		return sessiondir.Message{}, err
 	}
