@@ -99,7 +99,7 @@ func (f Frame) AppendJSON(dst []byte) []byte {
 		dst = append(dst, `,"data":"`...)
 		n := base64.StdEncoding.EncodedLen(len(f.Data))
 		dst = append(dst, make([]byte, n)...)
-		base64.StdEncoding.Encode(dst[len(dst)-n:], f.Data)
+		encodeBase64(dst[len(dst)-n:], f.Data)
 		dst = append(dst, '"')
 	case FrameExit:
 		dst = append(dst, `,"code":`...)
@@ -248,8 +248,8 @@ func parseDataFast(b []byte) (Frame, bool) {
 		return Frame{}, false
 	}
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
-	n, err := base64.StdEncoding.Decode(out, data)
-	if err != nil {
+	n, ok := decodeBase64(out, data)
+	if !ok {
 		return Frame{}, false
 	}
 	f.Type, f.Data = FrameData, out[:n]
@@ -278,7 +278,7 @@ func (m Message) AppendJSON(dst []byte) []byte {
 		dst = append(dst, `,"data":"`...)
 		n := base64.StdEncoding.EncodedLen(len(m.Data))
 		dst = append(dst, make([]byte, n)...)
-		base64.StdEncoding.Encode(dst[len(dst)-n:], m.Data)
+		encodeBase64(dst[len(dst)-n:], m.Data)
 		dst = append(dst, '"')
 	}
 	return append(dst, "}\n"...)
@@ -373,8 +373,8 @@ func parseStdinFast(b, dst []byte) (Message, bool) {
 	if need := base64.StdEncoding.DecodedLen(len(data)); len(out) < need {
 		out = make([]byte, need)
 	}
-	n, err := base64.StdEncoding.Decode(out, data)
-	if err != nil {
+	n, ok := decodeBase64(out, data)
+	if !ok {
 		return Message{}, false // escapes, URL alphabet, odd padding: general path
 	}
 	return Message{Type: MsgStdin, Data: out[:n]}, true

@@ -1,0 +1,62 @@
+package sessiondir
+
+import (
+	"bytes"
+	"encoding/base64"
+	"testing"
+)
+
+func FuzzBase64(f *testing.F) {
+	for _, s := range []string{"", "a", "hello, world", "0123456789abcdef0123", "aGVsbG8=", "aGVs\nbG8gd29ybGQ=", "aGVsbG8gd29ybG=Q", "YWJjZGVmZ2hpamtsbW5vcA=="} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// Encoding: byte-identical to encoding/base64.
+		enc := make([]byte, base64.StdEncoding.EncodedLen(len(b)))
+		encodeBase64(enc, b)
+		if want := base64.StdEncoding.EncodeToString(b); string(enc) != want {
+			t.Fatalf("encode %q = %q, want %q", b, enc, want)
+		}
+		// Decoding: same success and bytes, for valid and invalid text.
+		for _, src := range [][]byte{b, enc} {
+			want := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
+			wn, werr := base64.StdEncoding.Decode(want, src)
+			got := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
+			n, ok := decodeBase64(got, src)
+			if ok != (werr == nil) || ok && !bytes.Equal(got[:n], want[:wn]) {
+				t.Fatalf("decode %q = %q, %v; want %q, %v", src, got[:n], ok, want[:wn], werr)
+			}
+		}
+	})
+}
+
+func BenchmarkEncodeBase64_64K(b *testing.B) {
+	src := bytes.Repeat([]byte("0123456789abcdef"), 4<<10)
+	dst := make([]byte, base64.StdEncoding.EncodedLen(len(src)))
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		encodeBase64(dst, src)
+	}
+}
+
+func BenchmarkDecodeBase64_64K(b *testing.B) {
+	src := []byte(base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("0123456789abcdef"), 4<<10)))
+	dst := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
+	b.SetBytes(int64(len(dst)))
+	for b.Loop() {
+		if _, ok := decodeBase64(dst, src); !ok {
+			b.Fatal("decode failed")
+		}
+	}
+}
+
+func BenchmarkStdlibBase64_64K(b *testing.B) {
+	src := bytes.Repeat([]byte("0123456789abcdef"), 4<<10)
+	enc := []byte(base64.StdEncoding.EncodeToString(src))
+	dst := make([]byte, len(enc))
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		base64.StdEncoding.Encode(dst, src)
+		_, _ = base64.StdEncoding.Decode(dst, enc)
+	}
+}
