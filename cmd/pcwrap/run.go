@@ -193,11 +193,6 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 		out.Close()
 		return exitSpawn
 	}
-	if st, err := ch.group.StartTime(); err == nil {
-		if err := sd.WriteChild(sessiondir.ChildRecord{Pgid: ch.group.Pgid(), StartTime: st}); err != nil {
-			log.Warn("write child record failed", "err", err)
-		}
-	}
 	feedMu.Lock()
 	feeder = ch.feeder
 	feedMu.Unlock()
@@ -223,6 +218,14 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 		defer close(readerDone)
 		reader.Run(ctx)
 	}()
+	// The child record (spec §2.4) is written once output and stdin are
+	// already flowing: a file create costs up to a millisecond on a busy
+	// filesystem, which the child's first frame need not wait for.
+	if st, err := ch.group.StartTime(); err == nil {
+		if err := sd.WriteChild(sessiondir.ChildRecord{Pgid: ch.group.Pgid(), StartTime: st}); err != nil {
+			log.Warn("write child record failed", "err", err)
+		}
+	}
 
 	code, sig := supervise(ch, term, sigs, out, &pumps)
 	out.Emit(sessiondir.ExitFrame(code, sig))
