@@ -235,6 +235,53 @@ func ReadRegularInto(f *os.File, max int64, buf []byte) ([]byte, error) {
 	return buf[:n], nil
 }
 
+// ReadRegularFD is ReadRegularInto on a raw descriptor, which it leaves
+// open. The stdin reader opens every queue file this way: an *os.File
+// would cost a fcntl and a failing epoll_ctl per file for nothing, since
+// regular files are never polled.
+func ReadRegularFD(fd int, max int64, buf []byte) ([]byte, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, ErrNotRegular
+	}
+	if st.Size > max {
+		return nil, ErrTooLarge
+	}
+	if int64(cap(buf)) < st.Size+1 {
+		buf = make([]byte, st.Size+1) // +1 sees growth without a second read
+	}
+	buf = buf[:cap(buf)]
+	n := 0
+	for {
+		if n == len(buf) {
+			if int64(n) > max {
+				return nil, ErrTooLarge
+			}
+			buf = append(buf, 0)[:n] // the file grew while read: room for more
+			buf = buf[:cap(buf)]
+		}
+		// Never read more than one byte past max.
+		m, err := unix.Read(fd, buf[n:min(len(buf), int(max+1))])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	if int64(n) > max {
+		return nil, ErrTooLarge
+	}
+	return buf[:n], nil
+}
+
 // ChildRecord is the body of .pcwrap.child (spec §2.4).
 type ChildRecord struct {
 	Pgid      int

@@ -151,3 +151,36 @@ func TestParseTuning(t *testing.T) {
 		assert.Equal(t, want, ParseTuning(in, 100), "%q", in)
 	}
 }
+
+func TestReadRegularFD(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	require.NoError(t, os.WriteFile(p, []byte("12345"), 0o600))
+	read := func(path string, max int64, buf []byte) ([]byte, error) {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		require.NoError(t, err)
+		defer unix.Close(fd)
+		return ReadRegularFD(fd, max, buf)
+	}
+	_, err := read(p, 4, nil)
+	assert.ErrorIs(t, err, ErrTooLarge)
+	b, err := read(p, 5, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "12345", string(b))
+	buf := make([]byte, 0, 64)
+	b, err = read(p, 5, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "12345", string(b))
+	assert.Same(t, &buf[:1][0], &b[0], "read into buf")
+	_, err = read(dir, 5, nil)
+	assert.ErrorIs(t, err, ErrNotRegular)
+	// A file longer than its stat size (as if it grew while read): /proc
+	// files stat as empty.
+	want, err := os.ReadFile("/proc/self/cmdline")
+	require.NoError(t, err)
+	b, err = read("/proc/self/cmdline", 1<<20, nil)
+	require.NoError(t, err)
+	assert.Equal(t, want, b)
+	_, err = read("/proc/self/cmdline", int64(len(want)-1), nil)
+	assert.ErrorIs(t, err, ErrTooLarge)
+}

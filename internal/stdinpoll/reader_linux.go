@@ -3,7 +3,6 @@ package stdinpoll
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"unsafe"
 
@@ -20,9 +19,8 @@ func (r *Reader) read(name string) (sessiondir.Message, error) {
 	if err != nil {
 		return sessiondir.Message{}, fmt.Errorf("open: %s", errText(err))
 	}
-	f := os.NewFile(uintptr(fd), name)
-	b, err := sessiondir.ReadRegularInto(f, MaxFileBytes, r.filebuf)
-	f.Close()
+	b, err := sessiondir.ReadRegularFD(fd, MaxFileBytes, r.filebuf)
+	unix.Close(fd)
 	if cap(b) <= keepFileBuf {
 		r.filebuf = b[:0] // reuse: ParseMessage copies what it keeps
 	}
