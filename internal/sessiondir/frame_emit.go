@@ -17,10 +17,11 @@ import (
 const EventRetryInterval = 100 * time.Millisecond
 
 // emitQueue is the frame channel's capacity: pumps block (backpressure on
-// the child's pipes) rather than grow memory when output is slow. 16 full
-// pipe reads are 1 MiB in flight: enough to ride out a slow consumer
-// write, small enough for the 10 MiB peak-RSS target.
-const emitQueue = 16
+// the child's pipes) rather than grow memory when output is slow. 8 full
+// pipe reads are 512 KiB in flight, and the child's pipe buffers hold
+// more: enough to ride out a slow consumer write, small enough for the
+// 10 MiB peak-RSS target.
+const emitQueue = 8
 
 // freeBufs bounds the free list of data buffers (DataBuffer): the queue's
 // worth plus one per pump in flight.

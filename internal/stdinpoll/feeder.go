@@ -7,9 +7,10 @@ import (
 
 // MaxQueuedBytes is how many bytes may wait for the child's stdin before
 // the reader leaves further files on disk (backpressure instead of
-// unbounded memory). 1 MiB is 16 pipe buffers: enough to keep a fast
-// child busy, small enough for the 10 MiB peak-RSS target.
-const MaxQueuedBytes = 1 << 20
+// unbounded memory). 512 KiB is 8 pipe buffers: enough to keep a fast
+// child busy (the files left on disk are the rest of the queue), small
+// enough for the 10 MiB peak-RSS target.
+const MaxQueuedBytes = 512 << 10
 
 // freeBufs bounds the Feeder's free list of written payload buffers
 // (Buffer): a few are enough to keep the reader from allocating and
