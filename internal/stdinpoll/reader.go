@@ -95,7 +95,8 @@ type Reader struct {
 	names       []string
 	dirbuf      []byte
 	filebuf     []byte
-	spare       []byte // payload buffer for the next stdin message
+	spare       []byte   // payload buffer for the next stdin message
+	resume      []string // rest of a listing left while backlogged (Scan)
 }
 
 // dirBufSize is the getdents buffer: the size glibc's readdir uses
@@ -213,6 +214,17 @@ func (r *Reader) Done() bool { return r.stopped || r.cfg.ShuttingDown() }
 
 // Scan runs one scan (spec §6.3); tick selects a tick scan, the only kind
 // that spends the retry budget and gives up.
+//
+// A scan stopped only because the child's stdin queue was full keeps the
+// rest of its listing, and the next scan (the Kick when the queue drains,
+// or an event) goes on from there instead of listing stdin/ again: with
+// hundreds of files waiting, a listing per drain made the reader's cost
+// grow with the square of the backlog. The kept names are still in order
+// and the first has passed the gap check; whatever arrived since either
+// sorts after them or is a late file (seq < expectedSeq), which §6.3
+// accepts in any order. Anything a kept listing could get wrong (a gap,
+// an unreadable file) is decided on a fresh listing instead, and a kept
+// listing that runs out is followed by a fresh one in the same scan.
 func (r *Reader) Scan(tick bool) {
 	if r.Done() {
 		return
@@ -220,43 +232,80 @@ func (r *Reader) Scan(tick bool) {
 	if !r.cfg.Verify() {
 		return
 	}
-	names, err := r.list()
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			r.cfg.Lost()
-		} else {
-			r.cfg.Logger.Warn("stdin queue: list failed; retrying next scan", "err", err)
+	names, fresh := r.resume, false
+	r.resume = nil
+	for {
+		if names == nil {
+			var err error
+			if names, err = r.list(); err != nil {
+				if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+					r.cfg.Lost()
+				} else {
+					r.cfg.Logger.Warn("stdin queue: list failed; retrying next scan", "err", err)
+				}
+				return
+			}
+			fresh = true
 		}
-		return
-	}
-	for _, name := range names {
-		if r.Done() {
+		switch r.scanNames(names, tick, fresh) {
+		case scanDone:
+			if fresh {
+				return
+			}
+		case scanStopped:
 			return
+		}
+		names = nil // relist: the kept listing ran out or went stale
+	}
+}
+
+// scanResult is how scanNames ended.
+type scanResult int
+
+const (
+	scanDone    scanResult = iota // every name handled
+	scanStopped                   // stopped as §6.3 says, or kept the rest (r.resume)
+	scanStale                     // a kept listing met a gap or a failed read: relist
+)
+
+// scanNames runs step 3 of §6.3 over names; fresh says names is this
+// scan's own listing (else it was kept from an earlier scan).
+func (r *Reader) scanNames(names []string, tick, fresh bool) scanResult {
+	for i, name := range names {
+		if r.Done() {
+			return scanStopped
 		}
 		seq, numeric := sessiondir.ParseSeq(name)
 		if numeric && seq > r.expectedSeq {
+			if !fresh {
+				return scanStale // the missing file may have arrived since
+			}
 			if tick {
 				r.gapRetries++
 			}
 			if !tick || r.gapRetries < r.maxRetries {
-				return
+				return scanStopped
 			}
 			r.cfg.Handler.Error(fmt.Sprintf("Advanced past missing stdin files %d to %d after %d retries.", r.expectedSeq, seq-1, r.maxRetries))
 			r.gapRetries = 0
 			r.expectedSeq = seq
 		}
 		if r.cfg.Backlogged != nil && r.cfg.Backlogged() {
-			return // Kick resumes; nothing spent
+			r.resume = names[i:]
+			return scanStopped // Kick resumes; nothing spent
 		}
 		msg, err := r.read(name)
 		if err != nil {
+			if !fresh {
+				return scanStale // maybe gone since the listing
+			}
 			if !tick {
-				return
+				return scanStopped
 			}
 			retries := r.parseRetry[name] + 1
 			if retries < r.maxRetries {
 				r.parseRetry[name] = retries
-				return // a later file must never overtake this one
+				return scanStopped // a later file must never overtake this one
 			}
 			delete(r.parseRetry, name)
 			_ = unix.Unlinkat(int(r.cfg.Dir.Fd()), name, 0)
@@ -283,11 +332,12 @@ func (r *Reader) Scan(tick bool) {
 				r.stdinClosed = true
 				r.cfg.Handler.StdinEnd()
 			}
-			return
+			return scanStopped
 		case sessiondir.MsgShutdown:
 			r.stopped = true
 			r.cfg.Handler.Shutdown()
-			return
+			return scanStopped
 		}
 	}
+	return scanDone
 }

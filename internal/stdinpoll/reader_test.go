@@ -238,3 +238,60 @@ func FuzzReaderFileContent(f *testing.F) {
 		assert.Equal(t, perr != nil, fx.present(1), "kept exactly when unreadable")
 	})
 }
+
+// A scan stopped by backpressure keeps the rest of its listing: later
+// scans go on in order, and when the kept names run out a fresh listing
+// picks up what arrived meanwhile, in the same scan.
+func TestReaderBacklogResumesKeptListing(t *testing.T) {
+	fx := newFixture(t, 3)
+	room := 2
+	fx.r.cfg.Backlogged = func() bool { return room == 0 }
+	h := &countingHandler{recorder: fx.rec, room: &room}
+	fx.r.cfg.Handler = h
+	for i := int64(1); i <= 5; i++ {
+		fx.put(i, data(string(rune('a'+i-1))))
+	}
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"stdin:a", "stdin:b"}, fx.rec.got)
+	assert.Len(t, fx.r.resume, 3)
+	fx.put(6, data("f")) // after the listing
+	fx.put(7, `{"type":"stdinEnd"}`)
+	room = 2
+	fx.r.Scan(false)
+	room = 100
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"stdin:a", "stdin:b", "stdin:c", "stdin:d", "stdin:e", "stdin:f", "end"}, fx.rec.got)
+	assert.Nil(t, fx.r.resume)
+}
+
+// A kept listing that went stale (a file gone, so a gap) is not trusted:
+// the scan lists again and decides on what is there, spending the tick's
+// budget once.
+func TestReaderBacklogStaleListingRelists(t *testing.T) {
+	fx := newFixture(t, 3)
+	room := 1
+	fx.r.cfg.Backlogged = func() bool { return room == 0 }
+	fx.r.cfg.Handler = &countingHandler{recorder: fx.rec, room: &room}
+	for i := int64(1); i <= 3; i++ {
+		fx.put(i, data(string(rune('a'+i-1))))
+	}
+	fx.r.Scan(false)
+	require.Len(t, fx.r.resume, 2)
+	require.NoError(t, os.Remove(filepath.Join(fx.dir, sessiondir.SeqName(2))))
+	room = 100
+	fx.r.Scan(true)
+	assert.Equal(t, []string{"stdin:a"}, fx.rec.got, "3 waits for the missing 2")
+	assert.Equal(t, 1, fx.r.gapRetries, "one tick spent, on the fresh listing")
+	assert.True(t, fx.present(3))
+}
+
+// countingHandler records like recorder and uses up room per stdin chunk.
+type countingHandler struct {
+	*recorder
+	room *int
+}
+
+func (c *countingHandler) Stdin(b []byte) {
+	c.recorder.Stdin(b)
+	*c.room--
+}
