@@ -1,6 +1,7 @@
 package sessiondir
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 )
@@ -57,9 +58,11 @@ func encodeBase64(dst, src []byte) {
 	base64.StdEncoding.Encode(dst[di:], src[si:])
 }
 
-// decodeBase64 is base64.StdEncoding.Decode for input without CR or LF
-// (which encoding/base64 skips): it decodes src into dst, which must hold
-// DecodedLen(len(src)) bytes, and reports false where Decode fails.
+// decodeBase64 is base64.StdEncoding.Decode except that it refuses CR
+// and LF, which encoding/base64 skips but JSON forbids raw inside a
+// string (so a caller need not scan for them first): it decodes src into
+// dst, which must hold DecodedLen(len(src)) bytes, and reports false
+// where Decode fails or src holds CR or LF.
 func decodeBase64(dst, src []byte) (int, bool) {
 	di, si := 0, 0
 	// 8 characters to 6 bytes per step, never the last 8 characters
@@ -69,14 +72,17 @@ func decodeBase64(dst, src []byte) (int, bool) {
 		x := dec0[s[0]] | dec1[s[1]] | dec2[s[2]] | dec3[s[3]]
 		y := dec0[s[4]] | dec1[s[5]] | dec2[s[6]] | dec3[s[7]]
 		if (x|y)&badQuantum != 0 {
-			n, err := base64.StdEncoding.Decode(dst, src) // reports the error exactly
-			return n, err == nil
+			return 0, false // outside the alphabet, CR and LF included
 		}
 		binary.BigEndian.PutUint64(dst[di:], uint64(x)<<40|uint64(y)<<16)
 		si += 8
 		di += 6
 	}
 	// si is a multiple of 4, so the rest decodes on its own.
-	n, err := base64.StdEncoding.Decode(dst[di:], src[si:])
+	rest := src[si:]
+	if bytes.IndexByte(rest, '\n') >= 0 || bytes.IndexByte(rest, '\r') >= 0 {
+		return 0, false
+	}
+	n, err := base64.StdEncoding.Decode(dst[di:], rest)
 	return di + n, err == nil
 }

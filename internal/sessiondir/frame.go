@@ -242,11 +242,6 @@ func parseDataFast(b []byte) (Frame, bool) {
 	if tail := bytes.TrimRight(b[end+1:], " \t\r\n"); len(tail) != 1 || tail[0] != '}' {
 		return Frame{}, false
 	}
-	// As in parseStdinFast: strict base64 rejects every byte outside the
-	// alphabet but CR and LF, which JSON forbids raw inside a string.
-	if bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
-		return Frame{}, false
-	}
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
 	n, ok := decodeBase64(out, data)
 	if !ok {
@@ -364,18 +359,13 @@ func parseStdinFast(b, dst []byte) (Message, bool) {
 	if len(tail) != 1 || tail[0] != '}' {
 		return Message{}, false
 	}
-	// The standard decoder rejects every byte outside the alphabet except
-	// CR and LF, which it skips but JSON forbids raw inside a string.
-	if bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
-		return Message{}, false
-	}
 	out := dst[:cap(dst)]
 	if need := base64.StdEncoding.DecodedLen(len(data)); len(out) < need {
 		out = make([]byte, need)
 	}
 	n, ok := decodeBase64(out, data)
 	if !ok {
-		return Message{}, false // escapes, URL alphabet, odd padding: general path
+		return Message{}, false // escapes, URL alphabet, odd padding, raw CR/LF: general path
 	}
 	return Message{Type: MsgStdin, Data: out[:n]}, true
 }
