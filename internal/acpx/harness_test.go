@@ -2,7 +2,6 @@ package acpx
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testbin"
 )
 
@@ -98,47 +98,10 @@ func (t *fakeTimer) Stop() bool {
 	return was
 }
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-	buildOut  []byte
-)
-
 // fakeacpBin builds test/fakeacp once per test process.
 func fakeacpBin(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "acpx-fakeacp-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildPath = filepath.Join(dir, "fakeacp")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", buildPath, "./test/fakeacp")
-		cmd.Dir = testbin.RepoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	require.NoError(t, buildErr, "go build ./test/fakeacp: %s", buildOut)
-	return buildPath
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return testbin.Build(t, "test/fakeacp")
 }
 
 // agentProc is fakeacp in its own process group, driven over pipes.
@@ -146,7 +109,7 @@ type agentProc struct {
 	cmd        *exec.Cmd
 	conn       *Conn
 	stdin      io.WriteCloser
-	stderr     *lockedBuffer
+	stderr     *syncbuf.Buffer
 	transcript string
 	waitOnce   sync.Once
 	waitErr    error
@@ -159,7 +122,7 @@ func startAgent(t testing.TB, opts ConnOptions, args ...string) *agentProc {
 
 func startAgentEnv(t testing.TB, opts ConnOptions, env []string, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{stderr: &lockedBuffer{}, transcript: filepath.Join(t.TempDir(), "wire.ndjson")}
+	p := &agentProc{stderr: &syncbuf.Buffer{}, transcript: filepath.Join(t.TempDir(), "wire.ndjson")}
 	p.cmd = exec.Command(fakeacpBin(t), append([]string{"--transcript", p.transcript}, args...)...)
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,30 +121,10 @@ func count(evs []acpx.Event, typ string) int {
 
 func since(evs []acpx.Event, n int) []acpx.Event { return evs[n:] }
 
-var (
-	fakeOnce sync.Once
-	fakePath string
-	fakeErr  error
-	fakeOut  []byte
-)
-
 // fakeacpBin builds test/fakeacp once per test process.
 func fakeacpBin(t testing.TB) string {
 	t.Helper()
-	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agent-fakeacp-")
-		if err != nil {
-			fakeErr = err
-			return
-		}
-		fakePath = filepath.Join(dir, "fakeacp")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", fakePath, "./test/fakeacp")
-		cmd.Dir = testbin.RepoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		fakeOut, fakeErr = cmd.CombinedOutput()
-	})
-	require.NoError(t, fakeErr, "go build ./test/fakeacp: %s", fakeOut)
-	return fakePath
+	return testbin.Build(t, "test/fakeacp")
 }
 
 // rig is one Manager over real pcwrap and fakeacp.

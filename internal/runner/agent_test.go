@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -20,30 +18,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testbin"
 )
 
-var (
-	fakeOnce sync.Once
-	fakePath string
-	fakeErr  error
-	fakeOut  []byte
-)
-
 // fakeacpBin builds test/fakeacp once per test process.
 func fakeacpBin(t testing.TB) string {
 	t.Helper()
-	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "runner-fakeacp-")
-		if err != nil {
-			fakeErr = err
-			return
-		}
-		fakePath = filepath.Join(dir, "fakeacp")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", fakePath, "./test/fakeacp")
-		cmd.Dir = testbin.RepoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		fakeOut, fakeErr = cmd.CombinedOutput()
-	})
-	require.NoError(t, fakeErr, "go build ./test/fakeacp: %s", fakeOut)
-	return fakePath
+	return testbin.Build(t, "test/fakeacp")
 }
 
 // agentRun starts a runner whose config finds the test pcwrap.

@@ -1,14 +1,12 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +14,8 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a logger and a test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestTicketNeverOnDiskOrInLogs: the bootstrap ticket reaches neither the
 // state dir nor the debug log, and Run destroys it once the welcome
@@ -45,7 +26,7 @@ func TestTicketNeverOnDiskOrInLogs(t *testing.T) {
 	require.NoError(t, err)
 	ticket, err := NewBootstrapTicket(tok)
 	require.NoError(t, err)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -25,9 +26,16 @@ var (
 // test hooks) select a separate build.
 func Path(tb testing.TB, name string, tags ...string) string {
 	tb.Helper()
+	return Build(tb, "cmd/"+name, tags...)
+}
+
+// Build is Path for any main package, named by its directory relative to
+// the repository root (for example "test/fakeacp").
+func Build(tb testing.TB, pkg string, tags ...string) string {
+	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	key := name
+	key := strings.ReplaceAll(pkg, "/", "_")
 	for _, t := range tags {
 		key += "+" + t
 	}
@@ -50,12 +58,12 @@ func Path(tb testing.TB, name string, tags ...string) string {
 		}
 		args = append(args, "-tags", tagList)
 	}
-	args = append(args, "./cmd/"+name)
+	args = append(args, "./"+pkg)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = RepoRoot(tb)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build %s: %v\n%s", name, err, b)
+		tb.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	built[key] = out
 	return out

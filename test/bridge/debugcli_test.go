@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testbin"
 )
 
@@ -83,7 +84,7 @@ func TestScenario66_DebugCLIRoundTrip(t *testing.T) {
 	bin := testbin.Path(t, "pcwrap")
 	d := filepath.Join(t.TempDir(), "session")
 	wrapper := exec.Command(bin, "--session-dir", d, "--", "cat")
-	var wrapErr lockedBuffer
+	var wrapErr syncbuf.Buffer
 	wrapper.Stderr = &wrapErr
 	wrapper.WaitDelay = 2 * time.Second // bound the stderr copy if a descendant keeps it open
 	require.NoError(t, wrapper.Start())
@@ -109,14 +110,14 @@ func TestScenario66_DebugCLIRoundTrip(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 
 	tail := exec.Command(bin, "tail", "--session-dir", d)
-	var tailOut, tailErr lockedBuffer
+	var tailOut, tailErr syncbuf.Buffer
 	tail.Stdout, tail.Stderr = &tailOut, &tailErr
 	tail.WaitDelay = 2 * time.Second
 	require.NoError(t, tail.Start())
 	tailDone := make(chan error, 1)
 	go func() { tailDone <- tail.Wait() }()
 	waitFor(t, 5*time.Second, "tail to print the data frame", func() bool {
-		return strings.Contains(safeString(&tailOut), `"data":"aGVsbG8="`)
+		return strings.Contains(tailOut.String(), `"data":"aGVsbG8="`)
 	})
 
 	code, _, stderr = pcwrapCmd(t, "stop", "--session-dir", d)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 )
 
 // Group C: the bridge's process-session part (spec §13, scenarios 35–43),
@@ -116,7 +117,7 @@ func check41(t *testing.T, stream bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	defer cancel()
 	in, inW := io.Pipe()
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- RunProxy(ctx, s.Addr, s.Token, in, &out, &errOut) }()
 	_, err := inW.Write([]byte("ping\n"))

@@ -6,40 +6,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testbin"
-)
-
-var (
-	fakeOnce sync.Once
-	fakePath string
-	fakeErr  error
-	fakeOut  []byte
 )
 
 // fakeacpBin builds test/fakeacp (static) once per test process.
 func fakeacpBin(t testing.TB) string {
 	t.Helper()
-	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "e2e-fakeacp-")
-		if err != nil {
-			fakeErr = err
-			return
-		}
-		fakePath = filepath.Join(dir, "fakeacp")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", fakePath, "./test/fakeacp")
-		cmd.Dir = testbin.RepoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		fakeOut, fakeErr = cmd.CombinedOutput()
-	})
-	require.NoError(t, fakeErr, "go build ./test/fakeacp: %s", fakeOut)
-	return fakePath
+	return testbin.Build(t, "test/fakeacp")
 }
 
 // agentRig is a core on loopback, one state dir and the runnerd command
@@ -195,30 +175,12 @@ func processSessions(dir string) []string {
 	return out
 }
 
-// lockedBuffer collects a process's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startCapturing launches runnerd with its stderr captured.
-func (r *agentRig) startCapturing(t *testing.T) (*exec.Cmd, *lockedBuffer) {
+func (r *agentRig) startCapturing(t *testing.T) (*exec.Cmd, *syncbuf.Buffer) {
 	t.Helper()
 	ticket, err := r.c.core.MintTicket()
 	require.NoError(t, err)
-	buf := &lockedBuffer{}
+	buf := &syncbuf.Buffer{}
 	cmd := exec.Command(r.bin, r.args...)
 	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
 	cmd.Stderr = buf
