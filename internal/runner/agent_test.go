@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/sharedtest"
+	"github.com/pcrunner/pcrunner/internal/prpschema"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testbin"
 )
@@ -95,65 +92,11 @@ func TestAgentHandshakeTimeoutCode(t *testing.T) {
 	_ = context.Background
 }
 
-// safePathPattern is the one reference pattern RE2 cannot compile (it uses
-// lookahead): relative, without a ".." segment.
-const safePathPattern = `^(?!/)(?!.*(?:^|/)\.\.(?:/|$)).*$`
-
-type safePathRegexp struct{}
-
-func (safePathRegexp) MatchString(s string) bool {
-	if strings.HasPrefix(s, "/") {
-		return false
-	}
-	for _, seg := range strings.Split(s, "/") {
-		if seg == ".." {
-			return false
-		}
-	}
-	return true
-}
-func (safePathRegexp) String() string { return safePathPattern }
-
-// eventSchema compiles the reference event schema, read in place.
-func eventSchema(t *testing.T) *jsonschema.Schema {
-	t.Helper()
-	dir := sharedtest.Path(t, "reference", "paperclip-protocol", "schemas")
-	c := jsonschema.NewCompiler()
-	c.UseRegexpEngine(func(s string) (jsonschema.Regexp, error) {
-		if s == safePathPattern {
-			return safePathRegexp{}, nil
-		}
-		return regexp.Compile(s)
-	})
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	const base = "https://paperclip.dev/schemas/prp/v1/"
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".schema.json") {
-			continue
-		}
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		doc, err := jsonschema.UnmarshalJSON(f)
-		f.Close()
-		require.NoError(t, err)
-		require.NoError(t, c.AddResource(base+e.Name(), doc))
-	}
-	for _, m := range []string{"workspace-diff", "workspace-file-reference", "semantic-tool", "question-response"} {
-		if _, err := os.Stat(filepath.Join(dir, m+".schema.json")); err != nil {
-			require.NoError(t, c.AddResource(base+m+".schema.json", map[string]any{"type": "object"}))
-		}
-	}
-	s, err := c.Compile(base + "event.schema.json")
-	require.NoError(t, err)
-	return s
-}
-
 // TestAgentEventsMatchSchema: every event of a turn with tool calls, a
 // plan, a permission and usage, as it reaches the core, validates against
 // the reference event schema (the server validates payloads, prp.md §8.4).
 func TestAgentEventsMatchSchema(t *testing.T) {
-	schema := eventSchema(t)
+	schemas := prpschema.Load(t)
 	h := newHarness(t, nil)
 	h.agentRun()
 	h.prepareFake()
@@ -170,8 +113,6 @@ func TestAgentEventsMatchSchema(t *testing.T) {
 			Payload json.RawMessage `json:"payload"`
 		}
 		require.NoError(t, json.Unmarshal(raw, &env))
-		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(env.Payload)))
-		require.NoError(t, err)
-		require.NoError(t, schema.Validate(inst), "event %s", env.Payload)
+		require.NoError(t, prpschema.Validate(schemas.EventV1, env.Payload), "event %s", env.Payload)
 	}
 }

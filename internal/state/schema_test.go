@@ -3,45 +3,12 @@ package state
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
-	"regexp"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/sharedtest"
+	"github.com/pcrunner/pcrunner/internal/prpschema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 )
-
-// eventSchemas compiles the reference event schemas (v1 and v2) from the
-// share. Schemas the share does not hold resolve to "accept anything".
-func eventSchemas(t *testing.T) (v1, v2 *jsonschema.Schema) {
-	t.Helper()
-	dir := sharedtest.Path(t, "reference", "paperclip-protocol", "schemas")
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	c.UseRegexpEngine(lenientRegexp)
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-		require.NoError(t, err)
-		id, _ := doc.(map[string]any)["$id"].(string)
-		require.NotEmpty(t, id, e.Name())
-		require.NoError(t, c.AddResource(id, doc))
-	}
-	anything := map[string]any{"$defs": map[string]any{"capability": map[string]any{}, "snapshot": map[string]any{"type": "object"}}}
-	for _, missing := range []string{"prp/v1/semantic-tool", "prp/v1/workspace-diff", "prp/v1/workspace-file-reference", "prp/v2/session-goal"} {
-		require.NoError(t, c.AddResource("https://paperclip.dev/schemas/"+missing+".schema.json", anything))
-	}
-	v1, err = c.Compile("https://paperclip.dev/schemas/prp/v1/event.schema.json")
-	require.NoError(t, err)
-	v2, err = c.Compile("https://paperclip.dev/schemas/prp/v2/event.schema.json")
-	require.NoError(t, err)
-	return v1, v2
-}
 
 func validatePayload(t *testing.T, sch *jsonschema.Schema, wire []byte) {
 	t.Helper()
@@ -49,15 +16,14 @@ func validatePayload(t *testing.T, sch *jsonschema.Schema, wire []byte) {
 		Payload json.RawMessage `json:"payload"`
 	}
 	require.NoError(t, json.Unmarshal(wire, &env))
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(env.Payload))
-	require.NoError(t, err)
-	require.NoError(t, sch.Validate(doc), "event %s", env.Payload)
+	require.NoError(t, prpschema.Validate(sch, env.Payload), "event %s", env.Payload)
 }
 
 // Emitted envelopes match the reference event.schema.json (v1) and
 // event-v2.schema.json, including a v2 event downgraded for a v1 link.
 func TestEmittedEventsMatchReferenceSchema(t *testing.T) {
-	v1, v2 := eventSchemas(t)
+	schemas := prpschema.Load(t)
+	v1, v2 := schemas.EventV1, schemas.EventV2
 	s, cfg := newStore(t)
 	require.NoError(t, s.Update(func(tx *Tx) error {
 		for _, ev := range []Event{
@@ -98,18 +64,3 @@ func TestEmittedEventsMatchReferenceSchema(t *testing.T) {
 		validatePayload(t, v1, w)
 	}
 }
-
-// lenientRegexp compiles with Go's regexp; a pattern Go cannot parse (the
-// reference uses lookaheads for path safety, never on event envelopes)
-// matches everything.
-func lenientRegexp(pattern string) (jsonschema.Regexp, error) {
-	if re, err := regexp.Compile(pattern); err == nil {
-		return re, nil
-	}
-	return anyString(pattern), nil
-}
-
-type anyString string
-
-func (a anyString) String() string        { return string(a) }
-func (anyString) MatchString(string) bool { return true }

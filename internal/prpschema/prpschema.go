@@ -1,0 +1,158 @@
+// Package prpschema compiles the reference PRP JSON schemas, read in place
+// from the steering share, for tests that check what runnerd emits.
+//
+// The server validates every event payload against these schemas (prp.md
+// §8.4), so each package that builds events validates them the same way.
+// Tests skip with a clear message when the share is absent.
+package prpschema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/pcrunner/pcrunner/internal/sharedtest"
+)
+
+const base = "https://paperclip.dev/schemas/"
+
+// missing are schemas the reference event schemas refer to but the share
+// does not hold. None governs an event runnerd emits, so an open schema
+// (with the $defs the references point into) stands in for each.
+var missing = []string{
+	"prp/v1/semantic-tool", "prp/v1/workspace-diff", "prp/v1/workspace-file-reference",
+	"prp/v1/question-response", "prp/v2/session-goal",
+}
+
+// Set holds the compiled schemas tests validate against.
+type Set struct {
+	EventV1, EventV2, Usage, Request *jsonschema.Schema
+}
+
+var (
+	once   sync.Once
+	loaded *Set
+	err    error
+)
+
+// Load compiles the schemas once per test process, or skips tb when the
+// share is absent.
+func Load(tb testing.TB) *Set {
+	tb.Helper()
+	dir := sharedtest.Path(tb, "reference", "paperclip-protocol", "schemas")
+	once.Do(func() { loaded, err = compile(dir) })
+	if err != nil {
+		tb.Fatalf("compile reference schemas: %v", err)
+	}
+	return loaded
+}
+
+func compile(dir string) (*Set, error) {
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	c.UseRegexpEngine(regexpEngine)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".schema.json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
+		id, _ := doc.(map[string]any)["$id"].(string)
+		if id == "" {
+			return nil, fmt.Errorf("%s: no $id", e.Name())
+		}
+		if err := c.AddResource(id, doc); err != nil {
+			return nil, err
+		}
+	}
+	open := map[string]any{"$defs": map[string]any{"capability": map[string]any{}, "snapshot": map[string]any{"type": "object"}}}
+	for _, m := range missing {
+		if _, err := os.Stat(filepath.Join(dir, filepath.Base(m)+".schema.json")); err == nil {
+			continue
+		}
+		if err := c.AddResource(base+m+".schema.json", open); err != nil {
+			return nil, err
+		}
+	}
+	s := &Set{}
+	for _, x := range []struct {
+		dst **jsonschema.Schema
+		id  string
+	}{
+		{&s.EventV1, "prp/v1/event"}, {&s.EventV2, "prp/v2/event"},
+		{&s.Usage, "prp/v1/usage"}, {&s.Request, "prp/v1/request"},
+	} {
+		if *x.dst, err = c.Compile(base + x.id + ".schema.json"); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Validate checks v against sch. v is JSON bytes (json.RawMessage or
+// []byte) or any value encoding/json can marshal.
+func Validate(sch *jsonschema.Schema, v any) error {
+	var b []byte
+	switch x := v.(type) {
+	case json.RawMessage:
+		b = x
+	case []byte:
+		b = x
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return err
+		}
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	return sch.Validate(inst)
+}
+
+// safePathPattern is the one reference pattern Go's RE2 cannot compile (it
+// uses lookahead): a relative path with no ".." segment. It is checked by
+// hand instead of being waved through.
+const safePathPattern = `^(?!/)(?!.*(?:^|/)\.\.(?:/|$)).*$`
+
+type safePath struct{}
+
+func (safePath) MatchString(s string) bool {
+	if strings.HasPrefix(s, "/") {
+		return false
+	}
+	for _, seg := range strings.Split(s, "/") {
+		if seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+func (safePath) String() string { return safePathPattern }
+
+func regexpEngine(s string) (jsonschema.Regexp, error) {
+	if s == safePathPattern {
+		return safePath{}, nil
+	}
+	return regexp.Compile(s)
+}
