@@ -14,6 +14,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 )
 
 // agentPgid reads the agent's process group from .pcwrap.child.
@@ -163,7 +164,7 @@ func TestScenario05_StdoutBanner(t *testing.T) {
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 
 	t.Run("huge line", func(t *testing.T) {
-		stderr := &syncBuffer{}
+		stderr := &syncbuf.Buffer{}
 		r := newRig(t, func(c *Config) { c.Stderr = stderr })
 		r.prepare("--huge-line-bytes", "11000000")
 		require.Equal(t, string(acpx.ClassProviderFrameTooLarge), r.openErr().Code)

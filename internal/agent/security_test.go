@@ -1,36 +1,17 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 )
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSecretsNeverLeave: the agent's credential reaches the agent's env
 // (acp.md §2.2), but when the agent echoes it back it is redacted in every
@@ -38,7 +19,7 @@ func (s *syncBuffer) String() string {
 // the session directory's files runnerd writes.
 func TestSecretsNeverLeave(t *testing.T) {
 	const secret = "sk-ant-test-0123456789abcdefghij"
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	r := newRig(t, func(c *Config) {
 		c.Environ = append(c.Environ, "ANTHROPIC_API_KEY="+secret, "UNRELATED_TOKEN=do-not-pass-1234567")
 		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -4,27 +4,17 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 )
 
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 func TestStdoutEmitterLines(t *testing.T) {
-	var buf lockedBuf
+	var buf syncbuf.Buffer
 	e := NewStdoutEmitter(&buf, nil)
 	e.Emit(DataFrame(StreamStdout, []byte("x")))
 	e.Emit(ErrorFrame("boom <&>"))
@@ -34,7 +24,7 @@ func TestStdoutEmitterLines(t *testing.T) {
 	assert.Equal(t, `{"seq":1,"type":"data","stream":"stdout","data":"eA=="}
 {"seq":2,"type":"error","message":"boom <&>"}
 {"seq":3,"type":"shutdownAck"}
-`, buf.b.String())
+`, buf.String())
 }
 
 type failWriter struct{}
@@ -113,7 +103,7 @@ func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 // EmitData writes the same frame as Emit(DataFrame(...)) and hands its
 // buffer back through DataBuffer once written, in both modes.
 func TestEmitDataRecyclesBuffers(t *testing.T) {
-	var buf lockedBuf
+	var buf syncbuf.Buffer
 	e := NewStdoutEmitter(&buf, nil)
 	seen := map[*byte]bool{}
 	for i := range 200 {
@@ -126,7 +116,7 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 	e.Close() // every frame written, so every buffer offered back
 	again := e.DataBuffer(8)
 	assert.True(t, seen[&again[:1][0]], "a written buffer comes back")
-	lines := bytes.Split(bytes.TrimSuffix(buf.b.Bytes(), []byte("\n")), []byte("\n"))
+	lines := bytes.Split(bytes.TrimSuffix([]byte(buf.String()), []byte("\n")), []byte("\n"))
 	require.Len(t, lines, 200)
 	for i, line := range lines {
 		want := Frame{Seq: int64(i + 1), Type: FrameData, Stream: StreamStderr, Data: []byte{'a' + byte(i%26)}}

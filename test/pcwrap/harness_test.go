@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testbin"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -70,7 +71,7 @@ type session struct {
 	t      testing.TB
 	dir    string
 	cmd    *exec.Cmd
-	stderr *syncBuf
+	stderr *syncbuf.Buffer
 
 	mu    sync.Mutex
 	lines []sessiondir.Frame // stdout mode
@@ -79,23 +80,6 @@ type session struct {
 	code  int
 	state *os.ProcessState
 	outWG sync.WaitGroup
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func catPayload() payload { return payload{Command: "cat", Args: []string{}} }
@@ -132,7 +116,7 @@ func start(t testing.TB, o opts) *session {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: o.cred}
-	s := &session{t: t, dir: dir, cmd: cmd, stderr: &syncBuf{}, done: make(chan struct{})}
+	s := &session{t: t, dir: dir, cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if o.stdin != nil {
 		cmd.Stdin = o.stdin
