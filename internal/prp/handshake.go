@@ -303,23 +303,9 @@ type challenge struct {
 // fields are read from the same parse, with exact key names.
 func parseChallenge(msg []byte) (*challenge, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrChallengeRejected, what) }
-	env, err := parseJSON(msg)
-	if err != nil || env.kind != jsonObject {
-		return nil, bad("not a JSON object")
-	}
-	if p, _ := env.member("protocol").goString(); p != Protocol {
-		return nil, bad("protocol")
-	}
-	if k, _ := env.member("kind").goString(); k != KindAuthChallenge {
-		return nil, bad("kind")
-	}
-	ver, ok := env.member("version").safeInt()
-	if !ok {
-		return nil, bad("version")
-	}
-	pl := env.member("payload")
-	if pl == nil || pl.kind != jsonObject {
-		return nil, bad("payload")
+	ver, pl, err := parseAuthEnvelope(msg, KindAuthChallenge, func(int64) bool { return true }, bad)
+	if err != nil {
+		return nil, err
 	}
 	r := fieldReader{obj: pl}
 	ch := &challenge{envelopeVersion: int(ver)}
@@ -597,4 +583,30 @@ func (r *fieldReader) identity() Identity {
 		TurnID:              r.str("turnId"),
 		ItemID:              r.str("itemId"),
 	}
+}
+
+// parseAuthEnvelope parses a plaintext handshake frame: a JSON object with
+// protocol paperclip.runner, the expected kind, a version okVersion accepts
+// and an object payload. Failures are reported through bad, which names
+// the part that was wrong (never the peer's bytes).
+func parseAuthEnvelope(msg []byte, kind string, okVersion func(int64) bool, bad func(string) error) (int64, *jsonValue, error) {
+	env, err := parseJSON(msg)
+	if err != nil || env.kind != jsonObject {
+		return 0, nil, bad("not a JSON object")
+	}
+	if p, _ := env.member("protocol").goString(); p != Protocol {
+		return 0, nil, bad("protocol")
+	}
+	if k, _ := env.member("kind").goString(); k != kind {
+		return 0, nil, bad("kind")
+	}
+	ver, ok := env.member("version").safeInt()
+	if !ok || !okVersion(ver) {
+		return 0, nil, bad("version")
+	}
+	pl := env.member("payload")
+	if pl == nil || pl.kind != jsonObject {
+		return 0, nil, bad("payload")
+	}
+	return ver, pl, nil
 }

@@ -302,22 +302,10 @@ func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time) ([]b
 // parseHello parses an auth_hello envelope; version must be a supported one.
 func parseHello(msg []byte) (*HelloPayload, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
-	env, err := parseJSON(msg)
-	if err != nil || env.kind != jsonObject {
-		return nil, bad("not a JSON object")
-	}
-	if p, _ := env.member("protocol").goString(); p != Protocol {
-		return nil, bad("protocol")
-	}
-	if k, _ := env.member("kind").goString(); k != KindAuthHello {
-		return nil, bad("kind")
-	}
-	if v, ok := env.member("version").safeInt(); !ok || v < ProtocolMinVersion || v > ProtocolVersion {
-		return nil, bad("version")
-	}
-	pl := env.member("payload")
-	if pl == nil || pl.kind != jsonObject {
-		return nil, bad("payload")
+	supported := func(v int64) bool { return v >= ProtocolMinVersion && v <= ProtocolVersion }
+	_, pl, err := parseAuthEnvelope(msg, KindAuthHello, supported, bad)
+	if err != nil {
+		return nil, err
 	}
 	r := fieldReader{obj: pl}
 	p := &HelloPayload{
@@ -355,22 +343,10 @@ func parseHello(msg []byte) (*HelloPayload, error) {
 // parseAuthResponse parses an auth_response envelope at the selected version.
 func parseAuthResponse(msg []byte, version int) (*AuthResponsePayload, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrClientProof, what) }
-	env, err := parseJSON(msg)
-	if err != nil || env.kind != jsonObject {
-		return nil, bad("not a JSON object")
-	}
-	if p, _ := env.member("protocol").goString(); p != Protocol {
-		return nil, bad("protocol")
-	}
-	if k, _ := env.member("kind").goString(); k != KindAuthResponse {
-		return nil, bad("kind")
-	}
-	if v, ok := env.member("version").safeInt(); !ok || int(v) != version {
-		return nil, bad("version")
-	}
-	pl := env.member("payload")
-	if pl == nil || pl.kind != jsonObject {
-		return nil, bad("payload")
+	selected := func(v int64) bool { return v == int64(version) }
+	_, pl, err := parseAuthEnvelope(msg, KindAuthResponse, selected, bad)
+	if err != nil {
+		return nil, err
 	}
 	r := fieldReader{obj: pl}
 	p := &AuthResponsePayload{

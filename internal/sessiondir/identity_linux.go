@@ -17,18 +17,7 @@ func StatIdentity(path string) (Identity, error) {
 	if err := statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, &st); err != nil {
 		return Identity{}, fmt.Errorf("statx: %w", err)
 	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFLNK:
-		return Identity{}, ErrSymlink
-	case unix.S_IFDIR:
-	default:
-		return Identity{}, ErrNotDir
-	}
-	return Identity{
-		Dev:   unix.Mkdev(st.Dev_major, st.Dev_minor),
-		Ino:   st.Ino,
-		Btime: btimeOf(path, &st),
-	}, nil
+	return identityOf(path, &st)
 }
 
 // rawStatIdentity is StatIdentity for the 50 ms verification path: the
@@ -52,6 +41,12 @@ func rawStatIdentity(path string, cpath []byte) (Identity, error) {
 		}
 		break
 	}
+	return identityOf(path, &st)
+}
+
+// identityOf is the identity of a statx result for path: a directory's
+// (dev, ino, btime), or ErrSymlink / ErrNotDir.
+func identityOf(path string, st *unix.Statx_t) (Identity, error) {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		return Identity{}, ErrSymlink
@@ -62,7 +57,7 @@ func rawStatIdentity(path string, cpath []byte) (Identity, error) {
 	return Identity{
 		Dev:   unix.Mkdev(st.Dev_major, st.Dev_minor),
 		Ino:   st.Ino,
-		Btime: btimeOf(path, &st),
+		Btime: btimeOf(path, st),
 	}, nil
 }
 
