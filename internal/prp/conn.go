@@ -48,6 +48,11 @@ type opener interface {
 	Open(frame []byte) ([]byte, error)
 }
 
+// appendSealer is a sealer that can seal into a reused buffer (Session).
+type appendSealer interface {
+	AppendSeal(dst, plaintext []byte) ([]byte, error)
+}
+
 // frameAction says what the reader does with an opened frame.
 type frameAction int
 
@@ -85,6 +90,12 @@ type link struct {
 	seal sealer
 	open opener
 	cfg  linkConfig
+
+	// wbuf is the writer's frame buffer, reused for every frame: WriteMsg
+	// (coder/websocket's Conn.Write) has copied or sent all of it and keeps
+	// no reference once it returns. It grows to the largest frame sent,
+	// which the frame limit bounds.
+	wbuf []byte
 
 	sendq    chan []byte
 	pingMu   sync.Mutex
@@ -378,7 +389,14 @@ func (l *link) writeLoop() {
 // write seals and sends one frame, bounded by the silence timeout; any
 // outbound frame resets the idle-ping timer (prp.md §15 scenario 43).
 func (l *link) write(pt []byte, idle *time.Timer) bool {
-	frame, err := l.seal.Seal(pt)
+	var frame []byte
+	var err error
+	if as, ok := l.seal.(appendSealer); ok {
+		frame, err = as.AppendSeal(l.wbuf[:0], pt)
+		l.wbuf = frame
+	} else {
+		frame, err = l.seal.Seal(pt)
+	}
 	if err != nil {
 		l.fail(fmt.Errorf("seal frame: %w", err))
 		return false

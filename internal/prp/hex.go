@@ -6,12 +6,15 @@ import (
 )
 
 // The secure-frame ciphertext travels as lowercase hex (spec §2.2), so every
-// sealed or opened byte goes through this codec, and at 64 KiB frames it
-// costs more than AES-GCM itself (BenchmarkHexCodec). Both directions are
-// table lookups: per byte they cost a few loads and stores, which amd64 runs
-// in parallel, while the SWAR forms this replaced (64-bit constants,
-// multiplies, lane shuffles) were ALU-bound and measured about twice as
-// slow.
+// sealed or opened byte goes through this codec. At 64 KiB frames the table
+// code below costs more than AES-GCM itself (BenchmarkHexCodec), so on amd64
+// with AVX2 whole 32-byte blocks go through vector code (hex_amd64.s, about
+// ten times faster); the tails, and CPUs without AVX2, use the tables.
+//
+// Both table directions are lookups: per byte they cost a few loads and
+// stores, which amd64 runs in parallel, while the SWAR forms they replaced
+// (64-bit constants, multiplies, lane shuffles) were ALU-bound and measured
+// about twice as slow.
 
 // hexDigitPairs[b] is the two lowercase hex digits of b, the first in the
 // low byte, so that a little-endian store writes them in order.
@@ -23,6 +26,12 @@ var hexDigitPairs = func() (t [256]uint16) {
 	return t
 }()
 
+// hexSIMD says whether encodeLowerHex and decodeLowerHex run the vector
+// code (hex_amd64.s) on whole 32-byte blocks. It starts as the CPU's
+// support (hexSIMDSupported); tests clear it to cover the table code, which
+// also handles every tail shorter than a block.
+var hexSIMD = hexSIMDSupported
+
 // encodeLowerHex writes the lowercase hex of src to dst[:2*len(src)].
 //
 // src may be exactly the back half of that range (src is
@@ -30,8 +39,20 @@ var hexDigitPairs = func() (t [256]uint16) {
 // store holds the digits of bytes already loaded, so once the first j bytes
 // are read it ends at or before 2j, and 2j ≤ len(src)+j, where the first
 // unread byte sits. Seal relies on this to seal straight into the frame.
-// Any other overlap is not allowed.
+// Any other overlap is not allowed. The vector code keeps the same rule: a
+// block's 64 output bytes end at or before its first unread byte.
 func encodeLowerHex(dst, src []byte) {
+	dst = dst[:2*len(src)]
+	if m := len(src) &^ 31; hexSIMD && m > 0 {
+		encodeHexSIMD(&dst[0], &src[0], m)
+		dst, src = dst[2*m:], src[m:]
+	}
+	encodeLowerHexTable(dst, src)
+}
+
+// encodeLowerHexTable is encodeLowerHex without the vector code, under the
+// same contract (including the in-place expansion).
+func encodeLowerHexTable(dst, src []byte) {
 	dst = dst[:2*len(src)]
 	t := &hexDigitPairs
 	n := len(src) &^ 15
@@ -72,7 +93,21 @@ var hexPairValues = sync.OnceValue(func() *[1 << 16]uint16 {
 
 // decodeLowerHex decodes src, which must be 2*len(dst) lowercase hex digits,
 // into dst and reports whether it was. On false dst holds garbage.
+// Uppercase digits are rejected: the wire format is lowercase (spec §2.2).
 func decodeLowerHex(dst, src []byte) bool {
+	if len(src) != 2*len(dst) {
+		return false
+	}
+	ok := true
+	if m := len(dst) &^ 31; hexSIMD && m > 0 {
+		ok = decodeHexSIMD(&dst[0], &src[0], m)
+		dst, src = dst[m:], src[2*m:]
+	}
+	return decodeLowerHexTable(dst, src) && ok
+}
+
+// decodeLowerHexTable is decodeLowerHex without the vector code.
+func decodeLowerHexTable(dst, src []byte) bool {
 	if len(src) != 2*len(dst) {
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -154,16 +155,32 @@ const (
 // The frame, about 2×len(plaintext)+110 bytes, is a fresh slice allocated
 // once at its exact length; the caller owns it.
 func (s *Session) Seal(plaintext []byte) ([]byte, error) {
+	frame, err := s.AppendSeal(make([]byte, 0, sealedFrameLen(s.seal.counter, len(plaintext))), plaintext)
+	if err != nil {
+		return nil, err
+	}
+	return frame, nil
+}
+
+// AppendSeal is Seal writing the frame into dst's spare capacity, growing it
+// if short, and returning dst extended by the frame, so that a sender can
+// reuse one buffer for every frame. On error it returns dst unchanged and
+// the counter does not advance. plaintext must not overlap dst's spare
+// capacity (as with cipher.AEAD.Seal).
+func (s *Session) AppendSeal(dst, plaintext []byte) ([]byte, error) {
 	h := &s.seal
 	if h.counter > maxFrameCounter {
-		return nil, fmt.Errorf("seal frame: %w", ErrCounterExhausted)
+		return dst, fmt.Errorf("seal frame: %w", ErrCounterExhausted)
 	}
 	counter := h.counter
 	var digits [20]byte
 	ctr := strconv.AppendUint(digits[:0], counter, 10)
 	ctLen := len(plaintext) + gcmTagSize
 	head := len(framePrefix) + len(ctr) + len(frameMiddle)
-	out := make([]byte, head+2*ctLen+len(frameSuffix))
+	n := head + 2*ctLen + len(frameSuffix)
+	start := len(dst)
+	dst = slices.Grow(dst, n)[:start+n]
+	out := dst[start:]
 	copy(out, framePrefix)
 	copy(out[len(framePrefix):], ctr)
 	copy(out[len(framePrefix)+len(ctr):], frameMiddle)
@@ -180,7 +197,15 @@ func (s *Session) Seal(plaintext []byte) ([]byte, error) {
 	}
 	encodeLowerHex(field, field[ctLen:])
 	h.counter++
-	return out, nil
+	return dst, nil
+}
+
+// sealedFrameLen is the length of the frame sealing n plaintext bytes under
+// counter.
+func sealedFrameLen(counter uint64, n int) int {
+	var digits [20]byte
+	return len(framePrefix) + len(strconv.AppendUint(digits[:0], counter, 10)) +
+		len(frameMiddle) + 2*(n+gcmTagSize) + len(frameSuffix)
 }
 
 // Open parses a secure frame, requires the next inbound counter, checks the

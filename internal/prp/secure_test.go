@@ -76,6 +76,48 @@ func TestSealFrameLayout(t *testing.T) {
 	}
 }
 
+// TestAppendSeal: AppendSeal appends exactly the frame Seal would write,
+// whether dst has room or must grow, reusing one buffer frame after frame
+// (the writer's way), and fails without advancing the counter or touching
+// dst.
+func TestAppendSeal(t *testing.T) {
+	key := AuthKey("t")
+	a, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	b, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	var buf []byte
+	for i, n := range []int{4099, 0, 17, 100000, 1, 64} {
+		pt := bytes.Repeat([]byte{byte(i)}, n)
+		want, err := a.Seal(pt)
+		require.NoError(t, err)
+		buf, err = b.AppendSeal(buf[:0], pt)
+		require.NoError(t, err)
+		require.Equal(t, want, buf, "n=%d", n)
+		got, err := core.Open(buf)
+		require.NoError(t, err)
+		require.Equal(t, pt, got)
+
+		prefix := []byte("keep")
+		want, err = a.Seal(pt)
+		require.NoError(t, err)
+		out, err := b.AppendSeal(prefix, pt)
+		require.NoError(t, err)
+		require.Equal(t, append([]byte("keep"), want...), out, "n=%d after a prefix", n)
+		_, err = core.Open(out[len(prefix):])
+		require.NoError(t, err)
+	}
+
+	b.seal.counter = maxFrameCounter + 1
+	dst := []byte("x")
+	out, err := b.AppendSeal(dst, []byte("y"))
+	require.ErrorIs(t, err, ErrCounterExhausted)
+	assert.Equal(t, dst, out)
+	assert.Equal(t, uint64(maxFrameCounter+1), b.seal.counter)
+}
+
 // TestOpenReturnsOwnedPlaintext: a plaintext Open returned is not touched by
 // later Opens, and Open leaves the frame as it was.
 func TestOpenReturnsOwnedPlaintext(t *testing.T) {
