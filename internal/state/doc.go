@@ -6,7 +6,8 @@
 //
 //   - Every mutation goes through [Store.Update], which applies a function to a
 //     private copy of the state and commits it with exactly one durable write
-//     (exclusive random sibling temp file, fsync, rename, directory fsync). A
+//     (exclusive random sibling temp file, fdatasync, rename, directory
+//     fsync); when Update returns nil the new state is durable. A
 //     failed function leaves the committed state untouched. Group the events,
 //     cursors and markers of one logical step into one Update.
 //   - Committed states are immutable. Readers ([Store.Summary],
@@ -19,5 +20,8 @@
 //   - Loading never repairs or replaces a damaged file: a corrupt state file is
 //     a clear error and the bytes on disk are left as they are.
 //
-// The package does no networking and starts no goroutines.
+// The package does no networking. Its only goroutines are short-lived
+// closers of state files already replaced by a rename (freeing the old
+// inode is the slow part of a replace, so it is kept off the write path);
+// [Store.Close] waits for them.
 package state
