@@ -38,6 +38,9 @@ const (
 	stopGrace = 10 * time.Second
 	// listenWait bounds the wait for runnerd's "listening" log line.
 	listenWait = 10 * time.Second
+	// upgradeHeaderWait bounds a dialling runnerd's upgrade request headers
+	// (runnerd's own listener uses the same 2 s, prp.md §1.2).
+	upgradeHeaderWait = 2 * time.Second
 	// ticketEnv carries the ticket to runnerd and, in attach mode, to prpctl.
 	ticketEnv = "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET"
 )
@@ -241,7 +244,7 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 		if err != nil {
 			return fmt.Errorf("listen core: %w", err)
 		}
-		srv := &http.Server{Handler: core, ReadHeaderTimeout: 2 * time.Second}
+		srv := &http.Server{Handler: core, ReadHeaderTimeout: upgradeHeaderWait}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		connect := "ws://" + ln.Addr().String() + prp.ConnectPath(o.id.RunID)

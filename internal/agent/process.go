@@ -18,8 +18,14 @@ import (
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
-// stopCheck is how often a stop re-checks whether pcwrap is gone.
-const stopCheck = 20 * time.Millisecond
+const (
+	// stopCheck is how often a stop re-checks whether pcwrap is gone.
+	stopCheck = 20 * time.Millisecond
+	// exitFrameSlack is how long past StopWait a stop still waits for the
+	// reader to consume pcwrap's exit frame (inotify plus the 100 ms event
+	// poll, with margin) before it cancels the reader.
+	exitFrameSlack = time.Second
+)
 
 // maxDeferredFiles bounds the event files consumed without a commit of
 // their own (beyond: 256 × pcwrap's 64 KiB data frames covers a line of
@@ -598,7 +604,7 @@ func (m *Manager) stopAgent(ctx context.Context, mode int) bool {
 		_, _ = p.w.StdinEnd(ctx)
 		_, _ = p.w.Shutdown(ctx)
 	}
-	t := m.cfg.Clock.NewTimer(m.cfg.StopWait + time.Second)
+	t := m.cfg.Clock.NewTimer(m.cfg.StopWait + exitFrameSlack)
 	select {
 	case <-p.readerDone:
 	case <-t.C():
