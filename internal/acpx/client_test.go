@@ -79,9 +79,9 @@ func TestIDsMonotonicAcrossRestart(t *testing.T) {
 	require.Contains(t, c2.Record().Process.Wire.Pending, first.ID)
 }
 
-// TestScenario05_BadLines: banners are skipped and counted; the tenth
+// TestACP05_BadLines: banners are skipped and counted; the tenth
 // consecutive bad line fails the stream; a good line resets the count.
-func TestScenario05_BadLines(t *testing.T) {
+func TestACP05_BadLines(t *testing.T) {
 	c := handshaken(t)
 	var lines []string
 	for i := 0; i < MaxConsecutiveBadLines-1; i++ {
@@ -104,9 +104,9 @@ func TestScenario05_BadLines(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooManyBadLines, "a failed stream stays failed")
 }
 
-// TestScenario05_HugeLine: a line over 10 MiB fails with the literal text
+// TestACP05_HugeLine: a line over 10 MiB fails with the literal text
 // the server maps to provider_frame_too_large, with or without a newline.
-func TestScenario05_HugeLine(t *testing.T) {
+func TestACP05_HugeLine(t *testing.T) {
 	require.Equal(t, "stdout frame exceeded", ErrFrameExceeded.Error())
 	c := handshaken(t)
 	chunk := bytes.Repeat([]byte("x"), 1<<20)
@@ -127,9 +127,9 @@ func TestScenario05_HugeLine(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestScenario06_InitFailures: a version other than 1 and a session/new
+// TestACP06_InitFailures: a version other than 1 and a session/new
 // error are acp_session_init_failed; -32000 is authentication_required.
-func TestScenario06_InitFailures(t *testing.T) {
+func TestACP06_InitFailures(t *testing.T) {
 	c := NewClient(Record{}, ClientOptions{})
 	_, err := c.Initialize()
 	require.NoError(t, err)
@@ -154,10 +154,10 @@ func TestScenario06_InitFailures(t *testing.T) {
 	require.Error(t, err)
 }
 
-// TestScenario12_LateAndStale: updates after the turn settled are dropped
+// TestACP12_LateAndStale: updates after the turn settled are dropped
 // and counted; a stale stop reason for a settled id is dropped; a response
 // to an id never issued is an rpc_failure.
-func TestScenario12_LateAndStale(t *testing.T) {
+func TestACP12_LateAndStale(t *testing.T) {
 	c := handshaken(t)
 	call, err := c.Prompt("turn-1", "sleep 1")
 	require.NoError(t, err)
@@ -191,9 +191,9 @@ func TestScenario12_LateAndStale(t *testing.T) {
 	require.Equal(t, LossRPCFailure, LossReasonOf(err))
 }
 
-// TestScenario14_PromptsSerialised: a second prompt while one is
+// TestACP14_PromptsSerialised: a second prompt while one is
 // outstanding is refused before anything is written.
-func TestScenario14_PromptsSerialised(t *testing.T) {
+func TestACP14_PromptsSerialised(t *testing.T) {
 	c := handshaken(t)
 	_, err := c.Prompt("turn-1", "sleep 100")
 	require.NoError(t, err)
@@ -203,9 +203,9 @@ func TestScenario14_PromptsSerialised(t *testing.T) {
 	require.Equal(t, before, c.Record().Process.Wire.NextRequestID, "no id consumed, nothing to write")
 }
 
-// TestScenario10_AnyAnswerAfterCancelIsCancelled covers acp.md §4.4 step 3:
+// TestACP10_AnyAnswerAfterCancelIsCancelled covers acp.md §4.4 step 3:
 // cancelled, -32800, any error and end_turn all settle as cancelled.
-func TestScenario10_AnyAnswerAfterCancelIsCancelled(t *testing.T) {
+func TestACP10_AnyAnswerAfterCancelIsCancelled(t *testing.T) {
 	for _, answer := range []string{
 		`"result":{"stopReason":"cancelled"}`,
 		`"result":{"stopReason":"end_turn"}`,
@@ -226,9 +226,9 @@ func TestScenario10_AnyAnswerAfterCancelIsCancelled(t *testing.T) {
 	}
 }
 
-// TestScenario11_PermissionPolicyAndCancel: the policy choice rule, and a
+// TestACP11_PermissionPolicyAndCancel: the policy choice rule, and a
 // permission pending at cancel is answered {outcome:"cancelled"}.
-func TestScenario11_PermissionPolicyAndCancel(t *testing.T) {
+func TestACP11_PermissionPolicyAndCancel(t *testing.T) {
 	opts := []PermissionOption{
 		{OptionID: "ra", Kind: OptionRejectAlways}, {OptionID: "aa", Kind: OptionAllowAlways},
 		{OptionID: "ro", Kind: OptionRejectOnce}, {OptionID: "ao", Kind: OptionAllowOnce},
@@ -265,10 +265,10 @@ func TestScenario11_PermissionPolicyAndCancel(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownAgentCall, "an answered request cannot be answered twice")
 }
 
-// TestScenario18_CancelRequestSurfaces: $/cancel_request for a pending
+// TestACP18_CancelRequestSurfaces: $/cancel_request for a pending
 // agent request surfaces so runnerd answers it -32800; for an answered one
 // it is ignored.
-func TestScenario18_CancelRequestSurfaces(t *testing.T) {
+func TestACP18_CancelRequestSurfaces(t *testing.T) {
 	c := handshaken(t)
 	_, err := c.Prompt("turn-1", "terminal ls")
 	require.NoError(t, err)
@@ -283,10 +283,10 @@ func TestScenario18_CancelRequestSurfaces(t *testing.T) {
 	require.Empty(t, feed(t, c, `{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":5}}`))
 }
 
-// TestScenario15_LoadReplaySuppressed: updates before the session/load
+// TestACP15_LoadReplaySuppressed: updates before the session/load
 // answer are history and are not forwarded; a failed load is
 // session_resume_required.
-func TestScenario15_LoadReplaySuppressed(t *testing.T) {
+func TestACP15_LoadReplaySuppressed(t *testing.T) {
 	c := handshaken(t)
 	rec := c.Record()
 	rec.Prompted = true
@@ -311,9 +311,9 @@ func TestScenario15_LoadReplaySuppressed(t *testing.T) {
 	require.Equal(t, ClassSessionResumeRequired, ClassOf(msgs[0].Err))
 }
 
-// TestScenario16_NeverPromptedRecordIsDiscarded: reuse needs a prompt
+// TestACP16_NeverPromptedRecordIsDiscarded: reuse needs a prompt
 // history, no reset flag and the same launch.
-func TestScenario16_NeverPromptedRecordIsDiscarded(t *testing.T) {
+func TestACP16_NeverPromptedRecordIsDiscarded(t *testing.T) {
 	rec := Record{ACPSessionID: "s", Cwd: "/w", Command: "fakeacp", Args: []string{"--x"}}
 	require.False(t, rec.Reusable("/w", "fakeacp", []string{"--x"}))
 	rec.Prompted = true

@@ -41,10 +41,10 @@ func mapTurn(mp Mapper, st *MapState, msgs []Inbound, byRunCancel bool) []Event 
 	return evs
 }
 
-// TestScenario01_ColdOpen: initialize (v1, runnerd's clientInfo), then
+// TestACP01_ColdOpen: initialize (v1, runnerd's clientInfo), then
 // session/new with the absolute cwd; the record holds sess-0001; the
 // session events validate.
-func TestScenario01_ColdOpen(t *testing.T) {
+func TestACP01_ColdOpen(t *testing.T) {
 	p := startAgent(t, ConnOptions{}, "--runtime-session-id", "harness-42")
 	openCold(t, p, "claude")
 	rec := p.conn.Record()
@@ -67,9 +67,9 @@ func TestScenario01_ColdOpen(t *testing.T) {
 	requireValidEvents(t, evs)
 }
 
-// TestScenario02_EchoTurnOverPipes: "echo hi" → turn.started, item.delta
+// TestACP02_EchoTurnOverPipes: "echo hi" → turn.started, item.delta
 // "hi", turn.completed, one run.result.proposed, one run.terminal.
-func TestScenario02_EchoTurnOverPipes(t *testing.T) {
+func TestACP02_EchoTurnOverPipes(t *testing.T) {
 	p := startAgent(t, ConnOptions{})
 	openCold(t, p, "claude")
 	mp, st := testMapper(), &MapState{}
@@ -85,10 +85,10 @@ func TestScenario02_EchoTurnOverPipes(t *testing.T) {
 	require.Equal(t, "hi", evs[5].Payload["summary"])
 }
 
-// TestScenario03_StartupBounds: the bound follows the agent name on the
+// TestACP03_StartupBounds: the bound follows the agent name on the
 // injected clock: codex (and unknown agents) 30 s, claude 60 s; a slow
 // initialize inside the bound completes.
-func TestScenario03_StartupBounds(t *testing.T) {
+func TestACP03_StartupBounds(t *testing.T) {
 	for _, tc := range []struct {
 		agent string
 		bound time.Duration
@@ -121,10 +121,10 @@ func TestScenario03_StartupBounds(t *testing.T) {
 	})
 }
 
-// TestScenario04_HangOnNewSession: at the bound the open fails with
+// TestACP04_HangOnNewSession: at the bound the open fails with
 // session_handshake_timeout and no provider event; the record is not
 // reusable, so the next session.open runs session/new, never session/load.
-func TestScenario04_HangOnNewSession(t *testing.T) {
+func TestACP04_HangOnNewSession(t *testing.T) {
 	clk := newFakeClock()
 	p := startAgent(t, ConnOptions{Clock: clk}, "--hang-on-new-session", "--supports-load-session")
 	errc := make(chan error, 1)
@@ -154,10 +154,10 @@ func TestScenario04_HangOnNewSession(t *testing.T) {
 	}
 }
 
-// TestScenario05_StdoutBanner: three banner lines are skipped and counted
+// TestACP05_StdoutBanner: three banner lines are skipped and counted
 // and the session works; ten fail it; an 11 MB line fails with
 // "stdout frame exceeded".
-func TestScenario05_StdoutBanner(t *testing.T) {
+func TestACP05_StdoutBanner(t *testing.T) {
 	p := startAgent(t, ConnOptions{}, "--stdout-banner", "3")
 	openCold(t, p, "claude")
 	require.EqualValues(t, 3, p.conn.Record().Process.Wire.SkippedLines)
@@ -175,10 +175,10 @@ func TestScenario05_StdoutBanner(t *testing.T) {
 	require.Equal(t, "stdout frame exceeded", p.conn.Err().Error())
 }
 
-// TestScenario06_AuthAndVersion: -32000 on session/new is
+// TestACP06_AuthAndVersion: -32000 on session/new is
 // authentication_required (one session/new, no retry); protocol version 2
 // is acp_session_init_failed before any session/new.
-func TestScenario06_AuthAndVersion(t *testing.T) {
+func TestACP06_AuthAndVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	p := startAgent(t, ConnOptions{}, "--auth-required-on-new")
@@ -192,9 +192,9 @@ func TestScenario06_AuthAndVersion(t *testing.T) {
 	require.Empty(t, p.received(t, MethodSessionNew))
 }
 
-// TestScenario07_ExitDuringStartup: the agent exits 1 with a stderr line
+// TestACP07_ExitDuringStartup: the agent exits 1 with a stderr line
 // before answering → agent_startup_*; a missing command → agent_spawn_failed.
-func TestScenario07_ExitDuringStartup(t *testing.T) {
+func TestACP07_ExitDuringStartup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	p := startAgent(t, ConnOptions{}, "--exit-during-startup", "1")
@@ -213,9 +213,9 @@ func TestScenario07_ExitDuringStartup(t *testing.T) {
 	require.Error(t, err)
 }
 
-// TestScenario08_CancelSleep: session/cancel during "sleep 10000" → the
+// TestACP08_CancelSleep: session/cancel during "sleep 10000" → the
 // prompt answers cancelled, the turn is interrupted, the record is reset.
-func TestScenario08_CancelSleep(t *testing.T) {
+func TestACP08_CancelSleep(t *testing.T) {
 	p := startAgent(t, ConnOptions{})
 	openCold(t, p, "claude")
 	mp, st := testMapper(), &MapState{}
@@ -251,10 +251,10 @@ func waitReceived(t *testing.T, p *agentProc, method string, n int) {
 	}
 }
 
-// TestScenario09_CancelIgnored: an agent that ignores session/cancel is
+// TestACP09_CancelIgnored: an agent that ignores session/cancel is
 // given CancelGrace on the injected clock, then the turn is abandoned as
 // interrupted and its group killed; its late answer is dropped as stale.
-func TestScenario09_CancelIgnored(t *testing.T) {
+func TestACP09_CancelIgnored(t *testing.T) {
 	clk := newFakeClock()
 	p := startAgent(t, ConnOptions{Clock: clk}, "--cancel-mode", "ignore")
 	openCold(t, p, "claude")
@@ -282,9 +282,9 @@ func TestScenario09_CancelIgnored(t *testing.T) {
 	require.Empty(t, p.conn.Record().Process.Wire.Turn)
 }
 
-// TestScenario10_CancelModes: end-turn and error answers after a cancel
+// TestACP10_CancelModes: end-turn and error answers after a cancel
 // both settle as cancelled.
-func TestScenario10_CancelModes(t *testing.T) {
+func TestACP10_CancelModes(t *testing.T) {
 	for _, mode := range []string{"end-turn", "error", "cancelled"} {
 		t.Run(mode, func(t *testing.T) {
 			p := startAgent(t, ConnOptions{}, "--cancel-mode", mode)
@@ -302,9 +302,9 @@ func TestScenario10_CancelModes(t *testing.T) {
 	}
 }
 
-// TestScenario11_Permissions: approve-all selects allow_once, deny-all
+// TestACP11_Permissions: approve-all selects allow_once, deny-all
 // reject_once; a permission pending at cancel is answered cancelled.
-func TestScenario11_Permissions(t *testing.T) {
+func TestACP11_Permissions(t *testing.T) {
 	for _, tc := range []struct {
 		mode   PermissionMode
 		option string
@@ -351,9 +351,9 @@ func TestScenario11_Permissions(t *testing.T) {
 	})
 }
 
-// TestScenario12_LateUpdates: updates after the prompt answer are dropped
+// TestACP12_LateUpdates: updates after the prompt answer are dropped
 // and counted; the next turn sees only its own output.
-func TestScenario12_LateUpdates(t *testing.T) {
+func TestACP12_LateUpdates(t *testing.T) {
 	p := startAgent(t, ConnOptions{}, "--late-updates", "3")
 	openCold(t, p, "claude")
 	_, err := p.conn.Prompt("turn-1", "echo one")
@@ -382,10 +382,10 @@ func TestScenario12_LateUpdates(t *testing.T) {
 	require.Equal(t, "two", text)
 }
 
-// TestScenario13_CrashMidTurn: stdout EOF or SIGKILL mid-turn ends the
+// TestACP13_CrashMidTurn: stdout EOF or SIGKILL mid-turn ends the
 // connection as agent_disconnected; the mapping yields harness.exited, a
 // failed turn with one result and one terminal, and session.failed.
-func TestScenario13_CrashMidTurn(t *testing.T) {
+func TestACP13_CrashMidTurn(t *testing.T) {
 	for _, mode := range []string{"eof", "sigkill"} {
 		t.Run(mode, func(t *testing.T) {
 			p := startAgent(t, ConnOptions{}, "--crash-mid-turn", mode)
@@ -426,9 +426,9 @@ func TestScenario13_CrashMidTurn(t *testing.T) {
 	}
 }
 
-// TestScenario14_BusyPrompt: a second turn while one is outstanding is
+// TestACP14_BusyPrompt: a second turn while one is outstanding is
 // refused locally; fakeacp sees exactly one session/prompt.
-func TestScenario14_BusyPrompt(t *testing.T) {
+func TestACP14_BusyPrompt(t *testing.T) {
 	p := startAgent(t, ConnOptions{}, "--busy-prompt", "reject")
 	openCold(t, p, "claude")
 	_, err := p.conn.Prompt("turn-1", "sleep 10000")
@@ -442,11 +442,11 @@ func TestScenario14_BusyPrompt(t *testing.T) {
 	require.Len(t, p.received(t, MethodSessionPrompt), 1)
 }
 
-// TestScenario15_LoadAfterLoss: a prompted record resumes on a new agent
+// TestACP15_LoadAfterLoss: a prompted record resumes on a new agent
 // via session/load; its 5 replayed updates are not forwarded; with
 // --load-fail-code -32002 the open fails session_resume_required. An agent
 // advertising resume gets session/resume instead.
-func TestScenario15_LoadAfterLoss(t *testing.T) {
+func TestACP15_LoadAfterLoss(t *testing.T) {
 	first := startAgent(t, ConnOptions{})
 	openCold(t, first, "claude")
 	_, err := first.conn.Prompt("turn-1", "echo remember")
@@ -485,10 +485,10 @@ func TestScenario15_LoadAfterLoss(t *testing.T) {
 	require.Equal(t, ClassSessionResumeRequired, ClassOf(err), "neither load nor resume advertised")
 }
 
-// TestScenario17_StubbornGrandchild: the grandchild ignores SIGTERM and
+// TestACP17_StubbornGrandchild: the grandchild ignores SIGTERM and
 // survives a group SIGTERM; the group SIGKILL that follows the grace
 // leaves nothing alive.
-func TestScenario17_StubbornGrandchild(t *testing.T) {
+func TestACP17_StubbornGrandchild(t *testing.T) {
 	p := startAgent(t, ConnOptions{}, "--stubborn-grandchild")
 	openCold(t, p, "claude")
 	m := regexp.MustCompile(`grandchild pid (\d+)`).FindStringSubmatch(p.stderr.String())
@@ -524,9 +524,9 @@ func isZombie(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
-// TestScenario18_CancelOwnTerminal: fakeacp cancels its own pending
+// TestACP18_CancelOwnTerminal: fakeacp cancels its own pending
 // terminal/create during a cancel; runnerd answers it -32800.
-func TestScenario18_CancelOwnTerminal(t *testing.T) {
+func TestACP18_CancelOwnTerminal(t *testing.T) {
 	p := startAgent(t, ConnOptions{HoldUnsupported: true}, "--cancel-own-terminal")
 	openCold(t, p, "claude")
 	_, err := p.conn.Prompt("turn-1", "terminal echo hi")

@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestScenario19_ColdStartGate: five concurrent cold opens → at most four
+// TestACP19_ColdStartGate: five concurrent cold opens → at most four
 // hold a slot; the fifth proceeds when one is released, or fails open
 // after ColdStartGateMaxWait on the injected clock.
-func TestScenario19_ColdStartGate(t *testing.T) {
+func TestACP19_ColdStartGate(t *testing.T) {
 	clk := newFakeClock()
 	g := NewColdStartGate(MaxConcurrentColdStarts, clk)
 	ctx := context.Background()

@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestScenario26to29_LossSequence: every loss reason maps to
+// TestACP26to29_LossSequence: every loss reason maps to
 // harness.diagnostic{lossReason} with reason-derived text, then
 // turn.failed, one run.result.proposed and one run.terminal (failed)
 // (scenarios 26 transport_closed, 27 transport_closed, 28 write_error,
 // 29 provider_exit).
-func TestScenario26to29_LossSequence(t *testing.T) {
+func TestACP26to29_LossSequence(t *testing.T) {
 	for _, r := range []LossReason{LossProviderExit, LossStdinEOF, LossTransportClosed, LossWriteError, LossRPCFailure, LossHeartbeatTimeout, LossOther} {
 		t.Run(string(r), func(t *testing.T) {
 			mp, st := testMapper(), &MapState{}
@@ -41,9 +41,9 @@ func TestScenario26to29_LossSequence(t *testing.T) {
 	require.Equal(t, LossReason(""), LossReasonOf(nil))
 }
 
-// TestScenario29_LossLatchedBetweenTurns: the agent exits while idle; the
+// TestACP29_LossLatchedBetweenTurns: the agent exits while idle; the
 // next turn fails at once with provider_exit and nothing is written.
-func TestScenario29_LossLatchedBetweenTurns(t *testing.T) {
+func TestACP29_LossLatchedBetweenTurns(t *testing.T) {
 	c := handshaken(t)
 	require.NoError(t, c.EndOfStream(), "idle: nothing outstanding")
 	require.Equal(t, LossProviderExit, c.Loss())
@@ -156,9 +156,9 @@ func TestPersistBeforeWrite(t *testing.T) {
 	require.Empty(t, p.received(t, MethodInitialize), "nothing written without a durable record")
 }
 
-// TestScenario28_WriteError: a failed stdin write latches write_error and
+// TestACP28_WriteError: a failed stdin write latches write_error and
 // the call fails at once; nothing hangs.
-func TestScenario28_WriteError(t *testing.T) {
+func TestACP28_WriteError(t *testing.T) {
 	r, w := io.Pipe()
 	defer r.Close()
 	c := NewConn(r, failingWriter{}, ConnOptions{})
@@ -177,10 +177,10 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, syscall.EROFS }
 
-// TestScenario20_RestartMidTurn: a runnerd restart mid-turn (record
+// TestACP20_RestartMidTurn: a runnerd restart mid-turn (record
 // through JSON between two stdout reads, even mid-line) continues the same
 // turn and item: no second item.started, no duplicate delta.
-func TestScenario20_RestartMidTurn(t *testing.T) {
+func TestACP20_RestartMidTurn(t *testing.T) {
 	c := handshaken(t)
 	mp := testMapper()
 	rec := c.Record()

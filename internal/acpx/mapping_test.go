@@ -125,9 +125,9 @@ func TestMappingValidatesAgainstSchemas(t *testing.T) {
 	}
 }
 
-// TestScenario02_EchoMapping: the echo turn maps to turn.started, item
+// TestACP02_EchoMapping: the echo turn maps to turn.started, item
 // delta "hi", turn.completed, one run.result.proposed, one run.terminal.
-func TestScenario02_EchoMapping(t *testing.T) {
+func TestACP02_EchoMapping(t *testing.T) {
 	mp := testMapper()
 	st := &MapState{}
 	evs := mp.TurnStarted(st, "turn-1")

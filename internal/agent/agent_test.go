@@ -14,12 +14,12 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 )
 
-// TestScenario01_02_ColdOpenEchoTurn: a cold session.open runs initialize
+// TestACP01_02_ColdOpenEchoTurn: a cold session.open runs initialize
 // and session/new through pcwrap (harness.ready, session.started, record
 // holds sess-0001), then "echo hi" yields turn.started, item.delta "hi",
 // turn.completed, one run.result.proposed and one run.terminal; every
 // event file is consumed exactly once (acp.md §11 scenarios 1, 2).
-func TestScenario01_02_ColdOpenEchoTurn(t *testing.T) {
+func TestACP01_02_ColdOpenEchoTurn(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	res := r.open()
@@ -72,11 +72,11 @@ func seqName(n uint64) string {
 	return s + ".json"
 }
 
-// TestScenario04_HandshakeTimeout: an agent that never answers session/new
+// TestACP04_HandshakeTimeout: an agent that never answers session/new
 // is stopped at the bound, no provider event is emitted, the command fails
 // session_handshake_timeout, and the next open starts fresh with
 // session/new (acp.md §11 scenario 4).
-func TestScenario04_HandshakeTimeout(t *testing.T) {
+func TestACP04_HandshakeTimeout(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 700 * time.Millisecond } })
 	r.prepare("--hang-on-new-session")
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)

@@ -14,12 +14,12 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testbin"
 )
 
-// TestScenario23_GoldenTranscriptThroughPcwrap: the agent-side wire
+// TestACP23_GoldenTranscriptThroughPcwrap: the agent-side wire
 // transcript of scenario 2 driven by the executor through pcwrap equals
 // fakeacp's golden file once timestamps and the cwd are normalised: what
 // runnerd writes through stdin files is byte-for-byte what the in-process
 // client writes (acp.md §11 scenario 23).
-func TestScenario23_GoldenTranscriptThroughPcwrap(t *testing.T) {
+func TestACP23_GoldenTranscriptThroughPcwrap(t *testing.T) {
 	wire := filepath.Join(t.TempDir(), "wire.ndjson")
 	r := newRig(t)
 	r.prepare("--transcript", wire)

@@ -36,11 +36,11 @@ func (r *rig) preparePeer(mode string) {
 	require.NoError(r.t, err)
 }
 
-// TestScenario25_RealPeer drives T1 through pcwrap: a full turn whose
+// TestACP25_RealPeer drives T1 through pcwrap: a full turn whose
 // permission request is answered by approve-all ends end_turn; a cancel
 // while its permission request is pending (manual mode) settles as
 // interrupted (acp.md §11 scenario 25).
-func TestScenario25_RealPeer(t *testing.T) {
+func TestACP25_RealPeer(t *testing.T) {
 	t.Run("full-turn", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)

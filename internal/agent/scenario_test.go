@@ -50,10 +50,10 @@ func (r *rig) waitTurnRunning(typ string) {
 	r.sink.waitEvent(r.t, typ)
 }
 
-// TestScenario08_Interrupt: sleep 10000 then turn.interrupt → session/cancel,
+// TestACP08_Interrupt: sleep 10000 then turn.interrupt → session/cancel,
 // prompt answered cancelled, turn.interrupted, agent stopped, record
 // resetOnNextEnsure (acp.md §11 scenario 8).
-func TestScenario08_Interrupt(t *testing.T) {
+func TestACP08_Interrupt(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	r.open()
@@ -70,9 +70,9 @@ func TestScenario08_Interrupt(t *testing.T) {
 	require.Nil(t, st.Session.Process, "the agent is stopped")
 }
 
-// TestScenario09_CancelIgnored: an agent that ignores session/cancel is
+// TestACP09_CancelIgnored: an agent that ignores session/cancel is
 // stopped after the grace; the turn ends interrupted (scenario 9).
-func TestScenario09_CancelIgnored(t *testing.T) {
+func TestACP09_CancelIgnored(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--cancel-mode", "ignore")
 	r.open()
@@ -87,9 +87,9 @@ func TestScenario09_CancelIgnored(t *testing.T) {
 	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
 }
 
-// TestScenario10_RunCancel: run.cancel settles as turn.cancelled with a
+// TestACP10_RunCancel: run.cancel settles as turn.cancelled with a
 // cancelled run terminal state (scenarios 10 and acp.md §4.4 step 5).
-func TestScenario10_RunCancel(t *testing.T) {
+func TestACP10_RunCancel(t *testing.T) {
 	for _, mode := range []string{"end-turn", "error"} {
 		t.Run(mode, func(t *testing.T) {
 			r := newRig(t)
@@ -107,10 +107,10 @@ func TestScenario10_RunCancel(t *testing.T) {
 	}
 }
 
-// TestScenario11_Permission: approve-all selects allow_once; deny-all
+// TestACP11_Permission: approve-all selects allow_once; deny-all
 // reject_once; both surface as runtime_request.created then resolved by
 // policy (scenario 11).
-func TestScenario11_Permission(t *testing.T) {
+func TestACP11_Permission(t *testing.T) {
 	for mode, want := range map[string]string{"approve-all": "allow", "deny-all": "reject"} {
 		t.Run(mode, func(t *testing.T) {
 			r := newRig(t)
@@ -131,10 +131,10 @@ func TestScenario11_Permission(t *testing.T) {
 	}
 }
 
-// TestScenario13_CrashMidTurn: the agent dies mid-turn (stdout EOF or
+// TestACP13_CrashMidTurn: the agent dies mid-turn (stdout EOF or
 // SIGKILL) → harness.exited, turn.failed, session.failed
 // (agent_disconnected), one result and one terminal (scenario 13).
-func TestScenario13_CrashMidTurn(t *testing.T) {
+func TestACP13_CrashMidTurn(t *testing.T) {
 	for _, mode := range []string{"eof", "sigkill"} {
 		t.Run(mode, func(t *testing.T) {
 			r := newRig(t)
@@ -152,10 +152,10 @@ func TestScenario13_CrashMidTurn(t *testing.T) {
 	}
 }
 
-// TestScenario05_StdoutBanner: three banner lines are skipped and the
+// TestACP05_StdoutBanner: three banner lines are skipped and the
 // session works; a line over 10 MiB fails the session with "stdout frame
 // exceeded" on runnerd's stderr (scenario 5).
-func TestScenario05_StdoutBanner(t *testing.T) {
+func TestACP05_StdoutBanner(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--stdout-banner", "3")
 	r.open()
@@ -183,9 +183,9 @@ func TestScenario05_StdoutBanner(t *testing.T) {
 	})
 }
 
-// TestScenario29_LossBetweenTurns: the agent exits while idle; the next
+// TestACP29_LossBetweenTurns: the agent exits while idle; the next
 // turn.start fails at once with provider_exit (scenario 29).
-func TestScenario29_LossBetweenTurns(t *testing.T) {
+func TestACP29_LossBetweenTurns(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	r.open()
@@ -201,10 +201,10 @@ func TestScenario29_LossBetweenTurns(t *testing.T) {
 	require.Equal(t, "provider_exit", payloadOf(evs, "harness.diagnostic")["lossReason"])
 }
 
-// TestScenario26_PcwrapKilled: kill -9 pcwrap (not the agent) mid-turn →
+// TestACP26_PcwrapKilled: kill -9 pcwrap (not the agent) mid-turn →
 // harness.diagnostic{transport_closed}, turn.failed, one result, one
 // terminal; the agent group is gone (scenario 26).
-func TestScenario26_PcwrapKilled(t *testing.T) {
+func TestACP26_PcwrapKilled(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	r.open()
@@ -222,9 +222,9 @@ func TestScenario26_PcwrapKilled(t *testing.T) {
 	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
 }
 
-// TestScenario27_SessionDirRemoved: rm -rf of the session directory
+// TestACP27_SessionDirRemoved: rm -rf of the session directory
 // mid-turn → transport_closed, the same terminal sequence (scenario 27).
-func TestScenario27_SessionDirRemoved(t *testing.T) {
+func TestACP27_SessionDirRemoved(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	r.open()
@@ -239,10 +239,10 @@ func TestScenario27_SessionDirRemoved(t *testing.T) {
 	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
 }
 
-// TestScenario17_StubbornGrandchildClose: session.close with a grandchild
+// TestACP17_StubbornGrandchildClose: session.close with a grandchild
 // that ignores SIGTERM → the whole agent group is dead after the pcwrap
 // grace (scenario 17).
-func TestScenario17_StubbornGrandchildClose(t *testing.T) {
+func TestACP17_StubbornGrandchildClose(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--stubborn-grandchild")
 	r.open()
@@ -257,11 +257,11 @@ func TestScenario17_StubbornGrandchildClose(t *testing.T) {
 	require.Equal(t, "sess-0001", st.Session.ACPSessionID, "session.close keeps the record")
 }
 
-// TestScenario20_RestartMidTurn: runnerd goes away mid-turn (the manager
+// TestACP20_RestartMidTurn: runnerd goes away mid-turn (the manager
 // closes without stopping the agent) and a new one re-adopts the live
 // pcwrap: same agent group, the turn completes, no event twice (scenario
 // 20 at the executor level).
-func TestScenario20_RestartMidTurn(t *testing.T) {
+func TestACP20_RestartMidTurn(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	r.open()
@@ -285,10 +285,10 @@ func TestScenario20_RestartMidTurn(t *testing.T) {
 	require.GreaterOrEqual(t, len(evs), len(before))
 }
 
-// TestScenario28_StdinWriteFails: a stdin file cannot be written (the
+// TestACP28_StdinWriteFails: a stdin file cannot be written (the
 // queue directory is gone; pcwrap is paused so it cannot notice first) →
 // write_error, the same terminal sequence, nothing hangs (scenario 28).
-func TestScenario28_StdinWriteFails(t *testing.T) {
+func TestACP28_StdinWriteFails(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	r.open()

@@ -15,10 +15,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
-// TestScenario03_BoundFollowsAgent: the cold bound follows the agent name
+// TestACP03_BoundFollowsAgent: the cold bound follows the agent name
 // even with an overridden command: a slow initialize completes as claude
 // and times out as codex (scenario 3, with scaled bounds).
-func TestScenario03_BoundFollowsAgent(t *testing.T) {
+func TestACP03_BoundFollowsAgent(t *testing.T) {
 	bounds := func(c *Config) {
 		c.ColdBound = func(a string) time.Duration {
 			if a == "claude" {
@@ -37,10 +37,10 @@ func TestScenario03_BoundFollowsAgent(t *testing.T) {
 	require.Equal(t, "session_handshake_timeout", ce.Code)
 }
 
-// TestScenario06_InitFailures: -32000 on session/new → authentication_required
+// TestACP06_InitFailures: -32000 on session/new → authentication_required
 // (no retry); protocol version 2 → acp_session_init_failed, agent stopped
 // (scenario 6).
-func TestScenario06_InitFailures(t *testing.T) {
+func TestACP06_InitFailures(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--auth-required-on-new")
 	require.Equal(t, "authentication_required", r.openErr().Code)
@@ -52,10 +52,10 @@ func TestScenario06_InitFailures(t *testing.T) {
 	require.Empty(t, entries, "the agent is stopped and its session dir removed")
 }
 
-// TestScenario07_StartupExit: an agent that exits during startup fails with
+// TestACP07_StartupExit: an agent that exits during startup fails with
 // an agent_startup_* class; a command that does not exist with
 // agent_spawn_failed (scenario 7).
-func TestScenario07_StartupExit(t *testing.T) {
+func TestACP07_StartupExit(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--exit-during-startup", "1")
 	require.Regexp(t, `^agent_startup_`, r.openErr().Code)
@@ -68,9 +68,9 @@ func TestScenario07_StartupExit(t *testing.T) {
 	require.Equal(t, "agent_spawn_failed", r2.openErr().Code)
 }
 
-// TestScenario12_LateUpdates: updates after the prompt answer are dropped
+// TestACP12_LateUpdates: updates after the prompt answer are dropped
 // and counted; the next turn is unaffected (scenario 12).
-func TestScenario12_LateUpdates(t *testing.T) {
+func TestACP12_LateUpdates(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--late-updates", "3")
 	r.open()
@@ -95,9 +95,9 @@ func TestScenario12_LateUpdates(t *testing.T) {
 	require.Equal(t, "two", text, "late updates of turn one never reach turn two")
 }
 
-// TestScenario14_SerializedPrompts: a turn.start while a turn is active
+// TestACP14_SerializedPrompts: a turn.start while a turn is active
 // fails and sends nothing (scenario 14).
-func TestScenario14_SerializedPrompts(t *testing.T) {
+func TestACP14_SerializedPrompts(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--busy-prompt", "reject")
 	r.open()
@@ -112,10 +112,10 @@ func TestScenario14_SerializedPrompts(t *testing.T) {
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 }
 
-// TestScenario15_ResumeByLoad: after an agent loss, a prompted record is
+// TestACP15_ResumeByLoad: after an agent loss, a prompted record is
 // resumed with session/load; replayed updates are not forwarded;
 // session.resumed; a failing load is session_resume_required (scenario 15).
-func TestScenario15_ResumeByLoad(t *testing.T) {
+func TestACP15_ResumeByLoad(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--supports-load-session", "--load-replay", "5")
 	r.open()
@@ -139,10 +139,10 @@ func TestScenario15_ResumeByLoad(t *testing.T) {
 	require.Equal(t, "session_resume_required", r2.openErr().Code)
 }
 
-// TestScenario16_NeverPromptedIsDiscarded: a record that never received a
+// TestACP16_NeverPromptedIsDiscarded: a record that never received a
 // prompt is discarded after an agent loss: the next open runs session/new
 // (scenario 16).
-func TestScenario16_NeverPromptedIsDiscarded(t *testing.T) {
+func TestACP16_NeverPromptedIsDiscarded(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--supports-load-session")
 	r.open()
@@ -151,10 +151,10 @@ func TestScenario16_NeverPromptedIsDiscarded(t *testing.T) {
 	require.Contains(t, string(res), `"outcome":"started"`)
 }
 
-// TestScenario21_CommittedFileDeletedUnread: a file at or below the
+// TestACP21_CommittedFileDeletedUnread: a file at or below the
 // committed sequence (a crash between the outbox commit and the deletion)
 // is deleted unread by the next process (scenario 21).
-func TestScenario21_CommittedFileDeletedUnread(t *testing.T) {
+func TestACP21_CommittedFileDeletedUnread(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	r.open()
@@ -178,10 +178,10 @@ func TestScenario21_CommittedFileDeletedUnread(t *testing.T) {
 	require.Equal(t, len(before), len(evs), "nothing emitted from a committed file")
 }
 
-// TestScenario22_PcwrapDiedWhileDown: pcwrap is killed while runnerd is
+// TestACP22_PcwrapDiedWhileDown: pcwrap is killed while runnerd is
 // down; the restart finds .pcwrap.lock free, marks the agent gone, and the
 // next session.open resumes via session/load (scenario 22).
-func TestScenario22_PcwrapDiedWhileDown(t *testing.T) {
+func TestACP22_PcwrapDiedWhileDown(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--supports-load-session")
 	r.open()
@@ -204,10 +204,10 @@ func TestScenario22_PcwrapDiedWhileDown(t *testing.T) {
 	require.Contains(t, string(res), `"outcome":"resumed"`)
 }
 
-// TestScenario19_ColdStartGate: five concurrent cold opens with a slow
+// TestACP19_ColdStartGate: five concurrent cold opens with a slow
 // initialize share a gate of four: no fifth agent is launched before a
 // handshake finished, and all five succeed (scenario 19).
-func TestScenario19_ColdStartGate(t *testing.T) {
+func TestACP19_ColdStartGate(t *testing.T) {
 	gate := acpx.NewColdStartGate(4, nil)
 	rigs := make([]*rig, 5)
 	for i := range rigs {

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestScenario43_IdlePing ports prp.md §15 scenario 43: no frame sent for the
+// TestPRP43_IdlePing ports prp.md §15 scenario 43: no frame sent for the
 // ping interval → a WebSocket Ping; any outbound frame resets the timer.
-func TestScenario43_IdlePing(t *testing.T) {
+func TestPRP43_IdlePing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		var mu sync.Mutex
@@ -59,10 +59,10 @@ func TestScenario43_IdlePing(t *testing.T) {
 	})
 }
 
-// TestScenario44_HalfOpenSilence ports the connection part of prp.md §15
+// TestPRP44_HalfOpenSilence ports the connection part of prp.md §15
 // scenario 44: no inbound frame of any kind for the silence timeout closes the
 // connection as half-open; a peer that only answers Pings keeps it up.
-func TestScenario44_HalfOpenSilence(t *testing.T) {
+func TestPRP44_HalfOpenSilence(t *testing.T) {
 	t.Run("silent peer", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			act := newActivity()
@@ -109,10 +109,10 @@ func TestScenario44_HalfOpenSilence(t *testing.T) {
 	})
 }
 
-// TestScenario42_PingsWhileOwnerBlocked ports prp.md §15 scenario 42 at the
+// TestPRP42_PingsWhileOwnerBlocked ports prp.md §15 scenario 42 at the
 // connection level: WebSocket Pings and PRP pings are answered while the
 // owner takes nothing from the connection, and the pong overtakes queued frames.
-func TestScenario42_PingsWhileOwnerBlocked(t *testing.T) {
+func TestPRP42_PingsWhileOwnerBlocked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		act := newActivity()
 		ws, srv := wsPipe(t, act, nil)

@@ -29,10 +29,10 @@ func freePort(t *testing.T) int {
 	return p
 }
 
-// TestScenario02_PinnedConnect ports prp.md §15 scenario 2: pinned addresses
+// TestPRP02_PinnedConnect ports prp.md §15 scenario 2: pinned addresses
 // are tried in sorted order, each bounded, and total failure reports
 // "2/2 pinned address attempts" without passing the caller's deadline.
-func TestScenario02_PinnedConnect(t *testing.T) {
+func TestPRP02_PinnedConnect(t *testing.T) {
 	port := freePort(t)
 	r := fakeResolver{"runner.test": {"127.0.0.3", "127.0.0.2"}}
 	ctx := context.Background()

@@ -162,9 +162,9 @@ func bootstrap(t *testing.T) (*MemoryCredentialStore, handshakeResult) {
 	return store, res
 }
 
-// TestScenario07_BootstrapHoldsLease: bootstrap auth, welcome with
+// TestPRP07_BootstrapHoldsLease: bootstrap auth, welcome with
 // connectionLeaseToken → the runner holds the lease (spec §15 scenario 7).
-func TestScenario07_BootstrapHoldsLease(t *testing.T) {
+func TestPRP07_BootstrapHoldsLease(t *testing.T) {
 	store := NewMemoryCredentialStore()
 	ticket, err := store.IssueTicket(5*time.Second, time.Now())
 	require.NoError(t, err)
@@ -222,10 +222,10 @@ func exchangeControl(t *testing.T, runner, core *Session) {
 	assert.Equal(t, "ready", p.Lifecycle)
 }
 
-// TestScenario08_LeaseReconnect: the second connection uses credentialKind
+// TestPRP08_LeaseReconnect: the second connection uses credentialKind
 // "lease" and its welcome carries no token; a token on a lease welcome is
 // rejected (spec §15 scenario 8).
-func TestScenario08_LeaseReconnect(t *testing.T) {
+func TestPRP08_LeaseReconnect(t *testing.T) {
 	store, first := bootstrap(t)
 	lease := first.welcome.Lease
 
@@ -269,10 +269,10 @@ func (s leakyStore) Admit(cred Credential, version int, ttl time.Duration, now t
 	return l, err
 }
 
-// TestScenario47_VersionNegotiation: auth_hello carries version 2,
+// TestPRP47_VersionNegotiation: auth_hello carries version 2,
 // protocolMin 1, protocolMax 2; a core selecting 1 gets a v1 connection
 // (spec §15 scenario 47, §2.5).
-func TestScenario47_VersionNegotiation(t *testing.T) {
+func TestPRP47_VersionNegotiation(t *testing.T) {
 	store, res := bootstrap(t)
 	var hello struct {
 		Protocol string         `json:"protocol"`
@@ -337,11 +337,11 @@ func TestScenario47_VersionNegotiation(t *testing.T) {
 	})
 }
 
-// TestScenario09_SecureFrameRejections: a replayed counter, tampered
+// TestPRP09_SecureFrameRejections: a replayed counter, tampered
 // ciphertext, bad hex or a plaintext envelope after authentication is
 // rejected, in both directions, and the direction stays failed (spec §15
 // scenario 9).
-func TestScenario09_SecureFrameRejections(t *testing.T) {
+func TestPRP09_SecureFrameRejections(t *testing.T) {
 	_, res := bootstrap(t)
 	type pair struct {
 		name           string
@@ -416,9 +416,9 @@ func flipHexDigit(frame []byte, i int) []byte {
 	return out
 }
 
-// TestScenario10_ControlIdentityMismatch: a control envelope whose identity,
+// TestPRP10_ControlIdentityMismatch: a control envelope whose identity,
 // connection, lease or version differs is refused (spec §15 scenario 10).
-func TestScenario10_ControlIdentityMismatch(t *testing.T) {
+func TestPRP10_ControlIdentityMismatch(t *testing.T) {
 	_, res := bootstrap(t)
 	mutations := map[string]func(*Envelope){
 		"runId":             func(e *Envelope) { e.RunID = "run_other" },
@@ -498,11 +498,11 @@ func fakeCore(ctx context.Context, t *testing.T, c *memMsgConn, token string, mu
 	c.Close()
 }
 
-// TestScenario04_BogusChallengeKeepsTicket: a peer sending a bogus challenge
+// TestPRP04_BogusChallengeKeepsTicket: a peer sending a bogus challenge
 // is rejected before auth_response, so the ticket is not consumed; a later
 // valid peer authenticates with the same ticket (spec §15 scenario 4, at
 // the handshake level; the listener test covers the sockets).
-func TestScenario04_BogusChallengeKeepsTicket(t *testing.T) {
+func TestPRP04_BogusChallengeKeepsTicket(t *testing.T) {
 	store := NewMemoryCredentialStore()
 	ticket, err := store.IssueTicket(10*time.Second, time.Now())
 	require.NoError(t, err)
@@ -555,11 +555,11 @@ func TestScenario04_BogusChallengeKeepsTicket(t *testing.T) {
 	assert.NotEmpty(t, res.welcome.Lease.Token, "the same ticket still bootstraps")
 }
 
-// TestScenario05_FailClosedAfterAuthResponse: a disconnect after
+// TestPRP05_FailClosedAfterAuthResponse: a disconnect after
 // auth_response and before welcome is fatal for a bootstrap ticket; before
 // auth_response it is retryable; for a lease it is retryable (spec §15
 // scenario 5, §2.4).
-func TestScenario05_FailClosedAfterAuthResponse(t *testing.T) {
+func TestPRP05_FailClosedAfterAuthResponse(t *testing.T) {
 	store := NewMemoryCredentialStore()
 	dropAfter := func(t *testing.T, c *ClientHandshake, reads int) error {
 		rc, cc := newMemPipe()
@@ -628,10 +628,10 @@ func (d *dropConn) WriteMsg(ctx context.Context, b []byte) error {
 	return d.memMsgConn.WriteMsg(ctx, b)
 }
 
-// TestScenario06_AuthIONearDeadline: handshake I/O never runs past the
+// TestPRP06_AuthIONearDeadline: handshake I/O never runs past the
 // caller's deadline, and each message is bounded by AuthMessageTimeout even
 // without one (spec §15 scenario 6; simulated time).
-func TestScenario06_AuthIONearDeadline(t *testing.T) {
+func TestPRP06_AuthIONearDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rc, cc := newMemPipe()
 		defer rc.Close()
@@ -737,10 +737,10 @@ func TestExpiredOrRevokedLease(t *testing.T) {
 	require.Error(t, r.runnerErr)
 }
 
-// TestScenario50_ChallengeWithHTMLCharacters: a challenge whose strings hold
+// TestPRP50_ChallengeWithHTMLCharacters: a challenge whose strings hold
 // '<', '>' and '&' signs over the raw characters, as Node does, and both
 // halves agree on it (spec §15 scenario 50).
-func TestScenario50_ChallengeWithHTMLCharacters(t *testing.T) {
+func TestPRP50_ChallengeWithHTMLCharacters(t *testing.T) {
 	store := NewMemoryCredentialStore()
 	ticket := "ticket-<&>"
 	store.AddTicket(ticket, time.Now().Add(5*time.Second))

@@ -36,11 +36,11 @@ func rawUpgrade(t *testing.T, addr, target string, extra string) int {
 	return code
 }
 
-// TestScenario46_ListenerExactUpgrade ports prp.md §15 scenario 46 and the
+// TestPRP46_ListenerExactUpgrade ports prp.md §15 scenario 46 and the
 // listener rules of §1.2: a non-default address is accepted with a warning;
 // anything but the exact upgrade on the configured path gets HTTP 400; the
 // listener keeps accepting while a connection is up; the path rotates in place.
-func TestScenario46_ListenerExactUpgrade(t *testing.T) {
+func TestPRP46_ListenerExactUpgrade(t *testing.T) {
 	var logs bytes.Buffer
 	l, err := Listen(ListenConfig{Address: "127.0.0.1", Port: 0, Path: testRunPath,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})

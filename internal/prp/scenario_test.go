@@ -46,13 +46,13 @@ func strayPeer(t *testing.T, ctx context.Context, url string) {
 	require.Error(t, err, "runner answered a stray challenge: %s", kindOf(b))
 }
 
-// TestScenario04_45_25_ListenModeStrayAndNewestWins ports prp.md §15
+// TestPRP04_45_25_ListenModeStrayAndNewestWins ports prp.md §15
 // scenarios 4 (a bogus peer is rejected without consuming the ticket; a
 // later valid peer authenticates with the same ticket), 45 (with a live
 // connection a stray peer changes nothing; a peer authenticating with the
 // current lease becomes current and the old connection closes) and 25 (the
 // core keeps only the newest authenticated connection).
-func TestScenario04_45_25_ListenModeStrayAndNewestWins(t *testing.T) {
+func TestPRP04_45_25_ListenModeStrayAndNewestWins(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ln, err := Listen(ListenConfig{Address: "127.0.0.1", Port: 0, Path: ConnectPath(runnerIdentity.RunID)})
@@ -116,12 +116,12 @@ func (d *dropBeforeWelcome) WriteMsg(ctx context.Context, b []byte) error {
 	return d.MsgConn.WriteMsg(ctx, b)
 }
 
-// TestScenario05_DialBootstrapFailures ports prp.md §15 scenario 5: a
+// TestPRP05_DialBootstrapFailures ports prp.md §15 scenario 5: a
 // failure before auth_response is retryable with the same ticket
 // (dial_bootstrap_failure_before_auth_response_is_retryable); a disconnect
 // after auth_response and before welcome fails closed
 // (dial_bootstrap_failure_after_auth_response_is_fail_closed).
-func TestScenario05_DialBootstrapFailures(t *testing.T) {
+func TestPRP05_DialBootstrapFailures(t *testing.T) {
 	t.Run("before auth_response retryable", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -217,10 +217,10 @@ func connected(t *testing.T, ctx context.Context, modCore func(*CoreConfig), mod
 	return core, client, u, done
 }
 
-// TestScenario10_ControlIdentityMismatch ports prp.md §15 scenario 10: a
+// TestPRP10_ControlIdentityMismatch ports prp.md §15 scenario 10: a
 // control frame with another runId closes the connection; the runner
 // reconnects with its lease. Scenario 9's plaintext-after-auth case rides along.
-func TestScenario10_ControlIdentityMismatchOnTheWire(t *testing.T) {
+func TestPRP10_ControlIdentityMismatchOnTheWire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	core, _, u, done := connected(t, ctx, nil, nil)
@@ -247,9 +247,9 @@ func TestScenario10_ControlIdentityMismatchOnTheWire(t *testing.T) {
 	<-done
 }
 
-// TestScenario09_ReplayAndTamperOnTheWire ports prp.md §15 scenario 9 over a
+// TestPRP09_ReplayAndTamperOnTheWire ports prp.md §15 scenario 9 over a
 // real socket: a replayed frame and a tampered one each end the connection.
-func TestScenario09_ReplayAndTamperOnTheWire(t *testing.T) {
+func TestPRP09_ReplayAndTamperOnTheWire(t *testing.T) {
 	for name, mutate := range map[string]func(frame []byte) [][]byte{
 		"replayed counter": func(f []byte) [][]byte { return [][]byte{f, f} },
 		"tampered ciphertext": func(f []byte) [][]byte {
@@ -289,9 +289,9 @@ func TestScenario09_ReplayAndTamperOnTheWire(t *testing.T) {
 	}
 }
 
-// TestScenario19_RevokeEpochMustAdvance: a revoke that does not advance the
+// TestPRP19_RevokeEpochMustAdvance: a revoke that does not advance the
 // epoch is a fatal protocol error (prp.md §5, scenario 19).
-func TestScenario19_RevokeEpochMustAdvance(t *testing.T) {
+func TestPRP19_RevokeEpochMustAdvance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	core, _, _, done := connected(t, ctx, nil, nil)
@@ -305,10 +305,10 @@ func TestScenario19_RevokeEpochMustAdvance(t *testing.T) {
 	require.ErrorIs(t, <-done, ErrRevokeEpoch)
 }
 
-// TestScenario27_CoreClosesOnRevokedLease ports prp.md §15 scenario 27: once
+// TestPRP27_CoreClosesOnRevokedLease ports prp.md §15 scenario 27: once
 // the lease is revoked or expired, every later runner frame (lease_renew
 // included) closes the connection on the core side.
-func TestScenario27_CoreClosesOnRevokedLease(t *testing.T) {
+func TestPRP27_CoreClosesOnRevokedLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	core, client, u, done := connected(t, ctx, nil, nil)
@@ -323,10 +323,10 @@ func TestScenario27_CoreClosesOnRevokedLease(t *testing.T) {
 	<-done
 }
 
-// TestScenario26_CoreEventAdmission ports prp.md §15 scenario 26's core
+// TestPRP26_CoreEventAdmission ports prp.md §15 scenario 26's core
 // rules: sourceSeq ≠ acked+1 closes; an identical duplicate is re-ACKed; a
 // conflicting duplicate is source_event_replay_conflict.
-func TestScenario26_CoreEventAdmission(t *testing.T) {
+func TestPRP26_CoreEventAdmission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	core, client, u, done := connected(t, ctx, nil, nil)

@@ -84,13 +84,13 @@ func (r *simRig) stop() error {
 
 func (r *simRig) snap() CoreSnapshot { return r.core.Snapshot() }
 
-// TestScenario38_QuietButLiveRunner ports prp.md §15 scenario 38 in
+// TestPRP38_QuietButLiveRunner ports prp.md §15 scenario 38 in
 // simulated time: the runner's user is blocked in a 20-minute silent tool
 // call; the server sends a PRP ping every 20 s (and WebSocket Pings when
 // idle). Every ping is answered, the 60 s lease is renewed about every 30 s,
 // no event is emitted and the connection is never replaced. It also
 // covers scenario 42 at the client level (WebSocket Ping while blocked).
-func TestScenario38_QuietButLiveRunner(t *testing.T) {
+func TestPRP38_QuietButLiveRunner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newSimDialRig(t, nil, nil)
 		synctest.Wait()
@@ -125,10 +125,10 @@ func TestScenario38_QuietButLiveRunner(t *testing.T) {
 	})
 }
 
-// TestScenario44_DialModeSilenceRedials ports prp.md §15 scenario 44 (dial
+// TestPRP44_DialModeSilenceRedials ports prp.md §15 scenario 44 (dial
 // mode): the path goes silent both ways; after 45 s the runner closes the
 // half-open connection and redials with credentialKind "lease".
-func TestScenario44_DialModeSilenceRedials(t *testing.T) {
+func TestPRP44_DialModeSilenceRedials(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newSimDialRig(t, func(c *CoreConfig) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
 		synctest.Wait()
@@ -144,14 +144,14 @@ func TestScenario44_DialModeSilenceRedials(t *testing.T) {
 	})
 }
 
-// TestScenario39_44_45_ListenModeHalfOpen ports prp.md §15 scenarios 39 and
+// TestPRP39_44_45_ListenModeHalfOpen ports prp.md §15 scenarios 39 and
 // 44 (listen mode) in simulated time, lease TTL 1 h: the ingress path stops
 // forwarding both ways while TCP stays open. The runner closes after 45 s of
 // silence and keeps accepting; the server gives up after its own 90 s and
 // redials; the new upgrade authenticates with the lease and the unACKed
 // event is replayed once. A redial that arrives while the old socket still
 // looks open supersedes it (45).
-func TestScenario39_44_45_ListenModeHalfOpen(t *testing.T) {
+func TestPRP39_44_45_ListenModeHalfOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newSimListenRig(t, func(c *CoreConfig) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
 		outbox := map[int64][]byte{} // the user's durable outbox, by sourceSeq
@@ -208,11 +208,11 @@ func (r *simRig) waitAuth(t *testing.T, n int) time.Time {
 	return time.Now()
 }
 
-// TestScenario20_LeaseExpiryWhileConnected ports prp.md §15 scenario 20: a
+// TestPRP20_LeaseExpiryWhileConnected ports prp.md §15 scenario 20: a
 // core that stops renewing (here behind runner.shutdown, as the reference
 // core does) lets the 60 s lease run out while connected; Run ends with
 // lease_expired_requires_bootstrap at the expiry.
-func TestScenario20_LeaseExpiryWhileConnected(t *testing.T) {
+func TestPRP20_LeaseExpiryWhileConnected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newSimDialRig(t, nil, nil)
 		authed := r.waitAuth(t, 1)
@@ -230,10 +230,10 @@ func TestScenario20_LeaseExpiryWhileConnected(t *testing.T) {
 	})
 }
 
-// TestScenario48_RedialUntilLeaseExpiry ports prp.md §15 scenario 48: no
+// TestPRP48_RedialUntilLeaseExpiry ports prp.md §15 scenario 48: no
 // reconnect grace, a 60 s lease, the server gone: the runner keeps redialling
 // until the lease expires, then ends with lease_expired_requires_bootstrap.
-func TestScenario48_RedialUntilLeaseExpiry(t *testing.T) {
+func TestPRP48_RedialUntilLeaseExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newSimDialRig(t, nil, nil)
 		authed := r.waitAuth(t, 1)
@@ -247,10 +247,10 @@ func TestScenario48_RedialUntilLeaseExpiry(t *testing.T) {
 	})
 }
 
-// TestScenario21_LeaseRenewal ports prp.md §15 scenario 21: renewals at
+// TestPRP21_LeaseRenewal ports prp.md §15 scenario 21: renewals at
 // half-life; a lost lease_renewed followed by a reconnect accepts the later
 // expiry once; hours of renewals keep one connection.
-func TestScenario21_LeaseRenewal(t *testing.T) {
+func TestPRP21_LeaseRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newSimDialRig(t, nil, nil)
 		authed := r.waitAuth(t, 1)
@@ -283,11 +283,11 @@ func TestScenario21_LeaseRenewal(t *testing.T) {
 	})
 }
 
-// TestScenario40_ReconnectGraceAndLifetime ports prp.md §15 scenario 40
+// TestPRP40_ReconnectGraceAndLifetime ports prp.md §15 scenario 40
 // (listen mode, lease TTL 1 h, grace 7 min): a reconnect at 6 min resumes;
 // 7 min without one ends Run with transport_reconnect_grace_exceeded. The
 // lifetime deadline while reconnecting gives transport_reconnect_deadline_exceeded.
-func TestScenario40_ReconnectGraceAndLifetime(t *testing.T) {
+func TestPRP40_ReconnectGraceAndLifetime(t *testing.T) {
 	const grace = 7 * time.Minute
 	hour := func(c *CoreConfig) { c.LeaseTTL = time.Hour }
 	t.Run("grace", func(t *testing.T) {
@@ -333,10 +333,10 @@ func closedErr(err error) <-chan error {
 	return ch
 }
 
-// TestScenario06_AuthNearLifecycleDeadline ports prp.md §15 scenario 6 at
+// TestPRP06_AuthNearLifecycleDeadline ports prp.md §15 scenario 6 at
 // the Client level: a peer that stalls the handshake cannot hold the runner
 // past its lifecycle deadline, which is shorter than the 2 s auth bound.
-func TestScenario06_AuthNearLifecycleDeadline(t *testing.T) {
+func TestPRP06_AuthNearLifecycleDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var wg sync.WaitGroup
 		stall := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

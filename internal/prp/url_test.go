@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestScenario01_DialURLParsing ports prp.md §15 scenario 1
+// TestPRP01_DialURLParsing ports prp.md §15 scenario 1
 // (url_resolution_rejects_non_loopback_and_ambiguous_inputs).
-func TestScenario01_DialURLParsing(t *testing.T) {
+func TestPRP01_DialURLParsing(t *testing.T) {
 	good := []struct {
 		raw  string
 		want DialTarget
@@ -80,8 +80,8 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 	return out, nil
 }
 
-// TestScenario03_ListenerPath ports prp.md §15 scenario 3.
-func TestScenario03_ListenerPath(t *testing.T) {
+// TestPRP03_ListenerPath ports prp.md §15 scenario 3.
+func TestPRP03_ListenerPath(t *testing.T) {
 	id, err := ValidateListenPath("/api/runner/v1/connect/run_1")
 	require.NoError(t, err)
 	require.Equal(t, "run_1", id)

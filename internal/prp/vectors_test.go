@@ -180,9 +180,9 @@ func TestVectorsPrimitives(t *testing.T) {
 	}
 }
 
-// TestScenario50_CanonicalJSONVectors: canonical JSON and key derivation match
+// TestPRP50_CanonicalJSONVectors: canonical JSON and key derivation match
 // the known-answer vectors computed with Node (spec §15 scenario 50).
-func TestScenario50_CanonicalJSONVectors(t *testing.T) {
+func TestPRP50_CanonicalJSONVectors(t *testing.T) {
 	v := loadVectors(t)
 	for _, c := range v.CanonicalJSON.Vectors {
 		t.Run(c.Label, func(t *testing.T) {
@@ -196,7 +196,7 @@ func TestScenario50_CanonicalJSONVectors(t *testing.T) {
 	}
 }
 
-func TestScenario50_CanonicalJSONLimits(t *testing.T) {
+func TestPRP50_CanonicalJSONLimits(t *testing.T) {
 	v := loadVectors(t)
 	require.Equal(t, MaxCanonicalDepth, v.CanonicalJSON.Limits.MaxDepth)
 	require.Equal(t, MaxCanonicalNodes, v.CanonicalJSON.Limits.MaxNodes)

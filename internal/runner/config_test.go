@@ -322,10 +322,10 @@ func dialArgsWith(flag, value string) []string {
 	return args
 }
 
-// TestScenario03_ListenerPath ports prp.md scenario 3: /api/runner/v1/connect/run_1
+// TestPRP03_ListenerPath ports prp.md scenario 3: /api/runner/v1/connect/run_1
 // is valid; an empty id, an extra segment, a query and % encoding are not.
 // Invalid paths are runner_ingress_bind_conflict usage errors (prp.md §1.2).
-func TestScenario03_ListenerPath(t *testing.T) {
+func TestPRP03_ListenerPath(t *testing.T) {
 	require.NoError(t, ValidateListenPath("/api/runner/v1/connect/run_1", "run_1"))
 	mustParse(t, withRun("run_1", "--listen-path", "/api/runner/v1/connect/run_1"))
 
@@ -369,11 +369,11 @@ func withRun(runID string, extra ...string) []string {
 	return append(args, extra...)
 }
 
-// TestScenario46_NonDefaultListenerAccepted ports the configuration half of
+// TestPRP46_NonDefaultListenerAccepted ports the configuration half of
 // prp.md scenario 46: --listen-port 0 or --listen-address 127.0.0.1 is
 // accepted with a warning for the runner to log. (The HTTP 400 for a wrong
 // path belongs to the listener's tests.)
-func TestScenario46_NonDefaultListenerAccepted(t *testing.T) {
+func TestPRP46_NonDefaultListenerAccepted(t *testing.T) {
 	for _, extra := range [][]string{
 		{"--listen-port", "0"},
 		{"--listen-address", "127.0.0.1"},
@@ -392,11 +392,11 @@ func TestScenario46_NonDefaultListenerAccepted(t *testing.T) {
 	require.Empty(t, cfg.Warnings)
 }
 
-// TestScenario01_DialURLSyntax ports the syntactic half of prp.md scenario 1:
+// TestPRP01_DialURLSyntax ports the syntactic half of prp.md scenario 1:
 // userinfo, query and https:// are rejected; wss://host/path resolves to port
 // 443. Refusing ws:// to a non-loopback address needs DNS and belongs to the
 // dialer (prp.md §1.3).
-func TestScenario01_DialURLSyntax(t *testing.T) {
+func TestPRP01_DialURLSyntax(t *testing.T) {
 	good := map[string]struct {
 		host string
 		port uint16

@@ -59,10 +59,10 @@ func drainEffects(t *testing.T, evs []coreEvent) map[string]int {
 	return out
 }
 
-// TestScenario11_ReconnectReplaysWithoutSecondEffect: connections drop
+// TestPRP11_ReconnectReplaysWithoutSecondEffect: connections drop
 // while commands run; unACKed events and results are replayed, each drain
 // takes effect once, and sourceSeq stays contiguous.
-func TestScenario11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
+func TestPRP11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start(h.config(false), Options{})
 	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
@@ -95,9 +95,9 @@ func TestScenario11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
 	}
 }
 
-// TestScenario11_ReplayIsByteIdentical: an event durable before a crash is
+// TestPRP11_ReplayIsByteIdentical: an event durable before a crash is
 // sent after the restart with its stored bytes, sequence and id.
-func TestScenario11_ReplayIsByteIdentical(t *testing.T) {
+func TestPRP11_ReplayIsByteIdentical(t *testing.T) {
 	h := newHarness(t, nil)
 	h.seed(func(tx *state.Tx) error {
 		_, err := tx.Enqueue(state.Event{Type: "runner.diagnostic", Priority: state.P1, Payload: json.RawMessage(`{"note":"<kept & exact>"}`)})
@@ -113,10 +113,10 @@ func TestScenario11_ReplayIsByteIdentical(t *testing.T) {
 	require.Equal(t, "runner.reconnected", evs[2].EventType)
 }
 
-// TestScenario12_DuplicateCommand: the same command again replays the
+// TestPRP12_DuplicateCommand: the same command again replays the
 // recorded result without a second effect; the same id with different
 // bytes fails closed with the state kept.
-func TestScenario12_DuplicateCommand(t *testing.T) {
+func TestPRP12_DuplicateCommand(t *testing.T) {
 	h := newHarness(t, nil)
 	run := h.start(h.config(false), Options{})
 	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_drain", Type: "runner.drain", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
@@ -143,8 +143,8 @@ func TestScenario12_DuplicateCommand(t *testing.T) {
 	require.Equal(t, state.StatusCompleted, st.ProcessedCommands["cmd_drain"].Status, "state kept")
 }
 
-// TestScenario13_NonContiguousSeq: a controllerSeq that skips is fatal.
-func TestScenario13_NonContiguousSeq(t *testing.T) {
+// TestPRP13_NonContiguousSeq: a controllerSeq that skips is fatal.
+func TestPRP13_NonContiguousSeq(t *testing.T) {
 	h := newHarness(t, nil)
 	run := h.start(h.config(false), Options{})
 	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
@@ -158,10 +158,10 @@ func TestScenario13_NonContiguousSeq(t *testing.T) {
 	require.Empty(t, h.readState().ProcessedCommands, "nothing journaled")
 }
 
-// TestScenario14_CrashBetweenJournalAndEffect: a command journaled as
+// TestPRP14_CrashBetweenJournalAndEffect: a command journaled as
 // pending before a crash is reported failed/execution_indeterminate after
 // the restart and never executed.
-func TestScenario14_CrashBetweenJournalAndEffect(t *testing.T) {
+func TestPRP14_CrashBetweenJournalAndEffect(t *testing.T) {
 	h := newHarness(t, nil)
 	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_pending", Type: "runner.drain", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
@@ -181,9 +181,9 @@ func TestScenario14_CrashBetweenJournalAndEffect(t *testing.T) {
 	require.Zero(t, drainEffects(t, decodeEvents(t, h.core.Snapshot().Events))[cmd.CommandID], "never re-run")
 }
 
-// TestScenario15_AckOutOfRange: an ACK beyond the produced sequence or below
+// TestPRP15_AckOutOfRange: an ACK beyond the produced sequence or below
 // the cursor is a fatal protocol error; the state is kept.
-func TestScenario15_AckOutOfRange(t *testing.T) {
+func TestPRP15_AckOutOfRange(t *testing.T) {
 	for name, ack := range map[string]int64{"beyond": 999, "below": 0} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, nil)
@@ -203,9 +203,9 @@ func TestScenario15_AckOutOfRange(t *testing.T) {
 	}
 }
 
-// TestScenario15_ValidAckTrims: valid ACKs trim the outbox; an orderly stop
+// TestPRP15_ValidAckTrims: valid ACKs trim the outbox; an orderly stop
 // saves the cursor.
-func TestScenario15_ValidAckTrims(t *testing.T) {
+func TestPRP15_ValidAckTrims(t *testing.T) {
 	h := newHarness(t, nil)
 	run := h.start(h.config(false), Options{})
 	cmd := h.queue("runner.drain", `{}`)
@@ -221,10 +221,10 @@ func TestScenario15_ValidAckTrims(t *testing.T) {
 	require.EqualValues(t, s.AckedSourceSeq, st.AckedSourceSeq)
 }
 
-// TestScenario18_ShutdownWaitsForAck: runner.shutdown persists stopped and
+// TestPRP18_ShutdownWaitsForAck: runner.shutdown persists stopped and
 // the fence before its result, exits 0 after command_result_ack, clears
 // the fence; a restart exits at once.
-func TestScenario18_ShutdownWaitsForAck(t *testing.T) {
+func TestPRP18_ShutdownWaitsForAck(t *testing.T) {
 	h := newHarness(t, nil)
 	run := h.start(h.config(false), Options{})
 	cmd := h.queue("runner.shutdown", `{}`)
@@ -242,10 +242,10 @@ func TestScenario18_ShutdownWaitsForAck(t *testing.T) {
 	require.Equal(t, auths, h.core.Snapshot().Authentications, "without connecting")
 }
 
-// TestScenario18_RestartWithFenceOnlyReconciles: a process that died with
+// TestPRP18_RestartWithFenceOnlyReconciles: a process that died with
 // the terminal fence set reconciles the terminal result on the next
 // connection (re-sent from the journal, never re-executed) and stops.
-func TestScenario18_RestartWithFenceOnlyReconciles(t *testing.T) {
+func TestPRP18_RestartWithFenceOnlyReconciles(t *testing.T) {
 	h := newHarness(t, nil)
 	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_stop", Type: "runner.shutdown", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
@@ -270,9 +270,9 @@ func TestScenario18_RestartWithFenceOnlyReconciles(t *testing.T) {
 	require.Empty(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), "runner.stopped"), "not re-executed")
 }
 
-// TestScenario18_SuspendThenResume: runner.suspend leaves lifecycle
+// TestPRP18_SuspendThenResume: runner.suspend leaves lifecycle
 // suspended and exits 0; unlike stopped, a restart resumes.
-func TestScenario18_SuspendThenResume(t *testing.T) {
+func TestPRP18_SuspendThenResume(t *testing.T) {
 	h := newHarness(t, nil)
 	run := h.start(h.config(false), Options{})
 	cmd := h.queue("runner.suspend", `{}`)
@@ -287,9 +287,9 @@ func TestScenario18_SuspendThenResume(t *testing.T) {
 	require.Equal(t, state.Ready, h.readState().Lifecycle, "resumed")
 }
 
-// TestScenario19_Revoke: a revoke with a higher epoch persists revoked and
+// TestPRP19_Revoke: a revoke with a higher epoch persists revoked and
 // exits 0; a restart exits at once; a non-advancing epoch is fatal.
-func TestScenario19_Revoke(t *testing.T) {
+func TestPRP19_Revoke(t *testing.T) {
 	t.Run("advancing", func(t *testing.T) {
 		h := newHarness(t, nil)
 		run := h.start(h.config(false), Options{})
@@ -315,11 +315,11 @@ func TestScenario19_Revoke(t *testing.T) {
 	})
 }
 
-// TestScenario20_48_LeaseExpiry: with the server gone, runnerd keeps
+// TestPRP20_48_LeaseExpiry: with the server gone, runnerd keeps
 // redialling until the lease expires, then shuts down with
 // lease_expired_requires_bootstrap and keeps its state (scenario 48; the
 // exit path of scenario 20).
-func TestScenario20_48_LeaseExpiry(t *testing.T) {
+func TestPRP20_48_LeaseExpiry(t *testing.T) {
 	h := newHarness(t, func(c *prp.CoreConfig) { c.LeaseTTL = time.Second })
 	run := h.start(h.config(false), Options{})
 	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
@@ -333,10 +333,10 @@ func TestScenario20_48_LeaseExpiry(t *testing.T) {
 	require.Equal(t, string(CodeLeaseExpired), *st.RecoverableFailure)
 }
 
-// TestScenario22_PongUnderStoragePressure: the pong is built from the
+// TestPRP22_PongUnderStoragePressure: the pong is built from the
 // store's lock-free summary and reports storage pressure; a PRP ping is
 // answered while connected.
-func TestScenario22_PongUnderStoragePressure(t *testing.T) {
+func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 	dir := t.TempDir() + "/state"
 	st, err := state.Open(state.Config{Dir: dir, Identity: stateIdentity(testIdentity), MaxOutboxBytes: 4096, P0ReserveBytes: 2048})
 	require.NoError(t, err)
@@ -364,12 +364,12 @@ func TestScenario22_PongUnderStoragePressure(t *testing.T) {
 	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Pongs >= 1 })
 }
 
-// TestScenario18_NoAckStopsWithFence: without a command_result_ack within
+// TestPRP18_NoAckStopsWithFence: without a command_result_ack within
 // 2 s the runner stops without returning to ready, fence kept; the next
 // process only reconciles (the core no longer lists the command: treated
 // as delivered) and exits 0. The core here never acks because the shutdown
 // reached the runner outside its journal, so it drops the result.
-func TestScenario18_NoAckStopsWithFence(t *testing.T) {
+func TestPRP18_NoAckStopsWithFence(t *testing.T) {
 	h := newHarness(t, nil)
 	run := h.start(h.config(false), Options{})
 	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
@@ -393,13 +393,13 @@ func TestScenario18_NoAckStopsWithFence(t *testing.T) {
 	require.NoError(t, h.start(h.config(false), Options{}).wait(t), "then stopped for good")
 }
 
-// TestScenario16_HandlerHitsOutboxBound: an executor effect that would
+// TestPRP16_HandlerHitsOutboxBound: an executor effect that would
 // push non-P0 events into the P0 reserve is refused whole (nothing of it is
 // stored), the command fails with command_execution_failed, and one P0
 // runner.diagnostic tells the core (scenario 16 as it applies to the loop;
 // the bounds themselves are internal/state's). It also exercises the
 // Handler seam the ACP executor plugs into.
-func TestScenario16_HandlerHitsOutboxBound(t *testing.T) {
+func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 	h := newHarness(t, nil)
 	big := json.RawMessage(`{"delta":"` + strings.Repeat("x", 900) + `"}`)
 	flood := HandlerFunc(func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
@@ -457,13 +457,13 @@ func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 	require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
 }
 
-// TestScenario14_IndeterminateSuspendEndsProcess: a runner.suspend killed
+// TestPRP14_IndeterminateSuspendEndsProcess: a runner.suspend killed
 // between its journal entry and its effect is replayed as failed
 // (execution_indeterminate, never re-run); the core acknowledges it and
 // sends nothing more on that connection (prp.md §13.1), so the process
 // stops by itself, state unchanged, and the next one takes the next
 // command. (The crash test's rare hang: such a life waited forever.)
-func TestScenario14_IndeterminateSuspendEndsProcess(t *testing.T) {
+func TestPRP14_IndeterminateSuspendEndsProcess(t *testing.T) {
 	h := newHarness(t, nil)
 	cmd, err := h.core.QueueCommand(prp.Command{Type: "runner.suspend", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)

@@ -153,12 +153,12 @@ func (c *versionCore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestScenario23_47_V1Downgrade: auth_hello offers version 2 with range
+// TestPRP23_47_V1Downgrade: auth_hello offers version 2 with range
 // 1..2 (scenario 47); a core selecting 1 gets v2-only events as
 // runner.diagnostic {reasonCode: event_requires_prp_v2} under v1
 // envelopes; the next v2 connection replays the real payload with a new
 // sequence number (scenario 23, prp.md §8.2).
-func TestScenario23_47_V1Downgrade(t *testing.T) {
+func TestPRP23_47_V1Downgrade(t *testing.T) {
 	core, srv := newVersionCore(t)
 	core.maxVersion = 1
 	dir := filepath.Join(t.TempDir(), "state")

@@ -122,7 +122,7 @@ func attempts(logs string) []string {
 
 // Scenario 45: a read of event 2 fails once; the batch stops there and the
 // file is retried next cycle, so nothing is lost or reordered.
-func TestScenario45_ReadFailsOnceIsRetried(t *testing.T) {
+func TestPcwrap45_ReadFailsOnceIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
 		writeEvents(t, d, 1, stdoutFrame("AAA\n"), stdoutFrame("BBB\n"), stdoutFrame("CCC\n"), ExitFrame(intp(0), ""))
@@ -139,7 +139,7 @@ func TestScenario45_ReadFailsOnceIsRetried(t *testing.T) {
 
 // Scenario 46: event 2 never readable: the first event is delivered, then
 // five consecutive failed cycles are fatal and name the file.
-func TestScenario46_ReadNeverSucceedsIsFatalAfterFive(t *testing.T) {
+func TestPcwrap46_ReadNeverSucceedsIsFatalAfterFive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
 		writeEvents(t, d, 1, stdoutFrame("EARLY\n"), stdoutFrame("LATE\n"), ExitFrame(intp(0), ""))
@@ -160,7 +160,7 @@ func TestScenario46_ReadNeverSucceedsIsFatalAfterFive(t *testing.T) {
 
 // Scenario 47: event 2 holds garbage JSON once (a torn read); the next
 // cycle reads it whole.
-func TestScenario47_GarbageOnceIsRetried(t *testing.T) {
+func TestPcwrap47_GarbageOnceIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
 		writeEvents(t, d, 1, stdoutFrame("FIRST\n"), stdoutFrame("SECOND\n"), ExitFrame(intp(0), ""))
@@ -177,7 +177,7 @@ func TestScenario47_GarbageOnceIsRetried(t *testing.T) {
 
 // Scenario 48: listing fails on cycles 1, 2 and 4–8: the count resets after
 // the good cycle 3, and the fifth consecutive failure is fatal.
-func TestScenario48_ListingFailuresCountConsecutively(t *testing.T) {
+func TestPcwrap48_ListingFailuresCountConsecutively(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
 		writeEvents(t, d, 1, stdoutFrame("x"))
@@ -196,7 +196,7 @@ func TestScenario48_ListingFailuresCountConsecutively(t *testing.T) {
 
 // Scenario 49: every remove fails: the watermark delivers each file exactly
 // once, and each failed removal is a warning naming the file.
-func TestScenario49_RemoveFailureNeverRedelivers(t *testing.T) {
+func TestPcwrap49_RemoveFailureNeverRedelivers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
 		writeEvents(t, d, 1, stdoutFrame("hello\n"))

@@ -76,7 +76,7 @@ func TestDecodeCommandValidation(t *testing.T) {
 
 // Scenario 12: duplicate command id with the same fingerprint → the
 // recorded result, no effect; same id with different bytes → fail closed.
-func TestScenario12_DuplicateCommandReplaysOrFailsClosed(t *testing.T) {
+func TestPRP12_DuplicateCommandReplaysOrFailsClosed(t *testing.T) {
 	s, _ := newStore(t)
 	c := command(1, "command_prp_00000001", "session.open", `{"reuse":"same_session"}`)
 	adm, err := begin(t, s, c)
@@ -104,7 +104,7 @@ func TestScenario12_DuplicateCommandReplaysOrFailsClosed(t *testing.T) {
 
 // Scenario 13: a non-contiguous controllerSeq is fatal; a seq at or below
 // the compacted cursor is rejected with command_history_compacted.
-func TestScenario13_NonContiguousIsFatalAndCompactedIsRejected(t *testing.T) {
+func TestPRP13_NonContiguousIsFatalAndCompactedIsRejected(t *testing.T) {
 	s, cfg := newStore(t)
 	_, err := begin(t, s, command(2, "command_prp_00000002", "run.prepare", `{}`))
 	require.ErrorIs(t, err, ErrNonContiguousCommand)
@@ -157,7 +157,7 @@ func TestScenario13_NonContiguousIsFatalAndCompactedIsRejected(t *testing.T) {
 
 // Scenario 14: a crash between journal and effect → after restart the
 // command reports failed with execution_indeterminate and is never re-run.
-func TestScenario14_CrashBetweenJournalAndEffectIsIndeterminate(t *testing.T) {
+func TestPRP14_CrashBetweenJournalAndEffectIsIndeterminate(t *testing.T) {
 	s, cfg := newStore(t)
 	c := command(1, "command_prp_00000001", "turn.start", `{"text":"hi"}`)
 	adm, err := begin(t, s, c)

@@ -45,7 +45,7 @@ func (c *fakeCore) admit(t *testing.T, wire []byte) {
 // Scenario 26 (runner side): across sends, reconnects, crashes, ACKs and P2
 // coalescing, everything runnerd sends passes the core's admission: new
 // events are contiguous, and every replay equals the committed event.
-func TestScenario26_OutboxAlwaysPassesCoreAdmission(t *testing.T) {
+func TestPRP26_OutboxAlwaysPassesCoreAdmission(t *testing.T) {
 	rng := rand.New(rand.NewPCG(26, 26))
 	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
 	cfg.MaxOutboxBytes = 1 << 20
@@ -131,7 +131,7 @@ func TestUpdateIsOneDurableWrite(t *testing.T) {
 // Scenario 17 (state part): 131 retained failure events, more than one
 // 128-event batch, are all durable before the failed command result is
 // recorded; the result carries command_execution_failed.
-func TestScenario17_FailureEvidenceIsDurableBeforeFailedResult(t *testing.T) {
+func TestPRP17_FailureEvidenceIsDurableBeforeFailedResult(t *testing.T) {
 	const retained, batch = 131, 128 // scenario figure; executor batch bound (prp.md §8.5)
 	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
 	cfg.MaxOutboxBytes = 1 << 20

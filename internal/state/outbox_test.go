@@ -49,7 +49,7 @@ func TestEnvelopeShapeAndSourceEventIDs(t *testing.T) {
 // Scenario 11 (state part): the unacknowledged suffix is returned
 // byte-for-byte with the same sequence and id, across a reconnect and a
 // process restart.
-func TestScenario11_UnackedSuffixReplaysByteIdentical(t *testing.T) {
+func TestPRP11_UnackedSuffixReplaysByteIdentical(t *testing.T) {
 	s, cfg := newStore(t)
 	for i := range 3 {
 		enqueue(t, s, Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(fmt.Sprintf(`{"delta":"%d","html":"<b>&</b>"}`, i))})
@@ -73,7 +73,7 @@ func TestScenario11_UnackedSuffixReplaysByteIdentical(t *testing.T) {
 
 // Scenario 15: an ACK below the cursor or beyond the produced sequence is a
 // fatal protocol error and leaves the state intact; a valid ACK trims.
-func TestScenario15_AckBoundsAndTrim(t *testing.T) {
+func TestPRP15_AckBoundsAndTrim(t *testing.T) {
 	s, cfg := newStore(t)
 	for range 4 {
 		enqueue(t, s, p1("item.delta"))
@@ -141,7 +141,7 @@ func TestAckCursorIsPersistedEverySixteenAdvances(t *testing.T) {
 // Scenario 16: non-P0 into the reserve → rejected, backpressure, P0 still
 // accepted; P0 beyond the hard limit → unrecoverable; 250 P2 updates →
 // one event.
-func TestScenario16_OutboxBoundsAndCoalescing(t *testing.T) {
+func TestPRP16_OutboxBoundsAndCoalescing(t *testing.T) {
 	cfg := testConfig(t.TempDir() + "/state")
 	cfg.MaxOutboxBytes = 8 * 1024
 	cfg.P0ReserveBytes = 3 * 1024
@@ -403,7 +403,7 @@ func TestExecutorEventReceipts(t *testing.T) {
 // runner.diagnostic/event_requires_prp_v2 with the same sequence; after the
 // v1 ACK the real payload is kept and re-enqueued with a new sequence on a
 // later v2 connection.
-func TestScenario23_V2EventsDowngradeOnV1AndReplayOnV2(t *testing.T) {
+func TestPRP23_V2EventsDowngradeOnV1AndReplayOnV2(t *testing.T) {
 	s, cfg := newStore(t)
 	require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetProtocolVersion(1) }))
 	goal := json.RawMessage(`{"objective":"ship it","status":"active"}`)

@@ -42,7 +42,7 @@ func TestRestartRecoveryEnqueuesReconciled(t *testing.T) {
 // pendingTerminalDelivery fence before its result is sent; a restart with
 // the fence only reconciles; once the fence is cleared a stopped state
 // exits at once.
-func TestScenario18_TerminalFenceSurvivesRestart(t *testing.T) {
+func TestPRP18_TerminalFenceSurvivesRestart(t *testing.T) {
 	s, cfg := newStore(t)
 	c := command(1, "command_prp_00000001", "runner.shutdown", `{}`)
 	_, err := begin(t, s, c)
@@ -97,7 +97,7 @@ func TestProviderCleanupFenceBlocksExitNow(t *testing.T) {
 // Scenario 19 (state part): revoke with a higher epoch → revoked, durable;
 // a restart exits at once; a non-advancing epoch is a protocol error that
 // changes nothing.
-func TestScenario19_RevokeIsFinal(t *testing.T) {
+func TestPRP19_RevokeIsFinal(t *testing.T) {
 	s, cfg := newStore(t)
 	before := s.Snapshot()
 	err := s.Update(func(tx *Tx) error { return tx.Revoke(3, 3) })
@@ -117,7 +117,7 @@ func TestScenario19_RevokeIsFinal(t *testing.T) {
 
 // Scenario 22 (state part): the pong summary is readable while a writer
 // holds the store lock across its fsync, and reports storage pressure.
-func TestScenario22_SummaryDoesNotWaitForWriter(t *testing.T) {
+func TestPRP22_SummaryDoesNotWaitForWriter(t *testing.T) {
 	s, _ := newStore(t)
 	enqueue(t, s, p1("runner.connected"))
 	s.mu.Lock() // as an Update does across its fsync

@@ -80,7 +80,7 @@ func lockHeld(t *testing.T, path string) bool {
 // Scenario 66: pcwrap --session-dir D -- cat; send hello; tail shows the data
 // frame; stop acks and removes D without sending a signal; the lock is held
 // while pcwrap runs.
-func TestScenario66_DebugCLIRoundTrip(t *testing.T) {
+func TestPcwrap66_DebugCLIRoundTrip(t *testing.T) {
 	bin := testbin.Path(t, "pcwrap")
 	d := filepath.Join(t.TempDir(), "session")
 	wrapper := exec.Command(bin, "--session-dir", d, "--", "cat")
@@ -151,7 +151,7 @@ func TestScenario66_DebugCLIRoundTrip(t *testing.T) {
 
 // Scenario 67: stop on a session whose pcwrap never runs waits the full
 // 3000 ms, warns, exits 3 and removes the directory anyway.
-func TestScenario67_StopWithoutWrapper(t *testing.T) {
+func TestPcwrap67_StopWithoutWrapper(t *testing.T) {
 	t.Parallel()
 	d := filepath.Join(t.TempDir(), "session")
 	require.NoError(t, os.MkdirAll(filepath.Join(d, sessiondir.StdinDir), 0o700))
@@ -166,7 +166,7 @@ func TestScenario67_StopWithoutWrapper(t *testing.T) {
 
 // Scenario 68: send twice, then --end: files 1, 2, 3 in order, the third is
 // stdinEnd, and the counter holds 3.
-func TestScenario68_SendNumbersFilesFromCounter(t *testing.T) {
+func TestPcwrap68_SendNumbersFilesFromCounter(t *testing.T) {
 	t.Parallel()
 	d := filepath.Join(t.TempDir(), "session")
 	require.NoError(t, os.MkdirAll(filepath.Join(d, sessiondir.StdinDir), 0o700))

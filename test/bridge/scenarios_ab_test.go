@@ -34,7 +34,7 @@ func isFinalize(e *Exec, name string) bool {
 // Scenario 7: the finalize of file 1 is delayed 300 ms while the peer
 // sends two stdin lines back to back: file 2 is finalized only after file 1
 // and the child sees the bytes in order.
-func TestScenario07_FinalizeOrder(t *testing.T) {
+func TestPcwrap07_FinalizeOrder(t *testing.T) {
 	r := newRig(t, false)
 	r.runner.Intercept = func(ctx context.Context, e *Exec) (*Result, error) {
 		if isFinalize(e, sessiondir.SeqName(1)) {
@@ -66,7 +66,7 @@ func TestScenario07_FinalizeOrder(t *testing.T) {
 
 // Scenario 8: a stop while the data file's upload is in flight keeps the
 // chain: data, stdinEnd, shutdown.
-func TestScenario08_StopWhileWriteInFlight(t *testing.T) {
+func TestPcwrap08_StopWhileWriteInFlight(t *testing.T) {
 	r := newRig(t, false)
 	inFlight := make(chan struct{})
 	var once sync.Once
@@ -91,7 +91,7 @@ func TestScenario08_StopWhileWriteInFlight(t *testing.T) {
 
 // Scenario 9: writeTextFile publishes by base64 -d into a decoded sibling
 // and mv; the final name is never a redirect target; nothing else remains.
-func TestScenario09_WriteTextFileFinalize(t *testing.T) {
+func TestPcwrap09_WriteTextFileFinalize(t *testing.T) {
 	runner := &ShellRunner{}
 	q := Queue{Runner: runner}
 	dir := filepath.Join(t.TempDir(), "stdin")
@@ -121,7 +121,7 @@ func TestScenario09_WriteTextFileFinalize(t *testing.T) {
 
 // Scenario 10: readers polling the queue while six rounds of remove+write of
 // a 64 KiB payload run never parse a partial file.
-func TestScenario10_ConcurrentReadersNeverSeePartial(t *testing.T) {
+func TestPcwrap10_ConcurrentReadersNeverSeePartial(t *testing.T) {
 	q := Queue{Runner: &ShellRunner{}}
 	dir := filepath.Join(t.TempDir(), "stdin")
 	final := filepath.Join(dir, "000000000001.json")
@@ -184,7 +184,7 @@ func waitDead(t *testing.T, what string, pids ...int) {
 
 // Scenario 12 (T2): a child that ignores SIGTERM is SIGKILLed after the
 // grace; no process mentions the session path afterwards.
-func TestScenario12_StopKillsTermIgnoringChild(t *testing.T) {
+func TestPcwrap12_StopKillsTermIgnoringChild(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, false)
 	pidFile := filepath.Join(t.TempDir(), "pid")
@@ -197,7 +197,7 @@ func TestScenario12_StopKillsTermIgnoringChild(t *testing.T) {
 }
 
 // Scenario 14 (T4): stopping session A kills only A's child.
-func TestScenario14_StopIsPerSession(t *testing.T) {
+func TestPcwrap14_StopIsPerSession(t *testing.T) {
 	r := newRig(t, false)
 	tmp := t.TempDir()
 	a := r.start(t, idleChild(filepath.Join(tmp, "a")))
@@ -233,7 +233,7 @@ func stdinFinalizes(r *ShellRunner) int { return len(finalizes(r)) }
 
 // Scenario 15 (T5): a forged exit event does not shorten the stop; the real
 // pcwrap acknowledges quickly.
-func TestScenario15_ForgedExitThenStop(t *testing.T) {
+func TestPcwrap15_ForgedExitThenStop(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh("cat"))
 	forgeEvent(t, s.Dir, 999999999999, sessiondir.ExitFrame(new(int), ""))
@@ -258,7 +258,7 @@ func fakeLaunch(ctx context.Context, e *Exec) (*Result, error) {
 
 // Scenario 16 (T14): pcwrap never runs; a forged exit event does not stand
 // in for the ack: the stop waits the full 3000 ms, warns once, removes.
-func TestScenario16_NoWrapperForgedExit(t *testing.T) {
+func TestPcwrap16_NoWrapperForgedExit(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, false)
 	r.runner.Intercept = fakeLaunch
@@ -275,7 +275,7 @@ func TestScenario16_NoWrapperForgedExit(t *testing.T) {
 }
 
 // Scenario 17 (T6): no stop script kills or signals anything.
-func TestScenario17_StopSendsNoSignal(t *testing.T) {
+func TestPcwrap17_StopSendsNoSignal(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh("cat"))
 	code, _, _ := proxyRun(t, s, "x")
@@ -289,7 +289,7 @@ func TestScenario17_StopSendsNoSignal(t *testing.T) {
 
 // Scenario 22 (T12): the child already exited; the stop finds pcwrap's
 // shutdownAck at once.
-func TestScenario22_StopAfterChildExit(t *testing.T) {
+func TestPcwrap22_StopAfterChildExit(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh("exit 0"))
 	time.Sleep(500 * time.Millisecond)
@@ -301,7 +301,7 @@ func TestScenario22_StopAfterChildExit(t *testing.T) {
 
 // Scenario 23 (T13): pcwrap never runs and events/ stays empty: full wait,
 // one warning, the directory removed.
-func TestScenario23_NoWrapperNoEvents(t *testing.T) {
+func TestPcwrap23_NoWrapperNoEvents(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, false)
 	r.runner.Intercept = fakeLaunch
@@ -318,7 +318,7 @@ func TestScenario23_NoWrapperNoEvents(t *testing.T) {
 // Scenario 24 (T15): a hostile runner swallows the shutdown write, forges a
 // shutdownAck and recreates stdin/ and events/ instead of removing the
 // session: pcwrap's identity latch still ends pcwrap and its child.
-func TestScenario24_HostileRunnerCannotStrandChild(t *testing.T) {
+func TestPcwrap24_HostileRunnerCannotStrandChild(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string

@@ -21,7 +21,7 @@ import (
 
 // Scenario 35: one launch exec creates stdin/ and events/ with a single
 // mkdir -p line, together with the nohup launch; no standalone mkdir exec.
-func TestScenario35_LaunchCreatesDirsWithNohup(t *testing.T) {
+func TestPcwrap35_LaunchCreatesDirsWithNohup(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh("cat"))
 	execs := r.runner.Execs()
@@ -49,7 +49,7 @@ func TestScenario35_LaunchCreatesDirsWithNohup(t *testing.T) {
 
 // Scenario 36, both modes: a PATH in the launch payload equal to the host's
 // reaches the child exactly, though the runner gives pcwrap another PATH.
-func TestScenario36_PayloadPathSurvives(t *testing.T) {
+func TestPcwrap36_PayloadPathSurvives(t *testing.T) {
 	hostPath := os.Getenv("PATH")
 	for _, stream := range []bool{false, true} {
 		t.Run(mode(stream), func(t *testing.T) {
@@ -145,21 +145,21 @@ func assertNoEventsDir(t *testing.T, s *Session, stream bool) {
 }
 
 // Scenario 37: echo child with out:/err: prefixes.
-func TestScenario37_EchoOutAndErr(t *testing.T) { check37(t, false) }
+func TestPcwrap37_EchoOutAndErr(t *testing.T) { check37(t, false) }
 
 // Scenario 38: early output, child gone after 20 ms, proxy connects after
 // 300 ms: both buffered outputs arrive.
-func TestScenario38_EarlyOutputBuffered(t *testing.T) { check38(t, false) }
+func TestPcwrap38_EarlyOutputBuffered(t *testing.T) { check38(t, false) }
 
 // Scenario 39: a child that writes and exits at once.
-func TestScenario39_ImmediateExit(t *testing.T) { check39(t, false) }
+func TestPcwrap39_ImmediateExit(t *testing.T) { check39(t, false) }
 
 // Scenario 41: live streaming before the child exits.
-func TestScenario41_LiveStreaming(t *testing.T) { check41(t, false) }
+func TestPcwrap41_LiveStreaming(t *testing.T) { check41(t, false) }
 
 // Scenario 42: stdout mode repeats 37–39 and 41 (the seq guard delivers
 // early output once) and never creates events/.
-func TestScenario42_StdoutModeRepeats(t *testing.T) {
+func TestPcwrap42_StdoutModeRepeats(t *testing.T) {
 	t.Run("37", func(t *testing.T) { check37(t, true) })
 	t.Run("38", func(t *testing.T) { check38(t, true) })
 	t.Run("39", func(t *testing.T) { check39(t, true) })
@@ -169,7 +169,7 @@ func TestScenario42_StdoutModeRepeats(t *testing.T) {
 // Scenario 40: an idle unauthenticated socket receives nothing; a peer with
 // a wrong token is disconnected; the real proxy still gets the buffered
 // output.
-func TestScenario40_ProxyAuthentication(t *testing.T) {
+func TestPcwrap40_ProxyAuthentication(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh(`echo buffered`))
 
@@ -191,7 +191,7 @@ func TestScenario40_ProxyAuthentication(t *testing.T) {
 
 // Scenario 43: stdout mode: exactly one exec (the pcwrap command) uses the
 // session; every other exec bypasses it.
-func TestScenario43_OnlyWrapperExecUsesSession(t *testing.T) {
+func TestPcwrap43_OnlyWrapperExecUsesSession(t *testing.T) {
 	r := newRig(t, true)
 	s := r.start(t, sh(echoPrefixes))
 	code, _, _ := proxyRun(t, s, "hi\n")

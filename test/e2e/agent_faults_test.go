@@ -21,11 +21,11 @@ func groupGone(t *testing.T, pgid int) {
 	}
 }
 
-// TestAgentScenario05_StdoutJunk: banner lines are skipped and the turn
+// TestACP05_StdoutJunk: banner lines are skipped and the turn
 // completes; a line over 10 MiB fails session.open with
 // provider_frame_too_large and "stdout frame exceeded" on runnerd's
 // stderr, and the agent is stopped (scenario 5).
-func TestAgentScenario05_StdoutJunk(t *testing.T) {
+func TestACP05_StdoutJunk(t *testing.T) {
 	t.Run("banner", func(t *testing.T) {
 		r := newAgentRig(t)
 		r.start(t)
@@ -48,10 +48,10 @@ func TestAgentScenario05_StdoutJunk(t *testing.T) {
 	})
 }
 
-// TestAgentScenario09_CancelIgnored: an agent that ignores session/cancel
+// TestACP09_CancelIgnored: an agent that ignores session/cancel
 // is stopped after the cancel grace; turn.stop confirms the exit and the
 // turn ends interrupted; its group is gone (scenario 9).
-func TestAgentScenario09_CancelIgnored(t *testing.T) {
+func TestACP09_CancelIgnored(t *testing.T) {
 	r := newAgentRig(t, "--cancel-grace-ms", "500")
 	r.start(t)
 	r.prepare(t, "--cancel-mode", "ignore")
@@ -66,9 +66,9 @@ func TestAgentScenario09_CancelIgnored(t *testing.T) {
 	groupGone(t, pgid)
 }
 
-// TestAgentScenario17_StubbornGrandchild: session.close with a grandchild
+// TestACP17_StubbornGrandchild: session.close with a grandchild
 // that ignores SIGTERM leaves no member of the agent's group (scenario 17).
-func TestAgentScenario17_StubbornGrandchild(t *testing.T) {
+func TestACP17_StubbornGrandchild(t *testing.T) {
 	r := newAgentRig(t)
 	r.start(t)
 	r.prepare(t, "--stubborn-grandchild")
@@ -80,10 +80,10 @@ func TestAgentScenario17_StubbornGrandchild(t *testing.T) {
 	require.Empty(t, processSessions(r.dir))
 }
 
-// TestAgentScenario27_SessionDirRemoved: rm -rf of the session directory
+// TestACP27_SessionDirRemoved: rm -rf of the session directory
 // mid-turn → transport_closed, turn.failed, one result, one terminal
 // (scenario 27).
-func TestAgentScenario27_SessionDirRemoved(t *testing.T) {
+func TestACP27_SessionDirRemoved(t *testing.T) {
 	r := newAgentRig(t)
 	r.start(t)
 	r.prepare(t)
@@ -100,10 +100,10 @@ func TestAgentScenario27_SessionDirRemoved(t *testing.T) {
 	groupGone(t, pgid)
 }
 
-// TestAgentScenario28_StdinWriteFails: the stdin queue cannot be written
+// TestACP28_StdinWriteFails: the stdin queue cannot be written
 // (its directory is gone while pcwrap is paused) → write_error, turn.failed,
 // one result, one terminal; nothing hangs (scenario 28).
-func TestAgentScenario28_StdinWriteFails(t *testing.T) {
+func TestACP28_StdinWriteFails(t *testing.T) {
 	r := newAgentRig(t)
 	r.start(t)
 	r.prepare(t)

@@ -28,12 +28,12 @@ func peerProvider(t *testing.T, mode string) map[string]any {
 		"cwd": t.TempDir(), "permissionMode": mode}
 }
 
-// TestAgentScenario25_RealPeer drives the real T1 agent end to end through
+// TestACP25_RealPeer drives the real T1 agent end to end through
 // runnerd and pcwrap: a full turn whose permission request is answered by
 // approve-all ends end_turn with one result and one terminal; a
 // turn.interrupt while a (manual) permission request is pending settles
 // the turn interrupted and the request cancelled (acp.md §11 scenario 25).
-func TestAgentScenario25_RealPeer(t *testing.T) {
+func TestACP25_RealPeer(t *testing.T) {
 	t.Run("full-turn", func(t *testing.T) {
 		t.Parallel()
 		r := newAgentRig(t)

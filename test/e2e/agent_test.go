@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAgentScenario01_02_EchoTurn: run.prepare, a cold session.open and
+// TestACP01_02_EchoTurn: run.prepare, a cold session.open and
 // "echo hi" through the real runnerd, pcwrap and fakeacp; the core sees
 // harness.ready, session.started, turn.started, the delta "hi",
 // turn.completed, one run.result.proposed and one run.terminal, exactly
 // once; SIGTERM stops the agent and removes its session dir (acp.md §11
 // scenarios 1, 2; §3.6).
-func TestAgentScenario01_02_EchoTurn(t *testing.T) {
+func TestACP01_02_EchoTurn(t *testing.T) {
 	r := newAgentRig(t)
 	proc := r.start(t)
 	r.prepare(t)
@@ -47,10 +47,10 @@ func TestAgentScenario01_02_EchoTurn(t *testing.T) {
 	require.Empty(t, processSessions(r.dir), "an orderly stop stops the agent")
 }
 
-// TestAgentScenario04_HandshakeTimeout: --hang-on-new-session → at the
+// TestACP04_HandshakeTimeout: --hang-on-new-session → at the
 // bound the agent is stopped, no provider event, the command fails with
 // code session_handshake_timeout (scenario 4).
-func TestAgentScenario04_HandshakeTimeout(t *testing.T) {
+func TestACP04_HandshakeTimeout(t *testing.T) {
 	r := newAgentRig(t, "--session-open-cold-timeout-agent", "claude=800")
 	r.start(t)
 	r.prepare(t, "--hang-on-new-session")
@@ -62,9 +62,9 @@ func TestAgentScenario04_HandshakeTimeout(t *testing.T) {
 	require.Empty(t, processSessions(r.dir))
 }
 
-// TestAgentScenario08_Interrupt: a long turn, then turn.interrupt →
+// TestACP08_Interrupt: a long turn, then turn.interrupt →
 // turn.interrupted, one result, one terminal, agent stopped (scenario 8).
-func TestAgentScenario08_Interrupt(t *testing.T) {
+func TestACP08_Interrupt(t *testing.T) {
 	r := newAgentRig(t, "--cancel-grace-ms", "1000")
 	r.start(t)
 	r.prepare(t)
@@ -78,9 +78,9 @@ func TestAgentScenario08_Interrupt(t *testing.T) {
 	require.Empty(t, processSessions(r.dir))
 }
 
-// TestAgentScenario13_CrashMidTurn: the agent dies mid-turn → harness.exited,
+// TestACP13_CrashMidTurn: the agent dies mid-turn → harness.exited,
 // turn.failed, session.failed agent_disconnected (scenario 13).
-func TestAgentScenario13_CrashMidTurn(t *testing.T) {
+func TestACP13_CrashMidTurn(t *testing.T) {
 	r := newAgentRig(t)
 	r.start(t)
 	r.prepare(t, "--crash-mid-turn", "sigkill")
@@ -92,10 +92,10 @@ func TestAgentScenario13_CrashMidTurn(t *testing.T) {
 	require.Equal(t, 1, countType(evs, "run.terminal"))
 }
 
-// TestAgentScenario26_PcwrapKilled: kill -9 of pcwrap mid-turn → within the
+// TestACP26_PcwrapKilled: kill -9 of pcwrap mid-turn → within the
 // loss deadline harness.diagnostic{transport_closed}, turn.failed, one
 // result, one terminal; the agent's group is gone (scenario 26).
-func TestAgentScenario26_PcwrapKilled(t *testing.T) {
+func TestACP26_PcwrapKilled(t *testing.T) {
 	r := newAgentRig(t)
 	r.start(t)
 	r.prepare(t)
@@ -113,9 +113,9 @@ func TestAgentScenario26_PcwrapKilled(t *testing.T) {
 	require.Equal(t, 1, countType(evs, "run.result.proposed"))
 }
 
-// TestAgentScenario29_LossBetweenTurns: the agent dies while idle; the next
+// TestACP29_LossBetweenTurns: the agent dies while idle; the next
 // turn.start fails at once with provider_exit (scenario 29).
-func TestAgentScenario29_LossBetweenTurns(t *testing.T) {
+func TestACP29_LossBetweenTurns(t *testing.T) {
 	r := newAgentRig(t)
 	r.start(t)
 	r.prepare(t)

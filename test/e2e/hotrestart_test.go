@@ -28,7 +28,7 @@ const (
 	hotRestartBound = 2 * time.Minute
 )
 
-// TestHotRestartScenario20 kills runnerd with SIGKILL at a seeded random
+// TestACP20_HotRestart kills runnerd with SIGKILL at a seeded random
 // point of a running turn (a quiet one, or one streaming thousands of
 // deltas), relaunches it with a fresh ticket and the same
 // state dir, and checks acp.md §3.5 over the real binaries: the agent keeps
@@ -38,7 +38,7 @@ const (
 // restart emits P0 runner.reconciled (scenarios 20 and 21: a kill between
 // the outbox commit and the file deletion leaves a file the next process
 // deletes unread). PCRUNNER_HOTRESTART_SEED replays a run.
-func TestHotRestartScenario20(t *testing.T) {
+func TestACP20_HotRestart(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("PCRUNNER_HOTRESTART_SEED"); s != "" {
 		var err error

@@ -118,10 +118,10 @@ func normalise(t *testing.T, raw []byte) []byte {
 	return out.Bytes()
 }
 
-// TestScenario23_GoldenTranscript: the wire transcript of scenario 2
+// TestACP23_GoldenTranscript: the wire transcript of scenario 2
 // (initialize, session/new, "echo hi") matches the golden file once
 // timestamps are dropped.
-func TestScenario23_GoldenTranscript(t *testing.T) {
+func TestACP23_GoldenTranscript(t *testing.T) {
 	cfg := defaults(t)
 	cfg.transcript = filepath.Join(t.TempDir(), "wire.ndjson")
 	p := startInProcess(t, cfg)

@@ -28,8 +28,8 @@ func hookStart(t *testing.T, o opts) *session {
 // markerPayload returns a child that leaves a marker file, then cats.
 func markerPayload(marker string) payload { return sh("touch " + marker + "; exec cat") }
 
-// TestScenario25_ZeroBtimeAccepted (T16).
-func TestScenario25_ZeroBtimeAccepted(t *testing.T) {
+// TestPcwrap25_ZeroBtimeAccepted (T16).
+func TestPcwrap25_ZeroBtimeAccepted(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "session")
 	s := hookStart(t, opts{dir: dir, env: []string{"PCWRAP_TEST_FAKE_BTIME=" + dir + "=zero"}})
@@ -39,8 +39,8 @@ func TestScenario25_ZeroBtimeAccepted(t *testing.T) {
 	assert.Equal(t, 1, count(readEvents(t, dir), sessiondir.FrameExit))
 }
 
-// TestScenario26_CtimeBtimeRefused (T17).
-func TestScenario26_CtimeBtimeRefused(t *testing.T) {
+// TestPcwrap26_CtimeBtimeRefused (T17).
+func TestPcwrap26_CtimeBtimeRefused(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "session")
@@ -67,15 +67,15 @@ func nobody(t *testing.T, paths ...string) *syscall.Credential {
 	return &syscall.Credential{Uid: 65534, Gid: 65534}
 }
 
-// TestScenario27_PrivateParentChmod000 (T18) and
-// TestScenario28_SessionDirChmod000 (T19): a peer denying search
+// TestPcwrap27_PrivateParentChmod000 (T18) and
+// TestPcwrap28_SessionDirChmod000 (T19): a peer denying search
 // permission latches the identity with an EACCES reason.
-func TestScenario27_PrivateParentChmod000(t *testing.T) {
+func TestPcwrap27_PrivateParentChmod000(t *testing.T) {
 	t.Parallel()
 	testDenied(t, true)
 }
 
-func TestScenario28_SessionDirChmod000(t *testing.T) {
+func TestPcwrap28_SessionDirChmod000(t *testing.T) {
 	t.Parallel()
 	testDenied(t, false)
 }
@@ -107,8 +107,8 @@ func testDenied(t *testing.T, parent bool) {
 	groupGone(t, pgid, 5*time.Second)
 }
 
-// TestScenario29_PlantedProbeSymlink (T20).
-func TestScenario29_PlantedProbeSymlink(t *testing.T) {
+// TestPcwrap29_PlantedProbeSymlink (T20).
+func TestPcwrap29_PlantedProbeSymlink(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "session")
@@ -129,9 +129,9 @@ func TestScenario29_PlantedProbeSymlink(t *testing.T) {
 	assert.Equal(t, "keep", string(b))
 }
 
-// TestScenario30_ProbeRemoved (T21): without interference no probe file
+// TestPcwrap30_ProbeRemoved (T21): without interference no probe file
 // stays behind (production build).
-func TestScenario30_ProbeRemoved(t *testing.T) {
+func TestPcwrap30_ProbeRemoved(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{})
 	s.childPgid()
@@ -146,9 +146,9 @@ func TestScenario30_ProbeRemoved(t *testing.T) {
 	assert.Equal(t, 0, s.wait(waitBound))
 }
 
-// TestScenario31to33_SwappedProbeKept (T22, T23, T24): a peer's file,
+// TestPcwrap31to33_SwappedProbeKept (T22, T23, T24): a peer's file,
 // directory or symlink swapped in at the last check stays untouched.
-func TestScenario31to33_SwappedProbeKept(t *testing.T) {
+func TestPcwrap31to33_SwappedProbeKept(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"file", "dir", "symlink"} {
 		t.Run(kind, func(t *testing.T) {
@@ -178,8 +178,8 @@ func TestScenario31to33_SwappedProbeKept(t *testing.T) {
 	}
 }
 
-// TestScenario34_ProbeFstatFailure (T25).
-func TestScenario34_ProbeFstatFailure(t *testing.T) {
+// TestPcwrap34_ProbeFstatFailure (T25).
+func TestPcwrap34_ProbeFstatFailure(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "session")
@@ -193,10 +193,10 @@ func TestScenario34_ProbeFstatFailure(t *testing.T) {
 	assert.True(t, fi.Mode().IsRegular())
 }
 
-// TestScenario60_OverflowRescan: with every inotify event lost to a
+// TestPcwrap60_OverflowRescan: with every inotify event lost to a
 // forced overflow, the overflow's full rescan delivers all waiting files
 // in order.
-func TestScenario60_OverflowRescan(t *testing.T) {
+func TestPcwrap60_OverflowRescan(t *testing.T) {
 	t.Parallel()
 	s := hookStart(t, opts{mode: "stdout", env: []string{"PCWRAP_TEST_INOTIFY_OVERFLOW=1"}})
 	var want strings.Builder

@@ -67,10 +67,10 @@ func groupGone(t *testing.T, pgid int, d time.Duration) {
 	eventually(t, d, fmt.Sprintf("process group %d to be empty", pgid), func() bool { return len(groupMembers(pgid)) == 0 })
 }
 
-// TestScenario11_RemovedSessionDirEndsPcwrap (T1) and
-// TestScenario51 (orphans): rm -rf of the session dir latches the identity
+// TestPcwrap11_RemovedSessionDirEndsPcwrap (T1) and
+// TestPcwrap51 (orphans): rm -rf of the session dir latches the identity
 // and terminates the child.
-func TestScenario11_RemovedSessionDirEndsPcwrap(t *testing.T) {
+func TestPcwrap11_RemovedSessionDirEndsPcwrap(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{env: []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=200"}})
 	time.Sleep(150 * time.Millisecond)
@@ -78,9 +78,9 @@ func TestScenario11_RemovedSessionDirEndsPcwrap(t *testing.T) {
 	s.wait(4 * time.Second)
 }
 
-// TestScenario51_RemovedDirKillsChild: rm -rf with child sh -c 'sleep 300'
+// TestPcwrap51_RemovedDirKillsChild: rm -rf with child sh -c 'sleep 300'
 // → pcwrap and child exit within 10 s.
-func TestScenario51_RemovedDirKillsChild(t *testing.T) {
+func TestPcwrap51_RemovedDirKillsChild(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{payload: sh("sleep 300")})
 	pgid := s.childPgid()
@@ -89,8 +89,8 @@ func TestScenario51_RemovedDirKillsChild(t *testing.T) {
 	groupGone(t, pgid, 10*time.Second)
 }
 
-// TestScenario64_LatchInStdoutMode: the identity latch in stdout mode.
-func TestScenario64_LatchInStdoutMode(t *testing.T) {
+// TestPcwrap64_LatchInStdoutMode: the identity latch in stdout mode.
+func TestPcwrap64_LatchInStdoutMode(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", payload: sh("sleep 300")})
 	pgid := s.childPgid()
@@ -105,24 +105,24 @@ func TestScenario64_LatchInStdoutMode(t *testing.T) {
 	assert.Equal(t, "SIGTERM", last.Signal)
 }
 
-// TestScenario13_ChildExitEndsPcwrap (T3) and TestScenario50: a child that
+// TestPcwrap13_ChildExitEndsPcwrap (T3) and TestPcwrap50: a child that
 // exits with no stdinEnd ends pcwrap; an exit event exists.
-func TestScenario13_ChildExitEndsPcwrap(t *testing.T) {
+func TestPcwrap13_ChildExitEndsPcwrap(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{payload: payload{Command: "true"}})
 	assert.Equal(t, 0, s.wait(4*time.Second))
 	assert.Equal(t, 1, count(readEvents(t, s.dir), sessiondir.FrameExit))
 }
 
-// TestScenario50_TrueChildEventsMode: child `true`, no stdinEnd → exit.
-func TestScenario50_TrueChildEventsMode(t *testing.T) {
+// TestPcwrap50_TrueChildEventsMode: child `true`, no stdinEnd → exit.
+func TestPcwrap50_TrueChildEventsMode(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "events", payload: payload{Command: "true"}})
 	s.wait(10 * time.Second)
 }
 
-// TestScenario54_TrueChildStdoutMode: stdout mode, child `true` → exit.
-func TestScenario54_TrueChildStdoutMode(t *testing.T) {
+// TestPcwrap54_TrueChildStdoutMode: stdout mode, child `true` → exit.
+func TestPcwrap54_TrueChildStdoutMode(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", payload: payload{Command: "true"}})
 	assert.Equal(t, 0, s.wait(10*time.Second))
@@ -132,9 +132,9 @@ func TestScenario54_TrueChildStdoutMode(t *testing.T) {
 	assert.Equal(t, `{"seq":2,"type":"shutdownAck"}`, s.raw[1])
 }
 
-// TestScenario18_CleanExit (T8): exit status 0, empty stderr, one exit
+// TestPcwrap18_CleanExit (T8): exit status 0, empty stderr, one exit
 // event, no error events; event files are exactly JSON.stringify + "\n".
-func TestScenario18_CleanExit(t *testing.T) {
+func TestPcwrap18_CleanExit(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{payload: sh("printf hi")})
 	assert.Equal(t, 0, s.wait(waitBound))
@@ -155,9 +155,9 @@ func TestScenario18_CleanExit(t *testing.T) {
 	assert.Len(t, ents, 3, "no temp files left")
 }
 
-// TestScenario19_SymlinkedSessionDirStdout (T9): a symlinked session dir
+// TestPcwrap19_SymlinkedSessionDirStdout (T9): a symlinked session dir
 // in stdout mode → an error frame naming the symbolic link.
-func TestScenario19_SymlinkedSessionDirStdout(t *testing.T) {
+func TestPcwrap19_SymlinkedSessionDirStdout(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	real := filepath.Join(root, "real")
@@ -172,9 +172,9 @@ func TestScenario19_SymlinkedSessionDirStdout(t *testing.T) {
 	assert.False(t, exists(filepath.Join(real, sessiondir.LockFile)), "nothing created through the link")
 }
 
-// TestScenario61_SymlinkedSessionDirEvents: events mode → stderr refusal,
+// TestPcwrap61_SymlinkedSessionDirEvents: events mode → stderr refusal,
 // exit 1, nothing created through the link.
-func TestScenario61_SymlinkedSessionDirEvents(t *testing.T) {
+func TestPcwrap61_SymlinkedSessionDirEvents(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	real := filepath.Join(root, "real")
@@ -189,9 +189,9 @@ func TestScenario61_SymlinkedSessionDirEvents(t *testing.T) {
 	assert.Empty(t, ents, "nothing may be created through the link")
 }
 
-// TestScenario20_SessionEnvStripped (T10): the child sees no
+// TestPcwrap20_SessionEnvStripped (T10): the child sees no
 // PAPERCLIP_PROCESS_SESSION* variable, even one the payload sets.
-func TestScenario20_SessionEnvStripped(t *testing.T) {
+func TestPcwrap20_SessionEnvStripped(t *testing.T) {
 	t.Parallel()
 	p := sh(`k=$(env | cut -d= -f1 | grep '^PAPERCLIP_PROCESS_SESSION' | tr '\n' ,); if [ -z "$k" ]; then printf '[]'; else printf '%s' "$k"; fi`)
 	p.Env = map[string]string{"PAPERCLIP_PROCESS_SESSION_EXTRA": "x", "KEEP_ME": "y"}
@@ -214,8 +214,8 @@ func TestPayloadEnvAndPathOfChild(t *testing.T) {
 	assert.Equal(t, "hello", output(s.frames(), sessiondir.StreamStdout))
 }
 
-// TestScenario52_SigtermEndsPcwrapAndChild.
-func TestScenario52_SigtermEndsPcwrapAndChild(t *testing.T) {
+// TestPcwrap52_SigtermEndsPcwrapAndChild.
+func TestPcwrap52_SigtermEndsPcwrapAndChild(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{payload: sh("sleep 300")})
 	pgid := s.childPgid()
@@ -224,9 +224,9 @@ func TestScenario52_SigtermEndsPcwrapAndChild(t *testing.T) {
 	groupGone(t, pgid, 10*time.Second)
 }
 
-// TestScenario53_SigkillEscalation: a child trapping TERM is killed after
+// TestPcwrap53_SigkillEscalation: a child trapping TERM is killed after
 // the grace.
-func TestScenario53_SigkillEscalation(t *testing.T) {
+func TestPcwrap53_SigkillEscalation(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{
 		payload: sh(`trap '' TERM; echo ready; while :; do sleep 1; done`),
@@ -242,9 +242,9 @@ func TestScenario53_SigkillEscalation(t *testing.T) {
 	assert.Equal(t, "SIGKILL", fr[len(fr)-1].Signal)
 }
 
-// TestScenario55_GroupKilledAfterGrace: a grandchild ignoring TERM is
+// TestPcwrap55_GroupKilledAfterGrace: a grandchild ignoring TERM is
 // killed with its group after a shutdown message.
-func TestScenario55_GroupKilledAfterGrace(t *testing.T) {
+func TestPcwrap55_GroupKilledAfterGrace(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{
 		payload: sh(`sh -c 'trap "" TERM; echo ready; sleep 300' & wait`),
@@ -260,9 +260,9 @@ func TestScenario55_GroupKilledAfterGrace(t *testing.T) {
 	assert.Equal(t, sessiondir.FrameShutdownAck, fr[1].Type, "shutdownAck precedes exit")
 }
 
-// TestScenario56_SighupUnderNohup: pcwrap under nohup survives SIGHUP and
+// TestPcwrap56_SighupUnderNohup: pcwrap under nohup survives SIGHUP and
 // its child starts with the default SIGHUP disposition.
-func TestScenario56_SighupUnderNohup(t *testing.T) {
+func TestPcwrap56_SighupUnderNohup(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/bin/nohup"); err != nil {
 		t.Skip("nohup not installed")
@@ -288,8 +288,8 @@ func TestScenario56_SighupUnderNohup(t *testing.T) {
 	assert.Equal(t, 0, s.wait(waitBound))
 }
 
-// TestScenario57_SpawnENOENT: error, exit 127, shutdownAck; status 127.
-func TestScenario57_SpawnENOENT(t *testing.T) {
+// TestPcwrap57_SpawnENOENT: error, exit 127, shutdownAck; status 127.
+func TestPcwrap57_SpawnENOENT(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", payload: payload{Command: "does-not-exist"}})
 	assert.Equal(t, 127, s.wait(waitBound))
@@ -300,9 +300,9 @@ func TestScenario57_SpawnENOENT(t *testing.T) {
 	}, s.raw)
 }
 
-// TestScenario62_StagedPayload: a payload over 64 KiB of base64 staged in
+// TestPcwrap62_StagedPayload: a payload over 64 KiB of base64 staged in
 // command.b64 starts the child, and the file is gone before its output.
-func TestScenario62_StagedPayload(t *testing.T) {
+func TestPcwrap62_StagedPayload(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "session")
 	p := sh(`if [ -e "$CHECK_DIR/command.b64" ]; then printf present; else printf gone; fi; printf ' %s' "${#BIG}"`)
@@ -313,9 +313,9 @@ func TestScenario62_StagedPayload(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("gone %d", 70*1024), output(s.frames(), sessiondir.StreamStdout))
 }
 
-// TestScenario63_CommandFileSymlink: a symlinked command.b64 is refused
+// TestPcwrap63_CommandFileSymlink: a symlinked command.b64 is refused
 // with the fixed message; no child runs.
-func TestScenario63_CommandFileSymlink(t *testing.T) {
+func TestPcwrap63_CommandFileSymlink(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "session")
@@ -358,9 +358,9 @@ func TestLenientPayloadBase64(t *testing.T) {
 	assert.Equal(t, "ok", output(s.frames(), sessiondir.StreamStdout))
 }
 
-// TestScenario65_StdoutReaderGone: the reader of pcwrap's stdout closes →
+// TestPcwrap65_StdoutReaderGone: the reader of pcwrap's stdout closes →
 // the child group is terminated and pcwrap exits without SIGPIPE death.
-func TestScenario65_StdoutReaderGone(t *testing.T) {
+func TestPcwrap65_StdoutReaderGone(t *testing.T) {
 	t.Parallel()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
@@ -380,9 +380,9 @@ func TestScenario65_StdoutReaderGone(t *testing.T) {
 	groupGone(t, pgid, 5*time.Second)
 }
 
-// TestScenario69_BoundedDrain: a background sleep holding stdout cannot
+// TestPcwrap69_BoundedDrain: a background sleep holding stdout cannot
 // hold the exit frame; it is killed with the group.
-func TestScenario69_BoundedDrain(t *testing.T) {
+func TestPcwrap69_BoundedDrain(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", payload: sh(`sleep 300 & echo started`)})
 	pgid := s.childPgid()
@@ -407,9 +407,9 @@ func TestScenario69_BoundedDrain(t *testing.T) {
 // scenario's 3 s bound.
 const drainSlack = 2 * time.Second
 
-// TestScenario70_KillNinePcwrapKillsChild: the parent-death signal takes
+// TestPcwrap70_KillNinePcwrapKillsChild: the parent-death signal takes
 // the child with a SIGKILLed pcwrap; .pcwrap.child names its group.
-func TestScenario70_KillNinePcwrapKillsChild(t *testing.T) {
+func TestPcwrap70_KillNinePcwrapKillsChild(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{payload: payload{Command: "sleep", Args: []string{"300"}}})
 	pgid := s.childPgid()

@@ -61,12 +61,12 @@ func grep(src map[string]string, re *regexp.Regexp) []string {
 	return hits
 }
 
-// TestScenario21_SourceInvariants (T11) checks by inspection: one
+// TestPcwrap21_SourceInvariants (T11) checks by inspection: one
 // exec.Cmd per pcwrap; every signal goes to the group through the live
 // handle (no stored pid, no Process.Kill/Signal); one identity latch that
 // is never cleared; the identity capture precedes the spawn and the
 // reader start.
-func TestScenario21_SourceInvariants(t *testing.T) {
+func TestPcwrap21_SourceInvariants(t *testing.T) {
 	src := pcwrapSources(t)
 
 	spawns := grep(src, regexp.MustCompile(`exec\.Cmd\{|exec\.Command(Context)?\(`))

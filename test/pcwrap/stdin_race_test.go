@@ -121,8 +121,8 @@ var raceScenarios = []struct {
 	{"06_GapAdvancedAfterRetries", scenario06},
 }
 
-// TestScenario01to06_StdinRace covers scenarios 1, 2, 3, 4, 5 and 6.
-func TestScenario01to06_StdinRace(t *testing.T) {
+// TestPcwrap01to06_StdinRace covers scenarios 1, 2, 3, 4, 5 and 6.
+func TestPcwrap01to06_StdinRace(t *testing.T) {
 	t.Parallel()
 	for _, sc := range raceScenarios {
 		t.Run("Scenario"+sc.name, func(t *testing.T) {
@@ -132,9 +132,9 @@ func TestScenario01to06_StdinRace(t *testing.T) {
 	}
 }
 
-// TestScenario58_NoInotifyTickScansSuffice reruns scenarios 1-6 with
+// TestPcwrap58_NoInotifyTickScansSuffice reruns scenarios 1-6 with
 // inotify disabled by the test hook.
-func TestScenario58_NoInotifyTickScansSuffice(t *testing.T) {
+func TestPcwrap58_NoInotifyTickScansSuffice(t *testing.T) {
 	t.Parallel()
 	for _, sc := range raceScenarios {
 		t.Run("Scenario"+sc.name, func(t *testing.T) {
@@ -144,12 +144,12 @@ func TestScenario58_NoInotifyTickScansSuffice(t *testing.T) {
 	}
 }
 
-// TestScenario59_EventScansSpendNoRetries: 50 unrelated files created
+// TestPcwrap59_EventScansSpendNoRetries: 50 unrelated files created
 // within one tick trigger event scans, which must not spend the gap
 // budget: the give-up needs three tick scans after file 2 appeared, so it
 // cannot come before two full tick intervals (a lower bound only; a slow
 // machine makes it later, never earlier).
-func TestScenario59_EventScansSpendNoRetries(t *testing.T) {
+func TestPcwrap59_EventScansSpendNoRetries(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", env: []string{"PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES=3"}})
 	s.put(2, stdinMsg("x"))

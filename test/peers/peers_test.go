@@ -96,11 +96,11 @@ func (p *peer) until(t *testing.T, pred func(acpx.Inbound) bool) []acpx.Inbound 
 	}
 }
 
-// TestScenario25_SDKExampleAgent drives T1 through acpx over plain pipes:
+// TestACP25_SDKExampleAgent drives T1 through acpx over plain pipes:
 // a full turn whose permission request is answered by approve-all ends
 // end_turn; a cancel during its permission request and one during a model
 // pause both settle as cancelled.
-func TestScenario25_SDKExampleAgent(t *testing.T) {
+func TestACP25_SDKExampleAgent(t *testing.T) {
 	t.Run("full-turn", func(t *testing.T) {
 		t.Parallel()
 		p := startPeer(t, acpx.ConnOptions{Permissions: acpx.ApproveAll})
