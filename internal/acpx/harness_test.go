@@ -17,8 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // testWait bounds every wait on a real process in these tests; it is a

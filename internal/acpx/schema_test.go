@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/prpschema"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 // envelope wraps an event description the way runnerd's outbox will.

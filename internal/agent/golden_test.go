@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // TestACP23_GoldenTranscriptThroughPcwrap: the agent-side wire

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

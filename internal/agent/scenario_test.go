@@ -14,7 +14,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
 // agentPgid reads the agent's process group from .pcwrap.child.

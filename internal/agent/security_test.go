@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
 // TestSecretsNeverLeave: the agent's credential reaches the agent's env

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/sharedtest"
+	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

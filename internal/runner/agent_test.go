@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/prpschema"
 	"github.com/pcrunner/pcrunner/internal/state"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // fakeacpBin builds test/fakeacp once per test process.

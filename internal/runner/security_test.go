@@ -14,7 +14,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
 // TestTicketNeverOnDiskOrInLogs: the bootstrap ticket reaches neither the

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
 func TestStdoutEmitterLines(t *testing.T) {

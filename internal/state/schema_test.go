@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/prpschema"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 )

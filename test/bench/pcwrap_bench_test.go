@@ -37,7 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 const (

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // cliTimeout bounds every debug CLI invocation; the slowest (stop without

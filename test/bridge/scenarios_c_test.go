@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
 // Group C: the bridge's process-session part (spec §13, scenarios 35–43),

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // Agent benchmarks (issue "Agents over ACP through pcwrap"): runnerd+pcwrap

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // fakeacpBin builds test/fakeacp (static) once per test process.

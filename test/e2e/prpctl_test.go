@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // prpctlLine is one JSON line prpctl prints.

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/syncbuf"
-	"github.com/pcrunner/pcrunner/internal/testbin"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )

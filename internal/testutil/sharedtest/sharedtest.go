@@ -7,9 +7,9 @@
 package sharedtest
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
@@ -22,11 +22,11 @@ func Dir(tb testing.TB) string {
 	if d := os.Getenv(EnvDir); d != "" {
 		return d
 	}
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		tb.Skip("sharedtest: no caller information; cannot locate ../shared")
+	root, err := ModuleRoot()
+	if err != nil {
+		tb.Skipf("sharedtest: %v; cannot locate ../shared (set %s)", err, EnvDir)
 	}
-	d := filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", "..", "shared"))
+	d := filepath.Join(filepath.Dir(root), "shared")
 	if st, err := os.Stat(d); err != nil || !st.IsDir() {
 		tb.Skipf("reference share not found at %s (set %s); skipping a test that needs the reference data", d, EnvDir)
 	}
@@ -41,4 +41,24 @@ func Path(tb testing.TB, rel ...string) string {
 		tb.Skipf("reference file %s not found: %v", p, err)
 	}
 	return p
+}
+
+// ModuleRoot walks up from the working directory (go test runs a test in its
+// package's directory) to the folder holding go.mod. It does not use the
+// compiled file name, which -trimpath rewrites.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if st, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil && !st.IsDir() {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
 }

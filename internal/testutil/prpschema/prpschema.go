@@ -19,7 +19,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/pcrunner/pcrunner/internal/sharedtest"
+	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
 )
 
 const base = "https://paperclip.dev/schemas/"

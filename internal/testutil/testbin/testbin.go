@@ -9,10 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
 )
 
 var (
@@ -72,9 +73,9 @@ func Build(tb testing.TB, pkg string, tags ...string) string {
 // RepoRoot returns the repository root (the directory holding go.mod).
 func RepoRoot(tb testing.TB) string {
 	tb.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		tb.Fatal("testbin: no caller information")
+	root, err := sharedtest.ModuleRoot()
+	if err != nil {
+		tb.Fatalf("testbin: %v", err)
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return root
 }
