@@ -74,29 +74,3 @@ func OpenBound(agent string, resume bool) time.Duration {
 	}
 	return ColdOpenBoundDefault
 }
-
-// Clock is the injected time source for every bounded wait.
-type Clock interface {
-	Now() time.Time
-	NewTimer(d time.Duration) Timer
-}
-
-// Timer is a stoppable one-shot timer.
-type Timer interface {
-	C() <-chan time.Time
-	Stop() bool
-}
-
-// SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// NewTimer returns a real timer.
-func (SystemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
-
-type sysTimer struct{ t *time.Timer }
-
-func (t sysTimer) C() <-chan time.Time { return t.t.C }
-func (t sysTimer) Stop() bool          { return t.t.Stop() }

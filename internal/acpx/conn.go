@@ -1,6 +1,8 @@
 package acpx
 
 import (
+	"github.com/pcrunner/pcrunner/internal/clock"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,7 +38,7 @@ var (
 // ConnOptions configures a Conn.
 type ConnOptions struct {
 	Logger *slog.Logger
-	Clock  Clock
+	Clock  clock.Clock
 	Info   Implementation
 	// Record resumes a durable record (zero value: fresh).
 	Record Record
@@ -58,7 +60,7 @@ type ConnOptions struct {
 type Conn struct {
 	opts  ConnOptions
 	log   *slog.Logger
-	clock Clock
+	clock clock.Clock
 	w     io.Writer
 
 	mu      sync.Mutex
@@ -77,7 +79,7 @@ type Conn struct {
 // then.
 func NewConn(r io.Reader, w io.Writer, opts ConnOptions) *Conn {
 	if opts.Clock == nil {
-		opts.Clock = SystemClock{}
+		opts.Clock = clock.System
 	}
 	log := opts.Logger
 	if log == nil {

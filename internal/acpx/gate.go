@@ -1,6 +1,8 @@
 package acpx
 
 import (
+	"github.com/pcrunner/pcrunner/internal/clock"
+
 	"context"
 	"fmt"
 	"sync"
@@ -11,16 +13,13 @@ import (
 // a slot after ColdStartGateMaxWait proceeds without one (fail-open, as
 // Paperclip's gate does).
 type ColdStartGate struct {
-	clock Clock
+	clock clock.Clock
 	slots chan struct{} // nil: gate disabled
 }
 
 // NewColdStartGate returns a gate with max slots; max ≤ 0 disables it.
-func NewColdStartGate(max int, clock Clock) *ColdStartGate {
-	if clock == nil {
-		clock = SystemClock{}
-	}
-	g := &ColdStartGate{clock: clock}
+func NewColdStartGate(max int, clk clock.Clock) *ColdStartGate {
+	g := &ColdStartGate{clock: clock.Or(clk)}
 	if max > 0 {
 		g.slots = make(chan struct{}, max)
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/clock"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
@@ -51,13 +53,20 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) NewTimer(d time.Duration) Timer {
+func (c *fakeClock) NewTimer(d time.Duration) clock.Timer {
 	c.mu.Lock()
 	t := &fakeTimer{clk: c, at: c.now.Add(d), ch: make(chan time.Time, 1)}
 	c.timers = append(c.timers, t)
 	c.mu.Unlock()
 	c.armed <- d
 	return t
+}
+
+// NewTicker and AfterFunc are part of clock.Clock; acpx arms only timers.
+func (c *fakeClock) NewTicker(time.Duration) clock.Ticker { panic("fakeClock: acpx uses no ticker") }
+
+func (c *fakeClock) AfterFunc(time.Duration, func()) clock.Timer {
+	panic("fakeClock: acpx uses no AfterFunc")
 }
 
 // Advance moves time and fires due timers.
@@ -95,6 +104,14 @@ func (t *fakeTimer) Stop() bool {
 	defer t.clk.mu.Unlock()
 	was := !t.stopped && !t.fired
 	t.stopped = true
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.clk.mu.Lock()
+	defer t.clk.mu.Unlock()
+	was := !t.stopped && !t.fired
+	t.at, t.stopped, t.fired = t.clk.now.Add(d), false, false
 	return was
 }
 

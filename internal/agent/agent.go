@@ -11,6 +11,8 @@
 package agent
 
 import (
+	"github.com/pcrunner/pcrunner/internal/clock"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,7 +73,7 @@ type Config struct {
 	Environ []string
 	Sink    Sink
 	Logger  *slog.Logger
-	Clock   acpx.Clock
+	Clock   clock.Clock
 	// Stderr receives the literal "stdout frame exceeded" line (acp.md §3.3).
 	Stderr io.Writer
 
@@ -154,7 +156,7 @@ func NewManager(cfg Config, st Stored) *Manager {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = acpx.SystemClock{}
+		cfg.Clock = clock.System
 	}
 	if cfg.Stderr == nil {
 		cfg.Stderr = io.Discard
