@@ -36,10 +36,12 @@ const maxDeferredFiles = 256
 // files (prp.md §8.5: at most 128 executor events per batch).
 const maxBatchEvents = 128
 
-// Stop modes.
+// stopMode says what stopAgent reports once the agent is gone.
+type stopMode int
+
 const (
-	stopRelease = iota + 1 // emit harness.exited
-	stopQuiet              // a failed session.open: no provider event
+	stopRelease stopMode = iota + 1 // emit harness.exited
+	stopQuiet                       // a failed session.open: no provider event
 )
 
 // Fixed texts of pcwrap error frames that mean an ACP message was lost
@@ -589,7 +591,7 @@ func (m *Manager) waitGone(p *process) {
 // stopAgent stops the live agent (acp.md §3.6): stdinEnd, shutdown, wait
 // for the exit frame up to StopWait, remove the session directory. runnerd
 // sends no signal. It reports whether the exit frame was consumed.
-func (m *Manager) stopAgent(ctx context.Context, mode int) bool {
+func (m *Manager) stopAgent(ctx context.Context, mode stopMode) bool {
 	m.mu.Lock()
 	p := m.proc
 	if p == nil {
