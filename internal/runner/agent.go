@@ -43,10 +43,10 @@ func newAgentExec(r *loop) (*agentExec, error) {
 	a := &agentExec{r: r, ctx: context.Background()}
 	a.m = agent.NewManager(agent.Config{
 		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, Environ: os.Environ(), Sink: a,
-		Logger: r.log, Stderr: os.Stderr,
+		Logger: r.log, Stderr: os.Stderr, Clock: r.clk,
 		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,
 		CancelGrace: r.cfg.CancelGrace,
-		Gate:        acpx.NewColdStartGate(r.cfg.MaxConcurrentColdStarts, nil),
+		Gate:        acpx.NewColdStartGate(r.cfg.MaxConcurrentColdStarts, r.clk),
 	}, st)
 	return a, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -40,6 +41,7 @@ type loop struct {
 	log      *slog.Logger
 	handlers map[string]Handler
 	id       prp.Identity
+	clk      clock.Clock // every timer and timestamp of the loop
 	started  time.Time
 
 	mu          sync.Mutex
@@ -106,7 +108,7 @@ type terminalWait struct {
 	acked       bool
 	execStopped bool // the executor was shut down for this stop
 	finished    bool
-	timer       *time.Timer
+	timer       clock.Timer
 }
 
 func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
@@ -114,9 +116,11 @@ func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *lo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &loop{
-		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), started: time.Now(),
-		handlers: defaultHandlers(), kickCh: make(chan struct{}, 1), lastActivity: time.Now(),
+		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), clk: clock.Or(opts.Clock),
+		handlers: defaultHandlers(), kickCh: make(chan struct{}, 1),
 	}
+	r.started = r.clk.Now()
+	r.lastActivity = r.started
 	for typ, h := range opts.Handlers {
 		if !loopOwned[typ] {
 			r.handlers[typ] = h
@@ -331,11 +335,11 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 // (pending marker durable before the effect), execute, record, send.
 func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	r.mu.Lock()
-	r.inCommand, r.lastActivity = true, time.Now()
+	r.inCommand, r.lastActivity = true, r.clk.Now()
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		r.inCommand, r.lastActivity = false, time.Now()
+		r.inCommand, r.lastActivity = false, r.clk.Now()
 		r.mu.Unlock()
 		r.kick() // a suspend waits for the command's result
 	}()
@@ -505,7 +509,7 @@ func (r *loop) beginTerminal(f state.TerminalFence, status string) {
 	r.mu.Lock()
 	if r.term == nil {
 		r.term = &terminalWait{fence: f, status: status, acked: status == ""}
-		r.term.timer = time.AfterFunc(terminalAckTimeout, r.terminalTimeout)
+		r.term.timer = r.clk.AfterFunc(terminalAckTimeout, r.terminalTimeout)
 	}
 	r.mu.Unlock()
 	r.checkTerminal()

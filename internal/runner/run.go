@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -47,6 +48,9 @@ type Options struct {
 	// OnListening, when set, receives the bound listener address in listen
 	// mode before the first accept.
 	OnListening func(addr string)
+	// Clock is the time source of the loop's and the agent's timers; nil
+	// means clock.System (which testing/synctest already simulates).
+	Clock clock.Clock
 }
 
 // RunLoop is Run without the stderr line: it returns nil for every clean
@@ -103,6 +107,7 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 		OnLost:    r.onLost,
 		Logger:    logger,
 	}
+	// LEAD(prp clock): set ccfg.Clock = r.clk once prp.ClientConfig has its Clock field.
 	if cfg.HasReconnectGrace {
 		ccfg.ReconnectGrace = cfg.ReconnectGrace
 	}

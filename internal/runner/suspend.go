@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -55,20 +56,20 @@ type suspendWait struct {
 // a turn is active and stop it.
 func (r *loop) watchLifecycle(ctx context.Context) {
 	var idle, life <-chan time.Time
-	var idleT *time.Timer
+	var idleT clock.Timer
 	if r.cfg.Lifecycle == LifecycleWarm && r.cfg.IdleTimeout > 0 {
-		idleT = time.NewTimer(r.cfg.IdleTimeout)
+		idleT = r.clk.NewTimer(r.cfg.IdleTimeout)
 		defer idleT.Stop()
-		idle = idleT.C
+		idle = idleT.C()
 	}
 	// At --max-lifetime-ms while disconnected the client ends the process
 	// with transport_reconnect_deadline_exceeded (prp.md §6.1); while
 	// connected the runner rotates at the next safe point, as the reference
 	// does: at once without an active turn or command, else when it ends.
 	if r.cfg.MaxLifetime > 0 {
-		t := time.NewTimer(time.Until(r.started.Add(r.cfg.MaxLifetime)))
+		t := r.clk.NewTimer(r.started.Add(r.cfg.MaxLifetime).Sub(r.clk.Now()))
 		defer t.Stop()
-		life = t.C
+		life = t.C()
 	}
 	for {
 		select {
@@ -101,7 +102,7 @@ func (r *loop) kick() {
 // touch records activity for the warm idle timeout.
 func (r *loop) touch() {
 	r.mu.Lock()
-	r.lastActivity = time.Now()
+	r.lastActivity = r.clk.Now()
 	r.mu.Unlock()
 }
 
@@ -123,7 +124,7 @@ func (r *loop) idleDue(ctx context.Context) time.Duration {
 	}
 	r.mu.Lock()
 	busy := r.inCommand || r.susp != nil || r.term != nil
-	left := r.cfg.IdleTimeout - time.Since(r.lastActivity)
+	left := r.cfg.IdleTimeout - r.clk.Now().Sub(r.lastActivity)
 	r.mu.Unlock()
 	if busy || left > 0 {
 		if left <= 0 {
