@@ -161,14 +161,14 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 // handlers returns the provider command handlers.
 func (a *agentExec) handlers() map[string]Handler {
 	plain := func(f func(json.RawMessage) (json.RawMessage, error)) Handler {
-		return HandlerFunc(func(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
+		return func(_ context.Context, cmd *state.Command) (json.RawMessage, error) {
 			return f(cmd.Payload)
-		})
+		}
 	}
 	withCtx := func(f func(context.Context) (json.RawMessage, error)) Handler {
-		return HandlerFunc(func(ctx context.Context, _ *state.Command, _ *Effects) (json.RawMessage, error) {
+		return func(ctx context.Context, _ *state.Command) (json.RawMessage, error) {
 			return f(ctx)
-		})
+		}
 	}
 	cancel := func(k agent.CancelKind) Handler {
 		return withCtx(func(ctx context.Context) (json.RawMessage, error) { return a.m.Cancel(ctx, k) })

@@ -35,46 +35,19 @@ const (
 // rejected with code command_not_implemented.
 var ErrCommandNotImplemented = errors.New(CodeCommandNotImplemented)
 
-// Handler executes one command type. The loop calls Execute after the
-// command is journaled as pending, one command at a time. Execute may make
-// events durable and send them through fx; it returns the result object
-// (nil means {}) for status completed, or an error for status failed with
-// {code: command_execution_failed, message: err.Error()} (prp.md §7.2
+// Handler executes one command type. The loop calls it after the command
+// is journaled as pending, one command at a time. It returns the result
+// object (nil means {}) for status completed, or an error for status failed
+// with {code: command_execution_failed, message: err.Error()} (prp.md §7.2
 // step 6), or ErrCommandNotImplemented. The error text leaves the process:
 // it must name the failure, never carry provider text, payloads or secrets.
-type Handler interface {
-	Execute(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error)
-}
-
-// HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error)
-
-// Execute calls f.
-func (f HandlerFunc) Execute(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
-	return f(ctx, cmd, fx)
-}
-
-// Effects is what a Handler may do to the runner: commit events (durable
-// before sent) and other state in one write each.
-type Effects struct {
-	r *loop
-}
+// The ACP executor's handlers (agent.go) commit their events through its
+// Sink.
+type Handler func(ctx context.Context, cmd *state.Command) (json.RawMessage, error)
 
 // Emit commits events to the outbox in one durable write, in order, then
 // sends them on the current connection (if any).
-func (fx *Effects) Emit(ctx context.Context, events ...state.Event) error {
-	return fx.r.emit(ctx, events...)
-}
-
-// Update runs fn in one durable state write (records, lifecycle, events),
-// then sends any events it committed.
-func (fx *Effects) Update(ctx context.Context, fn func(tx *state.Tx) error) error {
-	if err := fx.r.store.Update(fn); err != nil {
-		return err
-	}
-	fx.r.flush(ctx)
-	return nil
-}
+type Emit func(ctx context.Context, events ...state.Event) error
 
 // loopOwned are the command types the loop executes itself (lifecycle and
 // fences): no Handler replaces them.
@@ -91,30 +64,6 @@ func terminalLifecycle(commandType string) state.Lifecycle {
 		return state.Stopped
 	}
 	return ""
-}
-
-// defaultHandlers are this build's executors for non-lifecycle commands:
-// only run.prepare's descriptor check until the ACP executor lands.
-func defaultHandlers() map[string]Handler {
-	return map[string]Handler{"run.prepare": HandlerFunc(runPrepare)}
-}
-
-// runPrepare fails every provider kind but acpx with
-// command_execution_failed (prp.md §7.6, scenario 51); acpx waits for the
-// ACP executor.
-func runPrepare(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
-	var p struct {
-		Provider struct {
-			Kind string `json:"kind"`
-		} `json:"provider"`
-	}
-	if err := json.Unmarshal(cmd.Payload, &p); err != nil {
-		return nil, errors.New("run.prepare payload is malformed")
-	}
-	if p.Provider.Kind != "acpx" {
-		return nil, errors.New("provider descriptor kind is not supported by this runner")
-	}
-	return nil, ErrCommandNotImplemented
 }
 
 // refusal returns the code and message of a command refused before any
@@ -188,7 +137,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 		res, err = r.finishCommand(cmd, state.StatusCompleted,
 			mustJSON(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warm}))
 	default:
-		out, herr := r.handlers[cmd.Type].Execute(ctx, cmd, &Effects{r: r})
+		out, herr := r.handlers[cmd.Type](ctx, cmd)
 		switch {
 		case errors.Is(herr, ErrCommandNotImplemented):
 			err = r.store.Update(func(tx *state.Tx) error {

@@ -117,13 +117,13 @@ func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *lo
 	}
 	r := &loop{
 		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), clk: clock.Or(opts.Clock),
-		handlers: defaultHandlers(), kickCh: make(chan struct{}, 1),
+		handlers: map[string]Handler{}, kickCh: make(chan struct{}, 1),
 	}
 	r.started = r.clk.Now()
 	r.lastActivity = r.started
-	for typ, h := range opts.Handlers {
+	for typ, mk := range opts.Handlers {
 		if !loopOwned[typ] {
-			r.handlers[typ] = h
+			r.handlers[typ] = mk(r.emit)
 		}
 	}
 	return r

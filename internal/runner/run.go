@@ -41,10 +41,11 @@ func runTo(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *slo
 
 // Options are the control loop's seams for the executor and for tests.
 type Options struct {
-	// Handlers adds or replaces command handlers by command type (the ACP
-	// executor of a later issue plugs in here). Lifecycle commands
-	// (runner.*, session.snapshot) are the loop's own and cannot be replaced.
-	Handlers map[string]Handler
+	// Handlers replaces the ACP executor's handlers by command type, so a
+	// test can stand in for the far side of the executor; each is built with
+	// the loop's Emit. Lifecycle commands (runner.*, session.snapshot) are
+	// the loop's own and cannot be replaced. Run sets none.
+	Handlers map[string]func(Emit) Handler
 	// OnListening, when set, receives the bound listener address in listen
 	// mode before the first accept.
 	OnListening func(addr string)

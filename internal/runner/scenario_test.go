@@ -402,18 +402,20 @@ func TestPRP18_NoAckStopsWithFence(t *testing.T) {
 func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 	h := newHarness(t, nil)
 	big := json.RawMessage(`{"delta":"` + strings.Repeat("x", 900) + `"}`)
-	flood := HandlerFunc(func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
-		evs := make([]state.Event, 8)
-		for i := range evs {
-			evs[i] = state.Event{Type: "item.delta", Priority: state.P1, Payload: big}
+	flood := func(emit Emit) Handler {
+		return func(ctx context.Context, cmd *state.Command) (json.RawMessage, error) {
+			evs := make([]state.Event, 8)
+			for i := range evs {
+				evs[i] = state.Event{Type: "item.delta", Priority: state.P1, Payload: big}
+			}
+			if err := emit(ctx, evs...); err != nil {
+				return nil, errors.New("provider output exceeded the outbox")
+			}
+			return nil, nil
 		}
-		if err := fx.Emit(ctx, evs...); err != nil {
-			return nil, errors.New("provider output exceeded the outbox")
-		}
-		return nil, nil
-	})
+	}
 	h.start(h.config(false, "--max-outbox-bytes", "8192", "--p0-reserve-bytes", "4096"),
-		Options{Handlers: map[string]Handler{"turn.start": flood, "runner.drain": flood}})
+		Options{Handlers: map[string]func(Emit) Handler{"turn.start": flood, "runner.drain": flood}})
 	cmd := h.queue("turn.start", `{"text":"go"}`)
 	p := h.waitResult(cmd.CommandID)
 	require.Equal(t, "failed", p.Status)
@@ -435,15 +437,17 @@ func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 	h := newHarness(t, nil)
 	entered, release := make(chan struct{}), make(chan struct{})
-	slow := HandlerFunc(func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
-		close(entered)
-		select {
-		case <-release:
-		case <-ctx.Done():
+	slow := func(Emit) Handler {
+		return func(ctx context.Context, cmd *state.Command) (json.RawMessage, error) {
+			close(entered)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
 		}
-		return nil, nil
-	})
-	h.start(h.config(false), Options{Handlers: map[string]Handler{"turn.start": slow}})
+	}
+	h.start(h.config(false), Options{Handlers: map[string]func(Emit) Handler{"turn.start": slow}})
 	cmd := h.queue("turn.start", `{"text":"long"}`)
 	select {
 	case <-entered:

@@ -14,13 +14,15 @@ import (
 // turnHandlers replace turn.start with a turn that ends at once (the far
 // side of the executor): turn.started, then turn.completed.
 func turnHandlers() Options {
-	return Options{Handlers: map[string]Handler{
-		"turn.start": HandlerFunc(func(ctx context.Context, _ *state.Command, fx *Effects) (json.RawMessage, error) {
-			err := fx.Emit(ctx,
-				state.Event{Type: "turn.started", Priority: state.P1, Payload: json.RawMessage(`{}`)},
-				state.Event{Type: "turn.completed", Priority: state.P0, Payload: json.RawMessage(`{"stopReason":"end_turn"}`)})
-			return nil, err
-		}),
+	return Options{Handlers: map[string]func(Emit) Handler{
+		"turn.start": func(emit Emit) Handler {
+			return func(ctx context.Context, _ *state.Command) (json.RawMessage, error) {
+				err := emit(ctx,
+					state.Event{Type: "turn.started", Priority: state.P1, Payload: json.RawMessage(`{}`)},
+					state.Event{Type: "turn.completed", Priority: state.P0, Payload: json.RawMessage(`{"stopReason":"end_turn"}`)})
+				return nil, err
+			}
+		},
 	}}
 }
 
