@@ -28,11 +28,14 @@ var errCleanStop = errors.New("clean stop")
 // results on the current connection (prp.md §7, §8).
 //
 // Concurrency: the prp.Client calls onAuthenticated and onControl serially
-// on its dispatch goroutine, so admission and effects never overlap. mu
-// guards the connection, the send cursor and the terminal wait, which the
-// client's supervisor (onLost), the terminal timer and executor effects also
-// touch, and the automatic-suspend state the lifecycle routine
-// (watchLifecycle, suspend.go) shares with them; a commit only kicks that
+// on its dispatch goroutine, so admission and effects never overlap. The
+// state other routines share is split by concern, each part with its own
+// lock: the sender (sender.go: the connection and the send cursor, which the
+// client's supervisor (onLost) and executor commits also touch), the
+// terminal fence (terminal.go: the §7.4 wait, its timer and the stop cause)
+// and the suspender (suspend.go: the automatic-suspend state of the
+// lifecycle routine, watchLifecycle). No lock is held while another is
+// taken, and none across a network write. A commit only kicks the lifecycle
 // routine, since executor commits run under the executor's lock. Pongs read
 // only the store's lock-free summary.
 type loop struct {
@@ -44,32 +47,12 @@ type loop struct {
 	clk      clock.Clock // every timer and timestamp of the loop
 	started  time.Time
 
-	mu          sync.Mutex
-	conn        *prp.Conn // current connection; nil while disconnected
-	version     int       // its PRP version
-	sentThrough uint64    // highest sourceSeq queued on conn
-	connections int       // authenticated connections in this process
-	term        *terminalWait
-	stop        error // why the loop ends; set once
-	// boundReported is the outbox bound last reported as a diagnostic;
-	// cleared once the store leaves storage pressure.
-	boundReported string
-	cancel        context.CancelFunc
+	send *sender
+	term *terminal
+	susp *suspender
 
 	exec     *agentExec // the ACP executor; nil in loop-only tests
 	execStop sync.Once
-
-	// Automatic suspends (suspend.go), under mu.
-	susp         *suspendWait
-	inCommand    bool      // a command is being admitted or executed
-	lastActivity time.Time // the last command or turn end (warm idle clock)
-	lifetimeOver bool      // --max-lifetime-ms has passed
-	kickCh       chan struct{}
-	// resultAfter is sentThrough when the last command_result was queued on
-	// conn (resultQueued): an ACK beyond it proves the result arrived, since
-	// the core handles one connection's frames in order.
-	resultAfter  uint64
-	resultQueued bool
 }
 
 // attachExecutor plugs the ACP executor in: its handlers serve the provider
@@ -100,27 +83,17 @@ func orderlyStop(outcome error) bool {
 		errors.Is(outcome, ErrReconnectGraceExceeded) || errors.Is(outcome, ErrReconnectDeadlineExceeded)
 }
 
-// terminalWait is the §7.4 fence in memory: the terminal result is sent and
-// the loop waits for its command_result_ack and the outbox flush.
-type terminalWait struct {
-	fence       state.TerminalFence
-	status      string // the wire status the ack must repeat; "" when delivery is already proven
-	acked       bool
-	execStopped bool // the executor was shut down for this stop
-	finished    bool
-	timer       clock.Timer
-}
-
 func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &loop{
 		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), clk: clock.Or(opts.Clock),
-		handlers: map[string]Handler{}, kickCh: make(chan struct{}, 1),
+		handlers: map[string]Handler{}, term: &terminal{},
 	}
+	r.send = &sender{store: st, id: r.id}
 	r.started = r.clk.Now()
-	r.lastActivity = r.started
+	r.susp = &suspender{kick: make(chan struct{}, 1), lastActivity: r.started}
 	for typ, mk := range opts.Handlers {
 		if !loopOwned[typ] {
 			r.handlers[typ] = mk(r.emit)
@@ -137,9 +110,7 @@ func (r *loop) run(ctx context.Context, client *prp.Client) error {
 			"indeterminateCommands", len(rec.Indeterminate), "pendingTerminalDelivery", rec.PendingTerminalDelivery != nil)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	r.mu.Lock()
-	r.cancel = cancel
-	r.mu.Unlock()
+	r.term.setCancel(cancel)
 	if r.exec != nil {
 		r.exec.start(runCtx) // re-adopts a live agent (acp.md §3.5)
 	}
@@ -149,34 +120,16 @@ func (r *loop) run(ctx context.Context, client *prp.Client) error {
 	err := client.Run(runCtx)
 	cancel()
 	wg.Wait()
-	r.mu.Lock()
-	if r.term != nil && r.term.timer != nil {
-		r.term.timer.Stop()
-	}
-	r.mu.Unlock()
+	r.term.stopTimer()
 	out := r.exitFor(ctx, err)
 	r.stopExecutor(orderlyStop(out))
 	return out
 }
 
 // finish ends the loop with err (errCleanStop for exit 0); the first call wins.
-func (r *loop) finish(err error) {
-	r.mu.Lock()
-	if r.stop == nil {
-		r.stop = err
-	}
-	cancel := r.cancel
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
+func (r *loop) finish(err error) { r.term.finish(err) }
 
-func (r *loop) stopErr() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stop
-}
+func (r *loop) stopErr() error { return r.term.stopErr() }
 
 // resume reports the cursors for auth_hello from the committed state.
 func (r *loop) resume() prp.Resume {
@@ -200,9 +153,7 @@ func (r *loop) pong() prp.PongPayload {
 }
 
 func (r *loop) onLost(err error) {
-	r.mu.Lock()
-	r.conn = nil
-	r.mu.Unlock()
+	r.send.detach()
 	r.log.Info("connection lost; unacknowledged events will be replayed", "err", err)
 }
 
@@ -227,10 +178,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		}
 	}
 	rec := r.store.Recovery()
-	r.mu.Lock()
-	r.connections++
-	first := r.connections == 1 && !rec.Resumed
-	r.mu.Unlock()
+	first := r.send.countConnection() == 1 && !rec.Resumed
 	typ := eventRunnerReconnected
 	if first {
 		typ = eventRunnerConnected
@@ -267,14 +215,9 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		return fmt.Errorf("record connection: %w", err)
 	}
 
-	r.mu.Lock()
-	r.conn, r.version = c, v
-	r.sentThrough = r.store.Summary().AckedSourceSeq
-	r.resultQueued = false
-	if err := r.flushLocked(ctx); err != nil {
+	if err := r.send.attach(ctx, c, v); err != nil {
 		r.log.Warn("replay interrupted", "err", err)
 	}
-	r.mu.Unlock()
 	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
 
 	fence := r.store.Snapshot().PendingTerminalDelivery
@@ -313,9 +256,7 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 			return fmt.Errorf("protocol error: %w", err)
 		}
 		if !r.store.Summary().StoragePressure {
-			r.mu.Lock()
-			r.boundReported = ""
-			r.mu.Unlock()
+			r.send.clearBound()
 		}
 		r.checkTerminal()
 		r.kick()
@@ -334,13 +275,9 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 // handleCommand runs prp.md §7.2: validate, admit through the journal
 // (pending marker durable before the effect), execute, record, send.
 func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
-	r.mu.Lock()
-	r.inCommand, r.lastActivity = true, r.clk.Now()
-	r.mu.Unlock()
+	r.susp.command(true, r.clk.Now())
 	defer func() {
-		r.mu.Lock()
-		r.inCommand, r.lastActivity = false, r.clk.Now()
-		r.mu.Unlock()
+		r.susp.command(false, r.clk.Now())
 		r.kick() // a suspend waits for the command's result
 	}()
 	cmd, err := state.DecodeCommand(raw)
@@ -376,7 +313,7 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		r.log.Info("replaying recorded command result", "commandId", cmd.CommandID, "status", string(res.Status))
 	}
 	wire := wireStatus(res)
-	if err := r.sendResult(ctx, res); err != nil {
+	if err := r.send.sendResult(ctx, res); err != nil {
 		r.log.Warn("command result not sent; the core re-delivers the command", "commandId", cmd.CommandID, "err", err)
 	}
 	if terminalLifecycle(cmd.Type) != "" {
@@ -387,67 +324,13 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	return nil
 }
 
-// sendResult queues the command_result after every event committed before
-// it, so evidence reaches the core ahead of the result (prp.md §7.2 step 6).
-// While disconnected it does nothing: the core re-delivers the command and
-// the journal replays this result.
-func (r *loop) sendResult(ctx context.Context, res state.CommandResult) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.conn == nil {
-		return nil
-	}
-	if err := r.flushLocked(ctx); err != nil {
-		return err
-	}
-	payload, err := encodeJSON(prp.CommandResultPayload{
-		CommandID: res.CommandID, ControllerSeq: int64(res.ControllerSeq), CommandType: res.CommandType,
-		Status: wireStatus(res), Result: res.Result,
-	})
-	if err != nil {
-		return err
-	}
-	b, err := prp.MarshalEnvelope(prp.NewEventEnvelope(prp.KindCommandResult, r.version, r.id, payload))
-	if err != nil {
-		return err
-	}
-	if err := r.conn.Send(ctx, b); err != nil {
-		return err
-	}
-	r.resultAfter, r.resultQueued = r.sentThrough, true
-	return nil
-}
-
 // flush sends every committed, unsent outbox event on the current
 // connection, then kicks the lifecycle routine (a commit may end a turn).
 func (r *loop) flush(ctx context.Context) {
-	r.mu.Lock()
-	err := r.flushLocked(ctx)
-	r.mu.Unlock()
-	if err != nil {
+	if err := r.send.flush(ctx); err != nil {
 		r.log.Warn("outbox send interrupted; the suffix is replayed on reconnect", "err", err)
 	}
 	r.kick()
-}
-
-// flushLocked sends the outbox suffix after sentThrough in order, each event
-// as stored (byte-identical on a replay), downgraded on a v1 link
-// (prp.md §8.2, §8.5). r.mu held.
-func (r *loop) flushLocked(ctx context.Context) error {
-	if r.conn == nil {
-		return nil
-	}
-	for _, e := range r.store.Unsent(r.sentThrough) {
-		b, err := e.Wire(r.version)
-		if err != nil {
-			return err
-		}
-		if err := r.conn.Send(ctx, b); err != nil {
-			return err
-		}
-		r.sentThrough = e.SourceSeq
-	}
-	return nil
 }
 
 // emit commits events to the outbox in one durable write, then sends them.
@@ -478,13 +361,9 @@ func (r *loop) reportBound(ctx context.Context, cause error) {
 	if errors.Is(cause, state.ErrP0StorageExhausted) {
 		code = state.CodeP0StorageExhausted
 	}
-	r.mu.Lock()
-	if r.boundReported == code {
-		r.mu.Unlock()
+	if !r.send.reportBound(code) {
 		return
 	}
-	r.boundReported = code
-	r.mu.Unlock()
 	err := r.store.Update(func(tx *state.Tx) error {
 		_, err := tx.Enqueue(state.Event{Type: state.EventRunnerDiagnostic, Priority: state.P0,
 			Payload: mustJSON(map[string]string{"reasonCode": code})})
@@ -506,25 +385,12 @@ func outboxBound(err error) bool {
 // beginTerminal starts the §7.4 wait: for the ack of the terminal result
 // (status non-empty) and the outbox flush, bounded by terminalAckTimeout.
 func (r *loop) beginTerminal(f state.TerminalFence, status string) {
-	r.mu.Lock()
-	if r.term == nil {
-		r.term = &terminalWait{fence: f, status: status, acked: status == ""}
-		r.term.timer = r.clk.AfterFunc(terminalAckTimeout, r.terminalTimeout)
-	}
-	r.mu.Unlock()
+	r.term.begin(r.clk, f, status, r.terminalTimeout)
 	r.checkTerminal()
 }
 
 func (r *loop) terminalAck(p prp.CommandResultAckPayload) {
-	r.mu.Lock()
-	t := r.term
-	match := t != nil && p.CommandID == t.fence.CommandID && p.CommandType == t.fence.CommandType &&
-		p.ControllerSeq == int64(t.fence.ControllerSeq) && (t.status == "" || p.Status == t.status)
-	if match {
-		t.acked = true
-	}
-	r.mu.Unlock()
-	if !match {
+	if !r.term.ack(p) {
 		if r.settledWithoutEffect(p) {
 			// The core acknowledged a terminal command that had no effect
 			// (indeterminate after a crash, or rejected): it sends nothing
@@ -556,15 +422,7 @@ func (r *loop) settledWithoutEffect(p prp.CommandResultAckPayload) bool {
 // checkTerminal finishes a terminal command once its result is
 // acknowledged and the outbox is empty: clear the fence, exit 0.
 func (r *loop) checkTerminal() {
-	r.mu.Lock()
-	t := r.term
-	sum := r.store.Summary()
-	done := t != nil && !t.finished && t.acked && sum.AckedSourceSeq >= sum.HighestSourceSeq
-	stopExec := done && !t.execStopped
-	if stopExec {
-		t.execStopped = true
-	}
-	r.mu.Unlock()
+	done, stopExec := r.term.delivered(r.store.Summary())
 	if stopExec {
 		// Shut the executor down before the fence is cleared; its last
 		// events must be ACKed too, so look again (prp.md §7.4).
@@ -572,13 +430,11 @@ func (r *loop) checkTerminal() {
 		r.checkTerminal()
 		return
 	}
-	r.mu.Lock()
-	if done = done && !t.finished; done {
-		t.finished = true
-		t.timer.Stop()
-	}
-	r.mu.Unlock()
 	if !done {
+		return
+	}
+	t, ok := r.term.settle()
+	if !ok {
 		return
 	}
 	if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTerminalFence(); return nil }); err != nil {
@@ -592,16 +448,11 @@ func (r *loop) checkTerminal() {
 // terminalTimeout stops without returning to ready: the fence stays, so the
 // next process only reconciles the terminal result (prp.md §7.4, §9.4).
 func (r *loop) terminalTimeout() {
-	r.mu.Lock()
-	t := r.term
-	if t == nil || t.finished {
-		r.mu.Unlock()
+	t, ok := r.term.settle()
+	if !ok {
 		return
 	}
-	t.finished = true
-	acked := t.acked
-	r.mu.Unlock()
-	if acked {
+	if t.acked {
 		r.log.Warn("terminal result acknowledged but the outbox did not drain in time; the fence stays for the next process")
 		r.finish(errCleanStop)
 		return

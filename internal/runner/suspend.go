@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
@@ -49,6 +50,99 @@ type suspendWait struct {
 	finished    bool
 }
 
+// suspender is the automatic-suspend state the lifecycle routine shares
+// with the dispatch goroutine (commands, ACKs) and executor commits.
+type suspender struct {
+	kick chan struct{} // one-slot wake-up of the lifecycle routine; no lock
+
+	mu           sync.Mutex // guards the fields below
+	wait         *suspendWait
+	inCommand    bool      // a command is being admitted or executed
+	lastActivity time.Time // the last command or turn end (warm idle clock)
+	lifetimeOver bool      // --max-lifetime-ms has passed
+}
+
+// command records that a command starts (or ends) at now.
+func (s *suspender) command(running bool, now time.Time) {
+	s.mu.Lock()
+	s.inCommand, s.lastActivity = running, now
+	s.mu.Unlock()
+}
+
+// touch records activity at now for the warm idle timeout.
+func (s *suspender) touch(now time.Time) {
+	s.mu.Lock()
+	s.lastActivity = now
+	s.mu.Unlock()
+}
+
+func (s *suspender) endLifetime() {
+	s.mu.Lock()
+	s.lifetimeOver = true
+	s.mu.Unlock()
+}
+
+// idleLeft returns how long the warm runner still has before the idle
+// timeout, and whether a command or a suspend keeps it busy.
+func (s *suspender) idleLeft(timeout time.Duration, now time.Time) (left time.Duration, busy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return timeout - now.Sub(s.lastActivity), s.inCommand || s.wait != nil
+}
+
+// status reports whether a suspend is in progress, a command runs, and the
+// lifetime has passed.
+func (s *suspender) status() (suspending, inCommand, lifetimeOver bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wait != nil, s.inCommand, s.lifetimeOver
+}
+
+// begin starts a suspend unless one runs; it reports whether it did.
+func (s *suspender) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wait != nil {
+		return false
+	}
+	s.wait = &suspendWait{}
+	return true
+}
+
+// suspendStep is what checkSuspend does next.
+type suspendStep int
+
+const (
+	suspendWaitMore suspendStep = iota // not yet: a command, an ACK or the executor
+	suspendStopExec                    // stop the executor, then look again
+	suspendRecord                      // record suspended and exit
+)
+
+// next decides the next step of a suspend in progress; ready says that
+// nothing else (a terminal wait, an unproven result, an unacknowledged
+// event) holds it back.
+func (s *suspender) next(ready bool) suspendStep {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.wait
+	if w == nil || w.finished || w.stopping || s.inCommand || !ready {
+		return suspendWaitMore
+	}
+	if !w.execStopped {
+		w.stopping = true
+		return suspendStopExec
+	}
+	w.finished = true
+	return suspendRecord
+}
+
+// execStopped records that the suspend stopped the executor.
+func (s *suspender) execStopped() {
+	s.mu.Lock()
+	s.wait.stopping, s.wait.execStopped = false, true
+	s.mu.Unlock()
+}
+
 // watchLifecycle is the loop's lifecycle routine: it runs lifecycleCheck
 // on every kick (a commit, a command's end, an ACK) and owns the warm idle
 // and lifetime timers, until ctx ends. It never runs under the executor's
@@ -75,7 +169,7 @@ func (r *loop) watchLifecycle(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.kickCh:
+		case <-r.susp.kick:
 			r.lifecycleCheck(ctx)
 		case <-idle:
 			if again := r.idleDue(ctx); again > 0 {
@@ -83,9 +177,7 @@ func (r *loop) watchLifecycle(ctx context.Context) {
 			}
 		case <-life:
 			life = nil
-			r.mu.Lock()
-			r.lifetimeOver = true
-			r.mu.Unlock()
+			r.susp.endLifetime()
 			r.lifecycleCheck(ctx)
 		}
 	}
@@ -94,17 +186,13 @@ func (r *loop) watchLifecycle(ctx context.Context) {
 // kick asks the lifecycle routine to look again; it never blocks.
 func (r *loop) kick() {
 	select {
-	case r.kickCh <- struct{}{}:
+	case r.susp.kick <- struct{}{}:
 	default:
 	}
 }
 
 // touch records activity for the warm idle timeout.
-func (r *loop) touch() {
-	r.mu.Lock()
-	r.lastActivity = r.clk.Now()
-	r.mu.Unlock()
-}
+func (r *loop) touch() { r.susp.touch(r.clk.Now()) }
 
 // turnActive reports whether the executor has a provider turn running.
 func (r *loop) turnActive() bool {
@@ -122,10 +210,8 @@ func (r *loop) idleDue(ctx context.Context) time.Duration {
 	if r.turnActive() {
 		r.touch() // idle counts from the turn's end
 	}
-	r.mu.Lock()
-	busy := r.inCommand || r.susp != nil || r.term != nil
-	left := r.cfg.IdleTimeout - r.clk.Now().Sub(r.lastActivity)
-	r.mu.Unlock()
+	left, busy := r.susp.idleLeft(r.cfg.IdleTimeout, r.clk.Now())
+	busy = busy || r.term.waiting()
 	if busy || left > 0 {
 		if left <= 0 {
 			left = r.cfg.IdleTimeout
@@ -142,11 +228,8 @@ func (r *loop) idleDue(ctx context.Context) time.Duration {
 // acknowledged.
 func (r *loop) lifecycleCheck(ctx context.Context) {
 	sum := r.store.Summary()
-	r.mu.Lock()
-	free := r.susp == nil && r.term == nil && r.stop == nil
-	busy := r.inCommand
-	lifetimeOver := r.lifetimeOver
-	r.mu.Unlock()
+	suspending, busy, lifetimeOver := r.susp.status()
+	free := !suspending && !r.term.ending()
 	switch {
 	case !free:
 	case sum.Lifecycle == state.Suspending:
@@ -179,13 +262,9 @@ func (r *loop) lifecycleCheck(ctx context.Context) {
 // "" resumes a suspend recorded by an earlier process) and waits for the
 // outbox to drain.
 func (r *loop) beginSuspend(ctx context.Context, reason string) {
-	r.mu.Lock()
-	if r.susp != nil || r.term != nil || r.stop != nil {
-		r.mu.Unlock()
+	if r.term.ending() || !r.susp.begin() {
 		return
 	}
-	r.susp = &suspendWait{}
-	r.mu.Unlock()
 	err := r.store.Update(func(tx *state.Tx) error {
 		tx.ClearTurnEnded()
 		if tx.Lifecycle() == state.Suspending {
@@ -215,30 +294,18 @@ func (r *loop) beginSuspend(ctx context.Context, reason string) {
 // arrived meanwhile takes over.
 func (r *loop) checkSuspend() {
 	sum := r.store.Summary()
-	r.mu.Lock()
-	w := r.susp
 	// A result queued on this connection is proven delivered by the ACK of
-	// a later event; with no later event (a command re-delivered after a
-	// reconnect) the core re-delivers it to the next process, which replays
-	// the journaled result.
-	unproven := r.resultQueued && sum.AckedSourceSeq <= r.resultAfter && sum.HighestSourceSeq > r.resultAfter
-	if w == nil || w.finished || w.stopping || r.term != nil || r.inCommand || unproven ||
-		sum.AckedSourceSeq < sum.HighestSourceSeq {
-		r.mu.Unlock()
+	// a later event (sender.resultUnproven).
+	ready := !r.term.waiting() && !r.send.resultUnproven(sum) && sum.AckedSourceSeq >= sum.HighestSourceSeq
+	switch r.susp.next(ready) {
+	case suspendWaitMore:
 		return
-	}
-	if !w.execStopped {
-		w.stopping = true
-		r.mu.Unlock()
+	case suspendStopExec:
 		r.stopExecutor(true)
-		r.mu.Lock()
-		w.stopping, w.execStopped = false, true
-		r.mu.Unlock()
+		r.susp.execStopped()
 		r.checkSuspend()
 		return
 	}
-	w.finished = true
-	r.mu.Unlock()
 	err := r.store.Update(func(tx *state.Tx) error {
 		tx.ClearTurnEnded()
 		return tx.SetLifecycle(state.Suspended)
