@@ -124,6 +124,9 @@ type DialerConfig struct {
 	Resolver     Resolver // nil: net.DefaultResolver
 	// AttemptTimeout and TotalTimeout default to ConnectAttemptTimeout and ConnectTotalTimeout.
 	AttemptTimeout, TotalTimeout time.Duration
+	// Transport, when set, carries the upgrade instead of TCP to the pinned
+	// addresses: tests pass an in-memory pipe so they run in testing/synctest.
+	Transport http.RoundTripper
 }
 
 // NewDialer validates the URL, loads the CA bundle and resolves the host once.
@@ -163,7 +166,7 @@ func NewDialer(ctx context.Context, cfg DialerConfig) (*Dialer, error) {
 	if pd.total <= 0 {
 		pd.total = ConnectTotalTimeout
 	}
-	tr := &http.Transport{
+	var tr http.RoundTripper = &http.Transport{
 		Proxy:                  nil, // pinned addresses only; never an environment proxy
 		DialContext:            pd.DialContext,
 		TLSClientConfig:        tlsConf,
@@ -172,6 +175,9 @@ func NewDialer(ctx context.Context, cfg DialerConfig) (*Dialer, error) {
 		DisableKeepAlives:      true,
 		DisableCompression:     true,
 		ForceAttemptHTTP2:      false,
+	}
+	if cfg.Transport != nil {
+		tr = cfg.Transport
 	}
 	return &Dialer{
 		target: t,

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,8 +40,30 @@ const (
 type harness struct {
 	t        *testing.T
 	core     *prp.Core
-	srv      *httptest.Server
+	srv      *httptest.Server // nil when the core is reached over pipes
+	pipe     http.RoundTripper
 	stateDir string
+}
+
+// newPipeHarness is a harness whose core the runner reaches over in-memory
+// pipes (pipeTransport), for tests inside a synctest bubble (simTest).
+func newPipeHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
+	t.Helper()
+	cc := prp.CoreConfig{
+		Identity:      prpIdentity(testIdentity),
+		RunnerVersion: testVersion, RunnerDigest: testDigest,
+	}
+	if tweak != nil {
+		tweak(&cc)
+	}
+	var wg sync.WaitGroup
+	h := &harness{t: t, core: prp.NewCore(cc), stateDir: filepath.Join(t.TempDir(), "state")}
+	h.pipe = pipeTransport{h: h.core, wg: &wg}
+	t.Cleanup(func() {
+		h.core.Close()
+		wg.Wait()
+	})
+	return h
 }
 
 func newHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
@@ -75,6 +99,9 @@ func (h *harness) config(listen bool, extra ...string) Config {
 	if listen {
 		args = append(args, "--listen-address", "127.0.0.1", "--listen-port", "0",
 			"--listen-path", prp.ConnectPath(testIdentity.RunID))
+	} else if h.srv == nil {
+		// pipeTransport ignores the address.
+		args = append(args, "--connect-url", "ws://127.0.0.1:1"+prp.ConnectPath(testIdentity.RunID))
 	} else {
 		args = append(args, "--connect-url", "ws://"+strings.TrimPrefix(h.srv.URL, "http://")+prp.ConnectPath(testIdentity.RunID))
 	}
@@ -102,6 +129,9 @@ func (h *harness) start(cfg Config, opts Options) *running {
 	require.NoError(h.t, err)
 	ticket, err := NewBootstrapTicket(tok)
 	require.NoError(h.t, err)
+	if opts.Transport == nil {
+		opts.Transport = h.pipe
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- RunLoop(ctx, cfg, ticket, testLogger(), opts) }()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
@@ -52,6 +53,9 @@ type Options struct {
 	// Clock is the time source of the loop's and the agent's timers; nil
 	// means clock.System (which testing/synctest already simulates).
 	Clock clock.Clock
+	// Transport, in dial mode, carries the upgrade instead of TCP (tests:
+	// an in-memory pipe, so they run in testing/synctest).
+	Transport http.RoundTripper
 }
 
 // RunLoop is Run without the stderr line: it returns nil for every clean
@@ -117,7 +121,9 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	}
 	switch cfg.Mode {
 	case ModeDial:
-		d, err := prp.NewDialer(ctx, prp.DialerConfig{URL: cfg.ConnectURL.String(), CABundlePath: cfg.CABundlePath})
+		d, err := prp.NewDialer(ctx, prp.DialerConfig{
+			URL: cfg.ConnectURL.String(), CABundlePath: cfg.CABundlePath, Transport: opts.Transport,
+		})
 		if err != nil {
 			return NewError(CodeRunnerFailed, "prepare dialer", err)
 		}

@@ -320,17 +320,18 @@ func TestPRP19_Revoke(t *testing.T) {
 // lease_expired_requires_bootstrap and keeps its state (scenario 48; the
 // exit path of scenario 20).
 func TestPRP20_48_LeaseExpiry(t *testing.T) {
-	h := newHarness(t, func(c *prp.CoreConfig) { c.LeaseTTL = time.Second })
-	run := h.start(h.config(false), Options{})
-	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
-	h.core.Close() // the server is gone: every redial fails
-	err := run.wait(t)
-	require.ErrorIs(t, err, ErrLeaseExpired)
-	require.Contains(t, FormatError(err), "lease_expired_requires_bootstrap")
-	st := h.readState()
-	require.Equal(t, state.RecoverableFailure, st.Lifecycle)
-	require.NotNil(t, st.RecoverableFailure)
-	require.Equal(t, string(CodeLeaseExpired), *st.RecoverableFailure)
+	simTest(t, func(c *prp.CoreConfig) { c.LeaseTTL = time.Second }, func(t *testing.T, h *harness) {
+		run := h.start(h.config(false), Options{})
+		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.core.Close() // the server is gone: every redial fails
+		err := run.wait(t)
+		require.ErrorIs(t, err, ErrLeaseExpired)
+		require.Contains(t, FormatError(err), "lease_expired_requires_bootstrap")
+		st := h.readState()
+		require.Equal(t, state.RecoverableFailure, st.Lifecycle)
+		require.NotNil(t, st.RecoverableFailure)
+		require.Equal(t, string(CodeLeaseExpired), *st.RecoverableFailure)
+	})
 }
 
 // TestPRP22_PongUnderStoragePressure: the pong is built from the
@@ -370,27 +371,28 @@ func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 // as delivered) and exits 0. The core here never acks because the shutdown
 // reached the runner outside its journal, so it drops the result.
 func TestPRP18_NoAckStopsWithFence(t *testing.T) {
-	h := newHarness(t, nil)
-	run := h.start(h.config(false), Options{})
-	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
-	h.sendRaw(prp.KindCommand, prp.Command{
-		Schema: state.CommandSchemaV1, CommandID: "cmd_unjournaled_stop", ControllerSeq: 1, Type: "runner.shutdown",
-		IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
-	})
-	err := run.wait(t)
-	require.Error(t, err, "an unacknowledged terminal result is a failed delivery")
-	require.Contains(t, err.Error(), "not acknowledged")
-	st := h.readState()
-	require.Equal(t, state.Stopped, st.Lifecycle, "never back to ready")
-	require.NotNil(t, st.PendingTerminalDelivery)
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		run := h.start(h.config(false), Options{})
+		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.sendRaw(prp.KindCommand, prp.Command{
+			Schema: state.CommandSchemaV1, CommandID: "cmd_unjournaled_stop", ControllerSeq: 1, Type: "runner.shutdown",
+			IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
+		})
+		err := run.wait(t)
+		require.Error(t, err, "an unacknowledged terminal result is a failed delivery")
+		require.Contains(t, err.Error(), "not acknowledged")
+		st := h.readState()
+		require.Equal(t, state.Stopped, st.Lifecycle, "never back to ready")
+		require.NotNil(t, st.PendingTerminalDelivery)
 
-	auths := h.core.Snapshot().Authentications
-	require.NoError(t, h.start(h.config(false), Options{}).wait(t))
-	require.Greater(t, h.core.Snapshot().Authentications, auths, "the fenced restart connects to reconcile")
-	st = h.readState()
-	require.Nil(t, st.PendingTerminalDelivery)
-	require.Empty(t, st.Outbox, "outbox flushed before the exit")
-	require.NoError(t, h.start(h.config(false), Options{}).wait(t), "then stopped for good")
+		auths := h.core.Snapshot().Authentications
+		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+		require.Greater(t, h.core.Snapshot().Authentications, auths, "the fenced restart connects to reconcile")
+		st = h.readState()
+		require.Nil(t, st.PendingTerminalDelivery)
+		require.Empty(t, st.Outbox, "outbox flushed before the exit")
+		require.NoError(t, h.start(h.config(false), Options{}).wait(t), "then stopped for good")
+	})
 }
 
 // TestPRP16_HandlerHitsOutboxBound: an executor effect that would

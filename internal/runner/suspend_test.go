@@ -43,32 +43,33 @@ func suspendingReason(t *testing.T, e coreEvent) string {
 // suspended; the next process (the next turn) returns to ready and takes
 // commands.
 func TestPerTurnExitsAfterTurnAcked(t *testing.T) {
-	h := newHarness(t, nil)
-	cfg := h.config(false, "--lifecycle-mode", "per_turn")
-	run := h.start(cfg, turnHandlers())
-	res := h.waitResult(h.queue("turn.start", `{"text":"hi"}`).CommandID)
-	require.Equal(t, "completed", res.Status)
-	require.NoError(t, run.wait(t), "a clean per-turn exit is status 0")
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		cfg := h.config(false, "--lifecycle-mode", "per_turn")
+		run := h.start(cfg, turnHandlers())
+		res := h.waitResult(h.queue("turn.start", `{"text":"hi"}`).CommandID)
+		require.Equal(t, "completed", res.Status)
+		require.NoError(t, run.wait(t), "a clean per-turn exit is status 0")
 
-	evs := decodeEvents(t, h.core.Snapshot().Events)
-	sus := eventsOfType(evs, eventRunnerSuspending)
-	require.Len(t, sus, 1)
-	require.Equal(t, suspendPerTurn, suspendingReason(t, sus[0]))
-	require.Greater(t, sus[0].SourceSeq, eventsOfType(evs, "turn.completed")[0].SourceSeq)
-	st := h.readState()
-	require.Equal(t, state.Suspended, st.Lifecycle)
-	require.False(t, st.TurnEnded)
-	require.Empty(t, st.Outbox, "every event was acknowledged before the exit")
+		evs := decodeEvents(t, h.core.Snapshot().Events)
+		sus := eventsOfType(evs, eventRunnerSuspending)
+		require.Len(t, sus, 1)
+		require.Equal(t, suspendPerTurn, suspendingReason(t, sus[0]))
+		require.Greater(t, sus[0].SourceSeq, eventsOfType(evs, "turn.completed")[0].SourceSeq)
+		st := h.readState()
+		require.Equal(t, state.Suspended, st.Lifecycle)
+		require.False(t, st.TurnEnded)
+		require.Empty(t, st.Outbox, "every event was acknowledged before the exit")
 
-	run = h.start(cfg, turnHandlers())
-	snap := h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
-	require.Equal(t, "completed", snap.Status)
-	h.waitCore(func(s prp.CoreSnapshot) bool {
-		return len(eventsOfType(decodeEvents(t, s.Events), "runner.reconnected")) >= 1
+		run = h.start(cfg, turnHandlers())
+		snap := h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
+		require.Equal(t, "completed", snap.Status)
+		h.waitCore(func(s prp.CoreSnapshot) bool {
+			return len(eventsOfType(decodeEvents(t, s.Events), "runner.reconnected")) >= 1
+		})
+		require.Equal(t, state.Ready, h.readState().Lifecycle, "the next turn's runner is ready")
+		run.cancel()
+		require.NoError(t, run.wait(t))
 	})
-	require.Equal(t, state.Ready, h.readState().Lifecycle, "the next turn's runner is ready")
-	run.cancel()
-	require.NoError(t, run.wait(t))
 }
 
 // TestPerTurnSuspendResumedAfterRestart: a process that died after the turn
@@ -76,39 +77,41 @@ func TestPerTurnExitsAfterTurnAcked(t *testing.T) {
 // leaves the next process to finish the suspend: it replays, waits for the
 // ACK and exits 0 suspended.
 func TestPerTurnSuspendResumedAfterRestart(t *testing.T) {
-	h := newHarness(t, nil)
-	st := h.openState()
-	require.NoError(t, st.Update(func(tx *state.Tx) error {
-		if _, err := tx.Enqueue(state.Event{Type: "turn.completed", Priority: state.P0, Payload: json.RawMessage(`{}`)}); err != nil {
-			return err
-		}
-		return nil
-	}))
-	require.True(t, st.Summary().TurnEnded)
-	require.NoError(t, st.Close())
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		st := h.openState()
+		require.NoError(t, st.Update(func(tx *state.Tx) error {
+			if _, err := tx.Enqueue(state.Event{Type: "turn.completed", Priority: state.P0, Payload: json.RawMessage(`{}`)}); err != nil {
+				return err
+			}
+			return nil
+		}))
+		require.True(t, st.Summary().TurnEnded)
+		require.NoError(t, st.Close())
 
-	run := h.start(h.config(false, "--lifecycle-mode", "per_turn"), Options{})
-	require.NoError(t, run.wait(t))
-	evs := decodeEvents(t, h.core.Snapshot().Events)
-	require.Len(t, eventsOfType(evs, "turn.completed"), 1)
-	require.Len(t, eventsOfType(evs, eventRunnerSuspending), 1)
-	require.Equal(t, state.Suspended, h.readState().Lifecycle)
+		run := h.start(h.config(false, "--lifecycle-mode", "per_turn"), Options{})
+		require.NoError(t, run.wait(t))
+		evs := decodeEvents(t, h.core.Snapshot().Events)
+		require.Len(t, eventsOfType(evs, "turn.completed"), 1)
+		require.Len(t, eventsOfType(evs, eventRunnerSuspending), 1)
+		require.Equal(t, state.Suspended, h.readState().Lifecycle)
+	})
 }
 
 // TestWarmIdleTimeoutSuspends: a warm runner with no command and no turn
 // for --idle-timeout-ms suspends itself (runner.suspending
 // {reason: idle_timeout}) and exits 0; a turn's end does not end it.
 func TestWarmIdleTimeoutSuspends(t *testing.T) {
-	h := newHarness(t, nil)
-	run := h.start(h.config(false, "--lifecycle-mode", "warm", "--idle-timeout-ms", "2000"), turnHandlers())
-	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"hi"}`).CommandID).Status)
-	require.NoError(t, run.wait(t))
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		run := h.start(h.config(false, "--lifecycle-mode", "warm", "--idle-timeout-ms", "2000"), turnHandlers())
+		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"hi"}`).CommandID).Status)
+		require.NoError(t, run.wait(t))
 
-	evs := decodeEvents(t, h.core.Snapshot().Events)
-	sus := eventsOfType(evs, eventRunnerSuspending)
-	require.Len(t, sus, 1)
-	require.Equal(t, suspendIdle, suspendingReason(t, sus[0]), "warm: the turn's end is not an exit")
-	require.Equal(t, state.Suspended, h.readState().Lifecycle)
+		evs := decodeEvents(t, h.core.Snapshot().Events)
+		sus := eventsOfType(evs, eventRunnerSuspending)
+		require.Len(t, sus, 1)
+		require.Equal(t, suspendIdle, suspendingReason(t, sus[0]), "warm: the turn's end is not an exit")
+		require.Equal(t, state.Suspended, h.readState().Lifecycle)
+	})
 }
 
 // TestLifetimeWhileConnectedRotates: --max-lifetime-ms ending while
@@ -117,32 +120,34 @@ func TestWarmIdleTimeoutSuspends(t *testing.T) {
 // transport_reconnect_deadline_exceeded stays the code of a lifetime that
 // ends while reconnecting (TestLifetimeWhileReconnectingFails).
 func TestLifetimeWhileConnectedRotates(t *testing.T) {
-	h := newHarness(t, nil)
-	run := h.start(h.config(false, "--max-lifetime-ms", "1500"), Options{})
-	require.NoError(t, run.wait(t))
-	evs := decodeEvents(t, h.core.Snapshot().Events)
-	sus := eventsOfType(evs, eventRunnerSuspending)
-	require.Len(t, sus, 1)
-	require.Equal(t, suspendLifetime, suspendingReason(t, sus[0]))
-	st := h.readState()
-	require.Equal(t, state.Suspended, st.Lifecycle)
-	require.Nil(t, st.RecoverableFailure)
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		run := h.start(h.config(false, "--max-lifetime-ms", "1500"), Options{})
+		require.NoError(t, run.wait(t))
+		evs := decodeEvents(t, h.core.Snapshot().Events)
+		sus := eventsOfType(evs, eventRunnerSuspending)
+		require.Len(t, sus, 1)
+		require.Equal(t, suspendLifetime, suspendingReason(t, sus[0]))
+		st := h.readState()
+		require.Equal(t, state.Suspended, st.Lifecycle)
+		require.Nil(t, st.RecoverableFailure)
+	})
 }
 
 // TestLifetimeWhileReconnectingFails: a lifetime that ends while the runner
 // is reconnecting records and exits with
 // transport_reconnect_deadline_exceeded (prp.md §6.1), state kept.
 func TestLifetimeWhileReconnectingFails(t *testing.T) {
-	h := newHarness(t, nil)
-	run := h.start(h.config(false, "--max-lifetime-ms", "2500"), Options{})
-	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
-	h.core.Close() // the server is gone: every redial fails until the deadline
-	err := run.wait(t)
-	require.ErrorIs(t, err, ErrReconnectDeadlineExceeded)
-	st := h.readState()
-	require.Equal(t, state.RecoverableFailure, st.Lifecycle)
-	require.NotNil(t, st.RecoverableFailure)
-	require.Equal(t, string(CodeReconnectDeadlineExceeded), *st.RecoverableFailure)
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		run := h.start(h.config(false, "--max-lifetime-ms", "2500"), Options{})
+		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.core.Close() // the server is gone: every redial fails until the deadline
+		err := run.wait(t)
+		require.ErrorIs(t, err, ErrReconnectDeadlineExceeded)
+		st := h.readState()
+		require.Equal(t, state.RecoverableFailure, st.Lifecycle)
+		require.NotNil(t, st.RecoverableFailure)
+		require.Equal(t, string(CodeReconnectDeadlineExceeded), *st.RecoverableFailure)
+	})
 }
 
 // TestSuspendingStateFinishedAfterRestart: a process that recorded
@@ -150,19 +155,20 @@ func TestLifetimeWhileReconnectingFails(t *testing.T) {
 // whatever its mode, to finish that suspend: replay, ACK, exit 0 suspended,
 // without a second runner.suspending.
 func TestSuspendingStateFinishedAfterRestart(t *testing.T) {
-	h := newHarness(t, nil)
-	st := h.openState()
-	require.NoError(t, st.Update(func(tx *state.Tx) error {
-		if err := tx.SetLifecycle(state.Suspending); err != nil {
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		st := h.openState()
+		require.NoError(t, st.Update(func(tx *state.Tx) error {
+			if err := tx.SetLifecycle(state.Suspending); err != nil {
+				return err
+			}
+			_, err := tx.Enqueue(state.Event{Type: eventRunnerSuspending, Priority: state.P0,
+				Payload: json.RawMessage(`{"reason":"idle_timeout","resumable":true}`)})
 			return err
-		}
-		_, err := tx.Enqueue(state.Event{Type: eventRunnerSuspending, Priority: state.P0,
-			Payload: json.RawMessage(`{"reason":"idle_timeout","resumable":true}`)})
-		return err
-	}))
-	require.NoError(t, st.Close())
+		}))
+		require.NoError(t, st.Close())
 
-	require.NoError(t, h.start(h.config(false), Options{}).wait(t))
-	require.Len(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), eventRunnerSuspending), 1)
-	require.Equal(t, state.Suspended, h.readState().Lifecycle)
+		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+		require.Len(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), eventRunnerSuspending), 1)
+		require.Equal(t, state.Suspended, h.readState().Lifecycle)
+	})
 }
