@@ -34,8 +34,8 @@ var errCleanStop = errors.New("clean stop")
 // client's supervisor (onLost) and executor commits also touch), the
 // terminal fence (terminal.go: the §7.4 wait, its timer and the stop cause)
 // and the suspender (suspend.go: the automatic-suspend state of the
-// lifecycle routine, watchLifecycle). No lock is held while another is
-// taken, and none across a network write. A commit only kicks the lifecycle
+// lifecycle routine, watchLifecycle). No part's lock is held while another
+// part's is taken, and only the sender's write lock across a network write. A commit only kicks the lifecycle
 // routine, since executor commits run under the executor's lock. Pongs read
 // only the store's lock-free summary.
 type loop struct {
