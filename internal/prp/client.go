@@ -201,6 +201,12 @@ func (c *Client) failFatal(err error) {
 
 // handshake runs one client handshake on ws with the current credential.
 func (c *Client) handshake(ctx context.Context, ws *wsConn) (*Session, *Welcome, error) {
+	h := c.clientHandshake()
+	return h.Run(ctx, ws)
+}
+
+// clientHandshake snapshots the current credential and cursors for one attempt.
+func (c *Client) clientHandshake() *ClientHandshake {
 	c.mu.Lock()
 	h := ClientHandshake{
 		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
@@ -215,7 +221,7 @@ func (c *Client) handshake(ctx context.Context, ws *wsConn) (*Session, *Welcome,
 	if c.cfg.Resume != nil {
 		h.Resume = c.cfg.Resume()
 	}
-	return h.Run(ctx, ws)
+	return &h
 }
 
 // adopt applies a welcome's lease and starts the connection machinery.
@@ -512,9 +518,14 @@ func (c *Client) attemptCtx(ctx context.Context) (context.Context, context.Cance
 	return context.WithDeadline(ctx, dl)
 }
 
+// fatalHandshake reports a handshake failure that must end Run.
+func fatalHandshake(err error) bool {
+	return errors.Is(err, ErrTicketConsumed) || errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrNoCredential)
+}
+
 // handshakeFailed sorts a failed handshake: fatal ones end Run.
 func (c *Client) handshakeFailed(err error) (fatal bool) {
-	if errors.Is(err, ErrTicketConsumed) || errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrNoCredential) {
+	if fatalHandshake(err) {
 		c.failFatal(err)
 		return true
 	}
