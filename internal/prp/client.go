@@ -39,10 +39,6 @@ const LeaseExpiredCode = "lease_expired_requires_bootstrap"
 // minRenewInterval keeps lease renewal from spinning when little lease time is left.
 const minRenewInterval = 100 * time.Millisecond
 
-// maxConcurrentHandshakes bounds listener peers authenticating at once
-// (each for at most the auth bounds); more wait in the listener's queue.
-const maxConcurrentHandshakes = 8
-
 // ClientConfig configures the runner half. Exactly one of Dialer and
 // Listener selects the mode. The hooks run on Client goroutines and must
 // not block for long; Pong and Resume read only in-memory state.
@@ -205,6 +201,12 @@ func (c *Client) failFatal(err error) {
 
 // handshake runs one client handshake on ws with the current credential.
 func (c *Client) handshake(ctx context.Context, ws *wsConn) (*Session, *Welcome, error) {
+	h := c.clientHandshake()
+	return h.Run(ctx, ws)
+}
+
+// clientHandshake snapshots the current credential and cursors for one attempt.
+func (c *Client) clientHandshake() *ClientHandshake {
 	c.mu.Lock()
 	h := ClientHandshake{
 		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
@@ -219,7 +221,7 @@ func (c *Client) handshake(ctx context.Context, ws *wsConn) (*Session, *Welcome,
 	if c.cfg.Resume != nil {
 		h.Resume = c.cfg.Resume()
 	}
-	return h.Run(ctx, ws)
+	return &h
 }
 
 // adopt applies a welcome's lease and starts the connection machinery.
@@ -516,9 +518,14 @@ func (c *Client) attemptCtx(ctx context.Context) (context.Context, context.Cance
 	return context.WithDeadline(ctx, dl)
 }
 
+// fatalHandshake reports a handshake failure that must end Run.
+func fatalHandshake(err error) bool {
+	return errors.Is(err, ErrTicketConsumed) || errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrNoCredential)
+}
+
 // handshakeFailed sorts a failed handshake: fatal ones end Run.
 func (c *Client) handshakeFailed(err error) (fatal bool) {
-	if errors.Is(err, ErrTicketConsumed) || errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrNoCredential) {
+	if fatalHandshake(err) {
 		c.failFatal(err)
 		return true
 	}
@@ -575,73 +582,6 @@ func (c *Client) dialOnce(ctx context.Context) (*Conn, error) {
 		return nil, err
 	}
 	return c.adopt(ws, act, sess, w), nil
-}
-
-// acceptLoop authenticates listener peers, each in its own goroutine, so a
-// stray or stalled peer never delays the server's upgrade. Bootstrap
-// handshakes run one at a time, so one ticket is never in two handshakes; a
-// peer failing before auth_response costs nothing and never touches the
-// current connection (prp.md §1.2, §4 item 4).
-func (c *Client) acceptLoop(ctx context.Context, authed chan<- *Conn) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	sem := make(chan struct{}, maxConcurrentHandshakes)
-	boot := make(chan struct{}, 1) // held by the one bootstrap handshake in flight
-	for {
-		a, err := c.cfg.Listener.accept(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.failFatal(fmt.Errorf("accept: %w", err))
-			}
-			return
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			_ = a.ws.Close()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			c.serveAccepted(ctx, a, boot, authed)
-		}()
-	}
-}
-
-// serveAccepted authenticates one listener peer. A bootstrap handshake
-// waits for any other to finish first (so a stalled peer can delay the first
-// authentication by up to the auth bounds); lease handshakes never wait.
-func (c *Client) serveAccepted(ctx context.Context, a accepted, boot chan struct{}, authed chan<- *Conn) {
-	c.mu.Lock()
-	bootstrap := c.lease == nil
-	c.mu.Unlock()
-	if bootstrap {
-		select {
-		case boot <- struct{}{}:
-			defer func() { <-boot }()
-		case <-ctx.Done():
-			_ = a.ws.Close()
-			return
-		}
-	}
-	actx, cancel := c.attemptCtx(ctx)
-	sess, w, err := c.handshake(actx, a.ws)
-	cancel()
-	if err != nil {
-		_ = a.ws.Close()
-		if ctx.Err() == nil {
-			c.handshakeFailed(err)
-		}
-		return
-	}
-	conn := c.adopt(a.ws, a.act, sess, w)
-	select {
-	case authed <- conn:
-	case <-ctx.Done():
-		conn.l.close(nil)
-	}
 }
 
 // dispatcher hands the newest connection to the dispatch goroutine without

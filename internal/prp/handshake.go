@@ -193,17 +193,43 @@ func (h *ClientHandshake) now() time.Time {
 // credential. For a bootstrap ticket every failure after that point wraps
 // ErrTicketConsumed: the process must fail closed (spec §2.4).
 func (h *ClientHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Welcome, error) {
+	p, err := h.prove(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.respond(ctx, c)
+}
+
+// provenChallenge is a handshake whose peer has proved it holds the
+// credential's key: the challenge passed every check and its server proof
+// verified. Nothing that could consume a bootstrap ticket has been sent yet.
+type provenChallenge struct {
+	h           *ClientHandshake
+	kind, token string
+	authKey     [32]byte
+	credID      string
+	nonce       string
+	ch          *challenge
+}
+
+// bootstrap reports whether respond would spend a bootstrap ticket.
+func (p *provenChallenge) bootstrap() bool { return p.kind == CredentialBootstrap }
+
+// prove runs the first half of the handshake: auth_hello, the challenge and
+// its checks, the server proof. Every failure here is retryable with the
+// same credential (spec §2.4), so halves of different peers may run at once.
+func (h *ClientHandshake) prove(ctx context.Context, c MsgConn) (*provenChallenge, error) {
 	kind, token := CredentialLease, ""
 	switch {
 	case h.Lease != nil && h.Lease.Token != "":
 		token = h.Lease.Token
 		if h.now().UnixMilli() >= h.Lease.ExpiresAtUnixMs {
-			return nil, nil, fmt.Errorf("client handshake: %w", ErrLeaseExpired)
+			return nil, fmt.Errorf("client handshake: %w", ErrLeaseExpired)
 		}
 	case h.Ticket != "":
 		kind, token = CredentialBootstrap, h.Ticket
 	default:
-		return nil, nil, fmt.Errorf("client handshake: %w", ErrNoCredential)
+		return nil, fmt.Errorf("client handshake: %w", ErrNoCredential)
 	}
 	authKey := AuthKey(token)
 	credID := CredentialID(token)
@@ -214,7 +240,7 @@ func (h *ClientHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Welcom
 		rnd = rand.Reader
 	}
 	if _, err := io.ReadFull(rnd, nb[:]); err != nil {
-		return nil, nil, fmt.Errorf("client handshake: read nonce: %w", err)
+		return nil, fmt.Errorf("client handshake: read nonce: %w", err)
 	}
 	nonce := hex.EncodeToString(nb[:])
 
@@ -230,27 +256,34 @@ func (h *ClientHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Welcom
 		hello.WarmTransitionID = &id
 	}
 	if err := writeAuth(ctx, c, ProtocolVersion, KindAuthHello, hello); err != nil {
-		return nil, nil, fmt.Errorf("client handshake: send auth_hello: %w", err)
+		return nil, fmt.Errorf("client handshake: send auth_hello: %w", err)
 	}
 
 	msg, err := readAuth(ctx, c)
 	if err != nil {
-		return nil, nil, fmt.Errorf("client handshake: read auth_challenge: %w", err)
+		return nil, fmt.Errorf("client handshake: read auth_challenge: %w", err)
 	}
 	ch, err := parseChallenge(msg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("client handshake: %w", err)
+		return nil, fmt.Errorf("client handshake: %w", err)
 	}
 	if err := h.checkChallenge(ch, credID, kind, nonce); err != nil {
-		return nil, nil, fmt.Errorf("client handshake: %w", err)
+		return nil, fmt.Errorf("client handshake: %w", err)
 	}
 	// The server proof is verified before anything that could consume the
 	// ticket: a peer without the credential's key learns nothing and costs
 	// nothing (spec §1.2, §2.3).
 	if !verifyHexMAC(domainHMAC(authKey[:], domainServerProof, ch.signing), ch.ServerProof) {
-		return nil, nil, fmt.Errorf("client handshake: %w", ErrServerProof)
+		return nil, fmt.Errorf("client handshake: %w", ErrServerProof)
 	}
 
+	return &provenChallenge{h: h, kind: kind, token: token, authKey: authKey, credID: credID, nonce: nonce, ch: ch}, nil
+}
+
+// respond runs the second half: auth_response, the session keys and the
+// welcome. For a bootstrap ticket every failure wraps ErrTicketConsumed.
+func (p *provenChallenge) respond(ctx context.Context, c MsgConn) (*Session, *Welcome, error) {
+	h, kind, token, authKey, credID, nonce, ch := p.h, p.kind, p.token, p.authKey, p.credID, p.nonce, p.ch
 	// From here on a bootstrap ticket may be consumed by the core.
 	failClosed := func(err error) error {
 		if kind == CredentialBootstrap {

@@ -62,12 +62,21 @@ type Listener struct {
 	hmu      sync.Mutex
 	shutdown bool
 	handlers sync.WaitGroup // ServeHTTP calls; hijacked ones are not tracked by http.Server
+
+	// peers bounds unauthenticated connections; nil without a socket (tests).
+	peers *peerSet
+	plog  peerLog
 }
 
 type accepted struct {
-	ws  *wsConn
-	act *activity
+	ws   *wsConn
+	act  *activity
+	peer *peer  // nil without a socket (tests)
+	addr string // the peer's address, for logs
 }
+
+// peerKey carries a connection's *peer from ConnContext to ServeHTTP.
+type peerKey struct{}
 
 // Listen binds the listener and starts serving. A bind failure wraps
 // ErrBindConflict. An address or port other than 0.0.0.0:43127 is accepted
@@ -108,8 +117,19 @@ func Listen(cfg ListenConfig) (*Listener, error) {
 	}
 	p := cfg.Path
 	l.path.Store(&p)
+	l.peers = &peerSet{max: maxUnauthenticatedPeers}
+	limited := &limitListener{Listener: ln, set: l.peers, dropped: func(what string, addr net.Addr) {
+		l.plog.log(l.log, slog.LevelWarn, "listener "+what+" a connection: too many unauthenticated peers",
+			addr.String(), "limit", maxUnauthenticatedPeers)
+	}}
 	l.srv = &http.Server{
-		Handler:           l,
+		Handler: l,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if p, ok := c.(*peer); ok {
+				return context.WithValue(ctx, peerKey{}, p)
+			}
+			return ctx
+		},
 		ReadHeaderTimeout: UpgradeTimeout,
 		ReadTimeout:       UpgradeTimeout,
 		WriteTimeout:      UpgradeTimeout,
@@ -119,7 +139,7 @@ func Listen(cfg ListenConfig) (*Listener, error) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		_ = l.srv.Serve(ln)
+		_ = l.srv.Serve(limited)
 	}()
 	return l, nil
 }
@@ -152,22 +172,28 @@ func (l *Listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.hmu.Unlock()
 	defer l.handlers.Done()
 	if !l.exactUpgrade(r) {
+		// The request line and headers are the peer's text: none is logged.
+		l.plog.log(l.log, slog.LevelInfo, "listener refused a request that is not the exact upgrade", r.RemoteAddr,
+			"status", http.StatusBadRequest)
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
 	act := newActivity()
 	c, err := websocket.Accept(w, r, acceptOptions(act))
 	if err != nil {
-		l.log.Debug("websocket upgrade failed", "err", err)
+		l.plog.log(l.log, slog.LevelInfo, "listener websocket upgrade failed", r.RemoteAddr, "err", peerErr(err))
 		return
 	}
-	a := accepted{ws: newWSConn(c, act, l.max), act: act}
+	p, _ := r.Context().Value(peerKey{}).(*peer)
+	p.upgraded()
+	a := accepted{ws: newWSConn(c, act, l.max), act: act, peer: p, addr: r.RemoteAddr}
 	// Hand over within the upgrade bound; nobody accepting means the owner is gone or saturated.
 	t := time.NewTimer(UpgradeTimeout)
 	defer t.Stop()
 	select {
 	case l.conns <- a:
 	case <-t.C:
+		l.plog.log(l.log, slog.LevelWarn, "listener dropped an upgraded connection nobody accepted", a.addr)
 		_ = a.ws.Close()
 	case <-l.closed:
 		_ = a.ws.Close()

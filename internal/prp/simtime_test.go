@@ -366,8 +366,7 @@ func TestPRP06_AuthNearLifecycleDeadline(t *testing.T) {
 // TestListenStalledPeerDoesNotDelay: a listener peer that takes auth_hello
 // and never answers does not hold up the server's lease reconnect, which
 // authenticates at once (prp.md §1.2: a stray peer must not disturb).
-// Bootstrap handshakes stay serialized so a ticket is never in two
-// handshakes; there a stalled peer costs up to its auth bound.
+// Bootstrap peers do not wait for it either (TestPRP04_StrayPeersDoNotStarveBootstrap).
 func TestListenStalledPeerDoesNotDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newSimListenRig(t, nil, nil)

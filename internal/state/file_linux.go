@@ -10,8 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // File discipline (prp.md §9.1).
@@ -24,6 +27,15 @@ const (
 	tempPrefix = "." + FileName + ".tmp-"
 	// tempAttempts bounds retries on a temp name collision (R-state TEMP_FILE_ATTEMPTS).
 	tempAttempts = 32
+	// writeAttempts bounds the tries of one state write that fails with a
+	// transient error (EMFILE, ENFILE, EINTR, EAGAIN) before the store
+	// poisons itself: a descriptor shortage from a burst of listener
+	// connections clears as the listener sheds them (issue 9 item 2).
+	writeAttempts = 6
+	// writeRetryBase is the first pause between attempts; it doubles, so
+	// the pauses total 10+20+40+80+160 = 310 ms, inside the 2 s upgrade
+	// bound after which a stray connection's descriptor is freed.
+	writeRetryBase = 10 * time.Millisecond
 )
 
 // dirHandle is the state directory, held open so that every file operation
@@ -40,6 +52,11 @@ type dirHandle struct {
 	cur int
 	// releases tracks the goroutines closing replaced files; close waits.
 	releases sync.WaitGroup
+	// clk times the pauses between write attempts; nil means the system clock.
+	clk clock.Clock
+	// fault, when set (tests), is consulted before each syscall of a write
+	// with its name; a non-nil result stands in for that syscall's error.
+	fault func(op string) error
 }
 
 // openDir creates the state directory if needed and opens it without
@@ -149,7 +166,44 @@ func (d *dirHandle) read(limit int64) ([]byte, error) {
 // here is its size and block allocation; it skips only timestamps, which
 // nothing reads. The directory entry is made durable by the directory
 // fsync after the rename, as before (neither sync covers the other).
-func (d *dirHandle) write(b []byte) (err error) {
+//
+// A transient failure (transientWriteErr) is retried up to writeAttempts
+// times with doubling pauses; each failed attempt has removed its temp
+// file, and the previous state file is untouched until a rename succeeds.
+// Any other failure (ENOSPC, EIO, ...) returns at once.
+func (d *dirHandle) write(b []byte) error {
+	pause := writeRetryBase
+	for attempt := 1; ; attempt++ {
+		err := d.writeOnce(b)
+		if err == nil || !transientWriteErr(err) {
+			return err
+		}
+		if attempt == writeAttempts {
+			return fmt.Errorf("retry state write: %d attempts: %w", writeAttempts, err)
+		}
+		t := clock.Or(d.clk).NewTimer(pause)
+		<-t.C()
+		pause *= 2
+	}
+}
+
+// transientWriteErr reports an error that a later attempt may not meet:
+// out of descriptors (process or system), an interrupted or would-block call.
+func transientWriteErr(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) ||
+		errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN)
+}
+
+// injected returns the test fault for op, if any.
+func (d *dirHandle) injected(op string) error {
+	if d.fault == nil {
+		return nil
+	}
+	return d.fault(op)
+}
+
+// writeOnce is one attempt of write.
+func (d *dirHandle) writeOnce(b []byte) (err error) {
 	fd, name, err := d.createTemp()
 	if err != nil {
 		return err
@@ -162,6 +216,9 @@ func (d *dirHandle) write(b []byte) (err error) {
 		}
 	}()
 	for p := b; len(p) > 0; {
+		if err := d.injected("write"); err != nil {
+			return fmt.Errorf("write state temp file: %w", err)
+		}
 		n, err := unix.Write(fd, p)
 		if errors.Is(err, unix.EINTR) {
 			continue
@@ -170,6 +227,9 @@ func (d *dirHandle) write(b []byte) (err error) {
 			return fmt.Errorf("write state temp file: %w", err)
 		}
 		p = p[n:]
+	}
+	if err := d.injected("fdatasync"); err != nil {
+		return fmt.Errorf("fdatasync state temp file: %w", err)
 	}
 	if err := unix.Fdatasync(fd); err != nil {
 		return fmt.Errorf("fdatasync state temp file: %w", err)
@@ -212,6 +272,9 @@ func (d *dirHandle) createTemp() (int, string, error) {
 			return -1, "", fmt.Errorf("create state temp file: %w", err)
 		}
 		name := tempPrefix + hex.EncodeToString(raw[:])
+		if err := d.injected("openat"); err != nil {
+			return -1, "", fmt.Errorf("openat state temp file: %w", err)
+		}
 		fd, err := unix.Openat(d.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fileMode)
 		if errors.Is(err, unix.EEXIST) {
 			continue
