@@ -114,7 +114,7 @@ func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *lo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &loop{
-		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), started: time.Now(),
+		cfg: cfg, store: st, log: logger, id: cfg.Identity, started: time.Now(),
 		handlers: defaultHandlers(), kickCh: make(chan struct{}, 1), lastActivity: time.Now(),
 	}
 	for typ, h := range opts.Handlers {

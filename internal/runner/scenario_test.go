@@ -338,7 +338,7 @@ func TestPRP20_48_LeaseExpiry(t *testing.T) {
 // answered while connected.
 func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 	dir := t.TempDir() + "/state"
-	st, err := state.Open(state.Config{Dir: dir, Identity: stateIdentity(testIdentity), MaxOutboxBytes: 4096, P0ReserveBytes: 2048})
+	st, err := state.Open(state.Config{Dir: dir, Identity: testIdentity, MaxOutboxBytes: 4096, P0ReserveBytes: 2048})
 	require.NoError(t, err)
 	defer st.Close()
 	for {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -15,7 +16,7 @@ import (
 func Example() {
 	dir, _ := os.MkdirTemp("", "state-example")
 	defer os.RemoveAll(dir)
-	s, err := state.Open(state.Config{Dir: filepath.Join(dir, "state"), Identity: state.Identity{
+	s, err := state.Open(state.Config{Dir: filepath.Join(dir, "state"), Identity: prp.Identity{
 		RunnerInstanceID: "runner_1", EnvironmentLeaseID: "lease_env_1", RunID: "run_1",
 		NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
 	}})

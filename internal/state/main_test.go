@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 func TestMain(m *testing.M) {
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var testIdentity = Identity{
+var testIdentity = prp.Identity{
 	RunnerInstanceID: "runner_1", EnvironmentLeaseID: "env_lease_1", RunID: "run_1",
 	NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
 }

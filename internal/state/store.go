@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Defaults of the runnerd flags (prp.md §13).
@@ -24,17 +26,8 @@ const (
 	AckPersistInterval = 16
 )
 
-// Identity is the six durable identity fields (prp.md §3.2).
-type Identity struct {
-	RunnerInstanceID    string
-	EnvironmentLeaseID  string
-	RunID               string
-	NormalizedSessionID string
-	TurnID              string
-	ItemID              string
-}
-
-func (id Identity) valid() bool {
+// validIdentity checks the six durable identity fields (prp.md §3.2).
+func validIdentity(id prp.Identity) bool {
 	for _, s := range []string{id.RunnerInstanceID, id.EnvironmentLeaseID, id.RunID, id.NormalizedSessionID, id.TurnID, id.ItemID} {
 		if !validToken(s, MaxEventIDChars) {
 			return false
@@ -47,8 +40,9 @@ func (id Identity) valid() bool {
 // Config configures a Store.
 type Config struct {
 	// Dir is the state directory (--state-dir). Created 0700 if absent.
-	Dir      string
-	Identity Identity
+	Dir string
+	// Identity is the six durable identity fields (prp.md §3.2).
+	Identity prp.Identity
 	// MaxOutboxBytes, P0ReserveBytes, MaxFrameBytes: zero means the default.
 	MaxOutboxBytes int
 	P0ReserveBytes int
@@ -137,7 +131,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MaxOutboxBytes < 0 || cfg.P0ReserveBytes < 0 || cfg.P0ReserveBytes >= cfg.MaxOutboxBytes || cfg.MaxFrameBytes < 0 {
 		return nil, errors.New("open state: outbox bounds must satisfy 0 <= p0 reserve < max outbox bytes")
 	}
-	if !cfg.Identity.valid() {
+	if !validIdentity(cfg.Identity) {
 		return nil, errors.New("open state: identity fields must be non-empty, at most 160 chars, without control characters")
 	}
 	if cfg.Now == nil {
