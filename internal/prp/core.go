@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Core-side bounds and defaults (prp.md §3, §7.1, §8.4, §12).
@@ -563,7 +565,7 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 	if cmd.Payload == nil {
 		cmd.Payload = json.RawMessage(`{}`)
 	}
-	raw, err := marshalJSON(cmd)
+	raw, err := jsonenc.Marshal(cmd)
 	if err != nil {
 		c.mu.Unlock()
 		return Command{}, fmt.Errorf("queue command: %w", err)

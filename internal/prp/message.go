@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Errors for control envelopes after authentication.
@@ -176,23 +178,11 @@ var runnerKinds = map[string]bool{
 	KindLeaseRenew: true, KindWarmTransitionActivated: true,
 }
 
-// marshalJSON encodes v compactly without HTML escaping, as JSON.stringify
-// and serde_json do.
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
 // NewControl builds a control envelope of kind on this session's
 // connection: protocol, version, identity, connectionId and
 // connectionLeaseId filled in. The core side may set EnvelopeID and SentAt.
 func (s *Session) NewControl(kind string, payload any) (*Envelope, error) {
-	raw, err := marshalJSON(payload)
+	raw, err := jsonenc.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s payload: %w", kind, err)
 	}
@@ -211,7 +201,7 @@ func NewEventEnvelope(kind string, version int, id Identity, payload json.RawMes
 
 // MarshalEnvelope encodes an envelope as one frame's plaintext.
 func MarshalEnvelope(env *Envelope) ([]byte, error) {
-	b, err := marshalJSON(env)
+	b, err := jsonenc.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -138,7 +139,7 @@ func notImplemented(commandType string) string {
 // command indeterminate after the restart.
 func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandResult, error) {
 	var res state.CommandResult
-	fact := mustJSON(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
+	fact := jsonenc.MustMarshal(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
 	var err error
 	switch cmd.Type {
 	case "runner.suspend", "runner.shutdown":
@@ -151,7 +152,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 		}
 		err = r.store.Update(func(tx *state.Tx) error {
 			var err error
-			if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, mustJSON(map[string]any{"lifecycle": l})); err != nil {
+			if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, jsonenc.MustMarshal(map[string]any{"lifecycle": l})); err != nil {
 				return err
 			}
 			if err := tx.SetTerminalFence(res, l); err != nil {
@@ -174,7 +175,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 		if err == nil {
 			r.flush(ctx)
 			res, err = r.finishCommand(cmd, state.StatusCompleted,
-				mustJSON(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
+				jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
 		}
 	case "session.snapshot":
 		var active any // null without an active provider turn
@@ -186,7 +187,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 			}
 		}
 		res, err = r.finishCommand(cmd, state.StatusCompleted,
-			mustJSON(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warm}))
+			jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warm}))
 	default:
 		out, herr := r.handlers[cmd.Type].Execute(ctx, cmd, &Effects{r: r})
 		switch {
@@ -235,5 +236,5 @@ func wireStatus(res state.CommandResult) string {
 }
 
 func codeResult(code, message string) json.RawMessage {
-	return mustJSON(map[string]string{"code": code, "message": message})
+	return jsonenc.MustMarshal(map[string]string{"code": code, "message": message})
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
@@ -13,7 +14,7 @@ import (
 // JSON.stringify writes them.
 func TestEncodingKeepsHTMLCharactersRaw(t *testing.T) {
 	require.Equal(t, `{"code":"c","message":"a<b>&c"}`, string(codeResult("c", "a<b>&c")))
-	b, err := encodeJSON(prp.CommandResultPayload{CommandID: "a<b>&c", Result: []byte(`{"m":"<&>"}`)})
+	b, err := jsonenc.Marshal(prp.CommandResultPayload{CommandID: "a<b>&c", Result: []byte(`{"m":"<&>"}`)})
 	require.NoError(t, err)
 	require.Equal(t, `{"commandId":"a<b>&c","controllerSeq":0,"commandType":"","status":"","result":{"m":"<&>"}}`, string(b))
 }

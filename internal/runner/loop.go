@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -232,7 +232,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		typ = eventRunnerConnected
 	}
 	fact := state.Event{Type: typ, Priority: state.P0,
-		Payload: mustJSON(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
+		Payload: jsonenc.MustMarshal(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
 	fenced := r.store.Snapshot().PendingTerminalDelivery != nil
 	// One write for the connection's facts (each write is two fsyncs).
 	err := r.store.Update(func(tx *state.Tx) error {
@@ -396,7 +396,7 @@ func (r *loop) sendResult(ctx context.Context, res state.CommandResult) error {
 	if err := r.flushLocked(ctx); err != nil {
 		return err
 	}
-	payload, err := encodeJSON(prp.CommandResultPayload{
+	payload, err := jsonenc.Marshal(prp.CommandResultPayload{
 		CommandID: res.CommandID, ControllerSeq: int64(res.ControllerSeq), CommandType: res.CommandType,
 		Status: wireStatus(res), Result: res.Result,
 	})
@@ -483,7 +483,7 @@ func (r *loop) reportBound(ctx context.Context, cause error) {
 	r.mu.Unlock()
 	err := r.store.Update(func(tx *state.Tx) error {
 		_, err := tx.Enqueue(state.Event{Type: state.EventRunnerDiagnostic, Priority: state.P0,
-			Payload: mustJSON(map[string]string{"reasonCode": code})})
+			Payload: jsonenc.MustMarshal(map[string]string{"reasonCode": code})})
 		return err
 	})
 	if err != nil {
@@ -612,25 +612,4 @@ func commandID(raw []byte) string {
 	}
 	_ = json.Unmarshal(raw, &c)
 	return c.CommandID
-}
-
-// encodeJSON encodes v compactly without HTML escaping.
-func encodeJSON(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-// mustJSON encodes a value built by runnerd itself (maps of strings and
-// numbers), which cannot fail.
-func mustJSON(v any) json.RawMessage {
-	b, err := encodeJSON(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }

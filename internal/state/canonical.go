@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
@@ -51,7 +52,7 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			kb, err := encodeJSON(k)
+			kb, err := jsonenc.Marshal(k)
 			if err != nil {
 				return err
 			}
@@ -74,7 +75,7 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 		}
 		buf.WriteByte(']')
 	default:
-		b, err := encodeJSON(t)
+		b, err := jsonenc.Marshal(t)
 		if err != nil {
 			return fmt.Errorf("canonicalize json: %w", err)
 		}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Command schemas (prp.md §7.1).
@@ -222,7 +224,7 @@ func (r CommandResult) Wire() CommandResult {
 }
 
 func codeResult(code, message string) json.RawMessage {
-	b, _ := encodeJSON(map[string]string{"code": code, "message": message})
+	b, _ := jsonenc.Marshal(map[string]string{"code": code, "message": message})
 	return b
 }
 

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Wire constants of the event envelope (prp.md §3.2, §8.1).
@@ -122,7 +124,7 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 	}
 	env.Version = version
 	if downgrade {
-		p, err := encodeJSON(map[string]string{"reasonCode": CodeEventRequiresV2, "originalEventType": e.EventType})
+		p, err := jsonenc.Marshal(map[string]string{"reasonCode": CodeEventRequiresV2, "originalEventType": e.EventType})
 		if err != nil {
 			return nil, err
 		}
@@ -131,7 +133,7 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 		env.Payload.SchemaVersion = 1
 		env.Payload.Payload = p
 	}
-	return encodeJSON(env)
+	return jsonenc.Marshal(env)
 }
 
 // SourceEventID returns the sourceEventId inside the stored envelope.
@@ -256,7 +258,7 @@ func (tx *Tx) outboxHasSourceEventID(id string) bool {
 }
 
 func executorFingerprint(eventType string, p Priority, cleanPayload json.RawMessage) (string, error) {
-	id, err := encodeJSON(struct {
+	id, err := jsonenc.Marshal(struct {
 		EventType string          `json:"eventType"`
 		Priority  Priority        `json:"priority"`
 		Payload   json.RawMessage `json:"payload"`
@@ -278,7 +280,7 @@ func (tx *Tx) buildEnvelope(sourceEventID string, seq uint64, ev Event, clean js
 	if st.LastConnectionProtocolVersion != nil && *st.LastConnectionProtocolVersion >= 1 && *st.LastConnectionProtocolVersion <= MaxProtocolVersion {
 		version = *st.LastConnectionProtocolVersion
 	}
-	return encodeJSON(envelope{
+	return jsonenc.Marshal(envelope{
 		Protocol: ProtocolName, Version: version, Kind: "event",
 		RunnerInstanceID: st.RunnerInstanceID, EnvironmentLeaseID: st.EnvironmentLeaseID,
 		RunID: st.RunID, NormalizedSessionID: st.NormalizedSessionID, TurnID: st.TurnID, ItemID: st.ItemID,
@@ -397,7 +399,7 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	}
 	env.Payload.Payload = merged
 	env.Payload.EmittedAt = tx.s.now().UTC().Format(emittedAtLayout)
-	b, err := encodeJSON(env)
+	b, err := jsonenc.Marshal(env)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode envelope: %w", err)
 	}
@@ -432,7 +434,7 @@ func mergeDelta(prev, next json.RawMessage) (json.RawMessage, error) {
 		if k == "delta" {
 			var ds, dn string
 			if json.Unmarshal(a[k], &ds) == nil && json.Unmarshal(v, &dn) == nil {
-				joined, err := encodeJSON(ds + dn)
+				joined, err := jsonenc.Marshal(ds + dn)
 				if err != nil {
 					return nil, err
 				}
@@ -442,7 +444,7 @@ func mergeDelta(prev, next json.RawMessage) (json.RawMessage, error) {
 		}
 		out[k] = v
 	}
-	return encodeJSON(out)
+	return jsonenc.Marshal(out)
 }
 
 // applyAck applies a cumulative ACK (prp.md §8.4). It reports whether the

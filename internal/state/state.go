@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // File names and schema names (R-state, prp.md §9.1).
@@ -185,7 +187,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 	c := *s
 	c.normalize()
 	c.Outbox = []OutboxEvent{}
-	b, err := encodeJSON((*plainState)(&c))
+	b, err := jsonenc.Marshal((*plainState)(&c))
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +208,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 		if k > 0 {
 			buf.WriteByte(',')
 		}
-		typ, err := encodeJSON(e.EventType)
+		typ, err := jsonenc.Marshal(e.EventType)
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +225,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 		if knownFields()[k] {
 			return nil, fmt.Errorf("encode state: extension %q shadows a state field", k)
 		}
-		key, err := encodeJSON(k)
+		key, err := jsonenc.Marshal(k)
 		if err != nil {
 			return nil, err
 		}
@@ -333,15 +335,4 @@ func (s *State) HighestSourceSeq() uint64 {
 		return 0
 	}
 	return s.NextSourceSeq - 1
-}
-
-// encodeJSON encodes v compactly without HTML escaping.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
