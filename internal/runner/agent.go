@@ -32,7 +32,7 @@ type agentExec struct {
 // is not fatal: session.open then fails with agent_spawn_failed.
 func newAgentExec(r *loop) (*agentExec, error) {
 	var st agent.Stored
-	if _, err := r.store.Snapshot().Record(agentRecord, &st); err != nil {
+	if _, err := r.store.Record(agentRecord, &st); err != nil {
 		return nil, err
 	}
 	pcwrap, err := agent.FindPcwrap(r.cfg.PcwrapPath)

@@ -176,7 +176,7 @@ func (r *loop) stopErr() error {
 
 // resume reports the cursors for auth_hello from the committed state.
 func (r *loop) resume() prp.Resume {
-	s := r.store.Snapshot()
+	s := r.store.Cursors()
 	return prp.Resume{
 		LastControllerCommandSeq: int64(s.LastControllerCommandSeq),
 		NextSourceEventSeq:       int64(s.NextSourceSeq),
@@ -215,8 +215,8 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		// it under their version, so a v2-only event acknowledged as a
 		// downgraded diagnostic on a v1 link is still restored (prp.md §8.2).
 		prev := v
-		if lv := r.store.Snapshot().LastConnectionProtocolVersion; lv != nil {
-			prev = *lv
+		if lv, ok := r.store.LastConnectionProtocolVersion(); ok {
+			prev = lv
 		}
 		if _, err := r.store.ApplyAck(uint64(w.AckedSourceSeq), prev); err != nil {
 			return fmt.Errorf("protocol error: welcome ack: %w", err)
@@ -233,7 +233,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 	}
 	fact := state.Event{Type: typ, Priority: state.P0,
 		Payload: jsonenc.MustMarshal(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
-	fenced := r.store.Snapshot().PendingTerminalDelivery != nil
+	fenced := r.store.PendingTerminalDelivery() != nil
 	// One write for the connection's facts (each write is two fsyncs).
 	err := r.store.Update(func(tx *state.Tx) error {
 		if err := tx.SetProtocolVersion(v); err != nil {
@@ -273,7 +273,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 	r.mu.Unlock()
 	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
 
-	fence := r.store.Snapshot().PendingTerminalDelivery
+	fence := r.store.PendingTerminalDelivery()
 	for _, raw := range w.PendingCommands {
 		if fence != nil && commandID(raw) != fence.CommandID {
 			break // only the fenced terminal result is reconciled (prp.md §9.4)
@@ -376,7 +376,7 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		r.log.Warn("command result not sent; the core re-delivers the command", "commandId", cmd.CommandID, "err", err)
 	}
 	if terminalLifecycle(cmd.Type) != "" {
-		if f := r.store.Snapshot().PendingTerminalDelivery; f != nil && f.CommandID == cmd.CommandID {
+		if f := r.store.PendingTerminalDelivery(); f != nil && f.CommandID == cmd.CommandID {
 			r.beginTerminal(*f, wire)
 		}
 	}
@@ -544,7 +544,7 @@ func (r *loop) settledWithoutEffect(p prp.CommandResultAckPayload) bool {
 	if terminalLifecycle(p.CommandType) == "" {
 		return false
 	}
-	res, ok := r.store.Snapshot().ProcessedCommands[p.CommandID]
+	res, ok := r.store.Result(p.CommandID)
 	return ok && res.CommandType == p.CommandType && int64(res.ControllerSeq) == p.ControllerSeq &&
 		res.Status != state.StatusCompleted && res.Status != state.StatusPending && wireStatus(res) == p.Status
 }

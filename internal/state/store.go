@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -226,6 +227,55 @@ func (s *Store) Summary() Summary { return *s.sum.Load() }
 
 // Snapshot returns a private deep copy of the committed state.
 func (s *Store) Snapshot() *State { return s.cur.Load().Clone() }
+
+// The accessors below read one field of the committed state and copy only
+// what they return: the hot paths of the runner (a welcome, a command, an
+// ACK) need one value, and Snapshot clones the outbox and the journal.
+
+// PendingTerminalDelivery returns a copy of the terminal fence, or nil.
+func (s *Store) PendingTerminalDelivery() *TerminalFence {
+	f := s.cur.Load().PendingTerminalDelivery
+	if f == nil {
+		return nil
+	}
+	c := *f
+	return &c
+}
+
+// Result returns a copy of the journal entry of commandID; ok is false when
+// the journal does not hold it (never seen, or compacted).
+func (s *Store) Result(commandID string) (res CommandResult, ok bool) {
+	res, ok = s.cur.Load().ProcessedCommands[commandID]
+	res.Result = bytes.Clone(res.Result)
+	return res, ok
+}
+
+// LastConnectionProtocolVersion returns the protocol version of the last
+// authenticated connection; ok is false before the first one.
+func (s *Store) LastConnectionProtocolVersion() (version int, ok bool) {
+	v := s.cur.Load().LastConnectionProtocolVersion
+	if v == nil {
+		return 0, false
+	}
+	return *v, true
+}
+
+// Cursors are the sequence cursors auth_hello's resume carries (prp.md §3.2).
+type Cursors struct {
+	LastControllerCommandSeq uint64
+	NextSourceSeq            uint64
+	AckedSourceSeq           uint64
+}
+
+// Cursors returns the committed sequence cursors.
+func (s *Store) Cursors() Cursors {
+	st := s.cur.Load()
+	return Cursors{LastControllerCommandSeq: st.LastControllerCommandSeq, NextSourceSeq: st.NextSourceSeq, AckedSourceSeq: st.AckedSourceSeq}
+}
+
+// Record decodes the committed extension record name into v (see
+// State.Record) without copying the rest of the state.
+func (s *Store) Record(name string, v any) (ok bool, err error) { return s.cur.Load().Record(name, v) }
 
 // Unacked returns every committed, unacknowledged outbox event in order.
 // The slice is the caller's; the envelopes must not be modified.
