@@ -552,7 +552,7 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 		c.mu.Unlock()
 		return Command{}, ErrJournalFull
 	}
-	cmd.ControllerSeq = int64(len(c.commands) + 1)
+	cmd.ControllerSeq = uint64(len(c.commands) + 1)
 	if cmd.CommandID == "" {
 		cmd.CommandID = fmt.Sprintf("command_prp_%08d", cmd.ControllerSeq)
 	}

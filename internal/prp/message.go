@@ -132,7 +132,7 @@ type LeaseRenewedPayload struct {
 // CommandResultPayload is runner→core command_result (spec §7.3).
 type CommandResultPayload struct {
 	CommandID     string          `json:"commandId"`
-	ControllerSeq int64           `json:"controllerSeq"`
+	ControllerSeq uint64          `json:"controllerSeq"`
 	CommandType   string          `json:"commandType"`
 	Status        string          `json:"status"`
 	Result        json.RawMessage `json:"result"`
@@ -142,7 +142,7 @@ type CommandResultPayload struct {
 type CommandResultAckPayload struct {
 	CommandID      string          `json:"commandId"`
 	CommandType    string          `json:"commandType"`
-	ControllerSeq  int64           `json:"controllerSeq"`
+	ControllerSeq  uint64          `json:"controllerSeq"`
 	Status         string          `json:"status"`
 	WarmTransition json.RawMessage `json:"warmTransition,omitempty"`
 }
@@ -151,19 +151,6 @@ type CommandResultAckPayload struct {
 // (runner→core) and warm_transition_activated_ack (core→runner).
 type WarmTransitionActivatedPayload struct {
 	TransitionID string `json:"transitionId"`
-}
-
-// Command is a command object as the core sends it (spec §7.1). Admission
-// rules (§7.2) belong to the command journal, not to this package.
-type Command struct {
-	Schema        string          `json:"schema"`
-	CommandID     string          `json:"commandId"`
-	ControllerSeq int64           `json:"controllerSeq"`
-	Type          string          `json:"type"`
-	IssuedAt      string          `json:"issuedAt"`
-	DeadlineAt    string          `json:"deadlineAt,omitempty"`
-	Precondition  json.RawMessage `json:"precondition,omitempty"`
-	Payload       json.RawMessage `json:"payload"`
 }
 
 // coreKinds are the kinds a runner accepts from the core after the welcome.

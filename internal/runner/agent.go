@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/agent"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -161,12 +162,12 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 // handlers returns the provider command handlers.
 func (a *agentExec) handlers() map[string]Handler {
 	plain := func(f func(json.RawMessage) (json.RawMessage, error)) Handler {
-		return HandlerFunc(func(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
+		return HandlerFunc(func(_ context.Context, cmd *prp.Command, _ *Effects) (json.RawMessage, error) {
 			return f(cmd.Payload)
 		})
 	}
 	withCtx := func(f func(context.Context) (json.RawMessage, error)) Handler {
-		return HandlerFunc(func(ctx context.Context, _ *state.Command, _ *Effects) (json.RawMessage, error) {
+		return HandlerFunc(func(ctx context.Context, _ *prp.Command, _ *Effects) (json.RawMessage, error) {
 			return f(ctx)
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -44,14 +45,14 @@ var ErrCommandNotImplemented = errors.New(CodeCommandNotImplemented)
 // step 6), or ErrCommandNotImplemented. The error text leaves the process:
 // it must name the failure, never carry provider text, payloads or secrets.
 type Handler interface {
-	Execute(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error)
+	Execute(ctx context.Context, cmd *prp.Command, fx *Effects) (json.RawMessage, error)
 }
 
 // HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error)
+type HandlerFunc func(ctx context.Context, cmd *prp.Command, fx *Effects) (json.RawMessage, error)
 
 // Execute calls f.
-func (f HandlerFunc) Execute(ctx context.Context, cmd *state.Command, fx *Effects) (json.RawMessage, error) {
+func (f HandlerFunc) Execute(ctx context.Context, cmd *prp.Command, fx *Effects) (json.RawMessage, error) {
 	return f(ctx, cmd, fx)
 }
 
@@ -103,7 +104,7 @@ func defaultHandlers() map[string]Handler {
 // runPrepare fails every provider kind but acpx with
 // command_execution_failed (prp.md §7.6, scenario 51); acpx waits for the
 // ACP executor.
-func runPrepare(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
+func runPrepare(_ context.Context, cmd *prp.Command, _ *Effects) (json.RawMessage, error) {
 	var p struct {
 		Provider struct {
 			Kind string `json:"kind"`
@@ -120,7 +121,7 @@ func runPrepare(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMess
 
 // refusal returns the code and message of a command refused before any
 // effect, or "" when it should execute.
-func (r *loop) refusal(tx *state.Tx, cmd *state.Command) (code, message string) {
+func (r *loop) refusal(tx *state.Tx, cmd *prp.Command) (code, message string) {
 	if tx.Lifecycle() == state.Draining && cmd.Type == "turn.start" {
 		return CodeRunnerDraining, "runner is draining; new turns are refused"
 	}
@@ -137,7 +138,7 @@ func notImplemented(commandType string) string {
 // execute runs an admitted command's effect and records its result. Only a
 // storage failure is returned: it is fatal, and the pending marker makes the
 // command indeterminate after the restart.
-func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandResult, error) {
+func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
 	var res state.CommandResult
 	fact := jsonenc.MustMarshal(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
 	var err error
@@ -219,7 +220,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 	return res, nil
 }
 
-func (r *loop) finishCommand(cmd *state.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
+func (r *loop) finishCommand(cmd *prp.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
 	var res state.CommandResult
 	err := r.store.Update(func(tx *state.Tx) error {
 		var err error

@@ -339,7 +339,7 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		r.mu.Unlock()
 		r.kick() // a suspend waits for the command's result
 	}()
-	cmd, err := state.DecodeCommand(raw)
+	cmd, err := prp.DecodeCommand(raw)
 	if err != nil {
 		return fmt.Errorf("protocol error: %w", err)
 	}
@@ -397,7 +397,7 @@ func (r *loop) sendResult(ctx context.Context, res state.CommandResult) error {
 		return err
 	}
 	payload, err := jsonenc.Marshal(prp.CommandResultPayload{
-		CommandID: res.CommandID, ControllerSeq: int64(res.ControllerSeq), CommandType: res.CommandType,
+		CommandID: res.CommandID, ControllerSeq: res.ControllerSeq, CommandType: res.CommandType,
 		Status: wireStatus(res), Result: res.Result,
 	})
 	if err != nil {
@@ -515,7 +515,7 @@ func (r *loop) terminalAck(p prp.CommandResultAckPayload) {
 	r.mu.Lock()
 	t := r.term
 	match := t != nil && p.CommandID == t.fence.CommandID && p.CommandType == t.fence.CommandType &&
-		p.ControllerSeq == int64(t.fence.ControllerSeq) && (t.status == "" || p.Status == t.status)
+		p.ControllerSeq == t.fence.ControllerSeq && (t.status == "" || p.Status == t.status)
 	if match {
 		t.acked = true
 	}
@@ -545,7 +545,7 @@ func (r *loop) settledWithoutEffect(p prp.CommandResultAckPayload) bool {
 		return false
 	}
 	res, ok := r.store.Result(p.CommandID)
-	return ok && res.CommandType == p.CommandType && int64(res.ControllerSeq) == p.ControllerSeq &&
+	return ok && res.CommandType == p.CommandType && res.ControllerSeq == p.ControllerSeq &&
 		res.Status != state.StatusCompleted && res.Status != state.StatusPending && wireStatus(res) == p.Status
 }
 

@@ -15,7 +15,7 @@ import (
 // side of the executor): turn.started, then turn.completed.
 func turnHandlers() Options {
 	return Options{Handlers: map[string]Handler{
-		"turn.start": HandlerFunc(func(ctx context.Context, _ *state.Command, fx *Effects) (json.RawMessage, error) {
+		"turn.start": HandlerFunc(func(ctx context.Context, _ *prp.Command, fx *Effects) (json.RawMessage, error) {
 			err := fx.Emit(ctx,
 				state.Event{Type: "turn.started", Priority: state.P1, Payload: json.RawMessage(`{}`)},
 				state.Event{Type: "turn.completed", Priority: state.P0, Payload: json.RawMessage(`{"stopReason":"end_turn"}`)})

@@ -26,7 +26,7 @@ func Example() {
 	}
 	defer s.Close()
 
-	cmd, err := state.DecodeCommand([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"command_prp_00000001",
+	cmd, err := prp.DecodeCommand([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"command_prp_00000001",
 		"controllerSeq":1,"type":"session.open","issuedAt":"2026-11-30T12:00:00.000Z","payload":{"reuse":"same_session"}}`))
 	if err != nil {
 		fmt.Println(err) // fatal for the runner

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // No production code enqueues executor events yet (the ACP manager emits
@@ -85,5 +86,5 @@ func executorFingerprint(eventType string, p Priority, cleanPayload json.RawMess
 	if err != nil {
 		return "", fmt.Errorf("fingerprint executor event: %w", err)
 	}
-	return digestHex(id)
+	return prp.CanonicalDigest(id)
 }

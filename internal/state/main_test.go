@@ -84,10 +84,10 @@ func p1(typ string) Event {
 	return Event{Type: typ, Priority: P1, Payload: json.RawMessage(`{"channel":"progress"}`)}
 }
 
-func command(seq uint64, id, typ string, payload string) *Command {
+func command(seq uint64, id, typ string, payload string) *prp.Command {
 	raw := `{"schema":"paperclip.prp.command.v1","commandId":"` + id + `","controllerSeq":` +
 		strconv.FormatUint(seq, 10) + `,"type":"` + typ + `","issuedAt":"2026-11-30T12:00:00.000Z","payload":` + payload + `}`
-	c, err := DecodeCommand([]byte(raw))
+	c, err := prp.DecodeCommand([]byte(raw))
 	if err != nil {
 		panic(err)
 	}

@@ -40,8 +40,6 @@ const (
 	StateOverheadBytes = 16 * 1024 * 1024
 	// MaxDiagnosticChars bounds one diagnostic string (runnerd; keeps the file small).
 	MaxDiagnosticChars = 512
-	// MaxIDChars bounds command ids and timestamps (prp.md §7.2, §14.7: reference runner 64).
-	MaxIDChars = 64
 	// MaxEventIDChars bounds event ids and types (event.schema.json maxLength 160).
 	MaxEventIDChars = 160
 )
@@ -335,4 +333,10 @@ func (s *State) HighestSourceSeq() uint64 {
 		return 0
 	}
 	return s.NextSourceSeq - 1
+}
+
+// isObject reports whether raw is a JSON object.
+func isObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
 }
