@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -412,7 +413,7 @@ func printCore(ctx context.Context, core *prp.Core, w *out) {
 			_ = json.Unmarshal(raw, &p)
 			fresh = append(fresh, p)
 		}
-		slices.SortFunc(fresh, func(a, b prp.CommandResultPayload) int { return int(a.ControllerSeq - b.ControllerSeq) })
+		slices.SortFunc(fresh, func(a, b prp.CommandResultPayload) int { return cmp.Compare(a.ControllerSeq, b.ControllerSeq) })
 		for _, p := range fresh {
 			w.line(map[string]any{"kind": "command_result", "commandId": p.CommandID, "controllerSeq": p.ControllerSeq,
 				"commandType": p.CommandType, "status": p.Status, "result": p.Result})

@@ -12,6 +12,7 @@ package agent
 
 import (
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 
 	"context"
 	"encoding/json"
@@ -333,7 +334,7 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	if err := m.commitLocked(nil); err != nil {
 		return nil, err
 	}
-	return mustJSON(map[string]any{"agent": b.Agent, "prepared": true}), nil
+	return jsonenc.MustMarshalEscaped(map[string]any{"agent": b.Agent, "prepared": true}), nil
 }
 
 // ParseDescriptor reads run.prepare's acpx descriptor (prp.md §7.6,
@@ -405,7 +406,7 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 		if err != nil {
 			return nil, err
 		}
-		return mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"}), nil
+		return jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"}), nil
 	}
 	resume := m.cl != nil && m.cl.Record().Reusable(b.Cwd, b.Command, b.Args)
 	stale := m.proc != nil
@@ -446,7 +447,7 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 		if resume {
 			outcome = "resumed"
 		}
-		return mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome}), nil
+		return jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome}), nil
 	}
 	// Failure: stop the agent, emit no provider event, start clean next time.
 	m.stopAgent(context.WithoutCancel(ctx), stopQuiet)
@@ -594,17 +595,17 @@ func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
 		if err := m.commitLocked(evs); err != nil {
 			return nil, err
 		}
-		return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)}), nil
+		return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)}), nil
 	}
 	m.turnDone = make(chan struct{})
 	m.byRun = false
 	if err := m.sendLocked(evs, [][]byte{call.Line}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
-			return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
+			return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
 		}
 		return nil, err
 	}
-	return mustJSON(map[string]any{"providerTurnId": turnID}), nil
+	return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID}), nil
 }
 
 // Steer is turn.steer: ACP v1 cannot steer (acp.md §4.3).
@@ -635,7 +636,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 			// turn.stop proves the provider is gone even between turns.
 			res["providerExitConfirmed"] = m.stopAgent(ctx, stopRelease)
 		}
-		return mustJSON(res), nil
+		return jsonenc.MustMarshalEscaped(res), nil
 	}
 	turnID := m.cl.ActiveTurn()
 	m.byRun = kind == RunCancel
@@ -684,7 +685,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	if kind == StopTurn {
 		res["providerExitConfirmed"] = confirmed
 	}
-	return mustJSON(res), nil
+	return jsonenc.MustMarshalEscaped(res), nil
 }
 
 // CloseSession is session.close: stop the agent, keep the record
@@ -692,7 +693,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
 	defer m.busy()()
 	m.stopAgent(ctx, stopRelease)
-	return mustJSON(map[string]any{"closed": true}), nil
+	return jsonenc.MustMarshalEscaped(map[string]any{"closed": true}), nil
 }
 
 // Destroy is session.destroy: session/close if advertised, stop, discard.
@@ -716,7 +717,7 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 		Payload: map[string]any{"reason": "destroyed"}}}); err != nil {
 		return nil, err
 	}
-	return mustJSON(map[string]any{"destroyed": true}), nil
+	return jsonenc.MustMarshalEscaped(map[string]any{"destroyed": true}), nil
 }
 
 // Resolve is request.resolve: it answers the agent request behind a
@@ -764,7 +765,7 @@ func (m *Manager) Resolve(payload json.RawMessage) (json.RawMessage, error) {
 	if err := m.sendLocked(evs, [][]byte{line}); err != nil {
 		return nil, err
 	}
-	return mustJSON(map[string]any{"resolved": true}), nil
+	return jsonenc.MustMarshalEscaped(map[string]any{"resolved": true}), nil
 }
 
 // Snapshot reports session.snapshot's fields.
@@ -784,14 +785,6 @@ func (m *Manager) closeTurnLocked() {
 		close(m.turnDone)
 		m.turnDone = nil
 	}
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
 
 // removeStderrFile removes <uuid>.stderr: it may hold agent output.

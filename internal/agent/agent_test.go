@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // TestACP01_02_ColdOpenEchoTurn: a cold session.open runs initialize
@@ -138,7 +139,7 @@ func TestRequestResolve(t *testing.T) {
 	id := req["requestId"].(string)
 	_, err = r.m.Resolve(json.RawMessage(`{"requestId":"nope","response":{"optionId":"allow"}}`))
 	require.Error(t, err, "an unknown request id is refused")
-	res, err := r.m.Resolve(mustJSON(map[string]any{"requestId": id, "turnId": "pturn-1", "response": map[string]any{"optionId": "allow"}}))
+	res, err := r.m.Resolve(jsonenc.MustMarshalEscaped(map[string]any{"requestId": id, "turnId": "pturn-1", "response": map[string]any{"optionId": "allow"}}))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"resolved":true}`, string(res))
 	evs = r.sink.waitEvent(t, "run.terminal")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // benchPair connects a dial-mode Client to a Core over real loopback sockets.
@@ -29,7 +31,7 @@ func benchPair(b *testing.B, answer bool, mod ...func(*ClientConfig)) (*Core, *C
 				if err := json.Unmarshal(env.Payload, &cmd); err != nil {
 					return err
 				}
-				p, _ := marshalJSON(CommandResultPayload{CommandID: cmd.CommandID, ControllerSeq: cmd.ControllerSeq,
+				p, _ := jsonenc.Marshal(CommandResultPayload{CommandID: cmd.CommandID, ControllerSeq: cmd.ControllerSeq,
 					CommandType: cmd.Type, Status: "completed", Result: json.RawMessage(`{}`)})
 				out, _ := MarshalEnvelope(NewEventEnvelope(KindCommandResult, env.Version, runnerIdentity, p))
 				return c.Send(ctx, out)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // dialTarget serves core on a real loopback HTTP server and returns a Dialer to it.
@@ -138,7 +140,7 @@ func TestApplyLeaseRenewed(t *testing.T) {
 	c, err := NewClient(ClientConfig{Dialer: &Dialer{}, Lease: &Lease{ID: "l", Token: "t", ExpiresAtUnixMs: 60_000, RenewalVersion: 1}})
 	require.NoError(t, err)
 	renewed := func(prev, next, epoch int64) *Envelope {
-		b, err := marshalJSON(LeaseRenewedPayload{PreviousExpiresAtUnixMs: prev, ConnectionLeaseExpiresAtUnixMs: next, ConnectionLeaseRevocationEpoch: epoch})
+		b, err := jsonenc.Marshal(LeaseRenewedPayload{PreviousExpiresAtUnixMs: prev, ConnectionLeaseExpiresAtUnixMs: next, ConnectionLeaseRevocationEpoch: epoch})
 		require.NoError(t, err)
 		return &Envelope{Kind: KindLeaseRenewed, Payload: b}
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Core-side bounds and defaults (prp.md §3, §7.1, §8.4, §12).
@@ -550,7 +552,7 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 		c.mu.Unlock()
 		return Command{}, ErrJournalFull
 	}
-	cmd.ControllerSeq = int64(len(c.commands) + 1)
+	cmd.ControllerSeq = uint64(len(c.commands) + 1)
 	if cmd.CommandID == "" {
 		cmd.CommandID = fmt.Sprintf("command_prp_%08d", cmd.ControllerSeq)
 	}
@@ -563,7 +565,7 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 	if cmd.Payload == nil {
 		cmd.Payload = json.RawMessage(`{}`)
 	}
-	raw, err := marshalJSON(cmd)
+	raw, err := jsonenc.Marshal(cmd)
 	if err != nil {
 		c.mu.Unlock()
 		return Command{}, fmt.Errorf("queue command: %w", err)

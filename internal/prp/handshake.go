@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Credential kinds as auth_hello and auth_challenge name them.
@@ -540,7 +542,7 @@ func (h *ClientHandshake) checkWelcome(pt []byte, ch *challenge, kind string) (*
 
 // writeAuth sends one plaintext handshake envelope within AuthMessageTimeout.
 func writeAuth(ctx context.Context, c MsgConn, version int, kind string, payload any) error {
-	b, err := marshalJSON(authEnvelope{Protocol: Protocol, Version: version, Kind: kind, Payload: payload})
+	b, err := jsonenc.Marshal(authEnvelope{Protocol: Protocol, Version: version, Kind: kind, Payload: payload})
 	if err != nil {
 		return err
 	}

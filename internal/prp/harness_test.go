@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 var runnerIdentity = Identity{
@@ -127,7 +129,7 @@ func resultEnvelope(t testing.TB, cmd *Envelope) []byte {
 	t.Helper()
 	var c Command
 	require.NoError(t, json.Unmarshal(cmd.Payload, &c))
-	p, err := marshalJSON(CommandResultPayload{CommandID: c.CommandID, ControllerSeq: c.ControllerSeq,
+	p, err := jsonenc.Marshal(CommandResultPayload{CommandID: c.CommandID, ControllerSeq: c.ControllerSeq,
 		CommandType: c.Type, Status: "completed", Result: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	b, err := MarshalEnvelope(NewEventEnvelope(KindCommandResult, cmd.Version, runnerIdentity, p))

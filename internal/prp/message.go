@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Errors for control envelopes after authentication.
@@ -130,7 +132,7 @@ type LeaseRenewedPayload struct {
 // CommandResultPayload is runner→core command_result (spec §7.3).
 type CommandResultPayload struct {
 	CommandID     string          `json:"commandId"`
-	ControllerSeq int64           `json:"controllerSeq"`
+	ControllerSeq uint64          `json:"controllerSeq"`
 	CommandType   string          `json:"commandType"`
 	Status        string          `json:"status"`
 	Result        json.RawMessage `json:"result"`
@@ -140,7 +142,7 @@ type CommandResultPayload struct {
 type CommandResultAckPayload struct {
 	CommandID      string          `json:"commandId"`
 	CommandType    string          `json:"commandType"`
-	ControllerSeq  int64           `json:"controllerSeq"`
+	ControllerSeq  uint64          `json:"controllerSeq"`
 	Status         string          `json:"status"`
 	WarmTransition json.RawMessage `json:"warmTransition,omitempty"`
 }
@@ -149,19 +151,6 @@ type CommandResultAckPayload struct {
 // (runner→core) and warm_transition_activated_ack (core→runner).
 type WarmTransitionActivatedPayload struct {
 	TransitionID string `json:"transitionId"`
-}
-
-// Command is a command object as the core sends it (spec §7.1). Admission
-// rules (§7.2) belong to the command journal, not to this package.
-type Command struct {
-	Schema        string          `json:"schema"`
-	CommandID     string          `json:"commandId"`
-	ControllerSeq int64           `json:"controllerSeq"`
-	Type          string          `json:"type"`
-	IssuedAt      string          `json:"issuedAt"`
-	DeadlineAt    string          `json:"deadlineAt,omitempty"`
-	Precondition  json.RawMessage `json:"precondition,omitempty"`
-	Payload       json.RawMessage `json:"payload"`
 }
 
 // coreKinds are the kinds a runner accepts from the core after the welcome.
@@ -176,23 +165,11 @@ var runnerKinds = map[string]bool{
 	KindLeaseRenew: true, KindWarmTransitionActivated: true,
 }
 
-// marshalJSON encodes v compactly without HTML escaping, as JSON.stringify
-// and serde_json do.
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
 // NewControl builds a control envelope of kind on this session's
 // connection: protocol, version, identity, connectionId and
 // connectionLeaseId filled in. The core side may set EnvelopeID and SentAt.
 func (s *Session) NewControl(kind string, payload any) (*Envelope, error) {
-	raw, err := marshalJSON(payload)
+	raw, err := jsonenc.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s payload: %w", kind, err)
 	}
@@ -211,7 +188,7 @@ func NewEventEnvelope(kind string, version int, id Identity, payload json.RawMes
 
 // MarshalEnvelope encodes an envelope as one frame's plaintext.
 func MarshalEnvelope(env *Envelope) ([]byte, error) {
-	b, err := marshalJSON(env)
+	b, err := jsonenc.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // strayPeer dials the runner's listener, reads auth_hello and answers with a
@@ -38,7 +40,7 @@ func strayPeer(t *testing.T, ctx context.Context, url string) {
 	if h.CredentialKind == CredentialLease {
 		_ = ch // a lease challenge needs the held lease id; the proof check would fail anyway
 	}
-	msg, err := marshalJSON(map[string]any{"protocol": Protocol, "version": 2, "kind": KindAuthChallenge, "payload": ch})
+	msg, err := jsonenc.Marshal(map[string]any{"protocol": Protocol, "version": 2, "kind": KindAuthChallenge, "payload": ch})
 	require.NoError(t, err)
 	require.NoError(t, c.Write(ctx, websocket.MessageText, msg))
 	// The runner must not answer with auth_response: it drops the socket.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
 )
 
@@ -368,13 +369,13 @@ func TestVectorsPlaintextShapes(t *testing.T) {
 			case KindWelcome:
 				var w welcomeWire
 				require.NoError(t, json.Unmarshal([]byte(f.PlaintextUtf8), &w))
-				out, err := marshalJSON(w.Payload)
+				out, err := jsonenc.Marshal(w.Payload)
 				require.NoError(t, err)
 				assert.JSONEq(t, string(env.Payload), string(out), "%s welcome payload", c.Name)
 			case KindCommand:
 				var cmd Command
 				require.NoError(t, env.DecodePayload(&cmd))
-				out, err := marshalJSON(cmd)
+				out, err := jsonenc.Marshal(cmd)
 				require.NoError(t, err)
 				assert.JSONEq(t, string(env.Payload), string(out), "%s command", c.Name)
 			default:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/agent"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -32,7 +33,7 @@ type agentExec struct {
 // is not fatal: session.open then fails with agent_spawn_failed.
 func newAgentExec(r *loop) (*agentExec, error) {
 	var st agent.Stored
-	if _, err := r.store.Snapshot().Record(agentRecord, &st); err != nil {
+	if _, err := r.store.Record(agentRecord, &st); err != nil {
 		return nil, err
 	}
 	pcwrap, err := agent.FindPcwrap(r.cfg.PcwrapPath)
@@ -161,12 +162,12 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 // handlers returns the provider command handlers.
 func (a *agentExec) handlers() map[string]Handler {
 	plain := func(f func(json.RawMessage) (json.RawMessage, error)) Handler {
-		return func(_ context.Context, cmd *state.Command) (json.RawMessage, error) {
+		return func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
 			return f(cmd.Payload)
 		}
 	}
 	withCtx := func(f func(context.Context) (json.RawMessage, error)) Handler {
-		return func(ctx context.Context, _ *state.Command) (json.RawMessage, error) {
+		return func(ctx context.Context, _ *prp.Command) (json.RawMessage, error) {
 			return f(ctx)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -43,7 +45,7 @@ var ErrCommandNotImplemented = errors.New(CodeCommandNotImplemented)
 // it must name the failure, never carry provider text, payloads or secrets.
 // The ACP executor's handlers (agent.go) commit their events through its
 // Sink.
-type Handler func(ctx context.Context, cmd *state.Command) (json.RawMessage, error)
+type Handler func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error)
 
 // Emit commits events to the outbox in one durable write, in order, then
 // sends them on the current connection (if any).
@@ -68,7 +70,7 @@ func terminalLifecycle(commandType string) state.Lifecycle {
 
 // refusal returns the code and message of a command refused before any
 // effect, or "" when it should execute.
-func (r *loop) refusal(tx *state.Tx, cmd *state.Command) (code, message string) {
+func (r *loop) refusal(tx *state.Tx, cmd *prp.Command) (code, message string) {
 	if tx.Lifecycle() == state.Draining && cmd.Type == "turn.start" {
 		return CodeRunnerDraining, "runner is draining; new turns are refused"
 	}
@@ -85,9 +87,9 @@ func notImplemented(commandType string) string {
 // execute runs an admitted command's effect and records its result. Only a
 // storage failure is returned: it is fatal, and the pending marker makes the
 // command indeterminate after the restart.
-func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandResult, error) {
+func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
 	var res state.CommandResult
-	fact := mustJSON(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
+	fact := jsonenc.MustMarshal(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
 	var err error
 	switch cmd.Type {
 	case "runner.suspend", "runner.shutdown":
@@ -100,7 +102,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 		}
 		err = r.store.Update(func(tx *state.Tx) error {
 			var err error
-			if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, mustJSON(map[string]any{"lifecycle": l})); err != nil {
+			if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, jsonenc.MustMarshal(map[string]any{"lifecycle": l})); err != nil {
 				return err
 			}
 			if err := tx.SetTerminalFence(res, l); err != nil {
@@ -123,7 +125,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 		if err == nil {
 			r.flush(ctx)
 			res, err = r.finishCommand(cmd, state.StatusCompleted,
-				mustJSON(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
+				jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
 		}
 	case "session.snapshot":
 		var active any // null without an active provider turn
@@ -135,7 +137,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 			}
 		}
 		res, err = r.finishCommand(cmd, state.StatusCompleted,
-			mustJSON(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warm}))
+			jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warm}))
 	default:
 		out, herr := r.handlers[cmd.Type](ctx, cmd)
 		switch {
@@ -167,7 +169,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 	return res, nil
 }
 
-func (r *loop) finishCommand(cmd *state.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
+func (r *loop) finishCommand(cmd *prp.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
 	var res state.CommandResult
 	err := r.store.Update(func(tx *state.Tx) error {
 		var err error
@@ -184,5 +186,5 @@ func wireStatus(res state.CommandResult) string {
 }
 
 func codeResult(code, message string) json.RawMessage {
-	return mustJSON(map[string]string{"code": code, "message": message})
+	return jsonenc.MustMarshal(map[string]string{"code": code, "message": message})
 }

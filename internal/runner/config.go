@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/pflag"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Defaults. Each mirrors the spec line named in its comment.
@@ -99,17 +101,6 @@ const (
 	LogFormatText LogFormat = "text"
 )
 
-// Identity is the six identity values the server assigns to one runner
-// (prp.md §13, R-state's six identity fields).
-type Identity struct {
-	RunnerID           string // --runner-id (runnerInstanceId)
-	EnvironmentLeaseID string // --environment-lease-id
-	RunID              string // --run-id
-	SessionID          string // --session-id (normalizedSessionId)
-	TurnID             string // --turn-id
-	ItemID             string // --item-id
-}
-
 // Config is runnerd's validated command line. ParseArgs fills every field
 // (defaults included); code that receives a Config may rely on the
 // invariants documented on each field.
@@ -130,8 +121,8 @@ type Config struct {
 	ListenPort    uint16 // 0 asks the kernel for a port (tests)
 	ListenPath    string
 
-	StateDir      string // cleaned, non-empty
-	Identity      Identity
+	StateDir      string       // cleaned, non-empty
+	Identity      prp.Identity // the six --*-id flags (prp.md §13)
 	RunnerVersion string
 	RunnerDigest  string
 
@@ -269,10 +260,10 @@ func newParser() *parser {
 	fs.StringVar(&c.ListenPath, "listen-path", "", "listen mode: "+ListenPathPrefix+"<run-id>")
 
 	fs.StringVar(&c.StateDir, "state-dir", "", "durable state directory")
-	fs.StringVar(&c.Identity.RunnerID, "runner-id", "", "runner instance id")
+	fs.StringVar(&c.Identity.RunnerInstanceID, "runner-id", "", "runner instance id")
 	fs.StringVar(&c.Identity.EnvironmentLeaseID, "environment-lease-id", "", "environment lease id")
 	fs.StringVar(&c.Identity.RunID, "run-id", "", "run id")
-	fs.StringVar(&c.Identity.SessionID, "session-id", "", "normalized session id")
+	fs.StringVar(&c.Identity.NormalizedSessionID, "session-id", "", "normalized session id")
 	fs.StringVar(&c.Identity.TurnID, "turn-id", "", "turn id")
 	fs.StringVar(&c.Identity.ItemID, "item-id", "", "item id")
 	fs.StringVar(&c.RunnerVersion, "runner-version", "", "runner version the server expects")

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 const testRunID = "3f1c2a9e-5b7d-4c1e-9a2b-8d6e4f0a1b2c"
@@ -118,9 +120,9 @@ func TestServerLaunchArgvParses(t *testing.T) {
 		require.Equal(t, 10*time.Minute, cfg.IdleTimeout)
 		require.Equal(t, []string{"--fake-harness", "--fake-harness-script"}, cfg.Ignored)
 		require.Empty(t, cfg.Warnings)
-		require.Equal(t, Identity{
-			RunnerID: "runner-instance-7", EnvironmentLeaseID: "env-lease-7", RunID: testRunID,
-			SessionID: "normalized-session-7", TurnID: "turn-7", ItemID: "item-7",
+		require.Equal(t, prp.Identity{
+			RunnerInstanceID: "runner-instance-7", EnvironmentLeaseID: "env-lease-7", RunID: testRunID,
+			NormalizedSessionID: "normalized-session-7", TurnID: "turn-7", ItemID: "item-7",
 		}, cfg.Identity)
 		require.Equal(t, "sha256:durable-recovery-approved", cfg.RunnerDigest)
 	})
@@ -514,8 +516,8 @@ func FuzzParseArgs(f *testing.F) {
 		if (cfg.Lifecycle == LifecycleWarm) != (cfg.IdleTimeout > 0) {
 			t.Fatalf("lifecycle %s idle %v", cfg.Lifecycle, cfg.IdleTimeout)
 		}
-		for _, id := range []string{cfg.StateDir, cfg.Identity.RunnerID, cfg.Identity.EnvironmentLeaseID, cfg.Identity.RunID,
-			cfg.Identity.SessionID, cfg.Identity.TurnID, cfg.Identity.ItemID, cfg.RunnerVersion, cfg.RunnerDigest} {
+		for _, id := range []string{cfg.StateDir, cfg.Identity.RunnerInstanceID, cfg.Identity.EnvironmentLeaseID, cfg.Identity.RunID,
+			cfg.Identity.NormalizedSessionID, cfg.Identity.TurnID, cfg.Identity.ItemID, cfg.RunnerVersion, cfg.RunnerDigest} {
 			if id == "" {
 				t.Fatal("empty identity value accepted")
 			}

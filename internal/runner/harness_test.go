@@ -25,9 +25,9 @@ import (
 const waitBound = 10 * time.Second
 
 // testIdentity is the registration the fake core and the runner share.
-var testIdentity = Identity{
-	RunnerID: "runner_1", EnvironmentLeaseID: "env_1", RunID: "run_1",
-	SessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
+var testIdentity = prp.Identity{
+	RunnerInstanceID: "runner_1", EnvironmentLeaseID: "env_1", RunID: "run_1",
+	NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
 }
 
 const (
@@ -50,7 +50,7 @@ type harness struct {
 func newPipeHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
 	t.Helper()
 	cc := prp.CoreConfig{
-		Identity:      prpIdentity(testIdentity),
+		Identity:      testIdentity,
 		RunnerVersion: testVersion, RunnerDigest: testDigest,
 	}
 	if tweak != nil {
@@ -69,7 +69,7 @@ func newPipeHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
 func newHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
 	t.Helper()
 	cc := prp.CoreConfig{
-		Identity:      prpIdentity(testIdentity),
+		Identity:      testIdentity,
 		RunnerVersion: testVersion, RunnerDigest: testDigest,
 	}
 	if tweak != nil {
@@ -90,8 +90,8 @@ func (h *harness) config(listen bool, extra ...string) Config {
 	h.t.Helper()
 	args := []string{
 		"--state-dir", h.stateDir,
-		"--runner-id", testIdentity.RunnerID, "--environment-lease-id", testIdentity.EnvironmentLeaseID,
-		"--run-id", testIdentity.RunID, "--session-id", testIdentity.SessionID,
+		"--runner-id", testIdentity.RunnerInstanceID, "--environment-lease-id", testIdentity.EnvironmentLeaseID,
+		"--run-id", testIdentity.RunID, "--session-id", testIdentity.NormalizedSessionID,
 		"--turn-id", testIdentity.TurnID, "--item-id", testIdentity.ItemID,
 		"--runner-version", testVersion, "--runner-digest", testDigest,
 		"--reconnect-delay-ms", "5",
@@ -217,7 +217,7 @@ func eventsOfType(evs []coreEvent, typ string) []coreEvent {
 // openState opens the harness state dir directly (the runner must be stopped).
 func (h *harness) openState() *state.Store {
 	h.t.Helper()
-	st, err := state.Open(state.Config{Dir: h.stateDir, Identity: stateIdentity(testIdentity)})
+	st, err := state.Open(state.Config{Dir: h.stateDir, Identity: testIdentity})
 	require.NoError(h.t, err)
 	return st
 }

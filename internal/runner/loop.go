@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -88,7 +88,7 @@ func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *lo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &loop{
-		cfg: cfg, store: st, log: logger, id: prpIdentity(cfg.Identity), clk: clock.Or(opts.Clock),
+		cfg: cfg, store: st, log: logger, id: cfg.Identity, clk: clock.Or(opts.Clock),
 		handlers: map[string]Handler{}, term: &terminal{},
 	}
 	r.send = &sender{store: st, id: r.id}
@@ -133,7 +133,7 @@ func (r *loop) stopErr() error { return r.term.stopErr() }
 
 // resume reports the cursors for auth_hello from the committed state.
 func (r *loop) resume() prp.Resume {
-	s := r.store.Snapshot()
+	s := r.store.Cursors()
 	return prp.Resume{
 		LastControllerCommandSeq: int64(s.LastControllerCommandSeq),
 		NextSourceEventSeq:       int64(s.NextSourceSeq),
@@ -170,8 +170,8 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		// it under their version, so a v2-only event acknowledged as a
 		// downgraded diagnostic on a v1 link is still restored (prp.md §8.2).
 		prev := v
-		if lv := r.store.Snapshot().LastConnectionProtocolVersion; lv != nil {
-			prev = *lv
+		if lv, ok := r.store.LastConnectionProtocolVersion(); ok {
+			prev = lv
 		}
 		if _, err := r.store.ApplyAck(uint64(w.AckedSourceSeq), prev); err != nil {
 			return fmt.Errorf("protocol error: welcome ack: %w", err)
@@ -184,8 +184,8 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		typ = eventRunnerConnected
 	}
 	fact := state.Event{Type: typ, Priority: state.P0,
-		Payload: mustJSON(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
-	fenced := r.store.Snapshot().PendingTerminalDelivery != nil
+		Payload: jsonenc.MustMarshal(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
+	fenced := r.store.PendingTerminalDelivery() != nil
 	// One write for the connection's facts (each write is two fsyncs).
 	err := r.store.Update(func(tx *state.Tx) error {
 		if err := tx.SetProtocolVersion(v); err != nil {
@@ -220,7 +220,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 	}
 	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
 
-	fence := r.store.Snapshot().PendingTerminalDelivery
+	fence := r.store.PendingTerminalDelivery()
 	for _, raw := range w.PendingCommands {
 		if fence != nil && commandID(raw) != fence.CommandID {
 			break // only the fenced terminal result is reconciled (prp.md §9.4)
@@ -280,7 +280,7 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		r.susp.command(false, r.clk.Now())
 		r.kick() // a suspend waits for the command's result
 	}()
-	cmd, err := state.DecodeCommand(raw)
+	cmd, err := prp.DecodeCommand(raw)
 	if err != nil {
 		return fmt.Errorf("protocol error: %w", err)
 	}
@@ -317,7 +317,7 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		r.log.Warn("command result not sent; the core re-delivers the command", "commandId", cmd.CommandID, "err", err)
 	}
 	if terminalLifecycle(cmd.Type) != "" {
-		if f := r.store.Snapshot().PendingTerminalDelivery; f != nil && f.CommandID == cmd.CommandID {
+		if f := r.store.PendingTerminalDelivery(); f != nil && f.CommandID == cmd.CommandID {
 			r.beginTerminal(*f, wire)
 		}
 	}
@@ -366,7 +366,7 @@ func (r *loop) reportBound(ctx context.Context, cause error) {
 	}
 	err := r.store.Update(func(tx *state.Tx) error {
 		_, err := tx.Enqueue(state.Event{Type: state.EventRunnerDiagnostic, Priority: state.P0,
-			Payload: mustJSON(map[string]string{"reasonCode": code})})
+			Payload: jsonenc.MustMarshal(map[string]string{"reasonCode": code})})
 		return err
 	})
 	if err != nil {
@@ -414,8 +414,8 @@ func (r *loop) settledWithoutEffect(p prp.CommandResultAckPayload) bool {
 	if terminalLifecycle(p.CommandType) == "" {
 		return false
 	}
-	res, ok := r.store.Snapshot().ProcessedCommands[p.CommandID]
-	return ok && res.CommandType == p.CommandType && int64(res.ControllerSeq) == p.ControllerSeq &&
+	res, ok := r.store.Result(p.CommandID)
+	return ok && res.CommandType == p.CommandType && res.ControllerSeq == p.ControllerSeq &&
 		res.Status != state.StatusCompleted && res.Status != state.StatusPending && wireStatus(res) == p.Status
 }
 
@@ -467,25 +467,4 @@ func commandID(raw []byte) string {
 	}
 	_ = json.Unmarshal(raw, &c)
 	return c.CommandID
-}
-
-// encodeJSON encodes v compactly without HTML escaping.
-func encodeJSON(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-// mustJSON encodes a value built by runnerd itself (maps of strings and
-// numbers), which cannot fail.
-func mustJSON(v any) json.RawMessage {
-	b, err := encodeJSON(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }

@@ -67,7 +67,7 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 		logger = slog.New(slog.DiscardHandler)
 	}
 	st, err := state.Open(state.Config{
-		Dir: cfg.StateDir, Identity: stateIdentity(cfg.Identity),
+		Dir: cfg.StateDir, Identity: cfg.Identity,
 		MaxOutboxBytes: int(cfg.MaxOutboxBytes), P0ReserveBytes: int(cfg.P0ReserveBytes),
 		MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger,
 	})
@@ -96,7 +96,7 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	secret := ticket.Reveal()
 	defer clear(secret)
 	ccfg := prp.ClientConfig{
-		Identity:      prpIdentity(cfg.Identity),
+		Identity:      cfg.Identity,
 		RunnerVersion: cfg.RunnerVersion, RunnerDigest: cfg.RunnerDigest,
 		Ticket:        string(secret), // prp keeps it in memory until the welcome
 		MaxFrameBytes: int(cfg.MaxFrameBytes), PingInterval: cfg.PingInterval,
@@ -151,20 +151,6 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 		return NewError(CodeRunnerFailed, "start client", err)
 	}
 	return r.run(ctx, client)
-}
-
-func stateIdentity(id Identity) state.Identity {
-	return state.Identity{
-		RunnerInstanceID: id.RunnerID, EnvironmentLeaseID: id.EnvironmentLeaseID, RunID: id.RunID,
-		NormalizedSessionID: id.SessionID, TurnID: id.TurnID, ItemID: id.ItemID,
-	}
-}
-
-func prpIdentity(id Identity) prp.Identity {
-	return prp.Identity{
-		RunnerInstanceID: id.RunnerID, EnvironmentLeaseID: id.EnvironmentLeaseID, RunID: id.RunID,
-		NormalizedSessionID: id.SessionID, TurnID: id.TurnID, ItemID: id.ItemID,
-	}
 }
 
 // exitFor maps the client's terminal condition to the runner's outcome,

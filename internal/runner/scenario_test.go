@@ -149,7 +149,7 @@ func TestPRP13_NonContiguousSeq(t *testing.T) {
 	run := h.start(h.config(false), Options{})
 	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
 	h.sendRaw(prp.KindCommand, prp.Command{
-		Schema: state.CommandSchemaV1, CommandID: "cmd_gap", ControllerSeq: 3, Type: "session.snapshot",
+		Schema: prp.CommandSchemaV1, CommandID: "cmd_gap", ControllerSeq: 3, Type: "session.snapshot",
 		IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
 	})
 	err := run.wait(t)
@@ -165,7 +165,7 @@ func TestPRP14_CrashBetweenJournalAndEffect(t *testing.T) {
 	h := newHarness(t, nil)
 	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_pending", Type: "runner.drain", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
-	dec, err := state.DecodeCommand(rawCommand(t, cmd))
+	dec, err := prp.DecodeCommand(rawCommand(t, cmd))
 	require.NoError(t, err)
 	h.seed(func(tx *state.Tx) error {
 		adm, err := tx.BeginCommand(dec)
@@ -249,7 +249,7 @@ func TestPRP18_RestartWithFenceOnlyReconciles(t *testing.T) {
 	h := newHarness(t, nil)
 	cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_stop", Type: "runner.shutdown", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
-	dec, err := state.DecodeCommand(rawCommand(t, cmd))
+	dec, err := prp.DecodeCommand(rawCommand(t, cmd))
 	require.NoError(t, err)
 	h.seed(func(tx *state.Tx) error {
 		if _, err := tx.BeginCommand(dec); err != nil {
@@ -339,7 +339,7 @@ func TestPRP20_48_LeaseExpiry(t *testing.T) {
 // answered while connected.
 func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 	dir := t.TempDir() + "/state"
-	st, err := state.Open(state.Config{Dir: dir, Identity: stateIdentity(testIdentity), MaxOutboxBytes: 4096, P0ReserveBytes: 2048})
+	st, err := state.Open(state.Config{Dir: dir, Identity: testIdentity, MaxOutboxBytes: 4096, P0ReserveBytes: 2048})
 	require.NoError(t, err)
 	defer st.Close()
 	for {
@@ -375,7 +375,7 @@ func TestPRP18_NoAckStopsWithFence(t *testing.T) {
 		run := h.start(h.config(false), Options{})
 		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
 		h.sendRaw(prp.KindCommand, prp.Command{
-			Schema: state.CommandSchemaV1, CommandID: "cmd_unjournaled_stop", ControllerSeq: 1, Type: "runner.shutdown",
+			Schema: prp.CommandSchemaV1, CommandID: "cmd_unjournaled_stop", ControllerSeq: 1, Type: "runner.shutdown",
 			IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
 		})
 		err := run.wait(t)
@@ -405,7 +405,7 @@ func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 	h := newHarness(t, nil)
 	big := json.RawMessage(`{"delta":"` + strings.Repeat("x", 900) + `"}`)
 	flood := func(emit Emit) Handler {
-		return func(ctx context.Context, cmd *state.Command) (json.RawMessage, error) {
+		return func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error) {
 			evs := make([]state.Event, 8)
 			for i := range evs {
 				evs[i] = state.Event{Type: "item.delta", Priority: state.P1, Payload: big}
@@ -440,7 +440,7 @@ func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 	h := newHarness(t, nil)
 	entered, release := make(chan struct{}), make(chan struct{})
 	slow := func(Emit) Handler {
-		return func(ctx context.Context, cmd *state.Command) (json.RawMessage, error) {
+		return func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error) {
 			close(entered)
 			select {
 			case <-release:
@@ -475,7 +475,7 @@ func TestPRP14_IndeterminateSuspendEndsProcess(t *testing.T) {
 	require.NoError(t, err)
 	raw, err := json.Marshal(cmd)
 	require.NoError(t, err)
-	dc, err := state.DecodeCommand(raw)
+	dc, err := prp.DecodeCommand(raw)
 	require.NoError(t, err)
 	st := h.openState()
 	require.NoError(t, st.Update(func(tx *state.Tx) error { _, err := tx.BeginCommand(dc); return err }))

@@ -72,7 +72,7 @@ func FuzzHandleCommand(f *testing.F) {
 	n := 0
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		n++
-		st, err := state.Open(state.Config{Dir: filepath.Join(dir, "s"+itoa(n)), Identity: stateIdentity(testIdentity)})
+		st, err := state.Open(state.Config{Dir: filepath.Join(dir, "s"+itoa(n)), Identity: testIdentity})
 		require.NoError(t, err)
 		defer st.Close()
 		r := newLoop(Config{Identity: testIdentity}, st, slog.New(slog.DiscardHandler), Options{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -118,8 +119,8 @@ func (s *sender) sendResult(ctx context.Context, res state.CommandResult) error 
 	if c == nil {
 		return nil
 	}
-	payload, err := encodeJSON(prp.CommandResultPayload{
-		CommandID: res.CommandID, ControllerSeq: int64(res.ControllerSeq), CommandType: res.CommandType,
+	payload, err := jsonenc.Marshal(prp.CommandResultPayload{
+		CommandID: res.CommandID, ControllerSeq: res.ControllerSeq, CommandType: res.CommandType,
 		Status: wireStatus(res), Result: res.Result,
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -274,7 +275,7 @@ func (r *loop) beginSuspend(ctx context.Context, reason string) {
 			return err
 		}
 		_, err := tx.Enqueue(state.Event{Type: eventRunnerSuspending, Priority: state.P0,
-			Payload: mustJSON(map[string]any{"reason": reason, "resumable": true})})
+			Payload: jsonenc.MustMarshal(map[string]any{"reason": reason, "resumable": true})})
 		if outboxBound(err) {
 			return nil // the store recorded the bound; the lifecycle change stands
 		}

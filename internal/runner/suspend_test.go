@@ -16,7 +16,7 @@ import (
 func turnHandlers() Options {
 	return Options{Handlers: map[string]func(Emit) Handler{
 		"turn.start": func(emit Emit) Handler {
-			return func(ctx context.Context, _ *state.Command) (json.RawMessage, error) {
+			return func(ctx context.Context, _ *prp.Command) (json.RawMessage, error) {
 				err := emit(ctx,
 					state.Event{Type: "turn.started", Priority: state.P1, Payload: json.RawMessage(`{}`)},
 					state.Event{Type: "turn.completed", Priority: state.P0, Payload: json.RawMessage(`{"stopReason":"end_turn"}`)})

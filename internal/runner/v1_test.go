@@ -115,7 +115,7 @@ func (c *versionCore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	maxV := c.maxVersion
 	c.mu.Unlock()
 	h := prp.CoreHandshake{
-		Identity: prpIdentity(testIdentity), RunnerVersion: testVersion, RunnerDigest: testDigest,
+		Identity: testIdentity, RunnerVersion: testVersion, RunnerDigest: testDigest,
 		Store: c.store, ConnectionID: "connection_v",
 		AckedSourceSeq: func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
 	}
@@ -162,7 +162,7 @@ func TestPRP23_47_V1Downgrade(t *testing.T) {
 	core, srv := newVersionCore(t)
 	core.maxVersion = 1
 	dir := filepath.Join(t.TempDir(), "state")
-	st, err := state.Open(state.Config{Dir: dir, Identity: stateIdentity(testIdentity)})
+	st, err := state.Open(state.Config{Dir: dir, Identity: testIdentity})
 	require.NoError(t, err)
 	require.NoError(t, st.Update(func(tx *state.Tx) error {
 		_, err := tx.Enqueue(state.Event{Type: "session.goal.updated", Priority: state.P1, Payload: json.RawMessage(`{"objective":"ship it"}`)})

@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,4 +96,58 @@ func BenchmarkDurableAppendBatch128(b *testing.B) {
 	elapsed := time.Since(start).Seconds()
 	b.ReportMetric(float64(b.N*batch)/elapsed, "events/s")
 	b.ReportMetric(float64(b.N)/elapsed, "writes/s")
+}
+
+// BenchmarkReadOneField reads the terminal fence and one journal entry of a
+// state whose outbox and journal are full, once through Snapshot (which
+// clones both) and once through the narrow accessors.
+//
+//	go test -run '^$' -bench ReadOneField -benchmem ./internal/state
+func BenchmarkReadOneField(b *testing.B) {
+	s, err := Open(Config{Dir: filepath.Join(b.TempDir(), "state"), Identity: testIdentity, MaxOutboxBytes: 1 << 20, P0ReserveBytes: 64 << 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Update(func(tx *Tx) error {
+		for range 512 { // a busy turn's unacknowledged outbox
+			if _, err := tx.Enqueue(benchEvent); err != nil {
+				return err
+			}
+		}
+		for i := uint64(1); i <= MaxRecentCommands; i++ {
+			c := command(i, fmt.Sprintf("cmd_%d", i), "turn.start", `{}`)
+			if _, err := tx.BeginCommand(c); err != nil {
+				return err
+			}
+			if _, err := tx.FinishCommand(c.CommandID, StatusCompleted, json.RawMessage(`{"ok":true}`)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Snapshot", func(b *testing.B) {
+		for b.Loop() {
+			st := s.Snapshot()
+			if st.PendingTerminalDelivery != nil {
+				b.Fatal("fence")
+			}
+			if _, ok := st.ProcessedCommands["cmd_1"]; !ok {
+				b.Fatal("journal")
+			}
+		}
+	})
+	b.Run("Accessors", func(b *testing.B) {
+		for b.Loop() {
+			if s.PendingTerminalDelivery() != nil {
+				b.Fatal("fence")
+			}
+			if _, ok := s.Result("cmd_1"); !ok {
+				b.Fatal("journal")
+			}
+		}
+	})
 }

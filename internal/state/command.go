@@ -1,18 +1,12 @@
 package state
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-)
 
-// Command schemas (prp.md §7.1).
-const (
-	CommandSchemaV1 = "paperclip.prp.command.v1"
-	CommandSchemaV2 = "paperclip.prp.command.v2"
-	CommandSchemaV3 = "paperclip.prp.command.v3"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Result codes of the journal (prp.md §7.2, §11).
@@ -34,162 +28,6 @@ const (
 	StatusRejected      CommandStatus = "rejected"
 	StatusIndeterminate CommandStatus = "indeterminate"
 )
-
-// minCommandSchema is the command catalogue of prp.md §7.5 with the lowest
-// command schema version that carries each type (SCH command*.schema.json,
-// R-state Command::validate).
-var minCommandSchema = map[string]int{
-	"run.prepare": 1, "run.attach": 1, "session.open": 1, "turn.start": 1, "turn.steer": 1,
-	"turn.interrupt": 1, "turn.stop": 1, "request.resolve": 1, "interaction.receipt": 1,
-	"semantic_tool.result": 1, "session.snapshot": 1, "session.close": 1,
-	"session.budget.increase": 1, "session.destroy": 1, "run.cancel": 1, "runner.drain": 1,
-	"runner.suspend": 1, "runner.shutdown": 1,
-	"session.goal.get": 2, "session.goal.set": 2, "session.goal.clear": 2,
-	"external_provider.operation": 3,
-}
-
-// Command is a decoded PRP command (prp.md §7.1). Raw is the command exactly
-// as received; the fingerprint covers all of it.
-type Command struct {
-	Schema        string
-	CommandID     string
-	ControllerSeq uint64
-	Type          string
-	IssuedAt      string
-	DeadlineAt    string // "" when absent
-	Precondition  json.RawMessage
-	Payload       json.RawMessage
-	Raw           json.RawMessage
-
-	fingerprint string // cached by DecodeCommand
-}
-
-// DecodeCommand decodes and validates a command object (prp.md §7.2 step 1).
-// Every failure wraps ErrInvalidCommand and names the field, never its value.
-func DecodeCommand(b []byte) (*Command, error) {
-	var fields map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&fields); err != nil || fields == nil {
-		return nil, fmt.Errorf("decode command: %w: not a JSON object", ErrInvalidCommand)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("decode command: %w: trailing data", ErrInvalidCommand)
-	}
-	c := &Command{Raw: bytes.Clone(b)}
-	str := func(name string, dst *string, required bool) error {
-		v, ok := fields[name]
-		if !ok || string(v) == "null" {
-			if required {
-				return fmt.Errorf("decode command: %w: %s missing", ErrInvalidCommand, name)
-			}
-			return nil
-		}
-		if err := json.Unmarshal(v, dst); err != nil {
-			return fmt.Errorf("decode command: %w: %s is not a string", ErrInvalidCommand, name)
-		}
-		return nil
-	}
-	for _, f := range []struct {
-		name     string
-		dst      *string
-		required bool
-	}{
-		{"schema", &c.Schema, true}, {"commandId", &c.CommandID, true}, {"type", &c.Type, true},
-		{"issuedAt", &c.IssuedAt, true}, {"deadlineAt", &c.DeadlineAt, false},
-	} {
-		if err := str(f.name, f.dst, f.required); err != nil {
-			return nil, err
-		}
-	}
-	if _, ok := fields["deadlineAt"]; ok && string(fields["deadlineAt"]) != "null" && c.DeadlineAt == "" {
-		return nil, fmt.Errorf("decode command: %w: deadlineAt empty", ErrInvalidCommand)
-	}
-	seq, ok := fields["controllerSeq"]
-	if !ok {
-		return nil, fmt.Errorf("decode command: %w: controllerSeq missing", ErrInvalidCommand)
-	}
-	n, err := strconv.ParseUint(string(bytes.TrimSpace(seq)), 10, 64)
-	if err != nil || n == 0 {
-		return nil, fmt.Errorf("decode command: %w: controllerSeq is not a positive integer", ErrInvalidCommand)
-	}
-	c.ControllerSeq = n
-	if p, ok := fields["precondition"]; ok && string(p) != "null" {
-		if !isObject(p) {
-			return nil, fmt.Errorf("decode command: %w: precondition is not an object", ErrInvalidCommand)
-		}
-		c.Precondition = p
-	}
-	p, ok := fields["payload"]
-	if !ok || !isObject(p) {
-		return nil, fmt.Errorf("decode command: %w: payload is not an object", ErrInvalidCommand)
-	}
-	c.Payload = p
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	if c.fingerprint, err = c.Fingerprint(); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func isObject(raw json.RawMessage) bool {
-	var m map[string]json.RawMessage
-	return json.Unmarshal(raw, &m) == nil && m != nil
-}
-
-// Validate checks schema, type, ids and timestamps (prp.md §7.2 step 1).
-func (c *Command) Validate() error {
-	version := 0
-	switch c.Schema {
-	case CommandSchemaV1:
-		version = 1
-	case CommandSchemaV2:
-		version = 2
-	case CommandSchemaV3:
-		version = 3
-	default:
-		return fmt.Errorf("validate command: %w: unsupported schema", ErrInvalidCommand)
-	}
-	need, ok := minCommandSchema[c.Type]
-	if !ok {
-		return fmt.Errorf("validate command: %w: unknown type", ErrInvalidCommand)
-	}
-	if version < need {
-		return fmt.Errorf("validate command: %w: type %s needs command schema v%d", ErrInvalidCommand, c.Type, need)
-	}
-	if !validToken(c.CommandID, MaxIDChars) {
-		return fmt.Errorf("validate command: %w: commandId empty, over %d chars or has control characters", ErrInvalidCommand, MaxIDChars)
-	}
-	if !validToken(c.IssuedAt, MaxIDChars) || (c.DeadlineAt != "" && !validToken(c.DeadlineAt, MaxIDChars)) {
-		return fmt.Errorf("validate command: %w: timestamp empty, over %d chars or has control characters", ErrInvalidCommand, MaxIDChars)
-	}
-	if c.ControllerSeq == 0 {
-		return fmt.Errorf("validate command: %w: controllerSeq must be positive", ErrInvalidCommand)
-	}
-	if !isObject(c.Payload) {
-		return fmt.Errorf("validate command: %w: payload is not an object", ErrInvalidCommand)
-	}
-	if c.Precondition != nil && !isObject(c.Precondition) {
-		return fmt.Errorf("validate command: %w: precondition is not an object", ErrInvalidCommand)
-	}
-	if len(c.Raw) == 0 {
-		return fmt.Errorf("validate command: %w: raw bytes missing", ErrInvalidCommand)
-	}
-	return nil
-}
-
-// Fingerprint is the hex SHA-256 of the canonical JSON of the whole command.
-func (c *Command) Fingerprint() (string, error) {
-	if c.fingerprint != "" {
-		return c.fingerprint, nil
-	}
-	d, err := digestHex(c.Raw)
-	if err != nil {
-		return "", fmt.Errorf("fingerprint command: %w", ErrInvalidCommand)
-	}
-	return d, nil
-}
 
 // Disposition is what admission decided.
 type Disposition int
@@ -222,7 +60,7 @@ func (r CommandResult) Wire() CommandResult {
 }
 
 func codeResult(code, message string) json.RawMessage {
-	b, _ := encodeJSON(map[string]string{"code": code, "message": message})
+	b, _ := jsonenc.Marshal(map[string]string{"code": code, "message": message})
 	return b
 }
 
@@ -230,8 +68,8 @@ func codeResult(code, message string) json.RawMessage {
 // pending marker {status: pending, code: execution_indeterminate} is in the
 // transaction: the effect MUST start only after the Update has committed.
 // Errors: ErrCommandReplayConflict (fail closed), ErrNonContiguousCommand
-// (fatal), ErrInvalidCommand.
-func (tx *Tx) BeginCommand(c *Command) (Admission, error) {
+// (fatal), prp.ErrInvalidCommand.
+func (tx *Tx) BeginCommand(c *prp.Command) (Admission, error) {
 	if err := c.Validate(); err != nil {
 		return Admission{}, err
 	}

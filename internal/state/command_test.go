@@ -9,9 +9,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-func begin(t *testing.T, s *Store, c *Command) (Admission, error) {
+func begin(t *testing.T, s *Store, c *prp.Command) (Admission, error) {
 	t.Helper()
 	var adm Admission
 	err := s.Update(func(tx *Tx) error {
@@ -33,47 +35,6 @@ func finish(t *testing.T, s *Store, id string, result string) CommandResult {
 	return r
 }
 
-func TestDecodeCommandValidation(t *testing.T) {
-	ok := `{"schema":"paperclip.prp.command.v1","commandId":"command_prp_00000001","controllerSeq":1,"type":"run.prepare","issuedAt":"2026-11-30T12:00:00Z","payload":{}}`
-	c, err := DecodeCommand([]byte(ok))
-	require.NoError(t, err)
-	require.Equal(t, uint64(1), c.ControllerSeq)
-	require.Equal(t, "run.prepare", c.Type)
-
-	long := strings.Repeat("a", MaxIDChars+1)
-	bad := map[string]string{
-		"not object":         `[]`,
-		"null":               `null`,
-		"trailing":           ok + `{}`,
-		"schema":             strings.Replace(ok, "command.v1", "command.v9", 1),
-		"unknown type":       strings.Replace(ok, "run.prepare", "turn.cancel", 1),
-		"goal needs v2":      strings.Replace(ok, "run.prepare", "session.goal.set", 1),
-		"empty id":           strings.Replace(ok, "command_prp_00000001", "", 1),
-		"long id":            strings.Replace(ok, "command_prp_00000001", long, 1),
-		"control char id":    strings.Replace(ok, "command_prp_00000001", `a\u0007b`, 1),
-		"long issuedAt":      strings.Replace(ok, "2026-11-30T12:00:00Z", long, 1),
-		"empty issuedAt":     strings.Replace(ok, "2026-11-30T12:00:00Z", "", 1),
-		"empty deadline":     strings.Replace(ok, `"payload"`, `"deadlineAt":"","payload"`, 1),
-		"seq zero":           strings.Replace(ok, `"controllerSeq":1`, `"controllerSeq":0`, 1),
-		"seq negative":       strings.Replace(ok, `"controllerSeq":1`, `"controllerSeq":-1`, 1),
-		"seq fraction":       strings.Replace(ok, `"controllerSeq":1`, `"controllerSeq":1.5`, 1),
-		"seq string":         strings.Replace(ok, `"controllerSeq":1`, `"controllerSeq":"1"`, 1),
-		"payload array":      strings.Replace(ok, `"payload":{}`, `"payload":[]`, 1),
-		"payload missing":    strings.Replace(ok, `,"payload":{}`, ``, 1),
-		"precondition array": strings.Replace(ok, `"payload"`, `"precondition":[],"payload"`, 1),
-		"id not string":      strings.Replace(ok, `"command_prp_00000001"`, `7`, 1),
-	}
-	for name, raw := range bad {
-		t.Run(name, func(t *testing.T) {
-			_, err := DecodeCommand([]byte(raw))
-			require.ErrorIs(t, err, ErrInvalidCommand)
-		})
-	}
-	v2 := strings.Replace(strings.Replace(ok, "run.prepare", "session.goal.get", 1), "command.v1", "command.v2", 1)
-	_, err = DecodeCommand([]byte(v2))
-	require.NoError(t, err)
-}
-
 // Scenario 12: duplicate command id with the same fingerprint → the
 // recorded result, no effect; same id with different bytes → fail closed.
 func TestPRP12_DuplicateCommandReplaysOrFailsClosed(t *testing.T) {
@@ -86,7 +47,7 @@ func TestPRP12_DuplicateCommandReplaysOrFailsClosed(t *testing.T) {
 	want := finish(t, s, c.CommandID, `{"threadId":"thread_1"}`)
 
 	// The identical command again (even with other key order/whitespace).
-	same, err := DecodeCommand([]byte(`{ "payload":{"reuse":"same_session"},"type":"session.open","controllerSeq":1,
+	same, err := prp.DecodeCommand([]byte(`{ "payload":{"reuse":"same_session"},"type":"session.open","controllerSeq":1,
 		"commandId":"command_prp_00000001","issuedAt":"2026-11-30T12:00:00.000Z","schema":"paperclip.prp.command.v1"}`))
 	require.NoError(t, err)
 	adm, err = begin(t, s, same)

@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // fakeCore admits events as the reference core does (prp.md §8.4): a new

@@ -5,8 +5,6 @@ import "errors"
 // Protocol-named conditions. Callers match them with errors.Is; the wrapped
 // messages never carry payload bytes or secrets.
 var (
-	// ErrInvalidCommand: a command failed validation (§7.2 step 1). Fatal for the runner.
-	ErrInvalidCommand = errors.New("invalid command")
 	// ErrCommandReplayConflict: a known commandId arrived with different bytes (§7.2 step 2). Fail closed.
 	ErrCommandReplayConflict = errors.New("command id reused with different command data")
 	// ErrNonContiguousCommand: controllerSeq is not last+1 (§7.2 step 4). Fatal for the runner.

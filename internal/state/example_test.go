@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -15,7 +16,7 @@ import (
 func Example() {
 	dir, _ := os.MkdirTemp("", "state-example")
 	defer os.RemoveAll(dir)
-	s, err := state.Open(state.Config{Dir: filepath.Join(dir, "state"), Identity: state.Identity{
+	s, err := state.Open(state.Config{Dir: filepath.Join(dir, "state"), Identity: prp.Identity{
 		RunnerInstanceID: "runner_1", EnvironmentLeaseID: "lease_env_1", RunID: "run_1",
 		NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
 	}})
@@ -25,7 +26,7 @@ func Example() {
 	}
 	defer s.Close()
 
-	cmd, err := state.DecodeCommand([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"command_prp_00000001",
+	cmd, err := prp.DecodeCommand([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"command_prp_00000001",
 		"controllerSeq":1,"type":"session.open","issuedAt":"2026-11-30T12:00:00.000Z","payload":{"reuse":"same_session"}}`))
 	if err != nil {
 		fmt.Println(err) // fatal for the runner

@@ -9,46 +9,6 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// FuzzDecodeCommand: any input either decodes to a command that validates
-// and fingerprints stably, or fails with ErrInvalidCommand. Never panics.
-func FuzzDecodeCommand(f *testing.F) {
-	f.Add([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"command_prp_00000001","controllerSeq":1,"type":"run.prepare","issuedAt":"2026-11-30T12:00:00Z","payload":{}}`))
-	f.Add([]byte(`{"schema":"paperclip.prp.command.v2","commandId":"c","controllerSeq":18446744073709551615,"type":"session.goal.set","issuedAt":"t","deadlineAt":null,"precondition":{"runnerState":["ready"]},"payload":{"objective":"x"}}`))
-	f.Add([]byte(`{"schema":"paperclip.prp.command.v1","commandId":"c","controllerSeq":1e3,"type":"run.prepare","issuedAt":"t","payload":{}}`))
-	f.Add([]byte(`{"commandId":"\u0000"}`))
-	f.Add([]byte(`[]`))
-	f.Add([]byte(``))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := DecodeCommand(b)
-		if err != nil {
-			if !errors.Is(err, ErrInvalidCommand) {
-				t.Fatalf("error does not wrap ErrInvalidCommand: %v", err)
-			}
-			return
-		}
-		if err := c.Validate(); err != nil {
-			t.Fatalf("decoded command does not validate: %v", err)
-		}
-		fp1, err := c.Fingerprint()
-		if err != nil {
-			t.Fatalf("fingerprint: %v", err)
-		}
-		// Re-encoding with other whitespace keeps the fingerprint.
-		var buf bytes.Buffer
-		if err := json.Indent(&buf, b, "", "  "); err != nil {
-			t.Fatalf("indent: %v", err)
-		}
-		c2, err := DecodeCommand(buf.Bytes())
-		if err != nil {
-			t.Fatalf("reformatted command rejected: %v", err)
-		}
-		fp2, err := c2.Fingerprint()
-		if err != nil || fp1 != fp2 {
-			t.Fatalf("fingerprint not stable: %v", err)
-		}
-	})
-}
-
 // FuzzLoadState: any file content either loads into a consistent state that
 // re-encodes and reloads to the same state, or fails with a clear error.
 func FuzzLoadState(f *testing.F) {

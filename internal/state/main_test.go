@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 func TestMain(m *testing.M) {
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var testIdentity = Identity{
+var testIdentity = prp.Identity{
 	RunnerInstanceID: "runner_1", EnvironmentLeaseID: "env_lease_1", RunID: "run_1",
 	NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
 }
@@ -82,10 +84,10 @@ func p1(typ string) Event {
 	return Event{Type: typ, Priority: P1, Payload: json.RawMessage(`{"channel":"progress"}`)}
 }
 
-func command(seq uint64, id, typ string, payload string) *Command {
+func command(seq uint64, id, typ string, payload string) *prp.Command {
 	raw := `{"schema":"paperclip.prp.command.v1","commandId":"` + id + `","controllerSeq":` +
 		strconv.FormatUint(seq, 10) + `,"type":"` + typ + `","issuedAt":"2026-11-30T12:00:00.000Z","payload":` + payload + `}`
-	c, err := DecodeCommand([]byte(raw))
+	c, err := prp.DecodeCommand([]byte(raw))
 	if err != nil {
 		panic(err)
 	}

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Wire constants of the event envelope (prp.md §3.2, §8.1).
@@ -122,7 +123,7 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 	}
 	env.Version = version
 	if downgrade {
-		p, err := encodeJSON(map[string]string{"reasonCode": CodeEventRequiresV2, "originalEventType": e.EventType})
+		p, err := jsonenc.Marshal(map[string]string{"reasonCode": CodeEventRequiresV2, "originalEventType": e.EventType})
 		if err != nil {
 			return nil, err
 		}
@@ -131,7 +132,7 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 		env.Payload.SchemaVersion = 1
 		env.Payload.Payload = p
 	}
-	return encodeJSON(env)
+	return jsonenc.Marshal(env)
 }
 
 // SourceEventID returns the sourceEventId inside the stored envelope.
@@ -193,80 +194,6 @@ func (tx *Tx) Enqueue(ev Event) (uint64, error) {
 	return seq, nil
 }
 
-// EnqueueExecutor appends an event produced by the executor (a provider)
-// under executorEventID. A replayed executor event with identical data is
-// not appended again: it returns the original sourceSeq and duplicate=true.
-// The same id with different data is ErrExecutorEventConflict (prp.md §9.4).
-func (tx *Tx) EnqueueExecutor(executorEventID string, ev Event) (seq uint64, duplicate bool, err error) {
-	if !validToken(executorEventID, MaxEventIDChars) {
-		return 0, false, fmt.Errorf("enqueue executor event: %w: bad executor event id", ErrInvalidEvent)
-	}
-	clean, err := sanitizeJSON(ev.Payload)
-	if err != nil {
-		return 0, false, fmt.Errorf("enqueue executor event: %w", err)
-	}
-	fp, err := executorFingerprint(ev.Type, ev.Priority, clean)
-	if err != nil {
-		return 0, false, err
-	}
-	if r, ok := tx.st.ExecutorEventReceipts[executorEventID]; ok {
-		if r.Fingerprint != fp {
-			return 0, false, fmt.Errorf("enqueue executor event: %w", ErrExecutorEventConflict)
-		}
-		return r.SourceSeq, true, nil
-	}
-	sourceID := ExecutorSourceEventID(tx.st.RunnerInstanceID, executorEventID)
-	if len(tx.st.ExecutorEventReceipts) >= MaxExecutorEventReceipts && tx.outboxHasSourceEventID(sourceID) {
-		// Its receipt was evicted while the event still waits for an ACK;
-		// the data can no longer be compared, so refuse as the reference does.
-		return 0, false, fmt.Errorf("enqueue executor event: %w: already queued", ErrExecutorEventConflict)
-	}
-	ev.CoalesceKey = ""
-	seq, err = tx.appendEvent(sourceID, ev)
-	if err != nil {
-		return 0, false, err
-	}
-	tx.coalesce = coalesceMark{}
-	if tx.st.ExecutorEventReceipts == nil {
-		tx.st.ExecutorEventReceipts = map[string]ExecutorEventReceipt{}
-	}
-	tx.st.ExecutorEventReceipts[executorEventID] = ExecutorEventReceipt{Fingerprint: fp, SourceSeq: seq}
-	for len(tx.st.ExecutorEventReceipts) > MaxExecutorEventReceipts {
-		oldest, min := "", uint64(0)
-		for id, r := range tx.st.ExecutorEventReceipts {
-			if oldest == "" || r.SourceSeq < min {
-				oldest, min = id, r.SourceSeq
-			}
-		}
-		delete(tx.st.ExecutorEventReceipts, oldest)
-	}
-	return seq, false, nil
-}
-
-// outboxHasSourceEventID reports whether an unacknowledged event carries id.
-// Executor ids are hex, so their JSON form needs no escaping.
-func (tx *Tx) outboxHasSourceEventID(id string) bool {
-	needle := []byte(`"sourceEventId":"` + id + `"`)
-	for _, e := range tx.st.Outbox {
-		if bytes.Contains(e.Envelope, needle) {
-			return true
-		}
-	}
-	return false
-}
-
-func executorFingerprint(eventType string, p Priority, cleanPayload json.RawMessage) (string, error) {
-	id, err := encodeJSON(struct {
-		EventType string          `json:"eventType"`
-		Priority  Priority        `json:"priority"`
-		Payload   json.RawMessage `json:"payload"`
-	}{eventType, p, cleanPayload})
-	if err != nil {
-		return "", fmt.Errorf("fingerprint executor event: %w", err)
-	}
-	return digestHex(id)
-}
-
 // buildEnvelope makes the compact envelope bytes of one event.
 func (tx *Tx) buildEnvelope(sourceEventID string, seq uint64, ev Event, clean json.RawMessage) ([]byte, error) {
 	st := tx.st
@@ -278,7 +205,7 @@ func (tx *Tx) buildEnvelope(sourceEventID string, seq uint64, ev Event, clean js
 	if st.LastConnectionProtocolVersion != nil && *st.LastConnectionProtocolVersion >= 1 && *st.LastConnectionProtocolVersion <= MaxProtocolVersion {
 		version = *st.LastConnectionProtocolVersion
 	}
-	return encodeJSON(envelope{
+	return jsonenc.Marshal(envelope{
 		Protocol: ProtocolName, Version: version, Kind: "event",
 		RunnerInstanceID: st.RunnerInstanceID, EnvironmentLeaseID: st.EnvironmentLeaseID,
 		RunID: st.RunID, NormalizedSessionID: st.NormalizedSessionID, TurnID: st.TurnID, ItemID: st.ItemID,
@@ -397,7 +324,7 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	}
 	env.Payload.Payload = merged
 	env.Payload.EmittedAt = tx.s.now().UTC().Format(emittedAtLayout)
-	b, err := encodeJSON(env)
+	b, err := jsonenc.Marshal(env)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode envelope: %w", err)
 	}
@@ -432,7 +359,7 @@ func mergeDelta(prev, next json.RawMessage) (json.RawMessage, error) {
 		if k == "delta" {
 			var ds, dn string
 			if json.Unmarshal(a[k], &ds) == nil && json.Unmarshal(v, &dn) == nil {
-				joined, err := encodeJSON(ds + dn)
+				joined, err := jsonenc.Marshal(ds + dn)
 				if err != nil {
 					return nil, err
 				}
@@ -442,7 +369,7 @@ func mergeDelta(prev, next json.RawMessage) (json.RawMessage, error) {
 		}
 		out[k] = v
 	}
-	return encodeJSON(out)
+	return jsonenc.Marshal(out)
 }
 
 // applyAck applies a cumulative ACK (prp.md §8.4). It reports whether the

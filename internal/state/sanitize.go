@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Redacted replaces a credential-shaped value.
@@ -96,7 +98,7 @@ func sanitizeJSON(raw []byte) (json.RawMessage, error) {
 		}
 		return buf.Bytes(), nil
 	}
-	b, err := encodeJSON(out)
+	b, err := jsonenc.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("encode payload: %w", err)
 	}

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 func validatePayload(t *testing.T, sch *jsonschema.Schema, wire []byte) {

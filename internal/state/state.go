@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // File names and schema names (R-state, prp.md §9.1).
@@ -38,8 +40,6 @@ const (
 	StateOverheadBytes = 16 * 1024 * 1024
 	// MaxDiagnosticChars bounds one diagnostic string (runnerd; keeps the file small).
 	MaxDiagnosticChars = 512
-	// MaxIDChars bounds command ids and timestamps (prp.md §7.2, §14.7: reference runner 64).
-	MaxIDChars = 64
 	// MaxEventIDChars bounds event ids and types (event.schema.json maxLength 160).
 	MaxEventIDChars = 160
 )
@@ -185,7 +185,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 	c := *s
 	c.normalize()
 	c.Outbox = []OutboxEvent{}
-	b, err := encodeJSON((*plainState)(&c))
+	b, err := jsonenc.Marshal((*plainState)(&c))
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 		if k > 0 {
 			buf.WriteByte(',')
 		}
-		typ, err := encodeJSON(e.EventType)
+		typ, err := jsonenc.Marshal(e.EventType)
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +223,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 		if knownFields()[k] {
 			return nil, fmt.Errorf("encode state: extension %q shadows a state field", k)
 		}
-		key, err := encodeJSON(k)
+		key, err := jsonenc.Marshal(k)
 		if err != nil {
 			return nil, err
 		}
@@ -335,13 +335,8 @@ func (s *State) HighestSourceSeq() uint64 {
 	return s.NextSourceSeq - 1
 }
 
-// encodeJSON encodes v compactly without HTML escaping.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+// isObject reports whether raw is a JSON object.
+func isObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
 }

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Defaults of the runnerd flags (prp.md §13).
@@ -24,17 +27,8 @@ const (
 	AckPersistInterval = 16
 )
 
-// Identity is the six durable identity fields (prp.md §3.2).
-type Identity struct {
-	RunnerInstanceID    string
-	EnvironmentLeaseID  string
-	RunID               string
-	NormalizedSessionID string
-	TurnID              string
-	ItemID              string
-}
-
-func (id Identity) valid() bool {
+// validIdentity checks the six durable identity fields (prp.md §3.2).
+func validIdentity(id prp.Identity) bool {
 	for _, s := range []string{id.RunnerInstanceID, id.EnvironmentLeaseID, id.RunID, id.NormalizedSessionID, id.TurnID, id.ItemID} {
 		if !validToken(s, MaxEventIDChars) {
 			return false
@@ -47,8 +41,9 @@ func (id Identity) valid() bool {
 // Config configures a Store.
 type Config struct {
 	// Dir is the state directory (--state-dir). Created 0700 if absent.
-	Dir      string
-	Identity Identity
+	Dir string
+	// Identity is the six durable identity fields (prp.md §3.2).
+	Identity prp.Identity
 	// MaxOutboxBytes, P0ReserveBytes, MaxFrameBytes: zero means the default.
 	MaxOutboxBytes int
 	P0ReserveBytes int
@@ -137,7 +132,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MaxOutboxBytes < 0 || cfg.P0ReserveBytes < 0 || cfg.P0ReserveBytes >= cfg.MaxOutboxBytes || cfg.MaxFrameBytes < 0 {
 		return nil, errors.New("open state: outbox bounds must satisfy 0 <= p0 reserve < max outbox bytes")
 	}
-	if !cfg.Identity.valid() {
+	if !validIdentity(cfg.Identity) {
 		return nil, errors.New("open state: identity fields must be non-empty, at most 160 chars, without control characters")
 	}
 	if cfg.Now == nil {
@@ -232,6 +227,55 @@ func (s *Store) Summary() Summary { return *s.sum.Load() }
 
 // Snapshot returns a private deep copy of the committed state.
 func (s *Store) Snapshot() *State { return s.cur.Load().Clone() }
+
+// The accessors below read one field of the committed state and copy only
+// what they return: the hot paths of the runner (a welcome, a command, an
+// ACK) need one value, and Snapshot clones the outbox and the journal.
+
+// PendingTerminalDelivery returns a copy of the terminal fence, or nil.
+func (s *Store) PendingTerminalDelivery() *TerminalFence {
+	f := s.cur.Load().PendingTerminalDelivery
+	if f == nil {
+		return nil
+	}
+	c := *f
+	return &c
+}
+
+// Result returns a copy of the journal entry of commandID; ok is false when
+// the journal does not hold it (never seen, or compacted).
+func (s *Store) Result(commandID string) (res CommandResult, ok bool) {
+	res, ok = s.cur.Load().ProcessedCommands[commandID]
+	res.Result = bytes.Clone(res.Result)
+	return res, ok
+}
+
+// LastConnectionProtocolVersion returns the protocol version of the last
+// authenticated connection; ok is false before the first one.
+func (s *Store) LastConnectionProtocolVersion() (version int, ok bool) {
+	v := s.cur.Load().LastConnectionProtocolVersion
+	if v == nil {
+		return 0, false
+	}
+	return *v, true
+}
+
+// Cursors are the sequence cursors auth_hello's resume carries (prp.md §3.2).
+type Cursors struct {
+	LastControllerCommandSeq uint64
+	NextSourceSeq            uint64
+	AckedSourceSeq           uint64
+}
+
+// Cursors returns the committed sequence cursors.
+func (s *Store) Cursors() Cursors {
+	st := s.cur.Load()
+	return Cursors{LastControllerCommandSeq: st.LastControllerCommandSeq, NextSourceSeq: st.NextSourceSeq, AckedSourceSeq: st.AckedSourceSeq}
+}
+
+// Record decodes the committed extension record name into v (see
+// State.Record) without copying the rest of the state.
+func (s *Store) Record(name string, v any) (ok bool, err error) { return s.cur.Load().Record(name, v) }
 
 // Unacked returns every committed, unacknowledged outbox event in order.
 // The slice is the caller's; the envelopes must not be modified.

@@ -3,6 +3,8 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Tx is one logical step on a private copy of the state. It is valid only
@@ -117,7 +119,7 @@ func (tx *Tx) SetRecord(name string, v any) error {
 	if name == "" || knownFields()[name] {
 		return fmt.Errorf("set record: %q is reserved", name)
 	}
-	b, err := encodeJSON(v)
+	b, err := jsonenc.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("set record %s: %w", name, err)
 	}

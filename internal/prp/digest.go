@@ -1,4 +1,4 @@
-package state
+package prp
 
 import (
 	"bytes"
@@ -10,18 +10,18 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
-// canonicalJSON is the canonical JSON of raw (prp.Canonical: the reference's
-// canonicalJson). prp.Canonical refuses values above the core's node and
+// digestJSON is the canonical JSON CanonicalDigest hashes: Canonical (the
+// reference's canonicalJson). Canonical refuses values above the core's node and
 // depth bounds, but the reference runner fingerprints commands of any size
 // (R-state canonical_json), so such a value falls back to an unbounded
 // encoding with sorted keys. The choice depends only on the input, so a
 // fingerprint is stable.
-func canonicalJSON(raw []byte) ([]byte, error) {
-	c, err := prp.Canonical(json.RawMessage(raw))
-	if err == nil || !errors.Is(err, prp.ErrCanonicalTooLarge) {
+func digestJSON(raw []byte) ([]byte, error) {
+	c, err := Canonical(json.RawMessage(raw))
+	if err == nil || !errors.Is(err, ErrCanonicalTooLarge) {
 		return c, err
 	}
 	return unboundedCanonicalJSON(raw)
@@ -37,13 +37,13 @@ func unboundedCanonicalJSON(raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("canonicalize json: %w", err)
 	}
 	var buf bytes.Buffer
-	if err := writeCanonical(&buf, v); err != nil {
+	if err := writeUnboundedCanonical(&buf, v); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-func writeCanonical(buf *bytes.Buffer, v any) error {
+func writeUnboundedCanonical(buf *bytes.Buffer, v any) error {
 	switch t := v.(type) {
 	case map[string]any:
 		buf.WriteByte('{')
@@ -51,13 +51,13 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			kb, err := encodeJSON(k)
+			kb, err := jsonenc.Marshal(k)
 			if err != nil {
 				return err
 			}
 			buf.Write(kb)
 			buf.WriteByte(':')
-			if err := writeCanonical(buf, t[k]); err != nil {
+			if err := writeUnboundedCanonical(buf, t[k]); err != nil {
 				return err
 			}
 		}
@@ -68,13 +68,13 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if err := writeCanonical(buf, e); err != nil {
+			if err := writeUnboundedCanonical(buf, e); err != nil {
 				return err
 			}
 		}
 		buf.WriteByte(']')
 	default:
-		b, err := encodeJSON(t)
+		b, err := jsonenc.Marshal(t)
 		if err != nil {
 			return fmt.Errorf("canonicalize json: %w", err)
 		}
@@ -83,9 +83,11 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 	return nil
 }
 
-// digestHex is the lower-case hex SHA-256 of the canonical form of raw.
-func digestHex(raw []byte) (string, error) {
-	c, err := canonicalJSON(raw)
+// CanonicalDigest is the lower-case hex SHA-256 of the canonical JSON of
+// raw: the command fingerprint of the journal (prp.md §7.2) and the
+// executor-event fingerprint (§9.4).
+func CanonicalDigest(raw []byte) (string, error) {
+	c, err := digestJSON(raw)
 	if err != nil {
 		return "", err
 	}
