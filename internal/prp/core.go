@@ -487,7 +487,7 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 	c.mu.Unlock()
 	if isTerminalCommand(p.CommandType) {
 		return c.sendOn(cc, KindCommandResultAck, "", CommandResultAckPayload{
-			CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: p.ControllerSeq, Status: p.Status,
+			CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: int64(p.ControllerSeq), Status: p.Status,
 		})
 	}
 	c.mu.Lock()

@@ -140,11 +140,18 @@ type CommandResultPayload struct {
 
 // CommandResultAckPayload is core→runner command_result_ack.
 type CommandResultAckPayload struct {
-	CommandID      string          `json:"commandId"`
-	CommandType    string          `json:"commandType"`
-	ControllerSeq  uint64          `json:"controllerSeq"`
+	CommandID   string `json:"commandId"`
+	CommandType string `json:"commandType"`
+	// ControllerSeq stays signed: an ACK naming a negative seq matches no
+	// result and is ignored, as it always was, rather than failing decode.
+	ControllerSeq  int64           `json:"controllerSeq"`
 	Status         string          `json:"status"`
 	WarmTransition json.RawMessage `json:"warmTransition,omitempty"`
+}
+
+// AcksSeq reports whether p acknowledges the result of command seq.
+func (p CommandResultAckPayload) AcksSeq(seq uint64) bool {
+	return p.ControllerSeq >= 0 && uint64(p.ControllerSeq) == seq
 }
 
 // WarmTransitionActivatedPayload is the payload of warm_transition_activated

@@ -415,7 +415,7 @@ func (r *loop) settledWithoutEffect(p prp.CommandResultAckPayload) bool {
 		return false
 	}
 	res, ok := r.store.Result(p.CommandID)
-	return ok && res.CommandType == p.CommandType && res.ControllerSeq == p.ControllerSeq &&
+	return ok && res.CommandType == p.CommandType && p.AcksSeq(res.ControllerSeq) &&
 		res.Status != state.StatusCompleted && res.Status != state.StatusPending && wireStatus(res) == p.Status
 }
 

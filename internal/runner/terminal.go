@@ -90,7 +90,7 @@ func (t *terminal) ack(p prp.CommandResultAckPayload) bool {
 	defer t.mu.Unlock()
 	w := t.wait
 	match := w != nil && p.CommandID == w.fence.CommandID && p.CommandType == w.fence.CommandType &&
-		p.ControllerSeq == w.fence.ControllerSeq && (w.status == "" || p.Status == w.status)
+		p.AcksSeq(w.fence.ControllerSeq) && (w.status == "" || p.Status == w.status)
 	if match {
 		w.acked = true
 	}
