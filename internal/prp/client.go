@@ -106,40 +106,6 @@ type Client struct {
 	fatal        chan error
 }
 
-// Conn is one authenticated connection as the Client's user sees it.
-type Conn struct {
-	l       *link
-	sess    *Session
-	welcome *Welcome
-}
-
-// Session returns the connection's secure session.
-func (c *Conn) Session() *Session { return c.sess }
-
-// Welcome returns the checked welcome that opened the connection.
-func (c *Conn) Welcome() *Welcome { return c.welcome }
-
-// Done is closed when the connection has ended.
-func (c *Conn) Done() <-chan struct{} { return c.l.Done() }
-
-// Send queues one envelope plaintext (an event or command_result kept
-// durably, byte for byte) for the single writer, which seals frames in
-// send order. It returns once queued.
-func (c *Conn) Send(ctx context.Context, plaintext []byte) error { return c.l.send(ctx, plaintext) }
-
-// SendControl builds a control envelope of kind on this connection and queues it.
-func (c *Conn) SendControl(ctx context.Context, kind string, payload any) error {
-	env, err := c.sess.NewControl(kind, payload)
-	if err != nil {
-		return err
-	}
-	b, err := MarshalEnvelope(env)
-	if err != nil {
-		return err
-	}
-	return c.l.send(ctx, b)
-}
-
 // NewClient checks cfg.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if (cfg.Dialer == nil) == (cfg.Listener == nil) {
