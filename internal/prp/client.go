@@ -69,14 +69,26 @@ type ClientConfig struct {
 	Resume func() Resume
 	// Pong reports the pong payload. Nil: an empty "ready" pong.
 	Pong func() PongPayload
-	// OnAuthenticated runs for each new authenticated connection before any
-	// of its inbound envelopes: the place to apply welcome.AckedSourceSeq,
-	// replay the unacknowledged outbox and admit the welcome's pending command.
+	// OnAuthenticated runs for each new authenticated connection on its
+	// command routine, before any of its commands: the place to apply
+	// welcome.AckedSourceSeq, replay the unacknowledged outbox and admit
+	// the welcome's pending command. The connection's acks may be applied
+	// while it runs: they answer frames sent on this connection, which the
+	// hook sends only after applying the welcome's cursor. It starts only
+	// once every routine of the previous connection has returned.
 	OnAuthenticated func(ctx context.Context, c *Conn, w *Welcome) error
-	// OnControl receives, in order, every inbound command, ack,
-	// command_result_ack and warm_transition_activated_ack. ping,
-	// lease_renewed and revoke are handled by the Client. An error is fatal:
-	// Run returns it.
+	// OnControl receives every inbound command, ack, command_result_ack and
+	// warm_transition_activated_ack; ping, lease_renewed and revoke are
+	// handled by the Client. It is called on two routines per connection
+	// (dispatch.go): commands on the command routine, one at a time in
+	// arrival order; the acks on the ack routine, one at a time in arrival
+	// order. The two overlap, so a command that blocks (session.open waits
+	// up to 60 s) never delays an ack. What stays ordered (prp.md §8.5):
+	// a command starts only after every ack that arrived before it was
+	// applied, and a command_result_ack is applied only after the handler
+	// of its command (or OnAuthenticated, for a welcome's pending command)
+	// has returned. Acks must not block for long. An error is fatal: Run
+	// returns it.
 	OnControl func(ctx context.Context, c *Conn, env *Envelope) error
 	// OnLost reports that the current connection ended (not when a newer
 	// connection supersedes it). It runs on the supervisor goroutine, so it
@@ -607,75 +619,6 @@ func (c *Client) serveAccepted(ctx context.Context, a accepted, boot chan struct
 	case authed <- conn:
 	case <-ctx.Done():
 		conn.l.close(nil)
-	}
-}
-
-// dispatcher hands the newest connection to the dispatch goroutine without
-// ever blocking the supervisor.
-type dispatcher struct {
-	mu   sync.Mutex
-	conn *Conn
-	gen  int
-	kick chan struct{}
-}
-
-func (d *dispatcher) set(c *Conn) {
-	d.mu.Lock()
-	d.conn, d.gen = c, d.gen+1
-	d.mu.Unlock()
-	kick(d.kick)
-}
-
-func (d *dispatcher) get() (*Conn, int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.conn, d.gen
-}
-
-// dispatchLoop calls the user's hooks serially: OnAuthenticated once per
-// connection, then OnControl for each inbound envelope, until a newer
-// connection takes over.
-func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
-	seen := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.kick:
-		}
-		conn, gen := d.get()
-		if gen == seen || conn == nil {
-			continue
-		}
-		seen = gen
-		if c.cfg.OnAuthenticated != nil {
-			if err := c.cfg.OnAuthenticated(ctx, conn, conn.welcome); err != nil {
-				c.failFatal(err)
-				return
-			}
-		}
-		for {
-			pt, err := conn.l.recv(ctx)
-			if err != nil {
-				break
-			}
-			if _, g := d.get(); g != gen {
-				break // superseded: the newer connection's replay covers the rest
-			}
-			env, err := DecodeEnvelope(pt)
-			if err != nil {
-				continue // inspect already validated it
-			}
-			if c.cfg.OnControl != nil {
-				if err := c.cfg.OnControl(ctx, conn, env); err != nil {
-					c.failFatal(err)
-					return
-				}
-			}
-		}
-		if _, g := d.get(); g != gen {
-			kick(d.kick)
-		}
 	}
 }
 
