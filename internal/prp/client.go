@@ -222,10 +222,13 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 	conn.l = startLink(ws, act, sess, linkConfig{
 		PingInterval:   c.cfg.PingInterval,
 		SilenceTimeout: c.cfg.SilenceTimeout,
-		Inspect:        func(pt []byte) (frameAction, error) { return c.inspect(sess, pt) },
-		Pong:           func() ([]byte, error) { return c.pong(sess) },
-		PongSent:       c.cfg.pongSent,
-		Logger:         c.log,
+		Inspect: func(pt []byte) (frameAction, any, error) {
+			act, env, err := c.inspect(sess, pt)
+			return act, env, err
+		},
+		Pong:     func() ([]byte, error) { return c.pong(sess) },
+		PongSent: c.cfg.pongSent,
+		Logger:   c.log,
 	})
 	return conn
 }
@@ -242,45 +245,45 @@ func (c *Client) pong(sess *Session) ([]byte, error) {
 	return MarshalEnvelope(env)
 }
 
-// inspect runs in the reader goroutine: it validates every core frame,
+// inspect runs in the reader goroutine: it decodes and validates every core frame,
 // answers nothing itself but classifies ping, and applies lease_renewed and
 // revoke at once so neither waits behind the user's handler.
-func (c *Client) inspect(sess *Session, pt []byte) (frameAction, error) {
+func (c *Client) inspect(sess *Session, pt []byte) (frameAction, *Envelope, error) {
 	env, err := DecodeEnvelope(pt)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := ValidateControlIdentity(env, sess); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	c.mu.Lock()
 	expired := c.lease != nil && time.Now().UnixMilli() >= c.lease.ExpiresAtUnixMs
 	c.mu.Unlock()
 	if expired {
-		return 0, fmt.Errorf("inspect frame: %w", ErrLeaseExpired)
+		return 0, nil, fmt.Errorf("inspect frame: %w", ErrLeaseExpired)
 	}
 	switch env.Kind {
 	case KindPing:
-		return framePing, nil
+		return framePing, nil, nil
 	case KindLeaseRenewed:
-		return frameConsumed, c.applyRenewed(env)
+		return frameConsumed, nil, c.applyRenewed(env)
 	case KindRevoke:
 		var p RevokePayload
 		if err := env.DecodePayload(&p); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		c.mu.Lock()
 		epoch := c.lease.RevocationEpoch
 		c.mu.Unlock()
 		if p.RevocationEpoch <= epoch {
 			c.failFatal(ErrRevokeEpoch)
-			return 0, ErrRevokeEpoch
+			return 0, nil, ErrRevokeEpoch
 		}
 		rev := &RevokedError{Epoch: p.RevocationEpoch, LeaseEpoch: epoch}
 		c.failFatal(rev)
-		return 0, rev
+		return 0, nil, rev
 	}
-	return frameForward, nil
+	return frameForward, env, nil // json.Unmarshal copied every field: env owns its memory
 }
 
 func (c *Client) applyRenewed(env *Envelope) error {

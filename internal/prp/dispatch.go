@@ -106,17 +106,14 @@ func (c *Client) serveConn(ctx context.Context, conn *Conn, current func() bool)
 // ackLoop is the ack routine: the link inbox's only consumer.
 func (c *Client) ackLoop(ctx context.Context, conn *Conn, q *commandQueue, current func() bool) error {
 	for {
-		pt, err := conn.l.recv(ctx)
+		v, err := conn.l.recv(ctx)
 		if err != nil {
 			return nil // the connection or ctx ended: Run sorts out which
 		}
 		if !current() {
 			return nil // superseded: the newer connection's replay covers the rest
 		}
-		env, err := DecodeEnvelope(pt)
-		if err != nil {
-			continue // inspect already validated it
-		}
+		env := v.(*Envelope) // decoded by the reader (Client.inspect), owned here
 		switch env.Kind {
 		case KindCommand:
 			if !q.push(env, commandIDOf(env.Payload)) {

@@ -68,7 +68,11 @@ type linkConfig struct {
 	SilenceTimeout time.Duration
 	// Inspect runs in the reader goroutine on each opened plaintext and says
 	// what to do with it; an error ends the connection. It must not block.
-	Inspect func(plaintext []byte) (frameAction, error)
+	// The plaintext is valid only during the call: only the reader touches
+	// it, so its buffer may be reused for the next frame. For frameForward
+	// Inspect returns the decoded value the owner receives from recv, which
+	// must own its memory (never alias the plaintext).
+	Inspect func(plaintext []byte) (frameAction, any, error)
 	// Pong builds a pong plaintext on the writer goroutine; it must read only
 	// in-memory state. Nil: pings are not answered (the core half).
 	Pong func() ([]byte, error)
@@ -106,7 +110,7 @@ type link struct {
 	pinging  atomic.Bool
 
 	inMu      sync.Mutex
-	inbox     [][]byte
+	inbox     []any // decoded frames, owned by whoever takes them
 	inKick    chan struct{}
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -253,8 +257,8 @@ func (l *link) popPriority() []byte {
 	return pt
 }
 
-// recv returns the next inbound plaintext that is not a PRP ping.
-func (l *link) recv(ctx context.Context) ([]byte, error) {
+// recv returns the next forwarded frame as Inspect decoded it.
+func (l *link) recv(ctx context.Context) (any, error) {
 	for {
 		l.inMu.Lock()
 		if len(l.inbox) > 0 {
@@ -302,7 +306,7 @@ func (l *link) readLoop() {
 			l.fail(fmt.Errorf("open frame: %w", err))
 			return
 		}
-		act, err := l.cfg.Inspect(pt)
+		act, v, err := l.cfg.Inspect(pt)
 		if err != nil {
 			l.fail(err)
 			return
@@ -332,7 +336,7 @@ func (l *link) readLoop() {
 			l.fail(ErrInboundOverflow)
 			return
 		}
-		l.inbox = append(l.inbox, pt)
+		l.inbox = append(l.inbox, v)
 		l.inMu.Unlock()
 		kick(l.inKick)
 	}
