@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // Runner-side terminal conditions named by the protocol (prp.md §5, §6.1, §11).
@@ -35,9 +37,6 @@ func (e *RevokedError) Is(target error) bool { return target == ErrRevoked }
 
 // LeaseExpiredCode is the recoverable failure recorded on lease expiry (prp.md §5).
 const LeaseExpiredCode = "lease_expired_requires_bootstrap"
-
-// minRenewInterval keeps lease renewal from spinning when little lease time is left.
-const minRenewInterval = 100 * time.Millisecond
 
 // maxConcurrentHandshakes bounds listener peers authenticating at once
 // (each for at most the auth bounds); more wait in the listener's queue.
@@ -97,6 +96,10 @@ type ClientConfig struct {
 
 	Logger *slog.Logger
 	Rand   io.Reader
+	// Clock drives every timer of the Client and its connections (lease
+	// renewal and expiry, reconnect backoff, idle pings, the silence
+	// watchdog). Nil: clock.System.
+	Clock clock.Clock
 
 	// pongSent observes ping-to-pong latency inside the runner (benchmarks).
 	pongSent func(time.Duration)
@@ -108,6 +111,7 @@ type ClientConfig struct {
 type Client struct {
 	cfg ClientConfig
 	log *slog.Logger
+	clk clock.Clock
 
 	mu           sync.Mutex
 	ticket       string
@@ -141,6 +145,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "prp.client"),
+		clk:       clock.Or(cfg.Clock),
 		ticket:    cfg.Ticket,
 		leaseKick: make(chan struct{}, 1),
 		fatal:     make(chan error, 1),
@@ -186,7 +191,7 @@ func (c *Client) handshake(ctx context.Context, ws *wsConn) (*Session, *Welcome,
 	c.mu.Lock()
 	h := ClientHandshake{
 		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
-		Ticket: c.ticket, RenewalOutstanding: c.renewPending != nil, Rand: c.cfg.Rand,
+		Ticket: c.ticket, RenewalOutstanding: c.renewPending != nil, Rand: c.cfg.Rand, Now: c.clk.Now,
 	}
 	if c.lease != nil {
 		l := *c.lease
@@ -257,7 +262,7 @@ func (c *Client) inspect(sess *Session, pt []byte) (frameAction, *Envelope, erro
 		return 0, nil, err
 	}
 	c.mu.Lock()
-	expired := c.lease != nil && time.Now().UnixMilli() >= c.lease.ExpiresAtUnixMs
+	expired := c.lease != nil && c.clk.Now().UnixMilli() >= c.lease.ExpiresAtUnixMs
 	c.mu.Unlock()
 	if expired {
 		return 0, nil, fmt.Errorf("inspect frame: %w", ErrLeaseExpired)
@@ -344,22 +349,16 @@ func (c *Client) Run(ctx context.Context) error {
 	}()
 
 	everAuthed := false
-	disconnectedAt := time.Now()
-	var renewAt time.Time
+	disconnectedAt := c.clk.Now()
+	var sched leaseSchedule
 	scheduleRenew := func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.lease == nil || c.lease.RenewalVersion != 1 {
-			renewAt = time.Time{}
-			return
-		}
-		now := time.Now()
-		left := time.UnixMilli(c.lease.ExpiresAtUnixMs).Sub(now)
-		renewAt = now.Add(max(left/2, minRenewInterval))
+		sched.plan(c.clk.Now(), c.lease)
 	}
 	kick(need)
 	for {
-		now := time.Now()
+		now := c.clk.Now()
 		wake := time.Duration(-1)
 		consider := func(d time.Duration) {
 			if wake < 0 || d < wake {
@@ -367,17 +366,14 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 		}
 		c.mu.Lock()
-		var expiry time.Time
-		if c.lease != nil {
-			expiry = time.UnixMilli(c.lease.ExpiresAtUnixMs)
-		}
+		left, leased := leaseLeft(now, c.lease)
 		c.mu.Unlock()
-		if !expiry.IsZero() {
-			if !now.Before(expiry) {
+		if leased {
+			if left <= 0 {
 				c.log.Error("connection lease expired", "code", LeaseExpiredCode)
 				return fmt.Errorf("run client: %s: %w", LeaseExpiredCode, ErrLeaseExpired)
 			}
-			consider(expiry.Sub(now))
+			consider(left)
 		}
 		if cur == nil && everAuthed && c.cfg.ReconnectGrace > 0 {
 			left := disconnectedAt.Add(c.cfg.ReconnectGrace).Sub(now)
@@ -393,18 +389,18 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 			consider(left)
 		}
-		if cur != nil && !renewAt.IsZero() {
-			if !now.Before(renewAt) {
+		if due, planned := sched.renewDue(now); cur != nil && planned {
+			if due {
 				c.sendRenew(cur)
-				scheduleRenew()
+				scheduleRenew() // the resend, unless lease_renewed comes first
 			}
-			consider(renewAt.Sub(now))
+			consider(sched.untilRenew(now))
 		}
 		var timer <-chan time.Time
-		var t *time.Timer
+		var t clock.Timer
 		if wake >= 0 {
-			t = time.NewTimer(wake)
-			timer = t.C
+			t = c.clk.NewTimer(wake)
+			timer = t.C()
 		}
 		var curDone <-chan struct{}
 		if cur != nil {
@@ -439,7 +435,7 @@ func (c *Client) Run(ctx context.Context) error {
 			c.mu.Lock()
 			c.current = nil
 			c.mu.Unlock()
-			disconnectedAt = time.Now()
+			disconnectedAt = c.clk.Now()
 			if c.cfg.OnLost != nil {
 				c.cfg.OnLost(err)
 			}
@@ -516,7 +512,7 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 			return
 		case <-need:
 		}
-		if !first && !sleepCtx(ctx, c.cfg.ReconnectDelay) { // after a drop: base once
+		if !first && !sleepCtx(ctx, c.clk, c.cfg.ReconnectDelay) { // after a drop: base once
 			return
 		}
 		first = false
@@ -535,7 +531,7 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 			if ctx.Err() != nil || c.handshakeFailed(err) {
 				return
 			}
-			if !sleepCtx(ctx, bo.Next()) {
+			if !sleepCtx(ctx, c.clk, bo.Next()) {
 				return
 			}
 		}
@@ -545,7 +541,7 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 func (c *Client) dialOnce(ctx context.Context) (*Conn, error) {
 	actx, cancel := c.attemptCtx(ctx)
 	defer cancel()
-	act := newActivity()
+	act := newActivityOn(c.clk)
 	ws, err := c.cfg.Dialer.dial(actx, act, c.cfg.MaxFrameBytes)
 	if err != nil {
 		return nil, err
@@ -625,12 +621,12 @@ func (c *Client) serveAccepted(ctx context.Context, a accepted, boot chan struct
 	}
 }
 
-// sleepCtx waits d or until ctx ends; false means ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleepCtx waits d on clk or until ctx ends; false means ctx ended.
+func sleepCtx(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-ctx.Done():
 		return false

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // Liveness bounds (prp.md §4, §12).
@@ -80,6 +82,8 @@ type linkConfig struct {
 	// leaving the writer (benchmarks).
 	PongSent func(time.Duration)
 	Logger   *slog.Logger
+	// Clock drives the idle-ping timer and the silence watchdog; nil: clock.System.
+	Clock clock.Clock
 }
 
 // link is the machinery of one authenticated connection (prp.md §4): a reader
@@ -135,6 +139,7 @@ func startLink(ws *wsConn, act *activity, s interface {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &link{
 		ws: ws, act: act, seal: s, open: s, cfg: cfg,
@@ -319,7 +324,7 @@ func (l *link) readLoop() {
 				l.pingMu.Lock()
 				owed := len(l.pingAt)
 				if owed < maxOwedPongs {
-					l.pingAt = append(l.pingAt, time.Now())
+					l.pingAt = append(l.pingAt, l.cfg.Clock.Now())
 				}
 				l.pingMu.Unlock()
 				if owed >= maxOwedPongs {
@@ -351,7 +356,7 @@ func kick(c chan struct{}) {
 
 func (l *link) writeLoop() {
 	defer l.wg.Done()
-	idle := time.NewTimer(l.cfg.PingInterval)
+	idle := l.cfg.Clock.NewTimer(l.cfg.PingInterval)
 	defer idle.Stop()
 	for {
 		// The priority lane: every owed pong leaves before the next queued frame.
@@ -365,7 +370,7 @@ func (l *link) writeLoop() {
 				return
 			}
 			if l.cfg.PongSent != nil {
-				l.cfg.PongSent(time.Since(at))
+				l.cfg.PongSent(l.cfg.Clock.Now().Sub(at))
 			}
 			continue
 		}
@@ -383,7 +388,7 @@ func (l *link) writeLoop() {
 			if !l.write(pt, idle) {
 				return
 			}
-		case <-idle.C:
+		case <-idle.C():
 			l.wsPing()
 			idle.Reset(l.cfg.PingInterval)
 		}
@@ -392,7 +397,7 @@ func (l *link) writeLoop() {
 
 // write seals and sends one frame, bounded by the silence timeout; any
 // outbound frame resets the idle-ping timer (prp.md §15 scenario 43).
-func (l *link) write(pt []byte, idle *time.Timer) bool {
+func (l *link) write(pt []byte, idle clock.Timer) bool {
 	var frame []byte
 	var err error
 	if as, ok := l.seal.(appendSealer); ok {
@@ -436,13 +441,13 @@ func (l *link) wsPing() {
 // inbound frame (prp.md §4 item 3).
 func (l *link) watchdog() {
 	defer l.wg.Done()
-	t := time.NewTimer(l.cfg.SilenceTimeout)
+	t := l.cfg.Clock.NewTimer(l.cfg.SilenceTimeout)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			idle := l.act.idle()
 			if idle >= l.cfg.SilenceTimeout {
 				l.cfg.Logger.Warn("closing half-open connection", "silence", idle.String())

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
 )
 
 // cryptoVectors mirrors shared/testdata/prp-crypto-vectors.json, computed by
