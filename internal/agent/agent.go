@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
@@ -63,6 +62,11 @@ type Sink interface {
 	// Drained reports whether new provider output may be taken (prp.md
 	// §8.5: everything sent is acknowledged). It must not block.
 	Drained() bool
+	// DrainSignal returns a channel closed the next time Drained may have
+	// turned true: the ACK path fires it when it applies an ACK, on its own
+	// routine, never behind a command handler. Take the channel before
+	// checking Drained, so an ACK between the two is not missed.
+	DrainSignal() <-chan struct{}
 }
 
 // Config configures a Manager.
@@ -90,8 +94,6 @@ type Config struct {
 const (
 	// eventPoll is the safety-net poll of events/ (acp.md §3.3: 100 ms).
 	eventPoll = 100 * time.Millisecond
-	// drainPoll re-checks the flow-control gate while it is closed.
-	drainPoll = time.Millisecond
 )
 
 // Result codes the executor returns (acp.md §6 classes reuse acpx.Class).
@@ -129,11 +131,6 @@ func classErr(err error) error {
 type Manager struct {
 	cfg Config
 	log *slog.Logger
-
-	// waiting counts handlers blocked on the agent: while one waits, the
-	// flow-control gate is bypassed, because the ACKs it would wait for
-	// are processed by the same goroutine the handler blocks.
-	waiting atomic.Int32
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -315,12 +312,6 @@ func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
 	return nil
 }
 
-// busy marks a handler as waiting on the agent for the gate bypass.
-func (m *Manager) busy() func() {
-	m.waiting.Add(1)
-	return func() { m.waiting.Add(-1) }
-}
-
 // Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
 func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	b, err := ParseDescriptor(payload)
@@ -390,7 +381,6 @@ var errDeadline = errors.New("deadline")
 // Open runs session.open (acp.md §4.1): adopt a live agent, resume a
 // reusable record, or start cold.
 func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
-	defer m.busy()()
 	m.mu.Lock()
 	b := m.st.Binding
 	if b == nil {
@@ -627,7 +617,6 @@ const (
 // session/cancel, cancelled answers to pending permissions, wait up to the
 // cancel grace, then stop the agent and set resetOnNextEnsure.
 func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage, error) {
-	defer m.busy()()
 	m.mu.Lock()
 	if m.cl == nil || m.cl.ActiveTurn() == "" {
 		m.mu.Unlock()
@@ -691,14 +680,12 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 // CloseSession is session.close: stop the agent, keep the record
 // resumable (acpx "release").
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
-	defer m.busy()()
 	m.stopAgent(ctx, stopRelease)
 	return jsonenc.MustMarshalEscaped(map[string]any{"closed": true}), nil
 }
 
 // Destroy is session.destroy: session/close if advertised, stop, discard.
 func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
-	defer m.busy()()
 	m.mu.Lock()
 	canClose := m.proc != nil && !m.proc.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" &&
 		m.cl.Capabilities().SessionCapabilities.Close != nil && m.cl.ActiveTurn() == ""

@@ -101,16 +101,35 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 }
 
 // TestFlowControl: provider output waits while something sent is not yet
-// acknowledged (prp.md §8.5), except while a handler waits on the agent
-// (the handshake still completes with the gate closed).
+// acknowledged (prp.md §8.5). A handler waiting on the agent holds the gate
+// no longer than the ACKs take: the ACK path fires the drain signal on its
+// own routine, and the handshake completes once it does.
 func TestFlowControl(t *testing.T) {
 	r := newRig(t)
 	r.sink.gate = make(chan struct{})
 	r.prepare()
-	r.open() // bypass: the handler waits on the agent
+	opened := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	go func() { _, err := r.m.Open(ctx); opened <- err }()
+	eventually(t, "the process recorded", func() bool {
+		st, _ := r.sink.snapshot()
+		return st.Session != nil && st.Session.Process != nil
+	})
+	dir := r.sessionDir()
+	eventually(t, "the handshake waiting in events/", func() bool {
+		ents, _ := os.ReadDir(dir + "/events")
+		return len(ents) > 0
+	})
+	r.sink.mu.Lock()
+	close(r.sink.gate) // the ACKs arrive while session.open waits
+	r.sink.mu.Unlock()
+	require.NoError(t, <-opened, "session.open completes once the gate opens") // bounded by ctx
+	r.sink.mu.Lock()
+	r.sink.gate = make(chan struct{})
+	r.sink.mu.Unlock()
 	n := len(func() []acpx.Event { _, e := r.sink.snapshot(); return e }())
 	r.turn("echo gated")
-	dir := r.sessionDir()
 	eventually(t, "output waiting in events/", func() bool {
 		ents, _ := os.ReadDir(dir + "/events")
 		return len(ents) > 0

@@ -70,6 +70,18 @@ func (s *memSink) Drained() bool {
 	}
 }
 
+// DrainSignal is the gate itself: closing it opens the gate.
+func (s *memSink) DrainSignal() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate == nil {
+		return closedSignal
+	}
+	return s.gate
+}
+
+var closedSignal = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 func (s *memSink) snapshot() (Stored, []acpx.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -345,23 +345,22 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 }
 
 // awaitDrained is PRP flow control (prp.md §8.5): provider output is taken
-// only once everything sent is acknowledged. A handler waiting on the agent
-// opens the gate at once: the ACKs it would wait for are processed by the
-// goroutine that handler blocks.
+// only once everything sent is acknowledged. It wakes on the sink's drain
+// signal, which the ACK path fires on a routine no command handler blocks
+// (prp.Client's ack routine), so a handler waiting on the agent never holds
+// the gate shut.
 func (m *Manager) awaitDrained(ctx context.Context) error {
-	if m.waiting.Load() > 0 || m.cfg.Sink.Drained() {
-		return nil
-	}
-	t := time.NewTicker(drainPoll)
-	defer t.Stop()
-	for m.waiting.Load() == 0 && !m.cfg.Sink.Drained() {
+	for {
+		sig := m.cfg.Sink.DrainSignal()
+		if m.cfg.Sink.Drained() {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-sig:
 		}
 	}
-	return nil
 }
 
 // handleInbound maps one agent message to events, answer lines and a

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // Runner-side terminal conditions named by the protocol (prp.md §5, §6.1, §11).
@@ -36,9 +38,6 @@ func (e *RevokedError) Is(target error) bool { return target == ErrRevoked }
 // LeaseExpiredCode is the recoverable failure recorded on lease expiry (prp.md §5).
 const LeaseExpiredCode = "lease_expired_requires_bootstrap"
 
-// minRenewInterval keeps lease renewal from spinning when little lease time is left.
-const minRenewInterval = 100 * time.Millisecond
-
 // ClientConfig configures the runner half. Exactly one of Dialer and
 // Listener selects the mode. The hooks run on Client goroutines and must
 // not block for long; Pong and Resume read only in-memory state.
@@ -65,14 +64,26 @@ type ClientConfig struct {
 	Resume func() Resume
 	// Pong reports the pong payload. Nil: an empty "ready" pong.
 	Pong func() PongPayload
-	// OnAuthenticated runs for each new authenticated connection before any
-	// of its inbound envelopes: the place to apply welcome.AckedSourceSeq,
-	// replay the unacknowledged outbox and admit the welcome's pending command.
+	// OnAuthenticated runs for each new authenticated connection on its
+	// command routine, before any of its commands: the place to apply
+	// welcome.AckedSourceSeq, replay the unacknowledged outbox and admit
+	// the welcome's pending command. The connection's acks may be applied
+	// while it runs: they answer frames sent on this connection, which the
+	// hook sends only after applying the welcome's cursor. It starts only
+	// once every routine of the previous connection has returned.
 	OnAuthenticated func(ctx context.Context, c *Conn, w *Welcome) error
-	// OnControl receives, in order, every inbound command, ack,
-	// command_result_ack and warm_transition_activated_ack. ping,
-	// lease_renewed and revoke are handled by the Client. An error is fatal:
-	// Run returns it.
+	// OnControl receives every inbound command, ack, command_result_ack and
+	// warm_transition_activated_ack; ping, lease_renewed and revoke are
+	// handled by the Client. It is called on two routines per connection
+	// (dispatch.go): commands on the command routine, one at a time in
+	// arrival order; the acks on the ack routine, one at a time in arrival
+	// order. The two overlap, so a command that blocks (session.open waits
+	// up to 60 s) never delays an ack. What stays ordered (prp.md §8.5):
+	// a command starts only after every ack that arrived before it was
+	// applied, and a command_result_ack is applied only after the handler
+	// of its command (or OnAuthenticated, for a welcome's pending command)
+	// has returned. Acks must not block for long. An error is fatal: Run
+	// returns it.
 	OnControl func(ctx context.Context, c *Conn, env *Envelope) error
 	// OnLost reports that the current connection ended (not when a newer
 	// connection supersedes it). It runs on the supervisor goroutine, so it
@@ -81,6 +92,10 @@ type ClientConfig struct {
 
 	Logger *slog.Logger
 	Rand   io.Reader
+	// Clock drives every timer of the Client and its connections (lease
+	// renewal and expiry, reconnect backoff, idle pings, the silence
+	// watchdog). Nil: clock.System.
+	Clock clock.Clock
 
 	// pongSent observes ping-to-pong latency inside the runner (benchmarks).
 	pongSent func(time.Duration)
@@ -92,6 +107,7 @@ type ClientConfig struct {
 type Client struct {
 	cfg ClientConfig
 	log *slog.Logger
+	clk clock.Clock
 
 	mu           sync.Mutex
 	ticket       string
@@ -100,40 +116,6 @@ type Client struct {
 	current      *Conn
 	leaseKick    chan struct{}
 	fatal        chan error
-}
-
-// Conn is one authenticated connection as the Client's user sees it.
-type Conn struct {
-	l       *link
-	sess    *Session
-	welcome *Welcome
-}
-
-// Session returns the connection's secure session.
-func (c *Conn) Session() *Session { return c.sess }
-
-// Welcome returns the checked welcome that opened the connection.
-func (c *Conn) Welcome() *Welcome { return c.welcome }
-
-// Done is closed when the connection has ended.
-func (c *Conn) Done() <-chan struct{} { return c.l.Done() }
-
-// Send queues one envelope plaintext (an event or command_result kept
-// durably, byte for byte) for the single writer, which seals frames in
-// send order. It returns once queued.
-func (c *Conn) Send(ctx context.Context, plaintext []byte) error { return c.l.send(ctx, plaintext) }
-
-// SendControl builds a control envelope of kind on this connection and queues it.
-func (c *Conn) SendControl(ctx context.Context, kind string, payload any) error {
-	env, err := c.sess.NewControl(kind, payload)
-	if err != nil {
-		return err
-	}
-	b, err := MarshalEnvelope(env)
-	if err != nil {
-		return err
-	}
-	return c.l.send(ctx, b)
 }
 
 // NewClient checks cfg.
@@ -159,6 +141,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "prp.client"),
+		clk:       clock.Or(cfg.Clock),
 		ticket:    cfg.Ticket,
 		leaseKick: make(chan struct{}, 1),
 		fatal:     make(chan error, 1),
@@ -210,7 +193,7 @@ func (c *Client) clientHandshake() *ClientHandshake {
 	c.mu.Lock()
 	h := ClientHandshake{
 		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
-		Ticket: c.ticket, RenewalOutstanding: c.renewPending != nil, Rand: c.cfg.Rand,
+		Ticket: c.ticket, RenewalOutstanding: c.renewPending != nil, Rand: c.cfg.Rand, Now: c.clk.Now,
 	}
 	if c.lease != nil {
 		l := *c.lease
@@ -246,10 +229,13 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 	conn.l = startLink(ws, act, sess, linkConfig{
 		PingInterval:   c.cfg.PingInterval,
 		SilenceTimeout: c.cfg.SilenceTimeout,
-		Inspect:        func(pt []byte) (frameAction, error) { return c.inspect(sess, pt) },
-		Pong:           func() ([]byte, error) { return c.pong(sess) },
-		PongSent:       c.cfg.pongSent,
-		Logger:         c.log,
+		Inspect: func(pt []byte) (frameAction, any, error) {
+			act, env, err := c.inspect(sess, pt)
+			return act, env, err
+		},
+		Pong:     func() ([]byte, error) { return c.pong(sess) },
+		PongSent: c.cfg.pongSent,
+		Logger:   c.log,
 	})
 	return conn
 }
@@ -266,45 +252,45 @@ func (c *Client) pong(sess *Session) ([]byte, error) {
 	return MarshalEnvelope(env)
 }
 
-// inspect runs in the reader goroutine: it validates every core frame,
+// inspect runs in the reader goroutine: it decodes and validates every core frame,
 // answers nothing itself but classifies ping, and applies lease_renewed and
 // revoke at once so neither waits behind the user's handler.
-func (c *Client) inspect(sess *Session, pt []byte) (frameAction, error) {
+func (c *Client) inspect(sess *Session, pt []byte) (frameAction, *Envelope, error) {
 	env, err := DecodeEnvelope(pt)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := ValidateControlIdentity(env, sess); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	c.mu.Lock()
-	expired := c.lease != nil && time.Now().UnixMilli() >= c.lease.ExpiresAtUnixMs
+	expired := c.lease != nil && c.clk.Now().UnixMilli() >= c.lease.ExpiresAtUnixMs
 	c.mu.Unlock()
 	if expired {
-		return 0, fmt.Errorf("inspect frame: %w", ErrLeaseExpired)
+		return 0, nil, fmt.Errorf("inspect frame: %w", ErrLeaseExpired)
 	}
 	switch env.Kind {
 	case KindPing:
-		return framePing, nil
+		return framePing, nil, nil
 	case KindLeaseRenewed:
-		return frameConsumed, c.applyRenewed(env)
+		return frameConsumed, nil, c.applyRenewed(env)
 	case KindRevoke:
 		var p RevokePayload
 		if err := env.DecodePayload(&p); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		c.mu.Lock()
 		epoch := c.lease.RevocationEpoch
 		c.mu.Unlock()
 		if p.RevocationEpoch <= epoch {
 			c.failFatal(ErrRevokeEpoch)
-			return 0, ErrRevokeEpoch
+			return 0, nil, ErrRevokeEpoch
 		}
 		rev := &RevokedError{Epoch: p.RevocationEpoch, LeaseEpoch: epoch}
 		c.failFatal(rev)
-		return 0, rev
+		return 0, nil, rev
 	}
-	return frameForward, nil
+	return frameForward, env, nil // json.Unmarshal copied every field: env owns its memory
 }
 
 func (c *Client) applyRenewed(env *Envelope) error {
@@ -365,22 +351,16 @@ func (c *Client) Run(ctx context.Context) error {
 	}()
 
 	everAuthed := false
-	disconnectedAt := time.Now()
-	var renewAt time.Time
+	disconnectedAt := c.clk.Now()
+	var sched leaseSchedule
 	scheduleRenew := func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.lease == nil || c.lease.RenewalVersion != 1 {
-			renewAt = time.Time{}
-			return
-		}
-		now := time.Now()
-		left := time.UnixMilli(c.lease.ExpiresAtUnixMs).Sub(now)
-		renewAt = now.Add(max(left/2, minRenewInterval))
+		sched.plan(c.clk.Now(), c.lease)
 	}
 	kick(need)
 	for {
-		now := time.Now()
+		now := c.clk.Now()
 		wake := time.Duration(-1)
 		consider := func(d time.Duration) {
 			if wake < 0 || d < wake {
@@ -388,17 +368,14 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 		}
 		c.mu.Lock()
-		var expiry time.Time
-		if c.lease != nil {
-			expiry = time.UnixMilli(c.lease.ExpiresAtUnixMs)
-		}
+		left, leased := leaseLeft(now, c.lease)
 		c.mu.Unlock()
-		if !expiry.IsZero() {
-			if !now.Before(expiry) {
+		if leased {
+			if left <= 0 {
 				c.log.Error("connection lease expired", "code", LeaseExpiredCode)
 				return fmt.Errorf("run client: %s: %w", LeaseExpiredCode, ErrLeaseExpired)
 			}
-			consider(expiry.Sub(now))
+			consider(left)
 		}
 		if cur == nil && everAuthed && c.cfg.ReconnectGrace > 0 {
 			left := disconnectedAt.Add(c.cfg.ReconnectGrace).Sub(now)
@@ -414,18 +391,18 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 			consider(left)
 		}
-		if cur != nil && !renewAt.IsZero() {
-			if !now.Before(renewAt) {
+		if due, planned := sched.renewDue(now); cur != nil && planned {
+			if due {
 				c.sendRenew(cur)
-				scheduleRenew()
+				scheduleRenew() // the resend, unless lease_renewed comes first
 			}
-			consider(renewAt.Sub(now))
+			consider(sched.untilRenew(now))
 		}
 		var timer <-chan time.Time
-		var t *time.Timer
+		var t clock.Timer
 		if wake >= 0 {
-			t = time.NewTimer(wake)
-			timer = t.C
+			t = c.clk.NewTimer(wake)
+			timer = t.C()
 		}
 		var curDone <-chan struct{}
 		if cur != nil {
@@ -460,7 +437,7 @@ func (c *Client) Run(ctx context.Context) error {
 			c.mu.Lock()
 			c.current = nil
 			c.mu.Unlock()
-			disconnectedAt = time.Now()
+			disconnectedAt = c.clk.Now()
 			if c.cfg.OnLost != nil {
 				c.cfg.OnLost(err)
 			}
@@ -542,7 +519,7 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 			return
 		case <-need:
 		}
-		if !first && !sleepCtx(ctx, c.cfg.ReconnectDelay) { // after a drop: base once
+		if !first && !sleepCtx(ctx, c.clk, c.cfg.ReconnectDelay) { // after a drop: base once
 			return
 		}
 		first = false
@@ -561,7 +538,7 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 			if ctx.Err() != nil || c.handshakeFailed(err) {
 				return
 			}
-			if !sleepCtx(ctx, bo.Next()) {
+			if !sleepCtx(ctx, c.clk, bo.Next()) {
 				return
 			}
 		}
@@ -571,7 +548,7 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 func (c *Client) dialOnce(ctx context.Context) (*Conn, error) {
 	actx, cancel := c.attemptCtx(ctx)
 	defer cancel()
-	act := newActivity()
+	act := newActivityOn(c.clk)
 	ws, err := c.cfg.Dialer.dial(actx, act, c.cfg.MaxFrameBytes)
 	if err != nil {
 		return nil, err
@@ -584,81 +561,12 @@ func (c *Client) dialOnce(ctx context.Context) (*Conn, error) {
 	return c.adopt(ws, act, sess, w), nil
 }
 
-// dispatcher hands the newest connection to the dispatch goroutine without
-// ever blocking the supervisor.
-type dispatcher struct {
-	mu   sync.Mutex
-	conn *Conn
-	gen  int
-	kick chan struct{}
-}
-
-func (d *dispatcher) set(c *Conn) {
-	d.mu.Lock()
-	d.conn, d.gen = c, d.gen+1
-	d.mu.Unlock()
-	kick(d.kick)
-}
-
-func (d *dispatcher) get() (*Conn, int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.conn, d.gen
-}
-
-// dispatchLoop calls the user's hooks serially: OnAuthenticated once per
-// connection, then OnControl for each inbound envelope, until a newer
-// connection takes over.
-func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
-	seen := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.kick:
-		}
-		conn, gen := d.get()
-		if gen == seen || conn == nil {
-			continue
-		}
-		seen = gen
-		if c.cfg.OnAuthenticated != nil {
-			if err := c.cfg.OnAuthenticated(ctx, conn, conn.welcome); err != nil {
-				c.failFatal(err)
-				return
-			}
-		}
-		for {
-			pt, err := conn.l.recv(ctx)
-			if err != nil {
-				break
-			}
-			if _, g := d.get(); g != gen {
-				break // superseded: the newer connection's replay covers the rest
-			}
-			env, err := DecodeEnvelope(pt)
-			if err != nil {
-				continue // inspect already validated it
-			}
-			if c.cfg.OnControl != nil {
-				if err := c.cfg.OnControl(ctx, conn, env); err != nil {
-					c.failFatal(err)
-					return
-				}
-			}
-		}
-		if _, g := d.get(); g != gen {
-			kick(d.kick)
-		}
-	}
-}
-
-// sleepCtx waits d or until ctx ends; false means ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleepCtx waits d on clk or until ctx ends; false means ctx ended.
+func sleepCtx(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-ctx.Done():
 		return false

@@ -123,13 +123,14 @@ func FuzzClientInspect(f *testing.F) {
 	f.Fuzz(func(t *testing.T, pt []byte) {
 		c, err := NewClient(ClientConfig{Dialer: &Dialer{}, Lease: &Lease{ID: "lease_1", Token: "t", ExpiresAtUnixMs: 1 << 50}})
 		require.NoError(t, err)
-		act, err := c.inspect(sess, pt)
+		act, env, err := c.inspect(sess, pt)
 		if err != nil || act != frameForward {
 			return
 		}
-		env, err := DecodeEnvelope(pt)
-		require.NoError(t, err)
 		require.NoError(t, ValidateControlIdentity(env, sess))
+		again, err := DecodeEnvelope(pt)
+		require.NoError(t, err)
+		require.Equal(t, again, env, "the forwarded envelope is the frame's")
 	})
 }
 

@@ -261,8 +261,13 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	cc := &coreConn{sess: sess, lease: hello.Lease}
 	cc.l = startLink(ws, act, sess, linkConfig{
 		PingInterval: c.cfg.PingInterval, SilenceTimeout: c.cfg.SilenceTimeout,
-		Inspect: func(pt []byte) (frameAction, error) { return c.inspect(cc, pt) },
-		Logger:  c.log,
+		Inspect: func(pt []byte) (frameAction, any, error) {
+			act, err := c.inspect(cc, pt)
+			// handle needs the raw plaintext (events are compared byte for
+			// byte after canonicalisation): hand off a copy the reader never touches.
+			return act, bytes.Clone(pt), err
+		},
+		Logger: c.log,
 	})
 	c.mu.Lock()
 	if c.closed {
@@ -345,11 +350,11 @@ func (c *Core) dispatch(cc *coreConn) {
 		c.mu.Unlock()
 	}()
 	for {
-		pt, err := cc.l.recv(context.Background())
+		v, err := cc.l.recv(context.Background())
 		if err != nil {
 			return
 		}
-		if err := c.handle(cc, pt); err != nil {
+		if err := c.handle(cc, v.([]byte)); err != nil {
 			c.log.Warn("closing runner connection", "err", err)
 			cc.l.fail(err)
 			return

@@ -2,6 +2,7 @@ package prp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -218,9 +219,9 @@ func kindOf(b []byte) string {
 	return k.Kind
 }
 
-func inspectKinds(b []byte) (frameAction, error) {
+func inspectKinds(b []byte) (frameAction, any, error) {
 	if kindOf(b) == KindPing {
-		return framePing, nil
+		return framePing, nil, nil
 	}
-	return frameForward, nil
+	return frameForward, bytes.Clone(b), nil
 }

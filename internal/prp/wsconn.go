@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // Frame size bounds (prp.md §1.4).
@@ -27,16 +29,24 @@ var ErrFrameTooLarge = errors.New("frame exceeds max frame bytes")
 
 // activity records when the last inbound frame of any kind (data, Ping or
 // Pong) arrived; the silence watchdog reads it (prp.md §4 item 3).
-type activity struct{ last atomic.Int64 }
+type activity struct {
+	clk  clock.Clock
+	last atomic.Int64
+}
 
-func newActivity() *activity {
-	a := &activity{}
+// newActivity records on the system clock (the listener's accepts, until
+// the Listener takes a Clock).
+func newActivity() *activity { return newActivityOn(clock.System) }
+
+// newActivityOn records on clk, the connection's clock.
+func newActivityOn(clk clock.Clock) *activity {
+	a := &activity{clk: clock.Or(clk)}
 	a.touch()
 	return a
 }
 
-func (a *activity) touch()              { a.last.Store(time.Now().UnixNano()) }
-func (a *activity) idle() time.Duration { return time.Since(time.Unix(0, a.last.Load())) }
+func (a *activity) touch()              { a.last.Store(a.clk.Now().UnixNano()) }
+func (a *activity) idle() time.Duration { return a.clk.Now().Sub(time.Unix(0, a.last.Load())) }
 
 // wsConn adapts a coder/websocket connection to MsgConn: text messages only,
 // a read limit equal to the frame limit, activity recorded on every read.

@@ -27,6 +27,8 @@ type agentExec struct {
 	r   *loop
 	m   *agent.Manager
 	ctx context.Context // the loop's run context, for sends outside a command
+	// drained is fired by the ACK path (loop.ackApplied).
+	drained drainSignal
 }
 
 // newAgentExec builds the executor from the stored record. A missing pcwrap
@@ -104,6 +106,9 @@ func (a *agentExec) Drained() bool {
 	s := a.r.store.Summary()
 	return s.AckedSourceSeq >= s.HighestSourceSeq
 }
+
+// DrainSignal implements agent.Sink: closed at the next applied ACK.
+func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
 
 // closedPayload are event types whose payload schema admits no extra
 // field (provider-event.schema.json plan and toolExecution).

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"unicode"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Exit statuses of paperclip-runnerd (prp.md §13 "Logs and exit").
@@ -44,7 +46,7 @@ const (
 	// CodeReconnectDeadlineExceeded: the lifetime ended while reconnecting (prp.md §6.1).
 	CodeReconnectDeadlineExceeded Code = "transport_reconnect_deadline_exceeded"
 	// CodeLeaseExpired: the connection lease expired; a new ticket is needed (prp.md §5).
-	CodeLeaseExpired Code = "lease_expired_requires_bootstrap"
+	CodeLeaseExpired Code = prp.LeaseExpiredCode
 	// CodeBootstrapFailedClosed: the ticket may have been consumed before a
 	// welcome arrived (prp.md §2.4). The reference prints only the message.
 	CodeBootstrapFailedClosed Code = "bootstrap_failed_closed"

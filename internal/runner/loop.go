@@ -176,6 +176,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		if _, err := r.store.ApplyAck(uint64(w.AckedSourceSeq), prev); err != nil {
 			return fmt.Errorf("protocol error: welcome ack: %w", err)
 		}
+		r.ackApplied()
 	}
 	rec := r.store.Recovery()
 	first := r.send.countConnection() == 1 && !rec.Resumed
@@ -255,6 +256,7 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 		if _, err := r.store.ApplyAck(uint64(p.AckedSourceSeq), c.Session().Version); err != nil {
 			return fmt.Errorf("protocol error: %w", err)
 		}
+		r.ackApplied()
 		if !r.store.Summary().StoragePressure {
 			r.send.clearBound()
 		}

@@ -111,8 +111,8 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 		OnControl: r.onControl,
 		OnLost:    r.onLost,
 		Logger:    logger,
+		Clock:     r.clk,
 	}
-	// LEAD(prp clock): set ccfg.Clock = r.clk once prp.ClientConfig has its Clock field.
 	if cfg.HasReconnectGrace {
 		ccfg.ReconnectGrace = cfg.ReconnectGrace
 	}

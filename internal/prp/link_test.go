@@ -144,9 +144,9 @@ func TestPRP42_PingsWhileOwnerBlocked(t *testing.T) {
 		require.NoError(t, srv.Ping(pctx))
 		pcancel()
 		// The owner finally looks: the command waited for it.
-		b, err := l.recv(context.Background())
+		v, err := l.recv(context.Background())
 		require.NoError(t, err)
-		require.Equal(t, "command", kindOf(b))
+		require.Equal(t, "command", kindOf(v.([]byte)))
 		l.close(nil)
 		srvCancel()
 		<-readDone
