@@ -23,6 +23,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
@@ -171,7 +172,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "prpctl")
+	// The core below adds its own component (prp.core); logging joins them.
+	log := logging.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "prpctl")
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	if err := drive(ctx, o, steps, &out{w: stdout}, stderr, log); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/runner"
 )
 
@@ -81,9 +82,12 @@ func fail(stderr io.Writer, err error) int {
 	return runner.ExitCode(err)
 }
 
+// newLogger builds runnerd's logger. The packages below add their own
+// component to it (state, agent, acpx, prp); logging joins them into one
+// key ("runnerd.agent.acpx").
 func newLogger(format runner.LogFormat, w io.Writer) *slog.Logger {
 	if format == runner.LogFormatText {
-		return slog.New(slog.NewTextHandler(w, nil))
+		return logging.New(slog.NewTextHandler(w, nil))
 	}
-	return slog.New(slog.NewJSONHandler(w, nil))
+	return logging.New(slog.NewJSONHandler(w, nil))
 }

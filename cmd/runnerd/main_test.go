@@ -261,3 +261,69 @@ func TestDiagnosticsDirectory(t *testing.T) {
 	require.Equal(t, runner.ExitFailure, r.code)
 	require.Contains(t, r.stderr, "paperclip-runnerd: runner_failed: open --diagnostics-directory")
 }
+
+// deadDialArgs is a dial-mode command line whose server is not there:
+// runnerd reconnects until its short lifetime ends, then exits 1 with
+// transport_reconnect_deadline_exceeded.
+func deadDialArgs(t *testing.T, extra ...string) []string {
+	t.Helper()
+	return append([]string{
+		"--connect-url", "ws://127.0.0.1:1/api/runner/v1/connect/" + runID,
+		"--state-dir", filepath.Join(t.TempDir(), "state"),
+		"--runner-id", "runner-instance-1", "--environment-lease-id", "env-lease-1",
+		"--run-id", runID, "--session-id", "normalized-session-1", "--turn-id", "turn-1", "--item-id", "item-1",
+		"--runner-version", "0.3.0", "--runner-digest", "sha256:approved",
+		"--max-lifetime-ms", "300",
+	}, extra...)
+}
+
+// logLines decodes runnerd's JSON log lines on stderr, each as its keys in
+// order (duplicates kept) and as a map; the final error line is skipped.
+func logLines(t *testing.T, stderr string) (keys [][]string, recs []map[string]any) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if strings.HasPrefix(line, runner.StderrPrefix) {
+			continue
+		}
+		dec := json.NewDecoder(strings.NewReader(line))
+		tok, err := dec.Token()
+		require.NoError(t, err, line)
+		require.Equal(t, json.Delim('{'), tok, line)
+		var ks []string
+		for dec.More() {
+			k, err := dec.Token()
+			require.NoError(t, err, line)
+			ks = append(ks, k.(string))
+			var skip json.RawMessage
+			require.NoError(t, dec.Decode(&skip), line)
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		keys, recs = append(keys, ks), append(recs, m)
+	}
+	return keys, recs
+}
+
+// TestLogLinesHaveOneComponentKey: every JSON log line carries the key
+// "component" once; a line from a package below runnerd names both
+// ("runnerd.state", "runnerd.prp.client").
+func TestLogLinesHaveOneComponentKey(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, deadDialArgs(t)...)
+	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	keys, recs := logLines(t, r.stderr)
+	require.NotEmpty(t, recs)
+	components := map[string]bool{}
+	for i, ks := range keys {
+		n := 0
+		for _, k := range ks {
+			if k == "component" {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "line %d keys %q", i, ks)
+		components[recs[i]["component"].(string)] = true
+	}
+	require.True(t, components["runnerd.state"], "components: %v", components)
+	require.True(t, components["runnerd.prp.client"], "components: %v", components)
+}
