@@ -60,7 +60,7 @@ func run(args []string, ticket *runner.BootstrapTicket, ticketErr error, stdout,
 		defer diag.Close()
 		stdout, stderr = diag.Stdout(), diag.Stderr()
 	}
-	logger := newLogger(cfg.LogFormat, stderr).With("component", "runnerd")
+	logger := newLogger(cfg.LogFormat, cfg.LogLevel, stderr).With("component", "runnerd")
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
@@ -85,9 +85,10 @@ func fail(stderr io.Writer, err error) int {
 // newLogger builds runnerd's logger. The packages below add their own
 // component to it (state, agent, acpx, prp); logging joins them into one
 // key ("runnerd.agent.acpx").
-func newLogger(format runner.LogFormat, w io.Writer) *slog.Logger {
+func newLogger(format runner.LogFormat, level slog.Level, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if format == runner.LogFormatText {
-		return logging.New(slog.NewTextHandler(w, nil))
+		return logging.New(slog.NewTextHandler(w, opts))
 	}
-	return logging.New(slog.NewJSONHandler(w, nil))
+	return logging.New(slog.NewJSONHandler(w, opts))
 }

@@ -327,3 +327,33 @@ func TestLogLinesHaveOneComponentKey(t *testing.T) {
 	require.True(t, components["runnerd.state"], "components: %v", components)
 	require.True(t, components["runnerd.prp.client"], "components: %v", components)
 }
+
+// TestLogLevel: --log-level warn drops runnerd's INFO lines and keeps its
+// warnings; debug keeps INFO; a bad level is a usage error (exit 2, one
+// line) before anything starts.
+func TestLogLevel(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket}
+	levels := func(stderr string) map[string]int {
+		_, recs := logLines(t, stderr)
+		n := map[string]int{}
+		for _, rec := range recs {
+			n[rec["level"].(string)]++
+		}
+		return n
+	}
+	r := runBin(t, bin, env, deadDialArgs(t, "--log-level", "warn")...)
+	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	n := levels(r.stderr)
+	require.Zero(t, n["INFO"], "stderr: %s", r.stderr)
+	require.NotZero(t, n["WARN"], "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "paperclip-runnerd: transport_reconnect_deadline_exceeded", "the error line is not a log line")
+
+	r = runBin(t, bin, env, deadDialArgs(t, "--log-level", "debug")...)
+	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	require.NotZero(t, levels(r.stderr)["INFO"], "stderr: %s", r.stderr)
+
+	r = runBin(t, bin, env, deadDialArgs(t, "--log-level", "verbose")...)
+	require.Equal(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
+	require.Equal(t, "paperclip-runnerd: usage: --log-level: must be debug, info, warn or error, got \"verbose\"\n", r.stderr)
+}

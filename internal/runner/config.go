@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"net/url"
 	"path/filepath"
@@ -33,6 +34,7 @@ const (
 	DefaultMaxConcurrentColdStarts  = 4                         // acp.md §4.2 (Paperclip ACPX_MAX_CONCURRENT_SESSION_INITS)
 	DefaultLifecycle                = LifecyclePerTurn          // prp.md §13 table
 	DefaultLogFormat                = LogFormatJSON             // STYLE.md: JSON handler by default
+	DefaultLogLevel                 = slog.LevelInfo            // beyond: the reference logs lifecycle lines at info
 	ListenPathPrefix                = "/api/runner/v1/connect/" // prp.md §1.1, §1.2
 )
 
@@ -99,6 +101,12 @@ const (
 	LogFormatText LogFormat = "text"
 )
 
+// logLevels are the --log-level names, lowest first.
+var logLevels = []struct {
+	name  string
+	level slog.Level
+}{{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}
+
 // Identity is the six identity values the server assigns to one runner
 // (prp.md §13, R-state's six identity fields).
 type Identity struct {
@@ -152,6 +160,7 @@ type Config struct {
 	PingInterval   time.Duration
 	SilenceTimeout time.Duration // > PingInterval
 	LogFormat      LogFormat
+	LogLevel       slog.Level // the least severe level logged (--log-level)
 
 	SessionOpenResumeTimeout time.Duration
 	SessionOpenColdTimeout   time.Duration            // agents not in ColdTimeoutByAgent
@@ -243,6 +252,7 @@ type parser struct {
 	listenPort    uint64
 	lifecycle     string
 	logFormat     string
+	logLevel      string
 	maxLifetime   time.Duration
 	maxRuntime    time.Duration
 	coldAgents    agentTimeouts
@@ -296,6 +306,7 @@ func newParser() *parser {
 	fs.Var(&msFlag{dst: &c.PingInterval, min: minPingInterval, max: maxDurationFlag}, "ping-interval-ms", "send a WebSocket Ping after this long without sending")
 	fs.Var(&msFlag{dst: &c.SilenceTimeout, min: minPingInterval, max: maxDurationFlag}, "silence-timeout-ms", "treat the connection as half-open after this long without receiving")
 	fs.StringVar(&p.logFormat, "log-format", string(DefaultLogFormat), "json or text")
+	fs.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
 
 	c.SessionOpenResumeTimeout, c.SessionOpenColdTimeout = DefaultSessionOpenResumeTimeout, DefaultSessionOpenColdTimeout
 	fs.Var(&msFlag{dst: &c.SessionOpenResumeTimeout, min: time.Millisecond, max: maxDurationFlag}, "session-open-resume-timeout-ms", "session.open bound when adopting or resuming")
@@ -455,6 +466,15 @@ func (p *parser) validate() (Config, error) {
 		return Config{}, &UsageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
 	}
 
+	c.LogLevel = DefaultLogLevel
+	if p.changed("log-level") {
+		lv, ok := parseLogLevel(p.logLevel)
+		if !ok {
+			return Config{}, &UsageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
+		}
+		c.LogLevel = lv
+	}
+
 	if c.SilenceTimeout <= c.PingInterval {
 		return Config{}, &UsageError{Flag: "--silence-timeout-ms", Problem: "must exceed --ping-interval-ms, or a quiet but live connection would look dead"}
 	}
@@ -604,6 +624,16 @@ func ValidateRunIDSegment(runID string) error {
 		return errors.New("run id is not valid UTF-8")
 	}
 	return nil
+}
+
+// parseLogLevel reads a --log-level name (exact, lower-case, as documented).
+func parseLogLevel(s string) (slog.Level, bool) {
+	for _, l := range logLevels {
+		if l.name == s {
+			return l.level, true
+		}
+	}
+	return 0, false
 }
 
 // checkText accepts non-empty UTF-8 without control characters, at most

@@ -91,6 +91,8 @@ AGENTS
 
 LOGGING
   --log-format FORMAT          json (default) or text; logs go to stderr.
+  --log-level LEVEL            debug, info (default), warn or error: the least
+                               severe level logged.
 
 ACCEPTED AND IGNORED (reference compatibility; each takes a value)
   --fake-harness, --fake-harness-script (the server passes them on every launch),
