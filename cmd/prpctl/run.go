@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,6 +120,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if o.stateDir == "" {
 			return o, errors.New("--state-dir is required in dial and listen mode")
 		}
+		// runnerd takes only an absolute --state-dir; a relative one here
+		// means prpctl's working directory, which runnerd shares.
+		abs, err := filepath.Abs(o.stateDir)
+		if err != nil {
+			return o, fmt.Errorf("--state-dir: %w", err)
+		}
+		o.stateDir = abs
 	case "attach":
 		if o.url == "" {
 			return o, errors.New("--url is required in attach mode")

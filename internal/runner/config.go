@@ -138,7 +138,7 @@ type Config struct {
 	ListenPort    uint16 // 0 asks the kernel for a port (tests)
 	ListenPath    string
 
-	StateDir      string // cleaned, non-empty
+	StateDir      string // absolute, cleaned
 	Identity      Identity
 	RunnerVersion string
 	RunnerDigest  string
@@ -409,6 +409,12 @@ func (p *parser) validate() (Config, error) {
 	}
 	if len(c.StateDir) > maxPathBytes || strings.ContainsRune(c.StateDir, 0) {
 		return Config{}, &UsageError{Flag: "--state-dir", Problem: "not a usable path"}
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		// Agents' pcwrap sessions live under it and outlive this process: a
+		// path that depends on the working directory could name another
+		// directory for them or for the next runnerd.
+		return Config{}, &UsageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
 	}
 	c.StateDir = filepath.Clean(c.StateDir)
 
