@@ -77,7 +77,8 @@ DURABILITY AND LIFECYCLE
   --diagnostics-directory DIR  Send runnerd's output only to bounded, redacted
                                runnerd.stdout.log and runnerd.stderr.log in DIR
                                (created 0700; a symlink or a group- or
-                               other-accessible directory is refused).
+                               other-accessible directory is refused). The
+                               previous run's files are kept as *.log.1.
 
 AGENTS
   --session-open-resume-timeout-ms MS     session.open bound when adopting or
