@@ -72,8 +72,10 @@ DURABILITY AND LIFECYCLE
   --lifecycle-mode MODE        per_turn (default: suspend and exit 0 once a
                                turn's events are acknowledged) or warm.
   --idle-timeout-ms MS         Warm: suspend and exit 0 after this long with no
-                               command and no turn. Required with warm, refused
-                               with per_turn.
+                               command and no turn, counted from the start; if
+                               no server has connected by then, exit 0 without
+                               suspending. Required with warm, refused with
+                               per_turn.
   --diagnostics-directory DIR  Send runnerd's output only to bounded, redacted
                                runnerd.stdout.log and runnerd.stderr.log in DIR
                                (created 0700; a symlink or a group- or

@@ -141,6 +141,27 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	return r.run(ctx, client)
 }
 
+// idleWithoutServer ends a warm runner whose idle timeout passed before any
+// server authenticated in this process (a listen-mode runnerd nobody
+// dialled, a dial-mode one whose server never answered), and reports
+// whether it did. The automatic suspend would wait for the ACK of
+// runner.suspending, which no server is there to send, and, with no lease
+// and no grace running yet, nothing else would ever end the process. So it
+// stops as on SIGTERM instead: state left as found (not "suspending", which
+// the next runnerd would have to finish), agents stopped, exit 0, as
+// --idle-timeout-ms promises (prp.md §13).
+func (r *loop) idleWithoutServer() bool {
+	r.mu.Lock()
+	never := r.connections == 0
+	r.mu.Unlock()
+	if !never {
+		return false
+	}
+	r.log.Info("warm runner idle and no server has connected; exiting", "idleTimeout", r.cfg.IdleTimeout.String())
+	r.finish(errCleanStop)
+	return true
+}
+
 func stateIdentity(id Identity) state.Identity {
 	return state.Identity{
 		RunnerInstanceID: id.RunnerID, EnvironmentLeaseID: id.EnvironmentLeaseID, RunID: id.RunID,
