@@ -357,3 +357,41 @@ func TestLogLevel(t *testing.T) {
 	require.Equal(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
 	require.Equal(t, "paperclip-runnerd: usage: --log-level: must be debug, info, warn or error, got \"verbose\"\n", r.stderr)
 }
+
+// TestListenIdleWithoutConnectionExits0: a warm listen-mode runnerd that
+// no server ever dials exits 0 at --idle-timeout-ms (bounded by runTimeout;
+// before, it ran until killed).
+func TestListenIdleWithoutConnectionExits0(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	args := replace(replace(replace(serverLaunchArgv(t.TempDir()), "0.0.0.0", "127.0.0.1"), "43127", "0"), "600000", "200")
+	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, args...)
+	require.Equal(t, runner.ExitOK, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "no server has connected")
+	require.NotContains(t, r.stderr, runner.StderrPrefix, "no error line")
+}
+
+// TestDiagnosticsKeepCrashedLife: after a failed life, the next start
+// keeps its runnerd.stderr.log as runnerd.stderr.log.1, error line
+// included, and writes its own to a fresh runnerd.stderr.log.
+func TestDiagnosticsKeepCrashedLife(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	diag := filepath.Join(t.TempDir(), "diagnostics")
+	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket}
+	r := runBin(t, bin, env, deadDialArgs(t, "--diagnostics-directory", diag)...)
+	require.Equal(t, runner.ExitFailure, r.code)
+	first, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	require.NoError(t, err)
+	require.Contains(t, string(first), "paperclip-runnerd: transport_reconnect_deadline_exceeded")
+
+	r = runBin(t, bin, env, deadDialArgs(t, "--diagnostics-directory", diag, "--log-level", "error")...)
+	require.Equal(t, runner.ExitFailure, r.code)
+	kept, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName+runner.DiagnosticsPreviousSuffix))
+	require.NoError(t, err)
+	require.Equal(t, string(first), string(kept))
+	second, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	require.NoError(t, err)
+	require.NotEqual(t, string(first), string(second))
+	fi, err := os.Stat(filepath.Join(diag, runner.DiagnosticsStderrName+runner.DiagnosticsPreviousSuffix))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
