@@ -64,7 +64,9 @@ Commands run in order: every --command first, then the --script steps. Each
 command waits its turn in the core journal (one in flight, prp.md §7.1).
 stdout gets one JSON line per committed event, command result and runnerd
 exit; runnerd's own output goes to stderr. Exit status: 0 when every command
-got a result in time, 1 otherwise, 2 for a usage error.
+got a result in time, 1 otherwise, 2 for a usage error. When the runnerd that
+prpctl launched exits before every command has its result, prpctl stops at
+once and exits with runnerd's status (1 when that status is 0).
 
 A launched runnerd runs warm (--lifecycle-mode warm, idle for --timeout),
 since a script drives several commands and turns through one process; pass
@@ -186,9 +188,28 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	defer cancel()
 	if err := drive(ctx, o, steps, &out{w: stdout}, stderr, log); err != nil {
 		fmt.Fprintf(stderr, "prpctl: %v\n", err)
+		var exited *runnerdExitedError
+		if errors.As(err, &exited) && exited.code > 0 {
+			return exited.code
+		}
 		return 1
 	}
 	return 0
+}
+
+// errRunnerdExited is the cause of the run context's end when the launched
+// runnerd exits.
+var errRunnerdExited = errors.New("runnerd exited")
+
+// runnerdExitedError is a run cut short because the launched runnerd
+// exited; prpctl exits with code when it is not 0.
+type runnerdExitedError struct {
+	code int
+	what string // what was left undone
+}
+
+func (e *runnerdExitedError) Error() string {
+	return fmt.Sprintf("runnerd exited with status %d %s", e.code, e.what)
 }
 
 func loadSteps(o options, stdin io.Reader) ([]step, error) {
@@ -272,7 +293,7 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 		case addr := <-proc.listening:
 			url = "ws://" + addr + prp.ConnectPath(o.id.RunID)
 		case <-proc.exited:
-			return fmt.Errorf("runnerd exited with status %d before listening", proc.code)
+			return &runnerdExitedError{code: proc.code, what: "before listening"}
 		case <-time.After(listenWait):
 			proc.stop()
 			return errors.New("runnerd did not report a listening address")
@@ -288,7 +309,24 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 	}
 	defer func() { stopDial(); wg.Wait() }()
 
-	err := execute(ctx, core, steps)
+	// A launched runnerd that exits ends the run at once: no result can
+	// arrive any more, and the timeout may be minutes away.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	if proc != nil {
+		go func() {
+			select {
+			case <-proc.exited:
+				stopRun(errRunnerdExited)
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	err := execute(runCtx, core, steps)
+	var exited *runnerdExitedError
+	if errors.As(err, &exited) {
+		exited.code = proc.code // set before proc.exited closed
+	}
 	terminal := slices.ContainsFunc(steps, func(s step) bool {
 		return s.Command == "runner.shutdown" || s.Command == "runner.suspend" || s.Revoke != 0
 	})
@@ -307,20 +345,41 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 	return err
 }
 
-// execute runs the steps in order, then waits for every result.
+// execute runs the steps in order, then waits for every result. When ctx
+// ends because runnerd exited (its cause errRunnerdExited), the run is over:
+// it succeeds only if every command queued so far has its result and no
+// step that needs runnerd is left; otherwise it returns a
+// *runnerdExitedError saying what was left (the caller knows the status).
 func execute(ctx context.Context, core *prp.Core, steps []step) error {
 	var ids []string
-	waitAll := func() error {
-		return core.Wait(ctx, func(s prp.CoreSnapshot) bool {
-			for _, id := range ids {
-				if s.Results[id] == nil {
-					return false
-				}
+	answered := func(s prp.CoreSnapshot) bool {
+		for _, id := range ids {
+			if s.Results[id] == nil {
+				return false
 			}
-			return true
-		})
+		}
+		return true
 	}
-	for _, s := range steps {
+	waitAll := func() error { return core.Wait(ctx, answered) }
+	afterExit := func(rest []step) error {
+		s := core.Snapshot()
+		missing := 0
+		for _, id := range ids {
+			if s.Results[id] == nil {
+				missing++
+			}
+		}
+		needsRunnerd := slices.ContainsFunc(rest, func(s step) bool { return s.Command != "" || s.Ping || s.Revoke != 0 })
+		switch {
+		case missing > 0:
+			return &runnerdExitedError{what: fmt.Sprintf("before %d of %d commands got a result", missing, len(ids))}
+		case needsRunnerd:
+			return &runnerdExitedError{what: "before the script ended"}
+		}
+		return nil
+	}
+	exited := func() bool { return errors.Is(context.Cause(ctx), errRunnerdExited) }
+	for i, s := range steps {
 		var err error
 		switch {
 		case s.Command != "":
@@ -348,11 +407,17 @@ func execute(ctx context.Context, core *prp.Core, steps []step) error {
 		case s.Wait:
 			err = waitAll()
 		}
+		if err != nil && exited() {
+			return afterExit(steps[i:]) // a ping or revoke cut short is left undone too
+		}
 		if err != nil {
 			return fmt.Errorf("run script: %w", err)
 		}
 	}
 	if err := waitAll(); err != nil {
+		if exited() {
+			return afterExit(nil)
+		}
 		return fmt.Errorf("wait for command results: %w", err)
 	}
 	return nil
