@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
@@ -63,7 +65,9 @@ Commands run in order: every --command first, then the --script steps. Each
 command waits its turn in the core journal (one in flight, prp.md §7.1).
 stdout gets one JSON line per committed event, command result and runnerd
 exit; runnerd's own output goes to stderr. Exit status: 0 when every command
-got a result in time, 1 otherwise, 2 for a usage error.
+got a result in time, 1 otherwise, 2 for a usage error. When the runnerd that
+prpctl launched exits before every command has its result, prpctl stops at
+once and exits with runnerd's status (1 when that status is 0).
 
 A launched runnerd runs warm (--lifecycle-mode warm, idle for --timeout),
 since a script drives several commands and turns through one process; pass
@@ -119,6 +123,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if o.stateDir == "" {
 			return o, errors.New("--state-dir is required in dial and listen mode")
 		}
+		// runnerd takes only an absolute --state-dir; a relative one here
+		// means prpctl's working directory, which runnerd shares.
+		abs, err := filepath.Abs(o.stateDir)
+		if err != nil {
+			return o, fmt.Errorf("--state-dir: %w", err)
+		}
+		o.stateDir = abs
 	case "attach":
 		if o.url == "" {
 			return o, errors.New("--url is required in attach mode")
@@ -172,14 +183,34 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "prpctl")
+	// The core below adds its own component (prp.core); logging joins them.
+	log := logging.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "prpctl")
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	if err := drive(ctx, o, steps, &out{w: stdout}, stderr, log); err != nil {
 		fmt.Fprintf(stderr, "prpctl: %v\n", err)
+		var exited *runnerdExitedError
+		if errors.As(err, &exited) && exited.code > 0 {
+			return exited.code
+		}
 		return 1
 	}
 	return 0
+}
+
+// errRunnerdExited is the cause of the run context's end when the launched
+// runnerd exits.
+var errRunnerdExited = errors.New("runnerd exited")
+
+// runnerdExitedError is a run cut short because the launched runnerd
+// exited; prpctl exits with code when it is not 0.
+type runnerdExitedError struct {
+	code int
+	what string // what was left undone
+}
+
+func (e *runnerdExitedError) Error() string {
+	return fmt.Sprintf("runnerd exited with status %d %s", e.code, e.what)
 }
 
 func loadSteps(o options, stdin io.Reader) ([]step, error) {
@@ -263,7 +294,7 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 		case addr := <-proc.listening:
 			url = "ws://" + addr + prp.ConnectPath(o.id.RunID)
 		case <-proc.exited:
-			return fmt.Errorf("runnerd exited with status %d before listening", proc.code)
+			return &runnerdExitedError{code: proc.code, what: "before listening"}
 		case <-time.After(listenWait):
 			proc.stop()
 			return errors.New("runnerd did not report a listening address")
@@ -279,7 +310,24 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 	}
 	defer func() { stopDial(); wg.Wait() }()
 
-	err := execute(ctx, core, steps)
+	// A launched runnerd that exits ends the run at once: no result can
+	// arrive any more, and the timeout may be minutes away.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	if proc != nil {
+		go func() {
+			select {
+			case <-proc.exited:
+				stopRun(errRunnerdExited)
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	err := execute(runCtx, core, steps)
+	var exited *runnerdExitedError
+	if errors.As(err, &exited) {
+		exited.code = proc.code // set before proc.exited closed
+	}
 	terminal := slices.ContainsFunc(steps, func(s step) bool {
 		return s.Command == "runner.shutdown" || s.Command == "runner.suspend" || s.Revoke != 0
 	})
@@ -298,20 +346,41 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 	return err
 }
 
-// execute runs the steps in order, then waits for every result.
+// execute runs the steps in order, then waits for every result. When ctx
+// ends because runnerd exited (its cause errRunnerdExited), the run is over:
+// it succeeds only if every command queued so far has its result and no
+// step that needs runnerd is left; otherwise it returns a
+// *runnerdExitedError saying what was left (the caller knows the status).
 func execute(ctx context.Context, core *prp.Core, steps []step) error {
 	var ids []string
-	waitAll := func() error {
-		return core.Wait(ctx, func(s prp.CoreSnapshot) bool {
-			for _, id := range ids {
-				if s.Results[id] == nil {
-					return false
-				}
+	answered := func(s prp.CoreSnapshot) bool {
+		for _, id := range ids {
+			if s.Results[id] == nil {
+				return false
 			}
-			return true
-		})
+		}
+		return true
 	}
-	for _, s := range steps {
+	waitAll := func() error { return core.Wait(ctx, answered) }
+	afterExit := func(rest []step) error {
+		s := core.Snapshot()
+		missing := 0
+		for _, id := range ids {
+			if s.Results[id] == nil {
+				missing++
+			}
+		}
+		needsRunnerd := slices.ContainsFunc(rest, func(s step) bool { return s.Command != "" || s.Ping || s.Revoke != 0 })
+		switch {
+		case missing > 0:
+			return &runnerdExitedError{what: fmt.Sprintf("before %d of %d commands got a result", missing, len(ids))}
+		case needsRunnerd:
+			return &runnerdExitedError{what: "before the script ended"}
+		}
+		return nil
+	}
+	exited := func() bool { return errors.Is(context.Cause(ctx), errRunnerdExited) }
+	for i, s := range steps {
 		var err error
 		switch {
 		case s.Command != "":
@@ -339,11 +408,17 @@ func execute(ctx context.Context, core *prp.Core, steps []step) error {
 		case s.Wait:
 			err = waitAll()
 		}
+		if err != nil && exited() {
+			return afterExit(steps[i:]) // a ping or revoke cut short is left undone too
+		}
 		if err != nil {
 			return fmt.Errorf("run script: %w", err)
 		}
 	}
 	if err := waitAll(); err != nil {
+		if exited() {
+			return afterExit(nil)
+		}
 		return fmt.Errorf("wait for command results: %w", err)
 	}
 	return nil

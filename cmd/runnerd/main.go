@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/runner"
 )
 
@@ -59,7 +60,7 @@ func run(args []string, ticket *runner.BootstrapTicket, ticketErr error, stdout,
 		defer diag.Close()
 		stdout, stderr = diag.Stdout(), diag.Stderr()
 	}
-	logger := newLogger(cfg.LogFormat, stderr).With("component", "runnerd")
+	logger := newLogger(cfg.LogFormat, cfg.LogLevel, stderr).With("component", "runnerd")
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
@@ -81,9 +82,13 @@ func fail(stderr io.Writer, err error) int {
 	return runner.ExitCode(err)
 }
 
-func newLogger(format runner.LogFormat, w io.Writer) *slog.Logger {
+// newLogger builds runnerd's logger. The packages below add their own
+// component to it (state, agent, acpx, prp); logging joins them into one
+// key ("runnerd.agent.acpx").
+func newLogger(format runner.LogFormat, level slog.Level, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if format == runner.LogFormatText {
-		return slog.New(slog.NewTextHandler(w, nil))
+		return logging.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, nil))
+	return logging.New(slog.NewJSONHandler(w, opts))
 }

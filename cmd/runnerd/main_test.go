@@ -261,3 +261,137 @@ func TestDiagnosticsDirectory(t *testing.T) {
 	require.Equal(t, runner.ExitFailure, r.code)
 	require.Contains(t, r.stderr, "paperclip-runnerd: runner_failed: open --diagnostics-directory")
 }
+
+// deadDialArgs is a dial-mode command line whose server is not there:
+// runnerd reconnects until its short lifetime ends, then exits 1 with
+// transport_reconnect_deadline_exceeded.
+func deadDialArgs(t *testing.T, extra ...string) []string {
+	t.Helper()
+	return append([]string{
+		"--connect-url", "ws://127.0.0.1:1/api/runner/v1/connect/" + runID,
+		"--state-dir", filepath.Join(t.TempDir(), "state"),
+		"--runner-id", "runner-instance-1", "--environment-lease-id", "env-lease-1",
+		"--run-id", runID, "--session-id", "normalized-session-1", "--turn-id", "turn-1", "--item-id", "item-1",
+		"--runner-version", "0.3.0", "--runner-digest", "sha256:approved",
+		"--max-lifetime-ms", "300",
+	}, extra...)
+}
+
+// logLines decodes runnerd's JSON log lines on stderr, each as its keys in
+// order (duplicates kept) and as a map; the final error line is skipped.
+func logLines(t *testing.T, stderr string) (keys [][]string, recs []map[string]any) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if strings.HasPrefix(line, runner.StderrPrefix) {
+			continue
+		}
+		dec := json.NewDecoder(strings.NewReader(line))
+		tok, err := dec.Token()
+		require.NoError(t, err, line)
+		require.Equal(t, json.Delim('{'), tok, line)
+		var ks []string
+		for dec.More() {
+			k, err := dec.Token()
+			require.NoError(t, err, line)
+			ks = append(ks, k.(string))
+			var skip json.RawMessage
+			require.NoError(t, dec.Decode(&skip), line)
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		keys, recs = append(keys, ks), append(recs, m)
+	}
+	return keys, recs
+}
+
+// TestLogLinesHaveOneComponentKey: every JSON log line carries the key
+// "component" once; a line from a package below runnerd names both
+// ("runnerd.state", "runnerd.prp.client").
+func TestLogLinesHaveOneComponentKey(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, deadDialArgs(t)...)
+	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	keys, recs := logLines(t, r.stderr)
+	require.NotEmpty(t, recs)
+	components := map[string]bool{}
+	for i, ks := range keys {
+		n := 0
+		for _, k := range ks {
+			if k == "component" {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "line %d keys %q", i, ks)
+		components[recs[i]["component"].(string)] = true
+	}
+	require.True(t, components["runnerd.state"], "components: %v", components)
+	require.True(t, components["runnerd.prp.client"], "components: %v", components)
+}
+
+// TestLogLevel: --log-level warn drops runnerd's INFO lines and keeps its
+// warnings; debug keeps INFO; a bad level is a usage error (exit 2, one
+// line) before anything starts.
+func TestLogLevel(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket}
+	levels := func(stderr string) map[string]int {
+		_, recs := logLines(t, stderr)
+		n := map[string]int{}
+		for _, rec := range recs {
+			n[rec["level"].(string)]++
+		}
+		return n
+	}
+	r := runBin(t, bin, env, deadDialArgs(t, "--log-level", "warn")...)
+	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	n := levels(r.stderr)
+	require.Zero(t, n["INFO"], "stderr: %s", r.stderr)
+	require.NotZero(t, n["WARN"], "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "paperclip-runnerd: transport_reconnect_deadline_exceeded", "the error line is not a log line")
+
+	r = runBin(t, bin, env, deadDialArgs(t, "--log-level", "debug")...)
+	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	require.NotZero(t, levels(r.stderr)["INFO"], "stderr: %s", r.stderr)
+
+	r = runBin(t, bin, env, deadDialArgs(t, "--log-level", "verbose")...)
+	require.Equal(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
+	require.Equal(t, "paperclip-runnerd: usage: --log-level: must be debug, info, warn or error, got \"verbose\"\n", r.stderr)
+}
+
+// TestListenIdleWithoutConnectionExits0: a warm listen-mode runnerd that
+// no server ever dials exits 0 at --idle-timeout-ms (bounded by runTimeout;
+// before, it ran until killed).
+func TestListenIdleWithoutConnectionExits0(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	args := replace(replace(replace(serverLaunchArgv(t.TempDir()), "0.0.0.0", "127.0.0.1"), "43127", "0"), "600000", "200")
+	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, args...)
+	require.Equal(t, runner.ExitOK, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "no server has connected")
+	require.NotContains(t, r.stderr, runner.StderrPrefix, "no error line")
+}
+
+// TestDiagnosticsKeepCrashedLife: after a failed life, the next start
+// keeps its runnerd.stderr.log as runnerd.stderr.log.1, error line
+// included, and writes its own to a fresh runnerd.stderr.log.
+func TestDiagnosticsKeepCrashedLife(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	diag := filepath.Join(t.TempDir(), "diagnostics")
+	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket}
+	r := runBin(t, bin, env, deadDialArgs(t, "--diagnostics-directory", diag)...)
+	require.Equal(t, runner.ExitFailure, r.code)
+	first, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	require.NoError(t, err)
+	require.Contains(t, string(first), "paperclip-runnerd: transport_reconnect_deadline_exceeded")
+
+	r = runBin(t, bin, env, deadDialArgs(t, "--diagnostics-directory", diag, "--log-level", "error")...)
+	require.Equal(t, runner.ExitFailure, r.code)
+	kept, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName+runner.DiagnosticsPreviousSuffix))
+	require.NoError(t, err)
+	require.Equal(t, string(first), string(kept))
+	second, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	require.NoError(t, err)
+	require.NotEqual(t, string(first), string(second))
+	fi, err := os.Stat(filepath.Join(diag, runner.DiagnosticsStderrName+runner.DiagnosticsPreviousSuffix))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}

@@ -148,17 +148,18 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 				return err
 			})
 		case herr != nil:
-			r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type)
 			if coded := commandFailure(herr); coded != nil {
 				// A protocol-named failure code (e.g. session_handshake_timeout, acp.md §4.1).
 				res, err = r.finishCommand(cmd, state.StatusFailed, coded)
-				break
+			} else {
+				err = r.store.Update(func(tx *state.Tx) error {
+					var err error
+					res, err = tx.FailCommand(cmd.CommandID, herr.Error())
+					return err
+				})
 			}
-			err = r.store.Update(func(tx *state.Tx) error {
-				var err error
-				res, err = tx.FailCommand(cmd.CommandID, herr.Error())
-				return err
-			})
+			code, msg := resultFailure(res.Result)
+			r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type, "code", code, "message", msg)
 		default:
 			res, err = r.finishCommand(cmd, state.StatusCompleted, out)
 		}

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"net/url"
 	"path/filepath"
@@ -35,6 +36,7 @@ const (
 	DefaultMaxConcurrentColdStarts  = 4                         // acp.md §4.2 (Paperclip ACPX_MAX_CONCURRENT_SESSION_INITS)
 	DefaultLifecycle                = LifecyclePerTurn          // prp.md §13 table
 	DefaultLogFormat                = LogFormatJSON             // STYLE.md: JSON handler by default
+	DefaultLogLevel                 = slog.LevelInfo            // beyond: the reference logs lifecycle lines at info
 	ListenPathPrefix                = "/api/runner/v1/connect/" // prp.md §1.1, §1.2
 )
 
@@ -101,6 +103,12 @@ const (
 	LogFormatText LogFormat = "text"
 )
 
+// logLevels are the --log-level names, lowest first.
+var logLevels = []struct {
+	name  string
+	level slog.Level
+}{{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}
+
 // Config is runnerd's validated command line. ParseArgs fills every field
 // (defaults included); code that receives a Config may rely on the
 // invariants documented on each field.
@@ -121,7 +129,7 @@ type Config struct {
 	ListenPort    uint16 // 0 asks the kernel for a port (tests)
 	ListenPath    string
 
-	StateDir      string       // cleaned, non-empty
+	StateDir      string       // absolute, cleaned
 	Identity      prp.Identity // the six --*-id flags (prp.md §13)
 	RunnerVersion string
 	RunnerDigest  string
@@ -143,6 +151,7 @@ type Config struct {
 	PingInterval   time.Duration
 	SilenceTimeout time.Duration // > PingInterval
 	LogFormat      LogFormat
+	LogLevel       slog.Level // the least severe level logged (--log-level)
 
 	SessionOpenResumeTimeout time.Duration
 	SessionOpenColdTimeout   time.Duration            // agents not in ColdTimeoutByAgent
@@ -234,6 +243,7 @@ type parser struct {
 	listenPort    uint64
 	lifecycle     string
 	logFormat     string
+	logLevel      string
 	maxLifetime   time.Duration
 	maxRuntime    time.Duration
 	coldAgents    agentTimeouts
@@ -287,6 +297,7 @@ func newParser() *parser {
 	fs.Var(&msFlag{dst: &c.PingInterval, min: minPingInterval, max: maxDurationFlag}, "ping-interval-ms", "send a WebSocket Ping after this long without sending")
 	fs.Var(&msFlag{dst: &c.SilenceTimeout, min: minPingInterval, max: maxDurationFlag}, "silence-timeout-ms", "treat the connection as half-open after this long without receiving")
 	fs.StringVar(&p.logFormat, "log-format", string(DefaultLogFormat), "json or text")
+	fs.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
 
 	c.SessionOpenResumeTimeout, c.SessionOpenColdTimeout = DefaultSessionOpenResumeTimeout, DefaultSessionOpenColdTimeout
 	fs.Var(&msFlag{dst: &c.SessionOpenResumeTimeout, min: time.Millisecond, max: maxDurationFlag}, "session-open-resume-timeout-ms", "session.open bound when adopting or resuming")
@@ -390,6 +401,12 @@ func (p *parser) validate() (Config, error) {
 	if len(c.StateDir) > maxPathBytes || strings.ContainsRune(c.StateDir, 0) {
 		return Config{}, &UsageError{Flag: "--state-dir", Problem: "not a usable path"}
 	}
+	if !filepath.IsAbs(c.StateDir) {
+		// Agents' pcwrap sessions live under it and outlive this process: a
+		// path that depends on the working directory could name another
+		// directory for them or for the next runnerd.
+		return Config{}, &UsageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
+	}
 	c.StateDir = filepath.Clean(c.StateDir)
 
 	if c.Mode == ModeDial {
@@ -444,6 +461,15 @@ func (p *parser) validate() (Config, error) {
 		c.LogFormat = LogFormat(p.logFormat)
 	default:
 		return Config{}, &UsageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
+	}
+
+	c.LogLevel = DefaultLogLevel
+	if p.changed("log-level") {
+		lv, ok := parseLogLevel(p.logLevel)
+		if !ok {
+			return Config{}, &UsageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
+		}
+		c.LogLevel = lv
 	}
 
 	if c.SilenceTimeout <= c.PingInterval {
@@ -595,6 +621,16 @@ func ValidateRunIDSegment(runID string) error {
 		return errors.New("run id is not valid UTF-8")
 	}
 	return nil
+}
+
+// parseLogLevel reads a --log-level name (exact, lower-case, as documented).
+func parseLogLevel(s string) (slog.Level, bool) {
+	for _, l := range logLevels {
+		if l.name == s {
+			return l.level, true
+		}
+	}
+	return 0, false
 }
 
 // checkText accepts non-empty UTF-8 without control characters, at most

@@ -39,6 +39,9 @@ CONNECTION
   --reconnect-delay-ms MS      Reconnect backoff base (default 25, max 5000).
   --reconnect-grace-ms MS      Exit with transport_reconnect_grace_exceeded when
                                disconnected longer than this (default: no grace).
+                               The grace counts only after the first successful
+                               authentication: until then runnerd keeps
+                               retrying (bounded by --max-lifetime-ms).
   --max-lifetime-ms MS         Lifetime; 0 or absent = unlimited. Reached while
                                connected: suspend at the next safe point, exit 0;
                                while reconnecting: transport_reconnect_deadline_exceeded.
@@ -51,7 +54,8 @@ CONNECTION
                                without receiving anything (default 45000).
 
 IDENTITY (required in dial and listen mode; assigned by the server)
-  --state-dir DIR              Durable state (runner-state.json, agent sessions).
+  --state-dir DIR              Durable state (runner-state.json, agent sessions);
+                               an absolute path.
   --runner-id ID               Runner instance id.
   --environment-lease-id ID    Environment lease id.
   --run-id ID                  Run id (also the last segment of --listen-path).
@@ -68,12 +72,15 @@ DURABILITY AND LIFECYCLE
   --lifecycle-mode MODE        per_turn (default: suspend and exit 0 once a
                                turn's events are acknowledged) or warm.
   --idle-timeout-ms MS         Warm: suspend and exit 0 after this long with no
-                               command and no turn. Required with warm, refused
-                               with per_turn.
+                               command and no turn, counted from the start; if
+                               no server has connected by then, exit 0 without
+                               suspending. Required with warm, refused with
+                               per_turn.
   --diagnostics-directory DIR  Send runnerd's output only to bounded, redacted
                                runnerd.stdout.log and runnerd.stderr.log in DIR
                                (created 0700; a symlink or a group- or
-                               other-accessible directory is refused).
+                               other-accessible directory is refused). The
+                               previous run's files are kept as *.log.1.
 
 AGENTS
   --session-open-resume-timeout-ms MS     session.open bound when adopting or
@@ -91,6 +98,8 @@ AGENTS
 
 LOGGING
   --log-format FORMAT          json (default) or text; logs go to stderr.
+  --log-level LEVEL            debug, info (default), warn or error: the least
+                               severe level logged.
 
 ACCEPTED AND IGNORED (reference compatibility; each takes a value)
   --fake-harness, --fake-harness-script (the server passes them on every launch),
@@ -101,14 +110,18 @@ ACCEPTED AND IGNORED (reference compatibility; each takes a value)
   fake-harness mode is not implemented.
 
 EXIT STATUS
-  0  success: metadata printed, revoked, or a clean per-turn exit
+  0  success: metadata printed, revoked, a clean per-turn or idle exit, or an
+     orderly stop on SIGTERM or SIGINT
   1  failure; stderr has one line "paperclip-runnerd: <code>: <message>", e.g.
-     runner_ingress_bind_conflict, transport_reconnect_grace_exceeded,
+     runner_ingress_bind_conflict (the listener could not bind),
+     transport_reconnect_grace_exceeded,
      transport_reconnect_deadline_exceeded, lease_expired_requires_bootstrap,
      bootstrap_failed_closed (the ticket may be used up: start again with a
      fresh one)
   2  usage: a bad flag, a missing or conflicting mode, or a missing ticket;
-     nothing was started
+     nothing was started. The line reads "paperclip-runnerd: usage: ...",
+     except for a bad --listen-path or --listen-address, whose line starts
+     with runner_ingress_bind_conflict, the code the server looks for.
 
 SIGNALS
   SIGTERM, SIGINT  orderly stop: save state, stop agents, exit.

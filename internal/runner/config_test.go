@@ -2,7 +2,9 @@ package runner
 
 import (
 	"errors"
+	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -465,6 +467,9 @@ func FuzzParseArgs(f *testing.F) {
 	f.Add("--help")
 	f.Add("--fake-harness\x00x")
 	f.Add("--connect-url=ws://[::1]:0/\x00--run-id\x00--")
+	f.Add(strings.Join(listenArgs("--log-level", "debug"), "\x00"))
+	f.Add(strings.Join(dialArgs("ws://127.0.0.1:1/x", "--log-level=verbose"), "\x00"))
+	f.Add(strings.Join(append([]string{"--listen-path", ListenPathPrefix + "r", "--state-dir", "rel"}, identityArgs()[2:]...), "\x00"))
 	f.Fuzz(func(t *testing.T, joined string) {
 		var args []string
 		if joined != "" {
@@ -488,6 +493,14 @@ func FuzzParseArgs(f *testing.F) {
 		switch cfg.Mode {
 		case ModeBuildMetadata:
 			return
+		}
+		if !filepath.IsAbs(cfg.StateDir) {
+			t.Fatalf("accepted a relative --state-dir %q", cfg.StateDir)
+		}
+		if cfg.LogLevel < slog.LevelDebug || cfg.LogLevel > slog.LevelError {
+			t.Fatalf("log level %v", cfg.LogLevel)
+		}
+		switch cfg.Mode {
 		case ModeListen:
 			if cfg.ListenPath != ListenPathPrefix+cfg.Identity.RunID || ValidateRunIDSegment(cfg.Identity.RunID) != nil {
 				t.Fatalf("listen path %q for run %q", cfg.ListenPath, cfg.Identity.RunID)

@@ -17,9 +17,14 @@ import (
 const (
 	DiagnosticsStdoutName = "runnerd.stdout.log"
 	DiagnosticsStderrName = "runnerd.stderr.log"
+	// DiagnosticsPreviousSuffix names the previous process's file
+	// (runnerd.stderr.log.1): one generation is kept, so a restart after a
+	// crash does not erase the crashed life's log (issue 9).
+	DiagnosticsPreviousSuffix = ".1"
 )
 
-// maxDiagnosticsLogBytes bounds each diagnostics file (runnerd's choice: the
+// maxDiagnosticsLogBytes bounds each diagnostics file, the kept previous one
+// included (runnerd's choice: the
 // server reads only the last 64 KiB of runnerd.stderr.log, so 1 MiB keeps
 // that tail with a wide margin while a chatty life cannot fill the disk).
 const maxDiagnosticsLogBytes = 1 << 20
@@ -46,7 +51,9 @@ var credentialEnvName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSW
 // maxDiagnosticsLogBytes by dropping its older half. The directory must be
 // a real directory (never a symlink) that only its owner can access; it is
 // created 0700 when missing, and the files 0600, opened without following
-// symlinks.
+// symlinks. The previous process's files are kept once, as
+// runnerd.stdout.log.1 and runnerd.stderr.log.1, under the same bound and
+// mode.
 type Diagnostics struct {
 	stdout, stderr *diagLog
 
@@ -56,8 +63,8 @@ type Diagnostics struct {
 	copied     chan struct{}
 }
 
-// OpenDiagnostics opens dir's diagnostics files (truncated: one process's
-// output) and redirects os.Stderr through the redacting writer until Close.
+// OpenDiagnostics keeps the previous process's diagnostics files as *.1,
+// opens fresh ones for this process's output and redirects os.Stderr through the redacting writer until Close.
 // environ gives the credential values to scrub.
 func OpenDiagnostics(dir string, environ []string) (*Diagnostics, error) {
 	red := acpx.NewRedactor(credentialValues(environ)...)

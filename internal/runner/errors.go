@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"unicode"
@@ -23,6 +24,11 @@ const (
 // StderrPrefix starts every error line runnerd writes to stderr
 // (prp.md §13; R-bin prints "paperclip-runnerd: <error>").
 const StderrPrefix = "paperclip-runnerd: "
+
+// maxLoggedMessageBytes bounds a failure message copied into a log line
+// (beyond: a command_result message is already bounded by the state, this
+// keeps one warning short).
+const maxLoggedMessageBytes = 512
 
 // maxErrorLineBytes bounds one stderr error line (beyond: the server keeps
 // only the last 16 KiB of stderr, prp.md §13, so one line must never crowd
@@ -199,6 +205,19 @@ func FormatError(err error) string {
 	code := string(CodeOf(err))
 	text := code + ": " + strings.TrimPrefix(err.Error(), code+": ")
 	return StderrPrefix + oneLine(text, maxErrorLineBytes-len(StderrPrefix)-1) + "\n"
+}
+
+// resultFailure reads the code and message of a journaled failed result
+// for the log. It logs what the journal recorded, never the handler's raw
+// error: the state has redacted credential-shaped text in it and bounded it,
+// and it is the text the server receives anyway.
+func resultFailure(result json.RawMessage) (code, message string) {
+	var r struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(result, &r)
+	return oneLine(r.Code, maxLoggedMessageBytes), oneLine(r.Message, maxLoggedMessageBytes)
 }
 
 // oneLine replaces control characters (newlines included) with spaces and

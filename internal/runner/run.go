@@ -153,6 +153,24 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	return r.run(ctx, client)
 }
 
+// idleWithoutServer ends a warm runner whose idle timeout passed before any
+// server authenticated in this process (a listen-mode runnerd nobody
+// dialled, a dial-mode one whose server never answered), and reports
+// whether it did. The automatic suspend would wait for the ACK of
+// runner.suspending, which no server is there to send, and, with no lease
+// and no grace running yet, nothing else would ever end the process. So it
+// stops as on SIGTERM instead: state left as found (not "suspending", which
+// the next runnerd would have to finish), agents stopped, exit 0, as
+// --idle-timeout-ms promises (prp.md §13).
+func (r *loop) idleWithoutServer() bool {
+	if r.send.connectionCount() > 0 {
+		return false
+	}
+	r.log.Info("warm runner idle and no server has connected; exiting", "idleTimeout", r.cfg.IdleTimeout.String())
+	r.finish(errCleanStop)
+	return true
+}
+
 // exitFor maps the client's terminal condition to the runner's outcome,
 // recording the recoverable failure the spec names (prp.md §5, §6.1).
 func (r *loop) exitFor(ctx context.Context, err error) error {

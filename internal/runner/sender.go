@@ -49,6 +49,13 @@ func (s *sender) countConnection() int {
 	return s.connections
 }
 
+// connectionCount is how many connections this process has authenticated.
+func (s *sender) connectionCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connections
+}
+
 // attach makes c (PRP version v) the current connection and replays the
 // unacknowledged outbox on it byte for byte (prp.md §9.4).
 func (s *sender) attach(ctx context.Context, c *prp.Conn, v int) error {

@@ -219,6 +219,9 @@ func (r *loop) idleDue(ctx context.Context) time.Duration {
 		}
 		return left
 	}
+	if r.idleWithoutServer() {
+		return 0
+	}
 	r.log.Info("warm runner idle; suspending", "idleTimeout", r.cfg.IdleTimeout.String())
 	r.beginSuspend(ctx, suspendIdle)
 	return 0

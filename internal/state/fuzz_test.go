@@ -42,6 +42,8 @@ func FuzzLoadState(f *testing.F) {
 		return tx.SetRecord("acpSessions", map[string]int{"a": 1})
 	}))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`[1,2,3]`))
+	f.Add([]byte(`{"nextSourceSeq":"2","outbox":[[]]}`))
 	f.Add([]byte(`{"schema":"paperclip.runner.durable.state.v1","outbox":[{"envelope":{}}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := decodeState(b)

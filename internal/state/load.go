@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 )
 
 // decodeState parses runner-state.json. Errors wrap ErrCorruptState and
@@ -17,8 +19,10 @@ func decodeState(b []byte) (*State, error) {
 		switch {
 		case errors.As(err, &syn):
 			return nil, fmt.Errorf("decode state: %w: malformed JSON at byte %d of %d (truncated or damaged)", ErrCorruptState, syn.Offset, len(b))
+		case errors.As(err, &typ) && typ.Field == "":
+			return nil, fmt.Errorf("decode state: %w: state file: top level is %s, want an object", ErrCorruptState, jsonValueKind(typ.Value))
 		case errors.As(err, &typ):
-			return nil, fmt.Errorf("decode state: %w: field %s has the wrong type", ErrCorruptState, typ.Field)
+			return nil, fmt.Errorf("decode state: %w: state file: field %s is %s, want %s", ErrCorruptState, typ.Field, jsonValueKind(typ.Value), jsonKindOf(typ.Type))
 		}
 		return nil, fmt.Errorf("decode state: %w: not a state object", ErrCorruptState)
 	}
@@ -32,6 +36,53 @@ func decodeState(b []byte) (*State, error) {
 	}
 	st.normalize()
 	return &st, nil
+}
+
+// jsonValueKind names the kind of JSON value encoding/json found, with its
+// article. json may append the literal ("number 1e999"); that is file
+// content, so only the first word is kept.
+func jsonValueKind(v string) string {
+	kind, _, _ := strings.Cut(v, " ")
+	switch kind {
+	case "array", "object":
+		return "an " + kind
+	case "bool":
+		return "a boolean"
+	case "":
+		return "a value of another type"
+	}
+	return "a " + kind
+}
+
+// jsonKindOf names the JSON kind that decodes into t, with its article.
+func jsonKindOf(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "an array"
+	case reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another type"
 }
 
 // check verifies that the loaded state belongs to this runner and is

@@ -115,3 +115,29 @@ func mustRead(t *testing.T, path string) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// TestPrpctlReturnsWhenRunnerdDies: the real runnerd, launched by prpctl on
+// a state file holding a JSON array, exits 1 at once with a message naming
+// what is wrong; prpctl stops waiting then (not after its 10-minute
+// --timeout, which waitBound would cut) and exits with runnerd's status.
+func TestPrpctlReturnsWhenRunnerdDies(t *testing.T) {
+	runnerd := runnerdBin(t)
+	for _, mode := range []string{"dial", "listen"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := stateDir(t)
+			require.NoError(t, os.Mkdir(dir, 0o700))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "runner-state.json"), []byte(`[1,2,3]`), 0o600))
+			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, testbin.Path(t, "prpctl"), "--mode", mode, "--runnerd", runnerd,
+				"--state-dir", dir, "--command", "session.snapshot", "--timeout", "10m")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			_ = cmd.Run()
+			require.NoError(t, ctx.Err(), "prpctl waited until killed; stderr:\n%s", stderr.String())
+			require.Equal(t, 1, cmd.ProcessState.ExitCode(), "stderr:\n%s", stderr.String())
+			require.Contains(t, stderr.String(), "state file: top level is an array, want an object")
+			require.Contains(t, stderr.String(), "prpctl: runnerd exited with status 1 before")
+		})
+	}
+}
