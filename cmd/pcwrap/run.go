@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/shutdown"
 	"github.com/pcrunner/pcrunner/internal/stdinpoll"
@@ -98,8 +99,8 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 			fmt.Fprintln(stderr, msg)
 			return code
 		}
-		out.Emit(sessiondir.ErrorFrame(msg))
-		out.Emit(sessiondir.ShutdownAckFrame())
+		out.Emit(frame.ErrorFrame(msg))
+		out.Emit(frame.ShutdownAckFrame())
 		out.Close()
 		return code
 	}
@@ -143,7 +144,7 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 			feeder.Drop()
 		}
 		feedMu.Unlock()
-	}, func() { out.Emit(sessiondir.ShutdownAckFrame()) })
+	}, func() { out.Emit(frame.ShutdownAckFrame()) })
 	defer term.Stop()
 
 	// SIGTERM/SIGINT before the spawn: acknowledge, spawn nothing (§4).
@@ -187,9 +188,9 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 	ch, err := spawn(payload.Command, payload.Args, cwd, cenv)
 	if err != nil {
 		code := exitSpawn
-		out.Emit(sessiondir.ErrorFrame(fmt.Sprintf("spawn %s %s", payload.Command, spawnErrno(err))))
-		out.Emit(sessiondir.ExitFrame(&code, ""))
-		out.Emit(sessiondir.ShutdownAckFrame())
+		out.Emit(frame.ErrorFrame(fmt.Sprintf("spawn %s %s", payload.Command, spawnErrno(err))))
+		out.Emit(frame.ExitFrame(&code, ""))
+		out.Emit(frame.ShutdownAckFrame())
 		out.Close()
 		return exitSpawn
 	}
@@ -203,7 +204,7 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 	for _, p := range []struct {
 		f      *os.File
 		stream string
-	}{{ch.stdout, sessiondir.StreamStdout}, {ch.stderr, sessiondir.StreamStderr}} {
+	}{{ch.stdout, frame.StreamStdout}, {ch.stderr, frame.StreamStderr}} {
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
@@ -228,7 +229,7 @@ func run(o options, environ []string, sigs <-chan os.Signal, stdout, stderr io.W
 	}
 
 	code, sig := supervise(ch, term, sigs, out, &pumps)
-	out.Emit(sessiondir.ExitFrame(code, sig))
+	out.Emit(frame.ExitFrame(code, sig))
 	term.Terminate() // child close: the kill is a no-op, shutdownAck follows exit
 	cancel()
 	<-readerDone
@@ -381,7 +382,7 @@ type handler struct {
 func (h handler) Stdin(b []byte)   { h.feeder.Write(b) }
 func (h handler) StdinEnd()        { h.feeder.End() }
 func (h handler) Shutdown()        { h.term.Terminate() }
-func (h handler) Error(msg string) { h.out.Emit(sessiondir.ErrorFrame(msg)) }
+func (h handler) Error(msg string) { h.out.Emit(frame.ErrorFrame(msg)) }
 
 // pump reads the child's pipe until EOF (or the drain deadline) and emits
 // one data frame per read. Each read goes into a buffer of the largest

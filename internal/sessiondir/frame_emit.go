@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // EventRetryInterval paces retries of a failed event-file write (the
@@ -30,7 +32,7 @@ const freeBufs = emitQueue + 4
 // queued is one frame in the channel; owned marks Data as a DataBuffer
 // buffer to recycle once written.
 type queued struct {
-	f     Frame
+	f     frame.Frame
 	owned bool
 }
 
@@ -83,7 +85,7 @@ func newEmitter(e *Emitter) *Emitter {
 
 // Emit queues f. It blocks only while the queue is full; after Close it
 // drops f.
-func (e *Emitter) Emit(f Frame) { e.emit(queued{f: f}) }
+func (e *Emitter) Emit(f frame.Frame) { e.emit(queued{f: f}) }
 
 // DataBuffer returns a buffer of size bytes to read child output into and
 // hand to EmitData: a recycled one when one is free, so a pump does not
@@ -103,7 +105,7 @@ func (e *Emitter) DataBuffer(size int) []byte {
 // reused by DataBuffer once the frame is written, so the caller must not
 // touch b again. The frame is the same as Emit(DataFrame(stream, b)).
 func (e *Emitter) EmitData(stream string, b []byte) {
-	e.emit(queued{f: DataFrame(stream, b), owned: true})
+	e.emit(queued{f: frame.DataFrame(stream, b), owned: true})
 }
 
 func (e *Emitter) emit(q queued) {
@@ -150,7 +152,7 @@ func (e *Emitter) loop() {
 }
 
 // write writes one frame; it reports whether stdout broke.
-func (e *Emitter) write(f Frame) (dead bool) {
+func (e *Emitter) write(f frame.Frame) (dead bool) {
 	if e.events {
 		e.writeEvent(f)
 		return false
@@ -169,7 +171,7 @@ func (e *Emitter) write(f Frame) (dead bool) {
 // writeEvent publishes f under the next seq, retrying a failed write
 // until it succeeds or pcwrap shuts down; only then is a frame lost, and
 // a lost frame does not use up its seq.
-func (e *Emitter) writeEvent(f Frame) {
+func (e *Emitter) writeEvent(f frame.Frame) {
 	f.Seq = 0 // event bodies never carry seq (§7.2)
 	e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
 	seq := e.seq + 1

@@ -10,17 +10,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
 func TestStdoutEmitterLines(t *testing.T) {
 	var buf syncbuf.Buffer
 	e := NewStdoutEmitter(&buf, nil)
-	e.Emit(DataFrame(StreamStdout, []byte("x")))
-	e.Emit(ErrorFrame("boom <&>"))
-	e.Emit(ShutdownAckFrame())
+	e.Emit(frame.DataFrame(frame.StreamStdout, []byte("x")))
+	e.Emit(frame.ErrorFrame("boom <&>"))
+	e.Emit(frame.ShutdownAckFrame())
 	e.Close()
-	e.Emit(ShutdownAckFrame()) // after Close: dropped, no panic
+	e.Emit(frame.ShutdownAckFrame()) // after Close: dropped, no panic
 	assert.Equal(t, `{"seq":1,"type":"data","stream":"stdout","data":"eA=="}
 {"seq":2,"type":"error","message":"boom <&>"}
 {"seq":3,"type":"shutdownAck"}
@@ -33,9 +34,9 @@ func (failWriter) Write([]byte) (int, error) { return 0, os.ErrClosed }
 
 func TestStdoutEmitterBroken(t *testing.T) {
 	e := NewStdoutEmitter(failWriter{}, nil)
-	e.Emit(ShutdownAckFrame())
+	e.Emit(frame.ShutdownAckFrame())
 	<-e.Broken()
-	e.Emit(ShutdownAckFrame())
+	e.Emit(frame.ShutdownAckFrame())
 	e.Close()
 }
 
@@ -46,8 +47,8 @@ func TestEventsEmitterFiles(t *testing.T) {
 	defer f.Close()
 	e := NewEventsEmitter(f, nil)
 	code := 0
-	e.Emit(DataFrame(StreamStderr, []byte("e")))
-	e.Emit(ExitFrame(&code, ""))
+	e.Emit(frame.DataFrame(frame.StreamStderr, []byte("e")))
+	e.Emit(frame.ExitFrame(&code, ""))
 	e.Close()
 	b, err := os.ReadFile(filepath.Join(dir, "000000000001.json"))
 	require.NoError(t, err)
@@ -70,7 +71,7 @@ func TestEventsEmitterNoFollowAndFailFast(t *testing.T) {
 	defer f.Close()
 	e := NewEventsEmitter(f, nil)
 	e.FailFast()
-	e.Emit(ShutdownAckFrame())
+	e.Emit(frame.ShutdownAckFrame())
 	e.Close()
 	b, err := os.ReadFile(target)
 	require.NoError(t, err)
@@ -84,7 +85,7 @@ func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 	defer f.Close()
 	e := NewEventsEmitter(f, nil)
 	require.NoError(t, os.Remove(dir)) // every write now fails (ENOENT)
-	e.Emit(ShutdownAckFrame())
+	e.Emit(frame.ShutdownAckFrame())
 	closed := make(chan struct{})
 	go func() { e.Close(); close(closed) }()
 	select {
@@ -111,7 +112,7 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 		require.Len(t, b, 8)
 		seen[&b[:1][0]] = true
 		n := copy(b, []byte{'a' + byte(i%26)})
-		e.EmitData(StreamStderr, b[:n])
+		e.EmitData(frame.StreamStderr, b[:n])
 	}
 	e.Close() // every frame written, so every buffer offered back
 	again := e.DataBuffer(8)
@@ -119,7 +120,7 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 	lines := bytes.Split(bytes.TrimSuffix([]byte(buf.String()), []byte("\n")), []byte("\n"))
 	require.Len(t, lines, 200)
 	for i, line := range lines {
-		want := Frame{Seq: int64(i + 1), Type: FrameData, Stream: StreamStderr, Data: []byte{'a' + byte(i%26)}}
+		want := frame.Frame{Seq: int64(i + 1), Type: frame.FrameData, Stream: frame.StreamStderr, Data: []byte{'a' + byte(i%26)}}
 		assert.Equal(t, string(want.AppendJSON(nil)), string(line))
 	}
 
@@ -130,7 +131,7 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 	ev := NewEventsEmitter(d.Events, nil)
 	b := ev.DataBuffer(3)
 	copy(b, "abc")
-	ev.EmitData(StreamStdout, b)
+	ev.EmitData(frame.StreamStdout, b)
 	ev.Close()
 	body, err := os.ReadFile(filepath.Join(session, EventsDir, SeqName(1)))
 	require.NoError(t, err)

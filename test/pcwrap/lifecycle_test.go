@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // sh returns a payload running script under sh -c.
@@ -99,9 +101,9 @@ func TestPcwrap64_LatchInStdoutMode(t *testing.T) {
 	groupGone(t, pgid, 4*time.Second)
 	fr := s.frames()
 	require.NotEmpty(t, fr)
-	assert.Equal(t, sessiondir.FrameShutdownAck, fr[0].Type)
+	assert.Equal(t, frame.FrameShutdownAck, fr[0].Type)
 	last := fr[len(fr)-1]
-	assert.Equal(t, sessiondir.FrameExit, last.Type)
+	assert.Equal(t, frame.FrameExit, last.Type)
 	assert.Equal(t, "SIGTERM", last.Signal)
 }
 
@@ -111,7 +113,7 @@ func TestPcwrap13_ChildExitEndsPcwrap(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{payload: payload{Command: "true"}})
 	assert.Equal(t, 0, s.wait(4*time.Second))
-	assert.Equal(t, 1, count(readEvents(t, s.dir), sessiondir.FrameExit))
+	assert.Equal(t, 1, count(readEvents(t, s.dir), frame.FrameExit))
 }
 
 // TestPcwrap50_TrueChildEventsMode: child `true`, no stdinEnd → exit.
@@ -140,8 +142,8 @@ func TestPcwrap18_CleanExit(t *testing.T) {
 	assert.Equal(t, 0, s.wait(waitBound))
 	assert.Empty(t, s.stderr.String())
 	fr := readEvents(t, s.dir)
-	assert.Equal(t, 1, count(fr, sessiondir.FrameExit))
-	assert.Zero(t, count(fr, sessiondir.FrameError))
+	assert.Equal(t, 1, count(fr, frame.FrameExit))
+	assert.Zero(t, count(fr, frame.FrameError))
 	b, err := os.ReadFile(filepath.Join(s.dir, "events", "000000000001.json"))
 	require.NoError(t, err)
 	assert.Equal(t, `{"type":"data","stream":"stdout","data":"aGk="}`+"\n", string(b))
@@ -168,7 +170,7 @@ func TestPcwrap19_SymlinkedSessionDirStdout(t *testing.T) {
 	assert.Equal(t, 1, s.wait(4*time.Second))
 	fr := s.frames()
 	assert.True(t, hasError(fr, "symbolic link"), "%v", s.raw)
-	assert.Equal(t, sessiondir.FrameShutdownAck, fr[len(fr)-1].Type)
+	assert.Equal(t, frame.FrameShutdownAck, fr[len(fr)-1].Type)
 	assert.False(t, exists(filepath.Join(real, sessiondir.LockFile)), "nothing created through the link")
 }
 
@@ -199,7 +201,7 @@ func TestPcwrap20_SessionEnvStripped(t *testing.T) {
 		"PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES=7", "PAPERCLIP_PROCESS_SESSION_OTHER=1",
 	}})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, "[]", output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, "[]", output(s.frames(), frame.StreamStdout))
 }
 
 // TestPayloadEnvAndPathOfChild: the payload env overlays pcwrap's, and a
@@ -211,7 +213,7 @@ func TestPayloadEnvAndPathOfChild(t *testing.T) {
 	p := payload{Command: "only-in-child-path", Env: map[string]string{"PATH": bin + ":" + os.Getenv("PATH"), "GREETING": "hello"}}
 	s := start(t, opts{mode: "stdout", payload: p})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, "hello", output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, "hello", output(s.frames(), frame.StreamStdout))
 }
 
 // TestPcwrap52_SigtermEndsPcwrapAndChild.
@@ -257,7 +259,7 @@ func TestPcwrap55_GroupKilledAfterGrace(t *testing.T) {
 	s.wait(10 * time.Second)
 	groupGone(t, pgid, 5*time.Second)
 	fr := s.frames()
-	assert.Equal(t, sessiondir.FrameShutdownAck, fr[1].Type, "shutdownAck precedes exit")
+	assert.Equal(t, frame.FrameShutdownAck, fr[1].Type, "shutdownAck precedes exit")
 }
 
 // TestPcwrap56_SighupUnderNohup: pcwrap under nohup survives SIGHUP and
@@ -272,10 +274,10 @@ func TestPcwrap56_SighupUnderNohup(t *testing.T) {
 		mode:    "stdout",
 		payload: sh(`grep SigIgn /proc/self/status; exec cat`),
 	})
-	s.waitFrame(5*time.Second, "SigIgn line", func(fr []sessiondir.Frame) bool {
-		return strings.Contains(output(fr, sessiondir.StreamStdout), "\n")
+	s.waitFrame(5*time.Second, "SigIgn line", func(fr []frame.Frame) bool {
+		return strings.Contains(output(fr, frame.StreamStdout), "\n")
 	})
-	line := strings.TrimSpace(strings.TrimPrefix(output(s.frames(), sessiondir.StreamStdout), "SigIgn:"))
+	line := strings.TrimSpace(strings.TrimPrefix(output(s.frames(), frame.StreamStdout), "SigIgn:"))
 	mask, err := strconv.ParseUint(line, 16, 64)
 	require.NoError(t, err)
 	assert.Zero(t, mask&1, "SIGHUP must not be ignored in the child")
@@ -310,7 +312,7 @@ func TestPcwrap62_StagedPayload(t *testing.T) {
 	require.Greater(t, len(p.b64(t)), 64*1024)
 	s := start(t, opts{mode: "stdout", dir: dir, payload: p, stagePayl: true})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, fmt.Sprintf("gone %d", 70*1024), output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, fmt.Sprintf("gone %d", 70*1024), output(s.frames(), frame.StreamStdout))
 }
 
 // TestPcwrap63_CommandFileSymlink: a symlinked command.b64 is refused
@@ -355,7 +357,7 @@ func TestLenientPayloadBase64(t *testing.T) {
 	b64 = b64[:10] + "\n  " + b64[10:]
 	s := start(t, opts{mode: "stdout", env: []string{"PAPERCLIP_PROCESS_SESSION_COMMAND_B64=" + b64}})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, "ok", output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, "ok", output(s.frames(), frame.StreamStdout))
 }
 
 // TestPcwrap65_StdoutReaderGone: the reader of pcwrap's stdout closes →
@@ -386,14 +388,14 @@ func TestPcwrap69_BoundedDrain(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", payload: sh(`sleep 300 & echo started`)})
 	pgid := s.childPgid()
-	s.waitFrame(3*time.Second+drainSlack, "exit frame", func(fr []sessiondir.Frame) bool {
-		return count(fr, sessiondir.FrameExit) == 1
+	s.waitFrame(3*time.Second+drainSlack, "exit frame", func(fr []frame.Frame) bool {
+		return count(fr, frame.FrameExit) == 1
 	})
 	fr := s.frames()
-	assert.Equal(t, "started\n", output(fr, sessiondir.StreamStdout))
-	var exit sessiondir.Frame
+	assert.Equal(t, "started\n", output(fr, frame.StreamStdout))
+	var exit frame.Frame
 	for _, f := range fr {
-		if f.Type == sessiondir.FrameExit {
+		if f.Type == frame.FrameExit {
 			exit = f
 		}
 	}
