@@ -1,4 +1,4 @@
-package sessiondir
+package pcwrap
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
@@ -91,7 +92,7 @@ func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 	select {
 	case <-closed:
 		t.Fatal("a failed write must pause, not drop, while running")
-	case <-time.After(3 * EventRetryInterval):
+	case <-time.After(3 * eventRetryInterval):
 	}
 	e.FailFast()
 	select {
@@ -125,7 +126,7 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 	}
 
 	session := t.TempDir()
-	d, err := Open(session, true)
+	d, err := sessiondir.Open(session, true)
 	require.NoError(t, err)
 	defer d.Close()
 	ev := NewEventsEmitter(d.Events, nil)
@@ -133,7 +134,7 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 	copy(b, "abc")
 	ev.EmitData(frame.StreamStdout, b)
 	ev.Close()
-	body, err := os.ReadFile(filepath.Join(session, EventsDir, SeqName(1)))
+	body, err := os.ReadFile(filepath.Join(session, sessiondir.EventsDir, sessiondir.SeqName(1)))
 	require.NoError(t, err)
 	assert.Equal(t, `{"type":"data","stream":"stdout","data":"YWJj"}`+"\n", string(body))
 }

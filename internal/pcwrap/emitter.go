@@ -1,4 +1,4 @@
-package sessiondir
+package pcwrap
 
 import (
 	"io"
@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
-// EventRetryInterval paces retries of a failed event-file write (the
+// eventRetryInterval paces retries of a failed event-file write (the
 // host's 100 ms poll interval). A full or read-only filesystem pauses the
 // output instead of losing it: the emitter retries until the write
 // succeeds or pcwrap shuts down (FailFast), and meanwhile the pumps, and
 // so the child's writes, block. Shutdown stays possible, since reading
 // and deleting stdin files needs no space.
-const EventRetryInterval = 100 * time.Millisecond
+const eventRetryInterval = 100 * time.Millisecond
 
 // emitQueue is the frame channel's capacity: pumps block (backpressure on
 // the child's pipes) rather than grow memory when output is slow. 8 full
@@ -176,22 +177,22 @@ func (e *Emitter) writeEvent(f frame.Frame) {
 	e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
 	seq := e.seq + 1
 	for attempt := 1; ; attempt++ {
-		err := WriteEventFile(e.eventsfd, seq, e.buf)
+		err := sessiondir.WriteEventFile(e.eventsfd, seq, e.buf)
 		if err == nil {
 			if attempt > 1 {
-				e.log.Warn("event writes recovered", "file", SeqName(seq), "attempts", attempt)
+				e.log.Warn("event writes recovered", "file", sessiondir.SeqName(seq), "attempts", attempt)
 			}
 			e.seq = seq
 			return
 		}
 		if e.isFast() {
-			e.log.Error("event frame lost while shutting down", "type", f.Type, "file", SeqName(seq), "err", err)
+			e.log.Error("event frame lost while shutting down", "type", f.Type, "file", sessiondir.SeqName(seq), "err", err)
 			return
 		}
 		if attempt == 1 {
-			e.log.Error("event write failed; output paused, retrying", "file", SeqName(seq), "err", err)
+			e.log.Error("event write failed; output paused, retrying", "file", sessiondir.SeqName(seq), "err", err)
 		}
-		t := time.NewTimer(EventRetryInterval)
+		t := time.NewTimer(eventRetryInterval)
 		select {
 		case <-t.C:
 		case <-e.fast:

@@ -1,15 +1,20 @@
-package main
+package pcwrap
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"golang.org/x/sys/unix"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/shutdown"
+	"github.com/pcrunner/pcrunner/internal/stdinpoll"
 )
 
 // defaultPath is searched when the child env has no PATH, as execvp does
@@ -104,4 +109,83 @@ func spawnErrno(err error) string {
 		return "ENOENT"
 	}
 	return "UNKNOWN"
+}
+
+// child is a spawned child with the parent ends of its pipes.
+type child struct {
+	group          *shutdown.Group
+	feeder         *stdinpoll.Feeder
+	stdout, stderr *os.File
+}
+
+// spawn starts the payload's command (spec §2.4) and hands its group to
+// terminate(). A failed spawn is reported as error, exit 127 and
+// shutdownAck (§2.5).
+func (s *session) spawn() (*child, int, bool) {
+	p := s.payload
+	cwd := p.Cwd
+	if cwd == "" {
+		cwd, _ = os.Getwd()
+	}
+	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env))
+	if err != nil {
+		code := ExitSpawn
+		s.out.Emit(frame.ErrorFrame(fmt.Sprintf("spawn %s %s", p.Command, spawnErrno(err))))
+		s.out.Emit(frame.ExitFrame(&code, ""))
+		s.out.Emit(frame.ShutdownAckFrame())
+		s.out.Close()
+		return nil, ExitSpawn, false
+	}
+	s.feedMu.Lock()
+	s.feeder = ch.feeder
+	s.feedMu.Unlock()
+	s.term.Attach(ch.group)
+	return ch, 0, true
+}
+
+// startChild starts command (resolved through the child's PATH) with
+// three pipes, no shell, in its own process group (spec §2.4).
+func startChild(command string, args []string, cwd string, cenv []string) (*child, error) {
+	path, err := lookPath(command, cenv, cwd)
+	if err != nil {
+		return nil, err
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   append([]string{command}, args...),
+		Env:    cenv,
+		Dir:    cwd,
+		Stdin:  inR,
+		Stdout: outW,
+		Stderr: errW,
+	}
+	g, err := shutdown.Start(cmd)
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	return &child{group: g, feeder: stdinpoll.NewFeeder(inW, nil), stdout: outR, stderr: errR}, nil
 }
