@@ -3,7 +3,6 @@ package sessiondir
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -182,7 +181,7 @@ func (d *Dir) ReadCommandFile() (b []byte, found bool, err error) {
 	}
 	f := os.NewFile(uintptr(fd), CommandFile)
 	defer f.Close()
-	b, err = ReadRegular(f, MaxCommandFileBytes)
+	b, err = ReadRegular(int(f.Fd()), MaxCommandFileBytes, nil)
 	return b, true, err
 }
 
@@ -192,54 +191,16 @@ var ErrTooLarge = errors.New("file exceeds its size limit")
 // ErrNotRegular: a control file is not a regular file.
 var ErrNotRegular = errors.New("not a regular file")
 
-// ReadRegular reads all of f, which must be a regular file of at most max
-// bytes (ErrNotRegular, ErrTooLarge otherwise), into a new buffer.
-func ReadRegular(f *os.File, max int64) ([]byte, error) {
-	return ReadRegularInto(f, max, nil)
-}
-
-// ReadRegularInto is ReadRegular reading into buf's storage when it is
-// large enough (the result aliases buf then).
-func ReadRegularInto(f *os.File, max int64, buf []byte) ([]byte, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("fstat: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, ErrNotRegular
-	}
-	if st.Size > max {
-		return nil, ErrTooLarge
-	}
-	if int64(cap(buf)) < st.Size+1 {
-		buf = make([]byte, st.Size+1) // +1 sees growth without a second read
-	}
-	buf = buf[:st.Size+1]
-	n, err := io.ReadFull(f, buf)
-	switch {
-	case err == io.ErrUnexpectedEOF || err == io.EOF:
-	case err != nil:
-		return nil, fmt.Errorf("read: %w", err)
-	default:
-		// The file grew while read: read the rest, still bounded.
-		rest, err := io.ReadAll(io.LimitReader(f, max+1-int64(n)))
-		if err != nil {
-			return nil, fmt.Errorf("read: %w", err)
-		}
-		buf = append(buf[:n], rest...)
-		if int64(len(buf)) > max {
-			return nil, ErrTooLarge
-		}
-		return buf, nil
-	}
-	return buf[:n], nil
-}
-
-// ReadRegularFD is ReadRegularInto on a raw descriptor, which it leaves
-// open. The stdin reader opens every queue file this way: an *os.File
+// ReadRegular reads all of the open descriptor fd, which must be a
+// regular file of at most max bytes (ErrNotRegular, ErrTooLarge
+// otherwise), and leaves it open. It reads into buf's storage when that
+// is large enough (the result aliases buf then), else into a new buffer.
+// It is the one bounded control-file read: it takes a raw descriptor
+// because the stdin reader opens every queue file this way (an *os.File
 // would cost a fcntl and a failing epoll_ctl per file for nothing, since
-// regular files are never polled.
-func ReadRegularFD(fd int, max int64, buf []byte) ([]byte, error) {
+// regular files are never polled); an *os.File caller passes
+// int(f.Fd()) and keeps f open meanwhile.
+func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("fstat: %w", err)

@@ -21,7 +21,7 @@ func (r *Reader) read(name string) (frame.Message, error) {
 	if err != nil {
 		return frame.Message{}, fmt.Errorf("open: %s", errText(err))
 	}
-	b, err := sessiondir.ReadRegularFD(fd, MaxFileBytes, r.filebuf)
+	b, err := sessiondir.ReadRegular(fd, MaxFileBytes, r.filebuf)
 	unix.Close(fd)
 	if cap(b) <= keepFileBuf {
 		r.filebuf = b[:0] // reuse: ParseMessage copies what it keeps
