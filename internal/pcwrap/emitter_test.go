@@ -2,8 +2,11 @@ package pcwrap
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,16 +32,38 @@ func TestStdoutEmitterLines(t *testing.T) {
 `, buf.String())
 }
 
-type failWriter struct{}
+// emitterBound bounds every wait on the emitter goroutine in these tests:
+// it does one write per frame, so anything longer is a hang.
+const emitterBound = 5 * time.Second
 
-func (failWriter) Write([]byte) (int, error) { return 0, os.ErrClosed }
+// failWriter is a stdout whose reader went away; it counts the writes.
+type failWriter struct{ writes atomic.Int32 }
 
+func (w *failWriter) Write([]byte) (int, error) {
+	w.writes.Add(1)
+	return 0, os.ErrClosed
+}
+
+// A failed stdout write closes Broken, and every later frame is discarded
+// without another write.
 func TestStdoutEmitterBroken(t *testing.T) {
-	e := NewStdoutEmitter(failWriter{}, nil)
+	w := &failWriter{}
+	e := NewStdoutEmitter(w, nil)
 	e.Emit(frame.ShutdownAckFrame())
-	<-e.Broken()
+	select {
+	case <-e.Broken():
+	case <-time.After(emitterBound):
+		t.Fatal("Broken not closed after a failed write")
+	}
 	e.Emit(frame.ShutdownAckFrame())
-	e.Close()
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(emitterBound):
+		t.Fatal("Close did not return on a broken stdout")
+	}
+	assert.Equal(t, int32(1), w.writes.Load(), "no write after stdout broke")
 }
 
 func TestEventsEmitterFiles(t *testing.T) {
@@ -79,26 +104,49 @@ func TestEventsEmitterNoFollowAndFailFast(t *testing.T) {
 	assert.Equal(t, "keep", string(b))
 }
 
+// A failed event write pauses the output and retries: the frame lands
+// once the obstacle is gone, under its own seq. FailFast ends the retries.
 func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 	dir := t.TempDir()
+	// A non-empty directory at the event's name makes its rename fail.
+	blocker := filepath.Join(dir, sessiondir.SeqName(1))
+	require.NoError(t, os.MkdirAll(filepath.Join(blocker, "x"), 0o700))
 	f, err := os.Open(dir)
 	require.NoError(t, err)
 	defer f.Close()
-	e := NewEventsEmitter(f, nil)
-	require.NoError(t, os.Remove(dir)) // every write now fails (ENOENT)
+	var logs syncbuf.Buffer
+	e := NewEventsEmitter(f, slog.New(slog.NewTextHandler(&logs, nil)))
 	e.Emit(frame.ShutdownAckFrame())
+	waitUntil(t, func() bool { return strings.Contains(logs.String(), "output paused, retrying") })
+	require.NoError(t, os.RemoveAll(blocker))
+	waitUntil(t, func() bool {
+		b, err := os.ReadFile(blocker)
+		return err == nil && string(b) == `{"type":"shutdownAck"}`+"\n"
+	})
+
+	// Now every write fails for good (ENOENT): only FailFast ends it.
+	require.NoError(t, os.RemoveAll(dir))
+	e.Emit(frame.ShutdownAckFrame())
+	waitUntil(t, func() bool { return strings.Count(logs.String(), "output paused, retrying") == 2 })
 	closed := make(chan struct{})
 	go func() { e.Close(); close(closed) }()
-	select {
-	case <-closed:
-		t.Fatal("a failed write must pause, not drop, while running")
-	case <-time.After(3 * eventRetryInterval):
-	}
 	e.FailFast()
 	select {
 	case <-closed:
-	case <-time.After(5 * time.Second):
+	case <-time.After(emitterBound):
 		t.Fatal("FailFast did not end the retries")
+	}
+}
+
+// waitUntil polls cond until it holds, failing after emitterBound.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(emitterBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within the bound")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

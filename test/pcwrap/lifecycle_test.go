@@ -75,7 +75,7 @@ func groupGone(t *testing.T, pgid int, d time.Duration) {
 func TestPcwrap11_RemovedSessionDirEndsPcwrap(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{env: []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=200"}})
-	time.Sleep(150 * time.Millisecond)
+	s.childPgid() // the identity is captured before the spawn records the child
 	require.NoError(t, os.RemoveAll(s.dir))
 	s.wait(4 * time.Second)
 }
@@ -283,10 +283,16 @@ func TestPcwrap56_SighupUnderNohup(t *testing.T) {
 	assert.Zero(t, mask&1, "SIGHUP must not be ignored in the child")
 	pgid := s.childPgid()
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGHUP))
-	time.Sleep(200 * time.Millisecond)
+	// A stdin round trip through pcwrap and cat after the signal: a
+	// pending SIGHUP is delivered before pcwrap runs again, so an echo
+	// proves both survived it.
+	s.put(1, stdinMsg("after-hup\n"))
+	s.waitFrame(5*time.Second, "echo after SIGHUP", func(fr []frame.Frame) bool {
+		return strings.HasSuffix(output(fr, frame.StreamStdout), "after-hup\n")
+	})
 	assert.False(t, s.exited(), "pcwrap must survive SIGHUP")
 	assert.NotEmpty(t, groupMembers(pgid), "the child must survive SIGHUP")
-	s.put(1, stdinEndMsg)
+	s.put(2, stdinEndMsg)
 	assert.Equal(t, 0, s.wait(waitBound))
 }
 
