@@ -17,6 +17,10 @@ const (
 	// drainAfterKill: after that SIGKILL, how long buffered output may
 	// still be read; a holder outside the group cannot stall exit.
 	drainAfterKill = 500 * time.Millisecond
+	// groupScanInterval paces the /proc scans for live group members
+	// while an exited leader is kept unreaped after terminate() (spec
+	// §8.1 step 2: every 50 ms, bounded by the grace).
+	groupScanInterval = 50 * time.Millisecond
 )
 
 // drain ends the run once the leader has exited (spec §8.1): it drains
@@ -25,6 +29,9 @@ const (
 // and flushes the output. It returns the exit status of §2.5.
 func (s *session) drain(ch *child, r *routines) int {
 	s.drainPipes(ch, r)
+	if s.term.Detach() {
+		s.awaitGroup(ch)
+	}
 	code, sig := shutdown.Status(ch.group.Reap())
 	s.term.Stop()
 	s.out.Emit(frame.ExitFrame(code, sig))
@@ -59,6 +66,23 @@ func (s *session) drainPipes(ch *child, r *routines) {
 	ch.stdout.SetReadDeadline(now)
 	ch.stderr.SetReadDeadline(now)
 	<-drained
+}
+
+// awaitGroup keeps the exited leader unreaped after terminate() until no
+// live member of its group remains or the grace has ended with the group
+// SIGKILL (spec §8.1 step 2): the zombie keeps the group id ours, so the
+// SIGKILL reaches a TERM-ignoring descendant whose stdio left the pipes,
+// and a group that died on SIGTERM ends the stop at once.
+func (s *session) awaitGroup(ch *child) {
+	t := time.NewTicker(groupScanInterval)
+	defer t.Stop()
+	for ch.group.HasMembers() {
+		select {
+		case <-s.term.GraceOver():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // waitFor waits up to d for c to close.
