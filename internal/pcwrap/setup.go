@@ -124,19 +124,31 @@ func resolve(cfg Config, e env) (mode, dir string, ok bool) {
 // refuse reports a failed Open (spec §2.5) and returns the exit status.
 func (s *session) refuse(dir string, events bool, err error) int {
 	msg := setupMessage(err)
-	if events && !errors.Is(err, sessiondir.ErrLocked) {
+	if !events {
+		return s.fail(msg, ExitFailure) // frames on stdout
+	}
+	if !errors.Is(err, sessiondir.ErrLocked) {
 		// A refused stdin/ can still be reported as an event when
-		// the session dir itself is sound; a refused session dir
-		// goes to stderr only (spec §2.5).
+		// the session dir itself is sound.
 		if ev, eerr := sessiondir.OpenEvents(dir); eerr == nil {
 			defer ev.Close()
 			s.out = NewEventsEmitter(ev, s.cfg.Logger)
+			return s.fail(msg, ExitFailure)
 		}
-	} else if events {
-		fmt.Fprintln(s.cfg.Stderr, msg)
-		return ExitFailure
 	}
-	return s.fail(msg, ExitFailure)
+	// The session dir itself is refused: stderr, and for a symlink the
+	// error event in an events/ that already exists behind it, with
+	// nothing else created there (§2.5).
+	fmt.Fprintln(s.cfg.Stderr, msg)
+	if errors.Is(err, sessiondir.ErrSymlink) {
+		if ev, eerr := sessiondir.OpenEventsBehindLink(dir); eerr == nil {
+			defer ev.Close()
+			out := NewEventsEmitter(ev, s.cfg.Logger)
+			out.Emit(frame.ErrorFrame(msg))
+			out.Close()
+		}
+	}
+	return ExitFailure
 }
 
 // fail reports a setup failure before any child exists: error frame

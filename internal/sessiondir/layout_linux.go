@@ -86,6 +86,24 @@ func OpenEvents(path string) (*os.File, error) {
 	return openSub(sess, EventsDir)
 }
 
+// OpenEventsBehindLink opens the events/ directory that already exists in
+// the directory path resolves to, following a refused symlinked session
+// dir and creating nothing, so that refusal still reaches the host as an
+// event, as the reference does (spec §2.5). events/ itself is not
+// followed.
+func OpenEventsBehindLink(path string) (*os.File, error) {
+	fd, err := unix.Open(filepath.Clean(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open session dir: %w", err)
+	}
+	defer unix.Close(fd)
+	efd, err := unix.Openat(fd, EventsDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", EventsDir, err)
+	}
+	return os.NewFile(uintptr(efd), filepath.Join(path, EventsDir)), nil
+}
+
 // openSub creates (if missing) and opens a subdirectory relative to dir.
 func openSub(dir *os.File, name string) (*os.File, error) {
 	dfd := int(dir.Fd())

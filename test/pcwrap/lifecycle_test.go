@@ -175,20 +175,49 @@ func TestPcwrap19_SymlinkedSessionDirStdout(t *testing.T) {
 }
 
 // TestPcwrap61_SymlinkedSessionDirEvents: events mode → stderr refusal,
-// exit 1, nothing created through the link.
+// exit 1, nothing created through the link. With a target that already
+// holds events/ → the same, plus the error event there (§2.5, as the
+// reference), and nothing else created.
 func TestPcwrap61_SymlinkedSessionDirEvents(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	real := filepath.Join(root, "real")
-	require.NoError(t, os.MkdirAll(real, 0o700))
-	link := filepath.Join(root, "link")
-	require.NoError(t, os.Symlink(real, link))
-	s := start(t, opts{mode: "events", dir: link, noMkdir: true})
-	assert.Equal(t, 1, s.wait(4*time.Second))
-	assert.Contains(t, s.stderr.String(), "Refusing a symbolic link on a process session control path.")
-	ents, err := os.ReadDir(real)
-	require.NoError(t, err)
-	assert.Empty(t, ents, "nothing may be created through the link")
+	const refusal = "Refusing a symbolic link on a process session control path."
+	linked := func(t *testing.T, withEvents bool) (real string, s *session) {
+		root := t.TempDir()
+		real = filepath.Join(root, "real")
+		require.NoError(t, os.MkdirAll(real, 0o700))
+		if withEvents {
+			require.NoError(t, os.Mkdir(filepath.Join(real, sessiondir.EventsDir), 0o700))
+		}
+		link := filepath.Join(root, "link")
+		require.NoError(t, os.Symlink(real, link))
+		s = start(t, opts{mode: "events", dir: link, noMkdir: true})
+		assert.Equal(t, 1, s.wait(4*time.Second))
+		assert.Contains(t, s.stderr.String(), refusal)
+		return real, s
+	}
+	t.Run("empty target", func(t *testing.T) {
+		t.Parallel()
+		real, _ := linked(t, false)
+		ents, err := os.ReadDir(real)
+		require.NoError(t, err)
+		assert.Empty(t, ents, "nothing may be created through the link")
+	})
+	t.Run("target with events", func(t *testing.T) {
+		t.Parallel()
+		real, _ := linked(t, true)
+		ents, err := os.ReadDir(real)
+		require.NoError(t, err)
+		require.Len(t, ents, 1, "only the existing events/: %v", ents)
+		evs, err := os.ReadDir(filepath.Join(real, sessiondir.EventsDir))
+		require.NoError(t, err)
+		require.Len(t, evs, 1, "exactly the error event: %v", evs)
+		assert.Equal(t, sessiondir.SeqName(1), evs[0].Name())
+		b, err := os.ReadFile(filepath.Join(real, sessiondir.EventsDir, evs[0].Name()))
+		require.NoError(t, err)
+		fr, err := frame.ParseFrame(b)
+		require.NoError(t, err)
+		assert.Equal(t, frame.ErrorFrame(refusal), fr)
+	})
 }
 
 // TestPcwrap20_SessionEnvStripped (T10): the child sees no
