@@ -186,6 +186,13 @@ func (e *Emitter) writeEvent(f frame.Frame) {
 			return
 		}
 		if e.isFast() {
+			if dirRemoved(e.eventsfd) {
+				// The host removes the session after shutdownAck
+				// (pcwrap stop, §9.4): a later frame has nowhere to go,
+				// and nobody to read it.
+				e.log.Debug("event frame dropped: the session dir was removed", "type", f.Type, "file", sessiondir.SeqName(seq))
+				return
+			}
 			e.log.Error("event frame lost while shutting down", "type", f.Type, "file", sessiondir.SeqName(seq), "err", err)
 			return
 		}

@@ -186,3 +186,34 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `{"type":"data","stream":"stdout","data":"YWJj"}`+"\n", string(body))
 }
+
+// A frame that cannot be written because the host already removed the
+// session (pcwrap stop deletes it after shutdownAck) is expected while
+// shutting down: logged at debug, not as an error. A real loss stays an
+// error.
+func TestEventsEmitterLossAfterRemovalIsQuiet(t *testing.T) {
+	emitLost := func(t *testing.T, prepare func(dir string)) string {
+		dir := t.TempDir()
+		f, err := os.Open(dir)
+		require.NoError(t, err)
+		defer f.Close()
+		var logs syncbuf.Buffer
+		e := NewEventsEmitter(f, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		prepare(dir)
+		e.FailFast()
+		e.Emit(frame.ExitFrame(nil, "SIGTERM"))
+		e.Close() // the frame was handled: written or given up
+		return logs.String()
+	}
+	t.Run("session removed", func(t *testing.T) {
+		logs := emitLost(t, func(dir string) { require.NoError(t, os.RemoveAll(dir)) })
+		assert.NotContains(t, logs, "event frame lost")
+	})
+	t.Run("write refused", func(t *testing.T) {
+		logs := emitLost(t, func(dir string) {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, sessiondir.SeqName(1), "x"), 0o700))
+		})
+		assert.Contains(t, logs, "level=ERROR")
+		assert.Contains(t, logs, "event frame lost")
+	})
+}

@@ -96,6 +96,20 @@ func lookPath(command string, env []string, cwd string) (string, error) {
 	return "", syscall.ENOENT
 }
 
+// spawnReason is the errno's text for the stderr line of a failed spawn,
+// without the path os/exec prefixes.
+func spawnReason(err error) string {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e.Error()
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err.Error()
+	}
+	return err.Error()
+}
+
 // spawnErrno names the errno of a failed spawn for `spawn <cmd> <ERRNO>`.
 func spawnErrno(err error) string {
 	var e syscall.Errno
@@ -130,6 +144,7 @@ func (s *session) spawn() (*child, int, bool) {
 	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env))
 	if err != nil {
 		code := ExitSpawn
+		fmt.Fprintf(s.cfg.Stderr, "pcwrap: cannot spawn %s: %s (%s)\n", p.Command, spawnReason(err), spawnErrno(err))
 		s.out.Emit(frame.ErrorFrame(fmt.Sprintf("spawn %s %s", p.Command, spawnErrno(err))))
 		s.out.Emit(frame.ExitFrame(&code, ""))
 		s.out.Emit(frame.ShutdownAckFrame())

@@ -109,3 +109,14 @@ func TestSecondWrapperRefused(t *testing.T) {
 	assert.Equal(t, 0, s.wait(waitBound))
 	assert.Equal(t, "still-here", output(s.frames(), frame.StreamStdout))
 }
+
+// TestDebugModeMissingBinary: a child that cannot be spawned is named on
+// stderr in one line, with the errno of the frames, and pcwrap exits 127
+// (§2.5).
+func TestDebugModeMissingBinary(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "s")
+	code, _, errOut := runBin(t, nil, "--session-dir", dir, "--", "/no/such/binary")
+	assert.Equal(t, 127, code)
+	assert.Equal(t, "pcwrap: cannot spawn /no/such/binary: no such file or directory (ENOENT)\n", errOut)
+}
