@@ -76,7 +76,15 @@ func (s *session) drainPipes(ch *child, r *routines) {
 func (s *session) awaitGroup(ch *child) {
 	t := time.NewTicker(groupScanInterval)
 	defer t.Stop()
-	for ch.group.HasMembers() {
+	for {
+		select {
+		case <-s.term.GraceOver():
+			return // the group SIGKILL is sent: no scan needed
+		default:
+		}
+		if !ch.group.HasMembers() {
+			return
+		}
 		select {
 		case <-s.term.GraceOver():
 			return
