@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -76,18 +77,18 @@ func TestDebugSendForms(t *testing.T) {
 	require.Equal(t, debugOK, code)
 
 	stdin := filepath.Join(d, sessiondir.StdinDir)
-	var got []sessiondir.Message
+	var got []frame.Message
 	for _, n := range dirNames(t, stdin) {
 		b, err := os.ReadFile(filepath.Join(stdin, n))
 		require.NoError(t, err)
-		m, err := sessiondir.ParseMessage(b)
+		m, err := frame.ParseMessage(b)
 		require.NoError(t, err)
 		got = append(got, m)
 	}
 	require.Len(t, got, 3)
 	assert.Equal(t, "-- not a flag", string(got[0].Data))
 	assert.Equal(t, "from\nstdin\n", string(got[1].Data), "stdin is sent as-is")
-	assert.Equal(t, sessiondir.MsgStdinEnd, got[2].Type)
+	assert.Equal(t, frame.MsgStdinEnd, got[2].Type)
 }
 
 func TestDebugMissingDir(t *testing.T) {

@@ -5,10 +5,13 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/pcrunner/pcrunner/internal/pcwrap"
 )
 
 // The garbage collector keeps its defaults (no GOGC, no
@@ -37,5 +40,14 @@ func main() {
 		os.Exit(code)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "pcwrap")
-	os.Exit(run(opts, os.Environ(), sigs, os.Stdout, os.Stderr, log))
+	os.Exit(pcwrap.Run(context.Background(), pcwrap.Config{
+		SessionDir: opts.sessionDir,
+		Output:     opts.output,
+		Command:    opts.command,
+		Environ:    os.Environ(),
+		Signals:    sigs,
+		Stdout:     os.Stdout,
+		Stderr:     os.Stderr,
+		Logger:     log,
+	}))
 }

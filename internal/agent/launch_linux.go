@@ -172,9 +172,8 @@ func killOrphanGroup(dir string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("open child record: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), sessiondir.ChildFile)
-	b, err := sessiondir.ReadRegular(f, maxChildFileBytes)
-	f.Close()
+	b, err := sessiondir.ReadRegular(fd, maxChildFileBytes, nil)
+	unix.Close(fd)
 	if err != nil {
 		return false, fmt.Errorf("read child record: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -279,8 +280,8 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	var wake []func()
 	stop := false
 	switch ev.Frame.Type {
-	case sessiondir.FrameData:
-		if ev.Frame.Stream == sessiondir.StreamStderr {
+	case frame.FrameData:
+		if ev.Frame.Stream == frame.StreamStderr {
 			_, _ = p.tail.Write(ev.Frame.Data)
 			break
 		}
@@ -302,11 +303,11 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 			}
 			evs = append(evs, m.lostLocked(p, acpx.LossReasonOf(ferr))...)
 		}
-	case sessiondir.FrameExit:
+	case frame.FrameExit:
 		p.exitSeen, p.exitCode, p.signal = true, ev.Frame.Code, ev.Frame.Signal
 		evs = append(evs, m.exitedLocked(p)...)
 		stop = true
-	case sessiondir.FrameError:
+	case frame.FrameError:
 		if p.stopping {
 			break
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
@@ -64,7 +65,7 @@ func TestEventsDirSwapRefused(t *testing.T) {
 	dir := r.sessionDir()
 	planted := t.TempDir()
 	line := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-0001","update":{"sessionUpdate":"agent_message_chunk","messageId":"x","content":{"type":"text","text":"PLANTED"}}}}` + "\n"
-	body := sessiondir.DataFrame(sessiondir.StreamStdout, []byte(line)).AppendJSON(nil)
+	body := frame.DataFrame(frame.StreamStdout, []byte(line)).AppendJSON(nil)
 	require.NoError(t, os.WriteFile(filepath.Join(planted, sessiondir.SeqName(999)), body, 0o600))
 	ev := filepath.Join(dir, sessiondir.EventsDir)
 	require.NoError(t, os.Rename(ev, ev+".old"))

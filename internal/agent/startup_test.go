@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -166,7 +167,7 @@ func TestACP21_CommittedFileDeletedUnread(t *testing.T) {
 	seq := st.Session.Process.ConsumedEventSeq
 	require.Positive(t, seq)
 	line := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-0001","update":{"sessionUpdate":"agent_message_chunk","messageId":"x","content":{"type":"text","text":"DUPLICATE"}}}}` + "\n"
-	body := sessiondir.DataFrame(sessiondir.StreamStdout, []byte(line)).AppendJSON(nil)
+	body := frame.DataFrame(frame.StreamStdout, []byte(line)).AppendJSON(nil)
 	name := filepath.Join(dir, sessiondir.EventsDir, sessiondir.SeqName(int64(seq)))
 	require.NoError(t, os.WriteFile(name, body, 0o600))
 

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // ShutdownAckWait is how long a stop waits for shutdownAck before removing
@@ -153,7 +155,7 @@ func acknowledged(sessionDir string, seen map[string]bool) bool {
 			continue // maybe mid-removal by another consumer; retry next tick
 		}
 		seen[n] = true
-		if f, err := ParseFrame(b); err == nil && f.Type == FrameShutdownAck {
+		if f, err := frame.ParseFrame(b); err == nil && f.Type == frame.FrameShutdownAck {
 			return true
 		}
 	}
@@ -215,7 +217,7 @@ func tailWith(ctx context.Context, fs EventFS, out io.Writer, opts EventReaderOp
 			werr = fmt.Errorf("write event line: %w", err)
 			return ErrStopReading
 		}
-		if ev.Frame.Type == FrameExit {
+		if ev.Frame.Type == frame.FrameExit {
 			return ErrStopReading
 		}
 		return nil

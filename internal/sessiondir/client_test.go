@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 func TestMain(m *testing.M) {
@@ -34,13 +36,13 @@ func fakeWrapper(t *testing.T, session string, done <-chan struct{}) {
 		if err != nil {
 			continue
 		}
-		m, err := ParseMessage(b)
-		if !assert.NoError(t, err) || m.Type != MsgShutdown {
+		m, err := frame.ParseMessage(b)
+		if !assert.NoError(t, err) || m.Type != frame.MsgShutdown {
 			return
 		}
 		_ = os.Remove(filepath.Join(stdin, SeqName(1)))
 		_ = os.Remove(filepath.Join(stdin, SeqName(2)))
-		writeEvents(t, session, 1, ShutdownAckFrame())
+		writeEvents(t, session, 1, frame.ShutdownAckFrame())
 		return
 	}
 }
@@ -66,7 +68,7 @@ func TestStopAcknowledged(t *testing.T) {
 func TestStopWithoutAckRemovesAnyway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 999999999999, ExitFrame(intp(0), "")) // forged exit
+		writeEvents(t, d, 999999999999, frame.ExitFrame(intp(0), "")) // forged exit
 		start := time.Now()
 		warnings := 0
 		err := Stop(context.Background(), d, StopOptions{OnNoAck: func() { warnings++ }})
@@ -132,7 +134,7 @@ func TestStopRemovalDoesNotFollowSymlinks(t *testing.T) {
 func TestTailPrintsFramesWithSeqUntilExit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 1, stdoutFrame("hello"), ExitFrame(intp(0), ""), ShutdownAckFrame())
+		writeEvents(t, d, 1, stdoutFrame("hello"), frame.ExitFrame(intp(0), ""), frame.ShutdownAckFrame())
 		var out bytes.Buffer
 		require.NoError(t, Tail(context.Background(), d, &out, EventReaderOptions{Logger: discard(), PollOnly: true}))
 		assert.Equal(t, `{"seq":1,"type":"data","stream":"stdout","data":"aGVsbG8="}`+"\n"+
@@ -169,7 +171,7 @@ func TestTailWithoutEventsDir(t *testing.T) {
 func TestTailExitThenRemoved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 1, ExitFrame(intp(0), ""))
+		writeEvents(t, d, 1, frame.ExitFrame(intp(0), ""))
 		var out bytes.Buffer
 		gone := &removeAfterExit{dir: d}
 		fs, err := OpenEventsDir(d)
@@ -194,3 +196,5 @@ func (r *removeAfterExit) List() ([]string, error) {
 	}
 	return r.EventFS.List()
 }
+
+func intp(i int) *int { return &i }

@@ -1,7 +1,7 @@
 // Package sessiondir holds the process-session directory contract
-// (spec pcwrap-protocol.md §3): its layout and names, the frames and stdin
-// messages that cross it, and the wrapper's side of the identity and
-// birth-time checks. The client half (writing stdin files, consuming event
+// (spec pcwrap-protocol.md §3): its layout and file names, and the
+// wrapper's side of the identity and birth-time checks. The bodies that
+// cross it (frames, stdin messages) are encoded by package frame. The client half (writing stdin files, consuming event
 // files) lives in the client*/writer*/reader* files of this package.
 package sessiondir
 

@@ -3,7 +3,6 @@ package sessiondir
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -85,6 +84,24 @@ func OpenEvents(path string) (*os.File, error) {
 	sess := os.NewFile(uintptr(fd), path)
 	defer sess.Close()
 	return openSub(sess, EventsDir)
+}
+
+// OpenEventsBehindLink opens the events/ directory that already exists in
+// the directory path resolves to, following a refused symlinked session
+// dir and creating nothing, so that refusal still reaches the host as an
+// event, as the reference does (spec §2.5). events/ itself is not
+// followed.
+func OpenEventsBehindLink(path string) (*os.File, error) {
+	fd, err := unix.Open(filepath.Clean(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open session dir: %w", err)
+	}
+	defer unix.Close(fd)
+	efd, err := unix.Openat(fd, EventsDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", EventsDir, err)
+	}
+	return os.NewFile(uintptr(efd), filepath.Join(path, EventsDir)), nil
 }
 
 // openSub creates (if missing) and opens a subdirectory relative to dir.
@@ -182,7 +199,7 @@ func (d *Dir) ReadCommandFile() (b []byte, found bool, err error) {
 	}
 	f := os.NewFile(uintptr(fd), CommandFile)
 	defer f.Close()
-	b, err = ReadRegular(f, MaxCommandFileBytes)
+	b, err = ReadRegular(int(f.Fd()), MaxCommandFileBytes, nil)
 	return b, true, err
 }
 
@@ -192,54 +209,16 @@ var ErrTooLarge = errors.New("file exceeds its size limit")
 // ErrNotRegular: a control file is not a regular file.
 var ErrNotRegular = errors.New("not a regular file")
 
-// ReadRegular reads all of f, which must be a regular file of at most max
-// bytes (ErrNotRegular, ErrTooLarge otherwise), into a new buffer.
-func ReadRegular(f *os.File, max int64) ([]byte, error) {
-	return ReadRegularInto(f, max, nil)
-}
-
-// ReadRegularInto is ReadRegular reading into buf's storage when it is
-// large enough (the result aliases buf then).
-func ReadRegularInto(f *os.File, max int64, buf []byte) ([]byte, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("fstat: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, ErrNotRegular
-	}
-	if st.Size > max {
-		return nil, ErrTooLarge
-	}
-	if int64(cap(buf)) < st.Size+1 {
-		buf = make([]byte, st.Size+1) // +1 sees growth without a second read
-	}
-	buf = buf[:st.Size+1]
-	n, err := io.ReadFull(f, buf)
-	switch {
-	case err == io.ErrUnexpectedEOF || err == io.EOF:
-	case err != nil:
-		return nil, fmt.Errorf("read: %w", err)
-	default:
-		// The file grew while read: read the rest, still bounded.
-		rest, err := io.ReadAll(io.LimitReader(f, max+1-int64(n)))
-		if err != nil {
-			return nil, fmt.Errorf("read: %w", err)
-		}
-		buf = append(buf[:n], rest...)
-		if int64(len(buf)) > max {
-			return nil, ErrTooLarge
-		}
-		return buf, nil
-	}
-	return buf[:n], nil
-}
-
-// ReadRegularFD is ReadRegularInto on a raw descriptor, which it leaves
-// open. The stdin reader opens every queue file this way: an *os.File
+// ReadRegular reads all of the open descriptor fd, which must be a
+// regular file of at most max bytes (ErrNotRegular, ErrTooLarge
+// otherwise), and leaves it open. It reads into buf's storage when that
+// is large enough (the result aliases buf then), else into a new buffer.
+// It is the one bounded control-file read: it takes a raw descriptor
+// because the stdin reader opens every queue file this way (an *os.File
 // would cost a fcntl and a failing epoll_ctl per file for nothing, since
-// regular files are never polled.
-func ReadRegularFD(fd int, max int64, buf []byte) ([]byte, error) {
+// regular files are never polled); an *os.File caller passes
+// int(f.Fd()) and keeps f open meanwhile.
+func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("fstat: %w", err)

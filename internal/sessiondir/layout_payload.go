@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // ErrPayload is the one message for any payload failure (spec §2.3): fixed
@@ -26,7 +28,7 @@ type Payload struct {
 // arg or env value is converted as JavaScript's String() would for
 // numbers, booleans and null; other env values are skipped.
 func DecodePayload(b64 string) (Payload, error) {
-	raw := DecodeBase64(b64)
+	raw := frame.DecodeBase64(b64)
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
 		return Payload{}, ErrPayload

@@ -130,18 +130,18 @@ func TestReadRegularBounds(t *testing.T) {
 	f, err := os.Open(p)
 	require.NoError(t, err)
 	defer f.Close()
-	_, err = ReadRegular(f, 4)
+	_, err = ReadRegular(int(f.Fd()), 4, nil)
 	assert.ErrorIs(t, err, ErrTooLarge)
 	f2, err := os.Open(p)
 	require.NoError(t, err)
 	defer f2.Close()
-	b, err := ReadRegular(f2, 5)
+	b, err := ReadRegular(int(f2.Fd()), 5, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "12345", string(b))
 	d, err := os.Open(filepath.Dir(p))
 	require.NoError(t, err)
 	defer d.Close()
-	_, err = ReadRegular(d, 5)
+	_, err = ReadRegular(int(d.Fd()), 5, nil)
 	assert.ErrorIs(t, err, ErrNotRegular)
 }
 
@@ -152,7 +152,7 @@ func TestParseTuning(t *testing.T) {
 	}
 }
 
-func TestReadRegularFD(t *testing.T) {
+func TestReadRegularRawFD(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	require.NoError(t, os.WriteFile(p, []byte("12345"), 0o600))
@@ -160,7 +160,7 @@ func TestReadRegularFD(t *testing.T) {
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		require.NoError(t, err)
 		defer unix.Close(fd)
-		return ReadRegularFD(fd, max, buf)
+		return ReadRegular(fd, max, buf)
 	}
 	_, err := read(p, 4, nil)
 	assert.ErrorIs(t, err, ErrTooLarge)

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // EventPollInterval is the host's event poll period (spec §9.3, §11:
@@ -53,10 +55,10 @@ type EventFS interface {
 
 // Event is one event file, parsed.
 type Event struct {
-	Seq   int64  // from the file name
-	Name  string // the file name, e.g. 000000000001.json
-	Frame Frame  // the parsed body
-	Raw   []byte // the body as read, trailing newline included
+	Seq   int64       // from the file name
+	Name  string      // the file name, e.g. 000000000001.json
+	Frame frame.Frame // the parsed body
+	Raw   []byte      // the body as read, trailing newline included
 }
 
 // EventReaderOptions configure an EventReader.
@@ -221,8 +223,8 @@ func (r *EventReader) cycle(deliver func(Event) error) (stop bool, err error) {
 		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 			return false, fmt.Errorf("parse event file %s: %w", f.name, errNotObject)
 		}
-		fr, err := ParseFrame(raw)
-		if err != nil && !errors.Is(err, ErrUnknownFrameType) {
+		fr, err := frame.ParseFrame(raw)
+		if err != nil && !errors.Is(err, frame.ErrUnknownFrameType) {
 			return false, fmt.Errorf("parse event file %s: %w", f.name, frameError(err))
 		}
 		derr := deliver(Event{Seq: f.seq, Name: f.name, Frame: fr, Raw: raw})
@@ -254,7 +256,7 @@ func (r *EventReader) remove(name string) {
 func frameError(err error) error {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return jsonError(se)
+		return fmt.Errorf("invalid JSON at offset %d", se.Offset)
 	}
 	return err
 }

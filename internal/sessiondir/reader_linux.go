@@ -96,7 +96,7 @@ func readAt(dir *os.File, name string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("openat: %w", err)
 	}
 	defer unix.Close(fd)
-	b, err := ReadRegularFD(fd, limit, nil)
+	b, err := ReadRegular(fd, limit, nil)
 	if errors.Is(err, ErrTooLarge) {
 		return nil, ErrEventFileTooLarge
 	}

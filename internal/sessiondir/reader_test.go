@@ -17,11 +17,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // writeEvents writes event files as pcwrap does (the far side of the
 // contract): one frame per file, numbered from first.
-func writeEvents(t *testing.T, session string, first int64, frames ...Frame) {
+func writeEvents(t *testing.T, session string, first int64, frames ...frame.Frame) {
 	t.Helper()
 	for i, f := range frames {
 		p := filepath.Join(session, EventsDir, SeqName(first+int64(i)))
@@ -30,7 +32,7 @@ func writeEvents(t *testing.T, session string, first int64, frames ...Frame) {
 	}
 }
 
-func stdoutFrame(s string) Frame { return DataFrame(StreamStdout, []byte(s)) }
+func stdoutFrame(s string) frame.Frame { return frame.DataFrame(frame.StreamStdout, []byte(s)) }
 
 // faultFS wraps the real events directory and injects failures.
 type faultFS struct {
@@ -99,9 +101,9 @@ func consume(t *testing.T, session string, wrap func(EventFS) EventFS) *consumer
 	})
 	c.err = r.Run(context.Background(), func(ev Event) error {
 		switch ev.Frame.Type {
-		case FrameData:
+		case frame.FrameData:
 			c.out.Write(ev.Frame.Data)
-		case FrameExit:
+		case frame.FrameExit:
 			c.exitCode = 1
 			if ev.Frame.Code != nil {
 				c.exitCode = *ev.Frame.Code
@@ -125,7 +127,7 @@ func attempts(logs string) []string {
 func TestPcwrap45_ReadFailsOnceIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 1, stdoutFrame("AAA\n"), stdoutFrame("BBB\n"), stdoutFrame("CCC\n"), ExitFrame(intp(0), ""))
+		writeEvents(t, d, 1, stdoutFrame("AAA\n"), stdoutFrame("BBB\n"), stdoutFrame("CCC\n"), frame.ExitFrame(intp(0), ""))
 		c := consume(t, d, func(fs EventFS) EventFS {
 			return &faultFS{EventFS: fs, readFail: func(name string, n int) bool { return name == SeqName(2) && n == 1 }}
 		})
@@ -142,7 +144,7 @@ func TestPcwrap45_ReadFailsOnceIsRetried(t *testing.T) {
 func TestPcwrap46_ReadNeverSucceedsIsFatalAfterFive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 1, stdoutFrame("EARLY\n"), stdoutFrame("LATE\n"), ExitFrame(intp(0), ""))
+		writeEvents(t, d, 1, stdoutFrame("EARLY\n"), stdoutFrame("LATE\n"), frame.ExitFrame(intp(0), ""))
 		start := time.Now()
 		c := consume(t, d, func(fs EventFS) EventFS {
 			return &faultFS{EventFS: fs, readFail: func(name string, _ int) bool { return name == SeqName(2) }}
@@ -163,7 +165,7 @@ func TestPcwrap46_ReadNeverSucceedsIsFatalAfterFive(t *testing.T) {
 func TestPcwrap47_GarbageOnceIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 1, stdoutFrame("FIRST\n"), stdoutFrame("SECOND\n"), ExitFrame(intp(0), ""))
+		writeEvents(t, d, 1, stdoutFrame("FIRST\n"), stdoutFrame("SECOND\n"), frame.ExitFrame(intp(0), ""))
 		c := consume(t, d, func(fs EventFS) EventFS {
 			return &faultFS{EventFS: fs, garbage: func(name string, n int) bool { return name == SeqName(2) && n == 1 }}
 		})
@@ -229,7 +231,7 @@ func TestPcwrap49_RemoveFailureNeverRedelivers(t *testing.T) {
 func TestEventReaderResumesFromWatermark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 1, stdoutFrame("old1"), stdoutFrame("old2"), stdoutFrame("new3"), ExitFrame(intp(0), ""))
+		writeEvents(t, d, 1, stdoutFrame("old1"), stdoutFrame("old2"), stdoutFrame("new3"), frame.ExitFrame(intp(0), ""))
 		fs, err := OpenEventsDir(d)
 		require.NoError(t, err)
 		defer fs.Close()
@@ -237,7 +239,7 @@ func TestEventReaderResumesFromWatermark(t *testing.T) {
 		var got []string
 		err = r.Run(context.Background(), func(ev Event) error {
 			got = append(got, fmt.Sprintf("%d:%s", ev.Seq, ev.Frame.Data))
-			if ev.Frame.Type == FrameExit {
+			if ev.Frame.Type == frame.FrameExit {
 				return ErrStopReading
 			}
 			return nil
@@ -253,7 +255,7 @@ func TestEventReaderResumesFromWatermark(t *testing.T) {
 func TestEventReaderDeliverBeforeRemove(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newSession(t)
-		writeEvents(t, d, 1, stdoutFrame("a"), ExitFrame(intp(0), ""))
+		writeEvents(t, d, 1, stdoutFrame("a"), frame.ExitFrame(intp(0), ""))
 		fs, err := OpenEventsDir(d)
 		require.NoError(t, err)
 		defer fs.Close()
@@ -268,7 +270,7 @@ func TestEventReaderDeliverBeforeRemove(t *testing.T) {
 				return errors.New("commit failed")
 			}
 			got = append(got, ev.Seq)
-			if ev.Frame.Type == FrameExit {
+			if ev.Frame.Type == frame.FrameExit {
 				return ErrStopReading
 			}
 			return nil
@@ -289,7 +291,7 @@ func TestEventReaderIgnoresForeignEntries(t *testing.T) {
 	require.NoError(t, os.Symlink(secret, filepath.Join(ev, SeqName(1))))
 	require.NoError(t, os.WriteFile(filepath.Join(ev, "000000000002.json.tmp"), []byte("{}"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(ev, "notes.json"), []byte("{}"), 0o600))
-	writeEvents(t, d, 3, ExitFrame(intp(0), ""))
+	writeEvents(t, d, 3, frame.ExitFrame(intp(0), ""))
 	fs, err := OpenEventsDir(d)
 	require.NoError(t, err)
 	defer fs.Close()
@@ -317,7 +319,7 @@ func TestEventReaderWatchDeliversNewFiles(t *testing.T) {
 	go func() {
 		done <- r.Run(ctx, func(ev Event) error {
 			got <- string(ev.Frame.Data)
-			if ev.Frame.Type == FrameExit {
+			if ev.Frame.Type == frame.FrameExit {
 				return ErrStopReading
 			}
 			return nil
@@ -325,7 +327,7 @@ func TestEventReaderWatchDeliversNewFiles(t *testing.T) {
 	}()
 	writeEvents(t, d, 1, stdoutFrame("one"))
 	assert.Equal(t, "one", <-got)
-	writeEvents(t, d, 2, ExitFrame(intp(0), ""))
+	writeEvents(t, d, 2, frame.ExitFrame(intp(0), ""))
 	assert.Equal(t, "", <-got)
 	require.NoError(t, <-done)
 }
@@ -410,7 +412,7 @@ func TestEventReaderPathSwapEndsSession(t *testing.T) {
 	defer fs.Close()
 	forged := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(forged, EventsDir), 0o700))
-	writeEvents(t, forged, 1, ExitFrame(intp(0), ""))
+	writeEvents(t, forged, 1, frame.ExitFrame(intp(0), ""))
 	ev := filepath.Join(d, EventsDir)
 	require.NoError(t, os.Rename(ev, ev+".old"))
 	require.NoError(t, os.Symlink(filepath.Join(forged, EventsDir), ev))

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // ErrSeqTaken reports that a stdin-queue file with the sequence number the
@@ -86,23 +88,23 @@ func (w *Writer) Close() error {
 // Stdin queues raw bytes for the child's stdin and returns the file's
 // sequence number.
 func (w *Writer) Stdin(ctx context.Context, data []byte) (int64, error) {
-	return w.Write(ctx, Message{Type: MsgStdin, Data: data})
+	return w.Write(ctx, frame.Message{Type: frame.MsgStdin, Data: data})
 }
 
 // StdinEnd queues the message that closes the child's stdin.
 func (w *Writer) StdinEnd(ctx context.Context) (int64, error) {
-	return w.Write(ctx, Message{Type: MsgStdinEnd})
+	return w.Write(ctx, frame.Message{Type: frame.MsgStdinEnd})
 }
 
 // Shutdown queues the message that makes pcwrap terminate the child.
 func (w *Writer) Shutdown(ctx context.Context) (int64, error) {
-	return w.Write(ctx, Message{Type: MsgShutdown})
+	return w.Write(ctx, frame.Message{Type: frame.MsgShutdown})
 }
 
 // Write queues one message and returns its sequence number. The context is
 // checked before the write starts; a started write runs to completion so
 // the queue never holds a half-published file.
-func (w *Writer) Write(ctx context.Context, m Message) (int64, error) {
+func (w *Writer) Write(ctx context.Context, m frame.Message) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("write stdin file: %w", err)
 	}

@@ -31,6 +31,12 @@ type Terminator struct {
 	// ack emits shutdownAck.
 	ack func()
 
+	// graceOver is closed once a terminate() that signalled the group has
+	// nothing left to wait for: the grace ended with the SIGKILL sent, or
+	// no SIGTERM was delivered.
+	graceOver     chan struct{}
+	graceOverOnce sync.Once
+
 	mu      sync.Mutex
 	group   Signaler
 	done    bool
@@ -44,7 +50,7 @@ func New(grace time.Duration, begin, ack func()) *Terminator {
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
-	return &Terminator{grace: grace, begin: begin, ack: ack}
+	return &Terminator{grace: grace, begin: begin, ack: ack, graceOver: make(chan struct{})}
 }
 
 // Attach attaches the spawned child's group. Before it is attached,
@@ -61,9 +67,30 @@ func (t *Terminator) Attach(g Signaler) bool {
 	}
 	if g.Signal(syscall.SIGTERM) {
 		t.armLocked(g)
+	} else {
+		t.endGrace()
 	}
 	return false
 }
+
+// Detach takes the group back before its leader is reaped: a later
+// Terminate signals nothing, as after a reap (§8.1 step 2). It reports
+// whether Terminate already ran; if so the group got its SIGTERM and
+// the caller keeps the leader unreaped until the group is empty or
+// GraceOver, so that the SIGKILL still reaches a TERM-ignoring member.
+func (t *Terminator) Detach() (terminated bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.group = nil
+	return t.done
+}
+
+// GraceOver is closed when a terminate() that reached an attached group
+// has nothing left to wait for: its grace ended and the SIGKILL was sent,
+// or its SIGTERM was not delivered (no SIGKILL is armed then).
+func (t *Terminator) GraceOver() <-chan struct{} { return t.graceOver }
+
+func (t *Terminator) endGrace() { t.graceOverOnce.Do(func() { close(t.graceOver) }) }
 
 // Terminate is idempotent: it runs begin, sends SIGTERM to the group if
 // the leader is unreaped and, if that was delivered, arms a SIGKILL after
@@ -81,10 +108,14 @@ func (t *Terminator) Terminate() {
 	if t.begin != nil {
 		t.begin()
 	}
-	if g != nil && g.Signal(syscall.SIGTERM) {
-		t.mu.Lock()
-		t.armLocked(g)
-		t.mu.Unlock()
+	if g != nil {
+		if g.Signal(syscall.SIGTERM) {
+			t.mu.Lock()
+			t.armLocked(g)
+			t.mu.Unlock()
+		} else {
+			t.endGrace()
+		}
 	}
 	if t.ack != nil {
 		t.ack()
@@ -102,6 +133,7 @@ func (t *Terminator) armLocked(g Signaler) {
 			t.killed = true
 			t.mu.Unlock()
 		}
+		t.endGrace()
 	})
 }
 

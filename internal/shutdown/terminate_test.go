@@ -96,3 +96,40 @@ func TestStopDisarmsTimer(t *testing.T) {
 		assert.Equal(t, []syscall.Signal{syscall.SIGTERM}, g.got())
 	})
 }
+
+// §8.1 step 2: after Detach (the leader exited, not yet reaped) a
+// terminate() that already ran still ends its grace with the SIGKILL and
+// closes GraceOver; a terminate() after Detach signals nothing.
+func TestDetachKeepsTheArmedKill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		term := New(200*time.Millisecond, nil, nil)
+		g := &fakeGroup{}
+		term.Attach(g)
+		term.Terminate()
+		assert.True(t, term.Detach(), "terminate() ran before the detach")
+		select {
+		case <-term.GraceOver():
+			t.Fatal("grace over before the grace")
+		default:
+		}
+		<-term.GraceOver() // simulated time: fires at the grace end
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, g.got())
+		term.Stop()
+	})
+	synctest.Test(t, func(t *testing.T) {
+		term := New(200*time.Millisecond, nil, nil)
+		g := &fakeGroup{}
+		term.Attach(g)
+		assert.False(t, term.Detach(), "no terminate() yet")
+		term.Terminate()
+		assert.Empty(t, g.got(), "a detached group gets no signal")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		term := New(200*time.Millisecond, nil, nil)
+		g := &fakeGroup{reaped: true} // SIGTERM not delivered: nothing to wait for
+		term.Attach(g)
+		term.Terminate()
+		<-term.GraceOver()
+		assert.Empty(t, g.got())
+	})
+}

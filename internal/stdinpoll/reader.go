@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"golang.org/x/sys/unix"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // TickInterval is the pause after a tick scan before the next (spec §6.3, §11).
@@ -322,18 +324,18 @@ func (r *Reader) scanNames(names []string, tick, fresh bool) scanResult {
 		}
 		r.gapRetries = 0
 		switch msg.Type {
-		case sessiondir.MsgStdin:
+		case frame.MsgStdin:
 			if !r.stdinClosed && !msg.BadData {
 				r.spare = nil // the payload (maybe in spare) now belongs to the Handler
 				r.cfg.Handler.Stdin(msg.Data)
 			}
-		case sessiondir.MsgStdinEnd:
+		case frame.MsgStdinEnd:
 			if !r.stdinClosed {
 				r.stdinClosed = true
 				r.cfg.Handler.StdinEnd()
 			}
 			return scanStopped
-		case sessiondir.MsgShutdown:
+		case frame.MsgShutdown:
 			r.stopped = true
 			r.cfg.Handler.Shutdown()
 			return scanStopped

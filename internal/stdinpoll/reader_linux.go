@@ -6,39 +6,41 @@ import (
 	"sort"
 	"unsafe"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"golang.org/x/sys/unix"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // read opens name relative to the held fd without following links, reads
 // it whole (bounded), parses it, and deletes it before returning success:
 // a file that cannot be deleted is not acted on (it would come back).
-func (r *Reader) read(name string) (sessiondir.Message, error) {
+func (r *Reader) read(name string) (frame.Message, error) {
 	dfd := int(r.cfg.Dir.Fd())
 	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return sessiondir.Message{}, fmt.Errorf("open: %s", errText(err))
+		return frame.Message{}, fmt.Errorf("open: %s", errText(err))
 	}
-	b, err := sessiondir.ReadRegularFD(fd, MaxFileBytes, r.filebuf)
+	b, err := sessiondir.ReadRegular(fd, MaxFileBytes, r.filebuf)
 	unix.Close(fd)
 	if cap(b) <= keepFileBuf {
 		r.filebuf = b[:0] // reuse: ParseMessage copies what it keeps
 	}
 	if errors.Is(err, sessiondir.ErrTooLarge) {
-		return sessiondir.Message{}, fmt.Errorf("stdin file exceeds the %d-byte limit", MaxFileBytes)
+		return frame.Message{}, fmt.Errorf("stdin file exceeds the %d-byte limit", MaxFileBytes)
 	}
 	if err != nil {
-		return sessiondir.Message{}, err
+		return frame.Message{}, err
 	}
 	if r.spare == nil && r.cfg.Buffer != nil {
 		r.spare = r.cfg.Buffer()
 	}
-	msg, err := sessiondir.ParseMessageInto(b, r.spare)
+	msg, err := frame.ParseMessageInto(b, r.spare)
 	if err != nil {
-		return sessiondir.Message{}, err
+		return frame.Message{}, err
 	}
 	if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
-		return sessiondir.Message{}, fmt.Errorf("unlink: %s", errText(err))
+		return frame.Message{}, fmt.Errorf("unlink: %s", errText(err))
 	}
 	return msg, nil
 }

@@ -8,10 +8,12 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -234,7 +236,7 @@ func FuzzReaderFileContent(f *testing.F) {
 		fx := newFixture(t, 1000)
 		require.NoError(t, os.WriteFile(filepath.Join(fx.dir, sessiondir.SeqName(1)), b, 0o600))
 		fx.r.Scan(true)
-		_, perr := sessiondir.ParseMessage(b)
+		_, perr := frame.ParseMessage(b)
 		assert.Equal(t, perr != nil, fx.present(1), "kept exactly when unreadable")
 	})
 }

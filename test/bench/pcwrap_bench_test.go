@@ -36,6 +36,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -81,19 +82,19 @@ func newFrames() *frames {
 }
 
 // run is the consumer goroutine's body around decode.
-func (f *frames) run(decode func(deliver func(sessiondir.Frame) error) error) {
+func (f *frames) run(decode func(deliver func(frame.Frame) error) error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	f.tid.Store(int64(unix.Gettid()))
-	err := decode(func(fr sessiondir.Frame) error {
+	err := decode(func(fr frame.Frame) error {
 		switch fr.Type {
-		case sessiondir.FrameData:
-			if fr.Stream == sessiondir.StreamStdout {
+		case frame.FrameData:
+			if fr.Stream == frame.StreamStdout {
 				f.data <- fr.Data
 			}
-		case sessiondir.FrameError:
+		case frame.FrameError:
 			return fmt.Errorf("unexpected error frame: %q", fr.Message)
-		case sessiondir.FrameExit:
+		case frame.FrameExit:
 			return sessiondir.ErrStopReading
 		}
 		return nil
@@ -167,7 +168,7 @@ func startWrapped(tb testing.TB, args ...string) child {
 		tb.Fatal(err)
 	}
 	s := &wrapped{frames: newFrames(), cmd: cmd, w: w}
-	go s.run(func(deliver func(sessiondir.Frame) error) error {
+	go s.run(func(deliver func(frame.Frame) error) error {
 		defer io.Copy(io.Discard, out) // shutdownAck after exit
 		lines := bufio.NewReaderSize(out, 256<<10)
 		for {
@@ -178,7 +179,7 @@ func startWrapped(tb testing.TB, args ...string) child {
 			if err != nil {
 				return err
 			}
-			fr, err := sessiondir.ParseFrame(line)
+			fr, err := frame.ParseFrame(line)
 			if err != nil {
 				return err
 			}
@@ -248,7 +249,7 @@ func startEvented(tb testing.TB, args ...string) child {
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
 		FS: fs, Watch: filepath.Join(dir, sessiondir.EventsDir), Logger: slog.New(slog.DiscardHandler),
 	})
-	go e.run(func(deliver func(sessiondir.Frame) error) error {
+	go e.run(func(deliver func(frame.Frame) error) error {
 		return r.Run(ctx, func(ev sessiondir.Event) error { return deliver(ev.Frame) })
 	})
 	return e

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -197,9 +198,9 @@ func (s *Session) poll(ctx context.Context, eventsDir string) {
 	})
 	err := r.Run(ctx, func(ev sessiondir.Event) error {
 		switch ev.Frame.Type {
-		case sessiondir.FrameShutdownAck:
+		case frame.FrameShutdownAck:
 			return nil // not forwarded
-		case sessiondir.FrameExit, sessiondir.FrameError:
+		case frame.FrameExit, frame.FrameError:
 			s.out.send(ev.Frame)
 			return sessiondir.ErrStopReading
 		}
@@ -208,7 +209,7 @@ func (s *Session) poll(ctx context.Context, eventsDir string) {
 	})
 	if err != nil && ctx.Err() == nil {
 		s.h.logf("[paperclip] %v", err)
-		s.out.send(sessiondir.ErrorFrame(err.Error()))
+		s.out.send(frame.ErrorFrame(err.Error()))
 	}
 }
 
@@ -238,7 +239,7 @@ func (s *Session) stream(ctx context.Context, b64 string) {
 	default:
 	}
 	if err != nil {
-		s.out.send(sessiondir.ErrorFrame(err.Error()))
+		s.out.send(frame.ErrorFrame(err.Error()))
 		return
 	}
 	if !p.sawEnd {
@@ -246,13 +247,13 @@ func (s *Session) stream(ctx context.Context, b64 string) {
 			s.h.logf("%s", res.Stderr)
 		}
 		code := res.ExitCode
-		s.out.send(sessiondir.ExitFrame(&code, ""))
+		s.out.send(frame.ExitFrame(&code, ""))
 	}
 }
 
-func (s *Session) streamFrame(f sessiondir.Frame) {
+func (s *Session) streamFrame(f frame.Frame) {
 	f.Seq = 0
-	if f.Type == sessiondir.FrameShutdownAck {
+	if f.Type == frame.FrameShutdownAck {
 		s.ackMu.Lock()
 		if !s.ackOK {
 			s.ackOK = true
@@ -266,17 +267,17 @@ func (s *Session) streamFrame(f sessiondir.Frame) {
 
 // Write queues raw bytes for the child (one stdin file on the chain).
 func (s *Session) Write(ctx context.Context, data []byte) error {
-	return s.writeMsg(ctx, sessiondir.Message{Type: sessiondir.MsgStdin, Data: data})
+	return s.writeMsg(ctx, frame.Message{Type: frame.MsgStdin, Data: data})
 }
 
 // End queues stdinEnd.
 func (s *Session) End(ctx context.Context) error {
-	return s.writeMsg(ctx, sessiondir.Message{Type: sessiondir.MsgStdinEnd})
+	return s.writeMsg(ctx, frame.Message{Type: frame.MsgStdinEnd})
 }
 
 // writeMsg appends one stdin file to the serial chain: the next file's
 // upload starts only after this one's mv completed (PR #11406).
-func (s *Session) writeMsg(ctx context.Context, m sessiondir.Message) error {
+func (s *Session) writeMsg(ctx context.Context, m frame.Message) error {
 	s.chainMu.Lock()
 	defer s.chainMu.Unlock()
 	s.seq++
@@ -296,7 +297,7 @@ func (s *Session) Stop(ctx context.Context) (acked bool) {
 		if err := s.End(ctx); err != nil {
 			s.h.logf("[paperclip] stdinEnd write failed: %v", err)
 		}
-		if err := s.writeMsg(ctx, sessiondir.Message{Type: sessiondir.MsgShutdown}); err != nil {
+		if err := s.writeMsg(ctx, frame.Message{Type: frame.MsgShutdown}); err != nil {
 			s.h.logf("[paperclip] shutdown write failed: %v", err)
 		}
 		acked = s.waitAck(ctx)
@@ -333,7 +334,7 @@ func (s *Session) waitAck(ctx context.Context) bool {
 			if err != nil {
 				continue
 			}
-			if f, err := sessiondir.ParseFrame(b); err == nil && f.Type == sessiondir.FrameShutdownAck {
+			if f, err := frame.ParseFrame(b); err == nil && f.Type == frame.FrameShutdownAck {
 				return true
 			}
 		}
@@ -406,13 +407,13 @@ func (s *Session) serveConn(ctx context.Context, c net.Conn) {
 		}
 		switch m.Type {
 		case "stdin":
-			if err := s.Write(ctx, sessiondir.DecodeBase64(m.Data)); err != nil {
-				s.out.sendTo(c, sessiondir.ErrorFrame(err.Error()))
+			if err := s.Write(ctx, frame.DecodeBase64(m.Data)); err != nil {
+				s.out.sendTo(c, frame.ErrorFrame(err.Error()))
 				return
 			}
 		case "stdinEnd":
 			if err := s.End(ctx); err != nil {
-				s.out.sendTo(c, sessiondir.ErrorFrame(err.Error()))
+				s.out.sendTo(c, frame.ErrorFrame(err.Error()))
 				return
 			}
 		}
@@ -454,7 +455,7 @@ func (o *outbox) claim(c net.Conn) bool {
 	return true
 }
 
-func (o *outbox) send(f sessiondir.Frame) {
+func (o *outbox) send(f frame.Frame) {
 	line := append(f.AppendJSON(nil), '\n')
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -465,7 +466,7 @@ func (o *outbox) send(f sessiondir.Frame) {
 	o.buf = append(o.buf, line)
 }
 
-func (o *outbox) sendTo(c net.Conn, f sessiondir.Frame) {
+func (o *outbox) sendTo(c net.Conn, f frame.Frame) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	_, _ = c.Write(append(f.AppendJSON(nil), '\n'))
@@ -487,7 +488,7 @@ type lineParser struct {
 	partial []byte
 	lastSeq int64
 	sawEnd  bool // an exit or error frame was delivered
-	deliver func(sessiondir.Frame)
+	deliver func(frame.Frame)
 }
 
 func (p *lineParser) feed(b []byte) {
@@ -513,7 +514,7 @@ func (p *lineParser) reparse(all []byte) {
 }
 
 func (p *lineParser) line(l []byte) {
-	f, err := sessiondir.ParseFrame(l)
+	f, err := frame.ParseFrame(l)
 	if err != nil {
 		return // blank or unparseable lines are ignored
 	}
@@ -527,7 +528,7 @@ func (p *lineParser) line(l []byte) {
 		}
 		p.lastSeq = f.Seq
 	}
-	if f.Type == sessiondir.FrameExit || f.Type == sessiondir.FrameError {
+	if f.Type == frame.FrameExit || f.Type == frame.FrameError {
 		p.sawEnd = true
 	}
 	p.deliver(f)

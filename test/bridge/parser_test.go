@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // The stdout-mode stream parser: partial lines are buffered, blank and bad
@@ -14,7 +14,7 @@ import (
 // is dropped, so the settle-time re-parse delivers nothing twice.
 func TestLineParserDedupesBySeq(t *testing.T) {
 	var got []string
-	p := &lineParser{deliver: func(f sessiondir.Frame) { got = append(got, string(f.AppendJSON(nil))) }}
+	p := &lineParser{deliver: func(f frame.Frame) { got = append(got, string(f.AppendJSON(nil))) }}
 	all := []byte(`{"seq":1,"type":"data","stream":"stdout","data":"YQ=="}` + "\n\nnot json\n" +
 		`{"seq":2,"type":"exit","code":0,"signal":null}` + "\n" + `{"type":"shutdownAck"}`)
 	p.feed(all[:10])
@@ -36,7 +36,7 @@ func FuzzLineParser(f *testing.F) {
 	f.Add([]byte("\x00\xff{\n}"), 3)
 	f.Fuzz(func(t *testing.T, b []byte, split int) {
 		var seqs []int64
-		p := &lineParser{deliver: func(f sessiondir.Frame) {
+		p := &lineParser{deliver: func(f frame.Frame) {
 			if f.Seq != 0 {
 				seqs = append(seqs, f.Seq)
 			}

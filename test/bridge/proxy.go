@@ -10,7 +10,7 @@ import (
 	"net"
 	"sync"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
 // proxyChunk is how much of its stdin the proxy forwards per message.
@@ -33,7 +33,7 @@ func RunProxy(ctx context.Context, addr, token string, stdin io.Reader, stdout, 
 	var wmu sync.Mutex
 	send := func(typ string, data []byte) error {
 		m := map[string]string{"token": token, "type": typ}
-		if typ == sessiondir.MsgStdin {
+		if typ == frame.MsgStdin {
 			m["data"] = base64.StdEncoding.EncodeToString(data)
 		}
 		b, _ := json.Marshal(m)
@@ -52,11 +52,11 @@ func RunProxy(ctx context.Context, addr, token string, stdin io.Reader, stdout, 
 		buf := make([]byte, proxyChunk)
 		for {
 			n, err := stdin.Read(buf)
-			if n > 0 && send(sessiondir.MsgStdin, buf[:n]) != nil {
+			if n > 0 && send(frame.MsgStdin, buf[:n]) != nil {
 				return
 			}
 			if err != nil {
-				_ = send(sessiondir.MsgStdinEnd, nil)
+				_ = send(frame.MsgStdinEnd, nil)
 				return
 			}
 		}
@@ -64,25 +64,25 @@ func RunProxy(ctx context.Context, addr, token string, stdin io.Reader, stdout, 
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 64<<10), maxProxyLine)
 	for sc.Scan() {
-		f, err := sessiondir.ParseFrame(sc.Bytes())
+		f, err := frame.ParseFrame(sc.Bytes())
 		if err != nil {
 			continue
 		}
 		switch f.Type {
-		case sessiondir.FrameData:
-			if f.Stream == sessiondir.StreamStderr {
+		case frame.FrameData:
+			if f.Stream == frame.StreamStderr {
 				stderr.Write(f.Data)
 			} else {
 				stdout.Write(f.Data)
 			}
-		case sessiondir.FrameError:
+		case frame.FrameError:
 			msg := f.Message
 			if msg == "" {
 				msg = "Process session bridge failed."
 			}
 			fmt.Fprintln(stderr, msg)
 			return 1
-		case sessiondir.FrameExit:
+		case frame.FrameExit:
 			if f.Code != nil {
 				return *f.Code
 			}

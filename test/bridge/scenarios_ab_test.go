@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -51,9 +52,9 @@ func TestPcwrap07_FinalizeOrder(t *testing.T) {
 	for {
 		line, err := p.readLine(scenarioTimeout)
 		require.NoError(t, err)
-		f, err := sessiondir.ParseFrame([]byte(line))
+		f, err := frame.ParseFrame([]byte(line))
 		require.NoError(t, err)
-		if f.Type == sessiondir.FrameExit {
+		if f.Type == frame.FrameExit {
 			require.NotNil(t, f.Code)
 			assert.Equal(t, 0, *f.Code)
 			break
@@ -125,7 +126,7 @@ func TestPcwrap10_ConcurrentReadersNeverSeePartial(t *testing.T) {
 	q := Queue{Runner: &ShellRunner{}}
 	dir := filepath.Join(t.TempDir(), "stdin")
 	final := filepath.Join(dir, "000000000001.json")
-	body := string(sessiondir.Message{Type: sessiondir.MsgStdin, Data: []byte(strings.Repeat("p", 64<<10))}.AppendJSON(nil))
+	body := string(frame.Message{Type: frame.MsgStdin, Data: []byte(strings.Repeat("p", 64<<10))}.AppendJSON(nil))
 	var parseErrors, reads atomic.Int64
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -210,7 +211,7 @@ func TestPcwrap14_StopIsPerSession(t *testing.T) {
 }
 
 // forgeEvent plants an event file the way any sandbox process could.
-func forgeEvent(t *testing.T, dir string, seq int64, f sessiondir.Frame) {
+func forgeEvent(t *testing.T, dir string, seq int64, f frame.Frame) {
 	t.Helper()
 	events := filepath.Join(dir, sessiondir.EventsDir)
 	require.NoError(t, os.MkdirAll(events, 0o700))
@@ -236,7 +237,7 @@ func stdinFinalizes(r *ShellRunner) int { return len(finalizes(r)) }
 func TestPcwrap15_ForgedExitThenStop(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh("cat"))
-	forgeEvent(t, s.Dir, 999999999999, sessiondir.ExitFrame(new(int), ""))
+	forgeEvent(t, s.Dir, 999999999999, frame.ExitFrame(new(int), ""))
 	time.Sleep(600 * time.Millisecond)
 	start := time.Now()
 	acked := s.Stop(context.Background())
@@ -263,7 +264,7 @@ func TestPcwrap16_NoWrapperForgedExit(t *testing.T) {
 	r := newRig(t, false)
 	r.runner.Intercept = fakeLaunch
 	s := r.start(t, sh("cat"))
-	forgeEvent(t, s.Dir, 999999999999, sessiondir.ExitFrame(new(int), ""))
+	forgeEvent(t, s.Dir, 999999999999, frame.ExitFrame(new(int), ""))
 	time.Sleep(600 * time.Millisecond)
 	start := time.Now()
 	acked := s.Stop(context.Background())
@@ -340,7 +341,7 @@ func TestPcwrap24_HostileRunnerCannotStrandChild(t *testing.T) {
 				}
 				if strings.Contains(e.Script, sessiondir.SeqName(2)) {
 					if isFinalize(e, sessiondir.SeqName(2)) {
-						forgeEvent(t, d, 999999999998, sessiondir.ShutdownAckFrame())
+						forgeEvent(t, d, 999999999998, frame.ShutdownAckFrame())
 					}
 					return &Result{}, nil // the shutdown file never lands
 				}

@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // runBin runs pcwrap to completion with env and args; it returns the exit
@@ -81,13 +82,13 @@ func TestDebugModeCommandFromFlags(t *testing.T) {
 	code, out, errOut := runBin(t, []string{"PAPERCLIP_PROCESS_SESSION_COMMAND_B64=garbage", "MARK=m1"},
 		"--session-dir", dir, "--output=stdout", "--", "sh", "-c", `printf '%s' "$MARK"`)
 	assert.Equal(t, 0, code, errOut)
-	var frames []sessiondir.Frame
+	var frames []frame.Frame
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f, err := sessiondir.ParseFrame([]byte(line))
+		f, err := frame.ParseFrame([]byte(line))
 		require.NoError(t, err)
 		frames = append(frames, f)
 	}
-	assert.Equal(t, "m1", output(frames, sessiondir.StreamStdout))
+	assert.Equal(t, "m1", output(frames, frame.StreamStdout))
 	fi, err := os.Stat(dir)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
@@ -106,5 +107,16 @@ func TestSecondWrapperRefused(t *testing.T) {
 	s.put(1, stdinMsg("still-here"))
 	s.put(2, stdinEndMsg)
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, "still-here", output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, "still-here", output(s.frames(), frame.StreamStdout))
+}
+
+// TestDebugModeMissingBinary: a child that cannot be spawned is named on
+// stderr in one line, with the errno of the frames, and pcwrap exits 127
+// (§2.5).
+func TestDebugModeMissingBinary(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "s")
+	code, _, errOut := runBin(t, nil, "--session-dir", dir, "--", "/no/such/binary")
+	assert.Equal(t, 127, code)
+	assert.Equal(t, "pcwrap: cannot spawn /no/such/binary: no such file or directory (ENOENT)\n", errOut)
 }

@@ -20,11 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
-	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -74,7 +76,7 @@ type session struct {
 	stderr *syncbuf.Buffer
 
 	mu    sync.Mutex
-	lines []sessiondir.Frame // stdout mode
+	lines []frame.Frame // stdout mode
 	raw   []string
 	done  chan struct{}
 	code  int
@@ -161,7 +163,7 @@ func (s *session) readStdout(t testing.TB, cmd *exec.Cmd) {
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
 			line := sc.Text()
-			f, err := sessiondir.ParseFrame([]byte(line))
+			f, err := frame.ParseFrame([]byte(line))
 			s.mu.Lock()
 			s.raw = append(s.raw, line)
 			if err == nil {
@@ -223,9 +225,9 @@ const (
 
 // frames returns the frames seen so far: stdout lines in stdout mode,
 // else the event files (read, not removed) in seq order.
-func (s *session) frames() []sessiondir.Frame {
+func (s *session) frames() []frame.Frame {
 	s.mu.Lock()
-	lines := append([]sessiondir.Frame(nil), s.lines...)
+	lines := append([]frame.Frame(nil), s.lines...)
 	s.mu.Unlock()
 	if len(lines) > 0 {
 		return lines
@@ -233,7 +235,7 @@ func (s *session) frames() []sessiondir.Frame {
 	return readEvents(s.t, s.dir)
 }
 
-func readEvents(t testing.TB, dir string) []sessiondir.Frame {
+func readEvents(t testing.TB, dir string) []frame.Frame {
 	ents, err := os.ReadDir(filepath.Join(dir, "events"))
 	if err != nil {
 		return nil
@@ -245,13 +247,13 @@ func readEvents(t testing.TB, dir string) []sessiondir.Frame {
 		}
 	}
 	sort.Strings(names)
-	var out []sessiondir.Frame
+	var out []frame.Frame
 	for _, n := range names {
 		b, err := os.ReadFile(filepath.Join(dir, "events", n))
 		if err != nil {
 			continue
 		}
-		f, err := sessiondir.ParseFrame(bytes.TrimSuffix(b, []byte("\n")))
+		f, err := frame.ParseFrame(bytes.TrimSuffix(b, []byte("\n")))
 		if err == nil {
 			seq, _ := sessiondir.ParseSeq(n)
 			f.Seq = seq
@@ -262,17 +264,17 @@ func readEvents(t testing.TB, dir string) []sessiondir.Frame {
 }
 
 // output concatenates the data frames of stream.
-func output(fr []sessiondir.Frame, stream string) string {
+func output(fr []frame.Frame, stream string) string {
 	var b strings.Builder
 	for _, f := range fr {
-		if f.Type == sessiondir.FrameData && f.Stream == stream {
+		if f.Type == frame.FrameData && f.Stream == stream {
 			b.Write(f.Data)
 		}
 	}
 	return b.String()
 }
 
-func count(fr []sessiondir.Frame, typ string) int {
+func count(fr []frame.Frame, typ string) int {
 	n := 0
 	for _, f := range fr {
 		if f.Type == typ {
@@ -282,17 +284,17 @@ func count(fr []sessiondir.Frame, typ string) int {
 	return n
 }
 
-func errorsOf(fr []sessiondir.Frame) []string {
+func errorsOf(fr []frame.Frame) []string {
 	var out []string
 	for _, f := range fr {
-		if f.Type == sessiondir.FrameError {
+		if f.Type == frame.FrameError {
 			out = append(out, f.Message)
 		}
 	}
 	return out
 }
 
-func hasError(fr []sessiondir.Frame, sub string) bool {
+func hasError(fr []frame.Frame, sub string) bool {
 	for _, m := range errorsOf(fr) {
 		if strings.Contains(m, sub) {
 			return true
@@ -314,15 +316,15 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 // waitFrame waits until a frame satisfying pred was seen.
-func (s *session) waitFrame(d time.Duration, what string, pred func([]sessiondir.Frame) bool) {
+func (s *session) waitFrame(d time.Duration, what string, pred func([]frame.Frame) bool) {
 	s.t.Helper()
 	eventually(s.t, d, what, func() bool { return pred(s.frames()) })
 }
 
 func (s *session) waitOutput(d time.Duration, want string) {
 	s.t.Helper()
-	s.waitFrame(d, fmt.Sprintf("stdout %q", want), func(fr []sessiondir.Frame) bool {
-		return output(fr, sessiondir.StreamStdout) == want
+	s.waitFrame(d, fmt.Sprintf("stdout %q", want), func(fr []frame.Frame) bool {
+		return output(fr, frame.StreamStdout) == want
 	})
 }
 

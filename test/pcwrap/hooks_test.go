@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // Scenarios 25-34 and 60 (spec §13 B, F) on the test-hook build; the
@@ -36,7 +38,7 @@ func TestPcwrap25_ZeroBtimeAccepted(t *testing.T) {
 	s.putRaw(1, stdinEndMsg)
 	assert.Equal(t, 0, s.wait(waitBound))
 	assert.NotContains(t, s.stderr.String(), "not usable")
-	assert.Equal(t, 1, count(readEvents(t, dir), sessiondir.FrameExit))
+	assert.Equal(t, 1, count(readEvents(t, dir), frame.FrameExit))
 }
 
 // TestPcwrap26_CtimeBtimeRefused (T17).
@@ -52,7 +54,7 @@ func TestPcwrap26_CtimeBtimeRefused(t *testing.T) {
 	assert.False(t, exists(marker), "no child may start")
 	fr := readEvents(t, dir)
 	assert.True(t, hasError(fr, "changed after a probe write"))
-	assert.Equal(t, sessiondir.FrameShutdownAck, fr[len(fr)-1].Type)
+	assert.Equal(t, frame.FrameShutdownAck, fr[len(fr)-1].Type)
 }
 
 // nobody runs pcwrap as an unprivileged user when the tests run as root,
@@ -206,5 +208,5 @@ func TestPcwrap60_OverflowRescan(t *testing.T) {
 	}
 	s.put(21, stdinEndMsg)
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, want.String(), output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, want.String(), output(s.frames(), frame.StreamStdout))
 }

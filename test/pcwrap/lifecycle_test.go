@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // sh returns a payload running script under sh -c.
@@ -73,7 +75,7 @@ func groupGone(t *testing.T, pgid int, d time.Duration) {
 func TestPcwrap11_RemovedSessionDirEndsPcwrap(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{env: []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=200"}})
-	time.Sleep(150 * time.Millisecond)
+	s.childPgid() // the identity is captured before the spawn records the child
 	require.NoError(t, os.RemoveAll(s.dir))
 	s.wait(4 * time.Second)
 }
@@ -99,9 +101,9 @@ func TestPcwrap64_LatchInStdoutMode(t *testing.T) {
 	groupGone(t, pgid, 4*time.Second)
 	fr := s.frames()
 	require.NotEmpty(t, fr)
-	assert.Equal(t, sessiondir.FrameShutdownAck, fr[0].Type)
+	assert.Equal(t, frame.FrameShutdownAck, fr[0].Type)
 	last := fr[len(fr)-1]
-	assert.Equal(t, sessiondir.FrameExit, last.Type)
+	assert.Equal(t, frame.FrameExit, last.Type)
 	assert.Equal(t, "SIGTERM", last.Signal)
 }
 
@@ -111,7 +113,7 @@ func TestPcwrap13_ChildExitEndsPcwrap(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{payload: payload{Command: "true"}})
 	assert.Equal(t, 0, s.wait(4*time.Second))
-	assert.Equal(t, 1, count(readEvents(t, s.dir), sessiondir.FrameExit))
+	assert.Equal(t, 1, count(readEvents(t, s.dir), frame.FrameExit))
 }
 
 // TestPcwrap50_TrueChildEventsMode: child `true`, no stdinEnd → exit.
@@ -140,8 +142,8 @@ func TestPcwrap18_CleanExit(t *testing.T) {
 	assert.Equal(t, 0, s.wait(waitBound))
 	assert.Empty(t, s.stderr.String())
 	fr := readEvents(t, s.dir)
-	assert.Equal(t, 1, count(fr, sessiondir.FrameExit))
-	assert.Zero(t, count(fr, sessiondir.FrameError))
+	assert.Equal(t, 1, count(fr, frame.FrameExit))
+	assert.Zero(t, count(fr, frame.FrameError))
 	b, err := os.ReadFile(filepath.Join(s.dir, "events", "000000000001.json"))
 	require.NoError(t, err)
 	assert.Equal(t, `{"type":"data","stream":"stdout","data":"aGk="}`+"\n", string(b))
@@ -168,25 +170,54 @@ func TestPcwrap19_SymlinkedSessionDirStdout(t *testing.T) {
 	assert.Equal(t, 1, s.wait(4*time.Second))
 	fr := s.frames()
 	assert.True(t, hasError(fr, "symbolic link"), "%v", s.raw)
-	assert.Equal(t, sessiondir.FrameShutdownAck, fr[len(fr)-1].Type)
+	assert.Equal(t, frame.FrameShutdownAck, fr[len(fr)-1].Type)
 	assert.False(t, exists(filepath.Join(real, sessiondir.LockFile)), "nothing created through the link")
 }
 
 // TestPcwrap61_SymlinkedSessionDirEvents: events mode → stderr refusal,
-// exit 1, nothing created through the link.
+// exit 1, nothing created through the link. With a target that already
+// holds events/ → the same, plus the error event there (§2.5, as the
+// reference), and nothing else created.
 func TestPcwrap61_SymlinkedSessionDirEvents(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	real := filepath.Join(root, "real")
-	require.NoError(t, os.MkdirAll(real, 0o700))
-	link := filepath.Join(root, "link")
-	require.NoError(t, os.Symlink(real, link))
-	s := start(t, opts{mode: "events", dir: link, noMkdir: true})
-	assert.Equal(t, 1, s.wait(4*time.Second))
-	assert.Contains(t, s.stderr.String(), "Refusing a symbolic link on a process session control path.")
-	ents, err := os.ReadDir(real)
-	require.NoError(t, err)
-	assert.Empty(t, ents, "nothing may be created through the link")
+	const refusal = "Refusing a symbolic link on a process session control path."
+	linked := func(t *testing.T, withEvents bool) (real string, s *session) {
+		root := t.TempDir()
+		real = filepath.Join(root, "real")
+		require.NoError(t, os.MkdirAll(real, 0o700))
+		if withEvents {
+			require.NoError(t, os.Mkdir(filepath.Join(real, sessiondir.EventsDir), 0o700))
+		}
+		link := filepath.Join(root, "link")
+		require.NoError(t, os.Symlink(real, link))
+		s = start(t, opts{mode: "events", dir: link, noMkdir: true})
+		assert.Equal(t, 1, s.wait(4*time.Second))
+		assert.Contains(t, s.stderr.String(), refusal)
+		return real, s
+	}
+	t.Run("empty target", func(t *testing.T) {
+		t.Parallel()
+		real, _ := linked(t, false)
+		ents, err := os.ReadDir(real)
+		require.NoError(t, err)
+		assert.Empty(t, ents, "nothing may be created through the link")
+	})
+	t.Run("target with events", func(t *testing.T) {
+		t.Parallel()
+		real, _ := linked(t, true)
+		ents, err := os.ReadDir(real)
+		require.NoError(t, err)
+		require.Len(t, ents, 1, "only the existing events/: %v", ents)
+		evs, err := os.ReadDir(filepath.Join(real, sessiondir.EventsDir))
+		require.NoError(t, err)
+		require.Len(t, evs, 1, "exactly the error event: %v", evs)
+		assert.Equal(t, sessiondir.SeqName(1), evs[0].Name())
+		b, err := os.ReadFile(filepath.Join(real, sessiondir.EventsDir, evs[0].Name()))
+		require.NoError(t, err)
+		fr, err := frame.ParseFrame(b)
+		require.NoError(t, err)
+		assert.Equal(t, frame.ErrorFrame(refusal), fr)
+	})
 }
 
 // TestPcwrap20_SessionEnvStripped (T10): the child sees no
@@ -199,7 +230,7 @@ func TestPcwrap20_SessionEnvStripped(t *testing.T) {
 		"PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES=7", "PAPERCLIP_PROCESS_SESSION_OTHER=1",
 	}})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, "[]", output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, "[]", output(s.frames(), frame.StreamStdout))
 }
 
 // TestPayloadEnvAndPathOfChild: the payload env overlays pcwrap's, and a
@@ -211,7 +242,7 @@ func TestPayloadEnvAndPathOfChild(t *testing.T) {
 	p := payload{Command: "only-in-child-path", Env: map[string]string{"PATH": bin + ":" + os.Getenv("PATH"), "GREETING": "hello"}}
 	s := start(t, opts{mode: "stdout", payload: p})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, "hello", output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, "hello", output(s.frames(), frame.StreamStdout))
 }
 
 // TestPcwrap52_SigtermEndsPcwrapAndChild.
@@ -243,21 +274,58 @@ func TestPcwrap53_SigkillEscalation(t *testing.T) {
 }
 
 // TestPcwrap55_GroupKilledAfterGrace: a grandchild ignoring TERM is
-// killed with its group after a shutdown message.
+// killed with its group after a shutdown message. Also when its stdio is
+// on /dev/null, so the leader's pipes close at once as it dies on SIGTERM
+// (§8.1 step 2: reaping the leader must not cancel the group SIGKILL);
+// that race runs orphanRuns times, with zero survivors.
 func TestPcwrap55_GroupKilledAfterGrace(t *testing.T) {
 	t.Parallel()
+	t.Run("grandchild holds the pipes", func(t *testing.T) {
+		t.Parallel()
+		shutdownTermIgnoringGrandchild(t, `sh -c 'trap "" TERM; echo ready; sleep 300' & wait`, 300)
+	})
+	t.Run("grandchild on /dev/null", func(t *testing.T) {
+		t.Parallel()
+		for i := range orphanRuns {
+			ok := t.Run(strconv.Itoa(i), func(t *testing.T) {
+				shutdownTermIgnoringGrandchild(t, detachedTermIgnorer, 200)
+			})
+			if !ok {
+				break // one survivor is the verdict; the rest would repeat it
+			}
+		}
+	})
+}
+
+// orphanRuns is how often the detached-grandchild shutdown runs (issue 9:
+// 100 shutdowns, zero survivors). Each takes about one 200 ms grace.
+const orphanRuns = 100
+
+// detachedTermIgnorer is a leader that dies on SIGTERM at once and a
+// grandchild that ignores TERM with its stdio off the leader's pipes.
+const detachedTermIgnorer = `sh -c 'trap "" TERM; echo ready; exec sleep 300 </dev/null >/dev/null 2>&1' & wait`
+
+// shutdownTermIgnoringGrandchild runs script, sends shutdown once it said
+// ready, and requires the whole group dead after pcwrap exits.
+func shutdownTermIgnoringGrandchild(t *testing.T, script string, graceMS int) {
 	s := start(t, opts{
-		payload: sh(`sh -c 'trap "" TERM; echo ready; sleep 300' & wait`),
-		env:     []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=300"},
+		payload: sh(script),
+		env:     []string{"PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=" + strconv.Itoa(graceMS)},
 		mode:    "stdout",
 	})
 	pgid := s.childPgid()
+	t.Cleanup(func() {
+		// A survivor keeps the group id reserved, so this reaches only it.
+		if len(groupMembers(pgid)) > 0 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	})
 	s.waitOutput(5*time.Second, "ready\n")
 	s.put(1, shutdownMsg)
 	s.wait(10 * time.Second)
 	groupGone(t, pgid, 5*time.Second)
 	fr := s.frames()
-	assert.Equal(t, sessiondir.FrameShutdownAck, fr[1].Type, "shutdownAck precedes exit")
+	assert.Equal(t, frame.FrameShutdownAck, fr[1].Type, "shutdownAck precedes exit")
 }
 
 // TestPcwrap56_SighupUnderNohup: pcwrap under nohup survives SIGHUP and
@@ -272,19 +340,25 @@ func TestPcwrap56_SighupUnderNohup(t *testing.T) {
 		mode:    "stdout",
 		payload: sh(`grep SigIgn /proc/self/status; exec cat`),
 	})
-	s.waitFrame(5*time.Second, "SigIgn line", func(fr []sessiondir.Frame) bool {
-		return strings.Contains(output(fr, sessiondir.StreamStdout), "\n")
+	s.waitFrame(5*time.Second, "SigIgn line", func(fr []frame.Frame) bool {
+		return strings.Contains(output(fr, frame.StreamStdout), "\n")
 	})
-	line := strings.TrimSpace(strings.TrimPrefix(output(s.frames(), sessiondir.StreamStdout), "SigIgn:"))
+	line := strings.TrimSpace(strings.TrimPrefix(output(s.frames(), frame.StreamStdout), "SigIgn:"))
 	mask, err := strconv.ParseUint(line, 16, 64)
 	require.NoError(t, err)
 	assert.Zero(t, mask&1, "SIGHUP must not be ignored in the child")
 	pgid := s.childPgid()
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGHUP))
-	time.Sleep(200 * time.Millisecond)
+	// A stdin round trip through pcwrap and cat after the signal: a
+	// pending SIGHUP is delivered before pcwrap runs again, so an echo
+	// proves both survived it.
+	s.put(1, stdinMsg("after-hup\n"))
+	s.waitFrame(5*time.Second, "echo after SIGHUP", func(fr []frame.Frame) bool {
+		return strings.HasSuffix(output(fr, frame.StreamStdout), "after-hup\n")
+	})
 	assert.False(t, s.exited(), "pcwrap must survive SIGHUP")
 	assert.NotEmpty(t, groupMembers(pgid), "the child must survive SIGHUP")
-	s.put(1, stdinEndMsg)
+	s.put(2, stdinEndMsg)
 	assert.Equal(t, 0, s.wait(waitBound))
 }
 
@@ -310,7 +384,7 @@ func TestPcwrap62_StagedPayload(t *testing.T) {
 	require.Greater(t, len(p.b64(t)), 64*1024)
 	s := start(t, opts{mode: "stdout", dir: dir, payload: p, stagePayl: true})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, fmt.Sprintf("gone %d", 70*1024), output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, fmt.Sprintf("gone %d", 70*1024), output(s.frames(), frame.StreamStdout))
 }
 
 // TestPcwrap63_CommandFileSymlink: a symlinked command.b64 is refused
@@ -355,7 +429,7 @@ func TestLenientPayloadBase64(t *testing.T) {
 	b64 = b64[:10] + "\n  " + b64[10:]
 	s := start(t, opts{mode: "stdout", env: []string{"PAPERCLIP_PROCESS_SESSION_COMMAND_B64=" + b64}})
 	assert.Equal(t, 0, s.wait(waitBound))
-	assert.Equal(t, "ok", output(s.frames(), sessiondir.StreamStdout))
+	assert.Equal(t, "ok", output(s.frames(), frame.StreamStdout))
 }
 
 // TestPcwrap65_StdoutReaderGone: the reader of pcwrap's stdout closes →
@@ -386,14 +460,14 @@ func TestPcwrap69_BoundedDrain(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", payload: sh(`sleep 300 & echo started`)})
 	pgid := s.childPgid()
-	s.waitFrame(3*time.Second+drainSlack, "exit frame", func(fr []sessiondir.Frame) bool {
-		return count(fr, sessiondir.FrameExit) == 1
+	s.waitFrame(3*time.Second+drainSlack, "exit frame", func(fr []frame.Frame) bool {
+		return count(fr, frame.FrameExit) == 1
 	})
 	fr := s.frames()
-	assert.Equal(t, "started\n", output(fr, sessiondir.StreamStdout))
-	var exit sessiondir.Frame
+	assert.Equal(t, "started\n", output(fr, frame.StreamStdout))
+	var exit frame.Frame
 	for _, f := range fr {
-		if f.Type == sessiondir.FrameExit {
+		if f.Type == frame.FrameExit {
 			exit = f
 		}
 	}

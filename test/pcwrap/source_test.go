@@ -21,13 +21,14 @@ func pcwrapSources(t *testing.T) map[string]string {
 	out := map[string]string{}
 	globs := []string{
 		"cmd/pcwrap/*.go",
+		"internal/pcwrap/*.go",
 		"internal/shutdown/*.go",
 		"internal/stdinpoll/*.go",
 		"internal/sessiondir/layout*.go",
 		"internal/sessiondir/identity*.go",
 		"internal/sessiondir/probe*.go",
 		"internal/sessiondir/lock*.go",
-		"internal/sessiondir/frame*.go",
+		"internal/frame/*.go",
 	}
 	for _, g := range globs {
 		m, err := filepath.Glob(filepath.Join(root, g))
@@ -81,13 +82,17 @@ func TestPcwrap21_SourceInvariants(t *testing.T) {
 	assert.Len(t, latches, 1, "one latch: %v", latches)
 	assert.Empty(t, grep(src, regexp.MustCompile(`lost\.Store\(|CompareAndSwap\(true`)), "the latch is never cleared")
 
-	run := src[filepath.Join("cmd", "pcwrap", "run.go")]
-	capture := strings.Index(run, "sd.Capture()")
-	spawn := strings.Index(run, "spawn(payload.Command")
-	reader := strings.Index(run, "reader.Run(ctx)")
+	// Run's stages: prepare captures the identity, spawn starts the
+	// child, start runs the reader.
+	run := src[filepath.Join("internal", "pcwrap", "run.go")]
+	capture := strings.Index(run, "s.prepare(ctx)")
+	spawn := strings.Index(run, "s.spawn()")
+	reader := strings.Index(run, "s.start(ch, verifier)")
 	require.True(t, capture > 0 && spawn > 0 && reader > 0)
 	assert.Less(t, capture, spawn, "capture precedes the spawn")
 	assert.Less(t, capture, reader, "capture precedes the reader")
+	assert.Contains(t, src[filepath.Join("internal", "pcwrap", "setup.go")], "s.sd.Capture()", "prepare captures the identity")
+	assert.Contains(t, src[filepath.Join("internal", "pcwrap", "supervise.go")], "reader.Run(ctx)", "start runs the reader")
 }
 
 // TestProductionBuildHasNoTestHooks: the hook env vars exist only in the

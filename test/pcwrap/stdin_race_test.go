@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
-	"github.com/pcrunner/pcrunner/internal/stdinpoll"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/stdinpoll"
 )
 
 // Group A of spec §13: the stdin file race, stdout mode. Each scenario
@@ -35,8 +36,8 @@ func finish(t *testing.T, s *session, want string) {
 	t.Helper()
 	assert.Equal(t, 0, s.wait(waitBound))
 	fr := s.frames()
-	assert.Equal(t, want, output(fr, sessiondir.StreamStdout))
-	assert.Equal(t, 1, count(fr, sessiondir.FrameExit))
+	assert.Equal(t, want, output(fr, frame.StreamStdout))
+	assert.Equal(t, 1, count(fr, frame.FrameExit))
 }
 
 func scenario01(t *testing.T, v raceVariant) {
@@ -65,7 +66,7 @@ func scenario03(t *testing.T, v raceVariant) {
 	s.putRaw(1, "")
 	s.put(2, stdinEndMsg)
 	time.Sleep(300 * time.Millisecond)
-	assert.Zero(t, count(s.frames(), sessiondir.FrameExit), "stdinEnd must not overtake file 1")
+	assert.Zero(t, count(s.frames(), frame.FrameExit), "stdinEnd must not overtake file 1")
 	assert.False(t, s.exited())
 	s.put(1, stdinMsg("early-payload"))
 	finish(t, s, "early-payload")
@@ -75,7 +76,7 @@ func scenario04(t *testing.T, v raceVariant) {
 	s := v.start(t, "PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES=3")
 	s.putRaw(1, "not json at all: secret-token-123")
 	s.put(2, stdinMsg("second"))
-	s.waitFrame(5*time.Second, "drop error", func(fr []sessiondir.Frame) bool {
+	s.waitFrame(5*time.Second, "drop error", func(fr []frame.Frame) bool {
 		return hasError(fr, "Dropped unreadable stdin file")
 	})
 	s.waitOutput(5*time.Second, "second")
@@ -91,7 +92,7 @@ func scenario05(t *testing.T, v raceVariant) {
 	s.put(2, stdinMsg("second-payload"))
 	time.Sleep(300 * time.Millisecond)
 	assert.True(t, exists(s.stdinPath(2)), "file 2 must wait for file 1")
-	assert.Empty(t, output(s.frames(), sessiondir.StreamStdout))
+	assert.Empty(t, output(s.frames(), frame.StreamStdout))
 	s.put(1, stdinMsg("first-payload"))
 	s.waitOutput(5*time.Second, "first-payloadsecond-payload")
 	s.put(3, stdinEndMsg)
@@ -101,7 +102,7 @@ func scenario05(t *testing.T, v raceVariant) {
 func scenario06(t *testing.T, v raceVariant) {
 	s := v.start(t, "PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES=3")
 	s.put(2, stdinMsg("after-gap"))
-	s.waitFrame(5*time.Second, "gap error", func(fr []sessiondir.Frame) bool {
+	s.waitFrame(5*time.Second, "gap error", func(fr []frame.Frame) bool {
 		return hasError(fr, "Advanced past missing stdin files 1 to 1 after 3 retries.")
 	})
 	s.waitOutput(5*time.Second, "after-gap")
@@ -157,7 +158,7 @@ func TestPcwrap59_EventScansSpendNoRetries(t *testing.T) {
 	for i := range 50 {
 		require.NoError(t, os.WriteFile(filepath.Join(s.dir, "stdin", fmt.Sprintf("unrelated-%02d.txt", i)), []byte("x"), 0o600))
 	}
-	s.waitFrame(5*time.Second, "gap error", func(fr []sessiondir.Frame) bool {
+	s.waitFrame(5*time.Second, "gap error", func(fr []frame.Frame) bool {
 		return hasError(fr, "Advanced past missing stdin files")
 	})
 	assert.GreaterOrEqual(t, time.Since(t0), 2*stdinpoll.TickInterval, "event scans spent the retry budget")

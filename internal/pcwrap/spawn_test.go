@@ -1,8 +1,7 @@
-package main
+package pcwrap
 
 import (
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,16 +51,4 @@ func TestSpawnErrno(t *testing.T) {
 	assert.Equal(t, "EACCES", spawnErrno(&os.PathError{Op: "fork/exec", Path: "x", Err: syscall.EACCES}))
 	assert.Equal(t, "ENOENT", spawnErrno(&exec.Error{Name: "x", Err: exec.ErrNotFound}))
 	assert.Equal(t, "UNKNOWN", spawnErrno(errors.New("weird")))
-}
-
-func TestParseFlags(t *testing.T) {
-	o, code, ok := parseFlags([]string{"--session-dir", "/d", "--output=stdout", "--", "cat", "-n"}, io.Discard, io.Discard)
-	require.True(t, ok, code)
-	assert.Equal(t, options{sessionDir: "/d", output: "stdout", command: []string{"cat", "-n"}}, o)
-	_, code, ok = parseFlags([]string{"-h"}, io.Discard, io.Discard)
-	assert.False(t, ok)
-	assert.Equal(t, 0, code)
-	_, code, ok = parseFlags([]string{"--nope"}, io.Discard, io.Discard)
-	assert.False(t, ok)
-	assert.Equal(t, exitUsage, code)
 }

@@ -1,4 +1,4 @@
-package sessiondir
+package frame
 
 import (
 	"bytes"
@@ -85,4 +85,54 @@ func decodeBase64(dst, src []byte) (int, bool) {
 	}
 	n, err := base64.StdEncoding.Decode(dst[di:], rest)
 	return di + n, err == nil
+}
+
+// base64 alphabet values; both the standard and the URL alphabet decode,
+// as in Node's Buffer.from(s, "base64").
+var b64val = func() [256]byte {
+	var t [256]byte
+	for i := range t {
+		t[i] = 0xff
+	}
+	const std = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for i := 0; i < len(std); i++ {
+		t[std[i]] = byte(i)
+	}
+	t['-'], t['_'] = 62, 63
+	return t
+}()
+
+// DecodeBase64 decodes s as leniently as Node's Buffer.from(s, "base64"):
+// characters outside the alphabets (white space included) are skipped,
+// padding is optional, and the first '=' ends the data. It never fails.
+func DecodeBase64(s string) []byte {
+	if out, err := base64.StdEncoding.DecodeString(s); err == nil {
+		return out
+	}
+	out := make([]byte, 0, len(s)*3/4+2)
+	var acc uint32
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '=' {
+			break
+		}
+		v := b64val[c]
+		if v == 0xff {
+			continue
+		}
+		acc = acc<<6 | uint32(v)
+		n++
+		if n == 4 {
+			out = append(out, byte(acc>>16), byte(acc>>8), byte(acc))
+			acc, n = 0, 0
+		}
+	}
+	switch n {
+	case 2:
+		out = append(out, byte(acc>>4))
+	case 3:
+		out = append(out, byte(acc>>10), byte(acc>>2))
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package sessiondir
+package frame
 
 import (
 	"bytes"

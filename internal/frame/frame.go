@@ -1,4 +1,9 @@
-package sessiondir
+// Package frame is the codec of the JSON bodies that cross a process-session
+// directory (spec pcwrap-protocol.md): pcwrap's output frames (§7.1), in
+// event files or stdout lines, and the stdin-queue messages (§6.1), with the
+// Node-compatible base64 and JSON.stringify string quoting they share. The
+// directory layout, file names and sequence numbers are sessiondir's.
+package frame
 
 import (
 	"bytes"
@@ -7,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -25,24 +29,10 @@ const (
 	StreamStderr = "stderr"
 )
 
-// Stdin-queue message types (spec §6.1).
-const (
-	MsgStdin    = "stdin"
-	MsgStdinEnd = "stdinEnd"
-	MsgShutdown = "shutdown"
-)
-
-// SeqDigits is the zero-padded width of queue and event file names (§6.2).
-const SeqDigits = 12
-
-var (
-	// ErrUnknownFrameType marks a frame that parsed but whose type is not
-	// one of §7.1. ParseFrame still returns the frame, so a consumer can
-	// skip it and go on.
-	ErrUnknownFrameType = errors.New("unknown frame type")
-	// ErrEmptyStdinFile is the read failure of an empty stdin file (§6.3).
-	ErrEmptyStdinFile = errors.New("stdin file is empty")
-)
+// ErrUnknownFrameType marks a frame that parsed but whose type is not
+// one of §7.1. ParseFrame still returns the frame, so a consumer can
+// skip it and go on.
+var ErrUnknownFrameType = errors.New("unknown frame type")
 
 // Frame is one pcwrap output frame (spec §7.1). Its JSON form is exactly
 // what JavaScript's JSON.stringify produces for the reference's objects:
@@ -252,250 +242,6 @@ func parseDataFast(b []byte) (Frame, bool) {
 }
 
 // Message is one stdin-queue message (spec §6.1).
-type Message struct {
-	// Type is MsgStdin, MsgStdinEnd, MsgShutdown, or anything else (ignored
-	// by pcwrap); "" when the file held valid JSON that is not an object
-	// with a string type.
-	Type string
-	// Data is the decoded payload of a stdin message.
-	Data []byte
-	// BadData is set for a stdin message whose data is not a string; pcwrap
-	// ignores such a message (§6.1).
-	BadData bool
-}
-
-// AppendJSON appends the queue-file body of m: JSON.stringify of the
-// message followed by "\n" (§6.1).
-func (m Message) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"type":`...)
-	dst = AppendJSString(dst, m.Type)
-	if m.Type == MsgStdin {
-		dst = append(dst, `,"data":"`...)
-		n := base64.StdEncoding.EncodedLen(len(m.Data))
-		dst = append(dst, make([]byte, n)...)
-		encodeBase64(dst[len(dst)-n:], m.Data)
-		dst = append(dst, '"')
-	}
-	return append(dst, "}\n"...)
-}
-
-// ParseMessage decodes the whole content of a stdin-queue file as
-// JSON.parse would. Empty content is ErrEmptyStdinFile. Any JSON value
-// parses; values that are not a known message come back with the type they
-// carry (or "") and are to be ignored. The result never aliases content.
-// Errors never quote the content
-// beyond what the JSON decoder names (one character or a position).
-func ParseMessage(content []byte) (Message, error) {
-	return ParseMessageInto(content, nil)
-}
-
-// ParseMessageInto is ParseMessage decoding the payload of a stdin
-// message into dst's storage when it is large enough (Data aliases dst
-// then), so a reader can recycle payload buffers instead of allocating
-// and zeroing one per file. The result never aliases content.
-func ParseMessageInto(content, dst []byte) (Message, error) {
-	if len(content) == 0 {
-		return Message{}, ErrEmptyStdinFile
-	}
-	if m, ok := parseStdinFast(content, dst); ok {
-		return m, nil
-	}
-	return parseMessageJSON(content)
-}
-
-// parseMessageJSON is the general path of ParseMessage.
-func parseMessageJSON(content []byte) (Message, error) {
-	// Validate the whole text first (JSON.parse semantics: any value,
-	// surrounding white space allowed); a map keeps keys case-sensitive
-	// and lets the last duplicate win, as JavaScript does.
-	var raw json.RawMessage
-	if err := json.Unmarshal(content, &raw); err != nil {
-		return Message{}, jsonError(err)
-	}
-	if raw[0] != '{' {
-		return Message{}, nil
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return Message{}, jsonError(err)
-	}
-	var t string
-	if v, ok := obj["type"]; ok && v[0] == '"' {
-		_ = json.Unmarshal(v, &t)
-	}
-	m := Message{Type: t}
-	if t == MsgStdin {
-		v, ok := obj["data"]
-		var s string
-		if !ok || v[0] != '"' || json.Unmarshal(v, &s) != nil {
-			m.BadData = true
-			return m, nil
-		}
-		m.Data = DecodeBase64(s)
-	}
-	return m, nil
-}
-
-// stdinPrefix starts every stdin message a conforming writer produces.
-const stdinPrefix = `{"type":"stdin","data":"`
-
-// parseStdinFast handles the shape every writer produces,
-// {"type":"stdin","data":"<base64>"} plus JSON white space, without the
-// general decoder, which is slow on large strings. It reports false for
-// anything else, which then takes the general path; both give the same
-// result for this shape.
-func parseStdinFast(b, dst []byte) (Message, bool) {
-	b = bytes.TrimLeft(b, " \t\r\n")
-	if !bytes.HasPrefix(b, []byte(stdinPrefix)) {
-		return Message{}, false
-	}
-	b = b[len(stdinPrefix):]
-	end := bytes.IndexByte(b, '"')
-	if end < 0 {
-		return Message{}, false
-	}
-	data := b[:end]
-	tail := bytes.TrimRight(b[end+1:], " \t\r\n")
-	if len(tail) != 1 || tail[0] != '}' {
-		return Message{}, false
-	}
-	out := dst[:cap(dst)]
-	if need := base64.StdEncoding.DecodedLen(len(data)); len(out) < need {
-		out = make([]byte, need)
-	}
-	n, ok := decodeBase64(out, data)
-	if !ok {
-		return Message{}, false // escapes, URL alphabet, odd padding, raw CR/LF: general path
-	}
-	return Message{Type: MsgStdin, Data: out[:n]}, true
-}
-
-// jsonError rewords a JSON decoding error without quoting content: a
-// syntax error names its offset, anything else its kind.
-func jsonError(err error) error {
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return fmt.Errorf("invalid JSON at offset %d", se.Offset)
-	}
-	return errors.New("invalid JSON")
-}
-
-// SeqName returns the queue/event file name of seq: the decimal number
-// left-padded with zeros to SeqDigits, plus ".json", exactly like
-// String(seq).padStart(12, "0") + ".json".
-func SeqName(seq int64) string {
-	s := strconv.FormatInt(seq, 10)
-	if len(s) < SeqDigits {
-		pad := "000000000000"[:SeqDigits-len(s)]
-		s = pad + s
-	}
-	return s + JSONSuffix
-}
-
-// ParseSeq returns parseInt(name, 10) with JavaScript semantics: leading
-// white space skipped, an optional sign, then the longest run of decimal
-// digits. ok is false when there are no digits (NaN). Values beyond int64
-// saturate.
-func ParseSeq(name string) (seq int64, ok bool) {
-	i := 0
-	for i < len(name) {
-		r, size := utf8.DecodeRuneInString(name[i:])
-		if !isJSSpace(r) {
-			break
-		}
-		i += size
-	}
-	neg := false
-	if i < len(name) && (name[i] == '+' || name[i] == '-') {
-		neg = name[i] == '-'
-		i++
-	}
-	start := i
-	var v uint64
-	const limit = uint64(1) << 63
-	for i < len(name) && name[i] >= '0' && name[i] <= '9' {
-		if v < limit {
-			v = v*10 + uint64(name[i]-'0')
-			if v > limit {
-				v = limit
-			}
-		}
-		i++
-	}
-	if i == start {
-		return 0, false
-	}
-	if neg {
-		if v >= limit {
-			return -1 << 63, true
-		}
-		return -int64(v), true
-	}
-	if v >= limit {
-		return 1<<63 - 1, true
-	}
-	return int64(v), true
-}
-
-// isJSSpace reports whether r is StrWhiteSpaceChar of ECMAScript (white
-// space or a line terminator), which parseInt skips.
-func isJSSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', 0xa0, 0x2028, 0x2029, 0xfeff:
-		return true
-	}
-	return unicode.Is(unicode.Zs, r)
-}
-
-// base64 alphabet values; both the standard and the URL alphabet decode,
-// as in Node's Buffer.from(s, "base64").
-var b64val = func() [256]byte {
-	var t [256]byte
-	for i := range t {
-		t[i] = 0xff
-	}
-	const std = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-	for i := 0; i < len(std); i++ {
-		t[std[i]] = byte(i)
-	}
-	t['-'], t['_'] = 62, 63
-	return t
-}()
-
-// DecodeBase64 decodes s as leniently as Node's Buffer.from(s, "base64"):
-// characters outside the alphabets (white space included) are skipped,
-// padding is optional, and the first '=' ends the data. It never fails.
-func DecodeBase64(s string) []byte {
-	if out, err := base64.StdEncoding.DecodeString(s); err == nil {
-		return out
-	}
-	out := make([]byte, 0, len(s)*3/4+2)
-	var acc uint32
-	n := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '=' {
-			break
-		}
-		v := b64val[c]
-		if v == 0xff {
-			continue
-		}
-		acc = acc<<6 | uint32(v)
-		n++
-		if n == 4 {
-			out = append(out, byte(acc>>16), byte(acc>>8), byte(acc))
-			acc, n = 0, 0
-		}
-	}
-	switch n {
-	case 2:
-		out = append(out, byte(acc>>4))
-	case 3:
-		out = append(out, byte(acc>>10), byte(acc>>2))
-	}
-	return out
-}
 
 // AppendJSString appends s as JSON.stringify quotes a string: only '"',
 // '\\' and control characters are escaped (short forms where JavaScript

@@ -1,4 +1,4 @@
-package sessiondir
+package pcwrap
 
 import (
 	"io"
@@ -6,15 +6,18 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
-// EventRetryInterval paces retries of a failed event-file write (the
+// eventRetryInterval paces retries of a failed event-file write (the
 // host's 100 ms poll interval). A full or read-only filesystem pauses the
 // output instead of losing it: the emitter retries until the write
 // succeeds or pcwrap shuts down (FailFast), and meanwhile the pumps, and
 // so the child's writes, block. Shutdown stays possible, since reading
 // and deleting stdin files needs no space.
-const EventRetryInterval = 100 * time.Millisecond
+const eventRetryInterval = 100 * time.Millisecond
 
 // emitQueue is the frame channel's capacity: pumps block (backpressure on
 // the child's pipes) rather than grow memory when output is slow. 8 full
@@ -30,7 +33,7 @@ const freeBufs = emitQueue + 4
 // queued is one frame in the channel; owned marks Data as a DataBuffer
 // buffer to recycle once written.
 type queued struct {
-	f     Frame
+	f     frame.Frame
 	owned bool
 }
 
@@ -83,7 +86,7 @@ func newEmitter(e *Emitter) *Emitter {
 
 // Emit queues f. It blocks only while the queue is full; after Close it
 // drops f.
-func (e *Emitter) Emit(f Frame) { e.emit(queued{f: f}) }
+func (e *Emitter) Emit(f frame.Frame) { e.emit(queued{f: f}) }
 
 // DataBuffer returns a buffer of size bytes to read child output into and
 // hand to EmitData: a recycled one when one is free, so a pump does not
@@ -103,7 +106,7 @@ func (e *Emitter) DataBuffer(size int) []byte {
 // reused by DataBuffer once the frame is written, so the caller must not
 // touch b again. The frame is the same as Emit(DataFrame(stream, b)).
 func (e *Emitter) EmitData(stream string, b []byte) {
-	e.emit(queued{f: DataFrame(stream, b), owned: true})
+	e.emit(queued{f: frame.DataFrame(stream, b), owned: true})
 }
 
 func (e *Emitter) emit(q queued) {
@@ -150,7 +153,7 @@ func (e *Emitter) loop() {
 }
 
 // write writes one frame; it reports whether stdout broke.
-func (e *Emitter) write(f Frame) (dead bool) {
+func (e *Emitter) write(f frame.Frame) (dead bool) {
 	if e.events {
 		e.writeEvent(f)
 		return false
@@ -169,27 +172,34 @@ func (e *Emitter) write(f Frame) (dead bool) {
 // writeEvent publishes f under the next seq, retrying a failed write
 // until it succeeds or pcwrap shuts down; only then is a frame lost, and
 // a lost frame does not use up its seq.
-func (e *Emitter) writeEvent(f Frame) {
+func (e *Emitter) writeEvent(f frame.Frame) {
 	f.Seq = 0 // event bodies never carry seq (§7.2)
 	e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
 	seq := e.seq + 1
 	for attempt := 1; ; attempt++ {
-		err := WriteEventFile(e.eventsfd, seq, e.buf)
+		err := sessiondir.WriteEventFile(e.eventsfd, seq, e.buf)
 		if err == nil {
 			if attempt > 1 {
-				e.log.Warn("event writes recovered", "file", SeqName(seq), "attempts", attempt)
+				e.log.Warn("event writes recovered", "file", sessiondir.SeqName(seq), "attempts", attempt)
 			}
 			e.seq = seq
 			return
 		}
 		if e.isFast() {
-			e.log.Error("event frame lost while shutting down", "type", f.Type, "file", SeqName(seq), "err", err)
+			if dirRemoved(e.eventsfd) {
+				// The host removes the session after shutdownAck
+				// (pcwrap stop, §9.4): a later frame has nowhere to go,
+				// and nobody to read it.
+				e.log.Debug("event frame dropped: the session dir was removed", "type", f.Type, "file", sessiondir.SeqName(seq))
+				return
+			}
+			e.log.Error("event frame lost while shutting down", "type", f.Type, "file", sessiondir.SeqName(seq), "err", err)
 			return
 		}
 		if attempt == 1 {
-			e.log.Error("event write failed; output paused, retrying", "file", SeqName(seq), "err", err)
+			e.log.Error("event write failed; output paused, retrying", "file", sessiondir.SeqName(seq), "err", err)
 		}
-		t := time.NewTimer(EventRetryInterval)
+		t := time.NewTimer(eventRetryInterval)
 		select {
 		case <-t.C:
 		case <-e.fast:

@@ -1,0 +1,68 @@
+// Package pcwrap is the process-session wrapper (spec pcwrap-protocol.md):
+// it runs exactly one child process and joins it to a session directory.
+// Stdin arrives as sequence-numbered JSON files, output and exit leave as
+// frames. Run is its whole life, in four stages, each in the file named
+// for it: setup (§2, §4 steps 1-3), spawn (§2.4), supervise (§6, §7,
+// §8.2) and drain (§8.1).
+package pcwrap
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+)
+
+// Exit statuses of pcwrap itself (spec §2.5); a child's own exit code
+// passes through unchanged.
+const (
+	ExitFailure = 1   // setup failure, payload, refusal, child killed by a signal
+	ExitSpawn   = 127 // the child could not be spawned
+)
+
+// Config is one run of the wrapper. Environ, Stdout, Stderr and Logger
+// are required; the rest may be zero.
+type Config struct {
+	// SessionDir replaces PAPERCLIP_PROCESS_SESSION_DIR when set
+	// (--session-dir).
+	SessionDir string
+	// Output replaces PAPERCLIP_PROCESS_SESSION_OUTPUT when set (--output).
+	Output string
+	// Command, when set, is the child's argv (debug mode "-- CMD ARGS"):
+	// it runs in pcwrap's cwd and no payload is read.
+	Command []string
+	// Environ is pcwrap's environment ("K=V"), read for the launch
+	// contract (§2.2) and overlaid for the child (§2.4).
+	Environ []string
+	// Signals carries the signals delivered to pcwrap (§8.2); the caller
+	// catches SIGHUP, SIGINT, SIGTERM and SIGPIPE into it.
+	Signals <-chan os.Signal
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Logger  *slog.Logger
+}
+
+// Run is pcwrap's whole life: set up the session (spec §4), spawn the
+// child, pump output and read the stdin queue while supervising it, and
+// end per §8. It returns the exit status of §2.5. A cancelled ctx asks
+// for terminate(), as SIGTERM does; Run still returns only once the child
+// is gone and the output is flushed.
+func Run(ctx context.Context, cfg Config) int {
+	s, code, ok := setup(cfg)
+	if !ok {
+		return code
+	}
+	defer s.close()
+	// Identity capture precedes the spawn and the reader (§4 step 3).
+	verifier, code, ok := s.prepare(ctx)
+	if !ok {
+		return code
+	}
+	ch, code, ok := s.spawn()
+	if !ok {
+		return code
+	}
+	sup := s.start(ch, verifier)
+	s.supervise(ctx, ch)
+	return s.drain(ch, sup)
+}

@@ -1,0 +1,206 @@
+package pcwrap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/shutdown"
+	"github.com/pcrunner/pcrunner/internal/stdinpoll"
+)
+
+// defaultPath is searched when the child env has no PATH, as execvp does
+// (confstr _CS_PATH).
+const defaultPath = "/bin:/usr/bin"
+
+// childEnv returns pcwrap's environment overlaid with the payload env,
+// minus every PAPERCLIP_PROCESS_SESSION* variable (spec §2.4). Entries
+// execve cannot carry (a NUL, an empty name or '=' in the name) are
+// skipped.
+func childEnv(base []string, overlay [][2]string) []string {
+	var keys []string
+	vals := map[string]string{}
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			keys = append(keys, k)
+		}
+		vals[k] = v
+	}
+	for _, kv := range base {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok {
+			set(k, v)
+		}
+	}
+	for _, kv := range overlay {
+		set(kv[0], kv[1])
+	}
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := vals[k]
+		if k == "" || strings.HasPrefix(k, sessiondir.EnvPrefix) || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			continue
+		}
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// lookPath resolves a bare command name against the CHILD's PATH (spec
+// §2.4), not pcwrap's; relative PATH entries are relative to the child's
+// cwd. A name with a slash is used as is. The error is the errno execvp
+// would report: ENOENT when nothing matched, EACCES when only a
+// non-executable file did.
+func lookPath(command string, env []string, cwd string) (string, error) {
+	if strings.Contains(command, "/") {
+		return command, nil
+	}
+	path, found := defaultPath, false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path, found = v, true
+		}
+	}
+	_ = found
+	denied := false
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, command)
+		abs := p
+		if !filepath.IsAbs(p) {
+			abs = filepath.Join(cwd, p)
+		}
+		st, err := os.Stat(abs)
+		if err != nil || st.IsDir() {
+			continue
+		}
+		if unix.Access(abs, unix.X_OK) != nil {
+			denied = true
+			continue
+		}
+		return abs, nil
+	}
+	if denied {
+		return "", syscall.EACCES
+	}
+	return "", syscall.ENOENT
+}
+
+// spawnReason is the errno's text for the stderr line of a failed spawn,
+// without the path os/exec prefixes.
+func spawnReason(err error) string {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e.Error()
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err.Error()
+	}
+	return err.Error()
+}
+
+// spawnErrno names the errno of a failed spawn for `spawn <cmd> <ERRNO>`.
+func spawnErrno(err error) string {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		if n := unix.ErrnoName(e); n != "" {
+			return n
+		}
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return "ENOENT"
+	}
+	return "UNKNOWN"
+}
+
+// child is a spawned child with the parent ends of its pipes.
+type child struct {
+	group          *shutdown.Group
+	feeder         *stdinpoll.Feeder
+	stdout, stderr *os.File
+}
+
+// spawn starts the payload's command (spec §2.4) and hands its group to
+// terminate(). A failed spawn is reported as error, exit 127 and
+// shutdownAck (§2.5).
+func (s *session) spawn() (*child, int, bool) {
+	p := s.payload
+	cwd := p.Cwd
+	if cwd == "" {
+		cwd, _ = os.Getwd()
+	}
+	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env))
+	if err != nil {
+		code := ExitSpawn
+		fmt.Fprintf(s.cfg.Stderr, "pcwrap: cannot spawn %s: %s (%s)\n", p.Command, spawnReason(err), spawnErrno(err))
+		s.out.Emit(frame.ErrorFrame(fmt.Sprintf("spawn %s %s", p.Command, spawnErrno(err))))
+		s.out.Emit(frame.ExitFrame(&code, ""))
+		s.out.Emit(frame.ShutdownAckFrame())
+		s.out.Close()
+		return nil, ExitSpawn, false
+	}
+	s.feedMu.Lock()
+	s.feeder = ch.feeder
+	s.feedMu.Unlock()
+	s.term.Attach(ch.group)
+	return ch, 0, true
+}
+
+// startChild starts command (resolved through the child's PATH) with
+// three pipes, no shell, in its own process group (spec §2.4).
+func startChild(command string, args []string, cwd string, cenv []string) (*child, error) {
+	path, err := lookPath(command, cenv, cwd)
+	if err != nil {
+		return nil, err
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   append([]string{command}, args...),
+		Env:    cenv,
+		Dir:    cwd,
+		Stdin:  inR,
+		Stdout: outW,
+		Stderr: errW,
+	}
+	g, err := shutdown.Start(cmd)
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	return &child{group: g, feeder: stdinpoll.NewFeeder(inW, nil), stdout: outR, stderr: errR}, nil
+}
