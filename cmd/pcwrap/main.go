@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/pcwrap"
 )
 
@@ -39,7 +40,7 @@ func main() {
 	if !ok {
 		os.Exit(code)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "pcwrap")
+	log := logging.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "pcwrap")
 	os.Exit(pcwrap.Run(context.Background(), pcwrap.Config{
 		SessionDir: opts.sessionDir,
 		Output:     opts.output,
