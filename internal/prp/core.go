@@ -581,9 +581,10 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 	cur := c.current
 	c.mu.Unlock()
 	if deliver && cur != nil {
-		if err := c.sendCommand(cur, cc); err != nil {
-			return cmd, err
-		}
+		// A send that fails because the connection is going away loses
+		// nothing: the command stays pending and the next welcome carries
+		// it, as the server's journal does.
+		_ = c.sendCommand(cur, cc)
 	}
 	return cmd, nil
 }
