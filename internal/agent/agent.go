@@ -215,7 +215,7 @@ func (m *Manager) Start() error {
 		// The directory is gone or unusable: the agent is lost.
 		m.log.Warn("recorded process session is unusable; marking the agent gone", "err", err)
 		evs := m.goneLocked(acpx.LossTransportClosed)
-		return m.commitLocked(evs)
+		return m.commitThenWriteLocked(evs, nil)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
 	return nil
@@ -234,10 +234,6 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	m.stopAgent(ctx, stopRelease)
 	m.Close()
 }
-
-// commitLocked commits events (after any pending batch) with the record.
-// m.mu held.
-func (m *Manager) commitLocked(events []acpx.Event) error { return m.sendLocked(events, nil) }
 
 // persistLocked persists the stored record (with the live process fields)
 // and events in one write. m.mu held.
@@ -267,10 +263,18 @@ func (m *Manager) persistLocked(events []acpx.Event) error {
 	return nil
 }
 
-// sendLocked commits events with the record, then writes lines to the
-// agent (acp.md §3.2: the record covers the lines before they exist). A
-// failed write latches write_error. m.mu held.
-func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
+// commitThenWriteLocked is the agent's one durability step. It commits,
+// in ONE durable write, the record (whose next stdin sequence already
+// counts every line below) and the events, after whatever a pending batch
+// of consumed event files produced; then it deletes the files that commit
+// covers; then it writes the batch's lines and lines, in order, as stdin
+// files; last (on every path) it runs the batch's waiter wake-ups. So a
+// line exists only
+// after the record that covers it (acp.md §3.2), and an event file is
+// gone only after the commit that consumed it (§3.3). A failed commit
+// writes nothing. A failed write latches write_error, commits the loss,
+// and returns an error wrapping acpx.ErrWrite. m.mu held.
+func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) error {
 	p := m.proc
 	var wakes []func()
 	if p != nil && (len(p.bufEvents) > 0 || len(p.bufLines) > 0 || len(p.bufWakes) > 0) {
@@ -330,7 +334,7 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	defer m.mu.Unlock()
 	m.st.Binding = b
 	m.setMapper()
-	if err := m.commitLocked(nil); err != nil {
+	if err := m.commitThenWriteLocked(nil, nil); err != nil {
 		return nil, err
 	}
 	return mustJSON(map[string]any{"agent": b.Agent, "prepared": true}), nil
@@ -400,7 +404,7 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		err := m.commitLocked(evs)
+		err := m.commitThenWriteLocked(evs, nil)
 		m.mu.Unlock()
 		if err != nil {
 			return nil, err
@@ -439,7 +443,7 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 		rec := m.cl.Record()
 		m.st.Loss = ""
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		if err := m.commitLocked(evs); err != nil {
+		if err := m.commitThenWriteLocked(evs, nil); err != nil {
 			return nil, err
 		}
 		outcome := "started"
@@ -454,7 +458,7 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 	if m.cl != nil && (errors.Is(err, errDeadline) || !resume) {
 		m.cl.MarkReset()
 	}
-	cerr := m.commitLocked(nil)
+	cerr := m.commitThenWriteLocked(nil, nil)
 	m.mu.Unlock()
 	if cerr != nil {
 		return nil, cerr
@@ -484,7 +488,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
 	if err == nil {
-		err = m.commitLocked(nil)
+		err = m.commitThenWriteLocked(nil, nil)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -528,7 +532,7 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 	}
 	ch := make(chan acpx.Inbound, 1)
 	m.waiters[call.ID] = ch
-	err = m.sendLocked(nil, [][]byte{call.Line})
+	err = m.commitThenWriteLocked(nil, [][]byte{call.Line})
 	m.mu.Unlock()
 	if err != nil {
 		return acpx.Inbound{}, acpx.NewFailure(acpx.ClassAgentDisconnected, err)
@@ -591,14 +595,14 @@ func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
 		// A loss latched between turns fails this one at once (acp.md §5.1).
 		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), turnID, loss)...)
 		m.st.Loss = ""
-		if err := m.commitLocked(evs); err != nil {
+		if err := m.commitThenWriteLocked(evs, nil); err != nil {
 			return nil, err
 		}
 		return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)}), nil
 	}
 	m.turnDone = make(chan struct{})
 	m.byRun = false
-	if err := m.sendLocked(evs, [][]byte{call.Line}); err != nil {
+	if err := m.commitThenWriteLocked(evs, [][]byte{call.Line}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
 			return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
 		}
@@ -652,7 +656,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	m.cl.MarkReset()
 	done := m.turnDone
-	werr := m.sendLocked(evs, lines)
+	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
 	if werr != nil && !errors.Is(werr, acpx.ErrWrite) {
 		return nil, werr
@@ -673,7 +677,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 		out := m.cl.AbandonTurn()
 		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*out, kind == RunCancel))
 		m.closeTurnLocked()
-		if err := m.commitLocked(evs); err != nil {
+		if err := m.commitThenWriteLocked(evs, nil); err != nil {
 			m.mu.Unlock()
 			return nil, err
 		}
@@ -712,8 +716,8 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	defer m.mu.Unlock()
 	m.cl = nil
 	m.st.Loss = ""
-	if err := m.commitLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
-		Payload: map[string]any{"reason": "destroyed"}}}); err != nil {
+	if err := m.commitThenWriteLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
+		Payload: map[string]any{"reason": "destroyed"}}}, nil); err != nil {
 		return nil, err
 	}
 	return mustJSON(map[string]any{"destroyed": true}), nil
@@ -761,7 +765,7 @@ func (m *Manager) Resolve(payload json.RawMessage) (json.RawMessage, error) {
 		return nil, failed("no agent request is pending under that requestId")
 	}
 	evs := m.mapper.PermissionResolved(turnID, p.RequestID, o, false)
-	if err := m.sendLocked(evs, [][]byte{line}); err != nil {
+	if err := m.commitThenWriteLocked(evs, [][]byte{line}); err != nil {
 		return nil, err
 	}
 	return mustJSON(map[string]any{"resolved": true}), nil
