@@ -271,9 +271,9 @@ func (m *Manager) persistLocked(events []acpx.Event) error {
 // files; last (on every path) it runs the batch's waiter wake-ups. So a
 // line exists only after the record that covers it (acp.md §3.2), and an
 // event file is gone only after the commit that consumed it (§3.3). A
-// failed commit
-// writes nothing. A failed write latches write_error, commits the loss,
-// and returns an error wrapping acpx.ErrWrite. m.mu held.
+// failed commit writes nothing. A failed write latches write_error,
+// commits the loss, and returns an error wrapping acpx.ErrWrite. m.mu
+// held.
 func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) error {
 	p := m.proc
 	var wakes []func()
