@@ -112,11 +112,11 @@ var closedPayload = map[string]bool{
 
 // stateEvents converts mapped events for the outbox: the provider turn and
 // item ids go into the payload (the envelope carries the runner's durable
-// identity), and consecutive deltas of one item coalesce into one P2 event
-// (prp.md §8.1).
+// identity). Deltas carry CoalesceKey = itemId: the outbox merges
+// consecutive deltas of one item into one unsent P2 event (prp.md §8.1,
+// §9.3), in this commit or a later one.
 func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 	out := make([]state.Event, 0, len(evs))
-	var lastDelta map[string]any
 	for _, e := range evs {
 		p := make(map[string]any, len(e.Payload)+2)
 		for k, v := range e.Payload {
@@ -134,26 +134,15 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 				p["itemId"] = e.ItemID
 			}
 		}
-		if e.EventType == "item.delta" && lastDelta != nil && lastDelta["itemId"] == p["itemId"] {
-			prev, _ := lastDelta["text"].(string)
-			next, _ := p["text"].(string)
-			lastDelta["text"] = prev + next
-			b, err := json.Marshal(lastDelta)
-			if err != nil {
-				return nil, err
-			}
-			out[len(out)-1].Payload = b
-			continue
-		}
-		lastDelta = nil
-		if e.EventType == "item.delta" {
-			lastDelta = p
-		}
 		b, err := json.Marshal(p)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b})
+		ev := state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b}
+		if id, _ := p["itemId"].(string); e.EventType == "item.delta" && id != "" {
+			ev.CoalesceKey = id
+		}
+		out = append(out, ev)
 	}
 	return out, nil
 }
