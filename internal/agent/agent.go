@@ -144,7 +144,7 @@ type Manager struct {
 	mapper   acpx.Mapper
 	proc     *process // live pcwrap session; nil when none
 	waiters  map[int64]chan acpx.Inbound
-	turnDone chan struct{} // closed when the active turn settles
+	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
 }
 
@@ -600,7 +600,6 @@ func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
 		}
 		return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)}), nil
 	}
-	m.turnDone = make(chan struct{})
 	m.byRun = false
 	if err := m.commitThenWriteLocked(evs, [][]byte{call.Line}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
@@ -655,7 +654,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 		return nil, failed("the turn could not be cancelled")
 	}
 	m.cl.MarkReset()
-	done := m.turnDone
+	done := m.turnSettledLocked()
 	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
 	if werr != nil && !errors.Is(werr, acpx.ErrWrite) {
@@ -780,6 +779,17 @@ func (m *Manager) Snapshot() (activeTurn string, warm bool) {
 	}
 	t := m.cl.ActiveTurn()
 	return t, t == "" && m.proc != nil && !m.proc.lost
+}
+
+// turnSettledLocked returns a channel closed when the active turn settles.
+// It is made on demand, so a turn re-adopted after a restart (acp.md
+// §3.5) is waited for exactly like one this process started (§4.4 step
+// 3). m.mu held, with a turn active.
+func (m *Manager) turnSettledLocked() <-chan struct{} {
+	if m.turnDone == nil {
+		m.turnDone = make(chan struct{})
+	}
+	return m.turnDone
 }
 
 // closeTurnLocked wakes a cancel waiting for the turn to settle.

@@ -362,3 +362,35 @@ func TestCloseDuringTurn(t *testing.T) {
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	require.Equal(t, "interrupted", payloadOf(evs, "run.terminal")["turnTerminalState"])
 }
+
+// TestACP20_InterruptAfterRestart: after runnerd goes away mid-turn and a
+// new manager re-adopts the live agent, turn.interrupt waits the cancel
+// grace for the adopted turn exactly as for a fresh one (acp.md §4.4,
+// §3.5): the agent's last words ("interrupted") and its cancelled answer
+// reach the turn instead of being dropped as updates outside a turn.
+func TestACP20_InterruptAfterRestart(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.CancelGrace = testWait })
+	r.prepare()
+	r.open()
+	r.turn("sleep 30000")
+	r.waitTurnRunning("turn.started")
+	r.m.Close()
+
+	st, _ := r.sink.snapshot()
+	m2 := NewManager(r.cfg, st)
+	r.m = m2 // the rig's cleanup shuts it down
+	require.NoError(t, m2.Start())
+	res := r.cancel(Interrupt)
+	require.Equal(t, true, res["cancelled"])
+	_, evs := r.sink.snapshot()
+	var said string
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			said += e.Payload["text"].(string)
+		}
+	}
+	require.Equal(t, "interrupted", said, "the agent's last words reach the turn")
+	require.Equal(t, 1, count(evs, "turn.interrupted"))
+	require.Equal(t, "cancelled", payloadOf(evs, "turn.interrupted")["stopReason"])
+	require.Equal(t, 1, count(evs, "run.terminal"))
+}
