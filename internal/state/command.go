@@ -331,6 +331,46 @@ func (tx *Tx) FinishCommand(commandID string, status CommandStatus, result json.
 	return prev, nil
 }
 
+// RecordedResult returns the journal entry of commandID in this
+// transaction.
+func (tx *Tx) RecordedResult(commandID string) (CommandResult, bool) {
+	r, ok := tx.st.ProcessedCommands[commandID]
+	return r, ok
+}
+
+// ReviseCommand replaces the recorded outcome of a command whose result
+// has not been sent yet: an effect recorded it in the write that holds its
+// durable evidence (prp.md §7.2 item 8), and the executor returned another
+// result, or a restart found that the evidence did not hold (the prompt
+// never reached the agent, or it cannot be known). status is completed,
+// failed or indeterminate; the result is sanitised and bounded like
+// FinishCommand's.
+func (tx *Tx) ReviseCommand(commandID string, status CommandStatus, result json.RawMessage) (CommandResult, error) {
+	if status != StatusCompleted && status != StatusFailed && status != StatusIndeterminate {
+		return CommandResult{}, fmt.Errorf("revise command: unsupported status %q", status)
+	}
+	prev, ok := tx.st.ProcessedCommands[commandID]
+	if !ok || prev.Status == StatusRejected {
+		return CommandResult{}, fmt.Errorf("revise command: %w", ErrCommandNotPending)
+	}
+	clean, err := sanitizeJSON(result)
+	if err != nil {
+		return CommandResult{}, fmt.Errorf("revise command: %w", err)
+	}
+	if len(clean) > MaxCommandResultBytes {
+		return CommandResult{}, fmt.Errorf("revise command: %w", ErrCommandResultTooLarge)
+	}
+	prev.Status, prev.Result = status, clean
+	tx.st.ProcessedCommands[commandID] = prev
+	return prev, nil
+}
+
+// IndeterminateResult is the result of a command whose effect may have
+// half-happened (prp.md §7.2 step 7).
+func IndeterminateResult(message string) json.RawMessage {
+	return codeResult(CodeExecutionIndeterminate, redactText(message))
+}
+
 // RejectCommand records status rejected with {code, message} for a pending
 // command that had no effect (refused by the runner, or a type it does not
 // implement), so the journal holds the status the core saw and a duplicate
