@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // Stored is the durable state of the agent executor, kept as one record in
@@ -41,6 +42,42 @@ type Stored struct {
 	// Loss is a channel loss latched on an agent that is gone; the next
 	// turn.start fails at once with it (acp.md §5.1).
 	Loss acpx.LossReason `json:"loss,omitempty"`
+	// Prompt is the staged prompt of the latest turn.start until its
+	// command result is recorded after the prompt's publication: a
+	// restart uses it to tell whether the prompt reached the agent
+	// (prp.md §7.2 item 8).
+	Prompt *PromptDelivery `json:"prompt,omitempty"`
+}
+
+// PromptDelivery is a turn.start prompt written as a stdin file under its
+// temporary name (Tmp) and reserved as file Seq, with the command it
+// answers.
+type PromptDelivery struct {
+	CommandID string `json:"commandId"`
+	Seq       int64  `json:"seq"`
+	Tmp       string `json:"tmp"`
+}
+
+// OutcomeStatus is a command status an agent commit records.
+type OutcomeStatus string
+
+// Outcome statuses (prp.md §7.2, §7.3).
+const (
+	OutcomeCompleted     OutcomeStatus = "completed"
+	OutcomeFailed        OutcomeStatus = "failed"
+	OutcomeIndeterminate OutcomeStatus = "indeterminate"
+)
+
+// CodePromptNotDelivered is turn.start's result when a restart finds its
+// prompt never reached the agent (prp.md §7.2 item 8).
+const CodePromptNotDelivered = "prompt_not_delivered"
+
+// CommandOutcome is a command result a commit records in the same durable
+// write as the evidence of the command's effect (prp.md §7.2 item 8).
+type CommandOutcome struct {
+	CommandID string
+	Status    OutcomeStatus
+	Result    json.RawMessage
 }
 
 // Binding is the provider descriptor bound by run.prepare (prp.md §7.6).
@@ -57,8 +94,10 @@ type Binding struct {
 // Sink is where the agent's state and events become durable.
 type Sink interface {
 	// Commit stores st and appends events to the outbox, in order, in one
-	// durable write, then sends what it can.
-	Commit(st Stored, events []acpx.Event) error
+	// durable write, then sends what it can. A non-nil outcome is recorded
+	// as its command's result in that same write; the command's result
+	// has not been sent yet.
+	Commit(st Stored, events []acpx.Event, outcome *CommandOutcome) error
 	// Drained reports whether new provider output may be taken (prp.md
 	// §8.5: everything sent is acknowledged). It must not block.
 	Drained() bool
@@ -210,16 +249,81 @@ func (m *Manager) Start() error {
 		return nil
 	}
 	dir := sessionPath(m.cfg.StateDir, rec.Process.UUID)
+	pr := m.st.Prompt
+	m.st.Prompt = nil
 	p, err := m.attachLocked(rec.Process.UUID, dir, nil, rec.Process.NextStdinSeq, rec.Process.ConsumedEventSeq)
 	if err != nil {
-		// The directory is gone or unusable: the agent is lost.
+		// The directory is gone or unusable: the agent is lost, and
+		// whether a staged prompt reached it cannot be known.
 		m.log.Warn("recorded process session is unusable; marking the agent gone", "err", err)
 		evs := m.goneLocked(acpx.LossTransportClosed)
-		return m.commitThenWriteLocked(evs, nil)
+		var out *CommandOutcome
+		if pr != nil {
+			out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeIndeterminate,
+				Result: codeResult(CodeExecutionIndeterminate, "the agent's process session is gone; whether the prompt reached it is unknown")}
+		}
+		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
-	return nil
+	if pr == nil {
+		return nil
+	}
+	return m.recoverPromptLocked(p, *pr)
 }
+
+// recoverPromptLocked settles a turn.start whose prompt was staged when
+// runnerd went away (prp.md §7.2 item 8): published (final name present,
+// or both names gone) → the recorded completed result stands; temporary
+// file present → the prompt never reached the agent: remove it, end the
+// turn, and record failed {code: prompt_not_delivered}. m.mu held.
+func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
+	staged := sessiondir.Staged{Seq: pr.Seq, Tmp: pr.Tmp}
+	loc, err := p.w.Locate(staged)
+	var out *CommandOutcome
+	var evs []acpx.Event
+	switch {
+	case err != nil:
+		m.log.Warn("cannot tell whether the prompt was queued", "err", err)
+		out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeIndeterminate,
+			Result: codeResult(CodeExecutionIndeterminate, "whether the prompt reached the agent is unknown")}
+	case loc == sessiondir.Unpublished:
+		// Its number never reached the queue: the next line takes it.
+		w, werr := sessiondir.OpenWriter(p.dir, pr.Seq, sessiondir.WriterOptions{})
+		if werr != nil {
+			return fmt.Errorf("reopen stdin writer: %w", werr)
+		}
+		_ = p.w.Discard(staged)
+		_ = p.w.Close()
+		p.w = w
+		if turn := m.cl.ActiveTurn(); turn != "" {
+			m.cl.AbandonTurn()
+			evs = m.mapper.ChannelLost(m.cl.Map(), turn, acpx.LossWriteError)
+		}
+		out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeFailed,
+			Result: codeResult(CodePromptNotDelivered, "the prompt never reached the agent")}
+	}
+	return m.persistLocked(evs, out)
+}
+
+// SettlePrompt forgets the staged prompt of commandID: call it in the write
+// that records the command's result after the executor returned, when the
+// proof is no longer needed. It reports whether st changed.
+func (st *Stored) SettlePrompt(commandID string) bool {
+	if st.Prompt == nil || st.Prompt.CommandID != commandID {
+		return false
+	}
+	st.Prompt = nil
+	return true
+}
+
+// codeResult is a {code, message} command result.
+func codeResult(code, message string) json.RawMessage {
+	return mustJSON(map[string]string{"code": code, "message": message})
+}
+
+// CodeExecutionIndeterminate is the result code of an effect that may have
+// half-happened (prp.md §7.2 step 7).
+const CodeExecutionIndeterminate = "execution_indeterminate"
 
 // Close stops the reader goroutines without touching the agents: a
 // restarted runnerd re-adopts them. Use Shutdown to stop the agents.
@@ -237,7 +341,7 @@ func (m *Manager) Shutdown(ctx context.Context) {
 
 // persistLocked persists the stored record (with the live process fields)
 // and events in one write. m.mu held.
-func (m *Manager) persistLocked(events []acpx.Event) error {
+func (m *Manager) persistLocked(events []acpx.Event, outcome *CommandOutcome) error {
 	st := m.st
 	if m.cl != nil {
 		rec := m.cl.Record()
@@ -253,7 +357,7 @@ func (m *Manager) persistLocked(events []acpx.Event) error {
 	} else {
 		st.Session = nil
 	}
-	if err := m.cfg.Sink.Commit(st, events); err != nil {
+	if err := m.cfg.Sink.Commit(st, events, outcome); err != nil {
 		return fmt.Errorf("commit agent state: %w", err)
 	}
 	m.st = st
@@ -275,6 +379,24 @@ func (m *Manager) persistLocked(events []acpx.Event) error {
 // commits the loss, and returns an error wrapping acpx.ErrWrite. m.mu
 // held.
 func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) error {
+	return m.commitThenWritePromptLocked(events, lines, nil)
+}
+
+// promptLine is a turn.start prompt for commitThenWritePromptLocked. A nil
+// line (a turn failed at once by a latched loss) only records the result.
+type promptLine struct {
+	commandID string
+	line      []byte
+	result    json.RawMessage // the command's result once the prompt is queued
+}
+
+// commitThenWritePromptLocked is commitThenWriteLocked with a turn.start
+// prompt written last (prp.md §7.2 item 8): the prompt is first written
+// completely under its temporary name; the commit then records that name
+// with its sequence reservation and the command's completed result; the
+// prompt is published (renamed) after the other lines. A restart that
+// finds the temporary name knows the prompt never reached the agent.
+func (m *Manager) commitThenWritePromptLocked(events []acpx.Event, lines [][]byte, prompt *promptLine) error {
 	p := m.proc
 	var wakes []func()
 	if p != nil && (len(p.bufEvents) > 0 || len(p.bufLines) > 0 || len(p.bufWakes) > 0) {
@@ -286,6 +408,9 @@ func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) err
 		p.bufEvents, p.bufLines, p.bufWakes = nil, nil, nil
 		if p.lost {
 			lines = nil
+			if prompt != nil {
+				prompt.line = nil // nothing more reaches a lost agent
+			}
 		}
 	}
 	defer func() {
@@ -293,29 +418,79 @@ func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) err
 			w()
 		}
 	}()
-	if p == nil && len(lines) > 0 {
+	var outcome *CommandOutcome
+	var line []byte
+	if prompt != nil {
+		outcome = &CommandOutcome{CommandID: prompt.commandID, Status: OutcomeCompleted, Result: prompt.result}
+		line = prompt.line
+	}
+	if p == nil && (len(lines) > 0 || line != nil) {
 		return failed("no agent is running")
 	}
-	if p != nil && len(lines) > 0 {
-		p.reserve = len(lines)
+	var staged sessiondir.Staged
+	var unpublished *sessiondir.Staged // the staged prompt until it is published
+	var stageErr error                 // committed first, then latched as write_error
+	if line != nil {
+		staged, stageErr = p.w.StageStdin(line, p.w.Next()+int64(len(lines)))
+		if stageErr == nil {
+			unpublished = &staged
+			m.st.Prompt = &PromptDelivery{CommandID: prompt.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
+		}
+	}
+	if n := len(lines); p != nil && (n > 0 || line != nil) {
+		if line != nil {
+			n++
+		}
+		p.reserve = n
 		defer func() { p.reserve = 0 }()
 	}
-	if err := m.persistLocked(events); err != nil {
+	if err := m.persistLocked(events, outcome); err != nil {
+		if unpublished != nil {
+			m.st.Prompt = nil
+			_ = p.w.Discard(staged)
+		}
 		return err
+	}
+	if stageErr != nil {
+		return m.writeFailedLocked(p, stageErr, nil)
+	}
+	if unpublished != nil {
+		hookBeforePublish()
 	}
 	for _, l := range lines {
 		if _, err := p.w.Stdin(m.ctx, l); err != nil {
-			m.log.Warn("stdin write failed", "err", err)
-			p.reserve = 0
-			evs := m.lostLocked(p, acpx.LossWriteError)
-			if cerr := m.persistLocked(evs); cerr != nil {
-				return cerr
-			}
-			return fmt.Errorf("%w: %w", acpx.ErrWrite, err)
+			return m.writeFailedLocked(p, err, unpublished)
 		}
 		p.reserve--
 	}
+	if unpublished != nil {
+		if _, err := p.w.Publish(staged); err != nil {
+			return m.writeFailedLocked(p, err, unpublished)
+		}
+		// Published: the next write needs no proof. The durable record
+		// keeps it until the command's result is recorded (SettlePrompt).
+		m.st.Prompt = nil
+		p.reserve--
+	}
 	return nil
+}
+
+// writeFailedLocked latches write_error after a failed stdin write and
+// commits the loss, then discards an unpublished staged prompt (after the
+// commit: until then a restart must still find it unpublished). m.mu
+// held.
+func (m *Manager) writeFailedLocked(p *process, err error, staged *sessiondir.Staged) error {
+	m.log.Warn("stdin write failed", "err", err)
+	m.st.Prompt = nil
+	p.reserve = 0
+	evs := m.lostLocked(p, acpx.LossWriteError)
+	if cerr := m.persistLocked(evs, nil); cerr != nil {
+		return cerr
+	}
+	if staged != nil {
+		_ = p.w.Discard(*staged)
+	}
+	return fmt.Errorf("%w: %w", acpx.ErrWrite, err)
 }
 
 // busy marks a handler as waiting on the agent for the gate bypass.
@@ -554,9 +729,11 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 	}
 }
 
-// StartTurn runs turn.start (acp.md §4.3): the command completes once the
-// prompt is durably queued; turn.started carries the providerTurnId.
-func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
+// StartTurn runs turn.start commandID (acp.md §4.3): the command completes
+// once the prompt is durably queued; turn.started carries the
+// providerTurnId. The write that records the prompt's reservation and
+// turn.started also records the completed result (prp.md §7.2 item 8).
+func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		Text string `json:"text"`
 	}
@@ -595,19 +772,21 @@ func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
 		// A loss latched between turns fails this one at once (acp.md §5.1).
 		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), turnID, loss)...)
 		m.st.Loss = ""
-		if err := m.commitThenWriteLocked(evs, nil); err != nil {
+		result := mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)})
+		if err := m.commitThenWritePromptLocked(evs, nil, &promptLine{commandID: commandID, result: result}); err != nil {
 			return nil, err
 		}
-		return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)}), nil
+		return result, nil
 	}
 	m.byRun = false
-	if err := m.commitThenWriteLocked(evs, [][]byte{call.Line}); err != nil {
+	result := mustJSON(map[string]any{"providerTurnId": turnID})
+	if err := m.commitThenWritePromptLocked(evs, nil, &promptLine{commandID: commandID, line: call.Line, result: result}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
 			return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
 		}
 		return nil, err
 	}
-	return mustJSON(map[string]any{"providerTurnId": turnID}), nil
+	return result, nil
 }
 
 // Steer is turn.steer: ACP v1 cannot steer (acp.md §4.3).

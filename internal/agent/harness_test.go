@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -33,11 +34,13 @@ type memSink struct {
 	changed chan struct{}
 	// gate, when set, is closed to open the flow-control gate.
 	gate chan struct{}
+	// outcomes are the command results commits recorded, by command id.
+	outcomes map[string]CommandOutcome
 }
 
 func newMemSink() *memSink { return &memSink{changed: make(chan struct{})} }
 
-func (s *memSink) Commit(st Stored, evs []acpx.Event) error {
+func (s *memSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error {
 	b, err := json.Marshal(st) // the record must stay serialisable
 	if err != nil {
 		return err
@@ -50,6 +53,12 @@ func (s *memSink) Commit(st Stored, evs []acpx.Event) error {
 	defer s.mu.Unlock()
 	s.st = cp
 	s.events = append(s.events, evs...)
+	if out != nil {
+		if s.outcomes == nil {
+			s.outcomes = map[string]CommandOutcome{}
+		}
+		s.outcomes[out.CommandID] = *out
+	}
 	s.commits++
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -135,6 +144,7 @@ type rig struct {
 	m     *Manager
 	state string
 	cwd   string // the agent cwd, fixed so a record stays reusable
+	turns int    // turn.start commands issued
 }
 
 // testBounds are short bounds so fault scenarios finish in seconds.
@@ -193,7 +203,8 @@ func (r *rig) open() json.RawMessage {
 func (r *rig) turn(text string) string {
 	r.t.Helper()
 	b, _ := json.Marshal(map[string]string{"text": text})
-	res, err := r.m.StartTurn(b)
+	r.turns++
+	res, err := r.m.StartTurn(fmt.Sprintf("cmd-turn-%d", r.turns), b)
 	require.NoError(r.t, err)
 	var out struct {
 		ProviderTurnID string `json:"providerTurnId"`

@@ -103,7 +103,7 @@ func TestACP14_SerializedPrompts(t *testing.T) {
 	r.open()
 	r.turn("sleep 2000")
 	b, _ := json.Marshal(map[string]string{"text": "echo again"})
-	_, err := r.m.StartTurn(b)
+	_, err := r.m.StartTurn("cmd-turn", b)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, CodeCommandExecutionFailed, ce.Code)

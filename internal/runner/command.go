@@ -222,7 +222,16 @@ func (r *loop) finishCommand(cmd *state.Command, status state.CommandStatus, res
 	var res state.CommandResult
 	err := r.store.Update(func(tx *state.Tx) error {
 		var err error
-		res, err = tx.FinishCommand(cmd.CommandID, status, result)
+		if prev, ok := tx.RecordedResult(cmd.CommandID); ok && prev.Status != state.StatusPending {
+			// The effect recorded a result with its durable evidence
+			// (prp.md §7.2 item 8); the executor's answer is final.
+			res, err = tx.ReviseCommand(cmd.CommandID, status, result)
+		} else {
+			res, err = tx.FinishCommand(cmd.CommandID, status, result)
+		}
+		if err == nil && r.exec != nil {
+			err = r.exec.settled(tx, cmd.CommandID)
+		}
 		return err
 	})
 	return res, err

@@ -160,8 +160,9 @@ func (w *Writer) StageStdin(data []byte, seq int64) (Staged, error) {
 }
 
 // Publish renames a staged file to its final name. It must be the next
-// file of the queue. On failure the staged file is removed and its number
-// stays free, as after a failed Write.
+// file of the queue. On failure the staged file stays, so a restart still
+// sees it unpublished, and its number stays free; the caller records the
+// failure, then Discards it.
 func (w *Writer) Publish(s Staged) (int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -169,11 +170,9 @@ func (w *Writer) Publish(s Staged) (int64, error) {
 		return 0, fmt.Errorf("publish stdin file: %w", ErrWriterClosed)
 	}
 	if s.Seq != w.next {
-		_ = removeStaged(w.dir, s.Tmp)
 		return 0, fmt.Errorf("publish stdin file %s: next is %s", SeqName(s.Seq), SeqName(w.next))
 	}
 	if err := rename(w.dir, s.Tmp, SeqName(s.Seq)); err != nil {
-		_ = removeStaged(w.dir, s.Tmp)
 		return 0, fmt.Errorf("publish stdin file %s: %w", SeqName(s.Seq), err)
 	}
 	w.next = s.Seq + 1
