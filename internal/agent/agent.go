@@ -379,24 +379,27 @@ func (m *Manager) persistLocked(events []acpx.Event, outcome *CommandOutcome) er
 // commits the loss, and returns an error wrapping acpx.ErrWrite. m.mu
 // held.
 func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) error {
-	return m.commitThenWritePromptLocked(events, lines, nil)
+	return m.commitThenWriteEffectLocked(events, lines, nil)
 }
 
-// promptLine is a turn.start prompt for commitThenWritePromptLocked. A nil
-// line (a turn failed at once by a latched loss) only records the result.
-type promptLine struct {
+// commandEffect is the command whose completed result a commit records
+// with the evidence of its effect (prp.md §7.2 item 8), and, for
+// turn.start, its prompt line (nil for other commands, and for a turn
+// failed at once by a latched loss).
+type commandEffect struct {
 	commandID string
-	line      []byte
-	result    json.RawMessage // the command's result once the prompt is queued
+	result    json.RawMessage
+	prompt    []byte
 }
 
-// commitThenWritePromptLocked is commitThenWriteLocked with a turn.start
-// prompt written last (prp.md §7.2 item 8): the prompt is first written
-// completely under its temporary name; the commit then records that name
-// with its sequence reservation and the command's completed result; the
-// prompt is published (renamed) after the other lines. A restart that
-// finds the temporary name knows the prompt never reached the agent.
-func (m *Manager) commitThenWritePromptLocked(events []acpx.Event, lines [][]byte, prompt *promptLine) error {
+// commitThenWriteEffectLocked is commitThenWriteLocked that also records
+// effect's completed result in the same write (prp.md §7.2 item 8). A
+// turn.start prompt is written last: it is first written completely under
+// its temporary name; the commit then records that name with its sequence
+// reservation and the command's completed result; the prompt is published
+// (renamed) after the other lines. A restart that finds the temporary name
+// knows the prompt never reached the agent.
+func (m *Manager) commitThenWriteEffectLocked(events []acpx.Event, lines [][]byte, effect *commandEffect) error {
 	p := m.proc
 	var wakes []func()
 	if p != nil && (len(p.bufEvents) > 0 || len(p.bufLines) > 0 || len(p.bufWakes) > 0) {
@@ -408,8 +411,8 @@ func (m *Manager) commitThenWritePromptLocked(events []acpx.Event, lines [][]byt
 		p.bufEvents, p.bufLines, p.bufWakes = nil, nil, nil
 		if p.lost {
 			lines = nil
-			if prompt != nil {
-				prompt.line = nil // nothing more reaches a lost agent
+			if effect != nil {
+				effect.prompt = nil // nothing more reaches a lost agent
 			}
 		}
 	}
@@ -420,9 +423,9 @@ func (m *Manager) commitThenWritePromptLocked(events []acpx.Event, lines [][]byt
 	}()
 	var outcome *CommandOutcome
 	var line []byte
-	if prompt != nil {
-		outcome = &CommandOutcome{CommandID: prompt.commandID, Status: OutcomeCompleted, Result: prompt.result}
-		line = prompt.line
+	if effect != nil {
+		outcome = &CommandOutcome{CommandID: effect.commandID, Status: OutcomeCompleted, Result: effect.result}
+		line = effect.prompt
 	}
 	if p == nil && (len(lines) > 0 || line != nil) {
 		return failed("no agent is running")
@@ -434,7 +437,7 @@ func (m *Manager) commitThenWritePromptLocked(events []acpx.Event, lines [][]byt
 		staged, stageErr = p.w.StageStdin(line, p.w.Next()+int64(len(lines)))
 		if stageErr == nil {
 			unpublished = &staged
-			m.st.Prompt = &PromptDelivery{CommandID: prompt.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
+			m.st.Prompt = &PromptDelivery{CommandID: effect.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
 		}
 	}
 	if n := len(lines); p != nil && (n > 0 || line != nil) {
@@ -565,9 +568,10 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 // errDeadline is the open bound firing.
 var errDeadline = errors.New("deadline")
 
-// Open runs session.open (acp.md §4.1): adopt a live agent, resume a
-// reusable record, or start cold.
-func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
+// Open runs session.open commandID (acp.md §4.1): adopt a live agent,
+// resume a reusable record, or start cold. The write that records the
+// session also records the completed result (prp.md §7.2 item 8).
+func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, error) {
 	defer m.busy()()
 	m.mu.Lock()
 	b := m.st.Binding
@@ -579,12 +583,13 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		err := m.commitThenWriteLocked(evs, nil)
+		result := mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"})
+		err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result})
 		m.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		return mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"}), nil
+		return result, nil
 	}
 	resume := m.cl != nil && m.cl.Record().Reusable(b.Cwd, b.Command, b.Args)
 	stale := m.proc != nil
@@ -618,14 +623,15 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 		rec := m.cl.Record()
 		m.st.Loss = ""
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		if err := m.commitThenWriteLocked(evs, nil); err != nil {
-			return nil, err
-		}
 		outcome := "started"
 		if resume {
 			outcome = "resumed"
 		}
-		return mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome}), nil
+		result := mustJSON(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome})
+		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
+			return nil, err
+		}
+		return result, nil
 	}
 	// Failure: stop the agent, emit no provider event, start clean next time.
 	m.stopAgent(context.WithoutCancel(ctx), stopQuiet)
@@ -773,14 +779,14 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), turnID, loss)...)
 		m.st.Loss = ""
 		result := mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)})
-		if err := m.commitThenWritePromptLocked(evs, nil, &promptLine{commandID: commandID, result: result}); err != nil {
+		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err
 		}
 		return result, nil
 	}
 	m.byRun = false
 	result := mustJSON(map[string]any{"providerTurnId": turnID})
-	if err := m.commitThenWritePromptLocked(evs, nil, &promptLine{commandID: commandID, line: call.Line, result: result}); err != nil {
+	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
 			return mustJSON(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
 		}
@@ -901,9 +907,10 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	return mustJSON(map[string]any{"destroyed": true}), nil
 }
 
-// Resolve is request.resolve: it answers the agent request behind a
-// runtime_request.created still pending.
-func (m *Manager) Resolve(payload json.RawMessage) (json.RawMessage, error) {
+// Resolve is request.resolve commandID: it answers the agent request
+// behind a runtime_request.created still pending. The write that records
+// the answer also records the completed result (prp.md §7.2 item 8).
+func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		RequestID string `json:"requestId"`
 		Response  struct {
@@ -943,10 +950,11 @@ func (m *Manager) Resolve(payload json.RawMessage) (json.RawMessage, error) {
 		return nil, failed("no agent request is pending under that requestId")
 	}
 	evs := m.mapper.PermissionResolved(turnID, p.RequestID, o, false)
-	if err := m.commitThenWriteLocked(evs, [][]byte{line}); err != nil {
+	result := mustJSON(map[string]any{"resolved": true})
+	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
 	}
-	return mustJSON(map[string]any{"resolved": true}), nil
+	return result, nil
 }
 
 // Snapshot reports session.snapshot's fields.

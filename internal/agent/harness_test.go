@@ -34,8 +34,10 @@ type memSink struct {
 	changed chan struct{}
 	// gate, when set, is closed to open the flow-control gate.
 	gate chan struct{}
-	// outcomes are the command results commits recorded, by command id.
-	outcomes map[string]CommandOutcome
+	// outcomes are the command results commits recorded, by command id,
+	// and the event types of the commit that recorded each.
+	outcomes      map[string]CommandOutcome
+	outcomeEvents map[string][]string
 }
 
 func newMemSink() *memSink { return &memSink{changed: make(chan struct{})} }
@@ -55,9 +57,10 @@ func (s *memSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error
 	s.events = append(s.events, evs...)
 	if out != nil {
 		if s.outcomes == nil {
-			s.outcomes = map[string]CommandOutcome{}
+			s.outcomes, s.outcomeEvents = map[string]CommandOutcome{}, map[string][]string{}
 		}
 		s.outcomes[out.CommandID] = *out
+		s.outcomeEvents[out.CommandID] = types(evs)
 	}
 	s.commits++
 	close(s.changed)
@@ -195,7 +198,7 @@ func (r *rig) open() json.RawMessage {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	res, err := r.m.Open(ctx)
+	res, err := r.m.Open(ctx, "cmd-open")
 	require.NoError(r.t, err)
 	return res
 }
@@ -251,7 +254,7 @@ func (r *rig) openErr() *CommandError {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	_, err := r.m.Open(ctx)
+	_, err := r.m.Open(ctx, "cmd-open")
 	var ce *CommandError
 	require.ErrorAs(r.t, err, &ce)
 	return ce

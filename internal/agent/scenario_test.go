@@ -178,7 +178,7 @@ func TestACP05_StdoutBanner(t *testing.T) {
 		r.prepare("--stdout-banner", strconv.Itoa(acpx.MaxConsecutiveBadLines))
 		ctx, cancel := context.WithTimeout(context.Background(), testWait)
 		defer cancel()
-		_, err := r.m.Open(ctx)
+		_, err := r.m.Open(ctx, "cmd-open")
 		require.Error(t, err)
 	})
 }
@@ -320,7 +320,7 @@ func TestRestartDuringHandshake(t *testing.T) {
 	r.prepare("--hang-on-new-session")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _, _ = r.m.Open(ctx) }()
+	go func() { defer close(done); _, _ = r.m.Open(ctx, "cmd-open") }()
 	eventually(t, "agent launched", func() bool {
 		st, _ := r.sink.snapshot()
 		return st.Session != nil && st.Session.Process != nil

@@ -236,7 +236,7 @@ func TestACP19_ColdStartGate(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), testWait)
 			defer cancel()
-			_, errs[i] = r.m.Open(ctx)
+			_, errs[i] = r.m.Open(ctx, "cmd-open")
 			mu.Lock()
 			firstDone = true
 			mu.Unlock()

@@ -214,14 +214,20 @@ func (a *agentExec) handlers() map[string]Handler {
 	cancel := func(k agent.CancelKind) Handler {
 		return withCtx(func(ctx context.Context) (json.RawMessage, error) { return a.m.Cancel(ctx, k) })
 	}
-	// turn.start records its result in the write of its prompt's
-	// reservation, so it needs the command id (prp.md §7.2 item 8).
+	// These record their result in the write that holds their effect's
+	// evidence, so they need the command id (prp.md §7.2 item 8).
 	turnStart := HandlerFunc(func(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
 		return a.m.StartTurn(cmd.CommandID, cmd.Payload)
 	})
+	open := HandlerFunc(func(ctx context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
+		return a.m.Open(ctx, cmd.CommandID)
+	})
+	resolve := HandlerFunc(func(_ context.Context, cmd *state.Command, _ *Effects) (json.RawMessage, error) {
+		return a.m.Resolve(cmd.CommandID, cmd.Payload)
+	})
 	return map[string]Handler{
 		"run.prepare":     plain(a.m.Prepare),
-		"session.open":    withCtx(a.m.Open),
+		"session.open":    open,
 		"turn.start":      turnStart,
 		"turn.steer":      plain(func(json.RawMessage) (json.RawMessage, error) { return a.m.Steer() }),
 		"turn.interrupt":  cancel(agent.Interrupt),
@@ -229,7 +235,7 @@ func (a *agentExec) handlers() map[string]Handler {
 		"run.cancel":      cancel(agent.RunCancel),
 		"session.close":   withCtx(a.m.CloseSession),
 		"session.destroy": withCtx(a.m.Destroy),
-		"request.resolve": plain(a.m.Resolve),
+		"request.resolve": resolve,
 	}
 }
 

@@ -203,11 +203,7 @@ func (r *loop) execute(ctx context.Context, cmd *state.Command) (state.CommandRe
 				res, err = r.finishCommand(cmd, state.StatusFailed, coded)
 				break
 			}
-			err = r.store.Update(func(tx *state.Tx) error {
-				var err error
-				res, err = tx.FailCommand(cmd.CommandID, herr.Error())
-				return err
-			})
+			res, err = r.finishCommand(cmd, state.StatusFailed, state.FailedResult(herr.Error()))
 		default:
 			res, err = r.finishCommand(cmd, state.StatusCompleted, out)
 		}

@@ -365,10 +365,10 @@ func (tx *Tx) ReviseCommand(commandID string, status CommandStatus, result json.
 	return prev, nil
 }
 
-// IndeterminateResult is the result of a command whose effect may have
-// half-happened (prp.md §7.2 step 7).
-func IndeterminateResult(message string) json.RawMessage {
-	return codeResult(CodeExecutionIndeterminate, redactText(message))
+// FailedResult is FailCommand's result: {code: command_execution_failed,
+// message}, the message redacted.
+func FailedResult(message string) json.RawMessage {
+	return codeResult(CodeCommandExecutionFailed, redactText(message))
 }
 
 // RejectCommand records status rejected with {code, message} for a pending
@@ -382,7 +382,7 @@ func (tx *Tx) RejectCommand(commandID, code, message string) (CommandResult, err
 // FailCommand records status failed with {code: command_execution_failed,
 // message}. The message is redacted; never pass provider text.
 func (tx *Tx) FailCommand(commandID, message string) (CommandResult, error) {
-	return tx.FinishCommand(commandID, StatusFailed, codeResult(CodeCommandExecutionFailed, redactText(message)))
+	return tx.FinishCommand(commandID, StatusFailed, FailedResult(message))
 }
 
 // reconcilePending rewrites pending entries to indeterminate (prp.md §7.2
