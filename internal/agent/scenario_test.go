@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -433,6 +435,7 @@ func TestTurnStartResultRidesWithPrompt(t *testing.T) {
 			pid := r.m.proc.pid
 			r.m.mu.Unlock()
 			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			eventually(t, "pcwrap stopped", func() bool { return allThreadsStopped(pid) })
 			resumed := false
 			resume := func() {
 				if !resumed {
@@ -491,4 +494,25 @@ func TestTurnStartResultRidesWithPrompt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// allThreadsStopped reports whether every thread of pid is in the stopped
+// state (a SIGSTOP lands asynchronously).
+func allThreadsStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		// The state follows the parenthesised command name.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
