@@ -86,6 +86,12 @@ func TestProductionBinariesImportNoTestModules(t *testing.T) {
 					t.Errorf("cmd/%s links test-only package %s", name, dep)
 				}
 			}
+			// Our own test-support packages (internal/testutil/..., any
+			// xxxtest package such as acpx/acpxtest) serve tests only.
+			if own := strings.TrimPrefix(dep, "github.com/pcrunner/pcrunner/"); own != dep &&
+				(strings.HasPrefix(own, "internal/testutil") || strings.HasSuffix(own, "test")) {
+				t.Errorf("cmd/%s links test-support package %s", name, dep)
+			}
 		}
 	}
 }

@@ -1,8 +1,6 @@
 package acpx
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
 )
@@ -43,27 +41,5 @@ func BenchmarkMapChunk(b *testing.B) {
 		if len(mp.Update(st, "turn-1", u)) == 0 {
 			b.Fatal("no event")
 		}
-	}
-}
-
-// BenchmarkEchoTurnOverPipes measures one "echo" turn round trip with
-// fakeacp over pipes (prompt written → update → settled).
-func BenchmarkEchoTurnOverPipes(b *testing.B) {
-	p := startAgent(b, ConnOptions{})
-	ctx := context.Background()
-	if err := p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w"}); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; b.Loop(); i++ {
-		done, err := p.conn.Prompt(fmt.Sprintf("turn-%d", i), "echo hi")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for m := range p.conn.Inbox() {
-			if m.Kind == KindTurnSettled {
-				break
-			}
-		}
-		<-done
 	}
 }

@@ -359,7 +359,7 @@ func TestClassification(t *testing.T) {
 	require.Equal(t, ClassUnclassified, ClassifySidecarCode("WHATEVER"))
 	f := HandshakeTimeout("/usr/local/bin/codex-acp --secret-arg", 30000)
 	require.Equal(t, "ACP agent codex-acp did not complete ACP initialization within 30000ms", f.Message)
-	require.True(t, errors.Is(NewFailure(ClassTurnFailed, ErrClosed), ErrClosed))
+	require.True(t, errors.Is(NewFailure(ClassTurnFailed, ErrWrite), ErrWrite))
 	require.Equal(t, ColdOpenBoundSlow, OpenBound("claude", false))
 	require.Equal(t, ColdOpenBoundDefault, OpenBound("codex", false))
 	require.Equal(t, ColdOpenBoundDefault, OpenBound("custom", false))

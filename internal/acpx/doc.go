@@ -6,7 +6,7 @@
 // A [Client] turns calls into wire lines (ids taken from the durable
 // [Record]) and turns inbound stdout bytes into ordered [Inbound] messages;
 // it never reads or writes a file descriptor. Whoever moves the bytes (pcwrap
-// session files in runnerd, plain pipes in [Conn] for tests and tools)
+// session files in runnerd, plain pipes in acpxtest.Conn for tests)
 // persists [Client.Record] before it writes a line, so a restarted runnerd
 // resumes with the same ids, the same pending requests and the same partial
 // stdout line.

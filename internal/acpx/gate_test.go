@@ -9,16 +9,23 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // TestACP19_ColdStartGate: five concurrent cold opens → at most four
 // hold a slot; the fifth proceeds when one is released, or fails open
 // after ColdStartGateMaxWait on the injected clock.
 func TestACP19_ColdStartGate(t *testing.T) {
-	clk := newFakeClock()
-	g := NewColdStartGate(MaxConcurrentColdStarts, clk)
+	synctest.Test(t, testColdStartGate)
+}
+
+func testColdStartGate(t *testing.T) {
+	g := NewColdStartGate(MaxConcurrentColdStarts, clock.System)
 	ctx := context.Background()
 	var releases []func()
 	for i := 0; i < MaxConcurrentColdStarts; i++ {
@@ -36,7 +43,7 @@ func TestACP19_ColdStartGate(t *testing.T) {
 		rel, held, _ := g.Acquire(ctx)
 		fifth <- res{rel, held}
 	}()
-	clk.waitArmed(t, ColdStartGateMaxWait)
+	synctest.Wait() // the fifth waits on its slot and its fail-open timer
 	select {
 	case <-fifth:
 		t.Fatal("a fifth handshake overlapped four")
@@ -52,8 +59,8 @@ func TestACP19_ColdStartGate(t *testing.T) {
 		rel, held, _ := g.Acquire(ctx)
 		sixth <- res{rel, held}
 	}()
-	clk.waitArmed(t, ColdStartGateMaxWait)
-	clk.Advance(ColdStartGateMaxWait)
+	synctest.Wait()
+	time.Sleep(ColdStartGateMaxWait) // simulated time: the fail-open timer fires
 	r6 := first(t, sixth)
 	require.False(t, r6.held, "fail-open after the gate wait")
 	r6.rel()
@@ -63,7 +70,7 @@ func TestACP19_ColdStartGate(t *testing.T) {
 	_, _, err := g.Acquire(cctx)
 	require.ErrorIs(t, err, context.Canceled)
 
-	_, held, err := NewColdStartGate(0, clk).Acquire(ctx)
+	_, held, err := NewColdStartGate(0, clock.System).Acquire(ctx)
 	require.NoError(t, err)
 	require.False(t, held, "a gate of 0 is disabled")
 	for _, rel := range releases[1:] {

@@ -34,6 +34,10 @@ func (r LossReason) Message() string {
 	return lossMessages[LossOther]
 }
 
+// ErrWrite means a line could not be written to the agent's stdin (a
+// write_error loss, acp.md §5.1).
+var ErrWrite = errors.New("write agent stdin")
+
 // LossReasonOf classifies a stream or transport error into the closed set.
 func LossReasonOf(err error) LossReason {
 	switch {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // Stored is the durable state of the agent executor, kept as one record in
@@ -41,6 +42,42 @@ type Stored struct {
 	// Loss is a channel loss latched on an agent that is gone; the next
 	// turn.start fails at once with it (acp.md §5.1).
 	Loss acpx.LossReason `json:"loss,omitempty"`
+	// Prompt is the staged prompt of the latest turn.start until its
+	// command result is recorded after the prompt's publication: a
+	// restart uses it to tell whether the prompt reached the agent
+	// (prp.md §7.2 item 8).
+	Prompt *PromptDelivery `json:"prompt,omitempty"`
+}
+
+// PromptDelivery is a turn.start prompt written as a stdin file under its
+// temporary name (Tmp) and reserved as file Seq, with the command it
+// answers.
+type PromptDelivery struct {
+	CommandID string `json:"commandId"`
+	Seq       int64  `json:"seq"`
+	Tmp       string `json:"tmp"`
+}
+
+// OutcomeStatus is a command status an agent commit records.
+type OutcomeStatus string
+
+// Outcome statuses (prp.md §7.2, §7.3).
+const (
+	OutcomeCompleted     OutcomeStatus = "completed"
+	OutcomeFailed        OutcomeStatus = "failed"
+	OutcomeIndeterminate OutcomeStatus = "indeterminate"
+)
+
+// CodePromptNotDelivered is turn.start's result when a restart finds its
+// prompt never reached the agent (prp.md §7.2 item 8).
+const CodePromptNotDelivered = "prompt_not_delivered"
+
+// CommandOutcome is a command result a commit records in the same durable
+// write as the evidence of the command's effect (prp.md §7.2 item 8).
+type CommandOutcome struct {
+	CommandID string
+	Status    OutcomeStatus
+	Result    json.RawMessage
 }
 
 // Binding is the provider descriptor bound by run.prepare (prp.md §7.6).
@@ -57,8 +94,10 @@ type Binding struct {
 // Sink is where the agent's state and events become durable.
 type Sink interface {
 	// Commit stores st and appends events to the outbox, in order, in one
-	// durable write, then sends what it can.
-	Commit(st Stored, events []acpx.Event) error
+	// durable write, then sends what it can. A non-nil outcome is recorded
+	// as its command's result in that same write; the command's result
+	// has not been sent yet.
+	Commit(st Stored, events []acpx.Event, outcome *CommandOutcome) error
 	// Drained reports whether new provider output may be taken (prp.md
 	// §8.5: everything sent is acknowledged). It must not block.
 	Drained() bool
@@ -142,7 +181,7 @@ type Manager struct {
 	mapper   acpx.Mapper
 	proc     *process // live pcwrap session; nil when none
 	waiters  map[int64]chan acpx.Inbound
-	turnDone chan struct{} // closed when the active turn settles
+	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
 }
 
@@ -208,16 +247,81 @@ func (m *Manager) Start() error {
 		return nil
 	}
 	dir := sessionPath(m.cfg.StateDir, rec.Process.UUID)
+	pr := m.st.Prompt
+	m.st.Prompt = nil
 	p, err := m.attachLocked(rec.Process.UUID, dir, nil, rec.Process.NextStdinSeq, rec.Process.ConsumedEventSeq)
 	if err != nil {
-		// The directory is gone or unusable: the agent is lost.
+		// The directory is gone or unusable: the agent is lost, and
+		// whether a staged prompt reached it cannot be known.
 		m.log.Warn("recorded process session is unusable; marking the agent gone", "err", err)
 		evs := m.goneLocked(acpx.LossTransportClosed)
-		return m.commitLocked(evs)
+		var out *CommandOutcome
+		if pr != nil {
+			out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeIndeterminate,
+				Result: codeResult(CodeExecutionIndeterminate, "the agent's process session is gone; whether the prompt reached it is unknown")}
+		}
+		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
-	return nil
+	if pr == nil {
+		return nil
+	}
+	return m.recoverPromptLocked(p, *pr)
 }
+
+// recoverPromptLocked settles a turn.start whose prompt was staged when
+// runnerd went away (prp.md §7.2 item 8): published (final name present,
+// or both names gone) → the recorded completed result stands; temporary
+// file present → the prompt never reached the agent: remove it, end the
+// turn, and record failed {code: prompt_not_delivered}. m.mu held.
+func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
+	staged := sessiondir.Staged{Seq: pr.Seq, Tmp: pr.Tmp}
+	loc, err := p.w.Locate(staged)
+	var out *CommandOutcome
+	var evs []acpx.Event
+	switch {
+	case err != nil:
+		m.log.Warn("cannot tell whether the prompt was queued", "err", err)
+		out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeIndeterminate,
+			Result: codeResult(CodeExecutionIndeterminate, "whether the prompt reached the agent is unknown")}
+	case loc == sessiondir.Unpublished:
+		// Its number never reached the queue: the next line takes it.
+		w, werr := sessiondir.OpenWriter(p.dir, pr.Seq, sessiondir.WriterOptions{})
+		if werr != nil {
+			return fmt.Errorf("reopen stdin writer: %w", werr)
+		}
+		_ = p.w.Discard(staged)
+		_ = p.w.Close()
+		p.w = w
+		if turn := m.cl.ActiveTurn(); turn != "" {
+			m.cl.AbandonTurn()
+			evs = m.mapper.ChannelLost(m.cl.Map(), turn, acpx.LossWriteError)
+		}
+		out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeFailed,
+			Result: codeResult(CodePromptNotDelivered, "the prompt never reached the agent")}
+	}
+	return m.persistLocked(evs, out)
+}
+
+// SettlePrompt forgets the staged prompt of commandID: call it in the write
+// that records the command's result after the executor returned, when the
+// proof is no longer needed. It reports whether st changed.
+func (st *Stored) SettlePrompt(commandID string) bool {
+	if st.Prompt == nil || st.Prompt.CommandID != commandID {
+		return false
+	}
+	st.Prompt = nil
+	return true
+}
+
+// codeResult is a {code, message} command result.
+func codeResult(code, message string) json.RawMessage {
+	return jsonenc.MustMarshalEscaped(map[string]string{"code": code, "message": message})
+}
+
+// CodeExecutionIndeterminate is the result code of an effect that may have
+// half-happened (prp.md §7.2 step 7).
+const CodeExecutionIndeterminate = "execution_indeterminate"
 
 // Close stops the reader goroutines without touching the agents: a
 // restarted runnerd re-adopts them. Use Shutdown to stop the agents.
@@ -233,13 +337,9 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	m.Close()
 }
 
-// commitLocked commits events (after any pending batch) with the record.
-// m.mu held.
-func (m *Manager) commitLocked(events []acpx.Event) error { return m.sendLocked(events, nil) }
-
 // persistLocked persists the stored record (with the live process fields)
 // and events in one write. m.mu held.
-func (m *Manager) persistLocked(events []acpx.Event) error {
+func (m *Manager) persistLocked(events []acpx.Event, outcome *CommandOutcome) error {
 	st := m.st
 	if m.cl != nil {
 		rec := m.cl.Record()
@@ -255,7 +355,7 @@ func (m *Manager) persistLocked(events []acpx.Event) error {
 	} else {
 		st.Session = nil
 	}
-	if err := m.cfg.Sink.Commit(st, events); err != nil {
+	if err := m.cfg.Sink.Commit(st, events, outcome); err != nil {
 		return fmt.Errorf("commit agent state: %w", err)
 	}
 	m.st = st
@@ -265,10 +365,39 @@ func (m *Manager) persistLocked(events []acpx.Event) error {
 	return nil
 }
 
-// sendLocked commits events with the record, then writes lines to the
-// agent (acp.md §3.2: the record covers the lines before they exist). A
-// failed write latches write_error. m.mu held.
-func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
+// commitThenWriteLocked is the agent's one durability step. It commits,
+// in ONE durable write, the record (whose next stdin sequence already
+// counts every line below) and the events, after whatever a pending batch
+// of consumed event files produced; then it deletes the files that commit
+// covers; then it writes the batch's lines and lines, in order, as stdin
+// files; last (on every path) it runs the batch's waiter wake-ups. So a
+// line exists only after the record that covers it (acp.md §3.2), and an
+// event file is gone only after the commit that consumed it (§3.3). A
+// failed commit writes nothing. A failed write latches write_error,
+// commits the loss, and returns an error wrapping acpx.ErrWrite. m.mu
+// held.
+func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) error {
+	return m.commitThenWriteEffectLocked(events, lines, nil)
+}
+
+// commandEffect is the command whose completed result a commit records
+// with the evidence of its effect (prp.md §7.2 item 8), and, for
+// turn.start, its prompt line (nil for other commands, and for a turn
+// failed at once by a latched loss).
+type commandEffect struct {
+	commandID string
+	result    json.RawMessage
+	prompt    []byte
+}
+
+// commitThenWriteEffectLocked is commitThenWriteLocked that also records
+// effect's completed result in the same write (prp.md §7.2 item 8). A
+// turn.start prompt is written last: it is first written completely under
+// its temporary name; the commit then records that name with its sequence
+// reservation and the command's completed result; the prompt is published
+// (renamed) after the other lines. A restart that finds the temporary name
+// knows the prompt never reached the agent.
+func (m *Manager) commitThenWriteEffectLocked(events []acpx.Event, lines [][]byte, effect *commandEffect) error {
 	p := m.proc
 	var wakes []func()
 	if p != nil && (len(p.bufEvents) > 0 || len(p.bufLines) > 0 || len(p.bufWakes) > 0) {
@@ -280,6 +409,9 @@ func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
 		p.bufEvents, p.bufLines, p.bufWakes = nil, nil, nil
 		if p.lost {
 			lines = nil
+			if effect != nil {
+				effect.prompt = nil // nothing more reaches a lost agent
+			}
 		}
 	}
 	defer func() {
@@ -287,29 +419,79 @@ func (m *Manager) sendLocked(events []acpx.Event, lines [][]byte) error {
 			w()
 		}
 	}()
-	if p == nil && len(lines) > 0 {
+	var outcome *CommandOutcome
+	var line []byte
+	if effect != nil {
+		outcome = &CommandOutcome{CommandID: effect.commandID, Status: OutcomeCompleted, Result: effect.result}
+		line = effect.prompt
+	}
+	if p == nil && (len(lines) > 0 || line != nil) {
 		return failed("no agent is running")
 	}
-	if p != nil && len(lines) > 0 {
-		p.reserve = len(lines)
+	var staged sessiondir.Staged
+	var unpublished *sessiondir.Staged // the staged prompt until it is published
+	var stageErr error                 // committed first, then latched as write_error
+	if line != nil {
+		staged, stageErr = p.w.StageStdin(line, p.w.Next()+int64(len(lines)))
+		if stageErr == nil {
+			unpublished = &staged
+			m.st.Prompt = &PromptDelivery{CommandID: effect.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
+		}
+	}
+	if n := len(lines); p != nil && (n > 0 || line != nil) {
+		if line != nil {
+			n++
+		}
+		p.reserve = n
 		defer func() { p.reserve = 0 }()
 	}
-	if err := m.persistLocked(events); err != nil {
+	if err := m.persistLocked(events, outcome); err != nil {
+		if unpublished != nil {
+			m.st.Prompt = nil
+			_ = p.w.Discard(staged)
+		}
 		return err
+	}
+	if stageErr != nil {
+		return m.writeFailedLocked(p, stageErr, nil)
+	}
+	if unpublished != nil {
+		hookBeforePublish()
 	}
 	for _, l := range lines {
 		if _, err := p.w.Stdin(m.ctx, l); err != nil {
-			m.log.Warn("stdin write failed", "err", err)
-			p.reserve = 0
-			evs := m.lostLocked(p, acpx.LossWriteError)
-			if cerr := m.persistLocked(evs); cerr != nil {
-				return cerr
-			}
-			return fmt.Errorf("%w: %w", acpx.ErrWrite, err)
+			return m.writeFailedLocked(p, err, unpublished)
 		}
 		p.reserve--
 	}
+	if unpublished != nil {
+		if _, err := p.w.Publish(staged); err != nil {
+			return m.writeFailedLocked(p, err, unpublished)
+		}
+		// Published: the next write needs no proof. The durable record
+		// keeps it until the command's result is recorded (SettlePrompt).
+		m.st.Prompt = nil
+		p.reserve--
+	}
 	return nil
+}
+
+// writeFailedLocked latches write_error after a failed stdin write and
+// commits the loss, then discards an unpublished staged prompt (after the
+// commit: until then a restart must still find it unpublished). m.mu
+// held.
+func (m *Manager) writeFailedLocked(p *process, err error, staged *sessiondir.Staged) error {
+	m.log.Warn("stdin write failed", "err", err)
+	m.st.Prompt = nil
+	p.reserve = 0
+	evs := m.lostLocked(p, acpx.LossWriteError)
+	if cerr := m.persistLocked(evs, nil); cerr != nil {
+		return cerr
+	}
+	if staged != nil {
+		_ = p.w.Discard(*staged)
+	}
+	return fmt.Errorf("%w: %w", acpx.ErrWrite, err)
 }
 
 // Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
@@ -322,7 +504,7 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	defer m.mu.Unlock()
 	m.st.Binding = b
 	m.setMapper()
-	if err := m.commitLocked(nil); err != nil {
+	if err := m.commitThenWriteLocked(nil, nil); err != nil {
 		return nil, err
 	}
 	return jsonenc.MustMarshalEscaped(map[string]any{"agent": b.Agent, "prepared": true}), nil
@@ -378,9 +560,10 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 // errDeadline is the open bound firing.
 var errDeadline = errors.New("deadline")
 
-// Open runs session.open (acp.md §4.1): adopt a live agent, resume a
-// reusable record, or start cold.
-func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
+// Open runs session.open commandID (acp.md §4.1): adopt a live agent,
+// resume a reusable record, or start cold. The write that records the
+// session also records the completed result (prp.md §7.2 item 8).
+func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, error) {
 	m.mu.Lock()
 	b := m.st.Binding
 	if b == nil {
@@ -391,12 +574,13 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		err := m.commitLocked(evs)
+		result := jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"})
+		err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result})
 		m.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		return jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"}), nil
+		return result, nil
 	}
 	resume := m.cl != nil && m.cl.Record().Reusable(b.Cwd, b.Command, b.Args)
 	stale := m.proc != nil
@@ -430,14 +614,15 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 		rec := m.cl.Record()
 		m.st.Loss = ""
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		if err := m.commitLocked(evs); err != nil {
-			return nil, err
-		}
 		outcome := "started"
 		if resume {
 			outcome = "resumed"
 		}
-		return jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome}), nil
+		result := jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome})
+		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
+			return nil, err
+		}
+		return result, nil
 	}
 	// Failure: stop the agent, emit no provider event, start clean next time.
 	m.stopAgent(context.WithoutCancel(ctx), stopQuiet)
@@ -445,7 +630,7 @@ func (m *Manager) Open(ctx context.Context) (json.RawMessage, error) {
 	if m.cl != nil && (errors.Is(err, errDeadline) || !resume) {
 		m.cl.MarkReset()
 	}
-	cerr := m.commitLocked(nil)
+	cerr := m.commitThenWriteLocked(nil, nil)
 	m.mu.Unlock()
 	if cerr != nil {
 		return nil, cerr
@@ -475,7 +660,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
 	if err == nil {
-		err = m.commitLocked(nil)
+		err = m.commitThenWriteLocked(nil, nil)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -519,7 +704,7 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 	}
 	ch := make(chan acpx.Inbound, 1)
 	m.waiters[call.ID] = ch
-	err = m.sendLocked(nil, [][]byte{call.Line})
+	err = m.commitThenWriteLocked(nil, [][]byte{call.Line})
 	m.mu.Unlock()
 	if err != nil {
 		return acpx.Inbound{}, acpx.NewFailure(acpx.ClassAgentDisconnected, err)
@@ -541,9 +726,11 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 	}
 }
 
-// StartTurn runs turn.start (acp.md §4.3): the command completes once the
-// prompt is durably queued; turn.started carries the providerTurnId.
-func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
+// StartTurn runs turn.start commandID (acp.md §4.3): the command completes
+// once the prompt is durably queued; turn.started carries the
+// providerTurnId. The write that records the prompt's reservation and
+// turn.started also records the completed result (prp.md §7.2 item 8).
+func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		Text string `json:"text"`
 	}
@@ -582,20 +769,21 @@ func (m *Manager) StartTurn(payload json.RawMessage) (json.RawMessage, error) {
 		// A loss latched between turns fails this one at once (acp.md §5.1).
 		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), turnID, loss)...)
 		m.st.Loss = ""
-		if err := m.commitLocked(evs); err != nil {
+		result := jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)})
+		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err
 		}
-		return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)}), nil
+		return result, nil
 	}
-	m.turnDone = make(chan struct{})
 	m.byRun = false
-	if err := m.sendLocked(evs, [][]byte{call.Line}); err != nil {
+	result := jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID})
+	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
 			return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
 		}
 		return nil, err
 	}
-	return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID}), nil
+	return result, nil
 }
 
 // Steer is turn.steer: ACP v1 cannot steer (acp.md §4.3).
@@ -641,8 +829,8 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 		return nil, failed("the turn could not be cancelled")
 	}
 	m.cl.MarkReset()
-	done := m.turnDone
-	werr := m.sendLocked(evs, lines)
+	done := m.turnSettledLocked()
+	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
 	if werr != nil && !errors.Is(werr, acpx.ErrWrite) {
 		return nil, werr
@@ -663,7 +851,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 		out := m.cl.AbandonTurn()
 		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*out, kind == RunCancel))
 		m.closeTurnLocked()
-		if err := m.commitLocked(evs); err != nil {
+		if err := m.commitThenWriteLocked(evs, nil); err != nil {
 			m.mu.Unlock()
 			return nil, err
 		}
@@ -700,16 +888,17 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	defer m.mu.Unlock()
 	m.cl = nil
 	m.st.Loss = ""
-	if err := m.commitLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
-		Payload: map[string]any{"reason": "destroyed"}}}); err != nil {
+	if err := m.commitThenWriteLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
+		Payload: map[string]any{"reason": "destroyed"}}}, nil); err != nil {
 		return nil, err
 	}
 	return jsonenc.MustMarshalEscaped(map[string]any{"destroyed": true}), nil
 }
 
-// Resolve is request.resolve: it answers the agent request behind a
-// runtime_request.created still pending.
-func (m *Manager) Resolve(payload json.RawMessage) (json.RawMessage, error) {
+// Resolve is request.resolve commandID: it answers the agent request
+// behind a runtime_request.created still pending. The write that records
+// the answer also records the completed result (prp.md §7.2 item 8).
+func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		RequestID string `json:"requestId"`
 		Response  struct {
@@ -749,10 +938,11 @@ func (m *Manager) Resolve(payload json.RawMessage) (json.RawMessage, error) {
 		return nil, failed("no agent request is pending under that requestId")
 	}
 	evs := m.mapper.PermissionResolved(turnID, p.RequestID, o, false)
-	if err := m.sendLocked(evs, [][]byte{line}); err != nil {
+	result := jsonenc.MustMarshalEscaped(map[string]any{"resolved": true})
+	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
 	}
-	return jsonenc.MustMarshalEscaped(map[string]any{"resolved": true}), nil
+	return result, nil
 }
 
 // Snapshot reports session.snapshot's fields.
@@ -764,6 +954,17 @@ func (m *Manager) Snapshot() (activeTurn string, warm bool) {
 	}
 	t := m.cl.ActiveTurn()
 	return t, t == "" && m.proc != nil && !m.proc.lost
+}
+
+// turnSettledLocked returns a channel closed when the active turn settles.
+// It is made on demand, so a turn re-adopted after a restart (acp.md
+// §3.5) is waited for exactly like one this process started (§4.4 step
+// 3). m.mu held, with a turn active.
+func (m *Manager) turnSettledLocked() <-chan struct{} {
+	if m.turnDone == nil {
+		m.turnDone = make(chan struct{})
+	}
+	return m.turnDone
 }
 
 // closeTurnLocked wakes a cancel waiting for the turn to settle.

@@ -82,7 +82,7 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 	r.prepare("--hang-on-new-session")
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	_, err := r.m.Open(ctx)
+	_, err := r.m.Open(ctx, "cmd-open")
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "session_handshake_timeout", ce.Code)
@@ -111,7 +111,7 @@ func TestFlowControl(t *testing.T) {
 	opened := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	go func() { _, err := r.m.Open(ctx); opened <- err }()
+	go func() { _, err := r.m.Open(ctx, "cmd-open"); opened <- err }()
 	eventually(t, "the process recorded", func() bool {
 		st, _ := r.sink.snapshot()
 		return st.Session != nil && st.Session.Process != nil
@@ -156,9 +156,9 @@ func TestRequestResolve(t *testing.T) {
 	evs := r.sink.waitEvent(t, "runtime_request.created")
 	req := payloadOf(evs, "runtime_request.created")["request"].(map[string]any)
 	id := req["requestId"].(string)
-	_, err = r.m.Resolve(json.RawMessage(`{"requestId":"nope","response":{"optionId":"allow"}}`))
+	_, err = r.m.Resolve("cmd-resolve", json.RawMessage(`{"requestId":"nope","response":{"optionId":"allow"}}`))
 	require.Error(t, err, "an unknown request id is refused")
-	res, err := r.m.Resolve(jsonenc.MustMarshalEscaped(map[string]any{"requestId": id, "turnId": "pturn-1", "response": map[string]any{"optionId": "allow"}}))
+	res, err := r.m.Resolve("cmd-resolve", jsonenc.MustMarshalEscaped(map[string]any{"requestId": id, "turnId": "pturn-1", "response": map[string]any{"optionId": "allow"}}))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"resolved":true}`, string(res))
 	evs = r.sink.waitEvent(t, "run.terminal")
@@ -207,4 +207,43 @@ func TestLargePayloadStagedInFile(t *testing.T) {
 	r.turn("echo big")
 	evs := r.sink.waitEvent(t, "run.terminal")
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
+}
+
+// TestEffectResultsRideWithEvidence: session.open, request.resolve and
+// turn.start record their completed result in the very commit that holds
+// their effect's evidence (the session, the answer, the prompt's
+// reservation), so a crash after it reports the real result (prp.md §7.2
+// item 8).
+func TestEffectResultsRideWithEvidence(t *testing.T) {
+	r := newRig(t)
+	b, _ := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+		"command": fakeacpBin(t), "cwd": t.TempDir(), "permissionMode": "manual"}})
+	_, err := r.m.Prepare(b)
+	require.NoError(t, err)
+	opened := r.open()
+	r.turn("permission allow")
+	evs := r.sink.waitEvent(t, "runtime_request.created")
+	id := payloadOf(evs, "runtime_request.created")["request"].(map[string]any)["requestId"].(string)
+	resolved, err := r.m.Resolve("cmd-resolve", jsonenc.MustMarshalEscaped(map[string]any{"requestId": id, "response": map[string]any{"optionId": "allow"}}))
+	require.NoError(t, err)
+	r.sink.waitEvent(t, "run.terminal")
+
+	r.sink.mu.Lock()
+	defer r.sink.mu.Unlock()
+	for cmd, want := range map[string]struct {
+		result json.RawMessage
+		event  string
+	}{
+		"cmd-open":    {opened, "session.started"},
+		"cmd-resolve": {resolved, "runtime_request.resolved"},
+		"cmd-turn-1":  {nil, "turn.started"},
+	} {
+		got, ok := r.sink.outcomes[cmd]
+		require.True(t, ok, "%s recorded a result with its effect", cmd)
+		require.Equal(t, OutcomeCompleted, got.Status, cmd)
+		if want.result != nil {
+			require.JSONEq(t, string(want.result), string(got.Result), cmd)
+		}
+		require.Contains(t, r.sink.outcomeEvents[cmd], want.event, "%s: in the commit of its evidence", cmd)
+	}
 }

@@ -19,8 +19,8 @@ type stampSink struct {
 	samples []time.Duration
 }
 
-func (s *stampSink) Commit(st Stored, evs []acpx.Event) error {
-	if err := s.memSink.Commit(st, evs); err != nil {
+func (s *stampSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error {
+	if err := s.memSink.Commit(st, evs, out); err != nil {
 		return err
 	}
 	now := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -33,11 +34,15 @@ type memSink struct {
 	changed chan struct{}
 	// gate, when set, is closed to open the flow-control gate.
 	gate chan struct{}
+	// outcomes are the command results commits recorded, by command id,
+	// and the event types of the commit that recorded each.
+	outcomes      map[string]CommandOutcome
+	outcomeEvents map[string][]string
 }
 
 func newMemSink() *memSink { return &memSink{changed: make(chan struct{})} }
 
-func (s *memSink) Commit(st Stored, evs []acpx.Event) error {
+func (s *memSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error {
 	b, err := json.Marshal(st) // the record must stay serialisable
 	if err != nil {
 		return err
@@ -50,6 +55,13 @@ func (s *memSink) Commit(st Stored, evs []acpx.Event) error {
 	defer s.mu.Unlock()
 	s.st = cp
 	s.events = append(s.events, evs...)
+	if out != nil {
+		if s.outcomes == nil {
+			s.outcomes, s.outcomeEvents = map[string]CommandOutcome{}, map[string][]string{}
+		}
+		s.outcomes[out.CommandID] = *out
+		s.outcomeEvents[out.CommandID] = types(evs)
+	}
 	s.commits++
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -147,6 +159,7 @@ type rig struct {
 	m     *Manager
 	state string
 	cwd   string // the agent cwd, fixed so a record stays reusable
+	turns int    // turn.start commands issued
 }
 
 // testBounds are short bounds so fault scenarios finish in seconds.
@@ -197,7 +210,7 @@ func (r *rig) open() json.RawMessage {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	res, err := r.m.Open(ctx)
+	res, err := r.m.Open(ctx, "cmd-open")
 	require.NoError(r.t, err)
 	return res
 }
@@ -205,7 +218,8 @@ func (r *rig) open() json.RawMessage {
 func (r *rig) turn(text string) string {
 	r.t.Helper()
 	b, _ := json.Marshal(map[string]string{"text": text})
-	res, err := r.m.StartTurn(b)
+	r.turns++
+	res, err := r.m.StartTurn(fmt.Sprintf("cmd-turn-%d", r.turns), b)
 	require.NoError(r.t, err)
 	var out struct {
 		ProviderTurnID string `json:"providerTurnId"`
@@ -252,7 +266,7 @@ func (r *rig) openErr() *CommandError {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	_, err := r.m.Open(ctx)
+	_, err := r.m.Open(ctx, "cmd-open")
 	var ce *CommandError
 	require.ErrorAs(r.t, err, &ce)
 	return ce

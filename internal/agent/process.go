@@ -256,7 +256,7 @@ func (m *Manager) isEnded(p *process) bool {
 func (m *Manager) loseAndCommit(p *process, reason acpx.LossReason) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.commitLocked(m.lostLocked(p, reason)); err != nil {
+	if err := m.commitThenWriteLocked(m.lostLocked(p, reason), nil); err != nil {
 		m.log.Error("commit channel loss", "err", err)
 	}
 }
@@ -336,7 +336,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 		len(p.bufWakes) == 0 && (quiet || more) {
 		return nil
 	}
-	if err := m.sendLocked(nil, nil); err != nil && !errors.Is(err, acpx.ErrWrite) {
+	if err := m.commitThenWriteLocked(nil, nil); err != nil && !errors.Is(err, acpx.ErrWrite) {
 		return err
 	}
 	if stop {
@@ -547,7 +547,7 @@ func (m *Manager) finishProcess(p *process) {
 	if m.cl != nil {
 		m.cl.ResetProcess()
 	}
-	if err := m.commitLocked(evs); err != nil {
+	if err := m.commitThenWriteLocked(evs, nil); err != nil {
 		m.log.Error("commit agent gone", "err", err)
 	}
 }

@@ -30,7 +30,7 @@ func TestRealAgentHandshake(t *testing.T) {
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*acpx.ColdOpenBoundSlow)
 			defer cancel()
-			_, err = r.m.Open(ctx)
+			_, err = r.m.Open(ctx, "cmd-open")
 			if err != nil {
 				var ce *CommandError
 				require.ErrorAs(t, err, &ce)

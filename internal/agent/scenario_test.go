@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -178,7 +180,7 @@ func TestACP05_StdoutBanner(t *testing.T) {
 		r.prepare("--stdout-banner", strconv.Itoa(acpx.MaxConsecutiveBadLines))
 		ctx, cancel := context.WithTimeout(context.Background(), testWait)
 		defer cancel()
-		_, err := r.m.Open(ctx)
+		_, err := r.m.Open(ctx, "cmd-open")
 		require.Error(t, err)
 	})
 }
@@ -300,7 +302,7 @@ func TestACP28_StdinWriteFails(t *testing.T) {
 	defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, sessiondir.StdinDir)))
 	b, _ := json.Marshal(map[string]string{"text": "echo lost"})
-	res, err := r.m.StartTurn(b)
+	res, err := r.m.StartTurn("cmd-turn", b)
 	require.NoError(t, err)
 	require.Contains(t, string(res), `"lossReason":"write_error"`)
 	_, evs := r.sink.snapshot()
@@ -320,7 +322,7 @@ func TestRestartDuringHandshake(t *testing.T) {
 	r.prepare("--hang-on-new-session")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _, _ = r.m.Open(ctx) }()
+	go func() { defer close(done); _, _ = r.m.Open(ctx, "cmd-open") }()
 	eventually(t, "agent launched", func() bool {
 		st, _ := r.sink.snapshot()
 		return st.Session != nil && st.Session.Process != nil
@@ -361,4 +363,156 @@ func TestCloseDuringTurn(t *testing.T) {
 	require.Equal(t, 1, count(evs, "turn.interrupted"))
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	require.Equal(t, "interrupted", payloadOf(evs, "run.terminal")["turnTerminalState"])
+}
+
+// TestACP20_InterruptAfterRestart: after runnerd goes away mid-turn and a
+// new manager re-adopts the live agent, turn.interrupt waits the cancel
+// grace for the adopted turn exactly as for a fresh one (acp.md §4.4,
+// §3.5): the agent's last words ("interrupted") and its cancelled answer
+// reach the turn instead of being dropped as updates outside a turn.
+func TestACP20_InterruptAfterRestart(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.CancelGrace = testWait })
+	r.prepare()
+	r.open()
+	r.turn("sleep 30000")
+	r.waitTurnRunning("turn.started")
+	r.m.Close()
+
+	st, _ := r.sink.snapshot()
+	m2 := NewManager(r.cfg, st)
+	r.m = m2 // the rig's cleanup shuts it down
+	require.NoError(t, m2.Start())
+	res := r.cancel(Interrupt)
+	require.Equal(t, true, res["cancelled"])
+	_, evs := r.sink.snapshot()
+	var said string
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			said += e.Payload["text"].(string)
+		}
+	}
+	require.Equal(t, "interrupted", said, "the agent's last words reach the turn")
+	require.Equal(t, 1, count(evs, "turn.interrupted"))
+	require.Equal(t, "cancelled", payloadOf(evs, "turn.interrupted")["stopReason"])
+	require.Equal(t, 1, count(evs, "run.terminal"))
+}
+
+// TestTurnStartResultRidesWithPrompt: turn.start's result is recorded in
+// the write that records the prompt's reservation and its temporary file
+// name, so a crash after that write reports the real result (prp.md §7.2
+// item 8): the final name present, or both names gone → completed; the
+// temporary file present → failed prompt_not_delivered, the file removed,
+// the turn ended, and its number reused without a gap; the session dir
+// gone → execution_indeterminate. pcwrap is paused, so each crash point
+// is laid out exactly.
+func TestTurnStartResultRidesWithPrompt(t *testing.T) {
+	cases := []struct {
+		name  string
+		crash func(t *testing.T, dir string, pr PromptDelivery)
+		want  OutcomeStatus
+		code  string
+	}{
+		{"published", func(*testing.T, string, PromptDelivery) {}, OutcomeCompleted, ""},
+		{"consumed", func(t *testing.T, dir string, pr PromptDelivery) {
+			require.NoError(t, os.Remove(filepath.Join(dir, sessiondir.StdinDir, sessiondir.SeqName(pr.Seq))))
+		}, OutcomeCompleted, ""},
+		{"before rename", func(t *testing.T, dir string, pr PromptDelivery) {
+			stdin := filepath.Join(dir, sessiondir.StdinDir)
+			require.NoError(t, os.Rename(filepath.Join(stdin, sessiondir.SeqName(pr.Seq)), filepath.Join(stdin, pr.Tmp)))
+		}, OutcomeFailed, CodePromptNotDelivered},
+		{"session dir gone", func(t *testing.T, dir string, _ PromptDelivery) {
+			require.NoError(t, os.RemoveAll(dir))
+		}, OutcomeIndeterminate, CodeExecutionIndeterminate},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.prepare()
+			r.open()
+			dir := r.sessionDir()
+			pgid := agentPgid(t, dir)
+			r.m.mu.Lock()
+			pid := r.m.proc.pid
+			r.m.mu.Unlock()
+			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			eventually(t, "pcwrap stopped", func() bool { return allThreadsStopped(pid) })
+			resumed := false
+			resume := func() {
+				if !resumed {
+					resumed = true
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+				}
+			}
+			defer resume()
+
+			b, _ := json.Marshal(map[string]string{"text": "echo hi"})
+			res, err := r.m.StartTurn("cmd-1", b)
+			require.NoError(t, err)
+			st, _ := r.sink.snapshot()
+			require.NotNil(t, st.Prompt, "the prompt's proof is durable")
+			require.Equal(t, "cmd-1", st.Prompt.CommandID)
+			r.sink.mu.Lock()
+			first := r.sink.outcomes["cmd-1"]
+			r.sink.mu.Unlock()
+			require.Equal(t, OutcomeCompleted, first.Status, "recorded with the evidence")
+			require.JSONEq(t, string(res), string(first.Result))
+			r.m.Close() // runnerd is SIGKILLed here
+
+			tc.crash(t, dir, *st.Prompt)
+			if tc.name == "session dir gone" {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			m2 := NewManager(r.cfg, st)
+			r.m = m2 // the rig's cleanup shuts it down
+			require.NoError(t, m2.Start())
+			r.sink.mu.Lock()
+			got := r.sink.outcomes["cmd-1"]
+			r.sink.mu.Unlock()
+			require.Equal(t, tc.want, got.Status)
+			if tc.code != "" {
+				var body struct{ Code string }
+				require.NoError(t, json.Unmarshal(got.Result, &body))
+				require.Equal(t, tc.code, body.Code)
+			}
+			st2, _ := r.sink.snapshot()
+			require.Nil(t, st2.Prompt, "settled at recovery")
+			switch tc.name {
+			case "published":
+				resume()
+				evs := r.sink.waitEvent(t, "turn.completed")
+				require.Equal(t, 1, count(evs, "run.terminal"))
+			case "before rename":
+				_, err := os.Stat(filepath.Join(dir, sessiondir.StdinDir, st.Prompt.Tmp))
+				require.ErrorIs(t, err, os.ErrNotExist, "the temporary file is removed")
+				_, evs := r.sink.snapshot()
+				require.Equal(t, 1, count(evs, "turn.failed"), "the started turn ends")
+				resume()
+				r.turn("echo again") // takes the unpublished number: no gap, no lost input
+				evs = r.sink.waitEvent(t, "turn.completed")
+				require.Equal(t, 0, count(evs, "harness.diagnostic")-1, "only the failed turn's diagnostic")
+			}
+		})
+	}
+}
+
+// allThreadsStopped reports whether every thread of pid is in the stopped
+// state (a SIGSTOP lands asynchronously).
+func allThreadsStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		// The state follows the parenthesised command name.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }

@@ -104,7 +104,7 @@ func TestACP14_SerializedPrompts(t *testing.T) {
 	r.open()
 	r.turn("sleep 2000")
 	b, _ := json.Marshal(map[string]string{"text": "echo again"})
-	_, err := r.m.StartTurn(b)
+	_, err := r.m.StartTurn("cmd-turn", b)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
@@ -237,7 +237,7 @@ func TestACP19_ColdStartGate(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), testWait)
 			defer cancel()
-			_, errs[i] = r.m.Open(ctx)
+			_, errs[i] = r.m.Open(ctx, "cmd-open")
 			mu.Lock()
 			firstDone = true
 			mu.Unlock()

@@ -57,9 +57,41 @@ func newAgentExec(r *loop) (*agentExec, error) {
 // start re-adopts a live agent (acp.md §3.5) for the run context ctx.
 func (a *agentExec) start(ctx context.Context) {
 	a.ctx = ctx
+	if err := a.reviseUnstartedTurns(); err != nil {
+		a.r.log.Error("revise interrupted turn.start", "err", err)
+	}
 	if err := a.m.Start(); err != nil {
 		a.r.log.Error("re-adopt agent", "err", err)
 	}
+}
+
+// reviseUnstartedTurns settles each turn.start that was still pending at
+// the crash: its prompt is published only after the write that records
+// its result (prp.md §7.2 item 8), so a pending one never reached the
+// agent. It is failed {code: prompt_not_delivered}, not indeterminate.
+// Nothing has sent these results yet.
+func (a *agentExec) reviseUnstartedTurns() error {
+	var ids []string
+	for _, c := range a.r.store.Recovery().Indeterminate {
+		if c.CommandType == "turn.start" {
+			ids = append(ids, c.CommandID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return a.r.store.Update(func(tx *state.Tx) error {
+		for _, id := range ids {
+			if prev, ok := tx.RecordedResult(id); !ok || prev.Status != state.StatusIndeterminate {
+				continue // already revised by an earlier life
+			}
+			if _, err := tx.ReviseCommand(id, state.StatusFailed,
+				codeResult(agent.CodePromptNotDelivered, "runner restarted before the prompt was queued")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // stop ends the executor. An orderly stop (ctx cancelled by a signal, a
@@ -77,7 +109,7 @@ func (a *agentExec) stop(orderly bool) {
 
 // Commit implements agent.Sink: the record and the events in one durable
 // write, then a send of what is committed.
-func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event) error {
+func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event, out *agent.CommandOutcome) error {
 	events, err := stateEvents(evs)
 	if err != nil {
 		return err
@@ -85,6 +117,13 @@ func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event) error {
 	err = a.r.store.Update(func(tx *state.Tx) error {
 		if err := tx.SetRecord(agentRecord, st); err != nil {
 			return err
+		}
+		if out != nil {
+			// The result rides with the evidence of its effect (prp.md
+			// §7.2 item 8); it has not been sent.
+			if _, err := tx.ReviseCommand(out.CommandID, state.CommandStatus(out.Status), out.Result); err != nil {
+				return err
+			}
 		}
 		for _, e := range events {
 			if _, err := tx.Enqueue(e); err != nil && !outboxBound(err) {
@@ -98,6 +137,19 @@ func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event) error {
 	}
 	a.r.flush(a.ctx)
 	return nil
+}
+
+// settled runs in the write that records commandID's result after its
+// handler returned: the agent's proof of a staged prompt is dropped.
+func (a *agentExec) settled(tx *state.Tx, commandID string) error {
+	var st agent.Stored
+	if ok, err := tx.Record(agentRecord, &st); err != nil || !ok {
+		return err
+	}
+	if !st.SettlePrompt(commandID) {
+		return nil
+	}
+	return tx.SetRecord(agentRecord, st)
 }
 
 // Drained implements agent.Sink: provider output is taken only once
@@ -118,11 +170,11 @@ var closedPayload = map[string]bool{
 
 // stateEvents converts mapped events for the outbox: the provider turn and
 // item ids go into the payload (the envelope carries the runner's durable
-// identity), and consecutive deltas of one item coalesce into one P2 event
-// (prp.md §8.1).
+// identity). Deltas carry CoalesceKey = itemId: the outbox merges
+// consecutive deltas of one item into one unsent P2 event (prp.md §8.1,
+// §9.3), in this commit or a later one.
 func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 	out := make([]state.Event, 0, len(evs))
-	var lastDelta map[string]any
 	for _, e := range evs {
 		p := make(map[string]any, len(e.Payload)+2)
 		for k, v := range e.Payload {
@@ -140,26 +192,15 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 				p["itemId"] = e.ItemID
 			}
 		}
-		if e.EventType == "item.delta" && lastDelta != nil && lastDelta["itemId"] == p["itemId"] {
-			prev, _ := lastDelta["text"].(string)
-			next, _ := p["text"].(string)
-			lastDelta["text"] = prev + next
-			b, err := json.Marshal(lastDelta)
-			if err != nil {
-				return nil, err
-			}
-			out[len(out)-1].Payload = b
-			continue
-		}
-		lastDelta = nil
-		if e.EventType == "item.delta" {
-			lastDelta = p
-		}
 		b, err := json.Marshal(p)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b})
+		ev := state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b}
+		if id, _ := p["itemId"].(string); e.EventType == "item.delta" && id != "" {
+			ev.CoalesceKey = id
+		}
+		out = append(out, ev)
 	}
 	return out, nil
 }
@@ -179,17 +220,28 @@ func (a *agentExec) handlers() map[string]Handler {
 	cancel := func(k agent.CancelKind) Handler {
 		return withCtx(func(ctx context.Context) (json.RawMessage, error) { return a.m.Cancel(ctx, k) })
 	}
+	// These record their result in the write that holds their effect's
+	// evidence, so they need the command id (prp.md §7.2 item 8).
+	turnStart := func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
+		return a.m.StartTurn(cmd.CommandID, cmd.Payload)
+	}
+	open := func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error) {
+		return a.m.Open(ctx, cmd.CommandID)
+	}
+	resolve := func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
+		return a.m.Resolve(cmd.CommandID, cmd.Payload)
+	}
 	return map[string]Handler{
 		"run.prepare":     plain(a.m.Prepare),
-		"session.open":    withCtx(a.m.Open),
-		"turn.start":      plain(a.m.StartTurn),
+		"session.open":    open,
+		"turn.start":      turnStart,
 		"turn.steer":      plain(func(json.RawMessage) (json.RawMessage, error) { return a.m.Steer() }),
 		"turn.interrupt":  cancel(agent.Interrupt),
 		"turn.stop":       cancel(agent.StopTurn),
 		"run.cancel":      cancel(agent.RunCancel),
 		"session.close":   withCtx(a.m.CloseSession),
 		"session.destroy": withCtx(a.m.Destroy),
-		"request.resolve": plain(a.m.Resolve),
+		"request.resolve": resolve,
 	}
 }
 

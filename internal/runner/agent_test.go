@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
@@ -115,4 +117,58 @@ func TestAgentEventsMatchSchema(t *testing.T) {
 		require.NoError(t, json.Unmarshal(raw, &env))
 		require.NoError(t, prpschema.Validate(schemas.EventV1, env.Payload), "event %s", env.Payload)
 	}
+}
+
+// TestAgentDeltasCoalesceInTheOutbox: the production path drives the
+// outbox's coalescing (CoalesceKey = itemId, prp.md §9.3): deltas of one
+// item from separate commits become one unsent P2 event whose text is the
+// concatenation, with a credential split across two deltas still
+// redacted; another item starts a new event; the bytes validate against
+// the reference event schema.
+func TestAgentDeltasCoalesceInTheOutbox(t *testing.T) {
+	schemas := prpschema.Load(t)
+	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
+	require.NoError(t, err)
+	defer st.Close()
+	delta := func(item, text string) acpx.Event {
+		return acpx.Event{EventType: "item.delta", Priority: acpx.P2, TurnID: "pturn-1", ItemID: item,
+			Payload: map[string]any{"kind": "assistant_message", "text": text}}
+	}
+	commit := func(evs ...acpx.Event) {
+		events, err := stateEvents(evs)
+		require.NoError(t, err)
+		require.NoError(t, st.Update(func(tx *state.Tx) error {
+			for _, e := range events {
+				if _, err := tx.Enqueue(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	before := len(st.Unacked())
+	commit(delta("it-1", "a <b> "), delta("it-1", "key sk-ant-0123"))
+	commit(delta("it-1", "456789abcdefghij done"))
+	commit(delta("it-2", "other"))
+	out := st.Unacked()[before:]
+	require.Equal(t, 2, len(out), "one event per item")
+	var texts []string
+	for _, e := range out {
+		var env struct {
+			Payload struct {
+				Payload map[string]any `json:"payload"`
+			} `json:"payload"`
+		}
+		raw, err := e.Wire(2)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(raw, &env))
+		var whole struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &whole))
+		require.NoError(t, prpschema.Validate(schemas.EventV1, whole.Payload), "event %s", whole.Payload)
+		texts = append(texts, env.Payload.Payload["text"].(string))
+	}
+	require.Equal(t, "a <b> key "+state.Redacted+" done", texts[0])
+	require.Equal(t, "other", texts[1])
 }

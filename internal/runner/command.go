@@ -148,16 +148,12 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 				return err
 			})
 		case herr != nil:
+			failure := state.FailedResult(herr.Error())
 			if coded := commandFailure(herr); coded != nil {
 				// A protocol-named failure code (e.g. session_handshake_timeout, acp.md §4.1).
-				res, err = r.finishCommand(cmd, state.StatusFailed, coded)
-			} else {
-				err = r.store.Update(func(tx *state.Tx) error {
-					var err error
-					res, err = tx.FailCommand(cmd.CommandID, herr.Error())
-					return err
-				})
+				failure = coded
 			}
+			res, err = r.finishCommand(cmd, state.StatusFailed, failure)
 			code, msg := resultFailure(res.Result)
 			r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type, "code", code, "message", msg)
 		default:
@@ -174,7 +170,16 @@ func (r *loop) finishCommand(cmd *prp.Command, status state.CommandStatus, resul
 	var res state.CommandResult
 	err := r.store.Update(func(tx *state.Tx) error {
 		var err error
-		res, err = tx.FinishCommand(cmd.CommandID, status, result)
+		if prev, ok := tx.RecordedResult(cmd.CommandID); ok && prev.Status != state.StatusPending {
+			// The effect recorded a result with its durable evidence
+			// (prp.md §7.2 item 8); the executor's answer is final.
+			res, err = tx.ReviseCommand(cmd.CommandID, status, result)
+		} else {
+			res, err = tx.FinishCommand(cmd.CommandID, status, result)
+		}
+		if err == nil && r.exec != nil {
+			err = r.exec.settled(tx, cmd.CommandID)
+		}
 		return err
 	})
 	return res, err

@@ -131,6 +131,97 @@ func (w *Writer) Write(ctx context.Context, m frame.Message) (int64, error) {
 	return seq, nil
 }
 
+// Staged is a stdin file written completely under its temporary name but
+// not yet published under its final name (Seq): pcwrap cannot see it.
+// runnerd records Tmp with the sequence reservation, so a restart can
+// tell a published file from one that never reached the queue (prp.md
+// §7.2 item 8).
+type Staged struct {
+	Seq int64
+	Tmp string
+}
+
+// StageStdin writes raw bytes for the child's stdin as file seq, under a
+// temporary name only. seq is at or after Next: the files before it are
+// written first, then Publish makes this one visible.
+func (w *Writer) StageStdin(data []byte, seq int64) (Staged, error) {
+	body := frame.Message{Type: frame.MsgStdin, Data: data}.AppendJSON(nil)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dir == nil {
+		return Staged{}, fmt.Errorf("stage stdin file: %w", ErrWriterClosed)
+	}
+	if seq < w.next {
+		return Staged{}, fmt.Errorf("stage stdin file %s: %w", SeqName(seq), ErrSeqTaken)
+	}
+	tmp, err := stage(w.dir, SeqName(seq), body)
+	if err != nil {
+		return Staged{}, fmt.Errorf("stage stdin file %s: %w", SeqName(seq), err)
+	}
+	return Staged{Seq: seq, Tmp: tmp}, nil
+}
+
+// Publish renames a staged file to its final name. It must be the next
+// file of the queue. On failure the staged file stays, so a restart still
+// sees it unpublished, and its number stays free; the caller records the
+// failure, then Discards it.
+func (w *Writer) Publish(s Staged) (int64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dir == nil {
+		return 0, fmt.Errorf("publish stdin file: %w", ErrWriterClosed)
+	}
+	if s.Seq != w.next {
+		return 0, fmt.Errorf("publish stdin file %s: next is %s", SeqName(s.Seq), SeqName(w.next))
+	}
+	if err := rename(w.dir, s.Tmp, SeqName(s.Seq)); err != nil {
+		return 0, fmt.Errorf("publish stdin file %s: %w", SeqName(s.Seq), err)
+	}
+	w.next = s.Seq + 1
+	return s.Seq, nil
+}
+
+// Discard removes a staged file that will never be published.
+func (w *Writer) Discard(s Staged) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dir == nil {
+		return fmt.Errorf("discard stdin file: %w", ErrWriterClosed)
+	}
+	return removeStaged(w.dir, s.Tmp)
+}
+
+// Delivery is where a staged file stands after a restart (prp.md §7.2
+// item 8).
+type Delivery int
+
+// Deliveries of a staged file.
+const (
+	// Published: the final name is present, or both names are gone (pcwrap
+	// consumed it).
+	Published Delivery = iota + 1
+	// Unpublished: the temporary file is still there; it never reached
+	// the queue.
+	Unpublished
+)
+
+// Locate reports whether a staged file was published.
+func (w *Writer) Locate(s Staged) (Delivery, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dir == nil {
+		return 0, fmt.Errorf("locate stdin file: %w", ErrWriterClosed)
+	}
+	tmp, err := present(w.dir, s.Tmp)
+	if err != nil {
+		return 0, fmt.Errorf("locate stdin file: %w", err)
+	}
+	if tmp {
+		return Unpublished, nil
+	}
+	return Published, nil
+}
+
 // tmpName returns a fresh temporary sibling name for final.
 func tmpName(final string) (string, error) {
 	var b [8]byte

@@ -57,15 +57,29 @@ func controlPathError(op string, err error) error {
 
 // publish writes body to a fresh temporary sibling of final inside dir and
 // renames it to final without replacing an existing file.
-func publish(dir *os.File, final string, body []byte) (err error) {
-	tmp, err := tmpName(final)
+func publish(dir *os.File, final string, body []byte) error {
+	tmp, err := stage(dir, final, body)
 	if err != nil {
 		return err
+	}
+	if err := renameNoReplace(int(dir.Fd()), tmp, final); err != nil {
+		_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
+		return err
+	}
+	return nil
+}
+
+// stage writes body completely to a fresh temporary sibling of final
+// inside dir and returns its name; the reader never lists it.
+func stage(dir *os.File, final string, body []byte) (tmp string, err error) {
+	tmp, err = tmpName(final)
+	if err != nil {
+		return "", err
 	}
 	dfd := int(dir.Fd())
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, stdinFileMode)
 	if err != nil {
-		return fmt.Errorf("openat temp file: %w", err)
+		return "", fmt.Errorf("openat temp file: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -75,12 +89,38 @@ func publish(dir *os.File, final string, body []byte) (err error) {
 	werr := writeAll(fd, body)
 	cerr := unix.Close(fd)
 	if werr != nil {
-		return fmt.Errorf("write temp file: %w", werr)
+		return "", fmt.Errorf("write temp file: %w", werr)
 	}
 	if cerr != nil {
-		return fmt.Errorf("close temp file: %w", cerr)
+		return "", fmt.Errorf("close temp file: %w", cerr)
 	}
-	return renameNoReplace(dfd, tmp, final)
+	return tmp, nil
+}
+
+// rename publishes a staged temp file under final.
+func rename(dir *os.File, tmp, final string) error {
+	return renameNoReplace(int(dir.Fd()), tmp, final)
+}
+
+// removeStaged deletes a staged temp file; absent is fine.
+func removeStaged(dir *os.File, tmp string) error {
+	if err := unix.Unlinkat(int(dir.Fd()), tmp, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unlinkat temp file: %w", err)
+	}
+	return nil
+}
+
+// present reports whether name exists in dir (not following a symlink).
+func present(dir *os.File, name string) (bool, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("fstatat %s: %w", name, err)
 }
 
 // renameNoReplace renames old to new inside one directory and fails with

@@ -285,3 +285,47 @@ func TestWriterHeldDirDefeatsPathSwap(t *testing.T) {
 	assert.Empty(t, dirNames(t, elsewhere), "nothing written through the swapped-in link")
 	assert.Equal(t, []string{"000000000001.json"}, dirNames(t, stdin+".old"))
 }
+
+// A staged file stays invisible under its temporary name until Publish,
+// after the files before it; Locate tells a published file from one that
+// never reached the queue (prp.md §7.2 item 8).
+func TestWriterStagesThenPublishes(t *testing.T) {
+	d := newSession(t)
+	w, err := OpenWriter(d, 1, WriterOptions{})
+	require.NoError(t, err)
+	defer w.Close()
+	stdin := filepath.Join(d, StdinDir)
+
+	s, err := w.StageStdin([]byte("prompt"), 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{s.Tmp}, dirNames(t, stdin), "only the temporary name exists")
+	loc, err := w.Locate(s)
+	require.NoError(t, err)
+	require.Equal(t, Unpublished, loc)
+	_, err = w.Publish(s)
+	require.Error(t, err, "file 1 comes first")
+	loc, err = w.Locate(s)
+	require.NoError(t, err)
+	require.Equal(t, Unpublished, loc, "a failed publish keeps the staged file")
+	_, err = w.Stdin(context.Background(), []byte("first"))
+	require.NoError(t, err)
+	seq, err := w.Publish(s)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), seq)
+	require.Equal(t, int64(3), w.Next())
+	require.Equal(t, []string{"000000000001.json", "000000000002.json"}, dirNames(t, stdin))
+	loc, err = w.Locate(s)
+	require.NoError(t, err)
+	require.Equal(t, Published, loc)
+	require.NoError(t, os.Remove(filepath.Join(stdin, "000000000002.json"))) // pcwrap consumed it
+	loc, err = w.Locate(s)
+	require.NoError(t, err)
+	require.Equal(t, Published, loc)
+
+	s, err = w.StageStdin([]byte("never"), 3)
+	require.NoError(t, err)
+	require.NoError(t, w.Discard(s))
+	require.Equal(t, []string{"000000000001.json"}, dirNames(t, stdin))
+	_, err = w.StageStdin([]byte("x"), 1)
+	require.ErrorIs(t, err, ErrSeqTaken)
+}

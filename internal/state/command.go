@@ -169,6 +169,46 @@ func (tx *Tx) FinishCommand(commandID string, status CommandStatus, result json.
 	return prev, nil
 }
 
+// RecordedResult returns the journal entry of commandID in this
+// transaction.
+func (tx *Tx) RecordedResult(commandID string) (CommandResult, bool) {
+	r, ok := tx.st.ProcessedCommands[commandID]
+	return r, ok
+}
+
+// ReviseCommand replaces the recorded outcome of a command whose result
+// has not been sent yet: an effect recorded it in the write that holds its
+// durable evidence (prp.md §7.2 item 8), and the executor returned another
+// result, or a restart found that the evidence did not hold (the prompt
+// never reached the agent, or it cannot be known). status is completed,
+// failed or indeterminate; the result is sanitised and bounded like
+// FinishCommand's.
+func (tx *Tx) ReviseCommand(commandID string, status CommandStatus, result json.RawMessage) (CommandResult, error) {
+	if status != StatusCompleted && status != StatusFailed && status != StatusIndeterminate {
+		return CommandResult{}, fmt.Errorf("revise command: unsupported status %q", status)
+	}
+	prev, ok := tx.st.ProcessedCommands[commandID]
+	if !ok || prev.Status == StatusRejected {
+		return CommandResult{}, fmt.Errorf("revise command: %w", ErrCommandNotPending)
+	}
+	clean, err := sanitizeJSON(result)
+	if err != nil {
+		return CommandResult{}, fmt.Errorf("revise command: %w", err)
+	}
+	if len(clean) > MaxCommandResultBytes {
+		return CommandResult{}, fmt.Errorf("revise command: %w", ErrCommandResultTooLarge)
+	}
+	prev.Status, prev.Result = status, clean
+	tx.st.ProcessedCommands[commandID] = prev
+	return prev, nil
+}
+
+// FailedResult is FailCommand's result: {code: command_execution_failed,
+// message}, the message redacted.
+func FailedResult(message string) json.RawMessage {
+	return codeResult(CodeCommandExecutionFailed, redactText(message))
+}
+
 // RejectCommand records status rejected with {code, message} for a pending
 // command that had no effect (refused by the runner, or a type it does not
 // implement), so the journal holds the status the core saw and a duplicate
@@ -180,7 +220,7 @@ func (tx *Tx) RejectCommand(commandID, code, message string) (CommandResult, err
 // FailCommand records status failed with {code: command_execution_failed,
 // message}. The message is redacted; never pass provider text.
 func (tx *Tx) FailCommand(commandID, message string) (CommandResult, error) {
-	return tx.FinishCommand(commandID, StatusFailed, codeResult(CodeCommandExecutionFailed, redactText(message)))
+	return tx.FinishCommand(commandID, StatusFailed, FailedResult(message))
 }
 
 // reconcilePending rewrites pending entries to indeterminate (prp.md §7.2

@@ -70,8 +70,10 @@ type Event struct {
 	Payload  json.RawMessage
 	// CoalesceKey (P2 only, runner events only): when the newest outbox event
 	// is an unsent P2 event of the same type and key, this event merges into
-	// it instead of taking a new sequence number (prp.md §9.3). String
-	// "delta" fields concatenate; every other field takes the newest value.
+	// it instead of taking a new sequence number (prp.md §9.3). The string
+	// fields named in concatFields concatenate; every other field takes the
+	// newest value. The merged payload is sanitised again, so a credential
+	// split across two deltas is still redacted.
 	CoalesceKey string
 }
 
@@ -319,6 +321,9 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 		return 0, false, fmt.Errorf("decode stored envelope: %w", ErrCorruptState)
 	}
 	merged, err := mergeDelta(env.Payload.Payload, clean)
+	if err == nil {
+		merged, err = sanitizeJSON(merged)
+	}
 	if err != nil {
 		return 0, false, nil // not mergeable: append instead
 	}
@@ -343,8 +348,13 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	return last.SourceSeq, true, nil
 }
 
-// mergeDelta merges next into prev: "delta" strings concatenate, other
-// top-level fields take next's value.
+// concatFields are the payload fields whose strings a merge concatenates:
+// "text" is item.delta's text (the reference fixture phase-01
+// happy-path.json), "delta" the generic delta field.
+var concatFields = map[string]bool{"text": true, "delta": true}
+
+// mergeDelta merges next into prev: concatFields strings concatenate,
+// other top-level fields take next's value.
 func mergeDelta(prev, next json.RawMessage) (json.RawMessage, error) {
 	var a, b map[string]json.RawMessage
 	if err := json.Unmarshal(prev, &a); err != nil {
@@ -356,7 +366,7 @@ func mergeDelta(prev, next json.RawMessage) (json.RawMessage, error) {
 	out := make(map[string]json.RawMessage, len(a)+len(b))
 	maps.Copy(out, a)
 	for k, v := range b {
-		if k == "delta" {
+		if concatFields[k] {
 			var ds, dn string
 			if json.Unmarshal(a[k], &ds) == nil && json.Unmarshal(v, &dn) == nil {
 				joined, err := jsonenc.Marshal(ds + dn)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/acpx/acpxtest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden transcripts")
@@ -58,9 +59,9 @@ func TestParseConfigFlagsAndEnv(t *testing.T) {
 	}
 }
 
-// inProcess runs the agent loop on pipes, driven by acpx.Conn.
+// inProcess runs the agent loop on pipes, driven by acpxtest.Conn.
 type inProcess struct {
-	conn   *acpx.Conn
+	conn   *acpxtest.Conn
 	stdin  *io.PipeWriter
 	done   chan int
 	stdout *io.PipeWriter
@@ -77,7 +78,7 @@ func startInProcess(t *testing.T, cfg config) *inProcess {
 		_ = outW.Close()
 		p.done <- code
 	}()
-	p.conn = acpx.NewConn(outR, inW, acpx.ConnOptions{Permissions: acpx.ApproveAll})
+	p.conn = acpxtest.NewConn(outR, inW, acpxtest.ConnOptions{Permissions: acpx.ApproveAll})
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
@@ -127,7 +128,7 @@ func TestACP23_GoldenTranscript(t *testing.T) {
 	p := startInProcess(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	require.NoError(t, p.conn.Open(ctx, acpx.OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo"}))
+	require.NoError(t, p.conn.Open(ctx, acpxtest.OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo"}))
 	done, err := p.conn.Prompt("turn-1", "echo hi")
 	require.NoError(t, err)
 	select {

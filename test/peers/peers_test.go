@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/acpx/acpxtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,11 +35,11 @@ const peerWait = 30 * time.Second
 
 type peer struct {
 	cmd   *exec.Cmd
-	conn  *acpx.Conn
+	conn  *acpxtest.Conn
 	stdin io.WriteCloser
 }
 
-func startPeer(t *testing.T, opts acpx.ConnOptions) *peer {
+func startPeer(t *testing.T, opts acpxtest.ConnOptions) *peer {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -56,7 +57,7 @@ func startPeer(t *testing.T, opts acpx.ConnOptions) *peer {
 	stdout, err := p.cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, p.cmd.Start())
-	p.conn = acpx.NewConn(stdout, p.stdin, opts)
+	p.conn = acpxtest.NewConn(stdout, p.stdin, opts)
 	t.Cleanup(func() {
 		_ = p.stdin.Close()
 		select {
@@ -71,7 +72,7 @@ func startPeer(t *testing.T, opts acpx.ConnOptions) *peer {
 	defer cancel()
 	cwd, err := os.Getwd()
 	require.NoError(t, err)
-	require.NoError(t, p.conn.Open(ctx, acpx.OpenOptions{Agent: "example", Command: "node", Cwd: cwd}))
+	require.NoError(t, p.conn.Open(ctx, acpxtest.OpenOptions{Agent: "example", Command: "node", Cwd: cwd}))
 	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{32}$`), p.conn.Record().ACPSessionID)
 	return p
 }
@@ -103,7 +104,7 @@ func (p *peer) until(t *testing.T, pred func(acpx.Inbound) bool) []acpx.Inbound 
 func TestACP25_SDKExampleAgent(t *testing.T) {
 	t.Run("full-turn", func(t *testing.T) {
 		t.Parallel()
-		p := startPeer(t, acpx.ConnOptions{Permissions: acpx.ApproveAll})
+		p := startPeer(t, acpxtest.ConnOptions{Permissions: acpx.ApproveAll})
 		mp, st := acpx.Mapper{Provider: "example"}, &acpx.MapState{}
 		evs := mp.TurnStarted(st, "turn-1")
 		done, err := p.conn.Prompt("turn-1", "hello")
@@ -142,7 +143,7 @@ func TestACP25_SDKExampleAgent(t *testing.T) {
 	})
 	t.Run("cancel-during-permission", func(t *testing.T) {
 		t.Parallel()
-		p := startPeer(t, acpx.ConnOptions{})
+		p := startPeer(t, acpxtest.ConnOptions{})
 		_, err := p.conn.Prompt("turn-1", "hello")
 		require.NoError(t, err)
 		p.until(t, func(m acpx.Inbound) bool { return m.Permission != nil })
@@ -155,7 +156,7 @@ func TestACP25_SDKExampleAgent(t *testing.T) {
 	})
 	t.Run("cancel-during-pause", func(t *testing.T) {
 		t.Parallel()
-		p := startPeer(t, acpx.ConnOptions{})
+		p := startPeer(t, acpxtest.ConnOptions{})
 		_, err := p.conn.Prompt("turn-1", "hello")
 		require.NoError(t, err)
 		p.until(t, func(m acpx.Inbound) bool { return m.Kind == acpx.KindUpdate })

@@ -1,10 +1,11 @@
-package acpx
+package acpxtest
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -15,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/clock"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -178,9 +181,9 @@ func (p *agentProc) wait() error {
 }
 
 // until drains the inbox until pred matches (or the stream ends).
-func (p *agentProc) until(t *testing.T, pred func(Inbound) bool) []Inbound {
+func (p *agentProc) until(t *testing.T, pred func(acpx.Inbound) bool) []acpx.Inbound {
 	t.Helper()
-	var got []Inbound
+	var got []acpx.Inbound
 	deadline := time.After(testWait)
 	for {
 		select {
@@ -198,7 +201,7 @@ func (p *agentProc) until(t *testing.T, pred func(Inbound) bool) []Inbound {
 	}
 }
 
-func settled(m Inbound) bool { return m.Kind == KindTurnSettled }
+func settled(m acpx.Inbound) bool { return m.Kind == acpx.KindTurnSettled }
 
 // wireLine is one transcript entry (fakeacp's NDJSON).
 type wireLine struct {
@@ -269,4 +272,68 @@ func first[T any](t testing.TB, ch <-chan T) T {
 	t.Helper()
 	v, _ := recv(t, ch)
 	return v
+}
+
+// testSecret is a secret value the redactor must scrub.
+const testSecret = "sk-test-SECRET-value-0123456789abcdef"
+
+func testMapper() acpx.Mapper {
+	return acpx.Mapper{Redactor: acpx.NewRedactor(testSecret, "short"), Provider: "claude", Cwd: "/work/repo"}
+}
+
+func types(evs []acpx.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.EventType)
+	}
+	return out
+}
+
+func countTypes(evs []acpx.Event) map[string]int {
+	n := map[string]int{}
+	for _, e := range evs {
+		n[e.EventType]++
+	}
+	return n
+}
+
+// envelope wraps an event description the way runnerd's outbox does.
+func envelope(seq int, ev acpx.Event) map[string]any {
+	env := map[string]any{
+		"schema":              "paperclip.prp.event.v1",
+		"sourceEventId":       fmt.Sprintf("event_runner-1_%016d", seq),
+		"sourceSeq":           seq,
+		"sourceInstanceId":    "runner-1",
+		"sourceKind":          "runner",
+		"runId":               "run-1",
+		"normalizedSessionId": "session-1",
+		"eventType":           ev.EventType,
+		"schemaVersion":       1,
+		"priority":            ev.Priority,
+		"emittedAt":           time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Format(time.RFC3339Nano),
+		"payload":             ev.Payload,
+	}
+	if ev.TurnID != "" {
+		env["turnId"] = ev.TurnID
+	}
+	if ev.ItemID != "" {
+		env["itemId"] = ev.ItemID
+	}
+	return env
+}
+
+// requireValidEvents validates every event against event.schema.json and
+// the finer schemas for usage receipts and runtime requests.
+func requireValidEvents(t *testing.T, evs []acpx.Event) {
+	t.Helper()
+	s := prpschema.Load(t)
+	for i, ev := range evs {
+		require.NoError(t, prpschema.Validate(s.EventV1, envelope(i+1, ev)), "event %d %s", i, ev.EventType)
+		switch ev.EventType {
+		case "usage.reported":
+			require.NoError(t, prpschema.Validate(s.Usage, ev.Payload), "usage payload %d", i)
+		case "runtime_request.created":
+			require.NoError(t, prpschema.Validate(s.Request, ev.Payload["request"]), "request payload %d", i)
+		}
+	}
 }

@@ -1,8 +1,10 @@
-package acpx
+// Package acpxtest drives an acpx.Client over plain pipes, for tests and
+// the real-peer checks. runnerd never uses it: its agent.Manager moves the
+// same lines through pcwrap session files (acp.md §3.2–§3.3). Production
+// code must not import this package.
+package acpxtest
 
 import (
-	"github.com/pcrunner/pcrunner/internal/clock"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // MaxQueuedInbound bounds the Conn's inbound queue (the Go SDK's
@@ -27,9 +32,6 @@ var (
 	ErrClosed = errors.New("acp connection closed")
 	// ErrInboxOverflow means the consumer fell MaxQueuedInbound behind.
 	ErrInboxOverflow = errors.New("acp inbound queue overflow")
-	// ErrWrite means a line could not be written to the agent's stdin (a
-	// write_error loss).
-	ErrWrite = errors.New("write agent stdin")
 	// ErrCancelGraceExpired means the prompt did not settle within the
 	// cancel grace; the caller stops the agent (acp.md §4.4 step 4).
 	ErrCancelGraceExpired = errors.New("cancel grace expired")
@@ -39,24 +41,24 @@ var (
 type ConnOptions struct {
 	Logger *slog.Logger
 	Clock  clock.Clock
-	Info   Implementation
+	Info   acpx.Implementation
 	// Record resumes a durable record (zero value: fresh).
-	Record Record
+	Record acpx.Record
 	// Permissions, when set, answers permission requests by policy; the
 	// request is still delivered (already answered) for mapping.
-	Permissions PermissionMode
+	Permissions acpx.PermissionMode
 	// HoldUnsupported keeps fs/* and terminal/* requests pending for the
 	// consumer instead of answering -32601 (runnerd advertises neither).
 	HoldUnsupported bool
 	// Persist is called with the record before every write: the
 	// durability point of acp.md §3.2. An error aborts the write.
-	Persist func(Record) error
+	Persist func(acpx.Record) error
 }
 
 // Conn runs a Client over a byte stream (an agent's stdin/stdout pipes).
 // runnerd drives the Client through pcwrap session files instead; Conn
-// serves tests, tools and the real-peer checks. One goroutine reads; writes
-// are serialised.
+// serves tests and the real-peer checks. One goroutine reads; writes are
+// serialised; every method may be called concurrently.
 type Conn struct {
 	opts  ConnOptions
 	log   *slog.Logger
@@ -64,13 +66,13 @@ type Conn struct {
 	w     io.Writer
 
 	mu      sync.Mutex
-	cl      *Client
-	waiters map[int64]chan Inbound
-	turn    chan TurnOutcome
+	cl      *acpx.Client
+	waiters map[int64]chan acpx.Inbound
+	turn    chan acpx.TurnOutcome
 	err     error
 
 	writeMu sync.Mutex
-	inbox   chan Inbound
+	inbox   chan acpx.Inbound
 	done    chan struct{}
 }
 
@@ -90,9 +92,9 @@ func NewConn(r io.Reader, w io.Writer, opts ConnOptions) *Conn {
 		log:     log,
 		clock:   opts.Clock,
 		w:       w,
-		cl:      NewClient(opts.Record, ClientOptions{Logger: log, Info: opts.Info}),
-		waiters: map[int64]chan Inbound{},
-		inbox:   make(chan Inbound, MaxQueuedInbound),
+		cl:      acpx.NewClient(opts.Record, acpx.ClientOptions{Logger: log, Info: opts.Info}),
+		waiters: map[int64]chan acpx.Inbound{},
+		inbox:   make(chan acpx.Inbound, MaxQueuedInbound),
 		done:    make(chan struct{}),
 	}
 	go c.readLoop(r)
@@ -101,7 +103,7 @@ func NewConn(r io.Reader, w io.Writer, opts ConnOptions) *Conn {
 
 // Inbox delivers updates, agent requests and settled turns in stream
 // order. It is closed when the connection ends.
-func (c *Conn) Inbox() <-chan Inbound { return c.inbox }
+func (c *Conn) Inbox() <-chan acpx.Inbound { return c.inbox }
 
 // Done is closed when the reader stopped.
 func (c *Conn) Done() <-chan struct{} { return c.done }
@@ -115,7 +117,7 @@ func (c *Conn) Err() error {
 }
 
 // Record returns the durable record.
-func (c *Conn) Record() Record {
+func (c *Conn) Record() acpx.Record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cl.Record()
@@ -175,26 +177,26 @@ func (c *Conn) feed(p []byte) error {
 	c.mu.Lock()
 	msgs, ferr := c.cl.Feed(p)
 	var lines [][]byte
-	var deliver []Inbound
+	var deliver []acpx.Inbound
 	for _, m := range msgs {
 		switch m.Kind {
-		case KindResponse:
-			id := m.responseID()
+		case acpx.KindResponse:
+			id := responseID(m)
 			if ch, ok := c.waiters[id]; ok {
 				ch <- m
 				delete(c.waiters, id)
 			}
 			continue
-		case KindTurnSettled:
+		case acpx.KindTurnSettled:
 			if c.turn != nil {
 				c.turn <- *m.Outcome
 				c.turn = nil
 			}
-		case KindCancelRequest:
-			if l, err := c.cl.RespondError(m.ID, CodeRequestCancelled, "request cancelled"); err == nil {
+		case acpx.KindCancelRequest:
+			if l, err := c.cl.RespondError(m.ID, acpx.CodeRequestCancelled, "request cancelled"); err == nil {
 				lines = append(lines, l)
 			}
-		case KindRequest:
+		case acpx.KindRequest:
 			if l := c.autoAnswer(&m); l != nil {
 				lines = append(lines, l)
 			}
@@ -226,30 +228,31 @@ func (c *Conn) feed(p []byte) error {
 
 // autoAnswer answers what runnerd answers without a consumer: unsupported
 // methods, and permissions under a policy. It returns the line or nil.
-func (c *Conn) autoAnswer(m *Inbound) []byte {
+func (c *Conn) autoAnswer(m *acpx.Inbound) []byte {
 	switch {
-	case m.Method == MethodRequestPermission && c.opts.Permissions != "" && m.Permission != nil:
-		o := ChoosePermission(c.opts.Permissions, *m.Permission)
-		l, err := c.cl.Respond(m.ID, PermissionResponse{Outcome: o})
+	case m.Method == acpx.MethodRequestPermission && c.opts.Permissions != "" && m.Permission != nil:
+		o := acpx.ChoosePermission(c.opts.Permissions, *m.Permission)
+		l, err := c.cl.Respond(m.ID, acpx.PermissionResponse{Outcome: o})
 		if err != nil {
 			return nil
 		}
-		m.Result, _ = json.Marshal(PermissionResponse{Outcome: o})
+		m.Result, _ = json.Marshal(acpx.PermissionResponse{Outcome: o})
 		return l
-	case m.Method == MethodRequestPermission:
+	case m.Method == acpx.MethodRequestPermission:
 		return nil
 	case (strings.HasPrefix(m.Method, "fs/") || strings.HasPrefix(m.Method, "terminal/")) && c.opts.HoldUnsupported:
 		return nil
 	}
-	l, err := c.cl.RespondError(m.ID, CodeMethodNotFound, "method not found")
+	l, err := c.cl.RespondError(m.ID, acpx.CodeMethodNotFound, "method not found")
 	if err != nil {
 		return nil
 	}
-	m.RPCError = &RPCError{Code: CodeMethodNotFound}
+	m.RPCError = &acpx.RPCError{Code: acpx.CodeMethodNotFound}
 	return l
 }
 
-func (m Inbound) responseID() int64 {
+// responseID is a response's numeric id (the Client numbers its requests).
+func responseID(m acpx.Inbound) int64 {
 	var id int64
 	_ = json.Unmarshal(m.ID, &id)
 	return id
@@ -269,9 +272,9 @@ func (c *Conn) write(line []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if _, err := c.w.Write(line); err != nil {
-		err = fmt.Errorf("%w: %w", ErrWrite, err)
+		err = fmt.Errorf("%w: %w", acpx.ErrWrite, err)
 		c.mu.Lock()
-		c.cl.LatchLoss(LossWriteError)
+		c.cl.LatchLoss(acpx.LossWriteError)
 		c.mu.Unlock()
 		return err
 	}
@@ -279,7 +282,7 @@ func (c *Conn) write(line []byte) error {
 }
 
 // send encodes with the client under the lock, persists, then writes.
-func (c *Conn) send(encode func(*Client) ([]byte, error)) error {
+func (c *Conn) send(encode func(*acpx.Client) ([]byte, error)) error {
 	c.mu.Lock()
 	if c.err != nil || isClosed(c.done) {
 		c.mu.Unlock()
@@ -303,17 +306,17 @@ func (c *Conn) closedErr() error {
 	if err := c.Err(); err != nil {
 		return err
 	}
-	return NewFailure(ClassAgentDisconnected, ErrClosed)
+	return acpx.NewFailure(acpx.ClassAgentDisconnected, ErrClosed)
 }
 
 // Call sends an arbitrary request and waits for its answer (bounded by ctx).
-func (c *Conn) Call(ctx context.Context, method string, params any) (Inbound, error) {
-	return c.callWith(ctx, nil, func(cl *Client) (Call, error) { return cl.Request(method, params, "") })
+func (c *Conn) Call(ctx context.Context, method string, params any) (acpx.Inbound, error) {
+	return c.callWith(ctx, nil, func(cl *acpx.Client) (acpx.Call, error) { return cl.Request(method, params, "") })
 }
 
 // Notify sends a notification.
 func (c *Conn) Notify(method string, params any) error {
-	return c.send(func(cl *Client) ([]byte, error) { return cl.Notify(method, params) })
+	return c.send(func(cl *acpx.Client) ([]byte, error) { return cl.Notify(method, params) })
 }
 
 // OpenOptions selects the session.open path.
@@ -325,7 +328,7 @@ type OpenOptions struct {
 	// Resume resumes the record's session (session/resume if advertised,
 	// else session/load) instead of session/new.
 	Resume  bool
-	Servers []MCPServer
+	Servers []acpx.MCPServer
 }
 
 // Open runs the handshake of acp.md §4.1 under the agent's bound from the
@@ -335,28 +338,28 @@ type OpenOptions struct {
 // resetOnNextEnsure; the caller stops the agent and emits no provider
 // event.
 func (c *Conn) Open(ctx context.Context, o OpenOptions) error {
-	bound := OpenBound(o.Agent, o.Resume)
+	bound := acpx.OpenBound(o.Agent, o.Resume)
 	t := c.clock.NewTimer(bound)
 	defer t.Stop()
 	c.mu.Lock()
-	c.cl.rec.Agent, c.cl.rec.Command, c.cl.rec.Args = o.Agent, o.Command, append([]string(nil), o.Args...)
+	c.cl.SetLaunch(o.Agent, o.Command, o.Args, c.cl.Record().Cwd)
 	c.mu.Unlock()
 	err := c.open(ctx, t.C(), o)
 	if errors.Is(err, errDeadline) {
 		c.mu.Lock()
-		c.cl.rec.ResetOnNextEnsure = true
+		c.cl.MarkReset()
 		c.mu.Unlock()
-		return HandshakeTimeout(o.Command, bound.Milliseconds())
+		return acpx.HandshakeTimeout(o.Command, bound.Milliseconds())
 	}
 	return err
 }
 
 func (c *Conn) open(ctx context.Context, deadline <-chan time.Time, o OpenOptions) error {
-	if _, err := c.callWith(ctx, deadline, (*Client).Initialize); err != nil {
+	if _, err := c.callWith(ctx, deadline, (*acpx.Client).Initialize); err != nil {
 		return err
 	}
 	if !o.Resume {
-		_, err := c.callWith(ctx, deadline, func(cl *Client) (Call, error) { return cl.NewSession(o.Cwd, o.Servers) })
+		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (acpx.Call, error) { return cl.NewSession(o.Cwd, o.Servers) })
 		return err
 	}
 	c.mu.Lock()
@@ -364,20 +367,20 @@ func (c *Conn) open(ctx context.Context, deadline <-chan time.Time, o OpenOption
 	c.mu.Unlock()
 	switch {
 	case caps.SessionCapabilities.Resume != nil:
-		_, err := c.callWith(ctx, deadline, func(cl *Client) (Call, error) { return cl.ResumeSession(o.Servers) })
+		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (acpx.Call, error) { return cl.ResumeSession(o.Servers) })
 		return err
 	case caps.LoadSession:
-		_, err := c.callWith(ctx, deadline, func(cl *Client) (Call, error) { return cl.LoadSession(o.Servers) })
+		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (acpx.Call, error) { return cl.LoadSession(o.Servers) })
 		return err
 	}
-	return NewFailure(ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
+	return acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
 }
 
 // callWith sends the request mk encodes and waits for its answer, ctx, or
 // deadline (nil: none).
-func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(*Client) (Call, error)) (Inbound, error) {
-	ch := make(chan Inbound, 1)
-	err := c.send(func(cl *Client) ([]byte, error) {
+func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(*acpx.Client) (acpx.Call, error)) (acpx.Inbound, error) {
+	ch := make(chan acpx.Inbound, 1)
+	err := c.send(func(cl *acpx.Client) ([]byte, error) {
 		call, err := mk(cl)
 		if err != nil {
 			return nil, err
@@ -386,27 +389,27 @@ func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(
 		return call.Line, nil
 	})
 	if err != nil {
-		return Inbound{}, err
+		return acpx.Inbound{}, err
 	}
 	select {
 	case m, ok := <-ch:
 		if !ok {
-			return Inbound{}, c.closedErr()
+			return acpx.Inbound{}, c.closedErr()
 		}
 		return m, m.Err
 	case <-deadline:
-		return Inbound{}, errDeadline
+		return acpx.Inbound{}, errDeadline
 	case <-ctx.Done():
-		return Inbound{}, fmt.Errorf("await acp response: %w", ctx.Err())
+		return acpx.Inbound{}, fmt.Errorf("await acp response: %w", ctx.Err())
 	}
 }
 
 // Prompt starts a turn. The returned channel yields the outcome once (it
 // is closed without a value if the connection ends first); the settled
 // turn is also delivered on Inbox in stream order.
-func (c *Conn) Prompt(turnID, text string) (<-chan TurnOutcome, error) {
-	ch := make(chan TurnOutcome, 1)
-	err := c.send(func(cl *Client) ([]byte, error) {
+func (c *Conn) Prompt(turnID, text string) (<-chan acpx.TurnOutcome, error) {
+	ch := make(chan acpx.TurnOutcome, 1)
+	err := c.send(func(cl *acpx.Client) ([]byte, error) {
 		call, err := cl.Prompt(turnID, text)
 		if err != nil {
 			return nil, err
@@ -426,24 +429,24 @@ func (c *Conn) Prompt(turnID, text string) (<-chan TurnOutcome, error) {
 // the turn is abandoned as cancelled and ErrCancelGraceExpired is returned:
 // the caller stops the agent. Either way the record is marked
 // resetOnNextEnsure.
-func (c *Conn) Cancel(ctx context.Context) (TurnOutcome, error) {
+func (c *Conn) Cancel(ctx context.Context) (acpx.TurnOutcome, error) {
 	c.mu.Lock()
 	ch := c.turn
 	lines, err := c.cl.Cancel()
 	if err == nil {
-		c.cl.rec.ResetOnNextEnsure = true
+		c.cl.MarkReset()
 		err = c.persistLocked()
 	}
 	c.mu.Unlock()
 	if err != nil {
-		return TurnOutcome{}, err
+		return acpx.TurnOutcome{}, err
 	}
 	for _, l := range lines {
 		if err := c.write(l); err != nil {
-			return TurnOutcome{}, err
+			return acpx.TurnOutcome{}, err
 		}
 	}
-	t := c.clock.NewTimer(CancelGrace)
+	t := c.clock.NewTimer(acpx.CancelGrace)
 	defer t.Stop()
 	select {
 	case out, ok := <-ch:
@@ -458,24 +461,24 @@ func (c *Conn) Cancel(ctx context.Context) (TurnOutcome, error) {
 	}
 }
 
-func (c *Conn) abandon() TurnOutcome {
+func (c *Conn) abandon() acpx.TurnOutcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.turn = nil
 	if out := c.cl.AbandonTurn(); out != nil {
 		return *out
 	}
-	return TurnOutcome{StopReason: StopCancelled, Cancelled: true}
+	return acpx.TurnOutcome{StopReason: acpx.StopCancelled, Cancelled: true}
 }
 
 // Respond answers a held agent request.
 func (c *Conn) Respond(id json.RawMessage, result any) error {
-	return c.send(func(cl *Client) ([]byte, error) { return cl.Respond(id, result) })
+	return c.send(func(cl *acpx.Client) ([]byte, error) { return cl.Respond(id, result) })
 }
 
 // RespondError answers a held agent request with an error.
 func (c *Conn) RespondError(id json.RawMessage, code int, message string) error {
-	return c.send(func(cl *Client) ([]byte, error) { return cl.RespondError(id, code, message) })
+	return c.send(func(cl *acpx.Client) ([]byte, error) { return cl.RespondError(id, code, message) })
 }
 
 func isClosed(ch <-chan struct{}) bool {

@@ -1,0 +1,7 @@
+//go:build !runnerdtesthooks
+
+package agent
+
+// Production build: every test hook is a no-op (see hooks_testhooks.go).
+
+func hookBeforePublish() {}
