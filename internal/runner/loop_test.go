@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -50,9 +51,9 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 	require.Equal(t, state.StatusFailed, st.ProcessedCommands[prep.CommandID].Status)
 
 	s := h.waitCore(func(s prp.CoreSnapshot) bool {
-		return len(eventsOfType(decodeEvents(t, s.Events), "runner.draining")) == 1
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.draining")) == 1
 	})
-	evs := decodeEvents(t, s.Events)
+	evs := prptest.DecodeEvents(t, s.Events)
 	require.Equal(t, "runner.connected", evs[0].EventType)
 	for i, e := range evs {
 		require.EqualValues(t, i+1, e.SourceSeq)

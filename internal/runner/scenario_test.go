@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -46,10 +47,10 @@ func (h *harness) seed(fn func(tx *state.Tx) error) {
 	require.NoError(h.t, st.Close())
 }
 
-func drainEffects(t *testing.T, evs []coreEvent) map[string]int {
+func drainEffects(t *testing.T, evs []prptest.Event) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	for _, e := range eventsOfType(evs, "runner.draining") {
+	for _, e := range prptest.OfType(evs, "runner.draining") {
 		var p struct {
 			CommandID string `json:"commandId"`
 		}
@@ -80,7 +81,7 @@ func TestPRP11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
 	}
 	s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(s.Results) == len(ids) })
 	require.Greater(t, s.Authentications, 1, "connections were dropped and re-established")
-	evs := decodeEvents(t, s.Events)
+	evs := prptest.DecodeEvents(t, s.Events)
 	for i, e := range evs {
 		require.EqualValues(t, i+1, e.SourceSeq)
 	}
@@ -108,7 +109,7 @@ func TestPRP11_ReplayIsByteIdentical(t *testing.T) {
 	h.start(h.config(false), Options{})
 	s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(s.Events) >= 3 })
 	require.Equal(t, string(stored[0].Envelope), string(s.Events[0]), "replayed byte for byte")
-	evs := decodeEvents(t, s.Events)
+	evs := prptest.DecodeEvents(t, s.Events)
 	require.Equal(t, "runner.reconciled", evs[1].EventType, "P0 runner.reconciled after the restart")
 	require.Equal(t, "runner.reconnected", evs[2].EventType)
 }
@@ -130,7 +131,7 @@ func TestPRP12_DuplicateCommand(t *testing.T) {
 	h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
 	s := h.core.Snapshot()
 	require.Equal(t, before, s.Authentications, "an identical duplicate result does not close the connection")
-	require.Equal(t, 1, drainEffects(t, decodeEvents(t, s.Events))["cmd_drain"])
+	require.Equal(t, 1, drainEffects(t, prptest.DecodeEvents(t, s.Events))["cmd_drain"])
 
 	conflict := cmd
 	conflict.Payload = json.RawMessage(`{"other":true}`)
@@ -178,7 +179,7 @@ func TestPRP14_CrashBetweenJournalAndEffect(t *testing.T) {
 	require.Equal(t, state.CodeExecutionIndeterminate, resultCode(p.Result))
 	next := h.queue("session.snapshot", `{}`)
 	h.waitResult(next.CommandID)
-	require.Zero(t, drainEffects(t, decodeEvents(t, h.core.Snapshot().Events))[cmd.CommandID], "never re-run")
+	require.Zero(t, drainEffects(t, prptest.DecodeEvents(t, h.core.Snapshot().Events))[cmd.CommandID], "never re-run")
 }
 
 // TestPRP15_AckOutOfRange: an ACK beyond the produced sequence or below
@@ -234,7 +235,7 @@ func TestPRP18_ShutdownWaitsForAck(t *testing.T) {
 	require.Equal(t, state.Stopped, st.Lifecycle)
 	require.Nil(t, st.PendingTerminalDelivery)
 	require.Empty(t, st.Outbox, "outbox flushed before exit")
-	evs := decodeEvents(t, h.core.Snapshot().Events)
+	evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
 	require.Equal(t, "runner.stopped", evs[len(evs)-1].EventType)
 
 	auths := h.core.Snapshot().Authentications
@@ -267,7 +268,7 @@ func TestPRP18_RestartWithFenceOnlyReconciles(t *testing.T) {
 	require.Equal(t, "completed", p.Status)
 	require.JSONEq(t, `{"lifecycle":"stopped"}`, string(p.Result))
 	require.Nil(t, h.readState().PendingTerminalDelivery)
-	require.Empty(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), "runner.stopped"), "not re-executed")
+	require.Empty(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), "runner.stopped"), "not re-executed")
 }
 
 // TestPRP18_SuspendThenResume: runner.suspend leaves lifecycle
@@ -423,11 +424,11 @@ func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 	require.Equal(t, "failed", p.Status)
 	require.Equal(t, state.CodeCommandExecutionFailed, resultCode(p.Result))
 	s := h.waitCore(func(s prp.CoreSnapshot) bool {
-		return len(eventsOfType(decodeEvents(t, s.Events), "runner.diagnostic")) == 1
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.diagnostic")) == 1
 	})
-	evs := decodeEvents(t, s.Events)
-	require.Empty(t, eventsOfType(evs, "item.delta"), "the refused effect stored nothing")
-	require.JSONEq(t, `{"reasonCode":"outbox_backpressure"}`, string(eventsOfType(evs, "runner.diagnostic")[0].Payload))
+	evs := prptest.DecodeEvents(t, s.Events)
+	require.Empty(t, prptest.OfType(evs, "item.delta"), "the refused effect stored nothing")
+	require.JSONEq(t, `{"reasonCode":"outbox_backpressure"}`, string(prptest.OfType(evs, "runner.diagnostic")[0].Payload))
 
 	drain := h.queue("runner.drain", `{}`)
 	require.Equal(t, "completed", h.waitResult(drain.CommandID).Status, "lifecycle commands cannot be replaced")
@@ -486,7 +487,7 @@ func TestPRP14_IndeterminateSuspendEndsProcess(t *testing.T) {
 	require.Equal(t, "failed", res.Status)
 	require.Equal(t, state.CodeExecutionIndeterminate, resultCode(res.Result))
 	require.NotEqual(t, state.Suspended, h.readState().Lifecycle, "the suspend had no effect")
-	require.Empty(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), "runner.suspended"))
+	require.Empty(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), "runner.suspended"))
 
 	run := h.start(h.config(false), Options{})
 	require.Equal(t, "completed", h.waitResult(h.queue("session.snapshot", `{}`).CommandID).Status)
