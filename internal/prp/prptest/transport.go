@@ -19,6 +19,7 @@ package prptest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -67,15 +68,21 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.wg.Add(1)
 	t.mu.Unlock()
 
-	r = r.Clone(r.Context())
-	r.RequestURI = r.URL.RequestURI() // as a server sees it
+	// The handler's request context is the server's, not the dialer's: a
+	// dialer cancels its attempt context once the upgrade is done, while a
+	// server keeps serving the hijacked connection. It ends when ServeHTTP
+	// returns, as net/http's does.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	sr := r.Clone(hctx)
+	sr.RequestURI = r.URL.RequestURI() // as a server sees it
 	rec := httptest.NewRecorder()
 	hj := &hijacker{ResponseRecorder: rec, conn: sc, hijacked: make(chan struct{})}
 	done := make(chan struct{})
 	go func() {
 		defer t.wg.Done()
 		defer close(done)
-		t.h.ServeHTTP(hj, r)
+		defer cancel()
+		t.h.ServeHTTP(hj, sr)
 	}()
 	select {
 	case <-hj.hijacked:
