@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,20 +173,82 @@ func TestUsageErrorsExit2WithOneLine(t *testing.T) {
 	}
 }
 
-// TestServerLaunchArgvAccepted runs the binary with the reference core's
-// exact launch argv: it must get past argument parsing to the runner (which
-// is a placeholder for now and exits 1), never a usage error.
+// TestServerLaunchArgvAccepted: the reference core's exact launch argv
+// parses with nothing refused (only the fake-harness flags ignored), and the
+// binary runs it into listen mode: with only the address and port swapped
+// for loopback and a port the kernel picks (the fixed 0.0.0.0:43127 would
+// collide between runs), runnerd logs "listening", and SIGTERM then ends it
+// with status 0, an orderly stop (prp.md §13).
 func TestServerLaunchArgvAccepted(t *testing.T) {
+	cfg, err := runner.ParseArgs(serverLaunchArgv(t.TempDir()), func(string) (string, bool) { return "", false })
+	require.NoError(t, err, "the exact argv")
+	require.Equal(t, runner.ModeListen, cfg.Mode)
+	require.Equal(t, []string{"--fake-harness", "--fake-harness-script"}, cfg.Ignored)
+	require.Empty(t, cfg.Warnings, "the reference address and port draw no warning")
+
 	bin := testbin.Path(t, "runnerd")
-	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, serverLaunchArgv(t.TempDir())...)
-	require.NotEqual(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
-	require.NotContains(t, r.stderr, "paperclip-runnerd: usage:")
-	require.NotContains(t, r.stderr+r.stdout, secretTicket)
+	args := replace(replace(serverLaunchArgv(t.TempDir()), "0.0.0.0", "127.0.0.1"), "43127", "0")
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), runner.BootstrapTicketEnv + "=" + secretTicket}
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	errPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	listening := make(chan string, 1)
+	var stderr strings.Builder
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			stderr.WriteString(sc.Text() + "\n")
+			var rec struct {
+				Msg     string `json:"msg"`
+				Address string `json:"address"`
+			}
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" {
+				listening <- rec.Address
+			}
+		}
+	}()
+	select {
+	case addr := <-listening:
+		ap, err := netip.ParseAddrPort(addr)
+		require.NoError(t, err)
+		require.Equal(t, "127.0.0.1", ap.Addr().String())
+		require.NotZero(t, ap.Port())
+	case <-scanned:
+		_ = cmd.Wait()
+		t.Fatalf("runnerd exited without listening: %s", stderr.String())
+	case <-time.After(runTimeout):
+		_ = cmd.Process.Kill()
+		<-scanned
+		_ = cmd.Wait()
+		t.Fatalf("runnerd did not listen in time: %s", stderr.String())
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	exited := make(chan error, 1)
+	go func() {
+		<-scanned // stderr is read to its end before Wait closes the pipe
+		exited <- cmd.Wait()
+	}()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "SIGTERM is an orderly stop: status 0; stderr: %s", stderr.String())
+	case <-time.After(runTimeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatal("runnerd did not stop on SIGTERM in time")
+	}
+	out := stderr.String()
+	require.NotContains(t, out, "paperclip-runnerd: usage:")
+	require.NotContains(t, out+stdout.String(), secretTicket)
 	// The logger is JSON on stderr and says which flags it ignored.
-	require.Contains(t, r.stderr, `"flags":["--fake-harness","--fake-harness-script"]`)
+	require.Contains(t, out, `"flags":["--fake-harness","--fake-harness-script"]`)
 
 	// The same argv without a ticket is refused before anything starts.
-	r = runBin(t, bin, nil, serverLaunchArgv(t.TempDir())...)
+	r := runBin(t, bin, nil, serverLaunchArgv(t.TempDir())...)
 	require.Equal(t, runner.ExitUsage, r.code)
 	require.Equal(t, "paperclip-runnerd: bootstrap_ticket_missing: PAPERCLIP_RUNNER_BOOTSTRAP_TICKET is required in dial and listen mode\n", r.stderr)
 

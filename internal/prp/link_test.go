@@ -101,6 +101,10 @@ func TestPRP44_HalfOpenSilence(t *testing.T) {
 				PingInterval: 20 * time.Second, SilenceTimeout: 45 * time.Second, Inspect: inspectKinds,
 			})
 			time.Sleep(20 * time.Minute)
+			// Every goroutine woken at that instant has run (a silence
+			// timer due then has fired): the link is still up, not just
+			// not yet closed.
+			synctest.Wait()
 			require.NoError(t, l.Err())
 			l.close(nil)
 			srvCancel()

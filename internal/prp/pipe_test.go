@@ -65,6 +65,8 @@ func (h pipeHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // asyncPipeTransport serves each round trip with a handler that keeps
 // running after the upgrade (like Core.ServeHTTP, which authenticates on the
 // hijacked connection), over net.Pipe. wg tracks the handler goroutines.
+// Other packages use prptest.Transport, the exported form; package prp's
+// own tests cannot import prptest (it imports prp) and need the pipe maker.
 type asyncPipeTransport struct {
 	h  http.Handler
 	wg *sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -52,10 +53,10 @@ func TestAgentTurnThroughLoop(t *testing.T) {
 	res = h.waitResult(h.queue("turn.start", `{"text":"echo hello"}`).CommandID)
 	require.Equal(t, "completed", res.Status)
 	s := h.waitCore(func(s prp.CoreSnapshot) bool {
-		return len(eventsOfType(decodeEvents(t, s.Events), "run.terminal")) == 1
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
 	})
-	evs := decodeEvents(t, s.Events)
-	deltas := eventsOfType(evs, "item.delta")
+	evs := prptest.DecodeEvents(t, s.Events)
+	deltas := prptest.OfType(evs, "item.delta")
 	require.NotEmpty(t, deltas)
 	var p map[string]any
 	require.NoError(t, json.Unmarshal(deltas[0].Payload, &p))
@@ -107,7 +108,7 @@ func TestAgentEventsMatchSchema(t *testing.T) {
 		b, _ := json.Marshal(map[string]string{"text": text})
 		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(b)).CommandID).Status)
 		h.waitCore(func(s prp.CoreSnapshot) bool {
-			return len(eventsOfType(decodeEvents(t, s.Events), "run.terminal")) == i+1
+			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == i+1
 		})
 	}
 	for _, raw := range h.core.Snapshot().Events {

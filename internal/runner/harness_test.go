@@ -6,18 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -35,53 +34,44 @@ const (
 	testDigest  = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
 )
 
-// harness is a real prp.Core (the far side of the protocol) serving the
-// dial route on a loopback httptest server, and a state dir.
+// harness is a real prp.Core (the far side of the protocol, from prptest)
+// serving the dial route, and a state dir. The runner reaches the core over
+// prptest's in-memory Transport (newPipeHarness, inside a synctest bubble:
+// simTest) or over loopback (newHarness, for tests that run real processes
+// such as pcwrap, whose pipes are not in a bubble).
 type harness struct {
-	t        *testing.T
-	core     *prp.Core
-	srv      *httptest.Server // nil when the core is reached over pipes
-	pipe     http.RoundTripper
-	stateDir string
+	t          *testing.T
+	core       *prptest.Core // nil for a harness around another core (v1_test.go)
+	transport  http.RoundTripper
+	connectURL string
+	stateDir   string
+}
+
+func coreConfig(tweak func(*prp.CoreConfig)) prp.CoreConfig {
+	cc := prp.CoreConfig{
+		Identity:      testIdentity,
+		RunnerVersion: testVersion, RunnerDigest: testDigest,
+	}
+	if tweak != nil {
+		tweak(&cc)
+	}
+	return cc
 }
 
 // newPipeHarness is a harness whose core the runner reaches over in-memory
-// pipes (pipeTransport), for tests inside a synctest bubble (simTest).
+// pipes, for tests inside a synctest bubble (simTest).
 func newPipeHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
 	t.Helper()
-	cc := prp.CoreConfig{
-		Identity:      testIdentity,
-		RunnerVersion: testVersion, RunnerDigest: testDigest,
-	}
-	if tweak != nil {
-		tweak(&cc)
-	}
-	var wg sync.WaitGroup
-	h := &harness{t: t, core: prp.NewCore(cc), stateDir: filepath.Join(t.TempDir(), "state")}
-	h.pipe = pipeTransport{h: h.core, wg: &wg}
-	t.Cleanup(func() {
-		h.core.Close()
-		wg.Wait()
-	})
-	return h
+	core := prptest.NewCore(t, coreConfig(tweak))
+	return &harness{t: t, core: core, transport: core.Transport(), connectURL: core.PipeURL(),
+		stateDir: filepath.Join(t.TempDir(), "state")}
 }
 
+// newHarness is a harness whose core listens on loopback.
 func newHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
 	t.Helper()
-	cc := prp.CoreConfig{
-		Identity:      testIdentity,
-		RunnerVersion: testVersion, RunnerDigest: testDigest,
-	}
-	if tweak != nil {
-		tweak(&cc)
-	}
-	h := &harness{t: t, core: prp.NewCore(cc), stateDir: filepath.Join(t.TempDir(), "state")}
-	h.srv = httptest.NewServer(h.core)
-	t.Cleanup(func() {
-		h.core.Close()
-		h.srv.Close()
-	})
-	return h
+	core := prptest.NewCore(t, coreConfig(tweak))
+	return &harness{t: t, core: core, connectURL: core.ServeLoopback(), stateDir: filepath.Join(t.TempDir(), "state")}
 }
 
 // config parses a runnerd command line for dial mode (or listen mode when
@@ -99,11 +89,8 @@ func (h *harness) config(listen bool, extra ...string) Config {
 	if listen {
 		args = append(args, "--listen-address", "127.0.0.1", "--listen-port", "0",
 			"--listen-path", prp.ConnectPath(testIdentity.RunID))
-	} else if h.srv == nil {
-		// pipeTransport ignores the address.
-		args = append(args, "--connect-url", "ws://127.0.0.1:1"+prp.ConnectPath(testIdentity.RunID))
 	} else {
-		args = append(args, "--connect-url", "ws://"+strings.TrimPrefix(h.srv.URL, "http://")+prp.ConnectPath(testIdentity.RunID))
+		args = append(args, "--connect-url", h.connectURL)
 	}
 	if !slices.Contains(extra, "--lifecycle-mode") {
 		// These tests drive several commands and turns per process: warm,
@@ -125,12 +112,10 @@ type running struct {
 // start runs the runner with a fresh ticket.
 func (h *harness) start(cfg Config, opts Options) *running {
 	h.t.Helper()
-	tok, err := h.core.MintTicket()
-	require.NoError(h.t, err)
-	ticket, err := NewBootstrapTicket(tok)
+	ticket, err := NewBootstrapTicket(h.core.Ticket())
 	require.NoError(h.t, err)
 	if opts.Transport == nil {
-		opts.Transport = h.pipe
+		opts.Transport = h.transport
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}
@@ -161,57 +146,18 @@ func (r *running) wait(t *testing.T) error {
 
 func (h *harness) waitCore(cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
-	defer cancel()
-	require.NoError(h.t, h.core.Wait(ctx, cond))
-	return h.core.Snapshot()
+	return h.core.WaitFor(cond)
 }
 
 func (h *harness) queue(typ string, payload string) prp.Command {
 	h.t.Helper()
-	cmd, err := h.core.QueueCommand(prp.Command{Type: typ, Payload: json.RawMessage(payload)})
-	require.NoError(h.t, err)
-	return cmd
+	return h.core.Queue(typ, payload)
 }
 
 // waitResult waits for the command's result and decodes it.
 func (h *harness) waitResult(id string) prp.CommandResultPayload {
 	h.t.Helper()
-	s := h.waitCore(func(s prp.CoreSnapshot) bool { return s.Results[id] != nil })
-	var p prp.CommandResultPayload
-	require.NoError(h.t, json.Unmarshal(s.Results[id], &p))
-	return p
-}
-
-// coreEvent is the part of a committed event the tests check.
-type coreEvent struct {
-	SourceSeq     uint64          `json:"sourceSeq"`
-	SourceEventID string          `json:"sourceEventId"`
-	EventType     string          `json:"eventType"`
-	Payload       json.RawMessage `json:"payload"`
-}
-
-func decodeEvents(t *testing.T, raw []json.RawMessage) []coreEvent {
-	t.Helper()
-	out := make([]coreEvent, 0, len(raw))
-	for _, b := range raw {
-		var env struct {
-			Payload coreEvent `json:"payload"`
-		}
-		require.NoError(t, json.Unmarshal(b, &env))
-		out = append(out, env.Payload)
-	}
-	return out
-}
-
-func eventsOfType(evs []coreEvent, typ string) []coreEvent {
-	var out []coreEvent
-	for _, e := range evs {
-		if e.EventType == typ {
-			out = append(out, e)
-		}
-	}
-	return out
+	return h.core.WaitResult(id)
 }
 
 // openState opens the harness state dir directly (the runner must be stopped).
@@ -254,4 +200,14 @@ func resultCode(result json.RawMessage) string {
 	}
 	_ = json.Unmarshal(result, &r)
 	return r.Code
+}
+
+// simTest runs f in a synctest bubble with a harness whose core is reached
+// over in-memory pipes. Every goroutine of the runner and the core must end
+// before f returns; the harness's cleanups (run in the bubble) stop them.
+func simTest(t *testing.T, tweak func(*prp.CoreConfig), f func(t *testing.T, h *harness)) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newPipeHarness(t, tweak)
+		f(t, h)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -16,47 +17,48 @@ func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
 // TestLoopDialCommandsAndEvents: a dial-mode runner admits lifecycle and
 // unimplemented commands and ships runner events that the core commits.
 func TestLoopDialCommandsAndEvents(t *testing.T) {
-	h := newHarness(t, nil)
-	h.start(h.config(false), Options{})
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		h.start(h.config(false), Options{})
 
-	snap := h.queue("session.snapshot", `{}`)
-	p := h.waitResult(snap.CommandID)
-	require.Equal(t, "completed", p.Status)
-	require.JSONEq(t, `{"activeProviderTurnId":null,"warmAttachReady":false}`, string(p.Result))
+		snap := h.queue("session.snapshot", `{}`)
+		p := h.waitResult(snap.CommandID)
+		require.Equal(t, "completed", p.Status)
+		require.JSONEq(t, `{"activeProviderTurnId":null,"warmAttachReady":false}`, string(p.Result))
 
-	turn := h.queue("session.budget.increase", `{}`)
-	p = h.waitResult(turn.CommandID)
-	require.Equal(t, "rejected", p.Status)
-	require.Equal(t, CodeCommandNotImplemented, resultCodeOf(t, p))
+		turn := h.queue("session.budget.increase", `{}`)
+		p = h.waitResult(turn.CommandID)
+		require.Equal(t, "rejected", p.Status)
+		require.Equal(t, CodeCommandNotImplemented, resultCodeOf(t, p))
 
-	prep := h.queue("run.prepare", `{"provider":{"kind":"codex"}}`)
-	p = h.waitResult(prep.CommandID)
-	require.Equal(t, "failed", p.Status, "scenario 51")
-	require.Equal(t, state.CodeCommandExecutionFailed, resultCodeOf(t, p))
+		prep := h.queue("run.prepare", `{"provider":{"kind":"codex"}}`)
+		p = h.waitResult(prep.CommandID)
+		require.Equal(t, "failed", p.Status, "scenario 51")
+		require.Equal(t, state.CodeCommandExecutionFailed, resultCodeOf(t, p))
 
-	drain := h.queue("runner.drain", `{}`)
-	p = h.waitResult(drain.CommandID)
-	require.Equal(t, "completed", p.Status)
-	turn2 := h.queue("turn.start", `{"text":"again"}`)
-	p = h.waitResult(turn2.CommandID)
-	require.Equal(t, "rejected", p.Status)
-	require.Equal(t, CodeRunnerDraining, resultCodeOf(t, p))
+		drain := h.queue("runner.drain", `{}`)
+		p = h.waitResult(drain.CommandID)
+		require.Equal(t, "completed", p.Status)
+		turn2 := h.queue("turn.start", `{"text":"again"}`)
+		p = h.waitResult(turn2.CommandID)
+		require.Equal(t, "rejected", p.Status)
+		require.Equal(t, CodeRunnerDraining, resultCodeOf(t, p))
 
-	// The journal records the status the core saw, not a failure mapped
-	// back on send.
-	st := h.readState()
-	require.Equal(t, state.StatusRejected, st.ProcessedCommands[turn.CommandID].Status)
-	require.Equal(t, state.StatusRejected, st.ProcessedCommands[turn2.CommandID].Status)
-	require.Equal(t, state.StatusFailed, st.ProcessedCommands[prep.CommandID].Status)
+		// The journal records the status the core saw, not a failure mapped
+		// back on send.
+		st := h.readState()
+		require.Equal(t, state.StatusRejected, st.ProcessedCommands[turn.CommandID].Status)
+		require.Equal(t, state.StatusRejected, st.ProcessedCommands[turn2.CommandID].Status)
+		require.Equal(t, state.StatusFailed, st.ProcessedCommands[prep.CommandID].Status)
 
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
-		return len(eventsOfType(decodeEvents(t, s.Events), "runner.draining")) == 1
+		s := h.waitCore(func(s prp.CoreSnapshot) bool {
+			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.draining")) == 1
+		})
+		evs := prptest.DecodeEvents(t, s.Events)
+		require.Equal(t, "runner.connected", evs[0].EventType)
+		for i, e := range evs {
+			require.EqualValues(t, i+1, e.SourceSeq)
+		}
 	})
-	evs := decodeEvents(t, s.Events)
-	require.Equal(t, "runner.connected", evs[0].EventType)
-	for i, e := range evs {
-		require.EqualValues(t, i+1, e.SourceSeq)
-	}
 }
 
 // TestLoopListenMode: the core dials the runner's listener.

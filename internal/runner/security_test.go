@@ -21,37 +21,38 @@ import (
 // state dir nor the debug log, and Run destroys it once the welcome
 // delivered the lease (ARCHITECTURE.md invariant 3, prp.md §2.4).
 func TestTicketNeverOnDiskOrInLogs(t *testing.T) {
-	h := newHarness(t, nil)
-	tok, err := h.core.MintTicket()
-	require.NoError(t, err)
-	ticket, err := NewBootstrapTicket(tok)
-	require.NoError(t, err)
-	var logs syncbuf.Buffer
-	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- RunLoop(ctx, h.config(false), ticket, logger, Options{}) }()
-	cmd := h.queue("runner.drain", `{}`)
-	h.waitResult(cmd.CommandID)
-	cancel()
-	select {
-	case err := <-done:
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		tok, err := h.core.MintTicket()
 		require.NoError(t, err)
-	case <-time.After(waitBound):
-		t.Fatal("runner did not stop")
-	}
-	require.False(t, ticket.Present(), "destroyed after the welcome")
-	require.NotContains(t, logs.String(), tok)
-	require.NoError(t, filepath.WalkDir(h.stateDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+		ticket, err := NewBootstrapTicket(tok)
+		require.NoError(t, err)
+		var logs syncbuf.Buffer
+		logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- RunLoop(ctx, h.config(false), ticket, logger, Options{Transport: h.transport}) }()
+		cmd := h.queue("runner.drain", `{}`)
+		h.waitResult(cmd.CommandID)
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(waitBound):
+			t.Fatal("runner did not stop")
 		}
-		b, err := os.ReadFile(path)
-		require.NoError(t, err)
-		require.NotContains(t, string(b), tok, path)
-		require.NotContains(t, string(b), "lease_", "no lease token on disk: %s", path)
-		return nil
-	}))
+		require.False(t, ticket.Present(), "destroyed after the welcome")
+		require.NotContains(t, logs.String(), tok)
+		require.NoError(t, filepath.WalkDir(h.stateDir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NotContains(t, string(b), tok, path)
+			require.NotContains(t, string(b), "lease_", "no lease token on disk: %s", path)
+			return nil
+		}))
+	})
 }
 
 // FuzzHandleCommand feeds arbitrary command bytes to admission: a bad

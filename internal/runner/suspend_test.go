@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -26,7 +27,7 @@ func turnHandlers() Options {
 	}}
 }
 
-func suspendingReason(t *testing.T, e coreEvent) string {
+func suspendingReason(t *testing.T, e prptest.Event) string {
 	t.Helper()
 	var p struct {
 		Reason    string `json:"reason"`
@@ -50,11 +51,11 @@ func TestPerTurnExitsAfterTurnAcked(t *testing.T) {
 		require.Equal(t, "completed", res.Status)
 		require.NoError(t, run.wait(t), "a clean per-turn exit is status 0")
 
-		evs := decodeEvents(t, h.core.Snapshot().Events)
-		sus := eventsOfType(evs, eventRunnerSuspending)
+		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
+		sus := prptest.OfType(evs, eventRunnerSuspending)
 		require.Len(t, sus, 1)
 		require.Equal(t, suspendPerTurn, suspendingReason(t, sus[0]))
-		require.Greater(t, sus[0].SourceSeq, eventsOfType(evs, "turn.completed")[0].SourceSeq)
+		require.Greater(t, sus[0].SourceSeq, prptest.OfType(evs, "turn.completed")[0].SourceSeq)
 		st := h.readState()
 		require.Equal(t, state.Suspended, st.Lifecycle)
 		require.False(t, st.TurnEnded)
@@ -64,7 +65,7 @@ func TestPerTurnExitsAfterTurnAcked(t *testing.T) {
 		snap := h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
 		require.Equal(t, "completed", snap.Status)
 		h.waitCore(func(s prp.CoreSnapshot) bool {
-			return len(eventsOfType(decodeEvents(t, s.Events), "runner.reconnected")) >= 1
+			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.reconnected")) >= 1
 		})
 		require.Equal(t, state.Ready, h.readState().Lifecycle, "the next turn's runner is ready")
 		run.cancel()
@@ -90,9 +91,9 @@ func TestPerTurnSuspendResumedAfterRestart(t *testing.T) {
 
 		run := h.start(h.config(false, "--lifecycle-mode", "per_turn"), Options{})
 		require.NoError(t, run.wait(t))
-		evs := decodeEvents(t, h.core.Snapshot().Events)
-		require.Len(t, eventsOfType(evs, "turn.completed"), 1)
-		require.Len(t, eventsOfType(evs, eventRunnerSuspending), 1)
+		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
+		require.Len(t, prptest.OfType(evs, "turn.completed"), 1)
+		require.Len(t, prptest.OfType(evs, eventRunnerSuspending), 1)
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
 	})
 }
@@ -106,8 +107,8 @@ func TestWarmIdleTimeoutSuspends(t *testing.T) {
 		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"hi"}`).CommandID).Status)
 		require.NoError(t, run.wait(t))
 
-		evs := decodeEvents(t, h.core.Snapshot().Events)
-		sus := eventsOfType(evs, eventRunnerSuspending)
+		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
+		sus := prptest.OfType(evs, eventRunnerSuspending)
 		require.Len(t, sus, 1)
 		require.Equal(t, suspendIdle, suspendingReason(t, sus[0]), "warm: the turn's end is not an exit")
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
@@ -123,8 +124,8 @@ func TestLifetimeWhileConnectedRotates(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		run := h.start(h.config(false, "--max-lifetime-ms", "1500"), Options{})
 		require.NoError(t, run.wait(t))
-		evs := decodeEvents(t, h.core.Snapshot().Events)
-		sus := eventsOfType(evs, eventRunnerSuspending)
+		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
+		sus := prptest.OfType(evs, eventRunnerSuspending)
 		require.Len(t, sus, 1)
 		require.Equal(t, suspendLifetime, suspendingReason(t, sus[0]))
 		st := h.readState()
@@ -168,7 +169,7 @@ func TestSuspendingStateFinishedAfterRestart(t *testing.T) {
 		require.NoError(t, st.Close())
 
 		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
-		require.Len(t, eventsOfType(decodeEvents(t, h.core.Snapshot().Events), eventRunnerSuspending), 1)
+		require.Len(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), eventRunnerSuspending), 1)
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
 	})
 }

@@ -4,17 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -35,15 +36,16 @@ type versionCore struct {
 	wg      sync.WaitGroup
 }
 
-func newVersionCore(t *testing.T) (*versionCore, *httptest.Server) {
+// newVersionCore serves the core over prptest's in-memory transport; its
+// cleanup closes the pipes, which ends every connection's loop.
+func newVersionCore(t *testing.T) (*versionCore, *prptest.Transport) {
 	c := &versionCore{t: t, store: prp.NewMemoryCredentialStore(), changed: make(chan struct{})}
-	srv := httptest.NewServer(c)
+	tr := prptest.NewTransport(c)
 	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
+		tr.Close()
 		c.wg.Wait()
 	})
-	return c, srv
+	return c, tr
 }
 
 func (c *versionCore) notifyLocked() {
@@ -159,7 +161,11 @@ func (c *versionCore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // envelopes; the next v2 connection replays the real payload with a new
 // sequence number (scenario 23, prp.md §8.2).
 func TestPRP23_47_V1Downgrade(t *testing.T) {
-	core, srv := newVersionCore(t)
+	synctest.Test(t, testV1Downgrade)
+}
+
+func testV1Downgrade(t *testing.T) {
+	core, tr := newVersionCore(t)
 	core.maxVersion = 1
 	dir := filepath.Join(t.TempDir(), "state")
 	st, err := state.Open(state.Config{Dir: dir, Identity: testIdentity})
@@ -170,7 +176,7 @@ func TestPRP23_47_V1Downgrade(t *testing.T) {
 	}))
 	require.NoError(t, st.Close())
 
-	h := &harness{t: t, stateDir: dir, srv: srv}
+	h := &harness{t: t, stateDir: dir, connectURL: "ws://127.0.0.1:1" + prp.ConnectPath(testIdentity.RunID)} // tr carries it
 	cfg := h.config(false)
 	start := func() *running {
 		tok, err := core.store.IssueTicket(time.Minute, time.Now())
@@ -179,7 +185,7 @@ func TestPRP23_47_V1Downgrade(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &running{cancel: cancel, done: make(chan error, 1)}
-		go func() { r.done <- RunLoop(ctx, cfg, ticket, testLogger(), Options{}) }()
+		go func() { r.done <- RunLoop(ctx, cfg, ticket, testLogger(), Options{Transport: tr}) }()
 		return r
 	}
 

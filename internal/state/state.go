@@ -158,9 +158,10 @@ type State struct {
 	// the exact journal (runnerd, §9.3); it can only cause false rejections.
 	CompactedCommandFilter []byte `json:"compactedCommandFilter,omitempty"`
 
-	// Extensions holds every other top-level field, keyed by name: records
-	// added by later issues (e.g. ACP session records, acp.md §3.4) and fields
-	// of a newer writer. They round-trip byte-for-byte. Use Tx.SetRecord.
+	// Extensions holds every other top-level field, keyed by name: the
+	// records other packages keep (e.g. the ACP session record, acp.md §3.4)
+	// and fields of a newer writer. They round-trip byte-for-byte. Use
+	// Tx.SetRecord.
 	Extensions map[string]json.RawMessage `json:"-"`
 }
 

@@ -79,7 +79,7 @@ func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func BenchmarkAgentMessageOnWire(b *testing.B) {
 	const n = 150
 	r := newBenchAgentRig(b)
-	arr := watchArrivals(r.c.core)
+	arr := watchArrivals(r.c.core.Core)
 	defer arr.close()
 	var samples []time.Duration
 	for i := 0; b.Loop(); i++ {

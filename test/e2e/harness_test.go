@@ -6,12 +6,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -39,27 +38,22 @@ const (
 	runnerDigest  = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 )
 
-// coreServer is a prp.Core serving the dial route on loopback.
+// coreServer is prptest's core serving the dial route on loopback: runnerd
+// is another process, outside any synctest bubble.
 type coreServer struct {
-	core *prp.Core
-	srv  *httptest.Server
+	core *prptest.Core
+	url  string
 }
 
 func newCoreServer(t testing.TB) *coreServer {
-	c := &coreServer{core: prp.NewCore(prp.CoreConfig{
+	core := prptest.NewCore(t, prp.CoreConfig{
 		Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest,
-	})}
-	c.srv = httptest.NewServer(c.core)
-	t.Cleanup(func() {
-		c.core.Close()
-		c.srv.Close()
 	})
-	return c
+	core.WaitBound = waitBound
+	return &coreServer{core: core, url: core.ServeLoopback()}
 }
 
-func (c *coreServer) connectURL() string {
-	return "ws://" + strings.TrimPrefix(c.srv.URL, "http://") + prp.ConnectPath(identity.RunID)
-}
+func (c *coreServer) connectURL() string { return c.url }
 
 // runnerdArgs is a dial-mode command line for stateDir.
 func runnerdArgs(stateDir string, mode ...string) []string {
@@ -114,25 +108,9 @@ func (c *coreServer) wait(t testing.TB, cond func(s prp.CoreSnapshot) bool) prp.
 }
 
 // event is what the suites check of a committed event.
-type event struct {
-	SourceSeq     uint64          `json:"sourceSeq"`
-	SourceEventID string          `json:"sourceEventId"`
-	EventType     string          `json:"eventType"`
-	Payload       json.RawMessage `json:"payload"`
-}
+type event = prptest.Event
 
-func decodeEvents(t testing.TB, raw []json.RawMessage) []event {
-	t.Helper()
-	out := make([]event, 0, len(raw))
-	for _, b := range raw {
-		var env struct {
-			Payload event `json:"payload"`
-		}
-		require.NoError(t, json.Unmarshal(b, &env))
-		out = append(out, env.Payload)
-	}
-	return out
-}
+func decodeEvents(t testing.TB, raw []json.RawMessage) []event { return prptest.DecodeEvents(t, raw) }
 
 func runnerdBin(t testing.TB) string { return testbin.Path(t, "runnerd") }
 
