@@ -21,10 +21,10 @@ func TestIdleTimeoutWithoutAnyConnection(t *testing.T) {
 			name = "listen"
 		}
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, nil)
+			h := newPipeHarness(t, nil)
 			cfg := h.config(listen, "--lifecycle-mode", "warm", "--idle-timeout-ms", "50")
 			if !listen {
-				h.srv.Close() // nothing answers the dial
+				h.core.Transport().Close() // nothing answers the dial
 			}
 			r := h.start(cfg, Options{})
 			err := r.wait(t)
