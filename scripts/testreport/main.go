@@ -57,6 +57,17 @@ func main() {
 func report(r io.Reader, w io.Writer) []string {
 	type key struct{ pkg, test string }
 	buf := map[key][]string{}
+	// Packages run in parallel and their events interleave; like go test,
+	// print each package's lines together, when it ends.
+	pkgOut := map[string]*strings.Builder{}
+	out := func(pkg, s string) {
+		b := pkgOut[pkg]
+		if b == nil {
+			b = &strings.Builder{}
+			pkgOut[pkg] = b
+		}
+		b.WriteString(s)
+	}
 	var skips []string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
@@ -75,7 +86,12 @@ func report(r io.Reader, w io.Writer) []string {
 			// Package-level lines: ok/FAIL/? lines, and output outside any
 			// test (a panic, goleak). "PASS" is what -v adds.
 			if ev.Output != "PASS\n" {
-				fmt.Fprint(w, ev.Output)
+				out(ev.Package, ev.Output)
+			}
+		case ev.Test == "" && (ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip"):
+			if b := pkgOut[ev.Package]; b != nil {
+				fmt.Fprint(w, b.String())
+				delete(pkgOut, ev.Package)
 			}
 		case ev.Test == "":
 		case ev.Action == "output":
@@ -83,7 +99,7 @@ func report(r io.Reader, w io.Writer) []string {
 		case ev.Action == "fail":
 			for _, o := range buf[k] {
 				if !isFrame(o) {
-					fmt.Fprint(w, o)
+					out(ev.Package, o)
 				}
 			}
 			delete(buf, k)
@@ -93,6 +109,14 @@ func report(r io.Reader, w io.Writer) []string {
 		case ev.Action == "pass":
 			delete(buf, k)
 		}
+	}
+	pkgs := make([]string, 0, len(pkgOut))
+	for p := range pkgOut {
+		pkgs = append(pkgs, p) // cut short (go test killed): print what came
+	}
+	sort.Strings(pkgs)
+	for _, p := range pkgs {
+		fmt.Fprint(w, pkgOut[p].String())
 	}
 	if err := sc.Err(); err != nil {
 		fmt.Fprintf(w, "testreport: read go test output: %v\n", err)
