@@ -1,5 +1,7 @@
 # Thin wrappers over scripts/ so a fresh machine needs only `make demo` and `make test`.
 GO ?= go
+# Per fuzz target, for `make fuzz` (any go test -fuzztime value: 10s, 1m, 500x).
+FUZZTIME ?= 10s
 
 .PHONY: build test demo bench fuzz
 
@@ -14,3 +16,6 @@ demo:
 
 bench:
 	./scripts/bench
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz

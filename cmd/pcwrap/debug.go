@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -33,6 +34,8 @@ stdin/ queue and events/ files the Paperclip host uses); they never send a
 signal and never print or log your input.
 
 Usage:
+DIR is the session directory, an absolute path.
+
   pcwrap send --session-dir DIR [--end] [TEXT | -]
       Queue TEXT (exactly as given, no newline added) for the child's stdin.
       With "-", queue everything read from this command's stdin instead.
@@ -96,6 +99,11 @@ func debugMain(ctx context.Context, name string, args []string, stdin io.Reader,
 	if *dir == "" {
 		return usage("--session-dir is required")
 	}
+	if !filepath.IsAbs(*dir) {
+		// As for the wrapper itself (spec §2.1): a relative dir would name
+		// a different session from another working directory.
+		return usage("--session-dir must be an absolute path")
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "pcwrap %s: %v\n", name, err)
 		return debugFailed
@@ -152,6 +160,12 @@ func debugSend(ctx context.Context, dir string, args []string, end bool, stdin i
 			}
 			data = b
 		}
+	}
+	// Checked before the counter is created: a mistyped DIR must not be
+	// left holding a .pcwrap-stdin-seq, nor report the internals of the
+	// counter's lock.
+	if err := sessiondir.CheckSendTarget(dir); err != nil {
+		return fail(err)
 	}
 	c, err := sessiondir.LockSeqCounter(ctx, dir)
 	if err != nil {

@@ -177,3 +177,39 @@ func FuzzDebugArgs(f *testing.F) {
 		assert.Contains(t, []int{debugOK, debugFailed, debugUsage, debugNoAck}, code)
 	})
 }
+
+// send names a missing or non-session DIR in plain words, without the
+// counter's internals, and leaves nothing behind in a directory that is
+// not a session (issue 9: "lock seq counter: open session dir", and a
+// stray .pcwrap-stdin-seq).
+func TestDebugSendClearErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone")
+	code, _, errOut := debug(t, "", "send", "--session-dir", missing, "x")
+	assert.Equal(t, debugFailed, code)
+	assert.Equal(t, "pcwrap send: no session directory at "+missing+": no such file or directory\n", errOut)
+
+	plain := t.TempDir()
+	code, _, errOut = debug(t, "", "send", "--session-dir", plain, "x")
+	assert.Equal(t, debugFailed, code)
+	assert.Contains(t, errOut, "not a process session directory")
+	assert.NotContains(t, errOut, "seq counter")
+	assert.Empty(t, dirNames(t, plain), "nothing is created in a directory that is not a session")
+}
+
+// A relative --session-dir is a usage error for every subcommand, as for
+// the wrapper itself (spec §2.1: the session dir is absolute).
+func TestDebugRefusesRelativeDir(t *testing.T) {
+	d := debugSession(t)
+	t.Chdir(filepath.Dir(d))
+	for _, name := range []string{"send", "stop", "tail"} {
+		args := []string{"--session-dir", filepath.Base(d)}
+		if name == "send" {
+			args = append(args, "x")
+		}
+		code, _, errOut := debug(t, "", name, args...)
+		assert.Equal(t, debugUsage, code, name)
+		assert.Contains(t, errOut, "--session-dir must be an absolute path", name)
+	}
+	assert.Empty(t, dirNames(t, filepath.Join(d, sessiondir.StdinDir)))
+	assert.DirExists(t, d, "stop removed nothing")
+}

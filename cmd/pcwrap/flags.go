@@ -3,16 +3,21 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/pcrunner/pcrunner/internal/pcwrap"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
-// Exit statuses of pcwrap itself (spec §2.5); a child's own exit code
-// passes through unchanged.
+// Exit statuses of the CLI itself (spec §2.5); the wrapper's own
+// (pcwrap.ExitFailure, pcwrap.ExitSpawn) and a child's exit code pass
+// through unchanged.
 const (
-	exitFailure = 1   // setup failure, payload, refusal, child killed by a signal
-	exitUsage   = 2   // bad flags
-	exitSpawn   = 127 // the child could not be spawned
+	exitFailure = pcwrap.ExitFailure
+	exitUsage   = 2 // bad flags
 )
 
 // options are the parsed command-line flags.
@@ -20,6 +25,16 @@ type options struct {
 	sessionDir string   // --session-dir (overrides the env)
 	output     string   // --output ("" = from the env)
 	command    []string // after "--": the child, instead of the payload
+}
+
+// isTerminal reports whether w is a terminal (TCGETS succeeds on it).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 const usage = `pcwrap: run one child process joined to a process-session directory.
@@ -49,16 +64,17 @@ Input: the child's stdin is fed from DIR/stdin/000000000001.json, ...
 Output: frames (data, exit, error, shutdownAck) as files DIR/events/*.json
 (events mode) or as JSON lines with "seq" on stdout (stdout mode).
 
-Exit status: the child's exit code; 1 if the child was killed by a signal
-or pcwrap could not set up the session; 2 for bad flags; 127 if the child
-could not be spawned.
+Exit status: the child's exit code; 1 if the child was killed by a signal,
+pcwrap could not set up the session, or a setting has a bad value (e.g.
+--output=xml, spec §2.2); 2 for an unknown flag or a stray argument; 127 if
+the child could not be spawned.
 
 Flags:
 `
 
 // parseFlags parses the production/debug command line. It returns ok
 // false with the exit code when pcwrap should exit at once (--help: 0,
-// bad flags: 2).
+// bad flags: 2, a bare pcwrap typed on a terminal: 1).
 func parseFlags(args []string, stdout, stderr io.Writer) (options, int, bool) {
 	var o options
 	fs := pflag.NewFlagSet("pcwrap", pflag.ContinueOnError)
@@ -73,6 +89,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, int, bool) {
 	if *help {
 		fmt.Fprint(stdout, usage+fs.FlagUsages())
 		return o, 0, false
+	}
+	if len(args) == 0 && os.Getenv(sessiondir.EnvDir) == "" && os.Getenv(sessiondir.EnvOutput) == "" && isTerminal(stderr) {
+		// Someone typed a bare "pcwrap": the spec's line (§2.1), then
+		// where the help is. The host never runs pcwrap on a terminal, so
+		// its stderr keeps exactly the line run prints.
+		fmt.Fprintf(stderr, "%s\nRun 'pcwrap --help' for usage.\n", pcwrap.MsgMissingEnv)
+		return o, exitFailure, false
 	}
 	rest := fs.Args()
 	if dash := fs.ArgsLenAtDash(); dash >= 0 {

@@ -27,9 +27,9 @@ const (
 	maxRetriesCap = 1 << 31
 )
 
-// Fixed messages (spec §2.2, §2.5, §5.1).
+// Fixed messages (spec §2.2, §2.5, §5.1); the CLI prints MsgMissingEnv too.
 const (
-	msgMissingEnv = "Missing process session bridge env."
+	MsgMissingEnv = "Missing process session bridge env."
 )
 
 // env is a lookup over the process environment given to Run.
@@ -111,7 +111,7 @@ func resolve(cfg Config, e env) (mode, dir string, ok bool) {
 		dir = e.get(sessiondir.EnvDir)
 	}
 	if dir == "" {
-		fmt.Fprintln(cfg.Stderr, msgMissingEnv)
+		fmt.Fprintln(cfg.Stderr, MsgMissingEnv)
 		return "", "", false
 	}
 	if !filepath.IsAbs(dir) {

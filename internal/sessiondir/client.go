@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
@@ -32,10 +33,37 @@ var (
 	// ErrSessionGone: the session directory (or events/) was removed or
 	// replaced while a reader held it open.
 	ErrSessionGone = errors.New("process session directory vanished")
+	// ErrNotSessionDir: a directory given as a session dir holds no
+	// stdin/ queue, so nothing may be written into it.
+	ErrNotSessionDir = errors.New("not a process session directory (it has no stdin/ directory)")
 	// ErrShutdownNotAcked: Stop saw no shutdownAck within its wait; the
 	// directory was removed anyway.
 	ErrShutdownNotAcked = errors.New("the wrapper did not acknowledge shutdown within 3000ms")
 )
+
+// CheckSendTarget reports whether sessionDir is a session directory a
+// host-side writer (pcwrap send) may use, before anything is created in it:
+// it must exist, be a directory and no symlink, and hold stdin/. A missing
+// directory wraps os.ErrNotExist, one without stdin/ ErrNotSessionDir, so
+// the caller can say which in plain words.
+func CheckSendTarget(sessionDir string) error {
+	root, err := openControlDir(sessionDir, "")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no session directory at %s: %w", sessionDir, syscall.ENOENT)
+		}
+		return fmt.Errorf("check session dir: %w", err)
+	}
+	root.Close()
+	d, err := openControlDir(sessionDir, StdinDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: %w", sessionDir, ErrNotSessionDir)
+		}
+		return fmt.Errorf("check session dir: %w", err)
+	}
+	return d.Close()
+}
 
 // StopOptions tune Stop. The zero value is the host's behaviour.
 type StopOptions struct {

@@ -137,7 +137,6 @@ func (f *Feeder) loop() {
 		b := f.queue[0]
 		f.queue[0] = nil
 		f.queue = f.queue[1:]
-		wasFull := f.queued >= MaxQueuedBytes
 		f.mu.Unlock()
 		if !broken {
 			if _, err := f.w.Write(b); err != nil {
@@ -151,6 +150,10 @@ func (f *Feeder) loop() {
 			}
 		}
 		f.mu.Lock()
+		// Full is judged now, not before the write: the reader may have
+		// filled the queue (and stopped, waiting for onDrain) while the
+		// write was in flight.
+		wasFull := f.queued >= MaxQueuedBytes
 		if !f.dropped {
 			f.queued -= len(b)
 		}

@@ -1,10 +1,16 @@
 package stdinpoll
 
 import (
+	"context"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,4 +81,68 @@ func TestFeederRecyclesWrittenBuffers(t *testing.T) {
 	assert.Same(t, &b[0], &back[:1][0])
 	f.End()
 	<-f.Done()
+}
+
+// stallingWriter holds every write until the rest of the bubble is
+// blocked, so the reader fills the queue while a write is in flight.
+type stallingWriter struct {
+	left int
+	done chan struct{}
+}
+
+func (w *stallingWriter) Write(b []byte) (int, error) {
+	synctest.Wait()
+	if w.left -= len(b); w.left == 0 {
+		close(w.done)
+	}
+	return len(b), nil
+}
+
+func (w *stallingWriter) Close() error { return nil }
+
+// feedHandler hands stdin chunks to a Feeder, as pcwrap does.
+type feedHandler struct{ f *Feeder }
+
+func (h feedHandler) Stdin(b []byte) { h.f.Write(b) }
+func (feedHandler) StdinEnd()        {}
+func (feedHandler) Shutdown()        {}
+func (feedHandler) Error(string)     {}
+
+// A backlog of 512 files present before launch, four times what the
+// feeder queues, is consumed with no tick-length pause: every drain
+// wakes the reader (issue 9 item 7). The feeder judged "was full" before
+// its write, so when the reader filled the queue during that write the
+// wake-up was lost and the reader waited for the next 50 ms tick.
+// synctest's clock only moves when everything is blocked, so any pause
+// for a tick shows as elapsed time.
+func TestFeederBacklogWakesReaderWithoutTick(t *testing.T) {
+	const files, size = 512, MaxQueuedBytes / 128
+	dir := t.TempDir()
+	chunk := strings.Repeat("x", size)
+	for i := int64(1); i <= files; i++ {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, sessiondir.SeqName(i)), []byte(data(chunk)), 0o600))
+	}
+	d, err := os.Open(dir)
+	require.NoError(t, err)
+	defer d.Close()
+	synctest.Test(t, func(t *testing.T) {
+		w := &stallingWriter{left: files * size, done: make(chan struct{})}
+		f := NewFeeder(w, nil)
+		r := New(Config{Dir: d, NoWatch: true, Backlogged: f.Full, Handler: feedHandler{f}})
+		f.SetOnDrain(r.Kick)
+		ctx, cancel := context.WithCancel(t.Context())
+		ran := make(chan struct{})
+		start := time.Now()
+		go func() { defer close(ran); r.Run(ctx) }()
+		select {
+		case <-w.done:
+		case <-time.After(time.Minute): // simulated: a bound, not a pace
+			t.Fatal("backlog not consumed")
+		}
+		assert.Less(t, time.Since(start), TickInterval, "the reader waited for a tick")
+		cancel()
+		<-ran
+		f.End()
+		<-f.Done()
+	})
 }

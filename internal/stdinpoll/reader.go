@@ -11,13 +11,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // TickInterval is the pause after a tick scan before the next (spec §6.3, §11).
@@ -88,9 +88,14 @@ type Config struct {
 type Reader struct {
 	cfg         Config
 	maxRetries  int
-	expectedSeq int64
+	expectedSeq float64 // a JavaScript number, as in the reference (seqOf)
 	gapRetries  int
 	parseRetry  map[string]int
+	// undeletable holds names dropped (given up) whose unlink failed: they
+	// are skipped from then on, so the queue still advances and the drop
+	// is reported once. An entry goes when a fresh listing lacks its name.
+	undeletable map[string]struct{}
+	unlink      func(dfd int, name string) error // unix.Unlinkat; a seam for tests
 	stdinClosed bool
 	stopped     bool
 	kick        chan struct{}
@@ -132,6 +137,8 @@ func New(cfg Config) *Reader {
 		maxRetries:  cfg.MaxRetries,
 		expectedSeq: 1,
 		parseRetry:  map[string]int{},
+		undeletable: map[string]struct{}{},
+		unlink:      func(dfd int, name string) error { return unix.Unlinkat(dfd, name, 0) },
 		kick:        make(chan struct{}, 1),
 		dirbuf:      make([]byte, dirBufSize),
 	}
@@ -248,6 +255,7 @@ func (r *Reader) Scan(tick bool) {
 				return
 			}
 			fresh = true
+			r.pruneUndeletable(names)
 		}
 		switch r.scanNames(names, tick, fresh) {
 		case scanDone:
@@ -258,6 +266,16 @@ func (r *Reader) Scan(tick bool) {
 			return
 		}
 		names = nil // relist: the kept listing ran out or went stale
+	}
+}
+
+// pruneUndeletable forgets undeletable names that a fresh listing no
+// longer has, so the set stays as small as what is on disk.
+func (r *Reader) pruneUndeletable(names []string) {
+	for name := range r.undeletable {
+		if i := sort.SearchStrings(names, name); i == len(names) || names[i] != name {
+			delete(r.undeletable, name)
+		}
 	}
 }
 
@@ -277,7 +295,10 @@ func (r *Reader) scanNames(names []string, tick, fresh bool) scanResult {
 		if r.Done() {
 			return scanStopped
 		}
-		seq, numeric := sessiondir.ParseSeq(name)
+		if _, skip := r.undeletable[name]; skip {
+			continue
+		}
+		seq, numeric := seqOf(name)
 		if numeric && seq > r.expectedSeq {
 			if !fresh {
 				return scanStale // the missing file may have arrived since
@@ -288,7 +309,7 @@ func (r *Reader) scanNames(names []string, tick, fresh bool) scanResult {
 			if !tick || r.gapRetries < r.maxRetries {
 				return scanStopped
 			}
-			r.cfg.Handler.Error(fmt.Sprintf("Advanced past missing stdin files %d to %d after %d retries.", r.expectedSeq, seq-1, r.maxRetries))
+			r.cfg.Handler.Error(fmt.Sprintf("Advanced past missing stdin files %s to %s after %d retries.", jsNumber(r.expectedSeq), jsNumber(seq-1), r.maxRetries))
 			r.gapRetries = 0
 			r.expectedSeq = seq
 		}
@@ -310,7 +331,9 @@ func (r *Reader) scanNames(names []string, tick, fresh bool) scanResult {
 				return scanStopped // a later file must never overtake this one
 			}
 			delete(r.parseRetry, name)
-			_ = unix.Unlinkat(int(r.cfg.Dir.Fd()), name, 0)
+			if err := r.unlink(int(r.cfg.Dir.Fd()), name); err != nil && !errors.Is(err, unix.ENOENT) {
+				r.undeletable[name] = struct{}{}
+			}
 			r.cfg.Handler.Error(fmt.Sprintf("Dropped unreadable stdin file after %d retries: %s: %s", r.maxRetries, name, err))
 			if numeric {
 				r.expectedSeq = seq + 1

@@ -39,7 +39,7 @@ func (r *Reader) read(name string) (frame.Message, error) {
 	if err != nil {
 		return frame.Message{}, err
 	}
-	if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
+	if err := r.unlink(dfd, name); err != nil && err != unix.ENOENT {
 		return frame.Message{}, fmt.Errorf("unlink: %s", errText(err))
 	}
 	return msg, nil
@@ -79,7 +79,7 @@ func (r *Reader) list() ([]string, error) {
 		if n == 0 {
 			break
 		}
-		r.names = appendJSONNames(r.names, r.dirbuf[:n])
+		r.names = appendJSONNames(r.names, r.dirbuf[:n], int(dfd))
 	}
 	// A deleted directory lists empty rather than failing through the fd;
 	// the identity check (by path) catches that.
@@ -87,9 +87,14 @@ func (r *Reader) list() ([]string, error) {
 	return r.names, nil
 }
 
-// appendJSONNames parses linux_dirent64 records and appends every name
-// ending in ".json".
-func appendJSONNames(names []string, buf []byte) []string {
+// appendJSONNames parses linux_dirent64 records and appends the name of
+// every regular file ending in ".json". Anything else (a directory, a
+// symlink, a fifo) is not a queue file, as for the events reader
+// (sessiondir.DirFS.List): a directory named 000000000001.json can
+// neither be read nor removed, and listing it jammed the queue.
+// DT_UNKNOWN (file systems without d_type) asks fstatat, not following
+// links, relative to the held fd dfd.
+func appendJSONNames(names []string, buf []byte, dfd int) []string {
 	for len(buf) >= 19 {
 		reclen := int(buf[16]) | int(buf[17])<<8
 		if reclen < 19 || reclen > len(buf) {
@@ -102,10 +107,19 @@ func appendJSONNames(names []string, buf []byte) []string {
 				break
 			}
 		}
-		if len(name) > len(sessiondir.JSONSuffix) && string(name[len(name)-len(sessiondir.JSONSuffix):]) == sessiondir.JSONSuffix {
+		typ := buf[18]
+		if len(name) > len(sessiondir.JSONSuffix) && string(name[len(name)-len(sessiondir.JSONSuffix):]) == sessiondir.JSONSuffix &&
+			(typ == unix.DT_REG || typ == unix.DT_UNKNOWN && isRegularAt(dfd, string(name))) {
 			names = append(names, string(name))
 		}
 		buf = buf[reclen:]
 	}
 	return names
+}
+
+// isRegularAt reports whether name inside dfd is a regular file (a link is
+// not followed).
+func isRegularAt(dfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

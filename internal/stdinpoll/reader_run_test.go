@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // syncRecorder is a Handler safe across goroutines.

@@ -2,6 +2,7 @@ package stdinpoll
 
 import (
 	"encoding/base64"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,15 +116,8 @@ func TestReaderUnreadableRetriedThenDropped(t *testing.T) {
 
 func TestReaderUnreadableKinds(t *testing.T) {
 	cases := map[string]func(t *testing.T, path string){
-		"empty": func(t *testing.T, p string) { require.NoError(t, os.WriteFile(p, nil, 0o600)) },
-		"symlink": func(t *testing.T, p string) {
-			target := filepath.Join(t.TempDir(), "target")
-			require.NoError(t, os.WriteFile(target, []byte(`{"type":"shutdown"}`), 0o600))
-			require.NoError(t, os.Symlink(target, p))
-		},
-		"fifo":      func(t *testing.T, p string) { require.NoError(t, syscall.Mkfifo(p, 0o600)) },
-		"directory": func(t *testing.T, p string) { require.NoError(t, os.Mkdir(p, 0o700)) },
-		"binary":    func(t *testing.T, p string) { require.NoError(t, os.WriteFile(p, []byte{0, 1, 2, 0xff, 0xfe}, 0o600)) },
+		"empty":  func(t *testing.T, p string) { require.NoError(t, os.WriteFile(p, nil, 0o600)) },
+		"binary": func(t *testing.T, p string) { require.NoError(t, os.WriteFile(p, []byte{0, 1, 2, 0xff, 0xfe}, 0o600)) },
 		"oversized": func(t *testing.T, p string) {
 			f, err := os.Create(p)
 			require.NoError(t, err)
@@ -133,9 +127,6 @@ func TestReaderUnreadableKinds(t *testing.T) {
 	}
 	want := map[string]string{
 		"empty":     "stdin file is empty",
-		"symlink":   "open: ELOOP",
-		"fifo":      "not a regular file",
-		"directory": "not a regular file",
 		"binary":    "invalid JSON at offset",
 		"oversized": "stdin file exceeds the 16777216-byte limit",
 	}
@@ -296,4 +287,132 @@ type countingHandler struct {
 func (c *countingHandler) Stdin(b []byte) {
 	c.recorder.Stdin(b)
 	*c.room--
+}
+
+// Only regular files are queue files: a directory, a symlink or a fifo
+// named like one is not listed (as in the events reader), so it is a gap
+// (given up after the tick budget) and never jams the queue. Issue 9
+// item 3: a directory named 000000000001.json could neither be read nor
+// removed, and every later scan stopped at it again.
+func TestReaderNonRegularEntriesAreNotQueueFiles(t *testing.T) {
+	cases := map[string]func(t *testing.T, path string){
+		"directory": func(t *testing.T, p string) { require.NoError(t, os.Mkdir(p, 0o700)) },
+		"symlink": func(t *testing.T, p string) {
+			target := filepath.Join(t.TempDir(), "target")
+			require.NoError(t, os.WriteFile(target, []byte(`{"type":"shutdown"}`), 0o600))
+			require.NoError(t, os.Symlink(target, p))
+		},
+		"fifo": func(t *testing.T, p string) { require.NoError(t, syscall.Mkfifo(p, 0o600)) },
+	}
+	for name, mk := range cases {
+		t.Run(name, func(t *testing.T) {
+			fx := newFixture(t, 2)
+			mk(t, filepath.Join(fx.dir, sessiondir.SeqName(1)))
+			fx.put(2, data("next"))
+			fx.r.Scan(true)
+			assert.Empty(t, fx.rec.got)
+			fx.r.Scan(true)
+			assert.Equal(t, []string{"error:Advanced past missing stdin files 1 to 1 after 2 retries.", "stdin:next"}, fx.rec.got)
+			fx.put(3, `{"type":"shutdown"}`)
+			fx.r.Scan(false) // an event scan: nothing to wait for any more
+			assert.Equal(t, "shutdown", fx.rec.got[len(fx.rec.got)-1], "a later shutdown is seen at once")
+			assert.True(t, fx.present(1), "the entry itself is left alone")
+		})
+	}
+}
+
+// A dropped file that cannot be removed still advances the queue and is
+// reported once: later scans skip it instead of retrying it as a late
+// file and dropping it again every 5 s (issue 9 item 3).
+func TestReaderUndeletableDropReportedOnce(t *testing.T) {
+	fx := newFixture(t, 2)
+	stuck := sessiondir.SeqName(1)
+	fx.r.unlink = func(dfd int, name string) error {
+		if name == stuck {
+			return syscall.EACCES
+		}
+		return syscall.Unlinkat(dfd, name)
+	}
+	fx.put(1, data("a"))
+	fx.put(2, data("b"))
+	fx.r.Scan(true)
+	fx.r.Scan(true)
+	require.Equal(t, []string{"error:Dropped unreadable stdin file after 2 retries: 000000000001.json: unlink: EACCES", "stdin:b"}, fx.rec.got)
+	fx.put(3, data("c"))
+	fx.r.Scan(false)
+	for range 5 {
+		fx.r.Scan(true)
+	}
+	fx.put(4, `{"type":"shutdown"}`)
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"error:Dropped unreadable stdin file after 2 retries: 000000000001.json: unlink: EACCES", "stdin:b", "stdin:c", "shutdown"}, fx.rec.got)
+	assert.True(t, fx.present(1))
+}
+
+// A name with 20 or more digits orders as the reference's parseInt gives
+// it (a JavaScript number) and never wraps the counter: after it, the
+// host's next files are late files, processed at once (issue 9 item 4;
+// an int64 counter wrapped to -2^63 and stalled 5 s behind a bogus gap).
+func TestReaderHugeSeqNameDoesNotWrap(t *testing.T) {
+	fx := newFixture(t, 2)
+	require.NoError(t, os.WriteFile(filepath.Join(fx.dir, "99999999999999999999.json"), []byte(data("huge")), 0o600))
+	fx.r.Scan(true)
+	fx.r.Scan(true)
+	require.Equal(t, []string{"error:Advanced past missing stdin files 1 to 100000000000000000000 after 2 retries.", "stdin:huge"}, fx.rec.got)
+	fx.put(1, data("a"))
+	fx.put(2, `{"type":"stdinEnd"}`)
+	fx.r.Scan(false)
+	assert.Equal(t, []string{"error:Advanced past missing stdin files 1 to 100000000000000000000 after 2 retries.", "stdin:huge", "stdin:a", "end"}, fx.rec.got)
+}
+
+func TestSeqOfMatchesParseInt(t *testing.T) {
+	cases := []struct {
+		name string
+		want float64
+		ok   bool
+	}{
+		{"000000000001.json", 1, true},
+		{"000000000042.json", 42, true},
+		{" \t12abc.json", 12, true},
+		{"+7.json", 7, true},
+		{"-5.json", -5, true},
+		{"9223372036854775807.json", 9223372036854775807, true},
+		{"99999999999999999999.json", 1e20, true},
+		{"1000000000000000000000.json", 1e21, true},
+		{"-99999999999999999999.json", -1e20, true},
+		{strings.Repeat("9", 400) + ".json", math.Inf(1), true},
+		{"abc.json", 0, false},
+		{"-.json", 0, false},
+	}
+	for _, c := range cases {
+		got, ok := seqOf(c.name)
+		assert.Equal(t, c.ok, ok, c.name)
+		assert.Equal(t, c.want, got, c.name)
+	}
+	a, _ := seqOf("99999999999999999999.json")
+	b, _ := seqOf("1000000000000000000000.json")
+	assert.Less(t, a, b, "names past int64 keep their order")
+	assert.Equal(t, a, a+1, "and +1 rounds as in JavaScript")
+	for f, want := range map[float64]string{1: "1", -4: "-4", 1e20: "100000000000000000000", 1e21: "1e+21", -1.5e22: "-1.5e+22", math.Inf(1): "Infinity"} {
+		assert.Equal(t, want, jsNumber(f))
+	}
+}
+
+// FuzzSeqOf: any name parses without panic; numeric exactly when
+// sessiondir.ParseSeq says so, and equal to it wherever int64 is exact.
+func FuzzSeqOf(f *testing.F) {
+	for _, s := range []string{"000000000001.json", "99999999999999999999.json", "-1.json", " 7", "abc", "\u00a012", strings.Repeat("9", 400)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got, ok := seqOf(name)
+		v, want := sessiondir.ParseSeq(name)
+		require.Equal(t, want, ok)
+		if ok && v != math.MaxInt64 && v != math.MinInt64 {
+			require.Equal(t, float64(v), got)
+		}
+		if ok && (v == math.MaxInt64 || v == math.MinInt64) {
+			require.GreaterOrEqual(t, math.Abs(got), float64(math.MaxInt64))
+		}
+	})
 }

@@ -80,6 +80,9 @@ func TestACP20_HotRestart(t *testing.T) {
 		waitExit(t, proc)
 		proc = r.start(t)
 		r.waitEvents(t, "run.terminal", i)
+		// Each restart reconciles once; its runner.reconciled may come
+		// after a run.terminal the previous process already sent.
+		r.waitEvents(t, "runner.reconciled", i)
 		require.Equal(t, pgid, childPgid(t, sdir), "the agent keeps its process group")
 		require.NoError(t, syscall.Kill(-pgid, 0), "the agent still runs")
 	}

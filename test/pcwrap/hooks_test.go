@@ -95,7 +95,15 @@ func testDenied(t *testing.T, parent bool) {
 	for _, p := range open {
 		require.NoError(t, os.Chmod(p, 0o755))
 	}
-	s := start(t, opts{dir: dir, noMkdir: true, payload: sh("sleep 300"), cred: cred})
+	if cred != nil {
+		skipUnlessReachable(t, int(cred.Uid), bin, dir)
+	}
+	// The child starts in root, not in pcwrap's cwd (the test's, inside the
+	// checkout): a clone under a 0700 directory (mktemp -d) is out of the
+	// dropped uid's reach, and the spawn failed with EACCES.
+	p := sh("sleep 300")
+	p.Cwd = root
+	s := start(t, opts{dir: dir, noMkdir: true, payload: p, cred: cred})
 	pgid := s.childPgid()
 	time.Sleep(150 * time.Millisecond)
 	victim := dir
@@ -107,6 +115,25 @@ func testDenied(t *testing.T, parent bool) {
 	s.wait(10 * time.Second)
 	assert.Contains(t, s.stderr.String(), "Latching on a lost process session identity: lstat failed with EACCES. Terminating.")
 	groupGone(t, pgid, 5*time.Second)
+}
+
+// skipUnlessReachable skips the test when uid cannot search every
+// directory above the given paths (for example a TMPDIR inside a private
+// home), naming the directory in the way.
+func skipUnlessReachable(t *testing.T, uid int, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+			var st syscall.Stat_t
+			require.NoError(t, syscall.Stat(d, &st))
+			if st.Mode&0o001 == 0 && (int(st.Uid) != uid || st.Mode&0o100 == 0) {
+				t.Skipf("uid %d cannot reach %s: %s is mode %#o; point TMPDIR at a world-traversable directory", uid, p, d, st.Mode&0o777)
+			}
+			if d == "/" {
+				break
+			}
+		}
+	}
 }
 
 // TestPcwrap29_PlantedProbeSymlink (T20).
