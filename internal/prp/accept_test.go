@@ -105,19 +105,35 @@ func TestPRP04_TwoProversSerialize(t *testing.T) {
 		for range 2 {
 			go func() { errs <- r.dial(t) }()
 		}
-		e1, e2 := <-errs, <-errs
-		require.True(t, (e1 == nil) != (e2 == nil), "exactly one bootstrap succeeds: %v, %v", e1, e2)
-		r.waitAuth(t, 1)
+		// Both dials may succeed: when the first bootstrap finishes before
+		// the second core handshake starts, the core already holds the
+		// lease and the second is a lease reconnect. What must never
+		// happen is a second bootstrap of the one ticket.
+		ok := 0
+		for range 2 {
+			if err := <-errs; err == nil {
+				ok++
+			}
+		}
+		require.GreaterOrEqual(t, ok, 1, "one bootstrap succeeds")
+		r.waitAuth(t, ok)
 		synctest.Wait()
-		require.Len(t, r.user.welcomes, 1)
+		require.Len(t, r.user.welcomes, ok)
+		boots := 0
+		for _, w := range r.user.welcomes {
+			if w.Bootstrapped {
+				boots++
+			}
+		}
+		require.Equal(t, 1, boots, "the ticket bootstraps exactly once")
 		select {
 		case err := <-r.done:
 			t.Fatalf("runner ended: %v", err)
 		default:
 		}
 		require.NoError(t, r.dial(t), "the lease reconnect still works")
-		r.waitAuth(t, 2)
-		require.False(t, r.user.welcomes[1].Bootstrapped)
+		r.waitAuth(t, ok+1)
+		require.False(t, r.user.welcomes[ok].Bootstrapped)
 		require.ErrorIs(t, r.stop(), context.Canceled)
 	})
 }
