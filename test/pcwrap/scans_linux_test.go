@@ -16,10 +16,14 @@ import (
 // has looked at file N rather than after a guessed sleep.
 //
 // The signal is the kernel's: every getdents on a directory raises
-// IN_ACCESS on it (fs/readdir.c, iterate_dir), and the reader lists
-// stdin/ exactly once per scan (stdinpoll.Reader.list). It works on the
-// production binary, so no test hook is needed. pcwrap's own watch does
-// not ask for IN_ACCESS, so this watch changes nothing for pcwrap.
+// IN_ACCESS on it (fs/readdir.c, iterate_dir), and pcwrap reads stdin/'s
+// entries nowhere but in the reader's listing, done once per scan
+// (stdinpoll.Reader.Scan; a second listing in one scan happens only when
+// resuming a listing kept while the child's stdin was full, which these
+// scenarios never fill). It works on the production binary, so no test
+// hook is needed. pcwrap's own watch does not ask for IN_ACCESS, so this
+// watch changes nothing for pcwrap; the tests look at stdin/ only by
+// lstat, which raises no event.
 //
 // Counting: one listing is at most two getdents calls (the names, then
 // the empty read at the end; the test queues hold a handful of names, far
