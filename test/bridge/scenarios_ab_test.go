@@ -3,7 +3,9 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -223,6 +225,29 @@ func forgeEvent(t *testing.T, dir string, seq int64, f frame.Frame) {
 	require.NoError(t, os.Rename(p+".forge", p))
 }
 
+// waitForgedConsumed waits until the host's event poll has taken the
+// forged event at seq: it removes an event file only after delivering it
+// (sessiondir.EventReader.cycle), so the file's absence shows the forged
+// frame reached the host before the stop begins.
+func waitForgedConsumed(t *testing.T, dir string, seq int64) {
+	t.Helper()
+	p := filepath.Join(dir, sessiondir.EventsDir, sessiondir.SeqName(seq))
+	waitFor(t, scenarioTimeout, "the poll to consume the forged event", func() bool {
+		_, err := os.Lstat(p)
+		return errors.Is(err, fs.ErrNotExist)
+	})
+}
+
+// issuedScript reports whether the host issued script through r.
+func issuedScript(r *ShellRunner, script string) bool {
+	for _, sc := range r.Scripts() {
+		if sc == script {
+			return true
+		}
+	}
+	return false
+}
+
 func rmScripts(r *ShellRunner, dir string) int {
 	n := 0
 	for _, s := range r.Scripts() {
@@ -241,7 +266,7 @@ func TestPcwrap15_ForgedExitThenStop(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh("cat"))
 	forgeEvent(t, s.Dir, 999999999999, frame.ExitFrame(new(int), ""))
-	time.Sleep(600 * time.Millisecond)
+	waitForgedConsumed(t, s.Dir, 999999999999)
 	start := time.Now()
 	acked := s.Stop(context.Background())
 	el := time.Since(start)
@@ -268,7 +293,7 @@ func TestPcwrap16_NoWrapperForgedExit(t *testing.T) {
 	r.runner.Intercept = fakeLaunch
 	s := r.start(t, sh("cat"))
 	forgeEvent(t, s.Dir, 999999999999, frame.ExitFrame(new(int), ""))
-	time.Sleep(600 * time.Millisecond)
+	waitForgedConsumed(t, s.Dir, 999999999999)
 	start := time.Now()
 	acked := s.Stop(context.Background())
 	assert.False(t, acked)
@@ -296,7 +321,11 @@ func TestPcwrap17_StopSendsNoSignal(t *testing.T) {
 func TestPcwrap22_StopAfterChildExit(t *testing.T) {
 	r := newRig(t, false)
 	s := r.start(t, sh("exit 0"))
-	time.Sleep(500 * time.Millisecond)
+	// The child has exited once the poll reads pcwrap's first event, its
+	// exit frame (the child prints nothing).
+	waitFor(t, scenarioTimeout, "the poll to read pcwrap's exit frame", func() bool {
+		return issuedScript(r.runner, "base64 < "+shq(filepath.Join(s.Dir, sessiondir.EventsDir, sessiondir.SeqName(1))))
+	})
 	start := time.Now()
 	assert.True(t, s.Stop(context.Background()))
 	assert.Less(t, time.Since(start), time.Second)

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
@@ -94,7 +96,7 @@ func check37(t *testing.T, stream bool) {
 func check38(t *testing.T, stream bool) {
 	r := newRig(t, stream)
 	s := r.start(t, sh(`echo early-out; echo early-err >&2; sleep 0.02`))
-	time.Sleep(300 * time.Millisecond) // the proxy connects late (scenario text)
+	waitBufferedExit(t, s) // the proxy connects late: after the child is gone (scenario text)
 	code, out, errOut := proxyRun(t, s, "")
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "early-out\n", out, "buffered output delivered exactly once")
@@ -135,6 +137,23 @@ func check41(t *testing.T, stream bool) {
 	inW.Close()
 	assert.Equal(t, 0, <-done)
 	assertNoEventsDir(t, s, stream)
+}
+
+// waitBufferedExit waits until the host holds the child's exit frame for
+// a proxy that has not connected yet: all the child's output was produced
+// and buffered.
+func waitBufferedExit(t *testing.T, s *Session) {
+	t.Helper()
+	waitFor(t, scenarioTimeout, "the exit frame buffered for the proxy", func() bool {
+		s.out.mu.Lock()
+		defer s.out.mu.Unlock()
+		for _, l := range s.out.buf {
+			if f, err := frame.ParseFrame(bytes.TrimSuffix(l, []byte("\n"))); err == nil && f.Type == frame.FrameExit {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func assertNoEventsDir(t *testing.T, s *Session, stream bool) {
@@ -179,7 +198,7 @@ func TestPcwrap40_ProxyAuthentication(t *testing.T) {
 	_, err := wrong.readLine(2 * time.Second)
 	assert.ErrorIs(t, err, io.EOF, "a wrong token is disconnected")
 
-	time.Sleep(500 * time.Millisecond) // output is produced and buffered meanwhile
+	waitBufferedExit(t, s) // output is produced and buffered meanwhile
 	code, out, _ := proxyRun(t, s, "")
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "buffered\n", out)

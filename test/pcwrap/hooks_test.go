@@ -103,9 +103,11 @@ func testDenied(t *testing.T, parent bool) {
 	// dropped uid's reach, and the spawn failed with EACCES.
 	p := sh("sleep 300")
 	p.Cwd = root
+	scans := watchScans(t, filepath.Join(dir, "stdin"))
 	s := start(t, opts{dir: dir, noMkdir: true, payload: p, cred: cred})
 	pgid := s.childPgid()
-	time.Sleep(150 * time.Millisecond)
+	// The identity must be lost while pcwrap supervises, not during setup.
+	scans.waitReaderRunning(t)
 	victim := dir
 	if parent {
 		victim = private
@@ -182,9 +184,14 @@ func TestPcwrap31to33_SwappedProbeKept(t *testing.T) {
 	for _, kind := range []string{"file", "dir", "symlink"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			s := hookStart(t, opts{env: []string{"PCWRAP_TEST_PROBE_SWAP=1:" + kind}})
+			dir := filepath.Join(t.TempDir(), "session")
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "stdin"), 0o700))
+			scans := watchScans(t, filepath.Join(dir, "stdin"))
+			s := hookStart(t, opts{dir: dir, env: []string{"PCWRAP_TEST_PROBE_SWAP=1:" + kind}})
 			s.childPgid()
-			time.Sleep(200 * time.Millisecond)
+			// The probes ran before the spawn (spec §4 step 3); once the
+			// reader runs, setup, the only code that touches probes, is over.
+			scans.waitReaderRunning(t)
 			p := filepath.Join(s.dir, sessiondir.ProbeName(s.cmd.Process.Pid, 1))
 			fi, err := os.Lstat(p)
 			require.NoError(t, err, "the peer's %s must stay", kind)

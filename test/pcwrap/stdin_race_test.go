@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/stdinpoll"
 )
 
@@ -42,8 +43,9 @@ func finish(t *testing.T, s *session, want string) {
 
 func scenario01(t *testing.T, v raceVariant) {
 	s := v.start(t)
+	scans := s.watchStdin()
 	s.putRaw(1, "")
-	time.Sleep(200 * time.Millisecond)
+	scans.waitScans(t, sessiondir.SeqName(1), settleScans)
 	assert.True(t, exists(s.stdinPath(1)), "empty file must stay on disk")
 	s.put(1, stdinMsg("late-payload"))
 	s.waitOutput(5*time.Second, "late-payload")
@@ -63,9 +65,10 @@ func scenario02(t *testing.T, v raceVariant) {
 
 func scenario03(t *testing.T, v raceVariant) {
 	s := v.start(t)
+	scans := s.watchStdin()
 	s.putRaw(1, "")
 	s.put(2, stdinEndMsg)
-	time.Sleep(300 * time.Millisecond)
+	scans.waitScans(t, sessiondir.SeqName(2), settleScans)
 	assert.Zero(t, count(s.frames(), frame.FrameExit), "stdinEnd must not overtake file 1")
 	assert.False(t, s.exited())
 	s.put(1, stdinMsg("early-payload"))
@@ -89,8 +92,9 @@ func scenario04(t *testing.T, v raceVariant) {
 
 func scenario05(t *testing.T, v raceVariant) {
 	s := v.start(t)
+	scans := s.watchStdin()
 	s.put(2, stdinMsg("second-payload"))
-	time.Sleep(300 * time.Millisecond)
+	scans.waitScans(t, sessiondir.SeqName(2), settleScans)
 	assert.True(t, exists(s.stdinPath(2)), "file 2 must wait for file 1")
 	assert.Empty(t, output(s.frames(), frame.StreamStdout))
 	s.put(1, stdinMsg("first-payload"))
