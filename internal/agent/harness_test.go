@@ -264,7 +264,13 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // openErr runs session.open expecting a failure and returns its code.
 func (r *rig) openErr() *CommandError {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	return r.openErrWithin(testWait)
+}
+
+// openErrWithin is openErr with its own bound.
+func (r *rig) openErrWithin(bound time.Duration) *CommandError {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	_, err := r.m.Open(ctx, "cmd-open")
 	var ce *CommandError

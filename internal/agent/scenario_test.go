@@ -166,10 +166,19 @@ func TestACP05_StdoutBanner(t *testing.T) {
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 
 	t.Run("huge line", func(t *testing.T) {
+		// An 11 MB line arrives as ~170 event files, and every commit
+		// persists the growing partial line with the session record, so
+		// under -race on a loaded 2-core machine this took over the
+		// claude cold bound (60 s) once. The bound under test is the
+		// line's size, not the open's time: give the open room.
+		const hugeLineBound = 3 * time.Minute
 		stderr := &syncbuf.Buffer{}
-		r := newRig(t, func(c *Config) { c.Stderr = stderr })
+		r := newRig(t, func(c *Config) {
+			c.Stderr = stderr
+			c.ColdBound = func(string) time.Duration { return hugeLineBound }
+		})
 		r.prepare("--huge-line-bytes", "11000000")
-		require.Equal(t, string(acpx.ClassProviderFrameTooLarge), r.openErr().Code)
+		require.Equal(t, string(acpx.ClassProviderFrameTooLarge), r.openErrWithin(hugeLineBound).Code)
 		require.Contains(t, stderr.String(), "stdout frame exceeded\n")
 		entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
 		require.Empty(t, entries, "the agent is stopped")
