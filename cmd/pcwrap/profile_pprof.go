@@ -5,11 +5,15 @@ package main
 import (
 	"os"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 )
 
 // A profiling build (go build -tags pprof) writes a CPU profile of the
 // whole run to $PCWRAP_CPUPROFILE, for scripts/bench-pcwrap with
-// PCWRAP_BENCH_TAGS=pprof. The production binary has no such code.
+// PCWRAP_BENCH_TAGS=pprof; a "%p" in the path becomes the pid, so the
+// runs of a -benchtime Nx bench each keep theirs (go tool pprof merges
+// them). The production binary has no such code.
 
 var profile *os.File
 
@@ -18,7 +22,7 @@ func startProfile() {
 	if path == "" {
 		return
 	}
-	f, err := os.Create(path)
+	f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
 	if err != nil {
 		return
 	}
