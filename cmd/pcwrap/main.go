@@ -40,8 +40,9 @@ func main() {
 	if !ok {
 		os.Exit(code)
 	}
+	startProfile()
 	log := logging.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "pcwrap")
-	os.Exit(pcwrap.Run(context.Background(), pcwrap.Config{
+	exit(pcwrap.Run(context.Background(), pcwrap.Config{
 		SessionDir: opts.sessionDir,
 		Output:     opts.output,
 		Command:    opts.command,

@@ -65,3 +65,21 @@ func BenchmarkStdlibBase64_64K(b *testing.B) {
 		_, _ = base64.StdEncoding.Decode(dst, enc)
 	}
 }
+
+// TestEncodeBase64Lengths covers every way a length meets the encoder's
+// steps (24-byte, 6-byte, then encoding/base64 for the rest), into a
+// dirty destination, as the frame encoder's reused buffer is.
+func TestEncodeBase64Lengths(t *testing.T) {
+	src := make([]byte, 200)
+	for i := range src {
+		src[i] = byte(i*151 + 7)
+	}
+	for n := range len(src) + 1 {
+		want := base64.StdEncoding.EncodeToString(src[:n])
+		dst := bytes.Repeat([]byte{'!'}, len(want))
+		encodeBase64(dst, src[:n])
+		if string(dst) != want {
+			t.Fatalf("encode %d bytes = %q, want %q", n, dst, want)
+		}
+	}
+}

@@ -197,3 +197,20 @@ func TestParseMessageIntoReusesDst(t *testing.T) {
 	assert.Equal(t, "hello, world", string(m.Data))
 	assert.Equal(t, "hi", string(append(small[:0], "hi"...)), "dst too small: left alone")
 }
+
+// TestDataFrameReusedBuffer: a data frame appended to a reused buffer
+// holding older, longer bytes is the same as one appended to nil (the
+// encoder no longer clears the room it writes into).
+func TestDataFrameReusedBuffer(t *testing.T) {
+	data := bytes.Repeat([]byte("\x00\xffhello"), 9000)
+	f := Frame{Seq: 7, Type: FrameData, Stream: StreamStderr, Data: data}
+	want := f.AppendJSON(nil)
+	buf := bytes.Repeat([]byte{'#'}, 2*len(want))
+	got := f.AppendJSON(buf[:3])
+	if !bytes.Equal(got[3:], want) || string(got[:3]) != "###" {
+		t.Fatalf("frame in a reused buffer differs")
+	}
+	if ok := json.Valid(want); !ok {
+		t.Fatalf("frame is not JSON")
+	}
+}

@@ -297,9 +297,11 @@ func sessionDir(tb testing.TB, subs ...string) string {
 
 // pcwrapCmd runs the built pcwrap; PCWRAP_BENCH_ENV (space-separated K=V)
 // is added to its environment, to compare runtime settings such as
-// GOGC or GOMAXPROCS.
+// GOGC or GOMAXPROCS. PCWRAP_BENCH_TAGS (space-separated) builds it with
+// those tags: "pprof" writes a CPU profile to $PCWRAP_CPUPROFILE (set it
+// in PCWRAP_BENCH_ENV; each launch overwrites it, so run one benchmark).
 func pcwrapCmd(tb testing.TB, args []string) *exec.Cmd {
-	cmd := exec.Command(testbin.Path(tb, "pcwrap"), args...)
+	cmd := exec.Command(testbin.Path(tb, "pcwrap", strings.Fields(os.Getenv("PCWRAP_BENCH_TAGS"))...), args...)
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("PCWRAP_BENCH_ENV"))...)
 	return cmd
 }
