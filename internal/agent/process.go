@@ -275,10 +275,34 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if m.proc != p {
 		return sessiondir.ErrStopReading
 	}
-	var evs []acpx.Event
-	var lines [][]byte
-	var wake []func()
-	stop := false
+	out := m.interpretLocked(p, ev)
+	p.bufferLocked(ev, out)
+	if p.mayDeferCommitLocked(out.stop, more) {
+		return nil
+	}
+	if err := m.commitThenWriteLocked(nil, nil); err != nil && !errors.Is(err, acpx.ErrWrite) {
+		return err
+	}
+	if out.stop {
+		return sessiondir.ErrStopReading
+	}
+	return nil
+}
+
+// eventOutcome is what one event file produces: events to commit, stdin
+// lines to write after the commit, wakes to run, and whether it was the
+// last file (the child exited).
+type eventOutcome struct {
+	evs   []acpx.Event
+	lines [][]byte
+	wake  []func()
+	stop  bool
+}
+
+// interpretLocked maps one pcwrap frame to its outcome. Stderr goes to the
+// tail only; stdout feeds the ACP client while the channel is sound.
+func (m *Manager) interpretLocked(p *process, ev sessiondir.Event) eventOutcome {
+	var out eventOutcome
 	switch ev.Frame.Type {
 	case frame.FrameData:
 		if ev.Frame.Stream == frame.StreamStderr {
@@ -288,61 +312,75 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 		if p.lost || m.cl == nil {
 			break
 		}
-		msgs, ferr := m.cl.Feed(ev.Frame.Data)
-		for _, in := range msgs {
-			e, l, w := m.handleInbound(p, in)
-			evs, lines = append(evs, e...), append(lines, l...)
-			if w != nil {
-				wake = append(wake, w)
-			}
-		}
-		if ferr != nil {
-			if errors.Is(ferr, acpx.ErrFrameExceeded) {
-				p.frameExceeded = true
-				fmt.Fprintln(m.cfg.Stderr, acpx.ErrFrameExceeded.Error())
-			}
-			evs = append(evs, m.lostLocked(p, acpx.LossReasonOf(ferr))...)
-		}
+		m.feedLocked(p, ev.Frame.Data, &out)
 	case frame.FrameExit:
 		p.exitSeen, p.exitCode, p.signal = true, ev.Frame.Code, ev.Frame.Signal
-		evs = append(evs, m.exitedLocked(p)...)
-		stop = true
+		out.evs = append(out.evs, m.exitedLocked(p)...)
+		out.stop = true
 	case frame.FrameError:
 		if p.stopping {
 			break
 		}
-		evs = append(evs, acpx.Event{EventType: "harness.diagnostic", Priority: acpx.P1,
-			Payload: map[string]any{"reasonCode": "pcwrap_error"}})
-		for _, pre := range lostInputPrefixes {
-			if strings.HasPrefix(ev.Frame.Message, pre) {
-				evs = append(evs, m.lostLocked(p, acpx.LossOther)...)
-			}
+		out.evs = m.pcwrapErrorLocked(p, ev.Frame.Message)
+	}
+	return out
+}
+
+// feedLocked hands stdout bytes to the ACP client and maps every complete
+// message; a framing fault loses the channel after the messages before it.
+func (m *Manager) feedLocked(p *process, data []byte, out *eventOutcome) {
+	msgs, ferr := m.cl.Feed(data)
+	for _, in := range msgs {
+		e, l, w := m.handleInbound(p, in)
+		out.evs, out.lines = append(out.evs, e...), append(out.lines, l...)
+		if w != nil {
+			out.wake = append(out.wake, w)
 		}
 	}
+	if ferr != nil {
+		if errors.Is(ferr, acpx.ErrFrameExceeded) {
+			p.frameExceeded = true
+			fmt.Fprintln(m.cfg.Stderr, acpx.ErrFrameExceeded.Error())
+		}
+		out.evs = append(out.evs, m.lostLocked(p, acpx.LossReasonOf(ferr))...)
+	}
+}
+
+// pcwrapErrorLocked reports a pcwrap error frame as a diagnostic, and as a
+// channel loss when its message says stdin input was lost.
+func (m *Manager) pcwrapErrorLocked(p *process, message string) []acpx.Event {
+	evs := []acpx.Event{{EventType: "harness.diagnostic", Priority: acpx.P1,
+		Payload: map[string]any{"reasonCode": "pcwrap_error"}}}
+	for _, pre := range lostInputPrefixes {
+		if strings.HasPrefix(message, pre) {
+			evs = append(evs, m.lostLocked(p, acpx.LossOther)...)
+		}
+	}
+	return evs
+}
+
+// bufferLocked records ev as consumed and adds its outcome to the batch the
+// next commit takes.
+func (p *process) bufferLocked(ev sessiondir.Event, out eventOutcome) {
 	p.consumed = ev.Seq
 	p.pending = append(p.pending, ev.Name)
 	if p.lost {
-		lines = nil // nothing more reaches a lost agent
+		out.lines = nil // nothing more reaches a lost agent
 	}
-	p.bufEvents = append(p.bufEvents, evs...)
-	p.bufLines = append(p.bufLines, lines...)
-	p.bufWakes = append(p.bufWakes, wake...)
-	// Defer the commit while more files of this listing wait (a backlog
-	// is one write) or while nothing needs sending (a long line costs one
-	// write, not one per 64 KiB chunk): re-reading uncommitted files after
-	// a crash yields the same state, and none is deleted before its commit.
+	p.bufEvents = append(p.bufEvents, out.evs...)
+	p.bufLines = append(p.bufLines, out.lines...)
+	p.bufWakes = append(p.bufWakes, out.wake...)
+}
+
+// mayDeferCommitLocked reports whether the commit can wait for a later file.
+// Defer the commit while more files of this listing wait (a backlog is one
+// write) or while nothing needs sending (a long line costs one write, not
+// one per 64 KiB chunk): re-reading uncommitted files after a crash yields
+// the same state, and none is deleted before its commit.
+func (p *process) mayDeferCommitLocked(stop, more bool) bool {
 	quiet := len(p.bufEvents) == 0 && len(p.bufLines) == 0 && len(p.bufWakes) == 0
-	if !stop && !p.lost && len(p.pending) < maxDeferredFiles && len(p.bufEvents) < maxBatchEvents &&
-		len(p.bufWakes) == 0 && (quiet || more) {
-		return nil
-	}
-	if err := m.commitThenWriteLocked(nil, nil); err != nil && !errors.Is(err, acpx.ErrWrite) {
-		return err
-	}
-	if stop {
-		return sessiondir.ErrStopReading
-	}
-	return nil
+	return !stop && !p.lost && len(p.pending) < maxDeferredFiles && len(p.bufEvents) < maxBatchEvents &&
+		len(p.bufWakes) == 0 && (quiet || more)
 }
 
 // awaitDrained is PRP flow control (prp.md §8.5): provider output is taken

@@ -327,129 +327,190 @@ func (c *Client) applyRenewed(env *Envelope) error {
 func (c *Client) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	authed := make(chan *Conn)
-	need := make(chan struct{}, 1)
-	d := &dispatcher{kick: make(chan struct{}, 1)}
+	s := &supervisor{c: c, need: make(chan struct{}, 1), d: &dispatcher{kick: make(chan struct{}, 1)}}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	if c.cfg.Dialer != nil {
-		go func() { defer wg.Done(); c.dialLoop(ctx, need, authed) }()
+		go func() { defer wg.Done(); c.dialLoop(ctx, s.need, authed) }()
 	} else {
 		go func() { defer wg.Done(); c.acceptLoop(ctx, authed) }()
 	}
-	go func() { defer wg.Done(); c.dispatchLoop(ctx, d) }()
+	go func() { defer wg.Done(); c.dispatchLoop(ctx, s.d) }()
 
-	var cur *Conn
 	defer func() {
 		cancel()
-		if cur != nil {
-			cur.l.close(nil)
+		if s.cur != nil {
+			s.cur.l.close(nil)
 		}
 		wg.Wait()
-		c.mu.Lock()
-		c.current = nil
-		c.mu.Unlock()
+		c.setCurrent(nil)
 	}()
 
-	everAuthed := false
-	disconnectedAt := c.clk.Now()
-	var sched leaseSchedule
-	scheduleRenew := func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		sched.plan(c.clk.Now(), c.lease)
-	}
-	kick(need)
+	s.disconnectedAt = c.clk.Now()
+	kick(s.need)
 	for {
-		now := c.clk.Now()
-		wake := time.Duration(-1)
-		consider := func(d time.Duration) {
-			if wake < 0 || d < wake {
-				wake = d
-			}
+		wake, err := s.nextWake(c.clk.Now())
+		if err != nil {
+			return err
 		}
-		c.mu.Lock()
-		left, leased := leaseLeft(now, c.lease)
-		c.mu.Unlock()
-		if leased {
-			if left <= 0 {
-				c.log.Error("connection lease expired", "code", LeaseExpiredCode)
-				return fmt.Errorf("run client: %s: %w", LeaseExpiredCode, ErrLeaseExpired)
-			}
-			consider(left)
-		}
-		if cur == nil && everAuthed && c.cfg.ReconnectGrace > 0 {
-			left := disconnectedAt.Add(c.cfg.ReconnectGrace).Sub(now)
-			if left <= 0 {
-				return fmt.Errorf("run client: %w", ErrReconnectGraceExceeded)
-			}
-			consider(left)
-		}
-		if cur == nil && !c.cfg.Deadline.IsZero() {
-			left := c.cfg.Deadline.Sub(now)
-			if left <= 0 {
-				return fmt.Errorf("run client: %w", ErrReconnectDeadlineExceeded)
-			}
-			consider(left)
-		}
-		if due, planned := sched.renewDue(now); cur != nil && planned {
-			if due {
-				c.sendRenew(cur)
-				scheduleRenew() // the resend, unless lease_renewed comes first
-			}
-			consider(sched.untilRenew(now))
-		}
-		var timer <-chan time.Time
-		var t clock.Timer
-		if wake >= 0 {
-			t = c.clk.NewTimer(wake)
-			timer = t.C()
-		}
-		var curDone <-chan struct{}
-		if cur != nil {
-			curDone = cur.Done()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-c.fatal:
-			if errors.Is(err, ErrLeaseExpired) {
-				return fmt.Errorf("run client: %s: %w", LeaseExpiredCode, err)
-			}
-			return fmt.Errorf("run client: %w", err)
-		case conn := <-authed:
-			if cur != nil {
-				c.log.Info("newer authenticated connection supersedes the current one")
-				cur.l.close(errSuperseded)
-			}
-			cur = conn
-			everAuthed = true
-			c.mu.Lock()
-			c.current = conn
-			c.mu.Unlock()
-			d.set(conn)
-			scheduleRenew()
-			c.log.Info("connection authenticated", "connectionId", conn.sess.ConnectionID, "version", conn.sess.Version)
-		case <-curDone:
-			err := cur.l.Err()
-			c.log.Warn("connection lost", "err", err)
-			cur.l.close(nil)
-			cur = nil
-			c.mu.Lock()
-			c.current = nil
-			c.mu.Unlock()
-			disconnectedAt = c.clk.Now()
-			if c.cfg.OnLost != nil {
-				c.cfg.OnLost(err)
-			}
-			kick(need)
-		case <-c.leaseKick:
-			scheduleRenew()
-		case <-timer:
-		}
-		if t != nil {
-			t.Stop()
+		if err := s.await(ctx, authed, wake); err != nil {
+			return err
 		}
 	}
+}
+
+// supervisor is Run's loop state. Only Run's goroutine touches it; what
+// other goroutines read (the current connection, the lease) stays under
+// Client.mu.
+type supervisor struct {
+	c    *Client
+	need chan struct{} // asks dialLoop for a connection
+	d    *dispatcher
+
+	cur            *Conn // the authenticated connection, nil while between connections
+	everAuthed     bool  // the reconnect grace applies only once a connection was had
+	disconnectedAt time.Time
+	sched          leaseSchedule
+}
+
+// nextWake checks the terminal deadlines at now, in their order (lease
+// expiry, reconnect grace, lifetime deadline), sends a due lease renewal,
+// and returns how long the loop may sleep: -1 for until something happens.
+func (s *supervisor) nextWake(now time.Time) (time.Duration, error) {
+	c := s.c
+	wake := time.Duration(-1)
+	consider := func(d time.Duration) {
+		if wake < 0 || d < wake {
+			wake = d
+		}
+	}
+	c.mu.Lock()
+	left, leased := leaseLeft(now, c.lease)
+	c.mu.Unlock()
+	if leased {
+		if left <= 0 {
+			c.log.Error("connection lease expired", "code", LeaseExpiredCode)
+			return 0, fmt.Errorf("run client: %s: %w", LeaseExpiredCode, ErrLeaseExpired)
+		}
+		consider(left)
+	}
+	if left, ok := s.graceLeft(now); ok {
+		if left <= 0 {
+			return 0, fmt.Errorf("run client: %w", ErrReconnectGraceExceeded)
+		}
+		consider(left)
+	}
+	if left, ok := s.deadlineLeft(now); ok {
+		if left <= 0 {
+			return 0, fmt.Errorf("run client: %w", ErrReconnectDeadlineExceeded)
+		}
+		consider(left)
+	}
+	if due, planned := s.sched.renewDue(now); s.cur != nil && planned {
+		if due {
+			c.sendRenew(s.cur)
+			s.scheduleRenew() // the resend, unless lease_renewed comes first
+		}
+		consider(s.sched.untilRenew(now))
+	}
+	return wake, nil
+}
+
+// graceLeft is what remains of the reconnect grace while disconnected after
+// a first authentication; ok is false when no grace runs.
+func (s *supervisor) graceLeft(now time.Time) (left time.Duration, ok bool) {
+	if s.cur != nil || !s.everAuthed || s.c.cfg.ReconnectGrace <= 0 {
+		return 0, false
+	}
+	return s.disconnectedAt.Add(s.c.cfg.ReconnectGrace).Sub(now), true
+}
+
+// deadlineLeft is what remains before the lifetime deadline while
+// disconnected; ok is false when connected or without a deadline.
+func (s *supervisor) deadlineLeft(now time.Time) (left time.Duration, ok bool) {
+	if s.cur != nil || s.c.cfg.Deadline.IsZero() {
+		return 0, false
+	}
+	return s.c.cfg.Deadline.Sub(now), true
+}
+
+// scheduleRenew plans the next lease renewal from the held lease.
+func (s *supervisor) scheduleRenew() {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.sched.plan(s.c.clk.Now(), s.c.lease)
+}
+
+// await waits for one event (or wake, when not negative) and applies it. It
+// returns an error only for a terminal one: ctx's end or a fatal report.
+func (s *supervisor) await(ctx context.Context, authed <-chan *Conn, wake time.Duration) error {
+	c := s.c
+	var timer <-chan time.Time
+	if wake >= 0 {
+		t := c.clk.NewTimer(wake)
+		defer t.Stop()
+		timer = t.C()
+	}
+	var curDone <-chan struct{}
+	if s.cur != nil {
+		curDone = s.cur.Done()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-c.fatal:
+		if errors.Is(err, ErrLeaseExpired) {
+			return fmt.Errorf("run client: %s: %w", LeaseExpiredCode, err)
+		}
+		return fmt.Errorf("run client: %w", err)
+	case conn := <-authed:
+		s.handOver(conn)
+	case <-curDone:
+		s.lose()
+	case <-c.leaseKick:
+		s.scheduleRenew()
+	case <-timer:
+	}
+	return nil
+}
+
+// handOver makes conn the current connection, superseding any older one
+// (newest wins, prp.md §6), and plans its lease renewal.
+func (s *supervisor) handOver(conn *Conn) {
+	c := s.c
+	if s.cur != nil {
+		c.log.Info("newer authenticated connection supersedes the current one")
+		s.cur.l.close(errSuperseded)
+	}
+	s.cur = conn
+	s.everAuthed = true
+	c.setCurrent(conn)
+	s.d.set(conn)
+	s.scheduleRenew()
+	c.log.Info("connection authenticated", "connectionId", conn.sess.ConnectionID, "version", conn.sess.Version)
+}
+
+// lose forgets the ended current connection, starts the reconnect grace,
+// tells the owner, and asks for a new connection.
+func (s *supervisor) lose() {
+	c := s.c
+	err := s.cur.l.Err()
+	c.log.Warn("connection lost", "err", err)
+	s.cur.l.close(nil)
+	s.cur = nil
+	c.setCurrent(nil)
+	s.disconnectedAt = c.clk.Now()
+	if c.cfg.OnLost != nil {
+		c.cfg.OnLost(err)
+	}
+	kick(s.need)
+}
+
+// setCurrent publishes the connection Send writes to.
+func (c *Client) setCurrent(conn *Conn) {
+	c.mu.Lock()
+	c.current = conn
+	c.mu.Unlock()
 }
 
 // errSuperseded ends a connection replaced by a newer authenticated one.

@@ -358,16 +358,46 @@ func (p *parser) parse(args []string) error {
 func (p *parser) changed(name string) bool { return p.seen[name] > 0 }
 
 // validate applies the mode rules and cross-flag rules, then fills the
-// derived fields.
+// derived fields. The steps run in this order because the first failing
+// rule is the one reported (config_test.go pins which one wins), and later
+// steps read fields earlier ones derive (the mode, the cleaned state dir).
 func (p *parser) validate() (Config, error) {
-	c := p.cfg
 	if p.buildMetadata {
-		if len(p.order) != 1 {
-			return Config{}, &UsageError{Flag: "--build-metadata", Problem: "must be the only argument"}
-		}
-		return Config{Mode: ModeBuildMetadata}, nil
+		return p.validateBuildMetadata()
 	}
+	c := p.cfg
+	for _, step := range []func(*Config) error{
+		p.validateMode,
+		p.validateIdentity,
+		p.validateStateDir,
+		p.validateTransport,
+		p.validateOutbox,
+		p.validateLifecycle,
+		p.validateLogging,
+		p.validateTimeouts,
+		p.validateLocalPaths,
+	} {
+		if err := step(&c); err != nil {
+			return Config{}, err
+		}
+	}
+	p.collectIgnored(&c)
+	return c, nil
+}
 
+// validateBuildMetadata accepts --build-metadata only on its own: it prints
+// and exits, so any other flag would be silently dropped.
+func (p *parser) validateBuildMetadata() (Config, error) {
+	if len(p.order) != 1 {
+		return Config{}, &UsageError{Flag: "--build-metadata", Problem: "must be the only argument"}
+	}
+	return Config{Mode: ModeBuildMetadata}, nil
+}
+
+// validateMode picks dial or listen from which transport flags were given.
+// With neither, a given fake-harness flag is reported before the generic
+// no-mode error, because it says why that flag alone is not a mode.
+func (p *parser) validateMode(c *Config) error {
 	dial := p.changed("connect-url")
 	listen := false
 	for _, name := range listenFlags {
@@ -375,66 +405,89 @@ func (p *parser) validate() (Config, error) {
 	}
 	switch {
 	case dial && listen:
-		return Config{}, &UsageError{Problem: "give either --connect-url or the --listen-* flags, not both"}
+		return &UsageError{Problem: "give either --connect-url or the --listen-* flags, not both"}
 	case !dial && !listen:
 		for _, name := range ignoredFlags {
 			if p.changed(name) {
-				return Config{}, &UsageError{Flag: "--" + name, Problem: "only accepted with --connect-url or --listen-path (the local fake-harness mode is not implemented)"}
+				return &UsageError{Flag: "--" + name, Problem: "only accepted with --connect-url or --listen-path (the local fake-harness mode is not implemented)"}
 			}
 		}
-		return Config{}, &UsageError{Problem: "no mode: give --connect-url (dial) or --listen-path (listen), or --build-metadata; see --help"}
+		return &UsageError{Problem: "no mode: give --connect-url (dial) or --listen-path (listen), or --build-metadata; see --help"}
 	case dial:
 		c.Mode = ModeDial
 	default:
 		c.Mode = ModeListen
 	}
+	return nil
+}
 
+// validateIdentity requires every identity flag, each bounded text.
+func (p *parser) validateIdentity(*Config) error {
 	for _, name := range identityFlags {
 		if !p.changed(name) {
-			return Config{}, &UsageError{Flag: "--" + name, Problem: "required"}
+			return &UsageError{Flag: "--" + name, Problem: "required"}
 		}
 		f := p.fs.Lookup(name)
 		if err := checkText(f.Value.String(), maxIdentityBytes); err != nil {
-			return Config{}, &UsageError{Flag: "--" + name, Problem: err.Error()}
+			return &UsageError{Flag: "--" + name, Problem: err.Error()}
 		}
 	}
+	return nil
+}
+
+// validateStateDir requires a usable absolute --state-dir and cleans it.
+func (p *parser) validateStateDir(c *Config) error {
 	if len(c.StateDir) > maxPathBytes || strings.ContainsRune(c.StateDir, 0) {
-		return Config{}, &UsageError{Flag: "--state-dir", Problem: "not a usable path"}
+		return &UsageError{Flag: "--state-dir", Problem: "not a usable path"}
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		// Agents' pcwrap sessions live under it and outlive this process: a
 		// path that depends on the working directory could name another
 		// directory for them or for the next runnerd.
-		return Config{}, &UsageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
+		return &UsageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
 	}
 	c.StateDir = filepath.Clean(c.StateDir)
+	return nil
+}
 
+// validateTransport checks the chosen mode's flags, then --ca-bundle-path,
+// which only a wss:// dial uses.
+func (p *parser) validateTransport(c *Config) error {
 	if c.Mode == ModeDial {
-		if err := p.validateDial(&c); err != nil {
-			return Config{}, err
+		if err := p.validateDial(c); err != nil {
+			return err
 		}
 	} else {
-		if err := p.validateListen(&c); err != nil {
-			return Config{}, err
+		if err := p.validateListen(c); err != nil {
+			return err
 		}
 	}
 	if p.changed("ca-bundle-path") {
 		if c.Mode != ModeDial || c.ConnectURL.Scheme != "wss" {
-			return Config{}, &UsageError{Flag: "--ca-bundle-path", Problem: "accepted only with a wss:// --connect-url"}
+			return &UsageError{Flag: "--ca-bundle-path", Problem: "accepted only with a wss:// --connect-url"}
 		}
 		if err := checkPath(c.CABundlePath); err != nil {
-			return Config{}, &UsageError{Flag: "--ca-bundle-path", Problem: err.Error()}
+			return &UsageError{Flag: "--ca-bundle-path", Problem: err.Error()}
 		}
 	}
+	return nil
+}
 
+// validateOutbox keeps the P0 reserve inside the outbox budget.
+func (p *parser) validateOutbox(c *Config) error {
 	if c.P0ReserveBytes >= c.MaxOutboxBytes {
-		return Config{}, &UsageError{Flag: "--p0-reserve-bytes", Problem: fmt.Sprintf("must be below --max-outbox-bytes (%d >= %d)", c.P0ReserveBytes, c.MaxOutboxBytes)}
+		return &UsageError{Flag: "--p0-reserve-bytes", Problem: fmt.Sprintf("must be below --max-outbox-bytes (%d >= %d)", c.P0ReserveBytes, c.MaxOutboxBytes)}
 	}
+	return nil
+}
 
+// validateLifecycle derives the lifetime bound (--max-runtime-ms is its
+// alias) and checks that --idle-timeout-ms goes with warm only.
+func (p *parser) validateLifecycle(c *Config) error {
 	c.MaxLifetime = p.maxLifetime
 	if p.changed("max-runtime-ms") {
 		if p.changed("max-lifetime-ms") && p.maxRuntime != p.maxLifetime {
-			return Config{}, &UsageError{Flag: "--max-runtime-ms", Problem: "differs from --max-lifetime-ms (give one of them)"}
+			return &UsageError{Flag: "--max-runtime-ms", Problem: "differs from --max-lifetime-ms (give one of them)"}
 		}
 		c.MaxLifetime = p.maxRuntime
 	}
@@ -445,35 +498,44 @@ func (p *parser) validate() (Config, error) {
 	switch Lifecycle(p.lifecycle) {
 	case LifecyclePerTurn:
 		if p.changed("idle-timeout-ms") {
-			return Config{}, &UsageError{Flag: "--idle-timeout-ms", Problem: "not accepted with --lifecycle-mode per_turn"}
+			return &UsageError{Flag: "--idle-timeout-ms", Problem: "not accepted with --lifecycle-mode per_turn"}
 		}
 	case LifecycleWarm:
 		if !p.changed("idle-timeout-ms") {
-			return Config{}, &UsageError{Flag: "--idle-timeout-ms", Problem: "required with --lifecycle-mode warm"}
+			return &UsageError{Flag: "--idle-timeout-ms", Problem: "required with --lifecycle-mode warm"}
 		}
 	default:
-		return Config{}, &UsageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %q", p.lifecycle)}
+		return &UsageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %q", p.lifecycle)}
 	}
 	c.Lifecycle = Lifecycle(p.lifecycle)
+	return nil
+}
 
+// validateLogging reads --log-format and --log-level.
+func (p *parser) validateLogging(c *Config) error {
 	switch LogFormat(p.logFormat) {
 	case LogFormatJSON, LogFormatText:
 		c.LogFormat = LogFormat(p.logFormat)
 	default:
-		return Config{}, &UsageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
+		return &UsageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
 	}
 
 	c.LogLevel = DefaultLogLevel
 	if p.changed("log-level") {
 		lv, ok := parseLogLevel(p.logLevel)
 		if !ok {
-			return Config{}, &UsageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
+			return &UsageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
 		}
 		c.LogLevel = lv
 	}
+	return nil
+}
 
+// validateTimeouts checks the liveness pair and fills the per-agent cold
+// session.open timeouts: the built-in long ones first, then the flags'.
+func (p *parser) validateTimeouts(c *Config) error {
 	if c.SilenceTimeout <= c.PingInterval {
-		return Config{}, &UsageError{Flag: "--silence-timeout-ms", Problem: "must exceed --ping-interval-ms, or a quiet but live connection would look dead"}
+		return &UsageError{Flag: "--silence-timeout-ms", Problem: "must exceed --ping-interval-ms, or a quiet but live connection would look dead"}
 	}
 
 	c.ColdTimeoutByAgent = map[string]time.Duration{}
@@ -484,23 +546,31 @@ func (p *parser) validate() (Config, error) {
 		c.ColdTimeoutByAgent[e.agent] = e.timeout
 	}
 	c.MaxConcurrentColdStarts = int(p.coldStarts)
+	return nil
+}
 
+// validateLocalPaths checks the optional local paths (diagnostics, pcwrap).
+func (p *parser) validateLocalPaths(c *Config) error {
 	for _, path := range []struct{ flag, value string }{{"--diagnostics-directory", c.DiagnosticsDir}, {"--pcwrap-path", c.PcwrapPath}} {
 		if path.value == "" {
 			continue
 		}
 		if err := checkPath(path.value); err != nil {
-			return Config{}, &UsageError{Flag: path.flag, Problem: err.Error()}
+			return &UsageError{Flag: path.flag, Problem: err.Error()}
 		}
 	}
+	return nil
+}
 
+// collectIgnored lists, sorted, the accepted-but-ignored flags that were
+// given, so the runner can warn about them.
+func (p *parser) collectIgnored(c *Config) {
 	for _, name := range ignoredFlags {
 		if p.changed(name) {
 			c.Ignored = append(c.Ignored, "--"+name)
 		}
 	}
 	sort.Strings(c.Ignored)
-	return c, nil
 }
 
 // validateDial checks --connect-url's syntax (prp.md §1.3): ws:// or wss://;

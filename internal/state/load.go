@@ -86,18 +86,49 @@ func jsonKindOf(t reflect.Type) string {
 }
 
 // check verifies that the loaded state belongs to this runner and is
-// internally consistent (R-state validate_binding).
+// internally consistent (R-state validate_binding). The sections run in this
+// order so that a file with several faults reports the same first one as
+// before the split; later sections trust the cursors earlier ones checked.
 func (st *State) check(cfg Config) error {
-	corrupt := func(what string) error { return fmt.Errorf("check state: %w: %s", ErrCorruptState, what) }
+	for _, section := range []func() error{
+		st.checkSchema,
+		func() error { return st.checkBinding(cfg) },
+		st.checkOutbox,
+		st.checkCommandJournal,
+		st.checkExecutorReceipts,
+		st.checkV2Replay,
+		st.checkFences,
+		st.checkBoundedFields,
+	} {
+		if err := section(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// corruptState is check's error for a state that contradicts itself.
+func corruptState(what string) error { return fmt.Errorf("check state: %w: %s", ErrCorruptState, what) }
+
+// checkSchema accepts only this schema; a warm transition in flight is a
+// binding error, not corruption, because the file is sound but this runner
+// cannot resume it.
+func (st *State) checkSchema() error {
 	if st.Schema != Schema {
 		if st.Schema == WarmTransitionSchema {
 			return fmt.Errorf("check state: %w: warm transition recovery is not supported", ErrStateBinding)
 		}
-		return corrupt("unknown schema")
+		return corruptState("unknown schema")
 	}
 	if len(st.WarmTransition) > 0 && string(st.WarmTransition) != "null" {
 		return fmt.Errorf("check state: %w: warm transition recovery is not supported", ErrStateBinding)
 	}
+	return nil
+}
+
+// checkBinding compares the file with this runner's identity and outbox
+// bounds, then checks the lifecycle it recorded.
+func (st *State) checkBinding(cfg Config) error {
 	id := cfg.Identity
 	if st.RunnerInstanceID != id.RunnerInstanceID || st.EnvironmentLeaseID != id.EnvironmentLeaseID ||
 		st.RunID != id.RunID || st.NormalizedSessionID != id.NormalizedSessionID ||
@@ -108,80 +139,117 @@ func (st *State) check(cfg Config) error {
 		return fmt.Errorf("check state: %w: outbox bounds differ", ErrStateBinding)
 	}
 	if !st.Lifecycle.Valid() {
-		return corrupt("unknown lifecycle")
+		return corruptState("unknown lifecycle")
 	}
+	return nil
+}
+
+// checkOutbox checks the source cursors and that the outbox holds exactly
+// the unacked events, contiguous after the ack cursor, within its bound.
+func (st *State) checkOutbox() error {
 	if st.NextSourceSeq == 0 || st.AckedSourceSeq > st.HighestSourceSeq() {
-		return corrupt("source cursors out of order")
+		return corruptState("source cursors out of order")
 	}
 	total := 0
 	for i, e := range st.Outbox {
 		var env envelope
 		if json.Unmarshal(e.Envelope, &env) != nil || env.Payload.SourceSeq != e.SourceSeq ||
 			e.ByteSize != len(e.Envelope) || e.Priority > P2 || env.Payload.EventType == "" {
-			return corrupt("outbox metadata does not match its envelope")
+			return corruptState("outbox metadata does not match its envelope")
 		}
 		want := st.AckedSourceSeq + 1 + uint64(i)
 		if e.SourceSeq != want {
-			return corrupt("outbox sequence is not contiguous after the ack cursor")
+			return corruptState("outbox sequence is not contiguous after the ack cursor")
 		}
 		total += e.ByteSize
 	}
 	if n := len(st.Outbox); (n == 0 && st.AckedSourceSeq != st.HighestSourceSeq()) ||
 		(n > 0 && st.Outbox[n-1].SourceSeq != st.HighestSourceSeq()) {
-		return corrupt("outbox does not end at the produced cursor")
+		return corruptState("outbox does not end at the produced cursor")
 	}
 	if total > st.MaxOutboxBytes {
-		return corrupt("outbox exceeds its bound")
+		return corruptState("outbox exceeds its bound")
 	}
+	return nil
+}
+
+// checkCommandJournal checks the command cursors and that every journal
+// entry lies between them, with a fingerprint and a known status.
+func (st *State) checkCommandJournal() error {
 	if st.CompactedThroughControllerSeq > st.LastControllerCommandSeq {
-		return corrupt("command cursors out of order")
+		return corruptState("command cursors out of order")
 	}
 	if len(st.ProcessedCommands) > MaxRecentCommands || len(st.ProcessedCommandFingerprints) != len(st.ProcessedCommands) {
-		return corrupt("command journal size")
+		return corruptState("command journal size")
 	}
 	for k, r := range st.ProcessedCommands {
 		fp := st.ProcessedCommandFingerprints[k]
 		if k != r.CommandID || r.ControllerSeq <= st.CompactedThroughControllerSeq ||
 			r.ControllerSeq > st.LastControllerCommandSeq || len(fp) != 64 || !isHex(fp) {
-			return corrupt("command journal entry inconsistent")
+			return corruptState("command journal entry inconsistent")
 		}
 		switch r.Status {
 		case StatusPending, StatusCompleted, StatusFailed, StatusRejected, StatusIndeterminate:
 		default:
-			return corrupt("command journal status")
+			return corruptState("command journal status")
 		}
 	}
+	return nil
+}
+
+// checkExecutorReceipts bounds the receipts and ties each to a produced
+// source sequence.
+func (st *State) checkExecutorReceipts() error {
 	if len(st.ExecutorEventReceipts) > MaxExecutorEventReceipts {
-		return corrupt("executor receipts exceed their bound")
+		return corruptState("executor receipts exceed their bound")
 	}
 	for k, r := range st.ExecutorEventReceipts {
 		if !validToken(k, MaxEventIDChars) || len(r.Fingerprint) != 64 || !isHex(r.Fingerprint) ||
 			r.SourceSeq == 0 || r.SourceSeq > st.HighestSourceSeq() {
-			return corrupt("executor receipt inconsistent")
+			return corruptState("executor receipt inconsistent")
 		}
 	}
+	return nil
+}
+
+// checkV2Replay bounds the replay events and checks each sits under its
+// family's key with a produced source sequence and an object payload.
+func (st *State) checkV2Replay() error {
 	if len(st.V2ReplayEvents) > MaxV2ReplayEvents {
-		return corrupt("v2 replay events exceed their bound")
+		return corruptState("v2 replay events exceed their bound")
 	}
 	for k, e := range st.V2ReplayEvents {
 		if v2Family(e.EventType) != k || e.SourceSeq == 0 || e.SourceSeq > st.HighestSourceSeq() ||
 			e.Priority > P2 || !isObject(e.Payload) {
-			return corrupt("v2 replay event inconsistent")
+			return corruptState("v2 replay event inconsistent")
 		}
 	}
+	return nil
+}
+
+// checkFences requires each terminal fence, when set, to name its command
+// and a known lifecycle.
+func (st *State) checkFences() error {
 	for _, f := range []*TerminalFence{st.PendingTerminalDelivery, st.PendingProviderCleanup} {
 		if f != nil && (f.CommandID == "" || !f.Lifecycle.Valid()) {
-			return corrupt("fence inconsistent")
+			return corruptState("fence inconsistent")
 		}
 	}
+	return nil
+}
+
+// checkBoundedFields checks the remaining fields that carry a bound of their
+// own: the diagnostics count, the last protocol version and the compacted
+// command filter's size.
+func (st *State) checkBoundedFields() error {
 	if len(st.Diagnostics) > MaxDiagnostics {
-		return corrupt("too many diagnostics")
+		return corruptState("too many diagnostics")
 	}
 	if v := st.LastConnectionProtocolVersion; v != nil && (*v < 1 || *v > MaxProtocolVersion) {
-		return corrupt("protocol version")
+		return corruptState("protocol version")
 	}
 	if n := len(st.CompactedCommandFilter); n != 0 && n != bloomBytes {
-		return corrupt("command filter size")
+		return corruptState("command filter size")
 	}
 	return nil
 }
