@@ -369,7 +369,7 @@ func (w *spacedWriter) write(body []byte) (int64, error) {
 	if err := errors.Join(werr, unix.Close(fd)); err != nil {
 		return 0, fmt.Errorf("write stdin file: %w", err)
 	}
-	if err := unix.Renameat(dfd, tmp, dfd, final); err != nil {
+	if err := unix.Renameat2(dfd, tmp, dfd, final, unix.RENAME_NOREPLACE); err != nil {
 		return 0, fmt.Errorf("publish stdin file: %w", err)
 	}
 	w.next++
