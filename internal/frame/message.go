@@ -1,11 +1,8 @@
 package frame
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 )
 
 // Stdin-queue message types (spec §6.1).
@@ -64,87 +61,7 @@ func ParseMessageInto(content, dst []byte) (Message, error) {
 	if len(content) == 0 {
 		return Message{}, ErrEmptyStdinFile
 	}
-	if m, ok := parseStdinFast(content, dst); ok {
-		return m, nil
-	}
-	return parseMessageJSON(content)
-}
-
-// parseMessageJSON is the general path of ParseMessage.
-func parseMessageJSON(content []byte) (Message, error) {
-	// Validate the whole text first (JSON.parse semantics: any value,
-	// surrounding white space allowed); a map keeps keys case-sensitive
-	// and lets the last duplicate win, as JavaScript does.
-	var raw json.RawMessage
-	if err := json.Unmarshal(content, &raw); err != nil {
-		return Message{}, jsonError(err)
-	}
-	if raw[0] != '{' {
-		return Message{}, nil
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return Message{}, jsonError(err)
-	}
-	var t string
-	if v, ok := obj["type"]; ok && v[0] == '"' {
-		_ = json.Unmarshal(v, &t)
-	}
-	m := Message{Type: t}
-	if t == MsgStdin {
-		v, ok := obj["data"]
-		var s string
-		if !ok || v[0] != '"' || json.Unmarshal(v, &s) != nil {
-			m.BadData = true
-			return m, nil
-		}
-		m.Data = DecodeBase64(s)
-	}
-	return m, nil
-}
-
-// stdinPrefix starts every stdin message a conforming writer produces.
-const stdinPrefix = `{"type":"stdin","data":"`
-
-// parseStdinFast handles the shape every writer produces,
-// {"type":"stdin","data":"<base64>"} plus JSON white space, without the
-// general decoder, which is slow on large strings. It reports false for
-// anything else, which then takes the general path; both give the same
-// result for this shape.
-func parseStdinFast(b, dst []byte) (Message, bool) {
-	b = bytes.TrimLeft(b, " \t\r\n")
-	if !bytes.HasPrefix(b, []byte(stdinPrefix)) {
-		return Message{}, false
-	}
-	b = b[len(stdinPrefix):]
-	end := bytes.IndexByte(b, '"')
-	if end < 0 {
-		return Message{}, false
-	}
-	data := b[:end]
-	tail := bytes.TrimRight(b[end+1:], " \t\r\n")
-	if len(tail) != 1 || tail[0] != '}' {
-		return Message{}, false
-	}
-	out := dst[:cap(dst)]
-	if need := base64.StdEncoding.DecodedLen(len(data)); len(out) < need {
-		out = make([]byte, need)
-	}
-	n, ok := decodeBase64(out, data)
-	if !ok {
-		return Message{}, false // escapes, URL alphabet, odd padding, raw CR/LF: general path
-	}
-	return Message{Type: MsgStdin, Data: out[:n]}, true
-}
-
-// jsonError rewords a JSON decoding error without quoting content: a
-// syntax error names its offset, anything else its kind.
-func jsonError(err error) error {
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return fmt.Errorf("invalid JSON at offset %d", se.Offset)
-	}
-	return errors.New("invalid JSON")
+	return decodeMessage(content, dst)
 }
 
 // SeqName returns the queue/event file name of seq: the decimal number
