@@ -78,3 +78,12 @@ func TestLoopListenMode(t *testing.T) {
 	snap := h.queue("session.snapshot", `{}`)
 	require.Equal(t, "completed", h.waitResult(snap.CommandID).Status)
 }
+
+// TestWarmAttachReadyNeedsDrainedOutbox: session.snapshot reports
+// warmAttachReady only for an idle provider and a fully acknowledged
+// outbox (issue 15).
+func TestWarmAttachReadyNeedsDrainedOutbox(t *testing.T) {
+	require.True(t, warmAttachReady(true, state.Summary{AckedSourceSeq: 4, HighestSourceSeq: 4}))
+	require.False(t, warmAttachReady(true, state.Summary{AckedSourceSeq: 3, HighestSourceSeq: 4}), "an unacknowledged event")
+	require.False(t, warmAttachReady(false, state.Summary{AckedSourceSeq: 4, HighestSourceSeq: 4}), "an active turn or no live agent")
+}
