@@ -78,6 +78,10 @@ SCRIPT (JSON lines, # comments)
   {"command":"session.snapshot","payload":{}}   queue a command
   {"sleepMs":200}   {"ping":true}   {"revoke":1}   {"drop":true}
   {"wait":true}     wait until every queued command has a result
+  {"attach":{"identity":{six ids},"connection":{"mode":"connect","connectUrl":URL}|
+            {"mode":"listen","listenAddress":A,"listenPort":P,"listenPath":PATH},
+            "payload":{provider seed}}}
+                    queue a warm run.attach handing the runner to the next run
 
 OPTIONS
 `
@@ -355,7 +359,7 @@ func execute(ctx context.Context, core *prp.Core, steps []step) error {
 	var ids []string
 	answered := func(s prp.CoreSnapshot) bool {
 		for _, id := range ids {
-			if s.Results[id] == nil {
+			if resultOf(s, id) == nil {
 				return false
 			}
 		}
@@ -366,7 +370,7 @@ func execute(ctx context.Context, core *prp.Core, steps []step) error {
 		s := core.Snapshot()
 		missing := 0
 		for _, id := range ids {
-			if s.Results[id] == nil {
+			if resultOf(s, id) == nil {
 				missing++
 			}
 		}
@@ -424,6 +428,20 @@ func execute(ctx context.Context, core *prp.Core, steps []step) error {
 	return nil
 }
 
+// resultOf finds a command's result in the current journal or, after a
+// warm rotation, in the archived epoch it belonged to.
+func resultOf(s prp.CoreSnapshot, commandID string) json.RawMessage {
+	if r := s.Results[commandID]; r != nil {
+		return r
+	}
+	for _, e := range s.Epochs {
+		if r := e.Results[commandID]; r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
 func waitConnected(ctx context.Context, core *prp.Core) error {
 	return core.Wait(ctx, func(s prp.CoreSnapshot) bool { return s.Connected })
 }
@@ -458,44 +476,57 @@ func redial(ctx context.Context, core *prp.Core, url string, proc *runnerdProc, 
 }
 
 // printCore prints every committed event and every command result once.
+// A warm rotation archives the old identity's journal as an epoch and the
+// new identity starts empty: what the old epoch still had unprinted is
+// printed first, then the counters restart.
 func printCore(ctx context.Context, core *prp.Core, w *out) {
-	printedEvents := 0
+	printedEvents, epochs := 0, 0
 	printed := map[string]bool{}
 	for {
 		var s prp.CoreSnapshot
 		err := core.Wait(ctx, func(snap prp.CoreSnapshot) bool {
 			s = snap
-			return len(snap.Events) > printedEvents || len(snap.Results) > len(printed)
+			return len(snap.Epochs) > epochs || len(snap.Events) > printedEvents || len(snap.Results) > len(printed)
 		})
-		for _, e := range s.Events[min(printedEvents, len(s.Events)):] {
-			var env struct {
-				Payload json.RawMessage `json:"payload"`
-			}
-			_ = json.Unmarshal(e, &env)
-			var ev map[string]any
-			_ = json.Unmarshal(env.Payload, &ev)
-			ev["kind"] = "event"
-			w.line(ev)
+		for ; epochs < len(s.Epochs); epochs++ {
+			e := s.Epochs[epochs]
+			printBatch(w, e.Events, e.Results, &printedEvents, printed)
+			printedEvents, printed = 0, map[string]bool{}
 		}
-		printedEvents = max(printedEvents, len(s.Events))
-		var fresh []prp.CommandResultPayload
-		for id, raw := range s.Results {
-			if printed[id] {
-				continue
-			}
-			printed[id] = true
-			var p prp.CommandResultPayload
-			_ = json.Unmarshal(raw, &p)
-			fresh = append(fresh, p)
-		}
-		slices.SortFunc(fresh, func(a, b prp.CommandResultPayload) int { return cmp.Compare(a.ControllerSeq, b.ControllerSeq) })
-		for _, p := range fresh {
-			w.line(map[string]any{"kind": "command_result", "commandId": p.CommandID, "controllerSeq": p.ControllerSeq,
-				"commandType": p.CommandType, "status": p.Status, "result": p.Result})
-		}
+		printBatch(w, s.Events, s.Results, &printedEvents, printed)
 		if err != nil {
 			return
 		}
+	}
+}
+
+// printBatch prints the events past *printedEvents and the results not in printed.
+func printBatch(w *out, events []json.RawMessage, results map[string]json.RawMessage, printedEvents *int, printed map[string]bool) {
+	for _, e := range events[min(*printedEvents, len(events)):] {
+		var env struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		_ = json.Unmarshal(e, &env)
+		var ev map[string]any
+		_ = json.Unmarshal(env.Payload, &ev)
+		ev["kind"] = "event"
+		w.line(ev)
+	}
+	*printedEvents = max(*printedEvents, len(events))
+	var fresh []prp.CommandResultPayload
+	for id, raw := range results {
+		if printed[id] {
+			continue
+		}
+		printed[id] = true
+		var p prp.CommandResultPayload
+		_ = json.Unmarshal(raw, &p)
+		fresh = append(fresh, p)
+	}
+	slices.SortFunc(fresh, func(a, b prp.CommandResultPayload) int { return cmp.Compare(a.ControllerSeq, b.ControllerSeq) })
+	for _, p := range fresh {
+		w.line(map[string]any{"kind": "command_result", "commandId": p.CommandID, "controllerSeq": p.ControllerSeq,
+			"commandType": p.CommandType, "status": p.Status, "result": p.Result})
 	}
 }
 

@@ -9,6 +9,9 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Script bounds (beyond: prpctl's own; the core journal holds 500 commands,
@@ -37,6 +40,19 @@ type step struct {
 	Drop bool `json:"drop,omitempty"`
 	// Wait waits until every command queued so far has a result.
 	Wait bool `json:"wait,omitempty"`
+	// Attach queues a warm run.attach (prp.md §9.5) handing the runner to
+	// the named identity and connection; parseStep turns it into a Command.
+	Attach *attachStep `json:"attach,omitempty"`
+}
+
+// attachStep names the next run: its six identity fields and its
+// connection ({mode:"connect", connectUrl[, caBundlePath]} or {mode:"listen",
+// listenAddress, listenPort, listenPath}). Payload holds the rest of the
+// run.attach payload (the provider seed, which must equal the current one).
+type attachStep struct {
+	Identity   json.RawMessage `json:"identity"`
+	Connection json.RawMessage `json:"connection"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
 }
 
 // errScript marks a malformed script; its text names the line, never its content.
@@ -81,7 +97,7 @@ func parseStep(b []byte) (step, error) {
 		return step{}, fmt.Errorf("%w: trailing data", errScript)
 	}
 	set := 0
-	for _, on := range []bool{s.Command != "", s.SleepMs != 0, s.Ping, s.Revoke != 0, s.Drop, s.Wait} {
+	for _, on := range []bool{s.Command != "", s.SleepMs != 0, s.Ping, s.Revoke != 0, s.Drop, s.Wait, s.Attach != nil} {
 		if on {
 			set++
 		}
@@ -96,6 +112,13 @@ func parseStep(b []byte) (step, error) {
 	case s.Revoke < 0:
 		return step{}, fmt.Errorf("%w: revoke epoch must be positive", errScript)
 	}
+	if s.Attach != nil {
+		p, err := attachPayload(*s.Attach)
+		if err != nil {
+			return step{}, err
+		}
+		s.Command, s.Payload, s.Attach = prp.CommandRunAttach, p, nil
+	}
 	if s.Command != "" {
 		if err := checkCommandType(s.Command); err != nil {
 			return step{}, err
@@ -108,6 +131,30 @@ func parseStep(b []byte) (step, error) {
 		}
 	}
 	return s, nil
+}
+
+// attachPayload builds the run.attach payload of an attach step and checks
+// its paperclipNextAuthority shape as the core will.
+func attachPayload(a attachStep) (json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	if a.Payload != nil {
+		if !isObject(a.Payload) {
+			return nil, fmt.Errorf("%w: attach payload is not an object", errScript)
+		}
+		_ = json.Unmarshal(a.Payload, &m)
+	}
+	if _, ok := m["paperclipNextAuthority"]; ok {
+		return nil, fmt.Errorf("%w: attach payload must not carry paperclipNextAuthority", errScript)
+	}
+	if !isObject(a.Identity) || !isObject(a.Connection) {
+		return nil, fmt.Errorf("%w: attach needs identity and connection objects", errScript)
+	}
+	m["paperclipNextAuthority"] = jsonenc.MustMarshal(map[string]json.RawMessage{"identity": a.Identity, "connection": a.Connection})
+	p := jsonenc.MustMarshal(m)
+	if _, _, err := prp.ParseNextAuthority(p); err != nil {
+		return nil, fmt.Errorf("%w: attach: %w", errScript, err)
+	}
+	return p, nil
 }
 
 // parseCommandFlag parses --command TYPE or TYPE=JSON.

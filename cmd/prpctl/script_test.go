@@ -72,3 +72,29 @@ func FuzzParseScript(f *testing.F) {
 		}
 	})
 }
+
+// TestParseAttachStep: an attach step becomes a run.attach command whose
+// payload is the provider seed plus paperclipNextAuthority; a malformed
+// identity or connection is refused before anything is queued.
+func TestParseAttachStep(t *testing.T) {
+	const id = `{"runnerInstanceId":"runner_1","environmentLeaseId":"env_1","runId":"run_2","normalizedSessionId":"s1","turnId":"t2","itemId":"i2"}`
+	steps, err := parseScript(strings.NewReader(`{"attach":{"identity":` + id +
+		`,"connection":{"mode":"connect","connectUrl":"ws://127.0.0.1:9/api/runner/v1/connect/run_2"},"payload":{"provider":{"kind":"acpx"}}}}`))
+	require.NoError(t, err)
+	require.Len(t, steps, 1)
+	require.Equal(t, "run.attach", steps[0].Command)
+	require.JSONEq(t, `{"provider":{"kind":"acpx"},"paperclipNextAuthority":{"identity":`+id+
+		`,"connection":{"mode":"connect","connectUrl":"ws://127.0.0.1:9/api/runner/v1/connect/run_2"}}}`, string(steps[0].Payload))
+
+	for _, bad := range []string{
+		`{"attach":{"identity":{"runId":"zzqq"},"connection":{"mode":"connect","connectUrl":"ws://x"}}}`, // five ids missing
+		`{"attach":{"identity":` + id + `,"connection":{"mode":"zzqq"}}}`,
+		`{"attach":{"identity":` + id + `}}`,
+		`{"attach":{"identity":` + id + `,"connection":{"mode":"connect","connectUrl":"ws://x"}},"ping":true}`,
+		`{"attach":{"identity":` + id + `,"connection":{"mode":"connect","connectUrl":"ws://x"},"payload":{"paperclipNextAuthority":{}}}}`,
+	} {
+		_, err := parseScript(strings.NewReader(bad))
+		require.ErrorIs(t, err, errScript, bad)
+		require.NotContains(t, err.Error(), "zzqq", "errors never echo script content")
+	}
+}

@@ -953,7 +953,7 @@ func (m *Manager) Snapshot() (activeTurn string, warm bool) {
 		return "", false
 	}
 	t := m.cl.ActiveTurn()
-	return t, t == "" && m.proc != nil && !m.proc.lost
+	return t, t == "" && m.proc != nil && !m.proc.lost && len(m.cl.PendingPermissions()) == 0
 }
 
 // turnSettledLocked returns a channel closed when the active turn settles.

@@ -109,7 +109,14 @@ type Client struct {
 	log *slog.Logger
 	clk clock.Clock
 
-	mu           sync.Mutex
+	mu sync.Mutex
+	// identity is the identity authenticated as; a warm rotation replaces
+	// it (BeginWarmActivation). dialer likewise (a new connectUrl).
+	identity Identity
+	dialer   *Dialer
+	// warm is the receipt being activated: while set, every handshake
+	// names its warmTransitionId and expects it back in the welcome.
+	warm         *WarmTransition
 	ticket       string
 	lease        *Lease
 	renewPending *LeaseRenewPayload // the outstanding lease_renew, resent as is
@@ -143,6 +150,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		log:       cfg.Logger.With("component", "prp.client"),
 		clk:       clock.Or(cfg.Clock),
 		ticket:    cfg.Ticket,
+		identity:  cfg.Identity,
+		dialer:    cfg.Dialer,
 		leaseKick: make(chan struct{}, 1),
 		fatal:     make(chan error, 1),
 	}
@@ -163,6 +172,58 @@ func (c *Client) Lease() (Lease, bool) {
 	}
 	return *c.lease, true
 }
+
+// Identity returns the identity the Client authenticates as.
+func (c *Client) Identity() Identity {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.identity
+}
+
+// BeginWarmActivation switches the Client to a warm transition's new
+// identity (prp.md §9.5 step 4): every later handshake authenticates as
+// r.NewIdentity with the held lease, names r's warmTransitionId and
+// accepts only a welcome with phase "activated" and exactly r. dialer,
+// when set, replaces the dial target (the new run's connectUrl); in listen
+// mode the caller rotates the Listener's path. The current connection, if
+// any, is dropped so the next one activates.
+func (c *Client) BeginWarmActivation(r WarmTransition, dialer *Dialer) error {
+	c.mu.Lock()
+	if c.lease == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("begin warm activation: %w: no lease held", ErrWarmTransition)
+	}
+	if r.LeaseID != c.lease.ID {
+		c.mu.Unlock()
+		return fmt.Errorf("begin warm activation: %w: receipt names another lease", ErrWarmTransition)
+	}
+	if dialer != nil && c.cfg.Dialer == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("begin warm activation: %w: a dialer in listen mode", ErrWarmTransition)
+	}
+	c.identity, c.warm = r.NewIdentity, &r
+	if dialer != nil {
+		c.dialer = dialer
+	}
+	c.renewPending = nil // the core renews nothing inside a transition (prp.md §5)
+	cur := c.current
+	c.mu.Unlock()
+	if cur != nil {
+		cur.l.fail(errWarmRotation)
+	}
+	return nil
+}
+
+// EndWarmActivation clears the transition once warm_transition_activated
+// was acknowledged: later reconnects are plain lease reconnects.
+func (c *Client) EndWarmActivation() {
+	c.mu.Lock()
+	c.warm = nil
+	c.mu.Unlock()
+}
+
+// errWarmRotation ends the old authority's connection at a warm rotation.
+var errWarmRotation = errors.New("connection closed for a warm rotation")
 
 // Send queues plaintext on the current connection.
 func (c *Client) Send(ctx context.Context, plaintext []byte) error {
@@ -192,8 +253,12 @@ func (c *Client) handshake(ctx context.Context, ws *wsConn) (*Session, *Welcome,
 func (c *Client) clientHandshake() *ClientHandshake {
 	c.mu.Lock()
 	h := ClientHandshake{
-		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
+		Identity: c.identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
 		Ticket: c.ticket, RenewalOutstanding: c.renewPending != nil, Rand: c.cfg.Rand, Now: c.clk.Now,
+	}
+	if c.warm != nil {
+		r := *c.warm
+		h.WarmTransitionID, h.WarmReceipt = r.TransitionID, &r
 	}
 	if c.lease != nil {
 		l := *c.lease
@@ -610,7 +675,10 @@ func (c *Client) dialOnce(ctx context.Context) (*Conn, error) {
 	actx, cancel := c.attemptCtx(ctx)
 	defer cancel()
 	act := newActivityOn(c.clk)
-	ws, err := c.cfg.Dialer.dial(actx, act, c.cfg.MaxFrameBytes)
+	c.mu.Lock()
+	dialer := c.dialer
+	c.mu.Unlock()
+	ws, err := dialer.dial(actx, act, c.cfg.MaxFrameBytes)
 	if err != nil {
 		return nil, err
 	}

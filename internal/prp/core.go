@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -68,7 +69,17 @@ type Core struct {
 	store *MemoryCredentialStore
 	log   *slog.Logger
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// identity is the registration the runner authenticates as; a warm
+	// rotation replaces it (cfg.Identity is only the first one).
+	identity Identity
+	// warm is the pending warm transition (prp.md §9.5): set when the
+	// run.attach result is admitted, cleared by warm_transition_activated.
+	warm *coreWarm
+	// next journals the commands queued while a transition is pending:
+	// they belong to the new identity's journal and wait for activation.
+	next     []*coreCommand
+	epochs   []CoreEpoch
 	conns    map[*coreConn]struct{}
 	current  *coreConn
 	connSeq  int
@@ -95,6 +106,24 @@ type coreCommand struct {
 	result json.RawMessage // canonical command_result payload once settled
 }
 
+// coreWarm is the core half of a pending warm transition.
+type coreWarm struct {
+	receipt WarmTransition
+	// activating: a connection authenticated with the receipt's
+	// warmTransitionId and got the "activated" welcome.
+	activating bool
+}
+
+// CoreEpoch is an archived authority epoch: the journal and events of one
+// identity before a warm rotation replaced it (server: authority-epochs/).
+type CoreEpoch struct {
+	Identity       Identity
+	AckedSourceSeq int64
+	Events         []json.RawMessage
+	Results        map[string]json.RawMessage
+	Receipt        WarmTransition // the transition that ended the epoch
+}
+
 type coreConn struct {
 	l     *link
 	sess  *Session
@@ -104,6 +133,11 @@ type coreConn struct {
 	fenced bool
 	// ackOwed: events were admitted since the last ack (dispatch goroutine only).
 	ackOwed bool
+	// replayOnly: the run.attach result was acknowledged on this
+	// connection; the old authority sends it nothing more (CP replayOnly).
+	replayOnly bool
+	// activation is the receipt this connection authenticated to activate.
+	activation *WarmTransition
 }
 
 // NewCore returns a core for one runner registration.
@@ -121,7 +155,7 @@ func NewCore(cfg CoreConfig) *Core {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Core{
-		cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "prp.core"),
+		cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "prp.core"), identity: cfg.Identity,
 		conns: map[*coreConn]struct{}{}, changed: make(chan struct{}), results: map[string]json.RawMessage{},
 	}
 }
@@ -167,6 +201,14 @@ type CoreSnapshot struct {
 	Connected       bool
 	ConnectionID    string
 	Lease           Lease // the current connection's lease (no token)
+	// Identity is the registration the runner authenticates as now.
+	Identity Identity
+	// Warm is the pending warm transition's receipt; WarmActivating says a
+	// connection authenticated to activate it.
+	Warm           *WarmTransition
+	WarmActivating bool
+	// Epochs are the identities a warm rotation replaced, oldest first.
+	Epochs []CoreEpoch
 }
 
 // Snapshot returns the observable state.
@@ -180,6 +222,11 @@ func (c *Core) snapshotLocked() CoreSnapshot {
 	s := CoreSnapshot{
 		AckedSourceSeq: c.acked, Events: c.events[:len(c.events):len(c.events)], // append-only: safe to share
 		Results: c.results, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
+		Identity: c.identity, Epochs: c.epochs[:len(c.epochs):len(c.epochs)],
+	}
+	if c.warm != nil {
+		r := c.warm.receipt
+		s.Warm, s.WarmActivating = &r, c.warm.activating
 	}
 	if c.current != nil {
 		s.Connected, s.ConnectionID = true, c.current.sess.ConnectionID
@@ -191,7 +238,13 @@ func (c *Core) snapshotLocked() CoreSnapshot {
 // ServeHTTP is the dial-target route: the runner dials
 // ConnectPath(runId); anything else gets 400 (prp.md §1.1).
 func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet || r.RequestURI != ConnectPath(c.cfg.Identity.RunID) {
+	c.mu.Lock()
+	paths := []string{ConnectPath(c.identity.RunID)}
+	if c.warm != nil { // the new run dials its own route (prp.md §1.1)
+		paths = append(paths, ConnectPath(c.warm.receipt.NewIdentity.RunID))
+	}
+	c.mu.Unlock()
+	if r.Method != http.MethodGet || !slices.Contains(paths, r.RequestURI) {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
@@ -235,15 +288,29 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	c.connSeq++
 	connID := "connection_" + strconv.Itoa(c.connSeq)
 	c.mu.Unlock()
+	c.mu.Lock()
+	ident := c.identity
+	c.mu.Unlock()
 	h := CoreHandshake{
-		Identity: c.cfg.Identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
+		Identity: ident, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
 		Store: c.store, LeaseTTL: c.cfg.LeaseTTL, MaxFrameBytes: c.cfg.MaxFrameBytes, ConnectionID: connID,
 		AckedSourceSeq: func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
+	}
+	h.Warm = func(id string) (WarmTransition, bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.warm == nil || c.warm.receipt.TransitionID != id {
+			return WarmTransition{}, false
+		}
+		return c.warm.receipt, true
 	}
 	var inWelcome *coreCommand // the pending command the welcome carries
 	h.PendingCommands = func() []json.RawMessage {
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		if c.warm != nil {
+			return []json.RawMessage{} // nothing is delivered inside a transition (CP #nextPendingCommand)
+		}
 		inWelcome = c.lowestPendingLocked()
 		if inWelcome == nil {
 			return []json.RawMessage{}
@@ -258,7 +325,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 		c.log.Info("runner handshake failed", "err", err)
 		return err
 	}
-	cc := &coreConn{sess: sess, lease: hello.Lease}
+	cc := &coreConn{sess: sess, lease: hello.Lease, activation: hello.Warm}
 	cc.l = startLink(ws, act, sess, linkConfig{
 		PingInterval: c.cfg.PingInterval, SilenceTimeout: c.cfg.SilenceTimeout,
 		Inspect: func(pt []byte) (frameAction, any, error) {
@@ -279,6 +346,14 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	for o := range c.conns {
 		old = append(old, o)
 	}
+	if cc.activation != nil && (c.warm == nil || c.warm.receipt.TransitionID != cc.activation.TransitionID) {
+		c.mu.Unlock()
+		cc.l.close(nil)
+		return fmt.Errorf("serve runner: %w: transition settled during the handshake", ErrWarmTransition)
+	}
+	if cc.activation != nil {
+		c.warm.activating = true
+	}
 	c.conns[cc] = struct{}{}
 	c.current = cc
 	c.auths++
@@ -287,7 +362,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	// A command queued while the handshake ran went to the old connection
 	// or nowhere; deliver it here unless the welcome already did.
 	missed := c.lowestPendingLocked()
-	if missed == inWelcome {
+	if missed == inWelcome || c.warm != nil {
 		missed = nil
 	}
 	c.mu.Unlock()
@@ -394,10 +469,10 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 			return err
 		}
 		c.mu.Lock()
-		fenced := cc.fenced
+		fenced := cc.fenced || c.warm != nil
 		c.mu.Unlock()
 		if fenced {
-			return nil // no renewal behind a terminal lifecycle command (prp.md §5, §13.1)
+			return nil // no renewal behind a terminal lifecycle command or inside a warm transition (prp.md §5, §13.1)
 		}
 		r, err := c.store.RenewLease(cc.lease.ID, p, c.cfg.LeaseTTL, time.Now())
 		if err != nil {
@@ -415,6 +490,43 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 			return errors.New("lease_renewed reply dropped (test)")
 		}
 		return c.sendOn(cc, KindLeaseRenewed, "lease_renewed_"+strconv.FormatInt(p.ConnectionLeaseExpiresAtUnixMs, 10), r)
+	case KindWarmTransitionActivated:
+		return c.activate(cc, env)
+	}
+	return nil
+}
+
+// activate applies warm_transition_activated (CP): only on the connection
+// that authenticated with the receipt, naming its transitionId. The old
+// identity's journal and events are archived, the new identity starts a
+// fresh one (the commands queued meanwhile), and the next command follows
+// the ack.
+func (c *Core) activate(cc *coreConn, env *Envelope) error {
+	var p WarmTransitionActivatedPayload
+	if err := env.DecodePayload(&p); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if cc.activation == nil || c.warm == nil || p.TransitionID != c.warm.receipt.TransitionID ||
+		cc.activation.TransitionID != p.TransitionID {
+		c.mu.Unlock()
+		return fmt.Errorf("activate warm transition: %w: not this connection's transition", ErrWarmTransition)
+	}
+	r := c.warm.receipt
+	c.epochs = append(c.epochs, CoreEpoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
+	c.identity = r.NewIdentity
+	c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
+	c.commands, c.next, c.warm = c.next, nil, nil
+	cc.activation = nil
+	c.notifyLocked()
+	next := c.lowestPendingLocked()
+	c.mu.Unlock()
+	if err := c.sendOn(cc, KindWarmTransitionActivatedAck, "activation_ack_"+r.TransitionID,
+		WarmTransitionActivatedPayload{TransitionID: r.TransitionID}); err != nil {
+		return err
+	}
+	if next != nil {
+		return c.sendCommand(cc, next)
 	}
 	return nil
 }
@@ -429,6 +541,12 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *Envelope) error {
 	}
 	if err := env.DecodePayload(&p); err != nil {
 		return err
+	}
+	c.mu.Lock()
+	activating := cc.activation != nil
+	c.mu.Unlock()
+	if activating {
+		return fmt.Errorf("admit event: %w: event before warm_transition_activated", ErrWarmTransition)
 	}
 	canon, err := Canonical(json.RawMessage(pt))
 	if err != nil {
@@ -477,11 +595,18 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 		return ErrCommandResult
 	case cmd.result != nil:
 		same := string(cmd.result) == string(canon)
+		warm := c.warm
 		c.mu.Unlock()
 		if !same {
 			return ErrCommandResult
 		}
+		if warm != nil && warm.receipt.CommandID == p.CommandID && !warm.activating {
+			return c.ackWarm(cc, p, warm.receipt) // a replayed attach result gets its receipt again
+		}
 		return nil // an identical duplicate is counted, nothing more
+	case cmd.cmd.Type == CommandRunAttach && p.Status == "completed":
+		c.mu.Unlock()
+		return c.prepareWarm(cc, cmd, env.Payload, canon, p)
 	}
 	cmd.result = canon
 	results := maps.Clone(c.results) // copy on write: snapshots share the map
@@ -504,13 +629,76 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 	return nil
 }
 
+// prepareWarm admits a completed run.attach result: it builds the receipt
+// from the command, the result, the committed cursor and the lease this
+// connection holds, records the transition, and acknowledges the result
+// with the receipt. From then on this connection is replay-only.
+func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessage, canon []byte, p CommandResultPayload) error {
+	lease, ok := c.store.LeaseState(cc.lease.ID, time.Now())
+	if !ok {
+		return ErrLeaseNotUsable
+	}
+	wire := Command{Raw: cmd.raw, Type: cmd.cmd.Type, CommandID: cmd.cmd.CommandID, ControllerSeq: cmd.cmd.ControllerSeq, Payload: cmd.cmd.Payload}
+	c.mu.Lock()
+	if cc.sess.Version < 2 {
+		c.mu.Unlock()
+		return fmt.Errorf("prepare warm transition: %w: PRP v1 connection", ErrWarmTransition)
+	}
+	in := WarmTransitionInput{
+		Old: c.identity, Command: &wire, Result: payload, OldAckedSourceSeq: c.acked,
+		RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest, Lease: lease,
+	}
+	c.mu.Unlock()
+	r, err := NewWarmTransition(in)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if cmd.result != nil || c.warm != nil {
+		c.mu.Unlock()
+		return ErrCommandResult
+	}
+	cmd.result = canon
+	results := maps.Clone(c.results)
+	results[p.CommandID] = canon
+	c.results = results
+	c.warm = &coreWarm{receipt: r}
+	// Commands queued behind the run.attach were never delivered (only the
+	// lowest pending one is): they move to the new identity's journal,
+	// renumbered from 1, keeping their commandId.
+	kept := c.commands[:0:0]
+	for _, x := range c.commands {
+		if x.result != nil || x == cmd {
+			kept = append(kept, x)
+			continue
+		}
+		x.cmd.ControllerSeq = uint64(len(c.next) + 1)
+		if raw, err := jsonenc.Marshal(x.cmd); err == nil {
+			x.raw = raw
+		}
+		c.next = append(c.next, x)
+	}
+	c.commands = kept
+	cc.replayOnly = true
+	c.notifyLocked()
+	c.mu.Unlock()
+	return c.ackWarm(cc, p, r)
+}
+
+func (c *Core) ackWarm(cc *coreConn, p CommandResultPayload, r WarmTransition) error {
+	return c.sendOn(cc, KindCommandResultAck, "", CommandResultAckPayload{
+		CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: int64(p.ControllerSeq), Status: p.Status,
+		WarmTransition: r.Marshal(),
+	})
+}
+
 func isTerminalCommand(t string) bool { return t == "runner.suspend" || t == "runner.shutdown" }
 
 // sendCommand delivers a command on cc and raises the terminal fence for
 // runner.suspend and runner.shutdown.
 func (c *Core) sendCommand(cc *coreConn, cmd *coreCommand) error {
 	c.mu.Lock()
-	if cc.fenced {
+	if cc.fenced || cc.replayOnly || cc.activation != nil || c.warm != nil {
 		c.mu.Unlock()
 		return nil
 	}
@@ -553,11 +741,15 @@ func (c *Core) buildOn(cc *coreConn, kind, envelopeID string, payload any) ([]by
 // connected.
 func (c *Core) QueueCommand(cmd Command) (Command, error) {
 	c.mu.Lock()
-	if len(c.commands) >= maxCoreCommands {
+	journal := &c.commands
+	if c.warm != nil {
+		journal = &c.next // the new identity's journal, delivered after activation
+	}
+	if len(*journal) >= maxCoreCommands {
 		c.mu.Unlock()
 		return Command{}, ErrJournalFull
 	}
-	cmd.ControllerSeq = uint64(len(c.commands) + 1)
+	cmd.ControllerSeq = uint64(len(*journal) + 1)
 	if cmd.CommandID == "" {
 		cmd.CommandID = fmt.Sprintf("command_prp_%08d", cmd.ControllerSeq)
 	}
@@ -576,8 +768,8 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 		return Command{}, fmt.Errorf("queue command: %w", err)
 	}
 	cc := &coreCommand{cmd: cmd, raw: raw}
-	c.commands = append(c.commands, cc)
-	deliver := c.lowestPendingLocked() == cc
+	*journal = append(*journal, cc)
+	deliver := c.warm == nil && c.lowestPendingLocked() == cc
 	cur := c.current
 	c.mu.Unlock()
 	if deliver && cur != nil {

@@ -141,8 +141,11 @@ type ClientHandshake struct {
 	// RenewalOutstanding says a lease_renew is unanswered, so a later expiry
 	// for the same lease is acceptable once (spec §5).
 	RenewalOutstanding bool
-	// WarmTransitionID is set only while activating a warm rotation.
+	// WarmTransitionID is set only while activating a warm rotation;
+	// WarmReceipt is then the receipt the welcome must carry, exactly, with
+	// phase "activated" (prp.md §9.5 step 4).
 	WarmTransitionID string
+	WarmReceipt      *WarmTransition
 	Resume           Resume
 	// Now is the clock for expiry checks; nil means time.Now.
 	Now func() time.Time
@@ -504,6 +507,11 @@ func (h *ClientHandshake) checkWelcome(pt []byte, ch *challenge, kind string) (*
 	for _, c := range p.PendingCommands {
 		if len(c) == 0 || c[0] != '{' {
 			return nil, bad("pending command is not an object")
+		}
+	}
+	if h.WarmTransitionID != "" {
+		if h.WarmReceipt == nil || p.WarmTransitionPhase != WarmPhaseActivated || !SameWarmTransition(p.WarmTransition, *h.WarmReceipt) {
+			return nil, bad("warm activation welcome does not carry the exact receipt")
 		}
 	}
 	out := &Welcome{

@@ -71,6 +71,8 @@ type Hello struct {
 	HelloPayload
 	// Lease is the connection's lease (without its token).
 	Lease Lease
+	// Warm is the receipt of the warm transition this connection activates, if any.
+	Warm *WarmTransition
 }
 
 // CoreHandshake runs the core (controller) half of the handshake: the
@@ -105,6 +107,13 @@ type CoreHandshake struct {
 	// beforeAuthenticatedConnection); an error refuses the connection and
 	// leaves a ticket unused.
 	BeforeAdmit func(ctx context.Context, hello *HelloPayload) error
+	// Warm looks up the pending warm transition an auth_hello names by
+	// warmTransitionId (prp.md §9.5). A hello naming one authenticates the
+	// receipt's new identity with the receipt's lease, gets no pending
+	// command, and its welcome carries the receipt with phase "activated".
+	// Not found: such a hello is refused. Nil: the id is only echoed
+	// (handshake tests).
+	Warm func(transitionID string) (WarmTransition, bool)
 }
 
 func (h *CoreHandshake) now() time.Time {
@@ -133,12 +142,24 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
+	expect := h.Identity
+	var warm *WarmTransition
+	if hello.WarmTransitionID != nil && h.Warm != nil {
+		w, ok := h.Warm(*hello.WarmTransitionID)
+		if !ok {
+			return nil, nil, fmt.Errorf("core handshake: %w: unknown warm transition", ErrHelloRejected)
+		}
+		expect, warm = w.NewIdentity, &w
+	}
 	now := h.now()
 	cred, err := h.Store.Lookup(hello.CredentialID, now)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
-	selected, err := h.checkHello(hello, cred)
+	if warm != nil && (cred.Kind != CredentialLease || cred.LeaseID != warm.LeaseID) {
+		return nil, nil, fmt.Errorf("core handshake: %w: a warm activation reconnects with the receipt's lease", ErrHelloRejected)
+	}
+	selected, err := h.checkHello(hello, cred, expect)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
@@ -208,7 +229,7 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
-	sess.Version, sess.Identity, sess.ConnectionLeaseID = selected, h.Identity, lease.ID
+	sess.Version, sess.Identity, sess.ConnectionLeaseID = selected, expect, lease.ID
 	sess.ConnectionID = h.ConnectionID
 	if sess.ConnectionID == "" {
 		id, err := randomUUID(h.rand())
@@ -217,7 +238,7 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 		}
 		sess.ConnectionID = "connection_" + id
 	}
-	frame, err := h.sealWelcome(sess, lease, now)
+	frame, err := h.sealWelcome(sess, lease, now, hello, warm)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
@@ -225,7 +246,7 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 		return nil, nil, fmt.Errorf("core handshake: send welcome: %w", err)
 	}
 	lease.Token = ""
-	return sess, &Hello{HelloPayload: *hello, Lease: lease}, nil
+	return sess, &Hello{HelloPayload: *hello, Lease: lease, Warm: warm}, nil
 }
 
 func (h *CoreHandshake) leaseTTL() time.Duration {
@@ -237,9 +258,9 @@ func (h *CoreHandshake) leaseTTL() time.Duration {
 
 // checkHello applies CP #authorizeHello and selects the version: the lease's
 // pinned version for a lease, else min(ProtocolVersion, protocolMax).
-func (h *CoreHandshake) checkHello(p *HelloPayload, cred Credential) (int, error) {
+func (h *CoreHandshake) checkHello(p *HelloPayload, cred Credential, expect Identity) (int, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
-	if p.Identity != h.Identity {
+	if p.Identity != expect {
 		return 0, bad("identity does not match the registration")
 	}
 	if p.RunnerVersion != h.RunnerVersion || p.RunnerDigest != h.RunnerDigest {
@@ -257,9 +278,9 @@ func (h *CoreHandshake) checkHello(p *HelloPayload, cred Credential) (int, error
 	return min(ProtocolVersion, p.ProtocolMax), nil
 }
 
-func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time) ([]byte, error) {
+func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time, hello *HelloPayload, warm *WarmTransition) ([]byte, error) {
 	pending := []json.RawMessage{}
-	if h.PendingCommands != nil {
+	if h.PendingCommands != nil && warm == nil {
 		if pc := h.PendingCommands(); pc != nil {
 			pending = pc
 		}
@@ -289,6 +310,12 @@ func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time) ([]b
 	if lease.Token != "" {
 		tok := lease.Token
 		p.ConnectionLeaseToken = &tok
+	}
+	if v := hello.WarmTransitionVersion; v != nil && *v == warmTransitionVersion {
+		p.WarmTransitionVersion = v // CP echoes the capability it will honour
+	}
+	if warm != nil {
+		p.WarmTransition, p.WarmTransitionPhase = warm.Marshal(), WarmPhaseActivated
 	}
 	env, err := s.NewControl(KindWelcome, p)
 	if err != nil {

@@ -327,11 +327,11 @@ func TestPRP47_VersionNegotiation(t *testing.T) {
 			core := newCore(store)
 			p := &HelloPayload{ProtocolMin: r[0], ProtocolMax: r[1], Identity: testIdentity,
 				RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}
-			_, err := core.checkHello(p, Credential{Kind: CredentialBootstrap})
+			_, err := core.checkHello(p, Credential{Kind: CredentialBootstrap}, testIdentity)
 			assert.ErrorIs(t, err, ErrHelloRejected, "%v", r)
 		}
 		v, err := newCore(store).checkHello(&HelloPayload{ProtocolMin: 1, ProtocolMax: 1, Identity: testIdentity,
-			RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}, Credential{Kind: CredentialBootstrap})
+			RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}, Credential{Kind: CredentialBootstrap}, testIdentity)
 		require.NoError(t, err)
 		assert.Equal(t, 1, v, "min(2, protocolMax)")
 	})

@@ -34,6 +34,7 @@ func newTestCore(mod func(*CoreConfig)) *Core {
 type runnerUser struct {
 	mu       sync.Mutex
 	welcomes []*Welcome
+	conns    []*Conn // the connection of each welcome
 	controls []*Envelope
 	lost     []error
 	changed  chan struct{}
@@ -44,9 +45,10 @@ type runnerUser struct {
 func newRunnerUser() *runnerUser { return &runnerUser{changed: make(chan struct{}, 1)} }
 
 func (u *runnerUser) hooks(cfg *ClientConfig) {
-	cfg.OnAuthenticated = func(_ context.Context, _ *Conn, w *Welcome) error {
+	cfg.OnAuthenticated = func(_ context.Context, c *Conn, w *Welcome) error {
 		u.mu.Lock()
 		u.welcomes = append(u.welcomes, w)
+		u.conns = append(u.conns, c)
 		u.mu.Unlock()
 		kick(u.changed)
 		return nil

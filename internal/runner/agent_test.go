@@ -66,6 +66,20 @@ func TestAgentTurnThroughLoop(t *testing.T) {
 
 	snap := h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
 	require.Equal(t, "completed", snap.Status)
+	// Idle agent: warmAttachReady once the core's ACK of the turn's last
+	// event reached the runner (each look is a new command, bounded).
+	ready := false
+	for i := 0; i < 50 && !ready; i++ {
+		snap = h.waitResult(h.queue("session.snapshot", `{"quiesceForWarmAttach":true}`).CommandID)
+		var r struct {
+			Active any  `json:"activeProviderTurnId"`
+			Ready  bool `json:"warmAttachReady"`
+		}
+		require.NoError(t, json.Unmarshal(snap.Result, &r))
+		require.Nil(t, r.Active)
+		ready = r.Ready
+	}
+	require.True(t, ready, "an idle agent with a drained outbox is ready for a warm attach")
 
 	run.cancel()
 	require.NoError(t, run.wait(t))

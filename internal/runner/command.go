@@ -129,15 +129,15 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 		}
 	case "session.snapshot":
 		var active any // null without an active provider turn
-		warm := false
+		idle := false
 		if r.exec != nil {
 			var turn string
-			if turn, warm = r.exec.m.Snapshot(); turn != "" {
+			if turn, idle = r.exec.m.Snapshot(); turn != "" {
 				active = turn
 			}
 		}
 		res, err = r.finishCommand(cmd, state.StatusCompleted,
-			jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warm}))
+			jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warmAttachReady(idle, r.store.Summary())}))
 	default:
 		out, herr := r.handlers[cmd.Type](ctx, cmd)
 		switch {
@@ -164,6 +164,15 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 		return state.CommandResult{}, fmt.Errorf("record command seq %d: %w", cmd.ControllerSeq, err)
 	}
 	return res, nil
+}
+
+// warmAttachReady is session.snapshot's warmAttachReady (issue 15, prp.md
+// §9.5): the provider is idle (live agent, no active turn, no pending
+// agent request) and the whole outbox is acknowledged, since run.attach
+// waits for exactly that before it rotates. The pending snapshot result
+// itself is not an event, so it does not count.
+func warmAttachReady(providerIdle bool, sum state.Summary) bool {
+	return providerIdle && sum.AckedSourceSeq == sum.HighestSourceSeq
 }
 
 func (r *loop) finishCommand(cmd *prp.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
