@@ -13,6 +13,14 @@ import "context"
 // never modify them. The Client owns the Conn's lifetime: it closes the
 // link when the connection is lost or superseded, after which Done is
 // closed and sends fail with the link's error.
+//
+// Inbound buffers: the link's reader opens every frame into one reused
+// plaintext buffer, valid only until the reader's next read (linkConfig.
+// Inspect). What reaches the user never aliases it: the Client decodes each
+// frame into an *Envelope (every field copied) before handing it to
+// OnControl, so an Envelope and its Payload may be kept for as long as the
+// user likes. Code that takes frames from a link itself (the Core) copies
+// what it keeps.
 type Conn struct {
 	l       *link
 	sess    *Session

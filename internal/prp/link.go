@@ -55,6 +55,11 @@ type appendSealer interface {
 	AppendSeal(dst, plaintext []byte) ([]byte, error)
 }
 
+// appendOpener is an opener that can open into a reused buffer (Session).
+type appendOpener interface {
+	AppendOpen(dst, frame []byte) ([]byte, error)
+}
+
 // frameAction says what the reader does with an opened frame.
 type frameAction int
 
@@ -70,10 +75,11 @@ type linkConfig struct {
 	SilenceTimeout time.Duration
 	// Inspect runs in the reader goroutine on each opened plaintext and says
 	// what to do with it; an error ends the connection. It must not block.
-	// The plaintext is valid only during the call: only the reader touches
-	// it, so its buffer may be reused for the next frame. For frameForward
-	// Inspect returns the decoded value the owner receives from recv, which
-	// must own its memory (never alias the plaintext).
+	// The plaintext is valid only during the call: the reader opens every
+	// frame into one reused buffer (link.rbuf), so the next frame overwrites
+	// it. For frameForward Inspect returns the decoded value the owner
+	// receives from recv, which must own its memory: a copy or a decode,
+	// never a slice of the plaintext.
 	Inspect func(plaintext []byte) (frameAction, any, error)
 	// Pong builds a pong plaintext on the writer goroutine; it must read only
 	// in-memory state. Nil: pings are not answered (the core half).
@@ -92,6 +98,11 @@ type linkConfig struct {
 // for pongs ahead of queued frames; a WebSocket Ping when nothing was sent for
 // PingInterval; and a watchdog that closes the connection after
 // SilenceTimeout without any inbound frame.
+//
+// Buffer contract: the reader opens every frame into one reused plaintext
+// buffer (rbuf), valid until its next read, so an open costs no allocation.
+// Inspect sees the plaintext only during its call; the values recv returns
+// are Inspect's own (a decode or a copy) and the owner may keep them.
 type link struct {
 	ws   *wsConn
 	act  *activity
@@ -104,6 +115,11 @@ type link struct {
 	// no reference once it returns. It grows to the largest frame sent,
 	// which the frame limit bounds.
 	wbuf []byte
+	// rbuf is the reader's plaintext buffer, reused for every frame (see
+	// Inspect): only the reader goroutine touches it, and Inspect hands the
+	// owner values that never alias it. It grows to the largest frame
+	// received, which the frame limit bounds.
+	rbuf []byte
 
 	sendq    chan []byte
 	pingMu   sync.Mutex
@@ -306,7 +322,7 @@ func (l *link) readLoop() {
 			l.fail(err)
 			return
 		}
-		pt, err := l.open.Open(frame)
+		pt, err := l.openFrame(frame)
 		if err != nil {
 			l.fail(fmt.Errorf("open frame: %w", err))
 			return
@@ -345,6 +361,20 @@ func (l *link) readLoop() {
 		l.inMu.Unlock()
 		kick(l.inKick)
 	}
+}
+
+// openFrame opens one inbound frame, into rbuf when the opener can.
+func (l *link) openFrame(frame []byte) ([]byte, error) {
+	ao, ok := l.open.(appendOpener)
+	if !ok {
+		return l.open.Open(frame)
+	}
+	pt, err := ao.AppendOpen(l.rbuf[:0], frame)
+	if err != nil {
+		return nil, err
+	}
+	l.rbuf = pt
+	return pt, nil
 }
 
 func kick(c chan struct{}) {

@@ -1,6 +1,7 @@
 package prp
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
@@ -80,5 +81,65 @@ func TestReaderHandsOffOwnedValues(t *testing.T) {
 		require.Equal(t, "cmd_aaaa", commandIDOf(held.Payload))
 		l.close(nil)
 		_ = srv.CloseNow()
+	})
+}
+
+// TestReaderReusesPlaintextBuffer: the buffer contract of link.Inspect with
+// a real Session. The reader opens every frame into one buffer, so the
+// plaintext Inspect saw for frame 1 is overwritten by frame 2, while the
+// copy Inspect handed off (as Core's does) stays frame 1's even as the
+// owner reads it during the next open. Run with -race.
+func TestReaderReusesPlaintextBuffer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		runner, core := benchSessions(t)
+		a := bytes.Repeat([]byte{'a'}, 4096)
+		b := bytes.Repeat([]byte{'b'}, 4096) // same length: opened into the same bytes
+		fa, err := runner.Seal(a)
+		require.NoError(t, err)
+		fb, err := runner.Seal(b)
+		require.NoError(t, err)
+
+		var seen [][]byte // each plaintext Inspect was given, as given
+		act := newActivity()
+		ws, srv := wsPipe(t, act, nil)
+		l := startLink(ws, act, core, linkConfig{
+			PingInterval: time.Hour, SilenceTimeout: time.Hour,
+			Inspect: func(pt []byte) (frameAction, any, error) {
+				seen = append(seen, pt)
+				return frameForward, bytes.Clone(pt), nil
+			},
+		})
+		ctx := context.Background()
+		require.NoError(t, srv.Write(ctx, websocket.MessageText, fa))
+		v, err := l.recv(ctx)
+		require.NoError(t, err)
+		held := v.([]byte)
+
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = bytes.Count(held, []byte{'a'})
+				time.Sleep(time.Millisecond)
+			}
+		})
+		require.NoError(t, srv.Write(ctx, websocket.MessageText, fb))
+		v, err = l.recv(ctx)
+		require.NoError(t, err)
+		close(stop)
+		wg.Wait()
+		l.close(nil)
+		_ = srv.CloseNow()
+
+		require.Equal(t, string(b), string(v.([]byte)))
+		require.Equal(t, string(a), string(held), "the handed-off copy is still frame 1")
+		require.Len(t, seen, 2)
+		require.Same(t, &seen[0][0], &seen[1][0], "frame 2 was opened into frame 1's buffer")
+		require.Equal(t, string(b), string(seen[0]), "frame 1's plaintext was overwritten in place")
 	})
 }
