@@ -88,8 +88,13 @@ type linkConfig struct {
 	// leaving the writer (benchmarks).
 	PongSent func(time.Duration)
 	Logger   *slog.Logger
-	// Clock drives the idle-ping timer and the silence watchdog; nil: clock.System.
+	// Clock drives the idle-ping timer, the silence watchdog and the send
+	// window's stall timer; nil: clock.System.
 	Clock clock.Clock
+	// Window, if set, paces events on the normal lane by the peer's ACKs
+	// (sendWindow); whoever reads the ACKs (Inspect) feeds it. Nil: unpaced
+	// (the core half).
+	Window *sendWindow
 }
 
 // link is the machinery of one authenticated connection (prp.md §4): a reader
@@ -388,6 +393,15 @@ func (l *link) writeLoop() {
 	defer l.wg.Done()
 	idle := l.cfg.Clock.NewTimer(l.cfg.PingInterval)
 	defer idle.Stop()
+	win := l.cfg.Window
+	// held is the next normal-lane event, waiting for room in the send
+	// window; nothing else leaves the normal lane before it (send order),
+	// while pongs and priority frames still go. stall runs while it waits.
+	var held []byte
+	var heldSeq int64
+	stall := l.cfg.Clock.NewTimer(windowStall)
+	stall.Stop()
+	defer stall.Stop()
 	for {
 		// The priority lane: every owed pong leaves before the next queued frame.
 		if at, ok := l.popPing(); ok {
@@ -410,11 +424,43 @@ func (l *link) writeLoop() {
 			}
 			continue
 		}
+		if held != nil && win.admit(frameCost(held)) {
+			stall.Stop()
+			pt := held
+			held = nil
+			if !l.writeEvent(pt, heldSeq, idle) {
+				return
+			}
+			continue
+		}
+		sendq := l.sendq
+		var acked <-chan struct{}
+		var stalled <-chan time.Time
+		if held != nil {
+			sendq, acked, stalled = nil, win.kick, stall.C()
+		}
 		select {
 		case <-l.ctx.Done():
 			return
 		case <-l.pongKick:
-		case pt := <-l.sendq:
+		case <-acked:
+			stall.Reset(windowStall) // ACKs are flowing: keep pacing
+		case <-stalled:
+			win.stall()
+		case pt := <-sendq:
+			if win != nil {
+				if seq, ok := eventSeq(pt); ok {
+					if !win.admit(frameCost(pt)) {
+						held, heldSeq = pt, seq
+						stall.Reset(windowStall)
+						continue
+					}
+					if !l.writeEvent(pt, seq, idle) {
+						return
+					}
+					continue
+				}
+			}
 			if !l.write(pt, idle) {
 				return
 			}
@@ -423,6 +469,15 @@ func (l *link) writeLoop() {
 			idle.Reset(l.cfg.PingInterval)
 		}
 	}
+}
+
+// writeEvent writes an event frame and counts it in the send window.
+func (l *link) writeEvent(pt []byte, seq int64, idle clock.Timer) bool {
+	if !l.write(pt, idle) {
+		return false
+	}
+	l.cfg.Window.sent(seq, frameCost(pt))
+	return true
 }
 
 // write seals and sends one frame, bounded by the silence timeout; any
