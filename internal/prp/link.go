@@ -29,6 +29,11 @@ const (
 	// maxOwedPongs bounds PRP pings waiting for their pong; a peer pinging
 	// faster than the socket drains is dropped rather than buffered forever.
 	maxOwedPongs = 1024
+	// maxKeptReadBuffer bounds the reader buffers (fbuf, rbuf) a connection
+	// keeps between frames: the default frame limit (DefaultMaxFrameBytes).
+	// A rarer larger frame, up to MaxMaxFrameBytes, gets a buffer of its
+	// own that is dropped after it, so it does not pin 16 MiB per link.
+	maxKeptReadBuffer = DefaultMaxFrameBytes
 )
 
 // ErrHalfOpen reports that no inbound frame arrived within the silence timeout.
@@ -125,6 +130,9 @@ type link struct {
 	// owner values that never alias it. It grows to the largest frame
 	// received, which the frame limit bounds.
 	rbuf []byte
+	// fbuf is the reader's frame buffer, reused likewise: Open reads the
+	// frame and keeps nothing of it.
+	fbuf []byte
 
 	sendq    chan []byte
 	pingMu   sync.Mutex
@@ -322,11 +330,12 @@ func (l *link) pending() int {
 func (l *link) readLoop() {
 	defer l.wg.Done()
 	for {
-		frame, err := l.ws.ReadMsg(l.ctx)
+		frame, err := l.ws.readMsgInto(l.ctx, l.fbuf)
 		if err != nil {
 			l.fail(err)
 			return
 		}
+		l.fbuf = keepBuffer(frame)
 		pt, err := l.openFrame(frame)
 		if err != nil {
 			l.fail(fmt.Errorf("open frame: %w", err))
@@ -378,8 +387,17 @@ func (l *link) openFrame(frame []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.rbuf = pt
+	l.rbuf = keepBuffer(pt)
 	return pt, nil
+}
+
+// keepBuffer returns b to reuse for the next frame, or nil when it is larger
+// than maxKeptReadBuffer.
+func keepBuffer(b []byte) []byte {
+	if cap(b) > maxKeptReadBuffer {
+		return nil
+	}
+	return b
 }
 
 func kick(c chan struct{}) {
