@@ -3,6 +3,7 @@ package prp
 import (
 	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -141,5 +142,47 @@ func TestReaderReusesPlaintextBuffer(t *testing.T) {
 		require.Len(t, seen, 2)
 		require.Same(t, &seen[0][0], &seen[1][0], "frame 2 was opened into frame 1's buffer")
 		require.Equal(t, string(b), string(seen[0]), "frame 1's plaintext was overwritten in place")
+	})
+}
+
+// TestReaderFrameBuffer: the reader's reused frame buffer reads messages of
+// any size up to the limit, across growth and shrinking (a frame above
+// maxKeptReadBuffer), and still ends the link on a binary message or on a
+// message above the frame limit.
+func TestReaderFrameBuffer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		act := newActivity()
+		ws, srv := wsPipe(t, act, nil)
+		ws.setMaxFrameBytes(MaxMaxFrameBytes)
+		l := startLink(ws, act, &plainSession{}, linkConfig{
+			PingInterval: time.Hour, SilenceTimeout: time.Hour, Inspect: inspectKinds,
+		})
+		ctx := context.Background()
+		for _, n := range []int{10, readChunk - 1, readChunk, readChunk + 1, 100000, maxKeptReadBuffer + 1, 3, 100000} {
+			msg := []byte(`{"kind":"event","pad":"` + strings.Repeat("x", n) + `"}`)
+			require.NoError(t, srv.Write(ctx, websocket.MessageText, msg))
+			v, err := l.recv(ctx)
+			require.NoError(t, err)
+			require.Equal(t, string(msg), string(v.([]byte)), "n=%d", n)
+		}
+		require.NoError(t, srv.Write(ctx, websocket.MessageBinary, []byte(`{}`)))
+		<-l.Done()
+		require.ErrorIs(t, l.Err(), ErrNonTextFrame)
+		l.close(nil)
+		_ = srv.CloseNow()
+
+		act = newActivity()
+		ws, srv = wsPipe(t, act, nil)
+		ws.setMaxFrameBytes(MinMaxFrameBytes)
+		l = startLink(ws, act, &plainSession{}, linkConfig{
+			PingInterval: time.Hour, SilenceTimeout: time.Hour, Inspect: inspectKinds,
+		})
+		go func() { _ = srv.Write(ctx, websocket.MessageText, make([]byte, MinMaxFrameBytes+1)) }()
+		<-l.Done()
+		require.Error(t, l.Err(), "a message above the frame limit ends the link")
+		_, err := l.recv(ctx)
+		require.Error(t, err)
+		l.close(nil)
+		_ = srv.CloseNow()
 	})
 }
