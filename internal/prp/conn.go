@@ -38,7 +38,10 @@ func (c *Conn) Done() <-chan struct{} { return c.l.Done() }
 
 // Send queues one envelope plaintext (an event or command_result kept
 // durably, byte for byte) for the single writer, which seals frames in
-// send order. It returns once queued.
+// send order. It returns once queued. The writer holds an event while more
+// than maxUnackedEventBytes of events await the core's ACK (sendWindow), so
+// a burst waits in the queue, behind which Send blocks, rather than in the
+// socket ahead of a pong.
 func (c *Conn) Send(ctx context.Context, plaintext []byte) error { return c.l.send(ctx, plaintext) }
 
 // SendControl builds a control envelope of kind on this connection and queues it.
