@@ -13,12 +13,14 @@ const (
 	// events, but not ahead of what is already in the socket: everything the
 	// core's reader has not yet read stands between the pong and the core.
 	// The kernel buffers on both ends hold megabytes on loopback, tens of
-	// milliseconds of the core's reader; 128 KiB is about 100 typical events
-	// and about a millisecond of reading. One event larger than the window
+	// milliseconds of the core's reader; 64 KiB is about 50 typical events
+	// and well under a millisecond of reading. In BenchmarkPingDuringEventFlood
+	// on a quiet run it gave e2e p99 4-8 ms where 128 KiB gave 7-12 ms, at
+	// the same flood time. One event larger than the window
 	// still goes, alone. The flow control of prp.md §8.5 already waits for
 	// ACKs between batches, so this only paces inside one burst (an outbox
 	// replay, a 128-event batch).
-	maxUnackedEventBytes = 128 << 10
+	maxUnackedEventBytes = 64 << 10
 	// windowStall is how long the window waits for any ACK progress before
 	// it stops pacing until the next ACK arrives: a core that withholds ACKs
 	// (or a bug in the sniffing below) degrades to unpaced sending, never to
