@@ -291,13 +291,23 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 		ws.setMaxFrameBytes(min(max(w.MaxFrameBytes, MinMaxFrameBytes), MaxMaxFrameBytes))
 	}
 	conn := &Conn{sess: sess, welcome: w}
+	win := newSendWindow()
 	conn.l = startLink(ws, act, sess, linkConfig{
 		PingInterval:   c.cfg.PingInterval,
 		SilenceTimeout: c.cfg.SilenceTimeout,
 		Inspect: func(pt []byte) (frameAction, any, error) {
 			act, env, err := c.inspect(sess, pt)
+			if err == nil && env != nil && env.Kind == KindAck {
+				// The window only paces: a malformed ack is the ack
+				// routine's to reject (prp.md §8.4), so it is ignored here.
+				var p AckPayload
+				if env.DecodePayload(&p) == nil {
+					win.ack(p.AckedSourceSeq)
+				}
+			}
 			return act, env, err
 		},
+		Window:   win,
 		Pong:     func() ([]byte, error) { return c.pong(sess) },
 		PongSent: c.cfg.pongSent,
 		Logger:   c.log,

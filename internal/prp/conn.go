@@ -13,6 +13,14 @@ import "context"
 // never modify them. The Client owns the Conn's lifetime: it closes the
 // link when the connection is lost or superseded, after which Done is
 // closed and sends fail with the link's error.
+//
+// Inbound buffers: the link's reader opens every frame into one reused
+// plaintext buffer, valid only until the reader's next read (linkConfig.
+// Inspect). What reaches the user never aliases it: the Client decodes each
+// frame into an *Envelope (every field copied) before handing it to
+// OnControl, so an Envelope and its Payload may be kept for as long as the
+// user likes. Code that takes frames from a link itself (the Core) copies
+// what it keeps.
 type Conn struct {
 	l       *link
 	sess    *Session
@@ -30,7 +38,10 @@ func (c *Conn) Done() <-chan struct{} { return c.l.Done() }
 
 // Send queues one envelope plaintext (an event or command_result kept
 // durably, byte for byte) for the single writer, which seals frames in
-// send order. It returns once queued.
+// send order. It returns once queued. The writer holds an event while more
+// than maxUnackedEventBytes of events await the core's ACK (sendWindow), so
+// a burst waits in the queue, behind which Send blocks, rather than in the
+// socket ahead of a pong.
 func (c *Conn) Send(ctx context.Context, plaintext []byte) error { return c.l.send(ctx, plaintext) }
 
 // SendControl builds a control envelope of kind on this connection and queues it.

@@ -29,6 +29,11 @@ const (
 	// maxOwedPongs bounds PRP pings waiting for their pong; a peer pinging
 	// faster than the socket drains is dropped rather than buffered forever.
 	maxOwedPongs = 1024
+	// maxKeptReadBuffer bounds the reader buffers (fbuf, rbuf) a connection
+	// keeps between frames: the default frame limit (DefaultMaxFrameBytes).
+	// A rarer larger frame, up to MaxMaxFrameBytes, gets a buffer of its
+	// own that is dropped after it, so it does not pin 16 MiB per link.
+	maxKeptReadBuffer = DefaultMaxFrameBytes
 )
 
 // ErrHalfOpen reports that no inbound frame arrived within the silence timeout.
@@ -55,6 +60,11 @@ type appendSealer interface {
 	AppendSeal(dst, plaintext []byte) ([]byte, error)
 }
 
+// appendOpener is an opener that can open into a reused buffer (Session).
+type appendOpener interface {
+	AppendOpen(dst, frame []byte) ([]byte, error)
+}
+
 // frameAction says what the reader does with an opened frame.
 type frameAction int
 
@@ -70,10 +80,11 @@ type linkConfig struct {
 	SilenceTimeout time.Duration
 	// Inspect runs in the reader goroutine on each opened plaintext and says
 	// what to do with it; an error ends the connection. It must not block.
-	// The plaintext is valid only during the call: only the reader touches
-	// it, so its buffer may be reused for the next frame. For frameForward
-	// Inspect returns the decoded value the owner receives from recv, which
-	// must own its memory (never alias the plaintext).
+	// The plaintext is valid only during the call: the reader opens every
+	// frame into one reused buffer (link.rbuf), so the next frame overwrites
+	// it. For frameForward Inspect returns the decoded value the owner
+	// receives from recv, which must own its memory: a copy or a decode,
+	// never a slice of the plaintext.
 	Inspect func(plaintext []byte) (frameAction, any, error)
 	// Pong builds a pong plaintext on the writer goroutine; it must read only
 	// in-memory state. Nil: pings are not answered (the core half).
@@ -82,8 +93,13 @@ type linkConfig struct {
 	// leaving the writer (benchmarks).
 	PongSent func(time.Duration)
 	Logger   *slog.Logger
-	// Clock drives the idle-ping timer and the silence watchdog; nil: clock.System.
+	// Clock drives the idle-ping timer, the silence watchdog and the send
+	// window's stall timer; nil: clock.System.
 	Clock clock.Clock
+	// Window, if set, paces events on the normal lane by the peer's ACKs
+	// (sendWindow); whoever reads the ACKs (Inspect) feeds it. Nil: unpaced
+	// (the core half).
+	Window *sendWindow
 }
 
 // link is the machinery of one authenticated connection (prp.md §4): a reader
@@ -92,6 +108,11 @@ type linkConfig struct {
 // for pongs ahead of queued frames; a WebSocket Ping when nothing was sent for
 // PingInterval; and a watchdog that closes the connection after
 // SilenceTimeout without any inbound frame.
+//
+// Buffer contract: the reader opens every frame into one reused plaintext
+// buffer (rbuf), valid until its next read, so an open costs no allocation.
+// Inspect sees the plaintext only during its call; the values recv returns
+// are Inspect's own (a decode or a copy) and the owner may keep them.
 type link struct {
 	ws   *wsConn
 	act  *activity
@@ -104,6 +125,14 @@ type link struct {
 	// no reference once it returns. It grows to the largest frame sent,
 	// which the frame limit bounds.
 	wbuf []byte
+	// rbuf is the reader's plaintext buffer, reused for every frame (see
+	// Inspect): only the reader goroutine touches it, and Inspect hands the
+	// owner values that never alias it. It grows to the largest frame
+	// received, which the frame limit bounds.
+	rbuf []byte
+	// fbuf is the reader's frame buffer, reused likewise: Open reads the
+	// frame and keeps nothing of it.
+	fbuf []byte
 
 	sendq    chan []byte
 	pingMu   sync.Mutex
@@ -301,12 +330,13 @@ func (l *link) pending() int {
 func (l *link) readLoop() {
 	defer l.wg.Done()
 	for {
-		frame, err := l.ws.ReadMsg(l.ctx)
+		frame, err := l.ws.readMsgInto(l.ctx, l.fbuf)
 		if err != nil {
 			l.fail(err)
 			return
 		}
-		pt, err := l.open.Open(frame)
+		l.fbuf = keepBuffer(frame)
+		pt, err := l.openFrame(frame)
 		if err != nil {
 			l.fail(fmt.Errorf("open frame: %w", err))
 			return
@@ -347,6 +377,29 @@ func (l *link) readLoop() {
 	}
 }
 
+// openFrame opens one inbound frame, into rbuf when the opener can.
+func (l *link) openFrame(frame []byte) ([]byte, error) {
+	ao, ok := l.open.(appendOpener)
+	if !ok {
+		return l.open.Open(frame)
+	}
+	pt, err := ao.AppendOpen(l.rbuf[:0], frame)
+	if err != nil {
+		return nil, err
+	}
+	l.rbuf = keepBuffer(pt)
+	return pt, nil
+}
+
+// keepBuffer returns b to reuse for the next frame, or nil when it is larger
+// than maxKeptReadBuffer.
+func keepBuffer(b []byte) []byte {
+	if cap(b) > maxKeptReadBuffer {
+		return nil
+	}
+	return b
+}
+
 func kick(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
@@ -358,6 +411,15 @@ func (l *link) writeLoop() {
 	defer l.wg.Done()
 	idle := l.cfg.Clock.NewTimer(l.cfg.PingInterval)
 	defer idle.Stop()
+	win := l.cfg.Window
+	// held is the next normal-lane event, waiting for room in the send
+	// window; nothing else leaves the normal lane before it (send order),
+	// while pongs and priority frames still go. stall runs while it waits.
+	var held []byte
+	var heldSeq int64
+	stall := l.cfg.Clock.NewTimer(windowStall)
+	stall.Stop()
+	defer stall.Stop()
 	for {
 		// The priority lane: every owed pong leaves before the next queued frame.
 		if at, ok := l.popPing(); ok {
@@ -380,11 +442,43 @@ func (l *link) writeLoop() {
 			}
 			continue
 		}
+		if held != nil && win.admit(frameCost(held)) {
+			stall.Stop()
+			pt := held
+			held = nil
+			if !l.writeEvent(pt, heldSeq, idle) {
+				return
+			}
+			continue
+		}
+		sendq := l.sendq
+		var acked <-chan struct{}
+		var stalled <-chan time.Time
+		if held != nil {
+			sendq, acked, stalled = nil, win.kick, stall.C()
+		}
 		select {
 		case <-l.ctx.Done():
 			return
 		case <-l.pongKick:
-		case pt := <-l.sendq:
+		case <-acked:
+			stall.Reset(windowStall) // ACKs are flowing: keep pacing
+		case <-stalled:
+			win.stall()
+		case pt := <-sendq:
+			if win != nil {
+				if seq, ok := eventSeq(pt); ok {
+					if !win.admit(frameCost(pt)) {
+						held, heldSeq = pt, seq
+						stall.Reset(windowStall)
+						continue
+					}
+					if !l.writeEvent(pt, seq, idle) {
+						return
+					}
+					continue
+				}
+			}
 			if !l.write(pt, idle) {
 				return
 			}
@@ -393,6 +487,15 @@ func (l *link) writeLoop() {
 			idle.Reset(l.cfg.PingInterval)
 		}
 	}
+}
+
+// writeEvent writes an event frame and counts it in the send window.
+func (l *link) writeEvent(pt []byte, seq int64, idle clock.Timer) bool {
+	if !l.write(pt, idle) {
+		return false
+	}
+	l.cfg.Window.sent(seq, frameCost(pt))
+	return true
 }
 
 // write seals and sends one frame, bounded by the silence timeout; any

@@ -214,16 +214,32 @@ func sealedFrameLen(counter uint64, n int) int {
 // connection, and the direction stays failed: every later Open returns the
 // same error.
 func (s *Session) Open(frame []byte) ([]byte, error) {
+	pt, err := s.AppendOpen(nil, frame)
+	if err != nil {
+		return nil, err
+	}
+	return pt[:len(pt):len(pt)], nil
+}
+
+// AppendOpen is Open writing the plaintext into dst's spare capacity,
+// growing it if short, and returning dst extended by the plaintext, so that
+// a reader can reuse one buffer for every frame: AppendOpen(buf[:0], frame)
+// allocates nothing once buf has grown to the largest frame. The plaintext
+// then aliases buf and is overwritten by the next AppendOpen into it; a
+// caller that keeps it copies it. On error it returns dst unchanged (its
+// spare capacity may hold garbage) and the direction is failed, as with
+// Open. frame must not overlap dst's spare capacity.
+func (s *Session) AppendOpen(dst, frame []byte) ([]byte, error) {
 	h := &s.open
 	if h.err != nil {
-		return nil, h.err
+		return dst, h.err
 	}
-	pt, err := h.openFrame(frame)
+	out, err := h.openFrame(dst, frame)
 	if err != nil {
 		h.err = fmt.Errorf("open frame: %w", err)
-		return nil, h.err
+		return dst, h.err
 	}
-	return pt, nil
+	return out, nil
 }
 
 // openFrame extracts counter and ciphertext from a frame. The exact layout
@@ -235,13 +251,15 @@ func (s *Session) Open(frame []byte) ([]byte, error) {
 // ciphertext non-empty lowercase hex of even length. Unknown members are
 // ignored, as the reference does.
 //
-// The ciphertext is decoded into the buffer that becomes the plaintext, and
-// AES-GCM opens it in place: one allocation per frame.
-func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
+// The ciphertext is decoded into dst's spare capacity, which becomes the
+// plaintext: AES-GCM opens it in place. It returns dst extended by the
+// plaintext.
+func (h *halfChannel) openFrame(dst, frame []byte) ([]byte, error) {
 	counter, ctHex, fast := splitSecureFrameFast(frame)
 	var ct []byte
 	if fast {
-		ct = make([]byte, len(ctHex)/2)
+		dst = slices.Grow(dst, len(ctHex)/2)
+		ct = dst[len(dst) : len(dst)+len(ctHex)/2]
 		fast = decodeLowerHex(ct, ctHex)
 	}
 	if !fast {
@@ -250,7 +268,8 @@ func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		ct = make([]byte, len(ctHex)/2)
+		dst = slices.Grow(dst, len(ctHex)/2)
+		ct = dst[len(dst) : len(dst)+len(ctHex)/2]
 		if !decodeLowerHex(ct, ctHex) {
 			return nil, ErrFrameMalformed
 		}
@@ -267,7 +286,7 @@ func (h *halfChannel) openFrame(frame []byte) ([]byte, error) {
 		return nil, ErrFrameAuth
 	}
 	h.counter++
-	return pt[:len(pt):len(pt)], nil
+	return dst[:len(dst)+len(pt)], nil
 }
 
 // splitSecureFrameFast matches the exact layout Seal writes and returns the

@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// FuzzSecureFrame: the fast and the general frame parsers agree, and Open
-// never panics, never accepts a frame it did not get from the peer's Seal,
+// FuzzSecureFrame: the fast and the general frame parsers agree, Open and
+// AppendOpen agree, and Open never panics, never accepts a frame it did not get from the peer's Seal,
 // and keeps failing once it failed.
 func FuzzSecureFrame(f *testing.F) {
 	key := AuthKey("fuzz")
@@ -35,7 +35,21 @@ func FuzzSecureFrame(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// AppendOpen into a reused buffer (the reader's way) agrees with Open
+		// and keeps dst's bytes.
+		again, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := append(make([]byte, 0, 64), "keep"...)
+		out, aerr := again.AppendOpen(dst, frame)
 		pt, err := core.Open(frame)
+		if (err == nil) != (aerr == nil) || (err != nil && err.Error() != aerr.Error()) {
+			t.Fatalf("Open (%v) and AppendOpen (%v) disagree", err, aerr)
+		}
+		if string(out[:4]) != "keep" || (err == nil && string(out[4:]) != string(pt)) || (err != nil && len(out) != 4) {
+			t.Fatalf("AppendOpen returned %q", out)
+		}
 		if err == nil {
 			if string(pt) != `{"kind":"pong"}` {
 				t.Fatalf("opened a forged frame: %q", pt)

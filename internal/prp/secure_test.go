@@ -173,3 +173,54 @@ func TestSealOpenRoundTripAndCounters(t *testing.T) {
 	_, err = runner.Seal([]byte("x"))
 	assert.ErrorIs(t, err, ErrCounterExhausted)
 }
+
+// TestAppendOpen: AppendOpen into a reused buffer opens what Open opens,
+// keeps dst's prefix, allocates nothing once the buffer has grown, and on
+// a rejected frame returns dst unchanged and fails the direction.
+func TestAppendOpen(t *testing.T) {
+	key := AuthKey("t")
+	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+	require.NoError(t, err)
+	var buf []byte
+	for i, n := range []int{4099, 0, 17, 100000, 1, 64} {
+		pt := bytes.Repeat([]byte{byte(i)}, n)
+		f, err := runner.Seal(pt)
+		require.NoError(t, err)
+		buf, err = core.AppendOpen(buf[:0], f)
+		require.NoError(t, err)
+		require.Equal(t, string(pt), string(buf), "n=%d", n)
+
+		f, err = runner.Seal(pt)
+		require.NoError(t, err)
+		out, err := core.AppendOpen([]byte("keep"), f)
+		require.NoError(t, err)
+		require.Equal(t, "keep"+string(pt), string(out), "n=%d after a prefix", n)
+	}
+
+	// Grown to the largest frame: the next opens reuse it.
+	frames := make([][]byte, 8)
+	for i := range frames {
+		frames[i], err = runner.Seal(bytes.Repeat([]byte{'z'}, 1000))
+		require.NoError(t, err)
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(len(frames)-1, func() {
+		buf, err = core.AppendOpen(buf[:0], frames[i])
+		i++
+	})
+	require.NoError(t, err)
+	assert.Zero(t, allocs, "AppendOpen into a grown buffer allocates")
+
+	// A replayed frame is rejected: dst comes back as it was, and the
+	// direction stays failed.
+	dst := []byte("x")
+	out, err := core.AppendOpen(dst, frames[0])
+	require.ErrorIs(t, err, ErrFrameCounter)
+	assert.Equal(t, []byte("x"), out)
+	f, err := runner.Seal([]byte("y"))
+	require.NoError(t, err)
+	_, err = core.AppendOpen(nil, f)
+	assert.ErrorIs(t, err, ErrFrameCounter, "the direction stays failed")
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -82,6 +84,41 @@ func (w *wsConn) ReadMsg(ctx context.Context) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// readMsgInto is ReadMsg reading the message into buf's capacity, growing
+// it if short, so that the link's reader reuses one frame buffer: the
+// result aliases buf and is only good until the next read into it. The
+// read limit still applies (coder/websocket enforces it on the Reader).
+func (w *wsConn) readMsgInto(ctx context.Context, buf []byte) ([]byte, error) {
+	typ, r, err := w.c.Reader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read websocket: %w", err)
+	}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, readChunk)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read websocket: %w", err)
+		}
+	}
+	w.act.touch()
+	if typ != websocket.MessageText {
+		_ = w.c.CloseNow() // the runner drops the connection (prp.md §1.4)
+		return nil, ErrNonTextFrame
+	}
+	return buf, nil
+}
+
+// readChunk is the first size of a read buffer and its growth step when a
+// message is longer (io.ReadAll's first size, a few typical events).
+const readChunk = 4 << 10
 
 // WriteMsg writes one text message of at most the frame limit.
 func (w *wsConn) WriteMsg(ctx context.Context, b []byte) error {
