@@ -95,9 +95,14 @@ func TestPRP04_45_25_ListenModeStrayAndNewestWins(t *testing.T) {
 	require.Equal(t, lease.ID, u.welcomes[1].Lease.ID)
 	require.NoError(t, core.Ping(ctx))
 	require.NoError(t, core.Wait(ctx, func(s CoreSnapshot) bool { return s.Pongs == 2 }))
-	core.mu.Lock()
-	require.Len(t, core.conns, 1, "core keeps only the newest connection")
-	core.mu.Unlock()
+	// The superseded connection is dropped after the new one is current:
+	// wait for it, bounded, and never fail while holding core.mu (the
+	// deferred Close needs it).
+	conns := func() int { core.mu.Lock(); defer core.mu.Unlock(); return len(core.conns) }
+	for conns() != 1 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, 1, conns(), "core keeps only the newest connection")
 
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
