@@ -6,8 +6,9 @@
 //
 //   - Every mutation goes through [Store.Update], which applies a function to a
 //     private copy of the state and commits it with exactly one durable write
-//     (exclusive random sibling temp file, fdatasync, rename, directory
-//     fsync); when Update returns nil the new state is durable. A
+//     (a sibling temp file that is not the state file, fdatasync, an
+//     exchange or rename into place, directory fsync: one data sync and one
+//     directory sync); when Update returns nil the new state is durable. A
 //     failed function leaves the committed state untouched. Group the events,
 //     cursors and markers of one logical step into one Update.
 //
