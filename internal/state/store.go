@@ -27,9 +27,10 @@ const (
 	// many unsaved advances (prp.md §8.4, §12: 16).
 	AckPersistInterval = 16
 	// AckIdleFlush: an unsaved ACK cursor is written on its own once this
-	// long has passed without another durable write (prp.md §8.4, §12:
-	// 100 ms). Until then it rides on the next write; an older cursor after
-	// a crash only causes a byte-identical replay the core deduplicates.
+	// long has passed since its first unsaved advance without another
+	// durable write (prp.md §8.4, §12: 100 ms). Until then it rides on the
+	// next write; an older cursor after a crash only causes a
+	// byte-identical replay the core deduplicates.
 	AckIdleFlush = 100 * time.Millisecond
 )
 
