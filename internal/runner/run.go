@@ -69,7 +69,7 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	st, err := state.Open(state.Config{
 		Dir: cfg.StateDir, Identity: cfg.Identity,
 		MaxOutboxBytes: int(cfg.MaxOutboxBytes), P0ReserveBytes: int(cfg.P0ReserveBytes),
-		MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger,
+		MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger, Clock: opts.Clock,
 	})
 	switch {
 	case errors.Is(err, state.ErrExitNow):

@@ -59,5 +59,5 @@ func Example() {
 	// execute: true
 	// result: completed
 	// send: 1 session.started
-	// acked: 1 persisted: true
+	// acked: 1 persisted: false
 }

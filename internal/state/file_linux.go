@@ -52,6 +52,17 @@ type dirHandle struct {
 	cur int
 	// releases tracks the goroutines closing replaced files; close waits.
 	releases sync.WaitGroup
+	// spare names a sibling temp file that holds an older state and is
+	// not the state file ("" when there is none): the previous write
+	// swapped it out of FileName with RENAME_EXCHANGE and synced the
+	// directory. The next write overwrites it in place and swaps it back,
+	// so a steady write allocates no inode and frees no blocks (on this
+	// ext4 with online discard, creating the temp file and freeing the
+	// replaced one cost more than the two syncs). close removes it.
+	spare string
+	// noExchange: the file system refused RENAME_EXCHANGE; every write
+	// then creates a temp file and renames it over FileName.
+	noExchange bool
 	// clk times the pauses between write attempts; nil means the system clock.
 	clk clock.Clock
 	// fault, when set (tests), is consulted before each syscall of a write
@@ -109,6 +120,12 @@ func openDir(path string) (*dirHandle, error) {
 func (d *dirHandle) close() {
 	d.release(d.cur)
 	d.cur = -1
+	if d.spare != "" && d.fd >= 0 {
+		// Not the state file: removing it needs no sync (Open removes a
+		// leftover one).
+		_ = unix.Unlinkat(d.fd, d.spare, 0)
+		d.spare = ""
+	}
 	d.releases.Wait()
 	if d.fd >= 0 {
 		_ = unix.Close(d.fd)
@@ -154,11 +171,19 @@ func (d *dirHandle) read(limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// write replaces the state file atomically: exclusive random sibling temp
-// file (0600, O_EXCL|O_NOFOLLOW), write, fdatasync, rename over the old file,
-// fsync the directory. A crash at any point leaves either the old or the new
-// complete file; a failed write removes its temp file. When write returns
-// nil the new contents are durable under FileName.
+// write replaces the state file atomically: the new bytes go into a
+// sibling temp file that is not the state file (the spare left by the
+// previous write, overwritten in place, or else a new exclusive random
+// one: 0600, O_EXCL|O_NOFOLLOW), fdatasync, swap it with FileName
+// (renameat2 RENAME_EXCHANGE; a plain rename over the old file when there
+// is no old file or the file system refuses the exchange), fsync the
+// directory. The old state file becomes the next spare. A crash at any
+// point leaves either the old or the new complete file under FileName:
+// the spare is overwritten only after the directory sync that moved it
+// out of FileName, and FileName changes only by the swap, after the new
+// bytes are durable. A failed write removes its temp file. When write
+// returns nil the new contents are durable under FileName. Each write
+// costs exactly one data sync and one directory sync.
 //
 // The temp file is synced with fdatasync, not fsync. For this file that is
 // the same guarantee: fdatasync(2) flushes the data and every piece of
@@ -202,31 +227,66 @@ func (d *dirHandle) injected(op string) error {
 	return d.fault(op)
 }
 
-// writeOnce is one attempt of write.
-func (d *dirHandle) writeOnce(b []byte) (err error) {
+// writeOnce is one attempt of write: into the spare if there is one,
+// else into a new temp file.
+func (d *dirHandle) writeOnce(b []byte) error {
+	if d.spare != "" {
+		return d.writeSpare(b)
+	}
 	fd, name, err := d.createTemp()
 	if err != nil {
 		return err
 	}
-	renamed := false
+	return d.commitTemp(fd, name, b, 0)
+}
+
+// writeSpare overwrites the spare in place and swaps it in. Any failure
+// forgets the spare (the next attempt creates a fresh temp file); before
+// the swap it also removes it, since it is not the state file.
+func (d *dirHandle) writeSpare(b []byte) error {
+	name := d.spare
+	d.spare = ""
+	if err := d.injected("openat"); err != nil {
+		_ = unix.Unlinkat(d.fd, name, 0)
+		return fmt.Errorf("openat state spare file: %w", err)
+	}
+	fd, err := unix.Openat(d.fd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Unlinkat(d.fd, name, 0)
+		return fmt.Errorf("openat state spare file: %w", err)
+	}
+	return d.commitTemp(fd, name, b, -1)
+}
+
+// commitTemp writes b at offset 0 of the temp file fd (named name, not the
+// state file), cuts it to len(b), syncs it and swaps it in, then syncs the
+// directory. size is the file's current size when known (0 for a new
+// file), -1 otherwise. It closes fd.
+func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err error) {
+	swapped := false
 	defer func() {
-		if !renamed {
+		if !swapped {
 			_ = unix.Close(fd)
 			_ = unix.Unlinkat(d.fd, name, 0)
 		}
 	}()
-	for p := b; len(p) > 0; {
+	for off := 0; off < len(b); {
 		if err := d.injected("write"); err != nil {
 			return fmt.Errorf("write state temp file: %w", err)
 		}
-		n, err := unix.Write(fd, p)
+		n, err := unix.Pwrite(fd, b[off:], int64(off))
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("write state temp file: %w", err)
 		}
-		p = p[n:]
+		off += n
+	}
+	if size != int64(len(b)) {
+		if err := unix.Ftruncate(fd, int64(len(b))); err != nil {
+			return fmt.Errorf("truncate state temp file: %w", err)
+		}
 	}
 	if err := d.injected("fdatasync"); err != nil {
 		return fmt.Errorf("fdatasync state temp file: %w", err)
@@ -234,21 +294,61 @@ func (d *dirHandle) writeOnce(b []byte) (err error) {
 	if err := unix.Fdatasync(fd); err != nil {
 		return fmt.Errorf("fdatasync state temp file: %w", err)
 	}
-	if err := unix.Renameat(d.fd, name, d.fd, FileName); err != nil {
-		return fmt.Errorf("renameat state file: %w", err)
+	exchanged, err := d.swap(name)
+	if err != nil {
+		return err
 	}
-	// The data is durable (fdatasync above), so the descriptor is kept
-	// open instead of closed: it pins this inode until the next write has
-	// replaced it. The replaced file's descriptor is released now.
-	renamed = true
-	d.release(d.cur)
-	d.cur = fd
-	if err := unix.Fsync(d.fd); err != nil {
-		// The rename happened; the new file is in place but its directory
-		// entry may not be durable. Report it: the caller must not send.
+	swapped = true
+	if exchanged {
+		// The old state file now sits under name: it is the next spare,
+		// kept as long as the directory sync below succeeds. Its blocks
+		// stay allocated, so closing fd frees nothing.
+		_ = unix.Close(fd)
+		d.release(d.cur)
+		d.cur = -1
+	} else {
+		// The data is durable (fdatasync above), so the descriptor is
+		// kept open instead of closed: it pins this inode until the next
+		// write has replaced it, so that rename does not free its blocks
+		// inline. The replaced file's descriptor is released now.
+		d.release(d.cur)
+		d.cur = fd
+	}
+	if err := d.injected("fsync dir"); err != nil {
 		return fmt.Errorf("fsync state dir: %w", err)
 	}
+	if err := unix.Fsync(d.fd); err != nil {
+		// The swap happened; its directory entries may not be durable,
+		// so the file under name may still be the state file on disk:
+		// it is neither reused nor removed (Open removes it). Report it:
+		// the caller must not send.
+		return fmt.Errorf("fsync state dir: %w", err)
+	}
+	if exchanged {
+		d.spare = name
+	}
 	return nil
+}
+
+// swap puts the temp file name in place of FileName: an exchange when
+// FileName exists and the file system supports it (exchanged: the old
+// state file is now under name), else a rename over it.
+func (d *dirHandle) swap(name string) (exchanged bool, err error) {
+	if !d.noExchange {
+		err := unix.Renameat2(d.fd, name, d.fd, FileName, unix.RENAME_EXCHANGE)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP):
+			d.noExchange = true
+		case !errors.Is(err, unix.ENOENT): // ENOENT: no state file yet
+			return false, fmt.Errorf("renameat2 state file: %w", err)
+		}
+	}
+	if err := unix.Renameat(d.fd, name, d.fd, FileName); err != nil {
+		return false, fmt.Errorf("renameat state file: %w", err)
+	}
+	return false, nil
 }
 
 // release closes fd (a file already unlinked by a rename, or -1) in the

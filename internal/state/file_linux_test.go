@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // openFDs counts this process's open descriptors.
@@ -17,9 +20,10 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// A write keeps the file it renamed into place open (so the next rename
-// does not free it inline) and releases each replaced file: many writes
-// hold at most the directory and one file, and Close returns every one.
+// Writes hold at most the directory and one file open (a write that
+// renames rather than exchanges keeps the new file open, so the next rename
+// does not free it inline), and Close returns every one and removes the
+// spare temp file.
 func TestWritesHoldOneFileAndCloseReleasesAll(t *testing.T) {
 	before := openFDs(t)
 	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
@@ -32,13 +36,56 @@ func TestWritesHoldOneFileAndCloseReleasesAll(t *testing.T) {
 	require.LessOrEqual(t, openFDs(t), before+2, "directory and current file only")
 	require.NoError(t, s.Close())
 	require.Equal(t, before, openFDs(t))
+	// Checked before recordOf reopens the store (an open store keeps its
+	// spare temp file).
+	entries, err := os.ReadDir(cfg.Dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temp file is left")
 
 	var n int
 	require.NoError(t, json.Unmarshal(recordOf(t, cfg, "n"), &n))
 	require.Equal(t, 49, n)
-	entries, err := os.ReadDir(cfg.Dir)
+}
+
+// inode returns the inode number of the state file.
+func inode(t *testing.T, cfg Config) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(cfg.Dir, FileName), &st))
+	return st.Ino
+}
+
+// Steady writes allocate no file: after the first swap the state file
+// alternates between two inodes (the spare is overwritten in place and
+// exchanged), and each write is one data sync and one directory sync.
+func TestWritesReuseTwoFiles(t *testing.T) {
+	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
+	s := openStore(t, cfg)
+	require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", -1) }))
+	var syncs, dirSyncs atomic.Int64
+	s.dir.fault = func(op string) error {
+		switch op {
+		case "fdatasync":
+			syncs.Add(1)
+		case "fsync dir":
+			dirSyncs.Add(1)
+		}
+		return nil
+	}
+	seen := map[uint64]bool{}
+	const writes = 20
+	for i := range writes {
+		require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", strings.Repeat("x", i*37)) }))
+		seen[inode(t, cfg)] = true
+	}
+	require.Len(t, seen, 2, "two files, reused")
+	require.EqualValues(t, writes, syncs.Load(), "one data sync per write")
+	require.EqualValues(t, writes, dirSyncs.Load(), "one directory sync per write")
+	var n string
+	ok, err := s.Snapshot().Record("n", &n)
 	require.NoError(t, err)
-	require.Len(t, entries, 1, "no temp file is left")
+	require.True(t, ok)
+	require.Equal(t, strings.Repeat("x", (writes-1)*37), n)
 }
 
 func recordOf(t *testing.T, cfg Config, key string) json.RawMessage {

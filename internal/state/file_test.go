@@ -98,7 +98,7 @@ func TestStaleTempFilesAreRemovedAndNeverRead(t *testing.T) {
 	require.NoError(t, s.Close())
 	stale := filepath.Join(cfg.Dir, tempPrefix+"deadbeef")
 	require.NoError(t, os.WriteFile(stale, []byte(`garbage`), 0o600))
-	openStore(t, cfg)
+	require.NoError(t, openStore(t, cfg).Close())
 	_, err := os.Stat(stale)
 	require.ErrorIs(t, err, os.ErrNotExist)
 	entries, err := os.ReadDir(cfg.Dir)

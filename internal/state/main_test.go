@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 		crashChild()
 		return
 	}
+	if os.Getenv(ackCrashChildEnv) != "" {
+		ackCrashChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

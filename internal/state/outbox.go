@@ -419,10 +419,7 @@ func (st *State) applyAck(seq uint64, protocolVersion int) (bool, error) {
 // ApplyAck applies a cumulative ACK inside this transaction; it is durable
 // with the transaction. Prefer Store.ApplyAck, which batches cursor writes.
 func (tx *Tx) ApplyAck(seq uint64, protocolVersion int) error {
-	advanced, err := tx.st.applyAck(seq, protocolVersion)
-	if advanced {
-		tx.acked = true
-	}
+	_, err := tx.st.applyAck(seq, protocolVersion)
 	return err
 }
 

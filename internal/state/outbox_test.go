@@ -98,10 +98,16 @@ func TestPRP15_AckBoundsAndTrim(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, persisted)
 
-	// Emptying the outbox persists the cursor.
+	// Emptying the outbox trims it in memory but writes nothing of its own
+	// (prp.md §8.4): the file keeps the older cursor and its suffix until
+	// the next write (here Flush).
 	persisted, err = s.ApplyAck(4, 2)
 	require.NoError(t, err)
-	require.True(t, persisted)
+	require.False(t, persisted, "an ACK that empties the outbox does not force a write")
+	require.Empty(t, s.Unacked())
+	require.Zero(t, s.Summary().OutboxBytes)
+	require.Equal(t, fileBefore, readFile(t, cfg))
+	require.NoError(t, s.Flush())
 	var onDisk State
 	require.NoError(t, json.Unmarshal(readFile(t, cfg), &onDisk))
 	require.Equal(t, uint64(4), onDisk.AckedSourceSeq)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
@@ -22,9 +23,15 @@ const (
 	DefaultP0ReserveBytes = 32 * 1024
 	// DefaultMaxFrameBytes is --max-frame-bytes' default (prp.md §13: 1 MiB).
 	DefaultMaxFrameBytes = 1024 * 1024
-	// AckPersistInterval: the ACK cursor is saved every this many advances or
-	// when the outbox empties (prp.md §8.4, §12).
+	// AckPersistInterval: the ACK cursor is written on its own after this
+	// many unsaved advances (prp.md §8.4, §12: 16).
 	AckPersistInterval = 16
+	// AckIdleFlush: an unsaved ACK cursor is written on its own once this
+	// long has passed since its first unsaved advance without another
+	// durable write (prp.md §8.4, §12: 100 ms). Until then it rides on the
+	// next write; an older cursor after a crash only causes a
+	// byte-identical replay the core deduplicates.
+	AckIdleFlush = 100 * time.Millisecond
 )
 
 // validIdentity checks the six durable identity fields (prp.md §3.2).
@@ -48,8 +55,11 @@ type Config struct {
 	MaxOutboxBytes int
 	P0ReserveBytes int
 	MaxFrameBytes  int
-	// Now stamps emittedAt; nil means time.Now.
+	// Now stamps emittedAt; nil means Clock's Now.
 	Now func() time.Time
+	// Clock times the idle write of the ACK cursor (AckIdleFlush); nil
+	// means the system clock.
+	Clock clock.Clock
 	// Logger receives lifecycle facts, never payloads; nil discards.
 	Logger *slog.Logger
 }
@@ -97,8 +107,14 @@ type Store struct {
 	mu          sync.Mutex // serialises writers; held across the fsync
 	failed      error      // sticky write failure: disk and memory may differ
 	ackAdvances int        // ACK advances since the cursor was last written
-	coalesce    coalesceMark
-	closed      bool
+	// idle writes an unsaved ACK cursor after AckIdleFlush (nil until the
+	// first unsaved advance); idleArmed: it is scheduled. idleCalls counts
+	// scheduled callbacks not yet finished or cancelled, for Close.
+	idle      clock.Timer
+	idleArmed bool
+	idleCalls sync.WaitGroup
+	coalesce  coalesceMark
+	closed    bool
 
 	cur atomic.Pointer[State]   // committed state; immutable
 	sum atomic.Pointer[Summary] // derived from cur
@@ -136,7 +152,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, errors.New("open state: identity fields must be non-empty, at most 160 chars, without control characters")
 	}
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = clock.Or(cfg.Clock).Now
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -349,20 +365,21 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 		return err
 	}
 	s.coalesce = tx.coalesce
-	if tx.acked {
-		s.ackAdvances = 0
-	}
 	return nil
 }
 
 // ApplyAck applies a cumulative ACK (prp.md §8.4): trims the outbox and
-// advances the cursor. ErrAckBehindCursor and ErrAckBeyondProduced are fatal
-// protocol errors and change nothing. The cursor is written every
-// AckPersistInterval advances or when the outbox empties; between writes it
-// lives in memory (an older cursor after a crash only causes a harmless
-// replay). persisted reports whether this call wrote. It takes the write
-// lock, so it waits for an in-flight write: never call it from the reader
-// that answers pings.
+// advances the cursor in memory at once, so the bounds see the freed bytes.
+// ErrAckBehindCursor and ErrAckBeyondProduced are fatal protocol errors and
+// change nothing. The ACK never writes because it empties the outbox: the
+// cursor rides on the next durable write (every write saves the whole
+// in-memory state), or is written on its own after AckPersistInterval
+// unsaved advances or AckIdleFlush without another write. Until then the
+// file keeps the older cursor with the outbox events above it, so a crash
+// replays exactly that suffix byte for byte, which the core admits as
+// duplicates. persisted reports whether this call wrote. It takes the
+// write lock, so it waits for an in-flight write: never call it from the
+// reader that answers pings.
 func (s *Store) ApplyAck(seq uint64, protocolVersion int) (persisted bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -375,15 +392,57 @@ func (s *Store) ApplyAck(seq uint64, protocolVersion int) (persisted bool, err e
 		return false, err
 	}
 	s.ackAdvances++
-	if s.ackAdvances < AckPersistInterval && len(st.Outbox) > 0 {
+	if s.ackAdvances < AckPersistInterval {
 		s.publish(st)
+		s.armIdleLocked()
 		return false, nil
 	}
 	if err := s.commit(st); err != nil {
 		return false, err
 	}
-	s.ackAdvances = 0
 	return true, nil
+}
+
+// armIdleLocked schedules the idle write of the cursor unless one is
+// scheduled. Called with mu held.
+func (s *Store) armIdleLocked() {
+	if s.idleArmed {
+		return
+	}
+	s.idleArmed = true
+	s.idleCalls.Add(1)
+	if s.idle == nil {
+		s.idle = clock.Or(s.cfg.Clock).AfterFunc(AckIdleFlush, s.idleFlush)
+		return
+	}
+	s.idle.Reset(AckIdleFlush)
+}
+
+// disarmIdleLocked cancels the idle write: a write just saved the cursor.
+// A callback that already started finds nothing to write. Called with mu
+// held.
+func (s *Store) disarmIdleLocked() {
+	if !s.idleArmed {
+		return
+	}
+	s.idleArmed = false
+	if s.idle.Stop() {
+		s.idleCalls.Done()
+	}
+}
+
+// idleFlush is the idle timer's callback: it writes the cursor if no write
+// has saved it since it was scheduled. A failure poisons the store like
+// any write; the next call reports it.
+func (s *Store) idleFlush() {
+	defer s.idleCalls.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idleArmed = false
+	if s.usable() != nil || s.ackAdvances == 0 {
+		return
+	}
+	_ = s.commit(s.cur.Load())
 }
 
 // Flush writes the in-memory ACK cursor if it is ahead of the file.
@@ -396,11 +455,7 @@ func (s *Store) Flush() error {
 	if s.ackAdvances == 0 {
 		return nil
 	}
-	if err := s.commit(s.cur.Load()); err != nil {
-		return err
-	}
-	s.ackAdvances = 0
-	return nil
+	return s.commit(s.cur.Load())
 }
 
 // Close flushes the ACK cursor and releases the directory. Later calls fail
@@ -408,11 +463,14 @@ func (s *Store) Flush() error {
 func (s *Store) Close() error {
 	err := s.Flush()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
+		s.disarmIdleLocked()
 		s.dir.close()
 	}
+	s.mu.Unlock()
+	// A callback that fired before the disarm finds the store closed.
+	s.idleCalls.Wait()
 	if errors.Is(err, ErrClosed) {
 		return nil
 	}
@@ -442,6 +500,9 @@ func (s *Store) commit(st *State) error {
 	}
 	s.writes.Add(1)
 	s.publish(st)
+	// Every write saves the whole in-memory state, cursor included.
+	s.ackAdvances = 0
+	s.disarmIdleLocked()
 	return nil
 }
 

@@ -14,7 +14,6 @@ type Tx struct {
 	st       *State
 	bound    *boundFact
 	coalesce coalesceMark
-	acked    bool
 }
 
 func (tx *Tx) setBound(l Lifecycle, backpressure bool, diagnostic string) {
