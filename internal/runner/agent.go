@@ -125,7 +125,7 @@ func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event, out *agent.Command
 				return err
 			}
 		}
-		for _, e := range events {
+		for _, e := range tx.Fold(events) {
 			if _, err := tx.Enqueue(e); err != nil && !outboxBound(err) {
 				return err
 			}
