@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -363,4 +364,29 @@ func TestWarmTransitionRefusals(t *testing.T) {
 	moved := nextIdentity
 	moved.NormalizedSessionID = "other"
 	require.ErrorIs(t, mk(moved, "completed"), ErrWarmTransition, "normalizedSessionId is immutable")
+}
+
+// TestStableIDAndDigestMatchCPPatterns: the loops accept exactly what CP's
+// patterns accept.
+func TestStableIDAndDigestMatchCPPatterns(t *testing.T) {
+	stable := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,239}$`)
+	digest := regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	cases := []string{"", "a", "A.b_c:d-e", ".a", "-a", "a b", "a/b", "é", strings.Repeat("a", 240), strings.Repeat("a", 241),
+		"sha256:" + strings.Repeat("0", 64), "sha256:" + strings.Repeat("F", 64), "sha256:" + strings.Repeat("a", 63), "sha256:" + strings.Repeat("a", 65), "sha1:00"}
+	for _, c := range cases {
+		require.Equal(t, stable.MatchString(c), isStableID(c), "stable id %q", c)
+		require.Equal(t, digest.MatchString(c), isRunnerDigest(c), "digest %q", c)
+	}
+}
+
+func FuzzStableID(f *testing.F) {
+	stable := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,239}$`)
+	digest := regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	f.Add("run_1")
+	f.Add("sha256:" + strings.Repeat("0", 64))
+	f.Fuzz(func(t *testing.T, s string) {
+		if stable.MatchString(s) != isStableID(s) || digest.MatchString(s) != isRunnerDigest(s) {
+			t.Fatalf("pattern and loop disagree on %q", s)
+		}
+	})
 }
