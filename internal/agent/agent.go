@@ -693,9 +693,18 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*acpx.Client) (acpx.Call, error)) (acpx.Inbound, error) {
 	m.mu.Lock()
 	p := m.proc
-	if p == nil || p.lost {
+	if p == nil {
 		m.mu.Unlock()
 		return acpx.Inbound{}, acpx.NewFailure(acpx.ClassAgentDisconnected, nil)
+	}
+	if p.lost {
+		// Gone before the request was written: the same answer as when it
+		// ends while the request waits. A spawn failure's exit frame can
+		// be read before the first request (it was agent_disconnected
+		// about once in 50 runs of TestACP07 instead of agent_spawn_failed).
+		// lost implies ended is closed, both under m.mu.
+		m.mu.Unlock()
+		return acpx.Inbound{}, p.startupFailure()
 	}
 	call, err := mk(m.cl)
 	if err != nil {
