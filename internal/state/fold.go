@@ -7,9 +7,13 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
-// Fold is fold with the store's bound: a run's payloads stay under half
-// the frame bound, which leaves room for the envelope and for escaping.
-func (tx *Tx) Fold(evs []Event) []Event { return fold(evs, tx.s.cfg.MaxFrameBytes/2) }
+// foldFrameShare: a folded run's payloads stay under 1/foldFrameShare of
+// the frame bound, which leaves room for the envelope and for escaping (the
+// outbox's own merge still checks the merged envelope against the bound).
+const foldFrameShare = 2
+
+// Fold is fold with the store's bound.
+func (tx *Tx) Fold(evs []Event) []Event { return fold(evs, tx.s.cfg.MaxFrameBytes/foldFrameShare) }
 
 // fold merges each run of consecutive P2 events of one type and
 // CoalesceKey into one event, with the payload the outbox's one-by-one
