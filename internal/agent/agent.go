@@ -89,6 +89,17 @@ type Binding struct {
 	PermissionMode   acpx.PermissionMode `json:"permissionMode"`
 	ProviderVersion  string              `json:"providerVersion,omitempty"`
 	ContractRevision string              `json:"contractRevision,omitempty"`
+	// Model is the descriptor's model (tools.md §5).
+	Model string `json:"model,omitempty"`
+	// CatalogDigest is authorizedTools' catalogDigest (tools.md §1).
+	CatalogDigest string `json:"catalogDigest,omitempty"`
+	// CatalogSide, InstructionsSide and RuntimeContextSide name the
+	// write-once side files (state.WriteSide) that hold the run's catalog,
+	// instructions and runtime context; "" when the run has none. The
+	// state keeps only these names (tools.md §1, storage).
+	CatalogSide        string `json:"catalogSide,omitempty"`
+	InstructionsSide   string `json:"instructionsSide,omitempty"`
+	RuntimeContextSide string `json:"runtimeContextSide,omitempty"`
 }
 
 // Sink is where the agent's state and events become durable.
