@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // TestTools02_ListToolsThroughGoSDKClient is tools.md §9 scenario 2, the
@@ -479,4 +480,17 @@ func TestArgumentsVerbatim(t *testing.T) {
 	require.Equal(t, `"req-1"`, string(call.RequestID))
 	require.Equal(t, "paperclip__x", call.Name)
 	require.True(t, bytes.Equal([]byte(s.SessionID()), []byte(call.SessionID)))
+}
+
+// TestIdleServerRunsOneGoroutine: an idle bridge costs one goroutine, the
+// listener's Serve loop (issue 10: no goroutine per session beyond it).
+func TestIdleServerRunsOneGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	s, err := Listen(Config{Handler: echo})
+	require.NoError(t, err)
+	serve := goleak.IgnoreAnyFunction("github.com/pcrunner/pcrunner/internal/mcpbridge.Listen.func1")
+	require.NoError(t, goleak.Find(before, serve), "a goroutine beyond Serve")
+	require.Error(t, goleak.Find(before), "the Serve goroutine runs")
+	require.NoError(t, s.Close())
+	require.NoError(t, goleak.Find(before), "Close leaves no goroutine")
 }
