@@ -30,7 +30,7 @@ var (
 func (s *Server) serveMessage(w http.ResponseWriter, r *http.Request, body []byte) {
 	m, rerr := decodeMessage(body)
 	if rerr != nil {
-		s.log.Info("mcp message refused", "code", rerr.Code)
+		s.log.Debug("mcp message refused", "code", rerr.Code)
 		writeJSON(w, http.StatusBadRequest, response{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: rerr})
 		return
 	}

@@ -56,6 +56,13 @@ type Handler interface {
 	// connection closes, the client sends notifications/cancelled for this
 	// request id, or the server closes: the handler then treats the call as
 	// detached (tools.md §3 item 1) and returns anything (ignored).
+	//
+	// The answer is written only if ctx is still live when CallTool returns
+	// (a cancelled call gets no JSON-RPC response). A handler that hands
+	// over a result should therefore look at ctx.Err() last, after taking the
+	// result and before recording it as delivered; what remains is the
+	// window between that look and the bridge's, and a connection that dies
+	// while the answer is written, which no HTTP server can see.
 	CallTool(ctx context.Context, call Call) Result
 }
 
@@ -305,8 +312,10 @@ func (s *Server) bearerOK(auth string) bool {
 }
 
 // refuse answers an HTTP-level refusal with a fixed text and logs its reason
-// (a fixed word, never a header value).
+// (a fixed word, never a header value). Debug level: a well-behaved client
+// draws 405s (the Go SDK opens a GET stream and sends DELETE on close), and
+// a peer without the secret must not be able to flood the log.
 func (s *Server) refuse(w http.ResponseWriter, status int, reason string) {
-	s.log.Info("mcp request refused", "status", status, "reason", reason)
+	s.log.Debug("mcp request refused", "status", status, "reason", reason)
 	http.Error(w, http.StatusText(status), status)
 }
