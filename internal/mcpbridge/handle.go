@@ -137,6 +137,7 @@ func (s *Server) call(ctx context.Context, id json.RawMessage, p callParams) (re
 	case admitClosed:
 		return Result{}, false
 	case admitFull:
+		s.log.Debug("mcp tools/call refused", "reason", "too many pending")
 		return Result{Text: TextTooManyPending, IsError: true}, true
 	}
 	defer s.release(string(id), pc)
