@@ -540,3 +540,32 @@ func TestRestartGoSDKSessionKeepsWorking(t *testing.T) {
 	_, err = cs.ListTools(ctx, nil)
 	require.NoError(t, err)
 }
+
+// TestCheckOrder pins doc.go's order: Origin/Host before the bearer, the
+// bearer before path, method and media type, so that a peer without the
+// secret learns nothing but 401.
+func TestCheckOrder(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	c := rawClient(t)
+	noBearer := func(r *http.Request) { r.Header.Del("Authorization") }
+	for _, tc := range []struct {
+		name   string
+		edit   func(*http.Request)
+		status int
+	}{
+		{"origin without bearer", func(r *http.Request) { noBearer(r); r.Header.Set("Origin", "http://x") }, 403},
+		{"GET without bearer", func(r *http.Request) { noBearer(r); r.Method = http.MethodGet }, 401},
+		{"wrong path without bearer", func(r *http.Request) { noBearer(r); r.URL.Path = "/x" }, 401},
+		{"wrong type without bearer", func(r *http.Request) { noBearer(r); r.Header.Set("Content-Type", "text/plain") }, 401},
+		{"GET on wrong path", func(r *http.Request) { r.Method = http.MethodGet; r.URL.Path = "/x" }, 404},
+		{"GET with wrong type", func(r *http.Request) { r.Method = http.MethodGet; r.Header.Set("Content-Type", "text/plain") }, 405},
+		{"DELETE", func(r *http.Request) { r.Method = http.MethodDelete }, 405},
+		{"wrong type and other session", func(r *http.Request) {
+			r.Header.Set("Content-Type", "text/plain")
+			r.Header.Set("Mcp-Session-Id", "other")
+		}, 415},
+	} {
+		status, _, _ := post(t, c, s, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, tc.edit)
+		require.Equal(t, tc.status, status, tc.name)
+	}
+}
