@@ -1,13 +1,15 @@
 package clientfs
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +17,57 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(racerDirEnv); dir != "" {
+		os.Exit(runRacer(dir, os.Getenv(racerLinkEnv)))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// The racer is this test binary re-executed: another process that swaps
+// a directory of cwd with a symlink to the outside until its stdin closes.
+const (
+	racerDirEnv  = "CLIENTFS_TEST_RACER_DIR"
+	racerLinkEnv = "CLIENTFS_TEST_RACER_LINK"
+	// maxRacerSwaps bounds the racer if its parent never closes stdin.
+	maxRacerSwaps = 5_000_000
+)
+
+// runRacer swaps dir and link (renameat2 RENAME_EXCHANGE, so neither name
+// is ever missing), says "ready" after the first swap, and on stdin EOF
+// restores the real directory under dir and prints the swap count.
+func runRacer(dir, link string) int {
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(done)
+	}()
+	swaps := 0
+	for swaps < maxRacerSwaps {
+		select {
+		case <-done:
+			if swaps%2 == 1 {
+				if err := unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE); err != nil {
+					fmt.Fprintln(os.Stderr, "restore:", err)
+					return 1
+				}
+			}
+			fmt.Println(swaps)
+			return 0
+		default:
+		}
+		if err := unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE); err != nil {
+			fmt.Fprintln(os.Stderr, "swap:", err)
+			return 1
+		}
+		swaps++
+		if swaps == 1 {
+			fmt.Println("ready")
+		}
+	}
+	<-done
+	return 0
+}
 
 // secret is what an escape would leak: no answer may carry it.
 const secret = "top-secret-outside-content"
@@ -310,36 +362,28 @@ func TestWriteDirectoryMovedOut(t *testing.T) {
 // raceRounds bounds the racing-rename test.
 const raceRounds = 400
 
-// TestWriteRacingRenames: while another routine swaps a directory of cwd
+// TestWriteRacingRenames: while another process swaps a directory of cwd
 // with a symlink to the outside (renameat2 RENAME_EXCHANGE, the classic
 // resolution race), writes through that directory either land inside or
-// fail with an escape; none lands outside.
+// fail; none lands outside.
 func TestWriteRacingRenames(t *testing.T) {
 	backends(t, func(t *testing.T) {
 		f := newFixture(t)
 		dir, link := filepath.Join(f.cwd, "d"), filepath.Join(f.cwd, "swap")
 		require.NoError(t, os.Mkdir(dir, 0o755))
 		require.NoError(t, os.Symlink(f.outside, link))
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		swaps := 0
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					if swaps%2 == 1 { // restore: d is the real directory
-						_ = unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
-					}
-					return
-				default:
-				}
-				if unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE) == nil {
-					swaps++
-				}
-			}
-		}()
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), racerDirEnv+"="+dir, racerLinkEnv+"="+link)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		out := bufio.NewScanner(stdout)
+		require.True(t, out.Scan(), "the racer started")
+		require.Equal(t, "ready", out.Text())
+
 		ok := 0
 		for i := range raceRounds {
 			err := write(f.roots, fmt.Sprintf("%s/d/f-%d", f.cwd, i), "x")
@@ -351,15 +395,17 @@ func TestWriteRacingRenames(t *testing.T) {
 			require.True(t, errors.As(err, &e))
 			require.Contains(t, []int{CodeInvalidParams, CodeResourceNotFound, CodeInternalError}, e.Code, e.Message)
 		}
-		close(stop)
-		wg.Wait()
+		require.NoError(t, stdin.Close())
+		require.True(t, out.Scan(), "the racer reports its swaps")
+		swaps := out.Text()
+		require.NoError(t, cmd.Wait())
 		entries, err := os.ReadDir(f.outside)
 		require.NoError(t, err)
 		require.Len(t, entries, 1, "no write landed outside the root")
 		inside, err := os.ReadDir(dir)
 		require.NoError(t, err)
 		require.Len(t, inside, ok, "every successful write is inside")
-		t.Logf("%d swaps, %d of %d writes succeeded", swaps, ok, raceRounds)
+		t.Logf("%s swaps, %d of %d writes succeeded", swaps, ok, raceRounds)
 	})
 }
 
