@@ -11,6 +11,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 // TestTools12_ClientFSThroughRunnerd: runnerd end to end with fakeacp
@@ -18,7 +19,9 @@ import (
 // --write-file): the read file's content and the write's acknowledgement
 // reach the core as the agent's message, a read out of cwd is refused,
 // the written file is on disk, and runner-state.json records the
-// advertised fs capability (tools.md §8, §9 scenario 12).
+// advertised fs capability; every event (the read and edit tool calls
+// among them) validates against the reference schema (tools.md §8, §9
+// scenario 12).
 func TestTools12_ClientFSThroughRunnerd(t *testing.T) {
 	h := newHarness(t, nil)
 	run := h.agentRun()
@@ -53,6 +56,14 @@ func TestTools12_ClientFSThroughRunnerd(t *testing.T) {
 	}
 	require.Equal(t, "read "+cwd+"/notes.txt: line one\nline two\n\nwrote "+cwd+"/made/by-agent.txt\ndone", text["pturn-1"])
 	require.True(t, strings.HasSuffix(text["pturn-2"], "read /etc/passwd failed -32602: read text file: \"/etc/passwd\": outside the session's directories\n"), text["pturn-2"])
+	schemas := prpschema.Load(t)
+	for _, raw := range h.core.Snapshot().Events {
+		var env struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &env))
+		require.NoError(t, prpschema.Validate(schemas.EventV1, env.Payload), "event %s", env.Payload)
+	}
 	got, err := os.ReadFile(filepath.Join(cwd, "made", "by-agent.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "written through runnerd", string(got))
