@@ -126,3 +126,22 @@ func TestClientFSResumeKeepsContract(t *testing.T) {
 	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false}`, r.say("caps"))
 	require.Equal(t, "read "+r.cwd+"/a.txt: a\n", r.say("read "+r.cwd+"/a.txt"))
 }
+
+// TestClientFSAdoptKeepsContract: after a runnerd restart the live agent
+// is adopted and its fs requests are still answered by what its record
+// says initialize advertised, even when the descriptor bound since turns
+// fs off.
+func TestClientFSAdoptKeepsContract(t *testing.T) {
+	r := newRig(t)
+	require.NoError(t, os.WriteFile(filepath.Join(r.cwd, "a.txt"), []byte("a"), 0o644))
+	r.prepare()
+	r.open()
+	r.say("echo before")
+	r.m.Close()
+	st, _ := r.sink.snapshot()
+	r.m = NewManager(r.cfg, st) // the rig's cleanup shuts it down
+	require.NoError(t, r.m.Start())
+	r.prepareDesc(map[string]any{"clientCapabilities": map[string]any{"fs": false}})
+	require.Contains(t, string(r.open()), `"outcome":"adopted"`)
+	require.Equal(t, "read "+r.cwd+"/a.txt: a\n", r.say("read "+r.cwd+"/a.txt"))
+}

@@ -409,16 +409,26 @@ func TestWriteRacingRenames(t *testing.T) {
 	})
 }
 
-// TestOpenat2Fallback: ENOSYS/EPERM from openat2 switches to os.Root for
-// good; the switch is the package flag tests flip.
+// TestOpenat2Fallback: openat2 failing with ENOSYS (a kernel before 5.6)
+// or EPERM (a seccomp filter) switches to os.Root for good, and the
+// request that met it is still served, with escapes still refused.
 func TestOpenat2Fallback(t *testing.T) {
-	f := newFixture(t)
-	prev := useOpenat2.Load()
-	defer useOpenat2.Store(prev)
-	useOpenat2.Store(false)
-	got, err := read(f.roots, f.cwd+"/sub/ok.txt")
-	require.NoError(t, err)
-	require.Equal(t, "inside\n", got)
+	for _, errno := range []unix.Errno{unix.ENOSYS, unix.EPERM} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			f := newFixture(t)
+			calls := 0
+			openat2 = func(int, string, *unix.OpenHow) (int, error) { calls++; return -1, errno }
+			defer func() { openat2 = unix.Openat2; useOpenat2.Store(true) }()
+			got, err := read(f.roots, f.cwd+"/sub/ok.txt")
+			require.NoError(t, err)
+			require.Equal(t, "inside\n", got)
+			require.False(t, useOpenat2.Load(), "the fallback sticks")
+			_, err = read(f.roots, f.cwd+"/rel-link")
+			require.Equal(t, CodeInvalidParams, rpcErr(t, err).Code)
+			require.NoError(t, write(f.roots, f.cwd+"/new/x.txt", "x"))
+			require.Equal(t, 1, calls, "openat2 is not tried again")
+		})
+	}
 }
 
 // BenchmarkRead1MiB: fs/read_text_file of a 1 MiB file inside cwd next to

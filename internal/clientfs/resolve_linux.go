@@ -21,6 +21,9 @@ var useOpenat2 atomic.Bool
 
 func init() { useOpenat2.Store(true) }
 
+// openat2 is unix.Openat2; tests replace it to play a kernel without it.
+var openat2 = unix.Openat2
+
 // maxResolveAttempts bounds the retries of openat2's EAGAIN, which it
 // returns when a concurrent rename could have let `..` escape (openat2(2)).
 const maxResolveAttempts = 16
@@ -64,7 +67,7 @@ func openat2Beneath(root, rel string, flags int) (*os.File, error) {
 	defer unix.Close(rfd)
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveFlags}
 	for range maxResolveAttempts {
-		fd, err := unix.Openat2(rfd, rel, &how)
+		fd, err := openat2(rfd, rel, &how)
 		if err == unix.EAGAIN || err == unix.EINTR {
 			continue
 		}
