@@ -180,9 +180,23 @@ func (c *Client) Notify(method string, params any) ([]byte, error) {
 	return encodeLine(outNotification{JSONRPC: jsonrpcVersion, Method: method, Params: params})
 }
 
-// Initialize encodes initialize, pinned to ACP v1 (acp.md §2.2).
+// Initialize encodes initialize, pinned to ACP v1 (acp.md §2.2), with the
+// recorded client capabilities.
 func (c *Client) Initialize() (Call, error) {
-	return c.Request(MethodInitialize, InitializeParams{ProtocolVersion: ProtocolVersion, ClientInfo: c.info}, "")
+	return c.Request(MethodInitialize, InitializeParams{ProtocolVersion: ProtocolVersion,
+		ClientCapabilities: c.ClientCapabilities(), ClientInfo: c.info}, "")
+}
+
+// SetClientCapabilities records what the next initialize advertises.
+func (c *Client) SetClientCapabilities(caps ClientCapabilities) { c.rec.ClientCapabilities = &caps }
+
+// ClientCapabilities returns what the record says initialize advertised
+// (all false when it holds none).
+func (c *Client) ClientCapabilities() ClientCapabilities {
+	if c.rec.ClientCapabilities == nil {
+		return ClientCapabilities{}
+	}
+	return *c.rec.ClientCapabilities
 }
 
 // NewSession encodes session/new and records the launch identity. cwd must

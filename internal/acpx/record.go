@@ -33,6 +33,11 @@ type Record struct {
 	ProtocolVersion   int             `json:"protocolVersion,omitempty"`
 	AgentCapabilities json.RawMessage `json:"agentCapabilities,omitempty"`
 	AgentInfo         *Implementation `json:"agentInfo,omitempty"`
+	// ClientCapabilities is what initialize advertised; nil means none (a
+	// record from before runnerd advertised any). A resumed session
+	// advertises it again and an adopted one is answered by it, so the
+	// agent keeps the contract its session started with.
+	ClientCapabilities *ClientCapabilities `json:"clientCapabilities,omitempty"`
 
 	// Process is the live process session; nil when no agent runs.
 	Process *ProcessRecord `json:"process,omitempty"`

@@ -27,15 +27,16 @@ type Implementation struct {
 	Version string `json:"version"`
 }
 
-// InitializeParams is the initialize request. runnerd advertises no client
-// capabilities until acp.md §10 question 1 is settled.
+// InitializeParams is the initialize request. clientCapabilities is what
+// the session record holds (Client.SetClientCapabilities, issue 12 item 3).
 type InitializeParams struct {
 	ProtocolVersion    int                `json:"protocolVersion"`
 	ClientCapabilities ClientCapabilities `json:"clientCapabilities"`
 	ClientInfo         Implementation     `json:"clientInfo"`
 }
 
-// ClientCapabilities are all false: fs/* and terminal/* get -32601.
+// ClientCapabilities is what runnerd advertises; a method it does not
+// advertise gets -32601 (acp.md §1.3: absent capability = unsupported).
 type ClientCapabilities struct {
 	FS       FSCapabilities `json:"fs"`
 	Terminal bool           `json:"terminal"`

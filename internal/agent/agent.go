@@ -100,6 +100,10 @@ type Binding struct {
 	CatalogSide        string `json:"catalogSide,omitempty"`
 	InstructionsSide   string `json:"instructionsSide,omitempty"`
 	RuntimeContextSide string `json:"runtimeContextSide,omitempty"`
+	// NoClientFS turns off the fs.readTextFile/writeTextFile advertisement
+	// (descriptor provider.clientCapabilities.fs: false, for agents that
+	// misbehave with it; issue 12 item 3). Absent means advertised.
+	NoClientFS bool `json:"noClientFs,omitempty"`
 }
 
 // Sink is where the agent's state and events become durable.
@@ -533,6 +537,11 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			Cwd             string   `json:"cwd"`
 			PermissionMode  string   `json:"permissionMode"`
 			ProviderVersion string   `json:"providerVersion"`
+			// ClientCapabilities switches off what runnerd advertises:
+			// {"fs": false} (a runnerd extension of the descriptor).
+			ClientCapabilities struct {
+				FS json.RawMessage `json:"fs"`
+			} `json:"clientCapabilities"`
 		} `json:"provider"`
 		CompletionContract struct {
 			Revision string `json:"revision"`
@@ -565,6 +574,13 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, failed("provider descriptor permissionMode is not supported")
 	}
 	b.PermissionMode = mode
+	switch fs := string(d.ClientCapabilities.FS); fs {
+	case "", "null", "true":
+	case "false":
+		b.NoClientFS = true
+	default:
+		return nil, failed("provider descriptor clientCapabilities.fs is not a boolean")
+	}
 	return b, nil
 }
 
@@ -669,6 +685,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		m.cl.ResetProcess()
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
+	m.advertiseLocked(b, resume)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
 	if err == nil {
 		err = m.commitThenWriteLocked(nil, nil)

@@ -416,7 +416,10 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 		if in.Method == acpx.MethodRequestPermission && in.Permission != nil {
 			return m.permissionLocked(in)
 		}
-		// runnerd advertises no fs/terminal capability (acp.md §2.2).
+		if l, ok := m.clientFSLocked(in); ok {
+			return nil, l, nil
+		}
+		// Not advertised, or no terminal capability (acp.md §2.2).
 		if l, err := m.cl.RespondError(in.ID, acpx.CodeMethodNotFound, "method not found"); err == nil {
 			return nil, [][]byte{l}, nil
 		}

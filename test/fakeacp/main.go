@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -55,6 +56,9 @@ type config struct {
 	loadFailCode     int
 	stubbornChild    bool
 	cancelOwnTerm    bool
+	readFile         string
+	writeFile        string
+	writeContent     string
 	transcript       string
 }
 
@@ -101,6 +105,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.loadFailCode, "load-fail-code", 0, "session/load fails with this JSON-RPC code")
 	fs.BoolVar(&c.stubbornChild, "stubborn-grandchild", false, "spawn a grandchild that ignores SIGTERM")
 	fs.BoolVar(&c.cancelOwnTerm, "cancel-own-terminal", false, "on cancel, $/cancel_request its own pending terminal/create")
+	fs.StringVar(&c.readFile, "read-file", "", "at the start of every prompt, fs/read_text_file this path and say what came back")
+	fs.StringVar(&c.writeFile, "write-file", "", "at the start of every prompt, fs/write_text_file --write-content to this path and say what came back")
+	fs.StringVar(&c.writeContent, "write-content", "", "the content --write-file writes")
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
@@ -175,7 +182,10 @@ type agent struct {
 	counters  map[string]int
 	pending   map[int64]chan message
 	nextReqID int64
-	prompts   sync.WaitGroup
+	// clientCaps is the clientCapabilities initialize received (compact
+	// JSON), said back by the `caps` prompt.
+	clientCaps string
+	prompts    sync.WaitGroup
 	// quit is closed at stdin EOF: running prompts stop waiting and end.
 	quit chan struct{}
 }
@@ -407,6 +417,17 @@ func (a *agent) initialize(m message) {
 	}
 	if a.cfg.initDelayMs > 0 {
 		time.Sleep(time.Duration(a.cfg.initDelayMs) * time.Millisecond)
+	}
+	var p struct {
+		ClientCapabilities json.RawMessage `json:"clientCapabilities"`
+	}
+	if json.Unmarshal(m.Params, &p) == nil && len(p.ClientCapabilities) > 0 {
+		var buf bytes.Buffer
+		if json.Compact(&buf, p.ClientCapabilities) == nil {
+			a.mu.Lock()
+			a.clientCaps = buf.String()
+			a.mu.Unlock()
+		}
 	}
 	sessionCaps := map[string]any{}
 	if a.cfg.supportsResume {

@@ -229,6 +229,12 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.say("about to crash")
 		t.crash()
 	}
+	if t.a.cfg.readFile != "" {
+		t.readFile(t.a.cfg.readFile)
+	}
+	if t.a.cfg.writeFile != "" {
+		t.writeFile(t.a.cfg.writeFile, t.a.cfg.writeContent)
+	}
 	switch word {
 	case "echo":
 		t.say(rest)
@@ -243,26 +249,15 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		}
 		t.say(fmt.Sprintf("slept %d ms", ms))
 	case "read":
-		id := t.toolCall("read", "Read "+rest, []string{rest})
-		m := t.call("fs/read_text_file", map[string]any{"path": rest})
-		if m.Error != nil {
-			t.toolDone(id, "failed", fmt.Sprintf("fs/read_text_file failed: %d", m.Error.Code))
-		} else {
-			var r struct {
-				Content string `json:"content"`
-			}
-			_ = json.Unmarshal(m.Result, &r)
-			t.toolDone(id, "completed", r.Content)
-		}
+		t.readFile(rest)
 	case "write":
 		path, content, _ := strings.Cut(rest, " ")
-		id := t.toolCall("edit", "Write "+path, []string{path})
-		m := t.call("fs/write_text_file", map[string]any{"path": path, "content": content})
-		if m.Error != nil {
-			t.toolDone(id, "failed", fmt.Sprintf("fs/write_text_file failed: %d", m.Error.Code))
-		} else {
-			t.toolDone(id, "completed", "written")
-		}
+		t.writeFile(path, content)
+	case "caps":
+		t.a.mu.Lock()
+		caps := t.a.clientCaps
+		t.a.mu.Unlock()
+		t.say("clientCapabilities " + caps)
 	case "terminal", "kill-terminal":
 		t.terminal(word == "kill-terminal", rest)
 	case "permission":
@@ -363,6 +358,39 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.say(strings.TrimSpace(text))
 	}
 	return "end_turn", nil, nil
+}
+
+// readFile reads path through the client as a read tool call, and says
+// what came back: "read <path>: <content>" or "read <path> failed <code>:
+// <message>".
+func (t *turn) readFile(path string) {
+	id := t.toolCall("read", "Read "+path, []string{path})
+	m := t.call("fs/read_text_file", map[string]any{"path": path})
+	if m.Error != nil {
+		t.toolDone(id, "failed", fmt.Sprintf("fs/read_text_file failed: %d", m.Error.Code))
+		t.say(fmt.Sprintf("read %s failed %d: %s\n", path, m.Error.Code, m.Error.Message))
+		return
+	}
+	var r struct {
+		Content string `json:"content"`
+	}
+	_ = json.Unmarshal(m.Result, &r)
+	t.toolDone(id, "completed", r.Content)
+	t.say("read " + path + ": " + r.Content + "\n")
+}
+
+// writeFile writes content to path through the client as an edit tool
+// call, and says "wrote <path>" or "write <path> failed <code>: <message>".
+func (t *turn) writeFile(path, content string) {
+	id := t.toolCall("edit", "Write "+path, []string{path})
+	m := t.call("fs/write_text_file", map[string]any{"path": path, "content": content})
+	if m.Error != nil {
+		t.toolDone(id, "failed", fmt.Sprintf("fs/write_text_file failed: %d", m.Error.Code))
+		t.say(fmt.Sprintf("write %s failed %d: %s\n", path, m.Error.Code, m.Error.Message))
+		return
+	}
+	t.toolDone(id, "completed", "written")
+	t.say("wrote " + path + "\n")
 }
 
 func (t *turn) terminal(kill bool, command string) {

@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"errors"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/clientfs"
+)
+
+// advertiseLocked records the client capabilities the next initialize
+// advertises (issue 12 item 3): fs unless the descriptor turned it off. A
+// resumed session keeps what its record says it was promised, so the
+// agent's contract never changes under it. m.mu held.
+func (m *Manager) advertiseLocked(b *Binding, resume bool) {
+	if resume && m.cl.Record().ClientCapabilities != nil {
+		return
+	}
+	var caps acpx.ClientCapabilities
+	if !resume && !b.NoClientFS {
+		caps.FS = acpx.FSCapabilities{ReadTextFile: true, WriteTextFile: true}
+	}
+	m.cl.SetClientCapabilities(caps)
+}
+
+// clientFSLocked answers fs/read_text_file and fs/write_text_file when the
+// session's record says initialize advertised them; ok is false for any
+// other request, which then gets -32601 as before. The answer is made
+// here, in stream order, so it is committed with the event file that
+// carried the request (a restart re-reads and re-answers an uncommitted
+// one; a write is idempotent). m.mu held.
+func (m *Manager) clientFSLocked(in acpx.Inbound) ([][]byte, bool) {
+	caps := m.cl.ClientCapabilities()
+	if !(in.Method == clientfs.MethodReadTextFile && caps.FS.ReadTextFile) &&
+		!(in.Method == clientfs.MethodWriteTextFile && caps.FS.WriteTextFile) {
+		return nil, false
+	}
+	rec := m.cl.Record()
+	roots := m.fsRoots(rec.Cwd)
+	var result any
+	var err error
+	switch in.Method {
+	case clientfs.MethodReadTextFile:
+		var req clientfs.ReadRequest
+		if req, err = clientfs.DecodeRead(in.Params); err == nil {
+			if err = checkFSSession(rec, req.SessionID); err == nil {
+				result, err = clientfs.Read(roots, req)
+			}
+		}
+	default:
+		var req clientfs.WriteRequest
+		if req, err = clientfs.DecodeWrite(in.Params); err == nil {
+			if err = checkFSSession(rec, req.SessionID); err == nil {
+				err = clientfs.Write(roots, req)
+				result = clientfs.WriteResult{}
+			}
+		}
+	}
+	var line []byte
+	var e *clientfs.Error
+	switch {
+	case errors.As(err, &e):
+		m.log.Info("refused a client file system request", "method", in.Method, "code", e.Code)
+		line, err = m.cl.RespondError(in.ID, e.Code, e.Message)
+	case err != nil:
+		line, err = m.cl.RespondError(in.ID, clientfs.CodeInternalError, "client file system failure")
+	default:
+		line, err = m.cl.Respond(in.ID, result)
+	}
+	if err != nil {
+		return nil, true
+	}
+	return [][]byte{line}, true
+}
+
+// checkFSSession refuses a request for another session than this one.
+func checkFSSession(rec acpx.Record, id string) error {
+	if id != rec.ACPSessionID {
+		return &clientfs.Error{Code: clientfs.CodeResourceNotFound, Message: "unknown session"}
+	}
+	return nil
+}
+
+// fsRoots is the session's file system: the cwd session/new or
+// session/resume was given. runnerd sends no additionalDirectories, so
+// there are none. Writes are refused under deny-all (tools.md §8). m.mu
+// held.
+func (m *Manager) fsRoots(cwd string) clientfs.Roots {
+	r := clientfs.Roots{Cwd: cwd}
+	if b := m.st.Binding; b != nil {
+		if r.Cwd == "" {
+			r.Cwd = b.Cwd
+		}
+		r.ReadOnly = b.PermissionMode == acpx.DenyAll
+	}
+	return r
+}
