@@ -308,3 +308,43 @@ func TestValidateResult(t *testing.T) {
 		t.Error("ValidateCallResult accepted another call's envelope")
 	}
 }
+
+// TestCatalogConcurrentUse: a parsed catalog is shared by every bridge
+// request; validation from many goroutines is race-free (run with -race).
+func TestCatalogConcurrentUse(t *testing.T) {
+	c := mustParse(t, []Operation{op("tasks.get", taskSchema)})
+	done := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			var err error
+			for range 200 {
+				ok := c.ValidateInput("tasks.get", json.RawMessage(`{"taskId":"T-1"}`))
+				bad := c.ValidateInput("tasks.get", json.RawMessage(`{"taskId":"x"}`))
+				if ok != nil || bad == nil {
+					err = fmt.Errorf("goroutine %d: %v, %v", i, ok, bad)
+				}
+				_ = c.Tools()
+				_, _ = c.Resolve("paperclip__tasks.get")
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestParseToleratesUnknownFields: fields the spec does not name, at the top
+// and in an operation, are ignored by validation but hashed as sent only
+// through the five digest fields.
+func TestParseToleratesUnknownFields(t *testing.T) {
+	ops := []Operation{op("a", `{}`)}
+	raw := json.RawMessage(`{"schema":"` + Schema + `","schemaVersion":1,"future":true,"catalogDigest":"` + Digest(ops) +
+		`","operations":[{"operationId":"a","version":1,"description":"Do a.","inputSchema":{},"responseSchema":{"type":"object"},"annotations":{"x":1}}]}`)
+	c, err := Parse(raw)
+	if err != nil || c.Len() != 1 {
+		t.Fatalf("Parse: %v", err)
+	}
+}
