@@ -46,7 +46,7 @@ func mustParse(t testing.TB, ops []Operation) *Catalog {
 
 func TestParseEmpty(t *testing.T) {
 	empty := Digest(nil)
-	if empty != "sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945" { // sha256("[]")
+	if empty != emptyDigest || empty != sha256Text("[]") {
 		t.Fatalf("empty digest %s", empty)
 	}
 	for _, raw := range []string{"", "null", " null "} {
@@ -224,7 +224,7 @@ func TestToolsCutsDescription(t *testing.T) {
 }
 
 func TestValidateInput(t *testing.T) {
-	c := mustParse(t, []Operation{op("tasks.get", taskSchema),
+	c := mustParse(t, []Operation{op("tasks.get", taskSchema), op("u", `{"type":"string","pattern":"^(?:\\u{1F600}|.)$"}`),
 		op("d7", `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"when":{"type":"string","format":"date-time"},"id":{"type":"string","pattern":"^(?<n>[a-z]+)\\k<n>$"}},"definitions":{"x":{"type":"integer"}},"additionalProperties":{"$ref":"#/definitions/x"}}`)})
 	cases := []struct {
 		op, args, want string
@@ -236,8 +236,11 @@ func TestValidateInput(t *testing.T) {
 		{"tasks.get", `{"taskId":"T-1","extra":1}`, `at the root: additional property "extra" not allowed`},
 		{"tasks.get", `{"taskId":7}`, `at "/taskId": got number, want string`},
 		{"tasks.get", `[`, "the value is not JSON"},
+		{"tasks.get", `{"taskId":"T-1"} {}`, "the value is not JSON"},
 		{"d7", `{"when":"not a date"}`, ""}, // formats are not asserted, as Ajv without ajv-formats
 		{"d7", `{"id":"abab"}`, ""},         // ECMAScript named backreference
+		{"u", `"😀"`, ""},                   // the u flag: \u{...} and one astral character for "."
+		{"u", `"😀😀"`, `at the root: value does not match the pattern`},
 		{"d7", `{"id":"abcd"}`, `at "/id": value does not match the pattern`},
 		{"d7", `{"n":1.5}`, `at "/n": got number, want integer`},
 		{"nope", `{}`, `unknown operation "nope"`},
@@ -346,5 +349,45 @@ func TestParseToleratesUnknownFields(t *testing.T) {
 	c, err := Parse(raw)
 	if err != nil || c.Len() != 1 {
 		t.Fatalf("Parse: %v", err)
+	}
+}
+
+// TestParseHonoursSchemaDialects: generated schemas name their dialect in
+// $schema (draft-07 most often); each compiles under its own rules.
+func TestParseHonoursSchemaDialects(t *testing.T) {
+	for _, dialect := range []string{
+		"http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-07/schema",
+		"http://json-schema.org/draft-06/schema#", "http://json-schema.org/draft-04/schema#",
+		"https://json-schema.org/draft/2019-09/schema", "https://json-schema.org/draft/2020-12/schema",
+	} {
+		// exclusiveMinimum is a boolean in draft-04 and a number after it.
+		excl := `0`
+		if strings.Contains(dialect, "draft-04") {
+			excl = `true,"minimum":0`
+		}
+		s := `{"$schema":"` + dialect + `","type":"object","properties":{"n":{"type":"number","exclusiveMinimum":` + excl + `}}}`
+		c, err := Parse(catalogJSON(t, []Operation{op("x", s)}))
+		if err != nil {
+			t.Errorf("%s: %v", dialect, err)
+			continue
+		}
+		if err := c.ValidateInput("x", json.RawMessage(`{"n":0}`)); err == nil {
+			t.Errorf("%s: exclusiveMinimum not applied", dialect)
+		}
+		if err := c.ValidateInput("x", json.RawMessage(`{"n":1}`)); err != nil {
+			t.Errorf("%s: %v", dialect, err)
+		}
+	}
+	// Draft-07 ignores keywords it does not know, such as 2020-12's
+	// prefixItems; 2020-12 applies them.
+	for dialect, wantErr := range map[string]bool{"http://json-schema.org/draft-07/schema#": false, "": true} {
+		s := `{"type":"array","prefixItems":[{"type":"string"}]}`
+		if dialect != "" {
+			s = `{"$schema":"` + dialect + `","type":"array","prefixItems":[{"type":"string"}]}`
+		}
+		c := mustParse(t, []Operation{op("x", s)})
+		if err := c.ValidateInput("x", json.RawMessage(`[1]`)); (err != nil) != wantErr {
+			t.Errorf("dialect %q: prefixItems error %v, want error %v", dialect, err, wantErr)
+		}
 	}
 }
