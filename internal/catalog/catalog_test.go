@@ -239,7 +239,7 @@ func TestValidateInput(t *testing.T) {
 		{"tasks.get", `{"taskId":"T-1"} {}`, "the value is not JSON"},
 		{"d7", `{"when":"not a date"}`, ""}, // formats are not asserted, as Ajv without ajv-formats
 		{"d7", `{"id":"abab"}`, ""},         // ECMAScript named backreference
-		{"u", `"😀"`, ""},                   // the u flag: \u{...} and one astral character for "."
+		{"u", `"😀"`, ""},                    // the u flag: \u{...} and one astral character for "."
 		{"u", `"😀😀"`, `at the root: value does not match the pattern`},
 		{"d7", `{"id":"abcd"}`, `at "/id": value does not match the pattern`},
 		{"d7", `{"n":1.5}`, `at "/n": got number, want integer`},
