@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -117,6 +118,19 @@ func FuzzCheckInput(f *testing.F) {
 		cleanError(t, err)
 		if strings.Contains(err.Error(), "SECRETVALUE") {
 			t.Fatalf("error quotes a value: %q", err)
+		}
+	})
+}
+
+// FuzzServerFeedback: never panics; the text is valid UTF-8 and at most
+// MaxFeedback UTF-16 units.
+func FuzzServerFeedback(f *testing.F) {
+	f.Add([]byte(`{"success":false,"contentItems":[{"type":"inputText","text":"Add evidence."}]}`))
+	f.Add([]byte(`{"success":false,"contentItems":[{"type":"inputText","text":"\ud83d\ude00"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := ServerFeedback(data)
+		if !utf8.ValidString(s) || len(utf16.Encode([]rune(s))) > MaxFeedback || s == "" {
+			t.Fatalf("feedback %q", s)
 		}
 	})
 }

@@ -95,6 +95,8 @@ func TestNormalizeResultRefuses(t *testing.T) {
 		{FinishTool, set(finishBase, `{"reportedWorkDisposition"`, `{"schema":"v2","reportedWorkDisposition"`), `at "/schema": value is not the allowed constant`},
 		{FinishTool, `[]`, `at the root: got array, want object`},
 		{FinishTool, `{`, `the input is not JSON`},
+		{FinishTool, finishBase + `]`, `the input is not JSON`},
+		{FinishTool, finishBase + ` {}`, `the input is not JSON`},
 		{"other", `{}`, `"other" is not a result tool`},
 	}
 	for _, tc := range cases {
@@ -265,6 +267,9 @@ func TestServerFeedback(t *testing.T) {
 		{`{"success":false,"contentItems":[]}`, DefaultFeedback},
 		{`{"success":false}`, DefaultFeedback},
 		{`{"error":"x"}`, DefaultFeedback},
+		{`{"SUCCESS":false,"contentItems":[{"type":"inputText","text":"x"}]}`, DefaultFeedback},
+		{`{"success":false,"contentItems":[{"type":"inputText","text":7}]}`, DefaultFeedback},
+		{`{"success":false,"contentItems":[{"type":"inputText"}]}`, DefaultFeedback},
 		{`"text"`, DefaultFeedback},
 		{``, DefaultFeedback},
 	}
