@@ -3,6 +3,7 @@ package catalog
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -389,5 +390,25 @@ func TestParseHonoursSchemaDialects(t *testing.T) {
 		if err := c.ValidateInput("x", json.RawMessage(`[1]`)); (err != nil) != wantErr {
 			t.Errorf("dialect %q: prefixItems error %v, want error %v", dialect, err, wantErr)
 		}
+	}
+}
+
+// TestDigestMatchesIndependentVector: testdata/catalog-vector.json carries a
+// catalogDigest computed outside Go (node: JSON.stringify over keys sorted
+// with Array.prototype.sort, operations sorted by id, sha256): UTF-16 key
+// order, JavaScript number spelling (1.0, -0, 1e21, 1e-7, 0.000001),
+// U+2028, control escapes, unknown fields left out.
+func TestDigestMatchesIndependentVector(t *testing.T) {
+	raw, err := os.ReadFile("testdata/catalog-vector.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(raw)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	const want = "sha256:b6776a04d2e60e84b74f969f68d91fb519bc5230422c8bb602da194042caf8ed"
+	if c.Digest() != want {
+		t.Fatalf("digest %s, want %s", c.Digest(), want)
 	}
 }
