@@ -13,6 +13,7 @@ const (
 	maxInstanceDepth = 32
 	maxInstanceItems = 16
 	maxInstanceChars = 1024
+	maxInstanceNodes = 10000 // a recursive schema must not grow 16^32 nodes
 )
 
 // instanceFiller is the string a generated instance holds where the schema
@@ -28,16 +29,25 @@ func instanceOf(schema json.RawMessage) any {
 	if json.Unmarshal(schema, &root) != nil || root == nil {
 		return map[string]any{}
 	}
-	return instance(root, root, 0)
+	g := &generator{root: root}
+	return g.instance(root, 0)
 }
 
-func instance(s, root map[string]any, depth int) any {
-	if depth > maxInstanceDepth {
+// generator makes one instance, counting the nodes made.
+type generator struct {
+	root  map[string]any
+	nodes int
+}
+
+func (g *generator) instance(s map[string]any, depth int) any {
+	g.nodes++
+	if depth > maxInstanceDepth || g.nodes > maxInstanceNodes {
 		return nil
 	}
+	root := g.root
 	if ref, ok := s["$ref"].(string); ok {
 		if t := resolveRef(ref, root); t != nil {
-			return instance(t, root, depth+1)
+			return g.instance(t, depth+1)
 		}
 	}
 	if v, ok := s["const"]; ok {
@@ -49,7 +59,7 @@ func instance(s, root map[string]any, depth int) any {
 	for _, k := range []string{"anyOf", "oneOf"} {
 		if alts, ok := s[k].([]any); ok && len(alts) > 0 {
 			if alt, ok := alts[0].(map[string]any); ok {
-				return instance(alt, root, depth+1)
+				return g.instance(alt, depth+1)
 			}
 		}
 	}
@@ -62,7 +72,7 @@ func instance(s, root map[string]any, depth int) any {
 		}
 		mergeSchema(merged, s)
 		delete(merged, "allOf")
-		return instance(merged, root, depth+1)
+		return g.instance(merged, depth+1)
 	}
 	switch schemaType(s) {
 	case "object":
@@ -72,7 +82,7 @@ func instance(s, root map[string]any, depth int) any {
 		for _, r := range req {
 			name, _ := r.(string)
 			p, _ := props[name].(map[string]any)
-			obj[name] = instance(p, root, depth+1)
+			obj[name] = g.instance(p, depth+1)
 		}
 		return obj
 	case "array":
@@ -80,7 +90,7 @@ func instance(s, root map[string]any, depth int) any {
 		items, _ := s["items"].(map[string]any)
 		arr := make([]any, 0, n)
 		for range n {
-			arr = append(arr, instance(items, root, depth+1))
+			arr = append(arr, g.instance(items, depth+1))
 		}
 		return arr
 	case "string":
@@ -105,7 +115,7 @@ func instance(s, root map[string]any, depth int) any {
 			s2 := map[string]any{"type": "object"}
 			mergeSchema(s2, s)
 			s2["type"] = "object"
-			return instance(s2, root, depth+1)
+			return g.instance(s2, depth+1)
 		}
 		return instanceFiller
 	}
