@@ -19,7 +19,7 @@
 //   - OpenAI Chat Completions: POST /v1/chat/completions (SSE chunks with
 //     delta.content and delta.tool_calls, a finish_reason chunk, a usage
 //     chunk when stream_options.include_usage, then data: [DONE]) and
-//     GET /v1/models.
+//     GET /v1/models (read by OpenAI and Anthropic clients alike).
 //   - Gemini: POST /v1beta/models/{model}:streamGenerateContent?alt=sse,
 //     :generateContent and :countTokens. When generationConfig asks for
 //     responseMimeType application/json with a responseJsonSchema or

@@ -266,8 +266,11 @@ func (s *server) openaiChat(w http.ResponseWriter, r *http.Request) {
 	e.raw([]byte("data: [DONE]\n\n"))
 }
 
+// openaiModels lists the one model in a shape both OpenAI's and
+// Anthropic's model list clients read: each ignores the other's fields.
 func (s *server) openaiModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, map[string]any{"object": "list", "data": []any{
-		map[string]any{"id": "fakellm", "object": "model", "created": 0, "owned_by": "fakellm"},
-	}})
+	writeJSON(w, map[string]any{"object": "list", "has_more": false, "first_id": "fakellm", "last_id": "fakellm",
+		"data": []any{map[string]any{"id": "fakellm", "object": "model", "created": 0, "owned_by": "fakellm",
+			"type": "model", "display_name": "fakellm", "created_at": "1970-01-01T00:00:00Z"}},
+	})
 }
