@@ -58,12 +58,20 @@ func (q *anthropicRequest) turn() turn {
 	for _, tl := range q.Tools {
 		t.tools = append(t.tools, tl.Name)
 	}
-	if n := len(q.Messages); n > 0 && q.Messages[n-1].Role == "user" {
-		text, isResult := anthropicText(q.Messages[n-1].Content)
-		if isResult {
-			t.toolResult = &text
-		} else {
-			t.prompt = text
+	// The turn is the last user message: Claude Code puts system
+	// messages after it.
+	for i := len(q.Messages) - 1; i >= 0; i-- {
+		switch q.Messages[i].Role {
+		case "user":
+			text, isResult := anthropicText(q.Messages[i].Content)
+			if isResult {
+				t.toolResult = &text
+			} else {
+				t.prompt = text
+			}
+			return t
+		case "assistant":
+			return t
 		}
 	}
 	return t

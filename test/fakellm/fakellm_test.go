@@ -203,7 +203,9 @@ func TestAnthropicMessagesStreamAndToolRoundTrip(t *testing.T) {
 	resp := f.post(t, "/v1/messages?beta=true", map[string]any{"model": "claude-x", "stream": true, "max_tokens": 100,
 		"tools": tools, "messages": []any{map[string]any{"role": "user", "content": []any{
 			map[string]any{"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
-			map[string]any{"type": "text", "text": toolPrompt}}}}},
+			map[string]any{"type": "text", "text": toolPrompt}}},
+			// Claude Code sends a system message after the user's.
+			map[string]any{"role": "system", "content": "Available agent types: FAKELLM: text not this"}}},
 		"x-api-key", "sk-ant-test")
 	evs := readSSE(t, resp)
 	require.Equal(t, []string{"message_start", "ping", "content_block_start", "content_block_delta",
@@ -368,7 +370,8 @@ func TestOpenAIChatCompletionsStreamAndToolRoundTrip(t *testing.T) {
 		"messages": []any{map[string]any{"role": "user", "content": "FAKELLM: shell ls"},
 			map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": callID, "type": "function",
 				"function": map[string]any{"name": "bash", "arguments": args}}}},
-			map[string]any{"role": "tool", "tool_call_id": callID, "content": "a.txt"}}})
+			map[string]any{"role": "tool", "tool_call_id": callID, "content": "a.txt"},
+			map[string]any{"role": "system", "content": "late system text"}}})
 	evs = readSSE(t, resp)
 	require.Equal(t, "[DONE]", evs[len(evs)-1].raw)
 	var text string

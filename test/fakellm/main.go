@@ -31,9 +31,11 @@
 //
 // # Script
 //
-// The model reads the last message of the request. When it is a tool
-// result, the answer is the text "tool said: " and the result (the first
-// 2000 bytes). Otherwise the last user message's text is the script: the
+// The model reads the last message of the request that is not a system or
+// developer message (Claude Code sends system messages after the user's).
+// When it is a tool result, the answer is the text "tool said: " and the
+// result (the first 2000 bytes); when it is the model's own, the fixed
+// sentence. Otherwise that user message's text is the script: the
 // first occurrence of "FAKELLM:" starts a directive that runs to the end of
 // its line (anything around it, such as an agent's own context, is
 // ignored):

@@ -65,17 +65,20 @@ func (q *responsesRequest) turn() turn {
 	}
 	var items []responsesItem
 	_ = json.Unmarshal(q.Input, &items)
-	if n := len(items); n > 0 {
-		if last := items[n-1]; last.Type == "function_call_output" || last.Type == "custom_tool_call_output" {
-			out := openaiText(last.Output)
+	// The turn is the last tool output or user message; system and
+	// developer messages after it do not count.
+	for i := len(items) - 1; i >= 0; i-- {
+		it := items[i]
+		switch {
+		case it.Type == "function_call_output" || it.Type == "custom_tool_call_output":
+			out := openaiText(it.Output)
 			t.toolResult = &out
 			return t
-		}
-	}
-	for i := len(items) - 1; i >= 0; i-- {
-		if items[i].Role == "user" {
-			t.prompt = openaiText(items[i].Content)
-			break
+		case it.Role == "user":
+			t.prompt = openaiText(it.Content)
+			return t
+		case it.Role == "assistant" || it.Type == "function_call" || it.Type == "custom_tool_call":
+			return t
 		}
 	}
 	return t
@@ -192,16 +195,19 @@ func (q *chatRequest) turn() turn {
 	for _, tl := range q.Tools {
 		t.tools = append(t.tools, tl.Function.Name)
 	}
-	n := len(q.Messages)
-	if n > 0 && q.Messages[n-1].Role == "tool" {
-		out := openaiText(q.Messages[n-1].Content)
-		t.toolResult = &out
-		return t
-	}
-	for i := n - 1; i >= 0; i-- {
-		if q.Messages[i].Role == "user" {
+	// The turn is the last tool or user message; system and developer
+	// messages after it do not count.
+	for i := len(q.Messages) - 1; i >= 0; i-- {
+		switch q.Messages[i].Role {
+		case "tool":
+			out := openaiText(q.Messages[i].Content)
+			t.toolResult = &out
+			return t
+		case "user":
 			t.prompt = openaiText(q.Messages[i].Content)
-			break
+			return t
+		case "assistant":
+			return t
 		}
 	}
 	return t
