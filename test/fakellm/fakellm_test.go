@@ -438,6 +438,9 @@ var jsonSchemas = []string{
 	`{"$defs":{"item":{"type":"string","minLength":12}},"type":"object","properties":{"x":{"$ref":"#/$defs/item"},"y":{"const":42},"z":{"anyOf":[{"type":"null"},{"type":"string"}]},"w":{"type":["null","integer"]},"v":{"type":"string","maxLength":3}},"required":["x","y","z","w","v"]}`,
 	`{"allOf":[{"type":"object","properties":{"p":{"type":"string"}},"required":["p"]},{"properties":{"q":{"type":"integer"}},"required":["q"]}]}`,
 	`{"type":"array","items":{"type":"string"}}`,
+	`{"type":"object","properties":{"lo":{"type":"integer","maximum":-3},"hi":{"type":"number","exclusiveMaximum":0.5},"mid":{"type":"integer","exclusiveMinimum":7,"exclusiveMaximum":9}},"required":["lo","hi","mid"]}`,
+	// Gemini CLI 0.61's numerical router, as recorded.
+	`{"type":"OBJECT","properties":{"complexity_reasoning":{"type":"STRING"},"complexity_score":{"type":"INTEGER","description":"Complexity score from 1-100."}},"required":["complexity_reasoning","complexity_score"]}`,
 }
 
 // TestGeminiJSONSchemaAnswer: a request asking for application/json with a
@@ -476,6 +479,7 @@ func validate(t *testing.T, schema, instance string, i int) {
 	t.Helper()
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
 	require.NoError(t, err)
+	lowerTypes(doc) // the Gemini API's OpenAPI subset spells types in upper case
 	c := jsonschema.NewCompiler()
 	require.NoError(t, c.AddResource("schema.json", doc))
 	sch, err := c.Compile("schema.json")
@@ -483,6 +487,23 @@ func validate(t *testing.T, schema, instance string, i int) {
 	v, err := jsonschema.UnmarshalJSON(strings.NewReader(instance))
 	require.NoError(t, err, "schema %d: answer %q is not JSON", i, instance)
 	require.NoError(t, sch.Validate(v), "schema %d: answer %s", i, instance)
+}
+
+func lowerTypes(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if str, ok := e.(string); ok && k == "type" {
+				x[k] = strings.ToLower(str)
+			} else {
+				lowerTypes(e)
+			}
+		}
+	case []any:
+		for _, e := range x {
+			lowerTypes(e)
+		}
+	}
 }
 
 func TestSlowStream(t *testing.T) {
@@ -704,4 +725,14 @@ func FuzzInstanceOf(f *testing.F) {
 			t.Fatalf("instance does not encode: %v", err)
 		}
 	})
+}
+
+// TestInstanceNumberIsOne: where a schema allows it a number is 1, since
+// Gemini CLI's router refuses a complexity score of 0 that its schema
+// allows; bounds still win.
+func TestInstanceNumberIsOne(t *testing.T) {
+	got := instanceOf(json.RawMessage(jsonSchemas[len(jsonSchemas)-1]))
+	require.Equal(t, map[string]any{"complexity_reasoning": "fakellm", "complexity_score": 1.0}, got)
+	got = instanceOf(json.RawMessage(jsonSchemas[len(jsonSchemas)-2]))
+	require.Equal(t, map[string]any{"lo": -3.0, "hi": 0.5 - 1e-6, "mid": 8.0}, got)
 }

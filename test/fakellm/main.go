@@ -24,8 +24,10 @@
 //     :generateContent and :countTokens. When generationConfig asks for
 //     responseMimeType application/json with a responseJsonSchema or
 //     responseSchema, the answer is a minimal instance of that schema (its
-//     required properties, an enum's first value, the smallest numbers and
-//     lengths allowed), whatever the prompt says.
+//     required properties, an enum's first value, the shortest arrays and
+//     strings allowed, numbers 1 unless the bounds say otherwise, since
+//     clients check ranges that schemas only describe), whatever the
+//     prompt says.
 //
 // Any API key header is accepted and none is checked or logged.
 //

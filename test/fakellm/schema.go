@@ -138,17 +138,22 @@ func schemaType(s map[string]any) string {
 	return ""
 }
 
-// number is the smallest value s allows, 0 when it allows 0.
+// instanceNumber is the number an instance holds where the schema allows
+// it: 1, not 0, because clients check ranges the schema only describes
+// (Gemini CLI's router asks for an INTEGER "score from 1-100" and refuses 0).
+const instanceNumber = 1.0
+
+// number is instanceNumber, or the nearest value s's bounds allow.
 func number(s map[string]any, integer bool) float64 {
-	v := 0.0
+	v := instanceNumber
 	step := 1e-6
 	if integer {
 		step = 1
 	}
-	if m, ok := s["minimum"].(float64); ok {
+	if m, ok := s["minimum"].(float64); ok && v < m {
 		v = m
 	}
-	if m, ok := s["exclusiveMinimum"].(float64); ok {
+	if m, ok := s["exclusiveMinimum"].(float64); ok && v <= m {
 		v = m + step
 	}
 	if integer {
@@ -156,6 +161,12 @@ func number(s map[string]any, integer bool) float64 {
 	}
 	if m, ok := s["maximum"].(float64); ok && v > m {
 		v = m
+	}
+	if m, ok := s["exclusiveMaximum"].(float64); ok && v >= m {
+		v = m - step
+	}
+	if integer {
+		v = math.Floor(v)
 	}
 	return v
 }
