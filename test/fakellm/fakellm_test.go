@@ -667,6 +667,9 @@ func TestParseScript(t *testing.T) {
 		"FAKELLM: shell ls -l | wc\r\n":    {kind: kindShell, cmd: "ls -l | wc"},
 		"FAKELLM: slow 40 250":             {kind: kindSlow, chunks: 40, delay: 250 * time.Millisecond, text: "slow"},
 		"FAKELLM: slow 2 0 a b":            {kind: kindSlow, chunks: 2, text: "a b"},
+		`"FAKELLM: shell echo "hi""`:       {kind: kindShell, cmd: `echo "hi"`},
+		"`FAKELLM: text a` b":              {kind: kindText, text: "a` b"},
+		`say "FAKELLM: text quoted" `:      {kind: kindText, text: "quoted"},
 	} {
 		got, err := parseScript(in)
 		require.NoError(t, err, in)

@@ -40,7 +40,8 @@
 // sentence. Otherwise that user message's text is the script: the
 // first occurrence of "FAKELLM:" starts a directive that runs to the end of
 // its line (anything around it, such as an agent's own context, is
-// ignored):
+// ignored; a directive quoted whole, as in "FAKELLM: ...", loses its
+// quotes):
 //
 //	FAKELLM: text WORDS...        answer WORDS as text
 //	FAKELLM: tool NAME [{JSON}]   call tool NAME with the JSON object as

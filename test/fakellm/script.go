@@ -62,6 +62,11 @@ func parseScript(prompt string) (script, error) {
 	if j := strings.IndexAny(line, "\r\n"); j >= 0 {
 		line = line[:j]
 	}
+	// A directive quoted whole loses its quotes: opencode run sends its
+	// message argument as "FAKELLM: ...".
+	if i > 0 && strings.ContainsRune("\"'`", rune(prompt[i-1])) {
+		line = strings.TrimSuffix(strings.TrimRight(line, " \t"), prompt[i-1:i])
+	}
 	if len(line) > maxScriptLine {
 		return script{}, fmt.Errorf("parse directive: longer than %d bytes", maxScriptLine)
 	}
