@@ -91,20 +91,19 @@ func AgentEnv(agent string, environ []string) (env, secrets []string) {
 			secrets = append(secrets, v)
 		case slices.Contains(commonEnv, k) || hasAnyPrefix(k, commonEnvPrefixes) || slices.Contains(agentConfigEnv[agent], k):
 			env = append(env, k+"="+v)
-			if isURLVar(k) {
-				secrets = append(secrets, userinfoSecrets(v)...)
-			}
+			secrets = append(secrets, URLUserinfoSecrets(k, v)...)
 		}
 	}
 	return env, secrets
 }
 
-// userinfoSecrets returns what of a URL value must never be logged: a
-// proxy or gateway URL may carry user:password. The whole value, the
-// userinfo and the password (raw and decoded) are scrubbed, so neither an
-// agent printing the URL nor one printing only its credentials leaks them.
-func userinfoSecrets(v string) []string {
-	if !strings.Contains(v, "@") {
+// URLUserinfoSecrets returns what of variable k's value v must never be
+// logged when k holds a URL (a proxy, or a model gateway's *_BASE_URL) that
+// may carry user:password: the whole value, the userinfo and the password
+// (raw and decoded), so neither a program printing the URL nor one printing
+// only its credentials leaks them. Other variables give nil.
+func URLUserinfoSecrets(k, v string) []string {
+	if !isURLVar(k) || !strings.Contains(v, "@") {
 		return nil
 	}
 	out := []string{v}
