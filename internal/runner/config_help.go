@@ -96,6 +96,25 @@ AGENTS
   --pcwrap-path FILE                      pcwrap binary (default: next to
                                           runnerd, else on PATH).
 
+AGENT ENVIRONMENT
+  Agents get a cleared environment plus these variables, by exact name:
+  every agent: PATH HOME LANG LC_* TZ SSL_CERT_* NODE_EXTRA_CA_CERTS
+    RUST_BACKTRACE HTTP_PROXY HTTPS_PROXY NO_PROXY ALL_PROXY http_proxy
+    https_proxy no_proxy all_proxy
+  claude: ANTHROPIC_BASE_URL ANTHROPIC_API_KEY ANTHROPIC_AUTH_TOKEN
+    CLAUDE_CODE_OAUTH_TOKEN AWS_BEARER_TOKEN_BEDROCK
+  codex: OPENAI_BASE_URL OPENAI_API_KEY CODEX_API_KEY PAPERCLIP_AI_PROVIDER_KEY
+  gemini: GOOGLE_GEMINI_BASE_URL GEMINI_API_KEY GOOGLE_API_KEY
+  opencode: ANTHROPIC_BASE_URL OPENAI_BASE_URL ANTHROPIC_API_KEY
+    OPENAI_API_KEY GEMINI_API_KEY GOOGLE_API_KEY OPENCODE_CONFIG
+    OPENCODE_CONFIG_DIR OPENCODE_CONFIG_CONTENT OPENCODE_DISABLE_AUTOUPDATE
+    OPENCODE_DISABLE_LSP_DOWNLOAD OPENCODE_DISABLE_DEFAULT_PLUGINS
+    OPENCODE_DISABLE_MODELS_FETCH
+  grok: XAI_API_KEY; cursor: CURSOR_API_KEY; copilot: COPILOT_GITHUB_TOKEN;
+  pi: the names listed in PAPERCLIP_ACPX_CREDENTIAL_BINDING.
+  Never: CLAUDECODE, OPENCODE_SERVER_PASSWORD. Keys, and a proxy or base
+  URL's user:password, are redacted from events and logs.
+
 LOGGING
   --log-format FORMAT          json (default) or text; logs go to stderr.
   --log-level LEVEL            debug, info (default), warn or error: the least

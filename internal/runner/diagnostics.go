@@ -116,6 +116,9 @@ func credentialValues(environ []string) []string {
 		if ok && v != "" && credentialEnvName.MatchString(k) {
 			out = append(out, v)
 		}
+		if ok {
+			out = append(out, acpx.URLUserinfoSecrets(k, v)...) // a proxy URL's user:password
+		}
 	}
 	return out
 }

@@ -51,6 +51,22 @@ func TestDiagnosticsRedactedAndPrivate(t *testing.T) {
 	require.Equal(t, "no newline at the end\n", readDiag(t, dir, DiagnosticsStdoutName))
 }
 
+// TestDiagnosticsRedactProxyUserinfo: a proxy URL's user:password never
+// reaches the diagnostics files, whether the URL or only the password is
+// printed (issue 13 item 5).
+func TestDiagnosticsRedactProxyUserinfo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "diag")
+	d, err := OpenDiagnostics(dir, []string{"HTTPS_PROXY=http://bob:proxy-pass-0123@proxy:3128", "NO_PROXY=localhost"})
+	require.NoError(t, err)
+	fmt.Fprint(d.Stderr(), "dial http://bob:proxy-pass-0123@proxy:3128 failed\n")
+	fmt.Fprint(d.Stderr(), "password proxy-pass-0123\n")
+	fmt.Fprint(d.Stderr(), "no_proxy localhost\n")
+	require.NoError(t, d.Close())
+	errLog := readDiag(t, dir, DiagnosticsStderrName)
+	require.NotContains(t, errLog, "proxy-pass-0123")
+	require.Contains(t, errLog, "no_proxy localhost\n", "a proxy value without userinfo is no secret")
+}
+
 // TestDiagnosticsBounded: a file never passes maxDiagnosticsLogBytes; the
 // newest lines survive behind a marker.
 func TestDiagnosticsBounded(t *testing.T) {
