@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // ColdStartGate limits concurrent cold session.open handshakes per runnerd
@@ -15,6 +16,9 @@ import (
 type ColdStartGate struct {
 	clock clock.Clock
 	slots chan struct{} // nil: gate disabled
+	// released counts slots given back, so a test can tell a launch that
+	// waited for a slot from one that broke the bound.
+	released atomic.Uint64
 }
 
 // NewColdStartGate returns a gate with max slots; max ≤ 0 disables it.
@@ -52,5 +56,13 @@ func (g *ColdStartGate) Acquire(ctx context.Context) (release func(), held bool,
 
 func (g *ColdStartGate) releaser() func() {
 	var once sync.Once
-	return func() { once.Do(func() { <-g.slots }) }
+	return func() {
+		once.Do(func() {
+			<-g.slots
+			g.released.Add(1)
+		})
+	}
 }
+
+// Released reports how many slots have been given back so far.
+func (g *ColdStartGate) Released() uint64 { return g.released.Load() }

@@ -228,8 +228,6 @@ func TestACP19_ColdStartGate(t *testing.T) {
 		return n
 	}
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	firstDone := false
 	errs := make([]error, len(rigs))
 	for i, r := range rigs {
 		wg.Add(1)
@@ -238,25 +236,29 @@ func TestACP19_ColdStartGate(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testWait)
 			defer cancel()
 			_, errs[i] = r.m.Open(ctx, "cmd-open")
-			mu.Lock()
-			firstDone = true
-			mu.Unlock()
 		}()
 	}
+	// Count launches only while no slot has been given back. The release
+	// count is read after the launch count: a fifth launch that waited for
+	// a slot happened after a release, so its sample is never counted.
+	opened := make(chan struct{})
+	go func() { wg.Wait(); close(opened) }()
 	maxBefore := 0
 	tick := time.NewTicker(5 * time.Millisecond)
-	for {
-		mu.Lock()
-		done := firstDone
-		mu.Unlock()
-		if done {
-			break
+	defer tick.Stop()
+sample:
+	for gate.Released() == 0 {
+		n := launched()
+		if gate.Released() == 0 {
+			maxBefore = max(maxBefore, n)
 		}
-		maxBefore = max(maxBefore, launched())
-		<-tick.C
+		select {
+		case <-tick.C:
+		case <-opened:
+			break sample
+		}
 	}
-	tick.Stop()
-	wg.Wait()
+	<-opened
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
