@@ -115,7 +115,15 @@ type Client struct {
 	log    *slog.Logger
 	info   Implementation
 	failed error
+	// meta is the _meta of session/new, load and resume (tools.md §5). It
+	// is never recorded: the instructions may be a megabyte, and they live
+	// in a side file the owner reads at open time.
+	meta json.RawMessage
 }
+
+// SetSessionMeta sets the _meta sent with session/new, session/load and
+// session/resume; nil sends none.
+func (c *Client) SetSessionMeta(meta json.RawMessage) { c.meta = meta }
 
 // NewClient resumes a client from rec (a zero Record starts fresh).
 func NewClient(rec Record, opts ClientOptions) *Client {
@@ -195,7 +203,7 @@ func (c *Client) NewSession(cwd string, servers []MCPServer) (Call, error) {
 		servers = []MCPServer{}
 	}
 	c.rec.Cwd = cwd
-	return c.Request(MethodSessionNew, NewSessionParams{Cwd: cwd, MCPServers: servers}, "")
+	return c.Request(MethodSessionNew, NewSessionParams{Cwd: cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // LoadSession encodes session/load for the recorded session; updates until
@@ -216,7 +224,7 @@ func (c *Client) resumeCall(method string, servers []MCPServer) (Call, error) {
 	if servers == nil {
 		servers = []MCPServer{}
 	}
-	return c.Request(method, LoadSessionParams{SessionID: c.rec.ACPSessionID, Cwd: c.rec.Cwd, MCPServers: servers}, "")
+	return c.Request(method, LoadSessionParams{SessionID: c.rec.ACPSessionID, Cwd: c.rec.Cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // Capabilities decodes the negotiated agent capabilities.

@@ -79,17 +79,21 @@ type EnvVariable struct {
 	Value string `json:"value"`
 }
 
-// NewSessionParams is session/new.
+// NewSessionParams is session/new. Meta is the session _meta (tools.md §5:
+// instructions and model), omitted when empty.
 type NewSessionParams struct {
-	Cwd        string      `json:"cwd"`
-	MCPServers []MCPServer `json:"mcpServers"`
+	Cwd        string          `json:"cwd"`
+	MCPServers []MCPServer     `json:"mcpServers"`
+	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
-// LoadSessionParams is session/load and session/resume.
+// LoadSessionParams is session/load and session/resume; Meta as in
+// NewSessionParams (the Claude adapter builds a resumed session from it).
 type LoadSessionParams struct {
-	SessionID  string      `json:"sessionId"`
-	Cwd        string      `json:"cwd"`
-	MCPServers []MCPServer `json:"mcpServers"`
+	SessionID  string          `json:"sessionId"`
+	Cwd        string          `json:"cwd"`
+	MCPServers []MCPServer     `json:"mcpServers"`
+	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
 // SessionResult is the answer of session/new (and the optional body of

@@ -511,6 +511,14 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
+	rc, err := parseRunContext(payload)
+	if err != nil {
+		return nil, err
+	}
+	if err := storeRunContext(m.cfg.StateDir, b, rc); err != nil {
+		m.log.Error("store run context", "err", err)
+		return nil, failed("the run's instructions or runtime context could not be stored")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Binding = b
@@ -533,6 +541,7 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			Cwd             string   `json:"cwd"`
 			PermissionMode  string   `json:"permissionMode"`
 			ProviderVersion string   `json:"providerVersion"`
+			Model           *string  `json:"model"`
 		} `json:"provider"`
 		CompletionContract struct {
 			Revision string `json:"revision"`
@@ -565,6 +574,9 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, failed("provider descriptor permissionMode is not supported")
 	}
 	b.PermissionMode = mode
+	if b.Model, err = parseModel(d.Model); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -655,7 +667,13 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 
 // open spawns the agent and runs the handshake.
 func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Binding, resume bool) error {
+	meta, err := sessionMeta(m.cfg.StateDir, b)
+	if err != nil {
+		m.log.Error("session meta unavailable", "err", err)
+		return failed("the run's instructions could not be read")
+	}
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
+	env = modelEnv(b.Agent, b.Model, env)
 	argv := append([]string{b.Command}, b.Args...)
 	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env})
 	if err != nil {
@@ -669,6 +687,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		m.cl.ResetProcess()
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
+	m.cl.SetSessionMeta(meta)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
 	if err == nil {
 		err = m.commitThenWriteLocked(nil, nil)
