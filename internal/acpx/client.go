@@ -379,6 +379,40 @@ func (c *Client) SetRuntimeRequestID(id json.RawMessage, runtimeRequestID string
 	}
 }
 
+// SetRuntimeRequest links a pending agent request to its PRP runtime
+// request: id, tool call item and offered choices (tools.md §7).
+func (c *Client) SetRuntimeRequest(id json.RawMessage, runtimeRequestID, itemID string, choices map[string]string) {
+	key := idKey(id)
+	if r, ok := c.wire().AgentRequests[key]; ok {
+		r.RuntimeRequestID, r.ItemID, r.Choices = runtimeRequestID, itemID, choices
+		c.wire().AgentRequests[key] = r
+	}
+}
+
+// RuntimeRequestFor finds the pending agent request linked to a PRP
+// runtime_request id.
+func (c *Client) RuntimeRequestFor(runtimeRequestID string) (id json.RawMessage, r AgentRequest, ok bool) {
+	for key, r := range c.wire().AgentRequests {
+		if r.RuntimeRequestID == runtimeRequestID {
+			return json.RawMessage(key), r, true
+		}
+	}
+	return nil, AgentRequest{}, false
+}
+
+// AgentRequest returns the pending agent request id.
+func (c *Client) AgentRequest(id json.RawMessage) (AgentRequest, bool) {
+	r, ok := c.wire().AgentRequests[idKey(id)]
+	return r, ok
+}
+
+// ForgetAgentRequest drops a pending agent request without answering it
+// (the agent withdrew it, or its turn ended): a later request.resolve
+// finds nothing.
+func (c *Client) ForgetAgentRequest(id json.RawMessage) {
+	delete(c.wire().AgentRequests, idKey(id))
+}
+
 // Feed consumes agent stdout bytes and returns the complete messages in
 // order. Bytes after the last newline are kept in the record. A fatal
 // stream error (ErrFrameExceeded, ErrTooManyBadLines, ErrUnknownResponse)
@@ -700,6 +734,18 @@ func (c *Client) PendingPermissions() []AgentRequest {
 	for _, key := range sortedKeys(c.wire().AgentRequests) {
 		if r := c.wire().AgentRequests[key]; r.Method == MethodRequestPermission {
 			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// PendingPermissionIDs lists the agent request ids of PendingPermissions,
+// in the same order.
+func (c *Client) PendingPermissionIDs() []json.RawMessage {
+	var out []json.RawMessage
+	for _, key := range sortedKeys(c.wire().AgentRequests) {
+		if c.wire().AgentRequests[key].Method == MethodRequestPermission {
+			out = append(out, json.RawMessage(key))
 		}
 	}
 	return out

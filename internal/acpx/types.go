@@ -276,13 +276,16 @@ type PermissionRequest struct {
 	SessionID string             `json:"sessionId"`
 	ToolCall  PermissionToolCall `json:"toolCall"`
 	Options   []PermissionOption `json:"options"`
+	// Meta may carry claudeCode.toolName (tools.md §6).
+	Meta json.RawMessage `json:"_meta,omitempty"`
 }
 
 // PermissionToolCall is the part of the tool call runnerd reads.
 type PermissionToolCall struct {
-	ToolCallID string `json:"toolCallId"`
-	Title      string `json:"title,omitempty"`
-	Kind       string `json:"kind,omitempty"`
+	ToolCallID string          `json:"toolCallId"`
+	Title      string          `json:"title,omitempty"`
+	Kind       string          `json:"kind,omitempty"`
+	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
 // PermissionOption is one choice offered to the user.

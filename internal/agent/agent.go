@@ -856,12 +856,9 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	turnID := m.cl.ActiveTurn()
 	m.byRun = kind == RunCancel
-	var evs []acpx.Event
-	for _, pr := range m.cl.PendingPermissions() {
-		if pr.RuntimeRequestID != "" {
-			evs = append(evs, m.mapper.PermissionResolved(pr.TurnID, pr.RuntimeRequestID, acpx.PermissionOutcome{Outcome: "cancelled"}, false)...)
-		}
-	}
+	// Pending runtime requests are cancelled; the agent gets
+	// {outcome:"cancelled"} from Client.Cancel (acp.md §4.4 step 2).
+	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "interrupted", keepRequests)
 	lines, err := m.cl.Cancel()
 	if err != nil {
 		m.mu.Unlock()
@@ -907,6 +904,13 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 // CloseSession is session.close: stop the agent, keep the record
 // resumable (acpx "release").
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
+	m.mu.Lock()
+	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "session_closed", forgetRequests)
+	err := m.commitThenWriteLocked(evs, nil)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	m.stopAgent(ctx, stopRelease)
 	return jsonenc.MustMarshalEscaped(map[string]any{"closed": true}), nil
 }
@@ -934,13 +938,20 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	return jsonenc.MustMarshalEscaped(map[string]any{"destroyed": true}), nil
 }
 
-// Resolve is request.resolve commandID: it answers the agent request
-// behind a runtime_request.created still pending. The write that records
-// the answer also records the completed result (prp.md §7.2 item 8).
+// Resolve is request.resolve commandID (tools.md §6, §7): it answers the
+// agent request behind a pending runtime_request.created, either by
+// resolution.action (accept, accept_for_session, decline, cancel: the ACP
+// option of that kind) or by a raw response (an optionId, answers, or
+// outcome cancelled). The write that records the answer also records the
+// completed result {status:"delivered", requestId} (prp.md §7.2 item 8).
 func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
-		RequestID string `json:"requestId"`
-		Response  struct {
+		RequestID  string `json:"requestId"`
+		TurnID     string `json:"turnId"`
+		Resolution *struct {
+			Action string `json:"action"`
+		} `json:"resolution"`
+		Response struct {
 			OptionID string `json:"optionId"`
 			Outcome  string `json:"outcome"`
 			Answers  []struct {
@@ -954,30 +965,44 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cl == nil || m.proc == nil {
+	if m.cl == nil || m.proc == nil || m.proc.lost {
 		return nil, failed("no agent request is pending")
 	}
-	id, turnID, ok := m.cl.AgentRequestFor(p.RequestID)
+	id, req, ok := m.cl.RuntimeRequestFor(p.RequestID)
 	if !ok {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	o := acpx.PermissionOutcome{Outcome: "cancelled"}
-	opt := p.Response.OptionID
-	if opt == "" && len(p.Response.Answers) > 0 {
-		opt = p.Response.Answers[0].OptionID
-		if opt == "" {
-			opt = p.Response.Answers[0].Value
+	rr := acpx.RuntimeRequestOf(req)
+	var o acpx.PermissionOutcome
+	var action string
+	if p.Resolution != nil && p.Resolution.Action != "" {
+		action = p.Resolution.Action
+		if o, ok = acpx.ActionOutcome(rr.Choices, action); !ok {
+			return nil, failed("request.resolve action is not one of the request's choices")
 		}
-	}
-	if opt != "" && p.Response.Outcome != "cancelled" {
-		o = acpx.PermissionOutcome{Outcome: "selected", OptionID: opt}
+	} else {
+		o = acpx.PermissionOutcome{Outcome: "cancelled"}
+		opt := p.Response.OptionID
+		if opt == "" && len(p.Response.Answers) > 0 {
+			opt = p.Response.Answers[0].OptionID
+			if opt == "" {
+				opt = p.Response.Answers[0].Value
+			}
+		}
+		if act, isAction := rr.Choices[opt]; isAction && opt != acpx.ActionCancel {
+			opt = act // a choice key given as the option
+		}
+		if opt != "" && opt != acpx.ActionCancel && p.Response.Outcome != "cancelled" {
+			o = acpx.PermissionOutcome{Outcome: "selected", OptionID: opt}
+		}
+		action = acpx.ActionOf(rr.Choices, o)
 	}
 	line, err := m.cl.Respond(id, acpx.PermissionResponse{Outcome: o})
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	evs := m.mapper.PermissionResolved(turnID, p.RequestID, o, false)
-	result := jsonenc.MustMarshalEscaped(map[string]any{"resolved": true})
+	evs := m.mapper.RequestResolved(rr, action)
+	result := jsonenc.MustMarshalEscaped(map[string]any{"status": "delivered", "requestId": p.RequestID})
 	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
 	}

@@ -160,9 +160,9 @@ func TestRequestResolve(t *testing.T) {
 	require.Error(t, err, "an unknown request id is refused")
 	res, err := r.m.Resolve("cmd-resolve", jsonenc.MustMarshalEscaped(map[string]any{"requestId": id, "turnId": "pturn-1", "response": map[string]any{"optionId": "allow"}}))
 	require.NoError(t, err)
-	require.JSONEq(t, `{"resolved":true}`, string(res))
+	require.JSONEq(t, `{"status":"delivered","requestId":"`+id+`"}`, string(res))
 	evs = r.sink.waitEvent(t, "run.terminal")
-	require.Equal(t, "allow", payloadOf(evs, "runtime_request.resolved")["optionId"])
+	require.Equal(t, "accept", payloadOf(evs, "runtime_request.resolved")["action"])
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 	text := ""
 	for _, e := range evs {

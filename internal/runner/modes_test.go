@@ -253,3 +253,166 @@ func mustJSON(t *testing.T, v any) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// waitType waits until the core holds at least n events of typ.
+func (h *harness) waitType(typ string, n int) []prptest.Event {
+	h.t.Helper()
+	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		return len(prptest.OfType(prptest.DecodeEvents(h.t, s.Events), typ)) >= n
+	})
+	return prptest.DecodeEvents(h.t, s.Events)
+}
+
+// startTurn queues turn.start and requires it accepted.
+func (h *harness) startTurn(text string) {
+	h.t.Helper()
+	b, _ := json.Marshal(map[string]string{"text": text})
+	res := h.waitResult(h.queue("turn.start", string(b)).CommandID)
+	require.Equal(h.t, "completed", res.Status, string(res.Result))
+}
+
+// resolveLatest answers the newest runtime request with action and
+// checks the tools.md §7 result; it returns the request.
+func (h *harness) resolveLatest(n int, action string) (map[string]any, prp.CommandResultPayload) {
+	h.t.Helper()
+	evs := prptest.OfType(h.waitType("runtime_request.created", n), "runtime_request.created")
+	req := payloadMap(h.t, evs[n-1])["request"].(map[string]any)
+	b, _ := json.Marshal(map[string]any{"requestId": req["requestId"], "turnId": req["turnId"],
+		"resolution": map[string]any{"action": action}})
+	return req, h.waitResult(h.queue("request.resolve", string(b)).CommandID)
+}
+
+// TestTools09_PermissionModes: each permission mode against fakeacp's
+// permission scenarios (tools.md §6): approve-all allows and deny-all
+// rejects at once with no PRP event; the reserved paperclip_finish is
+// allowed even under deny-all; approve-paperclip allows a bridge tool
+// (mcp__paperclip__…, recognised by _meta.claudeCode.toolName) at once but
+// makes a shell tool a runtime request; approve-reads allows a read at
+// once and asks for a shell tool; manual asks for everything. Every event
+// validates against the reference schemas.
+func TestTools09_PermissionModes(t *testing.T) {
+	type step struct {
+		text string
+		ask  bool   // a runtime request, answered accept
+		said string // the agent's verdict
+	}
+	allow, reject := "permission outcome allow", "permission outcome reject"
+	for mode, steps := range map[string][]step{
+		"approve-all":       {{"permission shell", false, allow}, {"permission bridge issue_comment", false, allow}},
+		"deny-all":          {{"permission shell", false, reject}, {"permission bridge issue_comment", false, reject}, {"permission bridge paperclip_finish", false, allow}},
+		"approve-paperclip": {{"permission bridge issue_comment", false, allow}, {"permission shell", true, allow}, {"permission bridge paperclip_block", false, allow}},
+		"approve-reads":     {{"permission read /etc/hosts", false, allow}, {"permission shell", true, allow}},
+		"manual":            {{"permission read /etc/hosts", true, allow}},
+	} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.agentRun()
+			require.Equal(t, "completed", h.prepareDesc(nil, map[string]any{"permissionMode": mode}).Status)
+			require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+			asked := 0
+			for i, s := range steps {
+				h.startTurn(s.text)
+				if s.ask {
+					asked++
+					_, res := h.resolveLatest(asked, "accept")
+					require.Equal(t, "completed", res.Status, string(res.Result))
+				}
+				evs := h.waitTerminals(i + 1)
+				require.Len(t, prptest.OfType(evs, "runtime_request.created"), asked, "%s: %s", mode, s.text)
+				require.Len(t, prptest.OfType(evs, "runtime_request.resolved"), asked)
+				require.Equal(t, i+1, strings.Count(saidIn(t, evs), "permission outcome"))
+				require.True(t, strings.HasSuffix(saidIn(t, evs), s.said), "%s: %s → %q", mode, s.text, saidIn(t, evs))
+			}
+			h.requireValidAll()
+		})
+	}
+}
+
+// TestTools09_RequestResolveChoices: a runtime request offers accept,
+// accept_for_session (only when the agent offers allow_always), decline
+// and cancel, never reject_always; request.resolve picks the ACP option
+// of that kind, answers {status:"delivered", requestId}, and emits
+// runtime_request.resolved {provider, requestId, status:"delivered",
+// requestKind, turnId, itemId, action} (tools.md §6, §7).
+func TestTools09_RequestResolveChoices(t *testing.T) {
+	t.Run("each choice", func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.agentRun()
+		require.Equal(t, "completed", h.prepareDesc(nil, map[string]any{"permissionMode": "approve-paperclip"}).Status)
+		require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+		want := map[string]string{"accept": "permission outcome allow", "accept_for_session": "permission outcome allow-always",
+			"decline": "permission outcome reject", "cancel": ""}
+		for i, action := range []string{"accept", "accept_for_session", "decline", "cancel"} {
+			h.startTurn("permission shell")
+			req, res := h.resolveLatest(i+1, action)
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			require.JSONEq(t, `{"status":"delivered","requestId":"`+req["requestId"].(string)+`"}`, string(res.Result))
+			// The v1 shape of tools.md §7.
+			require.Equal(t, "paperclip.runtime_request.v1", req["schema"])
+			require.Equal(t, "runtime", req["requestKind"])
+			require.Equal(t, "permission", req["type"])
+			require.Equal(t, "pending", req["status"])
+			require.Equal(t, "Bash", req["prompt"])
+			require.Equal(t, []any{
+				map[string]any{"key": "accept", "label": "Accept"},
+				map[string]any{"key": "accept_for_session", "label": "Accept for this session"},
+				map[string]any{"key": "decline", "label": "Decline"},
+				map[string]any{"key": "cancel", "label": "Cancel"},
+			}, req["choices"])
+			require.NotEmpty(t, req["turnId"])
+			require.NotEmpty(t, req["itemId"])
+			require.Equal(t, map[string]any{"adapter": "acpx", "provider": "claude", "method": "session/request_permission"}, req["origin"])
+			require.Equal(t, "Bash", req["details"].(map[string]any)["toolName"])
+			evs := h.waitTerminals(i + 1)
+			resolved := prptest.OfType(evs, "runtime_request.resolved")
+			require.Len(t, resolved, i+1)
+			p := payloadMap(t, resolved[i])
+			for k, v := range map[string]any{"provider": "acpx", "requestId": req["requestId"], "status": "delivered",
+				"requestKind": "runtime", "turnId": req["turnId"], "itemId": req["itemId"], "action": action} {
+				require.Equal(t, v, p[k], "resolved.%s", k)
+			}
+			if want[action] != "" {
+				require.True(t, strings.HasSuffix(saidIn(t, evs), want[action]), "%s → %q", action, saidIn(t, evs))
+			}
+		}
+		h.requireValidAll()
+	})
+	t.Run("no allow_always offered", func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.agentRun()
+		require.Equal(t, "completed", h.prepareDesc([]string{"--permission-no-always"}, map[string]any{"permissionMode": "manual"}).Status)
+		require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+		h.startTurn("permission shell")
+		req, res := h.resolveLatest(1, "accept_for_session")
+		require.Equal(t, "failed", res.Status, "a choice the request does not offer")
+		require.Len(t, req["choices"], 3)
+		_, res = h.resolveLatest(1, "decline")
+		require.Equal(t, "completed", res.Status, string(res.Result))
+		require.True(t, strings.HasSuffix(saidIn(t, h.waitTerminals(1)), "permission outcome reject"))
+	})
+}
+
+// TestTools09_OpenRequestCancelledByInterrupt: a runtime request still
+// open when the turn is interrupted ends as runtime_request.cancelled with
+// replayAllowed false; a later request.resolve finds nothing (tools.md §7).
+func TestTools09_OpenRequestCancelledByInterrupt(t *testing.T) {
+	h := newHarness(t, nil)
+	h.agentRun()
+	require.Equal(t, "completed", h.prepareDesc(nil, map[string]any{"permissionMode": "manual"}).Status)
+	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	h.startTurn("permission shell")
+	evs := prptest.OfType(h.waitType("runtime_request.created", 1), "runtime_request.created")
+	req := payloadMap(t, evs[0])["request"].(map[string]any)
+	res := h.waitResult(h.queue("turn.interrupt", `{}`).CommandID)
+	require.Equal(t, "completed", res.Status)
+	all := h.waitTerminals(1)
+	cancelled := prptest.OfType(all, "runtime_request.cancelled")
+	require.Len(t, cancelled, 1)
+	p := payloadMap(t, cancelled[0])
+	require.Equal(t, false, p["replayAllowed"])
+	require.Equal(t, "cancelled", p["status"])
+	require.Equal(t, req["requestId"], p["requestId"])
+	_, res = h.resolveLatest(1, "accept")
+	require.Equal(t, "failed", res.Status)
+	h.requireValidAll()
+}

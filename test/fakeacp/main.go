@@ -57,6 +57,7 @@ type config struct {
 	cancelOwnTerm    bool
 	transcript       string
 	recordMeta       string
+	permNoAlways     bool
 }
 
 func main() {
@@ -104,6 +105,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.cancelOwnTerm, "cancel-own-terminal", false, "on cancel, $/cancel_request its own pending terminal/create")
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
 	fs.StringVar(&c.recordMeta, "record-meta", "", "append {method, _meta} of each session/new, load and resume as NDJSON to this file")
+	fs.BoolVar(&c.permNoAlways, "permission-no-always", false, "permission requests offer only allow_once and reject_once")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
