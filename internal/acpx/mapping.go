@@ -157,13 +157,14 @@ func (mp Mapper) SessionOpened(rec Record, resumed bool, d Descriptor) []Event {
 	}
 }
 
-// TurnStarted yields turn.started once the prompt is written and resets
-// the per-turn state.
+// TurnStarted yields turn.started once the prompt is written (payload as
+// tools.md §7) and resets the per-turn state.
 func (mp Mapper) TurnStarted(st *MapState, turnID string) []Event {
 	st.Items, st.Order, st.LastMessage, st.PlanRevision = nil, nil, "", 0
 	st.CostAtTurnStart = st.Cost
 	return []Event{{EventType: "turn.started", Priority: P1, TurnID: turnID,
-		Payload: map[string]any{"providerTurnId": turnID}}}
+		Payload: map[string]any{"provider": "acpx", "providerTurnId": turnID, "status": "inProgress",
+			"turn": map[string]any{"id": turnID, "status": "inProgress"}}}}
 }
 
 // Update maps one session/update of turn turnID ("" outside a turn).

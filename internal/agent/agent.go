@@ -47,6 +47,14 @@ type Stored struct {
 	// restart uses it to tell whether the prompt reached the agent
 	// (prp.md §7.2 item 8).
 	Prompt *PromptDelivery `json:"prompt,omitempty"`
+	// Closed is set by a deliberate stop (an interrupted or stopped turn,
+	// turn.stop, session.close, session.destroy): a turn.start before the
+	// next session.open is rejected session_not_open, never a loss
+	// sequence (tools.md §7).
+	Closed bool `json:"closed,omitempty"`
+	// TurnIDs are the provider turn ids used so far, oldest first, at most
+	// MaxUsedTurnIDs: a turn.start turnId never repeats one (tools.md §7).
+	TurnIDs []string `json:"turnIds,omitempty"`
 }
 
 // PromptDelivery is a turn.start prompt written as a stdin file under its
@@ -152,10 +160,12 @@ const (
 )
 
 // CommandError is a failed command with a protocol-named code; its Message
-// is a fixed text, never provider output.
+// is a fixed text, never provider output. Rejected marks a refusal before
+// any effect: the command result's status is rejected, not failed.
 type CommandError struct {
-	Code    string
-	Message string
+	Code     string
+	Message  string
+	Rejected bool
 }
 
 func (e *CommandError) Error() string { return e.Message }
@@ -597,7 +607,8 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		result := jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"})
+		m.st.Closed = false
+		result := m.openResultLocked(true, rec, b)
 		err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result})
 		m.mu.Unlock()
 		if err != nil {
@@ -636,12 +647,9 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		defer m.mu.Unlock()
 		rec := m.cl.Record()
 		m.st.Loss = ""
+		m.st.Closed = false
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		outcome := "started"
-		if resume {
-			outcome = "resumed"
-		}
-		result := jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome})
+		result := m.openResultLocked(resume, rec, b)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err
 		}
@@ -771,21 +779,35 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 // turn.started also records the completed result (prp.md §7.2 item 8).
 func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
-		Text string `json:"text"`
+		Text   string  `json:"text"`
+		TurnID *string `json:"turnId"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil || strings.TrimSpace(p.Text) == "" {
 		return nil, failed("turn.start needs a non-empty text")
 	}
+	if p.TurnID != nil && !turnIDPattern.MatchString(*p.TurnID) {
+		return nil, rejected(CodeInvalidTurnID, "turn.start turnId does not match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cl == nil || m.cl.Record().ACPSessionID == "" {
-		return nil, failed("no open session; run session.open first")
+	if m.cl == nil || m.cl.Record().ACPSessionID == "" || m.st.Closed {
+		// After a deliberate stop the session is closed, not lost: a clear
+		// refusal, never a loss sequence (tools.md §7).
+		return nil, rejected(CodeSessionNotOpen, "no open session; run session.open first")
 	}
 	if m.cl.ActiveTurn() != "" {
 		return nil, failed("a turn is already active")
 	}
-	m.st.NextTurn++
-	turnID := fmt.Sprintf("pturn-%d", m.st.NextTurn)
+	next := m.st.NextTurn
+	var turnID string
+	if p.TurnID != nil {
+		if m.usedTurnLocked(*p.TurnID) {
+			return nil, rejected(CodeInvalidTurnID, "turn.start turnId was already used in this session")
+		}
+		turnID = *p.TurnID
+	} else {
+		turnID = m.nextTurnIDLocked()
+	}
 	loss := m.st.Loss
 	if m.proc == nil && loss == "" {
 		loss = acpx.LossProviderExit // the agent is gone: nothing can answer
@@ -799,26 +821,30 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 			loss, err = lost.Reason, nil
 		}
 		if err != nil {
-			m.st.NextTurn--
+			m.st.NextTurn = next
 			return nil, failed("the turn could not be started")
 		}
 	}
+	m.recordTurnLocked(turnID)
 	evs := m.mapper.TurnStarted(m.cl.Map(), turnID)
+	accepted := map[string]any{"status": "accepted", "providerTurnId": turnID}
 	if loss != "" {
 		// A loss latched between turns fails this one at once (acp.md §5.1).
 		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), turnID, loss)...)
 		m.st.Loss = ""
-		result := jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)})
+		accepted["lossReason"] = string(loss)
+		result := jsonenc.MustMarshalEscaped(accepted)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err
 		}
 		return result, nil
 	}
 	m.byRun = false
-	result := jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID})
+	result := jsonenc.MustMarshalEscaped(accepted)
 	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
-			return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
+			accepted["lossReason"] = string(acpx.LossWriteError)
+			return jsonenc.MustMarshalEscaped(accepted), nil
 		}
 		return nil, err
 	}
@@ -844,14 +870,27 @@ const (
 // session/cancel, cancelled answers to pending permissions, wait up to the
 // cancel grace, then stop the agent and set resetOnNextEnsure.
 func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage, error) {
+	reason := cancelReason(kind)
 	m.mu.Lock()
 	if m.cl == nil || m.cl.ActiveTurn() == "" {
-		m.mu.Unlock()
-		res := map[string]any{"cancelled": false}
-		if kind == StopTurn {
-			// turn.stop proves the provider is gone even between turns.
-			res["providerExitConfirmed"] = m.stopAgent(ctx, stopRelease)
+		if kind != StopTurn {
+			m.mu.Unlock()
+			return jsonenc.MustMarshalEscaped(map[string]any{"status": "already_settled", "reason": reason}), nil
 		}
+		// turn.stop proves the provider is gone even between turns, and
+		// closes the session (tools.md §7).
+		res := map[string]any{"status": "stopped", "reason": reason}
+		if t := m.lastTurnLocked(); t != "" {
+			res["providerTurnId"] = t
+		}
+		evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "stopped", forgetRequests)
+		m.st.Closed = m.cl != nil
+		err := m.commitThenWriteLocked(evs, nil)
+		m.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		res["providerExitConfirmed"] = m.stopAgent(ctx, stopRelease)
 		return jsonenc.MustMarshalEscaped(res), nil
 	}
 	turnID := m.cl.ActiveTurn()
@@ -865,6 +904,9 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 		return nil, failed("the turn could not be cancelled")
 	}
 	m.cl.MarkReset()
+	// The agent is stopped below: the session is closed until the next
+	// session.open (acp.md §4.4 step 4, tools.md §7).
+	m.st.Closed = true
 	done := m.turnSettledLocked()
 	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
@@ -894,9 +936,9 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	m.mu.Unlock()
 	confirmed := m.stopAgent(ctx, stopRelease)
-	res := map[string]any{"cancelled": true, "providerTurnId": turnID}
+	res := map[string]any{"status": "interrupt_requested", "providerTurnId": turnID, "reason": reason}
 	if kind == StopTurn {
-		res["providerExitConfirmed"] = confirmed
+		res["status"], res["providerExitConfirmed"] = "stopped", confirmed
 	}
 	return jsonenc.MustMarshalEscaped(res), nil
 }
@@ -906,6 +948,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
 	m.mu.Lock()
 	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "session_closed", forgetRequests)
+	m.st.Closed = m.cl != nil
 	err := m.commitThenWriteLocked(evs, nil)
 	m.mu.Unlock()
 	if err != nil {
@@ -931,6 +974,7 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	defer m.mu.Unlock()
 	m.cl = nil
 	m.st.Loss = ""
+	m.st.Closed = true
 	if err := m.commitThenWriteLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
 		Payload: map[string]any{"reason": "destroyed"}}}, nil); err != nil {
 		return nil, err

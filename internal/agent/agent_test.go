@@ -24,7 +24,12 @@ func TestACP01_02_ColdOpenEchoTurn(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	res := r.open()
-	require.JSONEq(t, `{"providerSessionId":"sess-0001","outcome":"started"}`, string(res))
+	var opened map[string]any
+	require.NoError(t, json.Unmarshal(res, &opened))
+	require.Greater(t, opened["processId"], float64(1), "the agent's pid")
+	delete(opened, "processId")
+	require.Equal(t, map[string]any{"status": "started", "provider": "acpx", "driver": "acpx_runtime",
+		"providerVersion": "", "providerSessionId": "sess-0001", "sessionId": "sess-0001"}, opened, "tools.md §7 session.open result")
 	st, evs := r.sink.snapshot()
 	require.Equal(t, []string{"harness.ready", "session.started"}, types(evs))
 	require.Equal(t, "sess-0001", st.Session.ACPSessionID)
@@ -97,7 +102,7 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 	// Next open: fresh (the record was never prompted), agent works.
 	r.prepare()
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"started"`)
+	require.Contains(t, string(res), `"status":"started"`)
 }
 
 // TestFlowControl: provider output waits while something sent is not yet
@@ -192,7 +197,7 @@ func TestDestroyAndSteer(t *testing.T) {
 	require.Nil(t, st.Session)
 	require.Equal(t, "session.closed", evs[len(evs)-1].EventType)
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"started"`)
+	require.Contains(t, string(res), `"status":"started"`)
 }
 
 // TestLargePayloadStagedInFile: a launch payload whose base64 exceeds

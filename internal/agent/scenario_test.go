@@ -62,7 +62,8 @@ func TestACP08_Interrupt(t *testing.T) {
 	r.turn("sleep 10000")
 	r.waitTurnRunning("turn.started")
 	res := r.cancel(Interrupt)
-	require.Equal(t, true, res["cancelled"])
+	require.Equal(t, "interrupt_requested", res["status"])
+	require.Equal(t, "turn.interrupt", res["reason"])
 	st, evs := r.sink.snapshot()
 	require.Equal(t, 1, count(evs, "turn.interrupted"))
 	require.Equal(t, 1, count(evs, "run.terminal"))
@@ -344,7 +345,7 @@ func TestRestartDuringHandshake(t *testing.T) {
 	require.NoError(t, m2.Start())
 	r.prepare()
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"started"`)
+	require.Contains(t, string(res), `"status":"started"`)
 	entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
 	dirs := 0
 	for _, e := range entries {
@@ -391,7 +392,7 @@ func TestACP20_InterruptAfterRestart(t *testing.T) {
 	r.m = m2 // the rig's cleanup shuts it down
 	require.NoError(t, m2.Start())
 	res := r.cancel(Interrupt)
-	require.Equal(t, true, res["cancelled"])
+	require.Equal(t, "interrupt_requested", res["status"])
 	_, evs := r.sink.snapshot()
 	var said string
 	for _, e := range evs {

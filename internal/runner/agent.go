@@ -245,6 +245,16 @@ func (a *agentExec) handlers() map[string]Handler {
 	}
 }
 
+// rejectedByAgent returns the agent's refusal behind err (status
+// rejected: the command had no effect), or nil.
+func rejectedByAgent(err error) *agent.CommandError {
+	var ce *agent.CommandError
+	if errors.As(err, &ce) && ce.Rejected {
+		return ce
+	}
+	return nil
+}
+
 // commandFailure is the result of a handler error: a protocol-named code
 // from the agent (e.g. session_handshake_timeout, acp.md §4.1), else nil
 // for the loop's command_execution_failed.

@@ -148,7 +148,7 @@ func TestTools08_InstructionsAndModelInSessionMeta(t *testing.T) {
 			require.Equal(t, "completed", h.waitResult(h.queue("session.close", `{}`).CommandID).Status)
 			open := h.waitResult(h.queue("session.open", `{}`).CommandID)
 			require.Equal(t, "completed", open.Status, string(open.Result))
-			require.Contains(t, string(open.Result), `"resumed"`)
+			require.Contains(t, string(open.Result), `"status":"resumed"`)
 
 			want := `{"systemPrompt":{"append":` + string(mustJSON(t, instructions)) + `},"claudeCode":{"options":{"model":"` + model + `"}}}`
 			lines := metaLines(t, metaFile)
@@ -415,4 +415,121 @@ func TestTools09_OpenRequestCancelledByInterrupt(t *testing.T) {
 	_, res = h.resolveLatest(1, "accept")
 	require.Equal(t, "failed", res.Status)
 	h.requireValidAll()
+}
+
+func resultMap(t *testing.T, res prp.CommandResultPayload) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(res.Result, &m))
+	return m
+}
+
+// TestToolsS7_CommandResults: the result shapes of tools.md §7 —
+// session.open {status, provider, driver, providerVersion,
+// providerSessionId, sessionId, processId}; turn.start {status:"accepted",
+// providerTurnId} with a server-chosen turnId (pattern checked, never
+// repeated) and turn.started {provider, providerTurnId, status, turn};
+// turn.interrupt and run.cancel without a turn {status:"already_settled",
+// reason}, with one {status:"interrupt_requested", providerTurnId,
+// reason}; turn.stop {status:"stopped", providerTurnId, reason,
+// providerExitConfirmed:true}.
+func TestToolsS7_CommandResults(t *testing.T) {
+	h := newHarness(t, nil)
+	run := h.agentRun()
+	require.Equal(t, "completed", h.prepareDesc(nil, map[string]any{"providerVersion": "acp-test-1"}).Status)
+	open := h.waitResult(h.queue("session.open", `{}`).CommandID)
+	require.Equal(t, "completed", open.Status)
+	o := resultMap(t, open)
+	require.Greater(t, o["processId"], float64(1))
+	delete(o, "processId")
+	require.Equal(t, map[string]any{"status": "started", "provider": "acpx", "driver": "acpx_runtime",
+		"providerVersion": "acp-test-1", "providerSessionId": "sess-0001", "sessionId": "sess-0001"}, o)
+
+	res := h.waitResult(h.queue("turn.start", `{"text":"echo one","turnId":"srv-turn.1"}`).CommandID)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	require.JSONEq(t, `{"status":"accepted","providerTurnId":"srv-turn.1"}`, string(res.Result))
+	evs := h.waitTerminals(1)
+	started := payloadMap(t, prptest.OfType(evs, "turn.started")[0])
+	require.Equal(t, map[string]any{"provider": "acpx", "providerTurnId": "srv-turn.1", "status": "inProgress",
+		"turn": map[string]any{"id": "srv-turn.1", "status": "inProgress"}}, started)
+
+	for _, bad := range []string{`"srv-turn.1"`, `"-lead"`, `"` + strings.Repeat("a", 65) + `"`, `"a b"`} {
+		res = h.waitResult(h.queue("turn.start", `{"text":"echo again","turnId":`+bad+`}`).CommandID)
+		require.Equal(t, "rejected", res.Status, bad)
+		require.Equal(t, agent.CodeInvalidTurnID, resultCodeOf(t, res))
+	}
+	res = h.waitResult(h.queue("turn.start", `{"text":"echo two"}`).CommandID)
+	require.JSONEq(t, `{"status":"accepted","providerTurnId":"pturn-1"}`, string(res.Result))
+	h.waitTerminals(2)
+
+	for _, typ := range []string{"turn.interrupt", "run.cancel"} {
+		res = h.waitResult(h.queue(typ, `{}`).CommandID)
+		require.Equal(t, "completed", res.Status)
+		require.JSONEq(t, `{"status":"already_settled","reason":"`+typ+`"}`, string(res.Result))
+	}
+	res = h.waitResult(h.queue("turn.start", `{"text":"sleep 10000"}`).CommandID)
+	require.Equal(t, "completed", res.Status)
+	res = h.waitResult(h.queue("turn.interrupt", `{}`).CommandID)
+	require.JSONEq(t, `{"status":"interrupt_requested","providerTurnId":"pturn-2","reason":"turn.interrupt"}`, string(res.Result))
+	h.waitTerminals(3)
+
+	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	res = h.waitResult(h.queue("turn.start", `{"text":"sleep 10000"}`).CommandID)
+	require.Equal(t, "completed", res.Status)
+	res = h.waitResult(h.queue("turn.stop", `{}`).CommandID)
+	require.JSONEq(t, `{"status":"stopped","providerTurnId":"pturn-3","reason":"turn.stop","providerExitConfirmed":true}`, string(res.Result))
+	h.waitTerminals(4)
+	h.requireValidAll()
+	run.cancel()
+	require.NoError(t, run.wait(t))
+
+	// The used ids are durable: after a restart srv-turn.1 is still refused.
+	h.agentRun()
+	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	res = h.waitResult(h.queue("turn.start", `{"text":"echo x","turnId":"srv-turn.1"}`).CommandID)
+	require.Equal(t, "rejected", res.Status)
+}
+
+// TestToolsS7_TurnStartAfterDeliberateStop: a turn.start after an
+// interrupt of a running turn, a turn.stop or a session.close, without a
+// new session.open, is rejected {code:"session_not_open"} and emits no
+// event: no loss sequence (tools.md §7; issue 13's second defect, where it
+// failed as a channel loss with turn.failed). An interrupt between turns
+// (already_settled) leaves the session open. After session.open turns work
+// again.
+func TestToolsS7_TurnStartAfterDeliberateStop(t *testing.T) {
+	for _, stop := range []string{"turn.interrupt", "turn.stop", "session.close"} {
+		t.Run(stop, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.agentRun()
+			// A closed session resumes by session/load.
+			require.Equal(t, "completed", h.prepareDesc([]string{"--supports-load-session"}, nil).Status)
+			require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+			h.runTurn("echo one", 1)
+			// Between turns an interrupt has nothing to stop.
+			require.Equal(t, "completed", h.waitResult(h.queue("turn.interrupt", `{}`).CommandID).Status)
+			h.runTurn("echo two", 2)
+			terminals := 2
+			if stop != "session.close" {
+				h.startTurn("sleep 10000") // accepted: the turn is active
+				terminals = 3
+			}
+			require.Equal(t, "completed", h.waitResult(h.queue(stop, `{}`).CommandID).Status)
+			before := len(h.waitTerminals(terminals))
+			res := h.waitResult(h.queue("turn.start", `{"text":"echo three"}`).CommandID)
+			require.Equal(t, "rejected", res.Status, string(res.Result))
+			require.Equal(t, agent.CodeSessionNotOpen, resultCodeOf(t, res))
+			// A later command's result proves the core saw everything the
+			// refusal could have emitted before it.
+			require.Equal(t, "completed", h.waitResult(h.queue("session.snapshot", `{}`).CommandID).Status)
+			evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
+			require.Len(t, evs, before, "no event for a refused turn.start")
+			require.Empty(t, prptest.OfType(evs, "turn.failed"))
+			require.Empty(t, prptest.OfType(evs, "harness.diagnostic"))
+
+			require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+			h.runTurn("echo four", terminals+1)
+			h.requireValidAll()
+		})
+	}
 }
