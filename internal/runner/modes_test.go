@@ -366,11 +366,11 @@ func TestTools09_RequestResolveChoices(t *testing.T) {
 			evs := h.waitTerminals(i + 1)
 			resolved := prptest.OfType(evs, "runtime_request.resolved")
 			require.Len(t, resolved, i+1)
-			p := payloadMap(t, resolved[i])
-			for k, v := range map[string]any{"provider": "acpx", "requestId": req["requestId"], "status": "delivered",
-				"requestKind": "runtime", "turnId": req["turnId"], "itemId": req["itemId"], "action": action} {
-				require.Equal(t, v, p[k], "resolved.%s", k)
-			}
+			created := payloadMap(t, prptest.OfType(evs, "runtime_request.created")[i])
+			require.Len(t, created, 1, "created payload is exactly {request}")
+			require.Equal(t, map[string]any{"provider": "acpx", "requestId": req["requestId"], "status": "delivered",
+				"requestKind": "runtime", "turnId": req["turnId"], "itemId": req["itemId"], "action": action},
+				payloadMap(t, resolved[i]), "resolved payload exactly as tools.md §7")
 			if want[action] != "" {
 				require.True(t, strings.HasSuffix(saidIn(t, evs), want[action]), "%s → %q", action, saidIn(t, evs))
 			}
