@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -532,4 +533,30 @@ func TestToolsS7_TurnStartAfterDeliberateStop(t *testing.T) {
 			h.requireValidAll()
 		})
 	}
+}
+
+// TestTools09_OpenRequestExpiresWhenAgentLost: a runtime request still
+// open when the agent dies ends as runtime_request.expired
+// {replayAllowed:false} before the failed turn's terminal; request.resolve
+// then finds nothing (tools.md §7).
+func TestTools09_OpenRequestExpiresWhenAgentLost(t *testing.T) {
+	h := newHarness(t, nil)
+	h.agentRun()
+	require.Equal(t, "completed", h.prepareDesc(nil, map[string]any{"permissionMode": "manual"}).Status)
+	open := h.waitResult(h.queue("session.open", `{}`).CommandID)
+	pid := int(resultMap(t, open)["processId"].(float64))
+	h.startTurn("permission shell")
+	h.waitType("runtime_request.created", 1)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	evs := h.waitTerminals(1)
+	expired := prptest.OfType(evs, "runtime_request.expired")
+	require.Len(t, expired, 1)
+	p := payloadMap(t, expired[0])
+	require.Equal(t, false, p["replayAllowed"])
+	require.Equal(t, "expired", p["status"])
+	require.Equal(t, "agent_lost", p["reason"])
+	require.Len(t, prptest.OfType(evs, "turn.failed"), 1)
+	_, res := h.resolveLatest(1, "accept")
+	require.Equal(t, "failed", res.Status)
+	h.requireValidAll()
 }
