@@ -115,7 +115,15 @@ type Client struct {
 	log    *slog.Logger
 	info   Implementation
 	failed error
+	// meta is the _meta of session/new, load and resume (tools.md §5). It
+	// is never recorded: the instructions may be a megabyte, and they live
+	// in a side file the owner reads at open time.
+	meta json.RawMessage
 }
+
+// SetSessionMeta sets the _meta sent with session/new, session/load and
+// session/resume; nil sends none.
+func (c *Client) SetSessionMeta(meta json.RawMessage) { c.meta = meta }
 
 // NewClient resumes a client from rec (a zero Record starts fresh).
 func NewClient(rec Record, opts ClientOptions) *Client {
@@ -209,7 +217,7 @@ func (c *Client) NewSession(cwd string, servers []MCPServer) (Call, error) {
 		servers = []MCPServer{}
 	}
 	c.rec.Cwd = cwd
-	return c.Request(MethodSessionNew, NewSessionParams{Cwd: cwd, MCPServers: servers}, "")
+	return c.Request(MethodSessionNew, NewSessionParams{Cwd: cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // LoadSession encodes session/load for the recorded session; updates until
@@ -230,7 +238,7 @@ func (c *Client) resumeCall(method string, servers []MCPServer) (Call, error) {
 	if servers == nil {
 		servers = []MCPServer{}
 	}
-	return c.Request(method, LoadSessionParams{SessionID: c.rec.ACPSessionID, Cwd: c.rec.Cwd, MCPServers: servers}, "")
+	return c.Request(method, LoadSessionParams{SessionID: c.rec.ACPSessionID, Cwd: c.rec.Cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // Capabilities decodes the negotiated agent capabilities.
@@ -383,6 +391,40 @@ func (c *Client) SetRuntimeRequestID(id json.RawMessage, runtimeRequestID string
 		r.RuntimeRequestID = runtimeRequestID
 		c.wire().AgentRequests[key] = r
 	}
+}
+
+// SetRuntimeRequest links a pending agent request to its PRP runtime
+// request: id, tool call item and offered choices (tools.md §7).
+func (c *Client) SetRuntimeRequest(id json.RawMessage, runtimeRequestID, itemID string, choices map[string]string) {
+	key := idKey(id)
+	if r, ok := c.wire().AgentRequests[key]; ok {
+		r.RuntimeRequestID, r.ItemID, r.Choices = runtimeRequestID, itemID, choices
+		c.wire().AgentRequests[key] = r
+	}
+}
+
+// RuntimeRequestFor finds the pending agent request linked to a PRP
+// runtime_request id.
+func (c *Client) RuntimeRequestFor(runtimeRequestID string) (id json.RawMessage, r AgentRequest, ok bool) {
+	for key, r := range c.wire().AgentRequests {
+		if r.RuntimeRequestID == runtimeRequestID {
+			return json.RawMessage(key), r, true
+		}
+	}
+	return nil, AgentRequest{}, false
+}
+
+// AgentRequest returns the pending agent request id.
+func (c *Client) AgentRequest(id json.RawMessage) (AgentRequest, bool) {
+	r, ok := c.wire().AgentRequests[idKey(id)]
+	return r, ok
+}
+
+// ForgetAgentRequest drops a pending agent request without answering it
+// (the agent withdrew it, or its turn ended): a later request.resolve
+// finds nothing.
+func (c *Client) ForgetAgentRequest(id json.RawMessage) {
+	delete(c.wire().AgentRequests, idKey(id))
 }
 
 // Feed consumes agent stdout bytes and returns the complete messages in
@@ -706,6 +748,18 @@ func (c *Client) PendingPermissions() []AgentRequest {
 	for _, key := range sortedKeys(c.wire().AgentRequests) {
 		if r := c.wire().AgentRequests[key]; r.Method == MethodRequestPermission {
 			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// PendingPermissionIDs lists the agent request ids of PendingPermissions,
+// in the same order.
+func (c *Client) PendingPermissionIDs() []json.RawMessage {
+	var out []json.RawMessage
+	for _, key := range sortedKeys(c.wire().AgentRequests) {
+		if c.wire().AgentRequests[key].Method == MethodRequestPermission {
+			out = append(out, json.RawMessage(key))
 		}
 	}
 	return out

@@ -157,13 +157,14 @@ func (mp Mapper) SessionOpened(rec Record, resumed bool, d Descriptor) []Event {
 	}
 }
 
-// TurnStarted yields turn.started once the prompt is written and resets
-// the per-turn state.
+// TurnStarted yields turn.started once the prompt is written (payload as
+// tools.md §7) and resets the per-turn state.
 func (mp Mapper) TurnStarted(st *MapState, turnID string) []Event {
 	st.Items, st.Order, st.LastMessage, st.PlanRevision = nil, nil, "", 0
 	st.CostAtTurnStart = st.Cost
 	return []Event{{EventType: "turn.started", Priority: P1, TurnID: turnID,
-		Payload: map[string]any{"providerTurnId": turnID}}}
+		Payload: map[string]any{"provider": "acpx", "providerTurnId": turnID, "status": "inProgress",
+			"turn": map[string]any{"id": turnID, "status": "inProgress"}}}}
 }
 
 // Update maps one session/update of turn turnID ("" outside a turn).
@@ -522,55 +523,109 @@ func (mp Mapper) names(raws []json.RawMessage, field string) []any {
 	return out
 }
 
-// PermissionRequested maps session/request_permission to
-// runtime_request.created; n numbers requests within the turn (the caller
-// keeps it durable through the request table). It returns the PRP request
-// id to link with Client.SetRuntimeRequestID.
-func (mp Mapper) PermissionRequested(turnID string, agentRequestID json.RawMessage, req PermissionRequest) (string, []Event) {
-	id := safeID(turnID) + "-permission-" + safeID(idKey(agentRequestID))
+// RuntimeRequest is a permission request surfaced as a PRP runtime
+// request: its id, the item of its tool call, and the ACP option id of
+// each offered action (RequestChoices).
+type RuntimeRequest struct {
+	ID      string
+	TurnID  string
+	ItemID  string
+	Choices map[string]string
+}
+
+// Runtime request closing reasons (tools.md §7): expired when the turn
+// completed or the agent was lost, cancelled on an interrupt, close or
+// stop.
+const (
+	RequestExpired   = "expired"
+	RequestCancelled = "cancelled"
+)
+
+// PermissionRequest maps a session/request_permission that the mode
+// leaves to a person to runtime_request.created, v1 shape (tools.md §7,
+// request.schema.json): choices accept / accept_for_session / decline /
+// cancel as offered (1–4), the prompt the tool call's title. st (may be
+// nil) finds the item of the tool call the request is about.
+func (mp Mapper) PermissionRequest(st *MapState, turnID string, agentRequestID json.RawMessage, req PermissionRequest) (RuntimeRequest, []Event) {
+	rr := RuntimeRequest{
+		ID:      safeID(safeID(turnID) + "-permission-" + safeID(idKey(agentRequestID))),
+		TurnID:  turnID,
+		Choices: RequestChoices(req),
+	}
+	if st != nil {
+		if it := st.Items["tool:"+req.ToolCall.ToolCallID]; it != nil {
+			rr.ItemID = it.ItemID
+		}
+	}
+	if rr.ItemID == "" {
+		// No tool_call came first (Gemini): name the item by its tool call.
+		rr.ItemID = safeID(safeID(turnID) + "-toolcall-" + safeID(req.ToolCall.ToolCallID))
+	}
 	prompt := mp.text(req.ToolCall.Title, maxShortText)
 	if prompt == "" {
 		prompt = "Allow the agent's tool call?"
 	}
-	choices := make([]any, 0, len(req.Options))
-	for _, o := range req.Options {
-		if o.OptionID == "" {
-			continue
+	choices := make([]any, 0, len(rr.Choices))
+	for _, a := range actionOrder {
+		if _, ok := rr.Choices[a]; ok {
+			choices = append(choices, map[string]any{"key": a, "label": actionLabels[a]})
 		}
-		label := mp.text(o.Name, maxShortText)
-		if label == "" {
-			label = o.OptionID
-		}
-		choices = append(choices, map[string]any{"key": o.OptionID, "label": label, "kind": o.Kind})
 	}
-	return id, []Event{{EventType: "runtime_request.created", Priority: P0, TurnID: turnID, Payload: map[string]any{
-		"request": map[string]any{
-			"schema":      "paperclip.runtime_request.v1",
-			"requestKind": "runtime",
-			"requestId":   id,
-			"type":        "permission",
-			"status":      "pending",
-			"prompt":      prompt,
-			"choices":     choices,
-		},
-		"providerMethod": MethodRequestPermission,
-	}}}
+	details := map[string]any{"toolCallId": mp.text(req.ToolCall.ToolCallID, maxShortText)}
+	if n := req.ToolName(); n != "" {
+		details["toolName"] = mp.text(n, maxShortText)
+	}
+	if req.ToolCall.Kind != "" {
+		details["toolKind"] = mp.text(req.ToolCall.Kind, maxShortText)
+	}
+	request := map[string]any{
+		"schema":      "paperclip.runtime_request.v1",
+		"requestKind": "runtime",
+		"requestId":   rr.ID,
+		"type":        "permission",
+		"status":      "pending",
+		"prompt":      prompt,
+		"choices":     choices,
+		"itemId":      rr.ItemID,
+		"details":     details,
+		"origin":      map[string]any{"adapter": "acpx", "provider": mp.provider(), "method": MethodRequestPermission},
+	}
+	if turnID != "" {
+		request["turnId"] = turnID
+	}
+	return rr, []Event{{EventType: "runtime_request.created", Priority: P0, TurnID: turnID, ItemID: rr.ItemID,
+		Payload: map[string]any{"request": request}}}
 }
 
-// PermissionResolved maps runnerd's answer (by policy or request.resolve).
-func (mp Mapper) PermissionResolved(turnID, requestID string, o PermissionOutcome, byPolicy bool) []Event {
-	typ, status := "runtime_request.resolved", "resolved"
-	if o.Outcome == "cancelled" {
-		typ, status = "runtime_request.cancelled", "cancelled"
+// RequestResolved maps request.resolve's delivered answer (tools.md §7).
+func (mp Mapper) RequestResolved(rr RuntimeRequest, action string) []Event {
+	p := mp.requestPayload(rr, "delivered")
+	p["action"] = action
+	return []Event{{EventType: "runtime_request.resolved", Priority: P1, TurnID: rr.TurnID, ItemID: rr.ItemID, Payload: p}}
+}
+
+// RequestClosed maps a runtime request left open: status RequestExpired
+// (turn completed, agent lost) or RequestCancelled (interrupt, close,
+// stop), never replayable; reason says which.
+func (mp Mapper) RequestClosed(rr RuntimeRequest, status, reason string) []Event {
+	p := mp.requestPayload(rr, status)
+	p["replayAllowed"] = false
+	p["reason"] = reason
+	return []Event{{EventType: "runtime_request." + status, Priority: P1, TurnID: rr.TurnID, ItemID: rr.ItemID, Payload: p}}
+}
+
+func (mp Mapper) requestPayload(rr RuntimeRequest, status string) map[string]any {
+	p := map[string]any{"provider": "acpx", "requestId": rr.ID, "status": status, "requestKind": "runtime", "itemId": rr.ItemID}
+	if rr.TurnID != "" {
+		p["turnId"] = rr.TurnID
 	}
-	p := map[string]any{"requestId": requestID, "status": status, "outcome": o.Outcome}
-	if o.OptionID != "" {
-		p["optionId"] = o.OptionID
-	}
-	if byPolicy {
-		p["resolvedBy"] = "policy"
-	}
-	return []Event{{EventType: typ, Priority: P1, TurnID: turnID, Payload: p}}
+	return p
+}
+
+// RuntimeRequestOf is the runtime request a pending agent request was
+// surfaced as (RuntimeRequestID set by Client.SetRuntimeRequest).
+func RuntimeRequestOf(r AgentRequest) RuntimeRequest {
+	return RuntimeRequest{ID: r.RuntimeRequestID, TurnID: r.TurnID, ItemID: r.ItemID, Choices: r.Choices}
 }
 
 // Settle ends a turn: open items complete, then exactly one terminal turn

@@ -60,12 +60,14 @@ func fullTurn(t *testing.T, mp Mapper, st *MapState, turnID string, end Settleme
 	} {
 		evs = append(evs, mp.Update(st, turnID, upd(t, raw))...)
 	}
-	id, pe := mp.PermissionRequested(turnID, json.RawMessage(`7`), PermissionRequest{
+	rr, pe := mp.PermissionRequest(st, turnID, json.RawMessage(`7`), PermissionRequest{
 		ToolCall: PermissionToolCall{ToolCallID: "call_2", Title: "Edit config", Kind: "edit"},
 		Options:  []PermissionOption{{OptionID: "allow", Name: "Allow", Kind: OptionAllowOnce}, {OptionID: "reject", Name: "Reject", Kind: OptionRejectOnce}},
 	})
 	evs = append(evs, pe...)
-	evs = append(evs, mp.PermissionResolved(turnID, id, PermissionOutcome{Outcome: "selected", OptionID: "allow"}, true)...)
+	evs = append(evs, mp.RequestResolved(rr, ActionAccept)...)
+	evs = append(evs, mp.RequestClosed(rr, RequestExpired, "turn_completed")...)
+	evs = append(evs, mp.RequestClosed(rr, RequestCancelled, "interrupted")...)
 	end.TurnID = turnID
 	return append(evs, mp.Settle(st, end)...)
 }
@@ -170,7 +172,7 @@ func TestSecretsNeverInPayloads(t *testing.T) {
 	evs = append(evs, mp.Update(st, "turn-1", upd(t, `{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":`+jsonString(leak)+`}}`))...)
 	evs = append(evs, mp.Update(st, "turn-1", upd(t, `{"sessionUpdate":"tool_call","toolCallId":"c","title":`+jsonString(leak)+`,"status":"completed","content":[{"type":"content","content":{"type":"text","text":`+jsonString(leak)+`}}]}`))...)
 	evs = append(evs, mp.Update(st, "turn-1", upd(t, `{"sessionUpdate":"plan","entries":[{"content":`+jsonString(leak)+`,"priority":"high","status":"pending"}]}`))...)
-	_, pe := mp.PermissionRequested("turn-1", json.RawMessage(`1`), PermissionRequest{ToolCall: PermissionToolCall{Title: leak}, Options: []PermissionOption{{OptionID: "a", Name: leak, Kind: OptionAllowOnce}}})
+	_, pe := mp.PermissionRequest(nil, "turn-1", json.RawMessage(`1`), PermissionRequest{ToolCall: PermissionToolCall{Title: leak}, Options: []PermissionOption{{OptionID: "a", Name: leak, Kind: OptionAllowOnce}}})
 	evs = append(evs, pe...)
 	evs = append(evs, mp.Settle(st, Settlement{TurnID: "turn-1", Ending: EndCompleted, StopReason: StopEndTurn})...)
 	requireValidEvents(t, evs)

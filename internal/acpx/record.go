@@ -96,6 +96,11 @@ type AgentRequest struct {
 	// RuntimeRequestID is the PRP runtime_request id it surfaced as.
 	RuntimeRequestID string `json:"runtimeRequestId,omitempty"`
 	TurnID           string `json:"turnId,omitempty"`
+	// ItemID is the item of the tool call the request is about, and
+	// Choices maps each offered action to its ACP option id (tools.md §7),
+	// so request.resolve after a restart answers the same options.
+	ItemID  string            `json:"itemId,omitempty"`
+	Choices map[string]string `json:"choices,omitempty"`
 }
 
 // TurnState is the active turn.

@@ -80,17 +80,21 @@ type EnvVariable struct {
 	Value string `json:"value"`
 }
 
-// NewSessionParams is session/new.
+// NewSessionParams is session/new. Meta is the session _meta (tools.md §5:
+// instructions and model), omitted when empty.
 type NewSessionParams struct {
-	Cwd        string      `json:"cwd"`
-	MCPServers []MCPServer `json:"mcpServers"`
+	Cwd        string          `json:"cwd"`
+	MCPServers []MCPServer     `json:"mcpServers"`
+	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
-// LoadSessionParams is session/load and session/resume.
+// LoadSessionParams is session/load and session/resume; Meta as in
+// NewSessionParams (the Claude adapter builds a resumed session from it).
 type LoadSessionParams struct {
-	SessionID  string      `json:"sessionId"`
-	Cwd        string      `json:"cwd"`
-	MCPServers []MCPServer `json:"mcpServers"`
+	SessionID  string          `json:"sessionId"`
+	Cwd        string          `json:"cwd"`
+	MCPServers []MCPServer     `json:"mcpServers"`
+	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
 // SessionResult is the answer of session/new (and the optional body of
@@ -273,13 +277,16 @@ type PermissionRequest struct {
 	SessionID string             `json:"sessionId"`
 	ToolCall  PermissionToolCall `json:"toolCall"`
 	Options   []PermissionOption `json:"options"`
+	// Meta may carry claudeCode.toolName (tools.md §6).
+	Meta json.RawMessage `json:"_meta,omitempty"`
 }
 
 // PermissionToolCall is the part of the tool call runnerd reads.
 type PermissionToolCall struct {
-	ToolCallID string `json:"toolCallId"`
-	Title      string `json:"title,omitempty"`
-	Kind       string `json:"kind,omitempty"`
+	ToolCallID string          `json:"toolCallId"`
+	Title      string          `json:"title,omitempty"`
+	Kind       string          `json:"kind,omitempty"`
+	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
 // PermissionOption is one choice offered to the user.

@@ -47,6 +47,14 @@ type Stored struct {
 	// restart uses it to tell whether the prompt reached the agent
 	// (prp.md §7.2 item 8).
 	Prompt *PromptDelivery `json:"prompt,omitempty"`
+	// Closed is set by a deliberate stop (an interrupted or stopped turn,
+	// turn.stop, session.close, session.destroy): a turn.start before the
+	// next session.open is rejected session_not_open, never a loss
+	// sequence (tools.md §7).
+	Closed bool `json:"closed,omitempty"`
+	// TurnIDs are the provider turn ids used so far, oldest first, at most
+	// MaxUsedTurnIDs: a turn.start turnId never repeats one (tools.md §7).
+	TurnIDs []string `json:"turnIds,omitempty"`
 }
 
 // PromptDelivery is a turn.start prompt written as a stdin file under its
@@ -156,10 +164,12 @@ const (
 )
 
 // CommandError is a failed command with a protocol-named code; its Message
-// is a fixed text, never provider output.
+// is a fixed text, never provider output. Rejected marks a refusal before
+// any effect: the command result's status is rejected, not failed.
 type CommandError struct {
-	Code    string
-	Message string
+	Code     string
+	Message  string
+	Rejected bool
 }
 
 func (e *CommandError) Error() string { return e.Message }
@@ -515,6 +525,14 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
+	rc, err := parseRunContext(payload)
+	if err != nil {
+		return nil, err
+	}
+	if err := storeRunContext(m.cfg.StateDir, b, rc); err != nil {
+		m.log.Error("store run context", "err", err)
+		return nil, failed("the run's instructions or runtime context could not be stored")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Binding = b
@@ -537,6 +555,7 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			Cwd             string   `json:"cwd"`
 			PermissionMode  string   `json:"permissionMode"`
 			ProviderVersion string   `json:"providerVersion"`
+			Model           *string  `json:"model"`
 			// ClientCapabilities switches off what runnerd advertises:
 			// {"fs": false} (a runnerd extension of the descriptor).
 			ClientCapabilities struct {
@@ -581,6 +600,9 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 	default:
 		return nil, failed("provider descriptor clientCapabilities.fs is not a boolean")
 	}
+	if b.Model, err = parseModel(d.Model); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -601,7 +623,8 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		result := jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"})
+		m.st.Closed = false
+		result := m.openResultLocked(true, rec, b)
 		err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result})
 		m.mu.Unlock()
 		if err != nil {
@@ -640,12 +663,9 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		defer m.mu.Unlock()
 		rec := m.cl.Record()
 		m.st.Loss = ""
+		m.st.Closed = false
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
-		outcome := "started"
-		if resume {
-			outcome = "resumed"
-		}
-		result := jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": outcome})
+		result := m.openResultLocked(resume, rec, b)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err
 		}
@@ -671,7 +691,13 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 
 // open spawns the agent and runs the handshake.
 func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Binding, resume bool) error {
+	meta, err := sessionMeta(m.cfg.StateDir, b)
+	if err != nil {
+		m.log.Error("session meta unavailable", "err", err)
+		return failed("the run's instructions could not be read")
+	}
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
+	env = modelEnv(b.Agent, b.Model, env)
 	argv := append([]string{b.Command}, b.Args...)
 	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env})
 	if err != nil {
@@ -686,6 +712,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
 	m.advertiseLocked(b, resume)
+	m.cl.SetSessionMeta(meta)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
 	if err == nil {
 		err = m.commitThenWriteLocked(nil, nil)
@@ -769,21 +796,35 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 // turn.started also records the completed result (prp.md §7.2 item 8).
 func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
-		Text string `json:"text"`
+		Text   string  `json:"text"`
+		TurnID *string `json:"turnId"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil || strings.TrimSpace(p.Text) == "" {
 		return nil, failed("turn.start needs a non-empty text")
 	}
+	if p.TurnID != nil && !turnIDPattern.MatchString(*p.TurnID) {
+		return nil, rejected(CodeInvalidTurnID, "turn.start turnId does not match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cl == nil || m.cl.Record().ACPSessionID == "" {
-		return nil, failed("no open session; run session.open first")
+	if m.cl == nil || m.cl.Record().ACPSessionID == "" || m.st.Closed {
+		// After a deliberate stop the session is closed, not lost: a clear
+		// refusal, never a loss sequence (tools.md §7).
+		return nil, rejected(CodeSessionNotOpen, "no open session; run session.open first")
 	}
 	if m.cl.ActiveTurn() != "" {
 		return nil, failed("a turn is already active")
 	}
-	m.st.NextTurn++
-	turnID := fmt.Sprintf("pturn-%d", m.st.NextTurn)
+	next := m.st.NextTurn
+	var turnID string
+	if p.TurnID != nil {
+		if m.usedTurnLocked(*p.TurnID) {
+			return nil, rejected(CodeInvalidTurnID, "turn.start turnId was already used in this session")
+		}
+		turnID = *p.TurnID
+	} else {
+		turnID = m.nextTurnIDLocked()
+	}
 	loss := m.st.Loss
 	if m.proc == nil && loss == "" {
 		loss = acpx.LossProviderExit // the agent is gone: nothing can answer
@@ -797,26 +838,30 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 			loss, err = lost.Reason, nil
 		}
 		if err != nil {
-			m.st.NextTurn--
+			m.st.NextTurn = next
 			return nil, failed("the turn could not be started")
 		}
 	}
+	m.recordTurnLocked(turnID)
 	evs := m.mapper.TurnStarted(m.cl.Map(), turnID)
+	accepted := map[string]any{"status": "accepted", "providerTurnId": turnID}
 	if loss != "" {
 		// A loss latched between turns fails this one at once (acp.md §5.1).
 		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), turnID, loss)...)
 		m.st.Loss = ""
-		result := jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(loss)})
+		accepted["lossReason"] = string(loss)
+		result := jsonenc.MustMarshalEscaped(accepted)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err
 		}
 		return result, nil
 	}
 	m.byRun = false
-	result := jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID})
+	result := jsonenc.MustMarshalEscaped(accepted)
 	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
 		if errors.Is(err, acpx.ErrWrite) {
-			return jsonenc.MustMarshalEscaped(map[string]any{"providerTurnId": turnID, "lossReason": string(acpx.LossWriteError)}), nil
+			accepted["lossReason"] = string(acpx.LossWriteError)
+			return jsonenc.MustMarshalEscaped(accepted), nil
 		}
 		return nil, err
 	}
@@ -842,30 +887,43 @@ const (
 // session/cancel, cancelled answers to pending permissions, wait up to the
 // cancel grace, then stop the agent and set resetOnNextEnsure.
 func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage, error) {
+	reason := cancelReason(kind)
 	m.mu.Lock()
 	if m.cl == nil || m.cl.ActiveTurn() == "" {
-		m.mu.Unlock()
-		res := map[string]any{"cancelled": false}
-		if kind == StopTurn {
-			// turn.stop proves the provider is gone even between turns.
-			res["providerExitConfirmed"] = m.stopAgent(ctx, stopRelease)
+		if kind != StopTurn {
+			m.mu.Unlock()
+			return jsonenc.MustMarshalEscaped(map[string]any{"status": "already_settled", "reason": reason}), nil
 		}
+		// turn.stop proves the provider is gone even between turns, and
+		// closes the session (tools.md §7).
+		res := map[string]any{"status": "stopped", "reason": reason}
+		if t := m.lastTurnLocked(); t != "" {
+			res["providerTurnId"] = t
+		}
+		evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "stopped", forgetRequests)
+		m.st.Closed = m.cl != nil
+		err := m.commitThenWriteLocked(evs, nil)
+		m.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		res["providerExitConfirmed"] = m.stopAgent(ctx, stopRelease)
 		return jsonenc.MustMarshalEscaped(res), nil
 	}
 	turnID := m.cl.ActiveTurn()
 	m.byRun = kind == RunCancel
-	var evs []acpx.Event
-	for _, pr := range m.cl.PendingPermissions() {
-		if pr.RuntimeRequestID != "" {
-			evs = append(evs, m.mapper.PermissionResolved(pr.TurnID, pr.RuntimeRequestID, acpx.PermissionOutcome{Outcome: "cancelled"}, false)...)
-		}
-	}
+	// Pending runtime requests are cancelled; the agent gets
+	// {outcome:"cancelled"} from Client.Cancel (acp.md §4.4 step 2).
+	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "interrupted", keepRequests)
 	lines, err := m.cl.Cancel()
 	if err != nil {
 		m.mu.Unlock()
 		return nil, failed("the turn could not be cancelled")
 	}
 	m.cl.MarkReset()
+	// The agent is stopped below: the session is closed until the next
+	// session.open (acp.md §4.4 step 4, tools.md §7).
+	m.st.Closed = true
 	done := m.turnSettledLocked()
 	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
@@ -895,9 +953,9 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	m.mu.Unlock()
 	confirmed := m.stopAgent(ctx, stopRelease)
-	res := map[string]any{"cancelled": true, "providerTurnId": turnID}
+	res := map[string]any{"status": "interrupt_requested", "providerTurnId": turnID, "reason": reason}
 	if kind == StopTurn {
-		res["providerExitConfirmed"] = confirmed
+		res["status"], res["providerExitConfirmed"] = "stopped", confirmed
 	}
 	return jsonenc.MustMarshalEscaped(res), nil
 }
@@ -905,6 +963,14 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 // CloseSession is session.close: stop the agent, keep the record
 // resumable (acpx "release").
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
+	m.mu.Lock()
+	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "session_closed", forgetRequests)
+	m.st.Closed = m.cl != nil
+	err := m.commitThenWriteLocked(evs, nil)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	m.stopAgent(ctx, stopRelease)
 	return jsonenc.MustMarshalEscaped(map[string]any{"closed": true}), nil
 }
@@ -925,6 +991,7 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	defer m.mu.Unlock()
 	m.cl = nil
 	m.st.Loss = ""
+	m.st.Closed = true
 	if err := m.commitThenWriteLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
 		Payload: map[string]any{"reason": "destroyed"}}}, nil); err != nil {
 		return nil, err
@@ -932,13 +999,20 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	return jsonenc.MustMarshalEscaped(map[string]any{"destroyed": true}), nil
 }
 
-// Resolve is request.resolve commandID: it answers the agent request
-// behind a runtime_request.created still pending. The write that records
-// the answer also records the completed result (prp.md §7.2 item 8).
+// Resolve is request.resolve commandID (tools.md §6, §7): it answers the
+// agent request behind a pending runtime_request.created, either by
+// resolution.action (accept, accept_for_session, decline, cancel: the ACP
+// option of that kind) or by a raw response (an optionId, answers, or
+// outcome cancelled). The write that records the answer also records the
+// completed result {status:"delivered", requestId} (prp.md §7.2 item 8).
 func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
-		RequestID string `json:"requestId"`
-		Response  struct {
+		RequestID  string `json:"requestId"`
+		TurnID     string `json:"turnId"`
+		Resolution *struct {
+			Action string `json:"action"`
+		} `json:"resolution"`
+		Response struct {
 			OptionID string `json:"optionId"`
 			Outcome  string `json:"outcome"`
 			Answers  []struct {
@@ -952,30 +1026,44 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cl == nil || m.proc == nil {
+	if m.cl == nil || m.proc == nil || m.proc.lost {
 		return nil, failed("no agent request is pending")
 	}
-	id, turnID, ok := m.cl.AgentRequestFor(p.RequestID)
+	id, req, ok := m.cl.RuntimeRequestFor(p.RequestID)
 	if !ok {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	o := acpx.PermissionOutcome{Outcome: "cancelled"}
-	opt := p.Response.OptionID
-	if opt == "" && len(p.Response.Answers) > 0 {
-		opt = p.Response.Answers[0].OptionID
-		if opt == "" {
-			opt = p.Response.Answers[0].Value
+	rr := acpx.RuntimeRequestOf(req)
+	var o acpx.PermissionOutcome
+	var action string
+	if p.Resolution != nil && p.Resolution.Action != "" {
+		action = p.Resolution.Action
+		if o, ok = acpx.ActionOutcome(rr.Choices, action); !ok {
+			return nil, failed("request.resolve action is not one of the request's choices")
 		}
-	}
-	if opt != "" && p.Response.Outcome != "cancelled" {
-		o = acpx.PermissionOutcome{Outcome: "selected", OptionID: opt}
+	} else {
+		o = acpx.PermissionOutcome{Outcome: "cancelled"}
+		opt := p.Response.OptionID
+		if opt == "" && len(p.Response.Answers) > 0 {
+			opt = p.Response.Answers[0].OptionID
+			if opt == "" {
+				opt = p.Response.Answers[0].Value
+			}
+		}
+		if act, isAction := rr.Choices[opt]; isAction && opt != acpx.ActionCancel {
+			opt = act // a choice key given as the option
+		}
+		if opt != "" && opt != acpx.ActionCancel && p.Response.Outcome != "cancelled" {
+			o = acpx.PermissionOutcome{Outcome: "selected", OptionID: opt}
+		}
+		action = acpx.ActionOf(rr.Choices, o)
 	}
 	line, err := m.cl.Respond(id, acpx.PermissionResponse{Outcome: o})
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	evs := m.mapper.PermissionResolved(turnID, p.RequestID, o, false)
-	result := jsonenc.MustMarshalEscaped(map[string]any{"resolved": true})
+	evs := m.mapper.RequestResolved(rr, action)
+	result := jsonenc.MustMarshalEscaped(map[string]any{"status": "delivered", "requestId": p.RequestID})
 	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
 	}

@@ -24,7 +24,12 @@ func TestACP01_02_ColdOpenEchoTurn(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
 	res := r.open()
-	require.JSONEq(t, `{"providerSessionId":"sess-0001","outcome":"started"}`, string(res))
+	var opened map[string]any
+	require.NoError(t, json.Unmarshal(res, &opened))
+	require.Greater(t, opened["processId"], float64(1), "the agent's pid")
+	delete(opened, "processId")
+	require.Equal(t, map[string]any{"status": "started", "provider": "acpx", "driver": "acpx_runtime",
+		"providerVersion": "", "providerSessionId": "sess-0001", "sessionId": "sess-0001"}, opened, "tools.md §7 session.open result")
 	st, evs := r.sink.snapshot()
 	require.Equal(t, []string{"harness.ready", "session.started"}, types(evs))
 	require.Equal(t, "sess-0001", st.Session.ACPSessionID)
@@ -97,7 +102,7 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 	// Next open: fresh (the record was never prompted), agent works.
 	r.prepare()
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"started"`)
+	require.Contains(t, string(res), `"status":"started"`)
 }
 
 // TestFlowControl: provider output waits while something sent is not yet
@@ -160,9 +165,9 @@ func TestRequestResolve(t *testing.T) {
 	require.Error(t, err, "an unknown request id is refused")
 	res, err := r.m.Resolve("cmd-resolve", jsonenc.MustMarshalEscaped(map[string]any{"requestId": id, "turnId": "pturn-1", "response": map[string]any{"optionId": "allow"}}))
 	require.NoError(t, err)
-	require.JSONEq(t, `{"resolved":true}`, string(res))
+	require.JSONEq(t, `{"status":"delivered","requestId":"`+id+`"}`, string(res))
 	evs = r.sink.waitEvent(t, "run.terminal")
-	require.Equal(t, "allow", payloadOf(evs, "runtime_request.resolved")["optionId"])
+	require.Equal(t, "accept", payloadOf(evs, "runtime_request.resolved")["action"])
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 	text := ""
 	for _, e := range evs {
@@ -192,7 +197,7 @@ func TestDestroyAndSteer(t *testing.T) {
 	require.Nil(t, st.Session)
 	require.Equal(t, "session.closed", evs[len(evs)-1].EventType)
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"started"`)
+	require.Contains(t, string(res), `"status":"started"`)
 }
 
 // TestLargePayloadStagedInFile: a launch payload whose base64 exceeds

@@ -302,3 +302,16 @@ func killWait(pid int) error {
 	}
 	return errors.New("process survived SIGKILL")
 }
+
+// said joins the text of every item.delta.
+func said(evs []acpx.Event) string {
+	s := ""
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			if t, ok := e.Payload["text"].(string); ok {
+				s += t
+			}
+		}
+	}
+	return s
+}

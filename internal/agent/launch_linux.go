@@ -163,6 +163,26 @@ func wrapperAlive(dir string) bool {
 // maxChildFileBytes bounds .pcwrap.child ({"pgid":…,"startTime":…}).
 const maxChildFileBytes = 256
 
+// agentProcessID is the agent leader's pid from .pcwrap.child (pcwrap
+// makes the agent the leader of its own group, so pid = pgid), or 0 when
+// the record is not there yet or malformed.
+func agentProcessID(dir string) int {
+	fd, err := unix.Open(filepath.Join(dir, sessiondir.ChildFile), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	b, err := sessiondir.ReadRegular(fd, maxChildFileBytes, nil)
+	unix.Close(fd)
+	if err != nil {
+		return 0
+	}
+	rec, err := parseChildRecord(b)
+	if err != nil {
+		return 0
+	}
+	return rec.Pgid
+}
+
 // killOrphanGroup applies acp.md §5.1 when pcwrap died without an exit
 // frame: SIGKILL the recorded process group only while a member still runs
 // whose start time is not earlier than the recorded one. It reports whether

@@ -424,37 +424,22 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 			return nil, [][]byte{l}, nil
 		}
 	case acpx.KindCancelRequest:
+		evs := m.withdrawnLocked(in.ID)
 		if l, err := m.cl.RespondError(in.ID, acpx.CodeRequestCancelled, "request cancelled"); err == nil {
-			return nil, [][]byte{l}, nil
+			return evs, [][]byte{l}, nil
 		}
+		return evs, nil, nil
 	case acpx.KindUpdate:
 		return m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), nil, nil
 	case acpx.KindTurnSettled:
-		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*in.Outcome, m.byRun))
+		// A runtime request still open when its turn completes expires
+		// (tools.md §7); the agent gets a cancelled answer.
+		evs, lines := m.closeRequestsLocked(acpx.RequestExpired, reasonTurnCompleted, answerRequests)
+		evs = append(evs, m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*in.Outcome, m.byRun))...)
 		m.closeTurnLocked()
-		return evs, nil, nil
+		return evs, lines, nil
 	}
 	return nil, nil, nil
-}
-
-// permissionLocked surfaces a permission request as runtime_request.created
-// and answers it by the bound permission mode (acp.md §2.2).
-func (m *Manager) permissionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, func()) {
-	reqID, evs := m.mapper.PermissionRequested(in.TurnID, in.ID, *in.Permission)
-	m.cl.SetRuntimeRequestID(in.ID, reqID)
-	mode := acpx.ApproveAll
-	if m.st.Binding != nil {
-		mode = m.st.Binding.PermissionMode
-	}
-	if mode == acpx.Manual {
-		return evs, nil, nil // pending until request.resolve or a cancel
-	}
-	o := acpx.ChoosePermission(mode, *in.Permission)
-	l, err := m.cl.Respond(in.ID, acpx.PermissionResponse{Outcome: o})
-	if err != nil {
-		return evs, nil, nil
-	}
-	return append(evs, m.mapper.PermissionResolved(in.TurnID, reqID, o, true)...), [][]byte{l}, nil
 }
 
 // exitedLocked maps pcwrap's exit frame (acp.md §5). m.mu held.
@@ -473,9 +458,10 @@ func (m *Manager) exitedLocked(p *process) []acpx.Event {
 		// The handshake fails with a startup class; no provider event.
 	default:
 		turn := m.cl.ActiveTurn()
+		evs, _ = m.closeRequestsLocked(acpx.RequestExpired, reasonAgentLost, forgetRequests)
 		m.cl.AbandonTurn()
 		_ = m.cl.EndOfStream()
-		evs = m.mapper.AgentExited(m.cl.Map(), turn, p.exitCode, p.signal)
+		evs = append(evs, m.mapper.AgentExited(m.cl.Map(), turn, p.exitCode, p.signal)...)
 		if turn == "" {
 			m.st.Loss = acpx.LossProviderExit
 		}
@@ -513,23 +499,24 @@ func (m *Manager) lostLocked(p *process, reason acpx.LossReason) []acpx.Event {
 		return nil
 	}
 	m.cl.LatchLoss(reason)
+	evs, _ := m.closeRequestsLocked(acpx.RequestExpired, reasonAgentLost, forgetRequests)
 	if t := m.cl.ActiveTurn(); t != "" {
 		m.cl.AbandonTurn()
 		m.closeTurnLocked()
-		return m.mapper.ChannelLost(m.cl.Map(), t, reason)
+		return append(evs, m.mapper.ChannelLost(m.cl.Map(), t, reason)...)
 	}
 	if m.cl.Record().ACPSessionID != "" {
 		m.st.Loss = reason
 	}
-	return nil
+	return evs
 }
 
 // goneLocked marks a recorded agent gone without a live process. m.mu held.
 func (m *Manager) goneLocked(reason acpx.LossReason) []acpx.Event {
-	var evs []acpx.Event
+	evs, _ := m.closeRequestsLocked(acpx.RequestExpired, reasonAgentLost, forgetRequests)
 	if t := m.cl.ActiveTurn(); t != "" {
 		m.cl.AbandonTurn()
-		evs = m.mapper.ChannelLost(m.cl.Map(), t, reason)
+		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), t, reason)...)
 	} else if m.cl.Record().ACPSessionID != "" {
 		m.st.Loss = reason
 	}

@@ -62,7 +62,8 @@ func TestACP08_Interrupt(t *testing.T) {
 	r.turn("sleep 10000")
 	r.waitTurnRunning("turn.started")
 	res := r.cancel(Interrupt)
-	require.Equal(t, true, res["cancelled"])
+	require.Equal(t, "interrupt_requested", res["status"])
+	require.Equal(t, "turn.interrupt", res["reason"])
 	st, evs := r.sink.snapshot()
 	require.Equal(t, 1, count(evs, "turn.interrupted"))
 	require.Equal(t, 1, count(evs, "run.terminal"))
@@ -110,8 +111,8 @@ func TestACP10_RunCancel(t *testing.T) {
 }
 
 // TestACP11_Permission: approve-all selects allow_once; deny-all
-// reject_once; both surface as runtime_request.created then resolved by
-// policy (scenario 11).
+// reject_once; both answer at once with no PRP event (scenario 11;
+// tools.md §6 replaced the policy-resolved runtime_request events).
 func TestACP11_Permission(t *testing.T) {
 	for mode, want := range map[string]string{"approve-all": "allow", "deny-all": "reject"} {
 		t.Run(mode, func(t *testing.T) {
@@ -124,10 +125,9 @@ func TestACP11_Permission(t *testing.T) {
 			r.open()
 			r.turn("permission " + want)
 			evs := r.sink.waitEvent(t, "run.terminal")
-			require.Equal(t, 1, count(evs, "runtime_request.created"))
-			res := payloadOf(evs, "runtime_request.resolved")
-			require.Equal(t, want, res["optionId"])
-			require.Equal(t, "policy", res["resolvedBy"])
+			require.Zero(t, count(evs, "runtime_request.created"))
+			require.Zero(t, count(evs, "runtime_request.resolved"))
+			require.Contains(t, said(evs), "permission outcome "+want)
 			require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
 		})
 	}
@@ -345,7 +345,7 @@ func TestRestartDuringHandshake(t *testing.T) {
 	require.NoError(t, m2.Start())
 	r.prepare()
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"started"`)
+	require.Contains(t, string(res), `"status":"started"`)
 	entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
 	dirs := 0
 	for _, e := range entries {
@@ -392,7 +392,7 @@ func TestACP20_InterruptAfterRestart(t *testing.T) {
 	r.m = m2 // the rig's cleanup shuts it down
 	require.NoError(t, m2.Start())
 	res := r.cancel(Interrupt)
-	require.Equal(t, true, res["cancelled"])
+	require.Equal(t, "interrupt_requested", res["status"])
 	_, evs := r.sink.snapshot()
 	var said string
 	for _, e := range evs {

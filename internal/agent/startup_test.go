@@ -125,7 +125,7 @@ func TestACP15_ResumeByLoad(t *testing.T) {
 	r.killAgent()
 	_, before := r.sink.snapshot()
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"resumed"`)
+	require.Contains(t, string(res), `"status":"resumed"`)
 	_, evs := r.sink.snapshot()
 	require.Equal(t, []string{"harness.ready", "session.resumed"}, types(since(evs, len(before))), "replay is not forwarded")
 	r.turn("echo after")
@@ -149,7 +149,7 @@ func TestACP16_NeverPromptedIsDiscarded(t *testing.T) {
 	r.open()
 	r.killAgent()
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"started"`)
+	require.Contains(t, string(res), `"status":"started"`)
 }
 
 // TestACP21_CommittedFileDeletedUnread: a file at or below the
@@ -202,7 +202,7 @@ func TestACP22_PcwrapDiedWhileDown(t *testing.T) {
 	_, err := os.Stat(dir)
 	require.True(t, os.IsNotExist(err), "the dead session dir is removed")
 	res := r.open()
-	require.Contains(t, string(res), `"outcome":"resumed"`)
+	require.Contains(t, string(res), `"status":"resumed"`)
 }
 
 // TestACP19_ColdStartGate: five concurrent cold opens with a slow

@@ -168,6 +168,13 @@ var closedPayload = map[string]bool{
 	"plan.updated": true, "tool.execution.started": true, "tool.execution.progressed": true, "tool.execution.completed": true,
 }
 
+// exactPayload are event types whose payload tools.md §7 lists field by
+// field: their turn and item ids are inside, none is added.
+var exactPayload = map[string]bool{
+	"runtime_request.created": true, "runtime_request.resolved": true,
+	"runtime_request.expired": true, "runtime_request.cancelled": true,
+}
+
 // stateEvents converts mapped events for the outbox: the provider turn and
 // item ids go into the payload (the envelope carries the runner's durable
 // identity). Deltas carry CoalesceKey = itemId: the outbox merges
@@ -180,14 +187,15 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 		for k, v := range e.Payload {
 			p[k] = v
 		}
-		if closedPayload[e.EventType] {
+		exact := closedPayload[e.EventType] || exactPayload[e.EventType]
+		if exact {
 			// Their schemas allow no extra field; the ids are inside.
 		} else if e.TurnID != "" {
 			if _, ok := p["providerTurnId"]; !ok {
 				p["providerTurnId"] = e.TurnID
 			}
 		}
-		if e.ItemID != "" && !closedPayload[e.EventType] {
+		if e.ItemID != "" && !exact {
 			if _, ok := p["itemId"]; !ok {
 				p["itemId"] = e.ItemID
 			}
@@ -243,6 +251,16 @@ func (a *agentExec) handlers() map[string]Handler {
 		"session.destroy": withCtx(a.m.Destroy),
 		"request.resolve": resolve,
 	}
+}
+
+// rejectedByAgent returns the agent's refusal behind err (status
+// rejected: the command had no effect), or nil.
+func rejectedByAgent(err error) *agent.CommandError {
+	var ce *agent.CommandError
+	if errors.As(err, &ce) && ce.Rejected {
+		return ce
+	}
+	return nil
 }
 
 // commandFailure is the result of a handler error: a protocol-named code

@@ -147,6 +147,14 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 				res, err = tx.RejectCommand(cmd.CommandID, CodeCommandNotImplemented, notImplemented(cmd.Type))
 				return err
 			})
+		case rejectedByAgent(herr) != nil:
+			// Refused before any effect (e.g. session_not_open, tools.md §7).
+			ce := rejectedByAgent(herr)
+			err = r.store.Update(func(tx *state.Tx) error {
+				var err error
+				res, err = tx.RejectCommand(cmd.CommandID, ce.Code, ce.Message)
+				return err
+			})
 		case herr != nil:
 			failure := state.FailedResult(herr.Error())
 			if coded := commandFailure(herr); coded != nil {

@@ -60,6 +60,8 @@ type config struct {
 	writeFile        string
 	writeContent     string
 	transcript       string
+	recordMeta       string
+	permNoAlways     bool
 }
 
 func main() {
@@ -109,6 +111,8 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.writeFile, "write-file", "", "at the start of every prompt, fs/write_text_file --write-content to this path and say what came back")
 	fs.StringVar(&c.writeContent, "write-content", "", "the content --write-file writes")
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
+	fs.StringVar(&c.recordMeta, "record-meta", "", "append {method, _meta} of each session/new, load and resume as NDJSON to this file")
+	fs.BoolVar(&c.permNoAlways, "permission-no-always", false, "permission requests offer only allow_once and reject_once")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
@@ -452,6 +456,29 @@ type sessionParams struct {
 	SessionID  string          `json:"sessionId"`
 	Cwd        json.RawMessage `json:"cwd"`
 	MCPServers json.RawMessage `json:"mcpServers"`
+	Meta       json.RawMessage `json:"_meta"`
+}
+
+// recordMeta appends {method, _meta} (null when absent) to --record-meta's
+// file, so tests see what a session request carried (tools.md §5).
+func (a *agent) recordMeta(method string, params json.RawMessage) {
+	if a.cfg.recordMeta == "" {
+		return
+	}
+	var p sessionParams
+	_ = json.Unmarshal(params, &p)
+	meta := p.Meta
+	if len(meta) == 0 {
+		meta = json.RawMessage("null")
+	}
+	line, _ := json.Marshal(map[string]any{"method": method, "_meta": meta})
+	f, err := os.OpenFile(a.cfg.recordMeta, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		fmt.Fprintln(a.stderr, "fakeacp: open meta record:", err)
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(line, '\n'))
 }
 
 // validCwd checks the required absolute cwd and mcpServers array.
@@ -495,6 +522,7 @@ func (a *agent) newSession(m message) {
 		fmt.Fprintln(a.stderr, "fakeacp: hanging on session/new")
 		return
 	}
+	a.recordMeta("session/new", m.Params)
 	var p sessionParams
 	if json.Unmarshal(m.Params, &p) != nil || !validSessionParams(p, true) {
 		a.fail(m.ID, -32602, "invalid params: cwd must be absolute and mcpServers an array")
@@ -514,6 +542,7 @@ func (a *agent) loadSession(m message) {
 		a.fail(m.ID, -32601, "method not found")
 		return
 	}
+	a.recordMeta("session/load", m.Params)
 	var p sessionParams
 	if json.Unmarshal(m.Params, &p) != nil || p.SessionID == "" || !validSessionParams(p, true) {
 		a.fail(m.ID, -32602, "invalid params")
@@ -553,6 +582,7 @@ func (a *agent) resumeSession(m message) {
 		a.fail(m.ID, -32601, "method not found")
 		return
 	}
+	a.recordMeta("session/resume", m.Params)
 	var p sessionParams
 	if json.Unmarshal(m.Params, &p) != nil || p.SessionID == "" || !validSessionParams(p, false) {
 		a.fail(m.ID, -32602, "invalid params")

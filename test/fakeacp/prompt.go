@@ -261,16 +261,37 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 	case "terminal", "kill-terminal":
 		t.terminal(word == "kill-terminal", rest)
 	case "permission":
-		id := t.toolCall("edit", "Edit with permission ("+rest+")", nil)
-		m := t.call("session/request_permission", map[string]any{
-			"toolCall": map[string]any{"toolCallId": id, "title": "Edit with permission (" + rest + ")", "kind": "edit", "status": "pending"},
-			"options": []any{
-				map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-				map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
-				map[string]any{"optionId": "reject", "name": "Reject", "kind": "reject_once"},
-				map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
-			},
-		})
+		// permission <word>: an edit tool titled by the word; the words
+		// bridge <tool> (a Paperclip bridge tool, as Claude names it, with
+		// _meta.claudeCode.toolName), shell (a Bash call) and read <path>
+		// pick the tool the request is about (tools.md §6).
+		kind, title := "edit", "Edit with permission ("+rest+")"
+		var meta any
+		arg, more, _ := strings.Cut(rest, " ")
+		switch arg {
+		case "bridge":
+			kind, title = "other", "mcp__paperclip__"+more
+			meta = map[string]any{"claudeCode": map[string]any{"toolName": title}}
+		case "shell":
+			kind, title = "execute", "Bash"
+		case "read":
+			kind, title = "read", "Read "+more
+		}
+		id := t.toolCall(kind, title, nil)
+		options := []any{
+			map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+			map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+			map[string]any{"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+			map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
+		}
+		if t.a.cfg.permNoAlways {
+			options = []any{options[0], options[2]}
+		}
+		tc := map[string]any{"toolCallId": id, "title": title, "kind": kind, "status": "pending"}
+		if meta != nil {
+			tc["_meta"] = meta
+		}
+		m := t.call("session/request_permission", map[string]any{"toolCall": tc, "options": options})
 		var r struct {
 			Outcome struct {
 				Outcome  string `json:"outcome"`

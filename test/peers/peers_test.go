@@ -120,9 +120,9 @@ func TestACP25_SDKExampleAgent(t *testing.T) {
 				var r acpx.PermissionResponse
 				require.NoError(t, json.Unmarshal(m.Result, &r))
 				require.Equal(t, acpx.PermissionOutcome{Outcome: "selected", OptionID: "allow"}, r.Outcome)
-				id, e := mp.PermissionRequested(m.TurnID, m.ID, *m.Permission)
+				rr, e := mp.PermissionRequest(st, m.TurnID, m.ID, *m.Permission)
 				evs = append(evs, e...)
-				evs = append(evs, mp.PermissionResolved(m.TurnID, id, r.Outcome, true)...)
+				evs = append(evs, mp.RequestResolved(rr, acpx.ActionOf(rr.Choices, r.Outcome))...)
 			case m.Kind == acpx.KindTurnSettled:
 				evs = append(evs, mp.Settle(st, acpx.SettlementOf(*m.Outcome, false))...)
 			}

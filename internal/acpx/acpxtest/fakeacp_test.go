@@ -28,12 +28,12 @@ func mapTurn(mp acpx.Mapper, st *acpx.MapState, msgs []acpx.Inbound, byRunCancel
 			evs = append(evs, mp.Update(st, m.TurnID, *m.Update)...)
 		case acpx.KindRequest:
 			if m.Permission != nil {
-				id, e := mp.PermissionRequested(m.TurnID, m.ID, *m.Permission)
+				rr, e := mp.PermissionRequest(st, m.TurnID, m.ID, *m.Permission)
 				evs = append(evs, e...)
 				if m.Result != nil {
 					var r acpx.PermissionResponse
 					_ = json.Unmarshal(m.Result, &r)
-					evs = append(evs, mp.PermissionResolved(m.TurnID, id, r.Outcome, true)...)
+					evs = append(evs, mp.RequestResolved(rr, acpx.ActionOf(rr.Choices, r.Outcome))...)
 				}
 			}
 		case acpx.KindTurnSettled:
