@@ -122,7 +122,7 @@ func TestClientFSResumeKeepsContract(t *testing.T) {
 	r.say("echo before")
 	r.killAgent()
 	r.prepareDesc(map[string]any{"clientCapabilities": map[string]any{"fs": false}}, "--supports-load-session")
-	require.Contains(t, string(r.open()), `"outcome":"resumed"`)
+	require.Contains(t, string(r.open()), `"status":"resumed"`)
 	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false}`, r.say("caps"))
 	require.Equal(t, "read "+r.cwd+"/a.txt: a\n", r.say("read "+r.cwd+"/a.txt"))
 }
@@ -135,13 +135,22 @@ func TestClientFSAdoptKeepsContract(t *testing.T) {
 	r := newRig(t)
 	require.NoError(t, os.WriteFile(filepath.Join(r.cwd, "a.txt"), []byte("a"), 0o644))
 	r.prepare()
-	r.open()
+	var first struct {
+		ProcessID int `json:"processId"`
+	}
+	require.NoError(t, json.Unmarshal(r.open(), &first))
 	r.say("echo before")
 	r.m.Close()
 	st, _ := r.sink.snapshot()
 	r.m = NewManager(r.cfg, st) // the rig's cleanup shuts it down
 	require.NoError(t, r.m.Start())
 	r.prepareDesc(map[string]any{"clientCapabilities": map[string]any{"fs": false}})
-	require.Contains(t, string(r.open()), `"outcome":"adopted"`)
+	var again struct {
+		Status    string `json:"status"`
+		ProcessID int    `json:"processId"`
+	}
+	require.NoError(t, json.Unmarshal(r.open(), &again))
+	require.Equal(t, "resumed", again.Status)
+	require.Equal(t, first.ProcessID, again.ProcessID, "the live agent is adopted, not restarted")
 	require.Equal(t, "read "+r.cwd+"/a.txt: a\n", r.say("read "+r.cwd+"/a.txt"))
 }
