@@ -33,6 +33,7 @@ var allowedModules = map[string]string{
 	"github.com/santhosh-tekuri/jsonschema/v6": "test only: validate emitted events against the reference schemas (issue 5)",
 	"golang.org/x/mod":                         "test only: this file reads go.mod",
 	"golang.org/x/text":                        "indirect: required by jsonschema's tests only",
+	"github.com/modelcontextprotocol/go-sdk":   "test only: the real MCP client of test/fakeacp and MCP tests (issue 10)",
 }
 
 // indirectOK lists modules that may appear only as indirect requirements of
@@ -49,6 +50,14 @@ var indirectOK = map[string]bool{
 	"github.com/stretchr/objx":        true,
 	"github.com/google/go-cmp":        true,
 	"github.com/dlclark/regexp2":      true,
+	// the go-sdk's own dependencies (test only, with it)
+	"github.com/google/jsonschema-go":    true,
+	"github.com/segmentio/asm":           true,
+	"github.com/segmentio/encoding":      true,
+	"github.com/yosida95/uritemplate/v3": true,
+	"golang.org/x/oauth2":                true,
+	"golang.org/x/sync":                  true,
+	"golang.org/x/time":                  true,
 }
 
 func TestDependencySetIsPinned(t *testing.T) {
@@ -74,7 +83,8 @@ func TestDependencySetIsPinned(t *testing.T) {
 // TestProductionBinariesImportNoTestModules checks that the shipped binaries
 // link only the runtime dependency set, not test-only modules.
 func TestProductionBinariesImportNoTestModules(t *testing.T) {
-	testOnly := []string{"github.com/stretchr/testify", "go.uber.org/goleak", "github.com/santhosh-tekuri/jsonschema", "golang.org/x/mod"}
+	testOnly := []string{"github.com/stretchr/testify", "go.uber.org/goleak", "github.com/santhosh-tekuri/jsonschema", "golang.org/x/mod",
+		"github.com/modelcontextprotocol/go-sdk"}
 	for _, name := range cmdNames(t) {
 		out, err := exec.Command("go", "list", "-deps", "./cmd/"+name).CombinedOutput()
 		if err != nil {

@@ -56,6 +56,7 @@ type config struct {
 	stubbornChild    bool
 	cancelOwnTerm    bool
 	transcript       string
+	mcpHTTP          bool
 }
 
 func main() {
@@ -102,6 +103,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.stubbornChild, "stubborn-grandchild", false, "spawn a grandchild that ignores SIGTERM")
 	fs.BoolVar(&c.cancelOwnTerm, "cancel-own-terminal", false, "on cancel, $/cancel_request its own pending terminal/create")
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
+	fs.BoolVar(&c.mcpHTTP, "mcp-http", false, "advertise mcpCapabilities {http: true, sse: false}")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
@@ -160,6 +162,7 @@ type session struct {
 	cancel  chan struct{} // closed by session/cancel during a prompt
 	history []json.RawMessage
 	idle    *sync.Cond
+	mcp     *mcpLink // the "paperclip" MCP client (mcp.go)
 }
 
 type agent struct {
@@ -232,6 +235,7 @@ func run(cfg config, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			a.mu.Unlock()
 			a.prompts.Wait()
+			a.closeAllMCP()
 			return 0
 		}
 	}
@@ -267,6 +271,9 @@ func (a *agent) record(dir string, line []byte) {
 		return
 	}
 	body := strings.TrimRight(string(line), "\r\n")
+	if dir == "in" {
+		body = redactLine(body) // the bridge's bearer never reaches a transcript
+	}
 	entry := map[string]any{"ts": time.Now().UTC().Format(time.RFC3339Nano), "dir": dir}
 	if json.Valid([]byte(body)) {
 		entry["msg"] = json.RawMessage(body)
@@ -415,15 +422,19 @@ func (a *agent) initialize(m message) {
 	if a.cfg.supportsClose {
 		sessionCaps["close"] = map[string]any{}
 	}
+	caps := map[string]any{
+		"loadSession":         a.cfg.supportsLoad,
+		"promptCapabilities":  map[string]any{"image": false, "audio": false, "embeddedContext": false},
+		"sessionCapabilities": sessionCaps,
+	}
+	if a.cfg.mcpHTTP {
+		caps["mcpCapabilities"] = map[string]any{"http": true, "sse": false}
+	}
 	a.reply(m.ID, map[string]any{
-		"protocolVersion": a.cfg.protocolVersion,
-		"agentCapabilities": map[string]any{
-			"loadSession":         a.cfg.supportsLoad,
-			"promptCapabilities":  map[string]any{"image": false, "audio": false, "embeddedContext": false},
-			"sessionCapabilities": sessionCaps,
-		},
-		"authMethods": []any{},
-		"agentInfo":   map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
+		"protocolVersion":   a.cfg.protocolVersion,
+		"agentCapabilities": caps,
+		"authMethods":       []any{},
+		"agentInfo":         map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
 	})
 }
 
@@ -484,7 +495,7 @@ func (a *agent) newSession(m message) {
 		return
 	}
 	id := a.next("sess")
-	a.register(id)
+	a.setServers(a.register(id), p.MCPServers)
 	a.reply(m.ID, a.sessionResult(id))
 }
 
@@ -510,6 +521,7 @@ func (a *agent) loadSession(m message) {
 		return
 	}
 	s := a.register(p.SessionID)
+	a.setServers(s, p.MCPServers)
 	a.mu.Lock()
 	history := append([]json.RawMessage(nil), s.history...)
 	a.mu.Unlock()
@@ -537,7 +549,7 @@ func (a *agent) resumeSession(m message) {
 		a.fail(m.ID, -32602, "invalid params")
 		return
 	}
-	a.register(p.SessionID)
+	a.setServers(a.register(p.SessionID), p.MCPServers)
 	a.reply(m.ID, map[string]any{})
 }
 
@@ -563,5 +575,6 @@ func (a *agent) closeSession(m message) {
 		a.fail(m.ID, -32002, "resource not found")
 		return
 	}
+	a.closeMCP(s)
 	a.reply(m.ID, map[string]any{})
 }
