@@ -577,6 +577,8 @@ func (a *agent) closeSession(m message) {
 		a.fail(m.ID, -32002, "resource not found")
 		return
 	}
-	a.closeMCP(s)
+	// Off the reader: a tool call may hold the link until the bridge answers.
+	a.prompts.Add(1)
+	go func() { defer a.prompts.Done(); a.closeMCP(s) }()
 	a.reply(m.ID, map[string]any{})
 }

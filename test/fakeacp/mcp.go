@@ -149,7 +149,8 @@ func (l *mcpLink) closeLocked() {
 	}
 }
 
-// closeMCP closes every session's MCP link (stdin EOF, session/close).
+// closeMCP closes a session's MCP link (session/close); closeAllMCP every
+// link (stdin EOF).
 func (a *agent) closeMCP(s *session) {
 	a.mu.Lock()
 	l := s.mcp

@@ -654,3 +654,18 @@ func TestMCPAskPermissionBeforeEachCall(t *testing.T) {
 	defer b.mu.Unlock()
 	require.Len(t, b.sids, 1, "only the allowed call reached the bridge")
 }
+
+// TestMCPSessionCloseDropsTheLink: session/close closes the session's MCP
+// client (goleak checks nothing is left) and is answered at once.
+func TestMCPSessionCloseDropsTheLink(t *testing.T) {
+	b := newTestBridge(t, nil, false)
+	cfg := defaults(t)
+	cfg.supportsClose = true
+	w := startWire(t, cfg)
+	sid := w.open(b.servers(testSecret))
+	_, text, _ := w.prompt(sid, `mcp-call issue.comment {}`, testWait)
+	require.Contains(t, text, "isError=false")
+	m, _ := w.call("session/close", map[string]any{"sessionId": sid}, testWait)
+	require.Nil(t, m.Error)
+	w.stop()
+}
