@@ -669,3 +669,31 @@ func TestMCPSessionCloseDropsTheLink(t *testing.T) {
 	require.Nil(t, m.Error)
 	w.stop()
 }
+
+// TestMCPSessionCloseAnsweredWhileACallWaits: session/close is answered
+// while a tool call still waits for the bridge (the cancel mode ignores
+// the cancel, so only the bridge could end the call): closing the link
+// must not hold the agent's input.
+func TestMCPSessionCloseAnsweredWhileACallWaits(t *testing.T) {
+	b := newTestBridge(t, nil, false)
+	b.block = true
+	cfg := defaults(t)
+	cfg.supportsClose = true
+	cfg.cancelMode = "ignore"
+	w := startWire(t, cfg)
+	t.Cleanup(b.close) // before w.stop: a stalled agent is let go, so a failure ends
+	sid := w.open(b.servers(testSecret))
+	id := w.send("session/prompt", map[string]any{"sessionId": sid,
+		"prompt": []any{map[string]any{"type": "text", "text": `mcp-call slow {}`}}})
+	select {
+	case <-b.entered:
+	case <-time.After(testWait):
+		t.Fatal("the call did not reach the bridge")
+	}
+	m, _ := w.await(w.send("session/close", map[string]any{"sessionId": sid}), testWait, nil)
+	require.Nil(t, m.Error)
+	b.release()
+	m, updates := w.await(id, testWait, nil)
+	require.Nil(t, m.Error)
+	require.Equal(t, "tool slow isError=true: Paperclip stopped the active provider turn\n", messageText(updates))
+}
