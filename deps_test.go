@@ -34,7 +34,7 @@ var allowedModules = map[string]string{
 	"github.com/santhosh-tekuri/jsonschema/v6": "tool catalog schemas in runnerd (issue 10); emitted events against the reference schemas in tests (issue 5)",
 	"github.com/dlclark/regexp2":               "ECMAScript-mode patterns for catalog schemas (issue 10, tools.md §1)",
 	"golang.org/x/mod":                         "test only: this file reads go.mod",
-	"github.com/modelcontextprotocol/go-sdk":   "test only: a real MCP client against the tool bridge (issue 10)",
+	"github.com/modelcontextprotocol/go-sdk":   "test only: the real MCP client of test/fakeacp and the bridge tests (issue 10)",
 	"golang.org/x/text":                        "indirect: required by jsonschema's tests only",
 }
 

@@ -62,6 +62,8 @@ type config struct {
 	transcript       string
 	recordMeta       string
 	permNoAlways     bool
+	mcpHTTP          bool
+	mcpAskPermission bool
 }
 
 func main() {
@@ -113,6 +115,8 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
 	fs.StringVar(&c.recordMeta, "record-meta", "", "append {method, _meta} of each session/new, load and resume as NDJSON to this file")
 	fs.BoolVar(&c.permNoAlways, "permission-no-always", false, "permission requests offer only allow_once and reject_once")
+	fs.BoolVar(&c.mcpHTTP, "mcp-http", false, "advertise mcpCapabilities {http: true, sse: false}")
+	fs.BoolVar(&c.mcpAskPermission, "mcp-ask-permission", false, "session/request_permission before each MCP tool call")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
@@ -171,6 +175,7 @@ type session struct {
 	cancel  chan struct{} // closed by session/cancel during a prompt
 	history []json.RawMessage
 	idle    *sync.Cond
+	mcp     *mcpLink // the "paperclip" MCP client (mcp.go)
 }
 
 type agent struct {
@@ -246,6 +251,7 @@ func run(cfg config, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			a.mu.Unlock()
 			a.prompts.Wait()
+			a.closeAllMCP()
 			return 0
 		}
 	}
@@ -281,6 +287,9 @@ func (a *agent) record(dir string, line []byte) {
 		return
 	}
 	body := strings.TrimRight(string(line), "\r\n")
+	if dir == "in" {
+		body = redactLine(body) // the bridge's bearer never reaches a transcript
+	}
 	entry := map[string]any{"ts": time.Now().UTC().Format(time.RFC3339Nano), "dir": dir}
 	if json.Valid([]byte(body)) {
 		entry["msg"] = json.RawMessage(body)
@@ -440,15 +449,19 @@ func (a *agent) initialize(m message) {
 	if a.cfg.supportsClose {
 		sessionCaps["close"] = map[string]any{}
 	}
+	caps := map[string]any{
+		"loadSession":         a.cfg.supportsLoad,
+		"promptCapabilities":  map[string]any{"image": false, "audio": false, "embeddedContext": false},
+		"sessionCapabilities": sessionCaps,
+	}
+	if a.cfg.mcpHTTP {
+		caps["mcpCapabilities"] = map[string]any{"http": true, "sse": false}
+	}
 	a.reply(m.ID, map[string]any{
-		"protocolVersion": a.cfg.protocolVersion,
-		"agentCapabilities": map[string]any{
-			"loadSession":         a.cfg.supportsLoad,
-			"promptCapabilities":  map[string]any{"image": false, "audio": false, "embeddedContext": false},
-			"sessionCapabilities": sessionCaps,
-		},
-		"authMethods": []any{},
-		"agentInfo":   map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
+		"protocolVersion":   a.cfg.protocolVersion,
+		"agentCapabilities": caps,
+		"authMethods":       []any{},
+		"agentInfo":         map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
 	})
 }
 
@@ -533,7 +546,7 @@ func (a *agent) newSession(m message) {
 		return
 	}
 	id := a.next("sess")
-	a.register(id)
+	a.setServers(a.register(id), p.MCPServers)
 	a.reply(m.ID, a.sessionResult(id))
 }
 
@@ -560,6 +573,7 @@ func (a *agent) loadSession(m message) {
 		return
 	}
 	s := a.register(p.SessionID)
+	a.setServers(s, p.MCPServers)
 	a.mu.Lock()
 	history := append([]json.RawMessage(nil), s.history...)
 	a.mu.Unlock()
@@ -588,7 +602,7 @@ func (a *agent) resumeSession(m message) {
 		a.fail(m.ID, -32602, "invalid params")
 		return
 	}
-	a.register(p.SessionID)
+	a.setServers(a.register(p.SessionID), p.MCPServers)
 	a.reply(m.ID, map[string]any{})
 }
 
@@ -614,5 +628,8 @@ func (a *agent) closeSession(m message) {
 		a.fail(m.ID, -32002, "resource not found")
 		return
 	}
+	// Off the reader: a tool call may hold the link until the bridge answers.
+	a.prompts.Add(1)
+	go func() { defer a.prompts.Done(); a.closeMCP(s) }()
 	a.reply(m.ID, map[string]any{})
 }

@@ -235,6 +235,9 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 	if t.a.cfg.writeFile != "" {
 		t.writeFile(t.a.cfg.writeFile, t.a.cfg.writeContent)
 	}
+	if mcpWords[word] {
+		return t.runMCP(text)
+	}
 	switch word {
 	case "echo":
 		t.say(rest)
