@@ -60,6 +60,7 @@ type config struct {
 	writeFile        string
 	writeContent     string
 	transcript       string
+	goalActions      string
 }
 
 func main() {
@@ -109,6 +110,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.writeFile, "write-file", "", "at the start of every prompt, fs/write_text_file --write-content to this path and say what came back")
 	fs.StringVar(&c.writeContent, "write-content", "", "the content --write-file writes")
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
+	fs.StringVar(&c.goalActions, "goal-actions", "", "advertise and honour the goal extension with these comma-separated actions (goal.go)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
@@ -167,6 +169,7 @@ type session struct {
 	cancel  chan struct{} // closed by session/cancel during a prompt
 	history []json.RawMessage
 	idle    *sync.Cond
+	goal    *goalState // goal.go; nil when none
 }
 
 type agent struct {
@@ -386,6 +389,8 @@ func (a *agent) dispatch(line []byte) {
 		a.closeSession(m)
 	case "session/prompt":
 		a.startPrompt(m)
+	case goalMethod:
+		a.goalControl(m)
 	default:
 		a.fail(m.ID, -32601, "method not found")
 	}
@@ -436,7 +441,7 @@ func (a *agent) initialize(m message) {
 	if a.cfg.supportsClose {
 		sessionCaps["close"] = map[string]any{}
 	}
-	a.reply(m.ID, map[string]any{
+	result := map[string]any{
 		"protocolVersion": a.cfg.protocolVersion,
 		"agentCapabilities": map[string]any{
 			"loadSession":         a.cfg.supportsLoad,
@@ -445,7 +450,11 @@ func (a *agent) initialize(m message) {
 		},
 		"authMethods": []any{},
 		"agentInfo":   map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
-	})
+	}
+	if meta := a.goalMeta(); meta != nil {
+		result["_meta"] = meta
+	}
+	a.reply(m.ID, result)
 }
 
 type sessionParams struct {
