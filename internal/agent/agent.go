@@ -198,6 +198,7 @@ type Manager struct {
 	waiters  map[int64]chan acpx.Inbound
 	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
+	goalCall int64         // the unanswered _session/goal request id (goal.go); 0 when none
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live

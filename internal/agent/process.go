@@ -428,7 +428,11 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 			return nil, [][]byte{l}, nil
 		}
 	case acpx.KindUpdate:
-		return m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), nil, nil
+		evs, goalOnly := m.goalUpdateLocked(*in.Update)
+		if !goalOnly {
+			evs = append(m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), evs...)
+		}
+		return evs, nil, nil
 	case acpx.KindTurnSettled:
 		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*in.Outcome, m.byRun))
 		m.closeTurnLocked()

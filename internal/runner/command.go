@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -140,11 +141,20 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 			jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warmAttachReady(idle, r.store.Summary())}))
 	default:
 		out, herr := r.handlers[cmd.Type](ctx, cmd)
+		var rej *agent.Rejection
 		switch {
 		case errors.Is(herr, ErrCommandNotImplemented):
 			err = r.store.Update(func(tx *state.Tx) error {
 				var err error
 				res, err = tx.RejectCommand(cmd.CommandID, CodeCommandNotImplemented, notImplemented(cmd.Type))
+				return err
+			})
+		case errors.As(herr, &rej):
+			// Refused before any effect (e.g. a goal action the agent
+			// lacks): status rejected with the protocol-named code.
+			err = r.store.Update(func(tx *state.Tx) error {
+				var err error
+				res, err = tx.RejectCommand(cmd.CommandID, rej.Code, rej.Message)
 				return err
 			})
 		case herr != nil:
