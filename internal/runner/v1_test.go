@@ -28,16 +28,17 @@ type versionCore struct {
 	store      *prp.MemoryCredentialStore
 	maxVersion int
 
-	mu     sync.Mutex
-	acked  int64
-	events []json.RawMessage // committed envelopes as received
-	hellos []map[string]any  // auth_hello frames as the runner sent them
+	mu      sync.Mutex
+	acked   int64
+	events  []json.RawMessage // committed envelopes as received
+	hellos  []map[string]any  // auth_hello frames as the runner sent them
+	changed chan struct{}
+	wg      sync.WaitGroup
+
 	// commands are delivered one at a time, the next after the previous
 	// one's result (goal_v1_test.go); results holds them by commandId.
 	commands []json.RawMessage
 	results  map[string]prp.CommandResultPayload
-	changed  chan struct{}
-	wg       sync.WaitGroup
 }
 
 // newVersionCore serves the core over prptest's in-memory transport; its
