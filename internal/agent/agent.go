@@ -602,6 +602,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs = append(evs, m.openGoalEventsLocked()...)
 		result := jsonenc.MustMarshalEscaped(map[string]any{"providerSessionId": rec.ACPSessionID, "outcome": "adopted"})
 		err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result})
 		m.mu.Unlock()
@@ -642,6 +643,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		rec := m.cl.Record()
 		m.st.Loss = ""
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs = append(evs, m.openGoalEventsLocked()...)
 		outcome := "started"
 		if resume {
 			outcome = "resumed"

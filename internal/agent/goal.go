@@ -282,3 +282,15 @@ func (m *Manager) goalUpdateLocked(u acpx.SessionUpdate) (evs []acpx.Event, goal
 	}
 	return []acpx.Event{{EventType: evt, Priority: acpx.P0, Payload: projectionPayload(m.goalProjectionLocked(""))}}, goalOnly
 }
+
+// openGoalEventsLocked are the goal events of a session.open, as the
+// reference's ACPX executor follows session.started with a goal get: the
+// capabilities, then session.goal.snapshot. Only for an agent whose
+// initialize advertised the extension (usable or not), so an agent
+// without it opens with the events it always had. m.mu held.
+func (m *Manager) openGoalEventsLocked() []acpx.Event {
+	if m.cl.Goal().Capability == nil {
+		return nil
+	}
+	return goalEvents(m.goalProjectionLocked(""), EventGoalSnapshot)
+}

@@ -98,6 +98,22 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	run := h.agentRun()
 	h.prepareFake("--goal-actions", allGoalActions)
 	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	// session.open reports the goal state after session.started, as the
+	// reference does.
+	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), agent.EventGoalSnapshot)) == 1
+	})
+	var opened []string
+	for _, e := range prptest.DecodeEvents(t, s.Events) {
+		switch e.EventType {
+		case "session.started", agent.EventCapabilitiesUpdated, agent.EventGoalSnapshot:
+			opened = append(opened, e.EventType)
+			if e.EventType == agent.EventGoalSnapshot {
+				require.NoError(t, prpschema.Validate(schemas.GoalProjection, e.Payload), "%s", e.Payload)
+			}
+		}
+	}
+	require.Equal(t, []string{"session.started", agent.EventCapabilitiesUpdated, agent.EventGoalSnapshot}, opened)
 
 	v := goalCommand(t, h, schemas, "session.goal.get", `{}`, agent.EventGoalSnapshot)
 	require.Equal(t, "paperclip.session_goal.snapshot.v1", v.Schema)
@@ -125,7 +141,7 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	// The agent completes the goal during a turn: an autonomous update.
 	before := len(h.core.Snapshot().Events)
 	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"goal"}`).CommandID).Status)
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+	s = h.waitCore(func(s prp.CoreSnapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events[before:]), "run.terminal")) == 1
 	})
 	updates := prptest.OfType(prptest.DecodeEvents(t, s.Events[before:]), agent.EventGoalUpdated)
@@ -157,7 +173,7 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	ok, err := h.readState().Record(agentRecord, &rec)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.JSONEq(t, `{"capability":{"version":1,"controlMethod":"_session/goal","actions":["set","pause","resume","clear"]},"revision":7}`,
+	require.JSONEq(t, `{"capability":{"version":1,"controlMethod":"_session/goal","actions":["set","pause","resume","clear"]},"revision":8}`,
 		string(rec.Session.Goal), "the record keeps the capability and the revision; the cleared goal is gone")
 }
 
@@ -178,7 +194,11 @@ func TestGoalRefusals(t *testing.T) {
 			h.agentRun()
 			h.prepareFake(flags...)
 			require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+			// An agent that advertised no extension opens as before; one
+			// that advertised an unusable one reports it unsupported.
+			atOpen := map[string]int{"subset": 1, "none": 0}[name]
 			v := goalCommand(t, h, schemas, "session.goal.get", `{}`, agent.EventGoalSnapshot)
+			require.Len(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), agent.EventGoalSnapshot), atOpen+1)
 			require.Equal(t, "unsupported", v.SessionGoals.Availability)
 			require.Empty(t, v.SessionGoals.Actions)
 			require.Equal(t, "persistent_session_goal_extension_required", v.SessionGoals.ReasonCode)

@@ -135,7 +135,8 @@ func TestPRP23_GoalEventsDowngradeOnV1(t *testing.T) {
 	require.Equal(t, "completed", set.Status, string(set.Result))
 	require.Contains(t, string(set.Result), `"objective":"Ship the change"`, "a command result is not downgraded")
 	o := originals()
-	require.Equal(t, 1, o[agent.EventCapabilitiesUpdated], "%v", o)
+	require.Equal(t, 2, o[agent.EventCapabilitiesUpdated], "session.open's and the set's: %v", o)
+	require.Equal(t, 1, o[agent.EventGoalSnapshot], "session.open's: %v", o)
 	require.Equal(t, 2, o[agent.EventGoalUpdated], "the set's and the agent's autonomous update: %v", o)
 	for _, raw := range core.events {
 		e := decode(raw)
