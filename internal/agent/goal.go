@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -106,8 +107,8 @@ func decodeGoalPayload(cmd GoalCommand, payload json.RawMessage) (goalPayload, e
 		// v1 of the ACP goal extension negotiates no budget control.
 		return p, &Rejection{Code: CodeGoalActionUnavailable, Message: "the agent's goal extension does not support token budget control"}
 	}
-	if o := p.Objective; o != nil && (*o == "" || utf8.RuneCountInString(*o) > acpx.MaxGoalObjectiveChars) {
-		return p, failed("session.goal.set objective must be 1 to 4000 characters")
+	if o := p.Objective; o != nil && (strings.TrimSpace(*o) == "" || utf8.RuneCountInString(*o) > acpx.MaxGoalObjectiveChars) {
+		return p, failed("session.goal.set objective must be 1 to 4000 characters, not blank")
 	}
 	switch p.Status {
 	case "", "active", "paused":

@@ -106,7 +106,7 @@ func TestGoalRefusalsThroughAgent(t *testing.T) {
 		require.ErrorAs(t, r.goalErr(c.cmd, c.payload), &rej, c.payload)
 		require.Equal(t, CodeGoalActionUnavailable, rej.Code)
 	}
-	for _, bad := range []string{`{"objective":""}`, `{"status":"done"}`, `[]`} {
+	for _, bad := range []string{`{"objective":""}`, `{"objective":"  "}`, `{"status":"done"}`, `[]`} {
 		require.ErrorAs(t, r.goalErr(GoalSet, bad), &ce, bad)
 		require.Equal(t, CodeCommandExecutionFailed, ce.Code)
 	}
