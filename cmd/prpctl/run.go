@@ -441,7 +441,7 @@ func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswe
 		switch {
 		case s.Command != "":
 			var cmd prp.Command
-			cmd, err = core.QueueCommand(prp.Command{Type: s.Command, Payload: s.Payload})
+			cmd, err = core.QueueCommand(prp.Command{Schema: commandSchema(s.Command), Type: s.Command, Payload: s.Payload})
 			ids = append(ids, cmd.CommandID)
 		case s.SleepMs > 0:
 			select {

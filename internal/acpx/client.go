@@ -647,6 +647,7 @@ func (c *Client) applyResult(method string, result json.RawMessage) error {
 		c.rec.ProtocolVersion = r.ProtocolVersion
 		c.rec.AgentCapabilities = r.AgentCapabilities
 		c.rec.AgentInfo = r.AgentInfo
+		c.applyGoalCapability(r.Meta)
 	case MethodSessionNew:
 		var r SessionResult
 		if err := json.Unmarshal(result, &r); err != nil || r.SessionID == "" {

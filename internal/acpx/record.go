@@ -38,6 +38,9 @@ type Record struct {
 	// advertises it again and an adopted one is answered by it, so the
 	// agent keeps the contract its session started with.
 	ClientCapabilities *ClientCapabilities `json:"clientCapabilities,omitempty"`
+	// Goal is the goal extension's state (goal.go); nil when the agent
+	// never advertised it.
+	Goal *GoalRecord `json:"goal,omitempty"`
 
 	// Process is the live process session; nil when no agent runs.
 	Process *ProcessRecord `json:"process,omitempty"`

@@ -54,6 +54,8 @@ type InitializeResult struct {
 	ProtocolVersion   int             `json:"protocolVersion"`
 	AgentCapabilities json.RawMessage `json:"agentCapabilities,omitempty"`
 	AgentInfo         *Implementation `json:"agentInfo,omitempty"`
+	// Meta is the result's _meta (the goal extension lives there).
+	Meta json.RawMessage `json:"_meta,omitempty"`
 }
 
 // AgentCapabilities is the gate subset runnerd consults.
@@ -202,6 +204,9 @@ type SessionUpdate struct {
 	AvailableCommands []json.RawMessage `json:"availableCommands,omitempty"`
 	ConfigOptions     []json.RawMessage `json:"configOptions,omitempty"`
 	SessionTitle      *string           `json:"-"`
+	// Meta is the update's _meta (session_info_update carries the goal
+	// snapshot there).
+	Meta json.RawMessage `json:"_meta,omitempty"`
 }
 
 // ToolLocation is a file a tool call touches.

@@ -208,6 +208,7 @@ type Manager struct {
 	waiters  map[int64]chan acpx.Inbound
 	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
+	goalCall int64         // the unanswered _session/goal request id (goal.go); 0 when none
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -624,6 +625,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		m.st.Closed = false
+		evs = append(evs, m.openGoalEventsLocked()...)
 		result := m.openResultLocked(true, rec, b)
 		err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result})
 		m.mu.Unlock()
@@ -665,6 +667,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		m.st.Loss = ""
 		m.st.Closed = false
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs = append(evs, m.openGoalEventsLocked()...)
 		result := m.openResultLocked(resume, rec, b)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err

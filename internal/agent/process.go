@@ -430,7 +430,11 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 		}
 		return evs, nil, nil
 	case acpx.KindUpdate:
-		return m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), nil, nil
+		evs, goalOnly := m.goalUpdateLocked(*in.Update)
+		if !goalOnly {
+			evs = append(m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), evs...)
+		}
+		return evs, nil, nil
 	case acpx.KindTurnSettled:
 		// A runtime request still open when its turn completes expires
 		// (tools.md §7); the agent gets a cancelled answer.

@@ -58,7 +58,7 @@ type loop struct {
 // attachExecutor plugs the ACP executor in: its handlers serve the provider
 // commands unless opts replaces them; lifecycle commands stay the loop's.
 func (r *loop) attachExecutor(ax *agentExec, opts Options) {
-	for typ, h := range ax.handlers() {
+	for typ, h := range ax.allHandlers() {
 		if _, replaced := opts.Handlers[typ]; !replaced && !loopOwned[typ] {
 			r.handlers[typ] = h
 		}

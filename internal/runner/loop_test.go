@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -25,10 +26,11 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 		require.Equal(t, "completed", p.Status)
 		require.JSONEq(t, `{"activeProviderTurnId":null,"warmAttachReady":false}`, string(p.Result))
 
+		// The ACP provider answers it as the reference does (issue 12 item 4).
 		turn := h.queue("session.budget.increase", `{}`)
 		p = h.waitResult(turn.CommandID)
 		require.Equal(t, "rejected", p.Status)
-		require.Equal(t, CodeCommandNotImplemented, resultCodeOf(t, p))
+		require.Equal(t, agent.CodeProviderCommandUnavailable, resultCodeOf(t, p))
 
 		prep := h.queue("run.prepare", `{"provider":{"kind":"codex"}}`)
 		p = h.waitResult(prep.CommandID)

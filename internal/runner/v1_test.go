@@ -34,6 +34,11 @@ type versionCore struct {
 	hellos  []map[string]any  // auth_hello frames as the runner sent them
 	changed chan struct{}
 	wg      sync.WaitGroup
+
+	// commands are delivered one at a time, the next after the previous
+	// one's result (goal_v1_test.go); results holds them by commandId.
+	commands []json.RawMessage
+	results  map[string]prp.CommandResultPayload
 }
 
 // newVersionCore serves the core over prptest's in-memory transport; its
@@ -125,12 +130,21 @@ func (c *versionCore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	if c.deliverNext(ctx, ws, sess) != nil {
+		return
+	}
 	for {
 		_, frame, err := ws.Read(ctx)
 		if err != nil {
 			return
 		}
 		env, err := sess.OpenEnvelope(frame)
+		if err == nil && env.Kind == prp.KindCommandResult {
+			if c.recordResult(env.Payload) && c.deliverNext(ctx, ws, sess) != nil {
+				return
+			}
+			continue
+		}
 		if err != nil || env.Kind != prp.KindEvent {
 			continue
 		}

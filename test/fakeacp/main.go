@@ -64,6 +64,7 @@ type config struct {
 	permNoAlways     bool
 	mcpHTTP          bool
 	mcpAskPermission bool
+	goalActions      string
 }
 
 func main() {
@@ -117,6 +118,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.permNoAlways, "permission-no-always", false, "permission requests offer only allow_once and reject_once")
 	fs.BoolVar(&c.mcpHTTP, "mcp-http", false, "advertise mcpCapabilities {http: true, sse: false}")
 	fs.BoolVar(&c.mcpAskPermission, "mcp-ask-permission", false, "session/request_permission before each MCP tool call")
+	fs.StringVar(&c.goalActions, "goal-actions", "", "advertise and honour the goal extension with these comma-separated actions (goal.go)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
@@ -175,7 +177,8 @@ type session struct {
 	cancel  chan struct{} // closed by session/cancel during a prompt
 	history []json.RawMessage
 	idle    *sync.Cond
-	mcp     *mcpLink // the "paperclip" MCP client (mcp.go)
+	mcp     *mcpLink   // the "paperclip" MCP client (mcp.go)
+	goal    *goalState // goal.go; nil when none
 }
 
 type agent struct {
@@ -399,6 +402,8 @@ func (a *agent) dispatch(line []byte) {
 		a.closeSession(m)
 	case "session/prompt":
 		a.startPrompt(m)
+	case goalMethod:
+		a.goalControl(m)
 	default:
 		a.fail(m.ID, -32601, "method not found")
 	}
@@ -457,12 +462,16 @@ func (a *agent) initialize(m message) {
 	if a.cfg.mcpHTTP {
 		caps["mcpCapabilities"] = map[string]any{"http": true, "sse": false}
 	}
-	a.reply(m.ID, map[string]any{
+	result := map[string]any{
 		"protocolVersion":   a.cfg.protocolVersion,
 		"agentCapabilities": caps,
 		"authMethods":       []any{},
 		"agentInfo":         map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
-	})
+	}
+	if meta := a.goalMeta(); meta != nil {
+		result["_meta"] = meta
+	}
+	a.reply(m.ID, result)
 }
 
 type sessionParams struct {

@@ -256,6 +256,8 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 	case "write":
 		path, content, _ := strings.Cut(rest, " ")
 		t.writeFile(path, content)
+	case "goal":
+		t.goalPrompt()
 	case "caps":
 		t.a.mu.Lock()
 		caps := t.a.clientCaps

@@ -35,6 +35,14 @@ var missing = []string{
 // Set holds the compiled schemas tests validate against.
 type Set struct {
 	EventV1, EventV2, Usage, Request *jsonschema.Schema
+	// GoalProjection is the session goal projection (a session.goal.*
+	// result and event payload) and GoalCapabilities the payload of
+	// session.capabilities.updated, from the field list (goal.go):
+	// the share has no schema for them.
+	GoalProjection, GoalCapabilities *jsonschema.Schema
+	// GoalSchemaMissing reports that the share lacks the reference
+	// session-goal schema, so the field list stands in for it.
+	GoalSchemaMissing bool
 }
 
 var (
@@ -83,16 +91,22 @@ func compile(dir string) (*Set, error) {
 			return nil, err
 		}
 	}
+	if err := c.AddResource(goalFieldsID, goalFields); err != nil {
+		return nil, err
+	}
+	s := &Set{}
 	open := map[string]any{"$defs": map[string]any{"capability": map[string]any{}, "snapshot": map[string]any{"type": "object"}}}
 	for _, m := range missing {
 		if _, err := os.Stat(filepath.Join(dir, filepath.Base(m)+".schema.json")); err == nil {
 			continue
 		}
+		if m == sessionGoalSchema {
+			s.GoalSchemaMissing = true
+		}
 		if err := c.AddResource(base+m+".schema.json", open); err != nil {
 			return nil, err
 		}
 	}
-	s := &Set{}
 	for _, x := range []struct {
 		dst **jsonschema.Schema
 		id  string
@@ -103,6 +117,12 @@ func compile(dir string) (*Set, error) {
 		if *x.dst, err = c.Compile(base + x.id + ".schema.json"); err != nil {
 			return nil, err
 		}
+	}
+	if s.GoalProjection, err = c.Compile(goalFieldsID); err != nil {
+		return nil, err
+	}
+	if s.GoalCapabilities, err = c.Compile(goalFieldsID + "#/$defs/capabilitiesEvent"); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

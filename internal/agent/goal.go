@@ -1,0 +1,294 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
+)
+
+// GoalCommand selects a PRP v2 session.goal.* command (issue 12 item 4).
+type GoalCommand int
+
+// Goal commands.
+const (
+	GoalGet   GoalCommand = iota + 1 // session.goal.get
+	GoalSet                          // session.goal.set
+	GoalClear                        // session.goal.clear
+)
+
+// Goal event types (prp.md §8.2: v2-only; the state package downgrades
+// them on a v1 connection).
+const (
+	EventCapabilitiesUpdated = "session.capabilities.updated"
+	EventGoalSnapshot        = "session.goal.snapshot"
+	EventGoalUpdated         = "session.goal.updated"
+	EventGoalCleared         = "session.goal.cleared"
+)
+
+// Rejection codes of commands refused without effect (the reference's
+// ACPX executor answers them so).
+const (
+	// CodeGoalActionUnavailable: the agent's negotiated goal extension
+	// lacks the action (or the extension is absent).
+	CodeGoalActionUnavailable = "session_goal_action_unavailable"
+	// CodeProviderCommandUnavailable: the ACP provider implements no such
+	// command (interaction.receipt, session.budget.increase).
+	CodeProviderCommandUnavailable = "provider_command_unavailable"
+)
+
+// GoalControlWait bounds one _session/goal request: the reference
+// sidecar's 30 s request timeout (prp.md §10).
+const GoalControlWait = 30 * time.Second
+
+// rejection is a command refused before any effect: the runner journals
+// and sends it with status rejected and {code, message}. message is a
+// fixed text.
+func rejection(code, message string) error {
+	return &CommandError{Code: code, Message: message, Rejected: true}
+}
+
+// ProviderCommandUnavailable is the answer to a command the ACP provider
+// does not implement.
+func ProviderCommandUnavailable() error {
+	return rejection(CodeProviderCommandUnavailable, "the ACPX provider does not implement this command")
+}
+
+// goalPayload is session.goal.set's payload (command-v2.schema.json);
+// get and clear carry at most requestId.
+type goalPayload struct {
+	RequestID   string          `json:"requestId"`
+	Objective   *string         `json:"objective"`
+	Status      string          `json:"status"`
+	TokenBudget json.RawMessage `json:"tokenBudget"`
+}
+
+// maxGoalRequestIDChars bounds requestId (command-v2.schema.json).
+const maxGoalRequestIDChars = 160
+
+// goalAction is the _session/goal action of a command: a set with an
+// objective is set, a status change alone pause or resume (as the
+// reference's goal_control decides it).
+func (p goalPayload) goalAction(cmd GoalCommand) string {
+	switch {
+	case cmd == GoalClear:
+		return acpx.GoalClear
+	case p.Objective != nil:
+		return acpx.GoalSet
+	case p.Status == "paused":
+		return acpx.GoalPause
+	}
+	return acpx.GoalResume
+}
+
+func decodeGoalPayload(cmd GoalCommand, payload json.RawMessage) (goalPayload, error) {
+	var p goalPayload
+	if len(payload) > 0 {
+		if err := json.Unmarshal(payload, &p); err != nil {
+			return p, failed("session.goal payload is malformed")
+		}
+	}
+	if utf8.RuneCountInString(p.RequestID) > maxGoalRequestIDChars {
+		return p, failed("session.goal requestId is longer than 160 characters")
+	}
+	if cmd != GoalSet {
+		return p, nil
+	}
+	if len(p.TokenBudget) > 0 && string(p.TokenBudget) != "null" {
+		// v1 of the ACP goal extension negotiates no budget control.
+		return p, rejection(CodeGoalActionUnavailable, "the agent's goal extension does not support token budget control")
+	}
+	if o := p.Objective; o != nil && (strings.TrimSpace(*o) == "" || utf8.RuneCountInString(*o) > acpx.MaxGoalObjectiveChars) {
+		return p, failed("session.goal.set objective must be 1 to 4000 characters, not blank")
+	}
+	switch p.Status {
+	case "", "active", "paused":
+	default:
+		return p, failed("session.goal.set status must be active or paused")
+	}
+	return p, nil
+}
+
+// Goal runs session.goal.get, .set or .clear commandID (issue 12 item 4):
+// get answers the recorded snapshot; set and clear send _session/goal
+// when the agent's initialize advertised the action, wait for its answer
+// (the agent publishes its new snapshot before it), and answer the
+// projection. The write that records the projection's two P0 events
+// (session.capabilities.updated, then the goal event) also records the
+// completed result (prp.md §7.2 item 8).
+func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, payload json.RawMessage) (json.RawMessage, error) {
+	p, err := decodeGoalPayload(cmd, payload)
+	if err != nil {
+		return nil, err
+	}
+	action := p.goalAction(cmd)
+	m.mu.Lock()
+	if m.cl == nil || m.cl.Record().ACPSessionID == "" {
+		m.mu.Unlock()
+		return nil, failed("no open session; run session.open first")
+	}
+	capab := m.cl.Goal().Capability
+	if cmd == GoalGet {
+		defer m.mu.Unlock()
+		return m.goalAnswerLocked(commandID, EventGoalSnapshot, p.RequestID)
+	}
+	if !capab.Allows(action) {
+		m.mu.Unlock()
+		return nil, rejection(CodeGoalActionUnavailable, "the negotiated ACP extension does not support this goal action")
+	}
+	live := m.proc != nil && !m.proc.lost
+	m.mu.Unlock()
+	if !live {
+		return nil, failed("the agent is not running; run session.open first")
+	}
+	objective := ""
+	if p.Objective != nil {
+		objective = *p.Objective
+	}
+	t := m.cfg.Clock.NewTimer(GoalControlWait)
+	defer t.Stop()
+	_, err = m.call(ctx, t.C(), func(c *acpx.Client) (acpx.Call, error) {
+		call, err := c.GoalControl(action, objective)
+		m.goalCall = call.ID // m.mu is held
+		return call, err
+	})
+	m.mu.Lock()
+	m.goalCall = 0
+	m.mu.Unlock()
+	switch {
+	case errors.Is(err, errDeadline):
+		return nil, failed(fmt.Sprintf("the agent did not answer the goal control within %s", GoalControlWait))
+	case err != nil:
+		var rpc *acpx.Failure
+		if errors.As(err, &rpc) && rpc.Class == acpx.ClassUnclassified {
+			return nil, failed("the agent refused the goal control")
+		}
+		return nil, classErr(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cl == nil {
+		return nil, failed("the session ended during the goal control")
+	}
+	m.settleGoalLocked(action, objective)
+	evt := EventGoalUpdated
+	if cmd == GoalClear {
+		evt = EventGoalCleared
+	}
+	return m.goalAnswerLocked(commandID, evt, p.RequestID)
+}
+
+// settleGoalLocked makes the record reflect an acknowledged control when
+// the agent answered without publishing its snapshot first: clear leaves
+// no goal, set the new objective active, pause and resume the recorded
+// goal with its new status. A snapshot the agent publishes later replaces
+// it (an autonomous update). m.mu held.
+func (m *Manager) settleGoalLocked(action, objective string) {
+	s := m.cl.Goal().Snapshot
+	switch action {
+	case acpx.GoalClear:
+		m.cl.SetGoalSnapshot(nil)
+	case acpx.GoalSet:
+		if s == nil || s.Objective != objective {
+			m.cl.SetGoalSnapshot(&acpx.GoalSnapshot{Objective: objective, Status: "active"})
+		}
+	case acpx.GoalPause, acpx.GoalResume:
+		want := "paused"
+		if action == acpx.GoalResume {
+			want = "active"
+		}
+		if s != nil && s.Status != want && (s.Status == "active" || s.Status == "paused") {
+			c := *s
+			c.Status = want
+			m.cl.SetGoalSnapshot(&c)
+		}
+	}
+}
+
+// goalAnswerLocked commits the projection's events with the completed
+// result and returns the result. m.mu held.
+func (m *Manager) goalAnswerLocked(commandID, eventType, requestID string) (json.RawMessage, error) {
+	proj := m.goalProjectionLocked(requestID)
+	result := jsonenc.MustMarshalEscaped(proj)
+	evs := goalEvents(proj, eventType)
+	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// goalProjectionLocked advances the revision and projects the record.
+// m.mu held.
+func (m *Manager) goalProjectionLocked(requestID string) acpx.GoalProjection {
+	rev := m.cl.NextGoalRevision()
+	return m.cl.Goal().Project(rev, m.cl.ActiveTurn() != "", requestID)
+}
+
+// turnControls is what an ACP v1 session offers a running turn: runnerd
+// neither steers nor queues a follow-up (acp.md §4.3).
+var turnControls = map[string]any{"steering": false, "queuedFollowUp": false}
+
+// goalEvents are the two P0 events of a projection: the capabilities,
+// then the goal event.
+func goalEvents(proj acpx.GoalProjection, eventType string) []acpx.Event {
+	return []acpx.Event{
+		{EventType: EventCapabilitiesUpdated, Priority: acpx.P0,
+			Payload: map[string]any{"sessionGoals": proj.SessionGoals, "turnControls": turnControls}},
+		{EventType: eventType, Priority: acpx.P0, Payload: projectionPayload(proj)},
+	}
+}
+
+// projectionPayload is the projection as an event payload map.
+func projectionPayload(proj acpx.GoalProjection) map[string]any {
+	var p map[string]any
+	_ = json.Unmarshal(jsonenc.MustMarshal(proj), &p)
+	return p
+}
+
+// goalUpdateLocked takes a goal snapshot from a session_info_update: the
+// record keeps it, and outside a goal control (whose answer reports it)
+// it is an autonomous update: session.goal.updated, or .cleared for null.
+// A malformed snapshot is dropped, leaving the recorded one. goalOnly
+// reports an update that carried nothing but the goal: it is not also a
+// session.updated. m.mu held.
+func (m *Manager) goalUpdateLocked(u acpx.SessionUpdate) (evs []acpx.Event, goalOnly bool) {
+	if u.Kind != acpx.UpdateSessionInfo || len(u.Meta) == 0 {
+		return nil, false
+	}
+	snap, present, err := acpx.DecodeGoalMeta(u.Meta)
+	if err != nil {
+		m.log.Info("dropped a malformed goal snapshot", "err", err)
+		return nil, false
+	}
+	if !present {
+		return nil, false
+	}
+	goalOnly = u.SessionTitle == nil
+	m.cl.SetGoalSnapshot(snap)
+	if m.goalCall != 0 || !m.cl.Goal().Capability.Available() {
+		return nil, goalOnly
+	}
+	evt := EventGoalUpdated
+	if snap == nil {
+		evt = EventGoalCleared
+	}
+	return []acpx.Event{{EventType: evt, Priority: acpx.P0, Payload: projectionPayload(m.goalProjectionLocked(""))}}, goalOnly
+}
+
+// openGoalEventsLocked are the goal events of a session.open, as the
+// reference's ACPX executor follows session.started with a goal get: the
+// capabilities, then session.goal.snapshot. Only for an agent whose
+// initialize advertised the extension (usable or not), so an agent
+// without it opens with the events it always had. m.mu held.
+func (m *Manager) openGoalEventsLocked() []acpx.Event {
+	if m.cl.Goal().Capability == nil {
+		return nil
+	}
+	return goalEvents(m.goalProjectionLocked(""), EventGoalSnapshot)
+}
