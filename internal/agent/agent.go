@@ -89,6 +89,9 @@ type Binding struct {
 	PermissionMode   acpx.PermissionMode `json:"permissionMode"`
 	ProviderVersion  string              `json:"providerVersion,omitempty"`
 	ContractRevision string              `json:"contractRevision,omitempty"`
+	// CriterionIDs are completionContract.criterionIds: one synthesised
+	// criterion each when a turn ends without an accepted result (tools.md §4).
+	CriterionIDs []string `json:"criterionIds,omitempty"`
 	// Model is the descriptor's model (tools.md §5).
 	Model string `json:"model,omitempty"`
 	// CatalogDigest is authorizedTools' catalogDigest (tools.md §1).
@@ -240,7 +243,8 @@ func (m *Manager) setMapper() {
 		return
 	}
 	_, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
-	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd, ContractRevision: b.ContractRevision}
+	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd,
+		ContractRevision: b.ContractRevision, CriterionIDs: b.CriterionIDs}
 }
 
 // Start re-adopts the recorded process session after a restart (acp.md
@@ -535,7 +539,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			ProviderVersion string   `json:"providerVersion"`
 		} `json:"provider"`
 		CompletionContract struct {
-			Revision string `json:"revision"`
+			Revision     string   `json:"revision"`
+			CriterionIDs []string `json:"criterionIds"`
 		} `json:"completionContract"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil {
@@ -546,7 +551,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, failed("provider descriptor kind is not supported by this runner")
 	}
 	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
-		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision}
+		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
+		CriterionIDs: p.CompletionContract.CriterionIDs}
 	if b.Command == "" {
 		argv, ok := acpx.AgentCommand(d.Agent)
 		if !ok {
