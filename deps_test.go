@@ -30,7 +30,8 @@ var allowedModules = map[string]string{
 	"github.com/spf13/pflag":                   "GNU-style flags the server passes",
 	"github.com/stretchr/testify":              "test assertions",
 	"go.uber.org/goleak":                       "goroutine leak checks in tests",
-	"github.com/santhosh-tekuri/jsonschema/v6": "test only: validate emitted events against the reference schemas (issue 5)",
+	"github.com/santhosh-tekuri/jsonschema/v6": "tool catalog schemas in runnerd (issue 10); emitted events against the reference schemas in tests (issue 5)",
+	"github.com/dlclark/regexp2":               "ECMAScript-mode patterns for catalog schemas (issue 10, tools.md §1)",
 	"golang.org/x/mod":                         "test only: this file reads go.mod",
 	"golang.org/x/text":                        "indirect: required by jsonschema's tests only",
 }
@@ -74,7 +75,8 @@ func TestDependencySetIsPinned(t *testing.T) {
 // TestProductionBinariesImportNoTestModules checks that the shipped binaries
 // link only the runtime dependency set, not test-only modules.
 func TestProductionBinariesImportNoTestModules(t *testing.T) {
-	testOnly := []string{"github.com/stretchr/testify", "go.uber.org/goleak", "github.com/santhosh-tekuri/jsonschema", "golang.org/x/mod"}
+	// jsonschema and regexp2 are runtime now: runnerd validates tool catalogs (issue 10).
+	testOnly := []string{"github.com/stretchr/testify", "go.uber.org/goleak", "golang.org/x/mod"}
 	for _, name := range cmdNames(t) {
 		out, err := exec.Command("go", "list", "-deps", "./cmd/"+name).CombinedOutput()
 		if err != nil {

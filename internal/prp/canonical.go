@@ -124,19 +124,50 @@ func (v *jsonValue) goString() (string, bool) {
 	return string(utf16.Decode(v.str)), true
 }
 
-// canonical serialises v as the reference's canonicalJson does.
-func (v *jsonValue) canonical() ([]byte, error) {
+// CanonicalUnbounded is Canonical without MaxCanonicalDepth and
+// MaxCanonicalNodes (the parser's stack guard stays): the same bytes for every
+// value Canonical accepts. The catalog digest needs it: the reference runner's
+// canonical_json (runner-core provider_bridge.rs) has no bounds, and a
+// catalog of 256 operations with their schemas passes 10,000 nodes.
+func CanonicalUnbounded(v any) ([]byte, error) {
+	var text []byte
+	switch x := v.(type) {
+	case json.RawMessage:
+		text = x
+	case []byte:
+		text = x
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("canonical json: %w: %w", ErrCanonicalInvalid, err)
+		}
+		text = b
+	}
+	val, err := parseJSON(text)
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	nodes := 0
-	if err := v.writeCanonical(&buf, 0, &nodes); err != nil {
+	if err := val.writeCanonical(&buf, 0, &nodes, math.MaxInt, math.MaxInt); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-func (v *jsonValue) writeCanonical(buf *bytes.Buffer, depth int, nodes *int) error {
+// canonical serialises v as the reference's canonicalJson does.
+func (v *jsonValue) canonical() ([]byte, error) {
+	var buf bytes.Buffer
+	nodes := 0
+	if err := v.writeCanonical(&buf, 0, &nodes, MaxCanonicalDepth, MaxCanonicalNodes); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (v *jsonValue) writeCanonical(buf *bytes.Buffer, depth int, nodes *int, maxDepth, maxNodes int) error {
 	*nodes++
-	if depth > MaxCanonicalDepth || *nodes > MaxCanonicalNodes {
+	if depth > maxDepth || *nodes > maxNodes {
 		return fmt.Errorf("canonical json: %w", ErrCanonicalTooLarge)
 	}
 	switch v.kind {
@@ -161,7 +192,7 @@ func (v *jsonValue) writeCanonical(buf *bytes.Buffer, depth int, nodes *int) err
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if err := it.writeCanonical(buf, depth+1, nodes); err != nil {
+			if err := it.writeCanonical(buf, depth+1, nodes, maxDepth, maxNodes); err != nil {
 				return err
 			}
 		}
@@ -176,7 +207,7 @@ func (v *jsonValue) writeCanonical(buf *bytes.Buffer, depth int, nodes *int) err
 			}
 			writeJSString(buf, m.key)
 			buf.WriteByte(':')
-			if err := m.value.writeCanonical(buf, depth+1, nodes); err != nil {
+			if err := m.value.writeCanonical(buf, depth+1, nodes, maxDepth, maxNodes); err != nil {
 				return err
 			}
 		}

@@ -2,9 +2,11 @@ package prp
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +27,9 @@ func FuzzCanonical(f *testing.F) {
 		}
 		if !json.Valid(out) {
 			t.Fatalf("canonical output is not JSON: %q", out)
+		}
+		if u, err := CanonicalUnbounded(json.RawMessage(data)); err != nil || string(u) != string(out) {
+			t.Fatalf("CanonicalUnbounded differs from Canonical within the bounds: %q vs %q (%v)", u, out, err)
 		}
 		again, err := Canonical(json.RawMessage(out))
 		if err != nil || string(again) != string(out) {
@@ -63,4 +68,29 @@ func FuzzFormatJSNumber(f *testing.F) {
 			t.Fatalf("%q is not a JSON number", s)
 		}
 	})
+}
+
+// TestCanonicalUnboundedPassesTheBounds: a value past MaxCanonicalNodes is
+// refused by Canonical and encoded by CanonicalUnbounded with the same rules.
+func TestCanonicalUnboundedPassesTheBounds(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"z":"\u2028","a":[`)
+	for i := range MaxCanonicalNodes + 1 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("1.50")
+	}
+	b.WriteString("]}")
+	if _, err := Canonical(json.RawMessage(b.String())); !errors.Is(err, ErrCanonicalTooLarge) {
+		t.Fatalf("Canonical: %v, want ErrCanonicalTooLarge", err)
+	}
+	got, err := CanonicalUnbounded(json.RawMessage(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"a":[1.5` + strings.Repeat(",1.5", MaxCanonicalNodes) + "],\"z\":\"\u2028\"}"
+	if string(got) != want {
+		t.Fatalf("CanonicalUnbounded = %.80q..., want %.80q...", got, want)
+	}
 }
