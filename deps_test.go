@@ -14,6 +14,7 @@ import (
 	// while packages adopt them one by one.
 	_ "github.com/coder/websocket"
 	_ "github.com/fsnotify/fsnotify"
+	_ "github.com/modelcontextprotocol/go-sdk/mcp"
 	_ "github.com/santhosh-tekuri/jsonschema/v6"
 	_ "github.com/spf13/pflag"
 	_ "github.com/stretchr/testify/require"
@@ -33,6 +34,7 @@ var allowedModules = map[string]string{
 	"github.com/santhosh-tekuri/jsonschema/v6": "tool catalog schemas in runnerd (issue 10); emitted events against the reference schemas in tests (issue 5)",
 	"github.com/dlclark/regexp2":               "ECMAScript-mode patterns for catalog schemas (issue 10, tools.md §1)",
 	"golang.org/x/mod":                         "test only: this file reads go.mod",
+	"github.com/modelcontextprotocol/go-sdk":   "test only: a real MCP client against the tool bridge (issue 10)",
 	"golang.org/x/text":                        "indirect: required by jsonschema's tests only",
 }
 
@@ -50,6 +52,14 @@ var indirectOK = map[string]bool{
 	"github.com/stretchr/objx":        true,
 	"github.com/google/go-cmp":        true,
 	"github.com/dlclark/regexp2":      true,
+	// go-sdk's own dependencies (test only, issue 10).
+	"github.com/google/jsonschema-go":    true,
+	"github.com/segmentio/asm":           true,
+	"github.com/segmentio/encoding":      true,
+	"github.com/yosida95/uritemplate/v3": true,
+	"golang.org/x/oauth2":                true,
+	"golang.org/x/sync":                  true,
+	"golang.org/x/time":                  true,
 }
 
 func TestDependencySetIsPinned(t *testing.T) {
@@ -76,7 +86,8 @@ func TestDependencySetIsPinned(t *testing.T) {
 // link only the runtime dependency set, not test-only modules.
 func TestProductionBinariesImportNoTestModules(t *testing.T) {
 	// jsonschema and regexp2 are runtime now: runnerd validates tool catalogs (issue 10).
-	testOnly := []string{"github.com/stretchr/testify", "go.uber.org/goleak", "golang.org/x/mod"}
+	testOnly := []string{"github.com/stretchr/testify", "go.uber.org/goleak", "golang.org/x/mod",
+		"github.com/modelcontextprotocol/go-sdk"}
 	for _, name := range cmdNames(t) {
 		out, err := exec.Command("go", "list", "-deps", "./cmd/"+name).CombinedOutput()
 		if err != nil {
