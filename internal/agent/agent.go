@@ -28,6 +28,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
 // Stored is the durable state of the agent executor, kept as one record in
@@ -47,6 +48,10 @@ type Stored struct {
 	// restart uses it to tell whether the prompt reached the agent
 	// (prp.md §7.2 item 8).
 	Prompt *PromptDelivery `json:"prompt,omitempty"`
+	// Tools is the run's semantic tool call table (tools.md §3).
+	Tools *toolcall.Table `json:"tools,omitempty"`
+	// Bridge is the live tool bridge of the provider session (tools.md §2).
+	Bridge *BridgeRecord `json:"bridge,omitempty"`
 }
 
 // PromptDelivery is a turn.start prompt written as a stdin file under its
@@ -141,6 +146,9 @@ type Config struct {
 	// StopWait bounds a stop: pcwrap's grace plus the kill wait (acp.md §3.6).
 	StopWait time.Duration
 	Gate     *acpx.ColdStartGate
+	// Correlation returns the PRP run identity the semantic tool events
+	// name (tools.md §3 item 3).
+	Correlation func() toolcall.Correlation
 }
 
 // Poll periods of the event watcher.
@@ -197,6 +205,7 @@ type Manager struct {
 	waiters  map[int64]chan acpx.Inbound
 	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
+	tools    toolState
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -233,6 +242,7 @@ func NewManager(cfg Config, st Stored) *Manager {
 		m.cl = acpx.NewClient(*st.Session, acpx.ClientOptions{Logger: m.log})
 	}
 	m.setMapper()
+	m.loadCatalog()
 	return m
 }
 
@@ -278,6 +288,11 @@ func (m *Manager) Start() error {
 		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
+	if evs := m.restartBridgeLocked(p); len(evs) > 0 || m.st.Tools != nil {
+		if err := m.persistLocked(evs, nil); err != nil {
+			return err
+		}
+	}
 	if pr == nil {
 		return nil
 	}
@@ -341,6 +356,11 @@ const CodeExecutionIndeterminate = "execution_indeterminate"
 // Close stops the reader goroutines without touching the agents: a
 // restarted runnerd re-adopts them. Use Shutdown to stop the agents.
 func (m *Manager) Close() {
+	m.mu.Lock()
+	srv := m.tools.srv // the record keeps it for the next life
+	m.tools.srv = nil
+	m.mu.Unlock()
+	closeBridge(m, srv)
 	m.cancel()
 	m.wg.Wait()
 }
@@ -515,9 +535,14 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
+	cat, err := prepareCatalog(m.cfg.StateDir, payload, b)
+	if err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Binding = b
+	m.setCatalogLocked(cat)
 	m.setMapper()
 	if err := m.commitThenWriteLocked(nil, nil); err != nil {
 		return nil, err
@@ -631,6 +656,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		rec := m.cl.Record()
 		m.st.Loss = ""
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs = append(evs, m.toolDiagnosticsLocked()...)
 		outcome := "started"
 		if resume {
 			outcome = "resumed"
@@ -687,18 +713,21 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	if _, err := m.call(ctx, deadline, (*acpx.Client).Initialize); err != nil {
 		return err
 	}
-	if !resume {
-		_, err := m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.NewSession(b.Cwd, nil) })
-		return err
-	}
 	m.mu.Lock()
 	caps := m.cl.Capabilities()
+	// The bridge listens before the session line is written, and the
+	// commit that precedes that line records its port and secret.
+	servers := m.mcpServersLocked(caps)
 	m.mu.Unlock()
+	if !resume {
+		_, err := m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.NewSession(b.Cwd, servers) })
+		return err
+	}
 	switch {
 	case caps.SessionCapabilities.Resume != nil:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.ResumeSession(nil) })
+		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.ResumeSession(servers) })
 	case caps.LoadSession:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.LoadSession(nil) })
+		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.LoadSession(servers) })
 	default:
 		err = acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
 	}
@@ -843,6 +872,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	turnID := m.cl.ActiveTurn()
 	m.byRun = kind == RunCancel
+	m.stopToolCallsLocked() // tools.md §3 item 6
 	var evs []acpx.Event
 	for _, pr := range m.cl.PendingPermissions() {
 		if pr.RuntimeRequestID != "" {
@@ -894,6 +924,9 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 // CloseSession is session.close: stop the agent, keep the record
 // resumable (acpx "release").
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
+	m.mu.Lock()
+	m.stopToolCallsLocked() // tools.md §3 item 6; the stop's commit records them detached
+	m.mu.Unlock()
 	m.stopAgent(ctx, stopRelease)
 	return jsonenc.MustMarshalEscaped(map[string]any{"closed": true}), nil
 }

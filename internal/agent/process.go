@@ -565,6 +565,7 @@ func (m *Manager) finishProcess(p *process) {
 		m.log.Warn("remove process session dir", "err", err)
 	}
 	removeStderrFile(m.cfg.StateDir, p.uuid)
+	m.closeBridgeOf(p) // the provider session ends with its agent
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p.end()

@@ -92,6 +92,10 @@ type Call struct {
 	State  State    `json:"state"`
 	// Recorded is the result of a detached call until a re-call takes it.
 	Recorded *Outcome `json:"recorded,omitempty"`
+	// Input is the canonical input of a paperclip_finish/paperclip_block
+	// call: the turn's semantic result once the server accepts it
+	// (tools.md §4). Catalog calls keep only the digest.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // Settled is a call whose result reached the agent.
@@ -128,6 +132,8 @@ func (t *Table) Clone() *Table {
 	out := &Table{Calls: make([]*Call, len(t.Calls)), Settled: append([]Settled(nil), t.Settled...)}
 	for i, c := range t.Calls {
 		cc := *c
+		cc.Input = append(json.RawMessage(nil), c.Input...)
+		cc.Agent.RequestID = append(json.RawMessage(nil), c.Agent.RequestID...)
 		if c.Recorded != nil {
 			r := *c.Recorded
 			cc.Recorded = &r
@@ -261,4 +267,31 @@ func (t *Table) Record(callID string, o Outcome) {
 		c.State = Detached
 		c.Recorded = &o
 	}
+}
+
+// Drop forgets an unsettled call that never became durable.
+func (t *Table) Drop(callID string) {
+	for i, c := range t.Calls {
+		if c.CallID == callID {
+			t.Calls = append(t.Calls[:i:i], t.Calls[i+1:]...)
+			return
+		}
+	}
+}
+
+// Restore puts back a call whose result was handed to an agent request
+// that went away before the answer left: the call is detached again with
+// its result recorded, for a re-call to take (tools.md §3 item 1).
+func (t *Table) Restore(c Call, o Outcome) {
+	for i := len(t.Settled) - 1; i >= 0; i-- {
+		if t.Settled[i].CallID == c.CallID {
+			t.Settled = append(t.Settled[:i:i], t.Settled[i+1:]...)
+			break
+		}
+	}
+	if t.Find(c.CallID) != nil {
+		return
+	}
+	c.State, c.Recorded = Detached, &o
+	t.Calls = append(t.Calls, &c)
 }
