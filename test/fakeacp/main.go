@@ -40,6 +40,7 @@ type config struct {
 	runtimeSessionID string
 	supportsResume   bool
 	supportsClose    bool
+	mcpHTTP          bool
 	initDelayMs      int
 	hangOnInit       bool
 	protocolVersion  int
@@ -86,6 +87,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.runtimeSessionID, "runtime-session-id", "", "return _meta.agentSessionId")
 	fs.BoolVar(&c.supportsResume, "supports-resume", false, "advertise and serve session/resume")
 	fs.BoolVar(&c.supportsClose, "supports-close", false, "advertise and serve session/close")
+	fs.BoolVar(&c.mcpHTTP, "mcp-http", false, "advertise mcpCapabilities {http: true, sse: false}")
 	fs.IntVar(&c.initDelayMs, "init-delay-ms", 0, "delay before answering initialize")
 	fs.BoolVar(&c.hangOnInit, "hang-on-initialize", false, "never answer initialize")
 	fs.IntVar(&c.protocolVersion, "protocol-version", 1, "protocolVersion answered by initialize")
@@ -415,15 +417,19 @@ func (a *agent) initialize(m message) {
 	if a.cfg.supportsClose {
 		sessionCaps["close"] = map[string]any{}
 	}
+	caps := map[string]any{
+		"loadSession":         a.cfg.supportsLoad,
+		"promptCapabilities":  map[string]any{"image": false, "audio": false, "embeddedContext": false},
+		"sessionCapabilities": sessionCaps,
+	}
+	if a.cfg.mcpHTTP {
+		caps["mcpCapabilities"] = map[string]any{"http": true, "sse": false}
+	}
 	a.reply(m.ID, map[string]any{
-		"protocolVersion": a.cfg.protocolVersion,
-		"agentCapabilities": map[string]any{
-			"loadSession":         a.cfg.supportsLoad,
-			"promptCapabilities":  map[string]any{"image": false, "audio": false, "embeddedContext": false},
-			"sessionCapabilities": sessionCaps,
-		},
-		"authMethods": []any{},
-		"agentInfo":   map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
+		"protocolVersion":   a.cfg.protocolVersion,
+		"agentCapabilities": caps,
+		"authMethods":       []any{},
+		"agentInfo":         map[string]any{"name": "fakeacp", "title": "Fake ACP agent", "version": "1.0.0"},
 	})
 }
 
