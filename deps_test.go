@@ -34,8 +34,8 @@ var allowedModules = map[string]string{
 	"github.com/santhosh-tekuri/jsonschema/v6": "tool catalog schemas in runnerd (issue 10); emitted events against the reference schemas in tests (issue 5)",
 	"github.com/dlclark/regexp2":               "ECMAScript-mode patterns for catalog schemas (issue 10, tools.md §1)",
 	"golang.org/x/mod":                         "test only: this file reads go.mod",
-	"github.com/modelcontextprotocol/go-sdk":   "test only: a real MCP client against the tool bridge (issue 10)",
 	"golang.org/x/text":                        "indirect: required by jsonschema's tests only",
+	"github.com/modelcontextprotocol/go-sdk":   "test only: the real MCP client of test/fakeacp and MCP tests (issue 10)",
 }
 
 // indirectOK lists modules that may appear only as indirect requirements of
@@ -52,7 +52,7 @@ var indirectOK = map[string]bool{
 	"github.com/stretchr/objx":        true,
 	"github.com/google/go-cmp":        true,
 	"github.com/dlclark/regexp2":      true,
-	// go-sdk's own dependencies (test only, issue 10).
+	// the go-sdk's own dependencies (test only, with it)
 	"github.com/google/jsonschema-go":    true,
 	"github.com/segmentio/asm":           true,
 	"github.com/segmentio/encoding":      true,

@@ -40,7 +40,6 @@ type config struct {
 	runtimeSessionID string
 	supportsResume   bool
 	supportsClose    bool
-	mcpHTTP          bool
 	initDelayMs      int
 	hangOnInit       bool
 	protocolVersion  int
@@ -57,6 +56,7 @@ type config struct {
 	stubbornChild    bool
 	cancelOwnTerm    bool
 	transcript       string
+	mcpHTTP          bool
 }
 
 func main() {
@@ -87,7 +87,6 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.runtimeSessionID, "runtime-session-id", "", "return _meta.agentSessionId")
 	fs.BoolVar(&c.supportsResume, "supports-resume", false, "advertise and serve session/resume")
 	fs.BoolVar(&c.supportsClose, "supports-close", false, "advertise and serve session/close")
-	fs.BoolVar(&c.mcpHTTP, "mcp-http", false, "advertise mcpCapabilities {http: true, sse: false}")
 	fs.IntVar(&c.initDelayMs, "init-delay-ms", 0, "delay before answering initialize")
 	fs.BoolVar(&c.hangOnInit, "hang-on-initialize", false, "never answer initialize")
 	fs.IntVar(&c.protocolVersion, "protocol-version", 1, "protocolVersion answered by initialize")
@@ -104,6 +103,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.stubbornChild, "stubborn-grandchild", false, "spawn a grandchild that ignores SIGTERM")
 	fs.BoolVar(&c.cancelOwnTerm, "cancel-own-terminal", false, "on cancel, $/cancel_request its own pending terminal/create")
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
+	fs.BoolVar(&c.mcpHTTP, "mcp-http", false, "advertise mcpCapabilities {http: true, sse: false}")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
@@ -162,6 +162,7 @@ type session struct {
 	cancel  chan struct{} // closed by session/cancel during a prompt
 	history []json.RawMessage
 	idle    *sync.Cond
+	mcp     *mcpLink // the "paperclip" MCP client (mcp.go)
 }
 
 type agent struct {
@@ -234,6 +235,7 @@ func run(cfg config, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			a.mu.Unlock()
 			a.prompts.Wait()
+			a.closeAllMCP()
 			return 0
 		}
 	}
@@ -269,6 +271,9 @@ func (a *agent) record(dir string, line []byte) {
 		return
 	}
 	body := strings.TrimRight(string(line), "\r\n")
+	if dir == "in" {
+		body = redactLine(body) // the bridge's bearer never reaches a transcript
+	}
 	entry := map[string]any{"ts": time.Now().UTC().Format(time.RFC3339Nano), "dir": dir}
 	if json.Valid([]byte(body)) {
 		entry["msg"] = json.RawMessage(body)
@@ -490,7 +495,7 @@ func (a *agent) newSession(m message) {
 		return
 	}
 	id := a.next("sess")
-	a.register(id)
+	a.setServers(a.register(id), p.MCPServers)
 	a.reply(m.ID, a.sessionResult(id))
 }
 
@@ -516,6 +521,7 @@ func (a *agent) loadSession(m message) {
 		return
 	}
 	s := a.register(p.SessionID)
+	a.setServers(s, p.MCPServers)
 	a.mu.Lock()
 	history := append([]json.RawMessage(nil), s.history...)
 	a.mu.Unlock()
@@ -543,7 +549,7 @@ func (a *agent) resumeSession(m message) {
 		a.fail(m.ID, -32602, "invalid params")
 		return
 	}
-	a.register(p.SessionID)
+	a.setServers(a.register(p.SessionID), p.MCPServers)
 	a.reply(m.ID, map[string]any{})
 }
 
@@ -569,5 +575,6 @@ func (a *agent) closeSession(m message) {
 		a.fail(m.ID, -32002, "resource not found")
 		return
 	}
+	a.closeMCP(s)
 	a.reply(m.ID, map[string]any{})
 }

@@ -229,6 +229,9 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.say("about to crash")
 		t.crash()
 	}
+	if mcpWords[word] {
+		return t.runMCP(text)
+	}
 	switch word {
 	case "echo":
 		t.say(rest)
