@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -481,3 +482,128 @@ func TestToolsNoCatalogNoBridge(t *testing.T) {
 }
 
 func timeAfter() <-chan time.Time { return time.After(testWait) }
+
+// restart is a runnerd crash and restart for the executor: the manager
+// goes away without stopping its agent (the bridge's listener dies with
+// it), and a new one re-adopts the agent from the committed record
+// (acp.md §3.5).
+func (r *rig) restart() {
+	r.t.Helper()
+	r.m.Close()
+	st, _ := r.sink.snapshot()
+	r.m = NewManager(r.cfg, st)
+	require.NoError(r.t, r.m.Start())
+}
+
+// TestTools05_HotRestartDeliversOnce: runnerd goes away while a call is
+// pending; after the restart the bridge listens on the same port with the
+// same secret and session; the agent (the same process, fakeacp's real
+// MCP client) repeats the call after its connection error, which re-takes
+// the pending call without a new semantic_tool.input; the core's result
+// is then delivered exactly once, into the same turn (tools.md §9
+// scenario 5).
+func TestTools05_HotRestartDeliversOnce(t *testing.T) {
+	r := newToolRig(t)
+	require.NoError(t, r.prepareTools(catalogJSON(t, opComment)))
+	r.open()
+	r.turn(`mcp-call-retry issue.comment {"body":"survive"}`)
+	in := r.waitInputs(1)[0]
+	before, _ := r.sink.snapshot()
+	pgid := agentPgid(t, r.sessionDir())
+
+	r.restart()
+	st, _ := r.sink.snapshot()
+	require.Equal(t, before.Bridge.Port, st.Bridge.Port, "the same port")
+	require.Equal(t, before.Session.Process.UUID, st.Session.Process.UUID, "the same agent process session")
+	// The agent's repeat re-takes the call: it is pending again.
+	r.sink.waitFor(t, "the repeated call re-attached", func(st Stored, _ []acpx.Event) bool {
+		return st.Tools != nil && len(st.Tools.Calls) == 1 && st.Tools.Calls[0].State == toolcall.Pending
+	})
+	res, err := r.result("cmd-res", in, `{"id":"c-restart"}`, false)
+	require.NoError(t, err)
+	require.Equal(t, "delivered", statusOf(t, res))
+	evs := r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, 1, count(evs, toolcall.EventInput), "no second semantic_tool.input")
+	require.Equal(t, 1, count(evs, toolcall.EventResult))
+	text := ""
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			text += e.Payload["text"].(string)
+		}
+	}
+	require.Contains(t, text, `tool issue.comment isError=false: {"id":"c-restart"}`)
+	require.Equal(t, 1, strings.Count(text, "isError="), "one answer reached the agent")
+	require.Equal(t, pgid, agentPgid(t, r.sessionDir()), "the agent was never restarted")
+	res, err = r.result("cmd-res-again", in, `{"id":"c-restart"}`, false)
+	require.NoError(t, err)
+	require.Equal(t, "duplicate", statusOf(t, res))
+}
+
+// TestToolsBridgeLostOnRestart: a restart that finds the bridge's port
+// taken ends the turn with the loss sequence (reason other) and
+// harness.diagnostic {code: tool_bridge_lost} (tools.md §2).
+func TestToolsBridgeLostOnRestart(t *testing.T) {
+	r := newToolRig(t)
+	require.NoError(t, r.prepareTools(catalogJSON(t, opComment)))
+	r.openTurn()
+	r.m.Close()
+	st, _ := r.sink.snapshot()
+	ln, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(st.Bridge.Port))
+	require.NoError(t, err)
+	defer ln.Close()
+	r.m = NewManager(r.cfg, st)
+	require.NoError(t, r.m.Start())
+	evs := r.sink.waitEvent(t, "run.terminal")
+	var codes, reasons []any
+	for _, e := range evs {
+		if e.EventType == "harness.diagnostic" {
+			codes, reasons = append(codes, e.Payload["code"]), append(reasons, e.Payload["lossReason"])
+		}
+	}
+	require.Contains(t, codes, diagBridgeLost)
+	require.Contains(t, reasons, string(acpx.LossOther))
+	require.Equal(t, 1, count(evs, "turn.failed"))
+}
+
+// TestToolsBridgeUnsupported: an agent without mcpCapabilities.http gets
+// no bridge; with a non-empty catalog session.open still succeeds and
+// emits harness.diagnostic {code: tool_bridge_unsupported} (tools.md §2).
+func TestToolsBridgeUnsupported(t *testing.T) {
+	r := newToolRig(t)
+	desc, _ := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+		"command": fakeacpBin(t), "cwd": r.cwd}, "authorizedTools": catalogJSON(t, opComment)})
+	_, err := r.m.Prepare(desc)
+	require.NoError(t, err)
+	r.open()
+	st, evs := r.sink.snapshot()
+	require.Nil(t, st.Bridge)
+	require.Equal(t, diagBridgeUnsupported, payloadOf(evs, "harness.diagnostic")["code"])
+}
+
+// TestNativeServerEntry: the native server needs all three variables, a
+// name other than paperclip, and HTTPS or loopback HTTP (tools.md §2).
+func TestNativeServerEntry(t *testing.T) {
+	env := func(name, url string) []string {
+		return []string{envNativeName + "=" + name, envNativeURL + "=" + url, envNativeToken + "=tok"}
+	}
+	for _, c := range []struct {
+		env []string
+		ok  bool
+	}{
+		{env("native", "https://mcp.example.com/mcp"), true},
+		{env("native", "http://127.0.0.1:9/mcp"), true},
+		{env("native", "http://localhost:9/mcp"), true},
+		{env("native", "http://example.com/mcp"), false},
+		{env("paperclip", "https://mcp.example.com/mcp"), false},
+		{env("native", "ftp://x/y"), false},
+		{env("native", "https://user:pw@x/y"), false},
+		{env("native", "https://x/y")[:2], false},
+	} {
+		s, ok := nativeServer(c.env)
+		require.Equal(t, c.ok, ok, "%v", c.env)
+		if ok {
+			require.Equal(t, []acpx.HTTPHeader{{Name: "Authorization", Value: "Bearer tok"}}, s.Headers)
+			require.Equal(t, acpx.MCPTransportHTTP, s.Type)
+		}
+	}
+}
