@@ -21,10 +21,11 @@ import (
 )
 
 // MaxSettled bounds the settled calls kept for duplicate and conflict
-// answers (tools.md §3 item 5). A run's turns make far fewer calls than the
-// 32 pending a session may hold times a few turns; older ones fall out, and
-// a result for them is then "not pending".
-const MaxSettled = 512
+// answers (tools.md §3 item 5). The table rides in every agent-path state
+// write, so it stays small (128 × ~170 bytes ≈ 22 KiB): a core resends a
+// result for a recent call; one older than the last 128 settled is
+// answered "not pending".
+const MaxSettled = 128
 
 // MaxPending bounds the calls pending per session (tools.md §2: at most 32
 // calls pending per session; the bridge enforces it, the table refuses a
