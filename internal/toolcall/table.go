@@ -32,6 +32,12 @@ const MaxSettled = 128
 // 33rd as a second line).
 const MaxPending = 32
 
+// MaxUnsettled bounds the unsettled calls kept (pending and detached): a
+// detached call whose result never comes would otherwise stay for the
+// run's life. Past it the oldest detached call is forgotten (a result for
+// it is then "not pending").
+const MaxUnsettled = 4 * MaxPending
+
 // callIDBytes is the random part of a callId: 16 bytes make a collision
 // across the run's life (agent and runnerd restarts included) negligible
 // without any durable counter to keep in step.
@@ -195,6 +201,14 @@ func (t *Table) Add(c *Call) error {
 	}
 	if n >= MaxPending {
 		return ErrTooManyPending
+	}
+	if len(t.Calls) >= MaxUnsettled {
+		for i, x := range t.Calls {
+			if x.State == Detached {
+				t.Calls = append(t.Calls[:i:i], t.Calls[i+1:]...)
+				break
+			}
+		}
 	}
 	c.State = Pending
 	t.Calls = append(t.Calls, c)

@@ -174,6 +174,15 @@ func TestTableBounds(t *testing.T) {
 	require.ErrorIs(t, tb.Add(c), ErrTooManyPending)
 	require.True(t, tb.DetachAll())
 	require.NoError(t, tb.Add(c))
+	for i := 0; i < MaxUnsettled; i++ {
+		x, _ := newCall(t, `{}`)
+		require.NoError(t, tb.Add(x))
+		tb.Detach(x.CallID)
+	}
+	require.Len(t, tb.Calls, MaxUnsettled, "the oldest detached calls are forgotten")
+	require.NotNil(t, tb.Find(c.CallID), "a pending call is never forgotten")
+	tb.Calls = tb.Calls[:0]
+	require.NoError(t, tb.Add(c))
 
 	for i := 0; i < MaxSettled+10; i++ {
 		x, _ := newCall(t, `{}`)
