@@ -101,7 +101,7 @@ type digestEntry struct {
 func Parse(raw json.RawMessage) (*Catalog, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return build(nil)
+		return build(nil, emptyDigest)
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &top); err != nil || top == nil {
@@ -147,7 +147,7 @@ func Parse(raw json.RawMessage) (*Catalog, error) {
 	if got != sent {
 		return nil, fmt.Errorf("parse catalog: catalogDigest %s does not match the operations' digest %s", sent, got)
 	}
-	return build(entries)
+	return build(entries, got)
 }
 
 // parseEntry checks operation i's fields and bounds; it neither decodes nor
@@ -189,12 +189,11 @@ func parseEntry(i int, item json.RawMessage) (digestEntry, error) {
 	}, nil
 }
 
+// emptyDigest is the empty catalog's digest: sha256 of "[]".
+const emptyDigest = "sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
+
 // build compiles the non-reserved operations and lays out tools/list.
-func build(entries []digestEntry) (*Catalog, error) {
-	digest, err := digestEntries(entries)
-	if err != nil {
-		return nil, err
-	}
+func build(entries []digestEntry, digest string) (*Catalog, error) {
 	c := &Catalog{digest: digest, ops: make(map[string]*compiledOp, len(entries))}
 	sorted := slices.Clone(entries)
 	slices.SortFunc(sorted, func(a, b digestEntry) int { return strings.Compare(a.id, b.id) })

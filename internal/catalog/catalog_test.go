@@ -3,6 +3,7 @@ package catalog
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -46,7 +47,7 @@ func mustParse(t testing.TB, ops []Operation) *Catalog {
 
 func TestParseEmpty(t *testing.T) {
 	empty := Digest(nil)
-	if empty != "sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945" { // sha256("[]")
+	if empty != emptyDigest || empty != sha256Text("[]") {
 		t.Fatalf("empty digest %s", empty)
 	}
 	for _, raw := range []string{"", "null", " null "} {
@@ -224,7 +225,7 @@ func TestToolsCutsDescription(t *testing.T) {
 }
 
 func TestValidateInput(t *testing.T) {
-	c := mustParse(t, []Operation{op("tasks.get", taskSchema),
+	c := mustParse(t, []Operation{op("tasks.get", taskSchema), op("u", `{"type":"string","pattern":"^(?:\\u{1F600}|.)$"}`),
 		op("d7", `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"when":{"type":"string","format":"date-time"},"id":{"type":"string","pattern":"^(?<n>[a-z]+)\\k<n>$"}},"definitions":{"x":{"type":"integer"}},"additionalProperties":{"$ref":"#/definitions/x"}}`)})
 	cases := []struct {
 		op, args, want string
@@ -236,8 +237,11 @@ func TestValidateInput(t *testing.T) {
 		{"tasks.get", `{"taskId":"T-1","extra":1}`, `at the root: additional property "extra" not allowed`},
 		{"tasks.get", `{"taskId":7}`, `at "/taskId": got number, want string`},
 		{"tasks.get", `[`, "the value is not JSON"},
+		{"tasks.get", `{"taskId":"T-1"} {}`, "the value is not JSON"},
 		{"d7", `{"when":"not a date"}`, ""}, // formats are not asserted, as Ajv without ajv-formats
 		{"d7", `{"id":"abab"}`, ""},         // ECMAScript named backreference
+		{"u", `"😀"`, ""},                    // the u flag: \u{...} and one astral character for "."
+		{"u", `"😀😀"`, `at the root: value does not match the pattern`},
 		{"d7", `{"id":"abcd"}`, `at "/id": value does not match the pattern`},
 		{"d7", `{"n":1.5}`, `at "/n": got number, want integer`},
 		{"nope", `{}`, `unknown operation "nope"`},
@@ -306,5 +310,105 @@ func TestValidateResult(t *testing.T) {
 	}
 	if err := c.ValidateCallResult("t", "c2", json.RawMessage(`{"ok":true,"operationId":"t","callId":"c1","result":{"id":1}}`)); err == nil {
 		t.Error("ValidateCallResult accepted another call's envelope")
+	}
+}
+
+// TestCatalogConcurrentUse: a parsed catalog is shared by every bridge
+// request; validation from many goroutines is race-free (run with -race).
+func TestCatalogConcurrentUse(t *testing.T) {
+	c := mustParse(t, []Operation{op("tasks.get", taskSchema)})
+	done := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			var err error
+			for range 200 {
+				ok := c.ValidateInput("tasks.get", json.RawMessage(`{"taskId":"T-1"}`))
+				bad := c.ValidateInput("tasks.get", json.RawMessage(`{"taskId":"x"}`))
+				if ok != nil || bad == nil {
+					err = fmt.Errorf("goroutine %d: %v, %v", i, ok, bad)
+				}
+				_ = c.Tools()
+				_, _ = c.Resolve("paperclip__tasks.get")
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestParseToleratesUnknownFields: fields the spec does not name, at the top
+// and in an operation, are ignored by validation but hashed as sent only
+// through the five digest fields.
+func TestParseToleratesUnknownFields(t *testing.T) {
+	ops := []Operation{op("a", `{}`)}
+	raw := json.RawMessage(`{"schema":"` + Schema + `","schemaVersion":1,"future":true,"catalogDigest":"` + Digest(ops) +
+		`","operations":[{"operationId":"a","version":1,"description":"Do a.","inputSchema":{},"responseSchema":{"type":"object"},"annotations":{"x":1}}]}`)
+	c, err := Parse(raw)
+	if err != nil || c.Len() != 1 {
+		t.Fatalf("Parse: %v", err)
+	}
+}
+
+// TestParseHonoursSchemaDialects: generated schemas name their dialect in
+// $schema (draft-07 most often); each compiles under its own rules.
+func TestParseHonoursSchemaDialects(t *testing.T) {
+	for _, dialect := range []string{
+		"http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-07/schema",
+		"http://json-schema.org/draft-06/schema#", "http://json-schema.org/draft-04/schema#",
+		"https://json-schema.org/draft/2019-09/schema", "https://json-schema.org/draft/2020-12/schema",
+	} {
+		// exclusiveMinimum is a boolean in draft-04 and a number after it.
+		excl := `0`
+		if strings.Contains(dialect, "draft-04") {
+			excl = `true,"minimum":0`
+		}
+		s := `{"$schema":"` + dialect + `","type":"object","properties":{"n":{"type":"number","exclusiveMinimum":` + excl + `}}}`
+		c, err := Parse(catalogJSON(t, []Operation{op("x", s)}))
+		if err != nil {
+			t.Errorf("%s: %v", dialect, err)
+			continue
+		}
+		if err := c.ValidateInput("x", json.RawMessage(`{"n":0}`)); err == nil {
+			t.Errorf("%s: exclusiveMinimum not applied", dialect)
+		}
+		if err := c.ValidateInput("x", json.RawMessage(`{"n":1}`)); err != nil {
+			t.Errorf("%s: %v", dialect, err)
+		}
+	}
+	// Draft-07 ignores keywords it does not know, such as 2020-12's
+	// prefixItems; 2020-12 applies them.
+	for dialect, wantErr := range map[string]bool{"http://json-schema.org/draft-07/schema#": false, "": true} {
+		s := `{"type":"array","prefixItems":[{"type":"string"}]}`
+		if dialect != "" {
+			s = `{"$schema":"` + dialect + `","type":"array","prefixItems":[{"type":"string"}]}`
+		}
+		c := mustParse(t, []Operation{op("x", s)})
+		if err := c.ValidateInput("x", json.RawMessage(`[1]`)); (err != nil) != wantErr {
+			t.Errorf("dialect %q: prefixItems error %v, want error %v", dialect, err, wantErr)
+		}
+	}
+}
+
+// TestDigestMatchesIndependentVector: testdata/catalog-vector.json carries a
+// catalogDigest computed outside Go (node: JSON.stringify over keys sorted
+// with Array.prototype.sort, operations sorted by id, sha256): UTF-16 key
+// order, JavaScript number spelling (1.0, -0, 1e21, 1e-7, 0.000001),
+// U+2028, control escapes, unknown fields left out.
+func TestDigestMatchesIndependentVector(t *testing.T) {
+	raw, err := os.ReadFile("testdata/catalog-vector.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(raw)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	const want = "sha256:b6776a04d2e60e84b74f969f68d91fb519bc5230422c8bb602da194042caf8ed"
+	if c.Digest() != want {
+		t.Fatalf("digest %s, want %s", c.Digest(), want)
 	}
 }

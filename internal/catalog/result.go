@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -164,7 +165,11 @@ func resultSchema(input bool, tool string) jobj {
 		}
 	}
 	s := openObject(required, props)
-	s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	if !input {
+		// The advertised input schemas name no dialect (2020-12 by default
+		// here); agents' model APIs differ in what $schema they take.
+		s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	}
 	s["allOf"] = []any{when(DispositionBlocked, "blocker"), when(DispositionYielded, "continuation")}
 	return s
 }
@@ -214,7 +219,10 @@ func NormalizeResult(tool string, input json.RawMessage) (json.RawMessage, error
 	dec := json.NewDecoder(bytes.NewReader(input))
 	dec.UseNumber()
 	var v any
-	if err := dec.Decode(&v); err != nil || dec.More() {
+	if err := dec.Decode(&v); err != nil {
+		return nil, errors.New("the input is not JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("the input is not JSON")
 	}
 	m, ok := v.(map[string]any)
@@ -306,19 +314,20 @@ func jsonType(v any) string {
 // contentItems: [{type: "inputText", text}]} with a non-empty text; else
 // DefaultFeedback.
 func ServerFeedback(result json.RawMessage) string {
-	var r struct {
-		Success      *bool `json:"success"`
-		ContentItems []struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
-		} `json:"contentItems"`
-	}
-	if json.Unmarshal(result, &r) != nil || r.Success == nil || *r.Success || len(r.ContentItems) == 0 {
+	// Member names match exactly (encoding/json's struct decoding would
+	// also take "SUCCESS").
+	var r map[string]json.RawMessage
+	if json.Unmarshal(result, &r) != nil || string(bytes.TrimSpace(r["success"])) != "false" {
 		return DefaultFeedback
 	}
-	first := r.ContentItems[0]
-	if first.Type != "inputText" || first.Text == nil || *first.Text == "" {
+	var items []map[string]json.RawMessage
+	if json.Unmarshal(r["contentItems"], &items) != nil || len(items) == 0 {
 		return DefaultFeedback
 	}
-	return cutUTF16(*first.Text, MaxFeedback)
+	var typ, text string
+	if json.Unmarshal(items[0]["type"], &typ) != nil || typ != "inputText" ||
+		json.Unmarshal(items[0]["text"], &text) != nil || text == "" {
+		return DefaultFeedback
+	}
+	return cutUTF16(text, MaxFeedback)
 }

@@ -26,8 +26,9 @@ var errOutsideRef = errors.New("a $ref or $schema outside the document")
 
 func (noLoader) Load(string) (any, error) { return nil, errOutsideRef }
 
-// ecmaRegexp is a pattern compiled as an ECMAScript regular expression (the
-// server compiles patterns with Ajv), bounded by PatternTimeout. A match that
+// ecmaRegexp is a pattern compiled as an ECMAScript regular expression with
+// the u flag (the server compiles patterns with Ajv, whose unicodeRegExp
+// option is on by default), bounded by PatternTimeout. A match that
 // times out counts as no match: the input is refused rather than waited on.
 type ecmaRegexp struct{ re *regexp2.Regexp }
 
@@ -39,7 +40,7 @@ func (r ecmaRegexp) MatchString(s string) bool {
 func (r ecmaRegexp) String() string { return r.re.String() }
 
 func compileECMAScript(s string) (jsonschema.Regexp, error) {
-	re, err := regexp2.Compile(s, regexp2.ECMAScript)
+	re, err := regexp2.Compile(s, regexp2.ECMAScript|regexp2.Unicode)
 	if err != nil {
 		return nil, err
 	}
