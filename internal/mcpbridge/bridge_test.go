@@ -494,3 +494,78 @@ func TestIdleServerRunsOneGoroutine(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, goleak.Find(before), "Close leaves no goroutine")
 }
+
+// TestRestartGoSDKSessionKeepsWorking: the hot restart as the agent's Go
+// SDK client sees it. A call pending when the bridge closes fails on the
+// client (its exchange is cut); after Listen on the same port with the
+// same secret and session id, the same client session calls again without
+// re-initializing.
+func TestRestartGoSDKSessionKeepsWorking(t *testing.T) {
+	b := newBlocker()
+	defer b.releaseAll()
+	s1, err := Listen(Config{Handler: b, Tools: testTools})
+	require.NoError(t, err)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := mcp.NewClient(&mcp.Implementation{Name: "bridge-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   s1.URL(),
+		HTTPClient: &http.Client{Transport: bearer{secret: s1.Secret(), base: tr}},
+	}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}})
+		done <- err
+	}()
+	recv(t, b.entered, "handler entry")
+	require.NoError(t, s1.Close())
+	recv(t, b.cancelled, "handler ctx cancelled")
+	cutErr := recv(t, done, "the cut call's error")
+	require.Error(t, cutErr)
+	t.Log("cut call:", cutErr)
+	// The agent's transport has seen its connections close (a restart
+	// takes far longer than that); drop them here instead of racing it.
+	tr.CloseIdleConnections()
+
+	s2, err := Listen(Config{Port: s1.Port(), Secret: s1.Secret(), SessionID: s1.SessionID(), Handler: echo, Tools: testTools})
+	require.NoError(t, err)
+	defer s2.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "issue.comment", Arguments: map[string]any{"body": "again"}})
+	require.NoError(t, err)
+	require.Equal(t, `issue.comment {"body":"again"}`, res.Content[0].(*mcp.TextContent).Text)
+	_, err = cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+}
+
+// TestCheckOrder pins doc.go's order: Origin/Host before the bearer, the
+// bearer before path, method and media type, so that a peer without the
+// secret learns nothing but 401.
+func TestCheckOrder(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	c := rawClient(t)
+	noBearer := func(r *http.Request) { r.Header.Del("Authorization") }
+	for _, tc := range []struct {
+		name   string
+		edit   func(*http.Request)
+		status int
+	}{
+		{"origin without bearer", func(r *http.Request) { noBearer(r); r.Header.Set("Origin", "http://x") }, 403},
+		{"GET without bearer", func(r *http.Request) { noBearer(r); r.Method = http.MethodGet }, 401},
+		{"wrong path without bearer", func(r *http.Request) { noBearer(r); r.URL.Path = "/x" }, 401},
+		{"wrong type without bearer", func(r *http.Request) { noBearer(r); r.Header.Set("Content-Type", "text/plain") }, 401},
+		{"GET on wrong path", func(r *http.Request) { r.Method = http.MethodGet; r.URL.Path = "/x" }, 404},
+		{"GET with wrong type", func(r *http.Request) { r.Method = http.MethodGet; r.Header.Set("Content-Type", "text/plain") }, 405},
+		{"DELETE", func(r *http.Request) { r.Method = http.MethodDelete }, 405},
+		{"wrong type and other session", func(r *http.Request) {
+			r.Header.Set("Content-Type", "text/plain")
+			r.Header.Set("Mcp-Session-Id", "other")
+		}, 415},
+	} {
+		status, _, _ := post(t, c, s, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, tc.edit)
+		require.Equal(t, tc.status, status, tc.name)
+	}
+}

@@ -41,6 +41,10 @@
 //     the session is gone, start a new one). A request without the header is
 //     accepted (lenient: initialize has none, and a client that drops it
 //     still holds the secret).
+//   - The server keeps no per-client state: any request is answered before
+//     or without initialize (after a hot restart the agent does not
+//     initialize again), and the Accept and Mcp-Protocol-Version headers
+//     are not checked (lenient: they cannot change the one JSON answer).
 //   - A tools/call whose name is empty or holds a NUL or any other control
 //     character → tool error "Unsupported tool." without calling the
 //     Handler. The 33rd call pending at once → tool error "Too many pending

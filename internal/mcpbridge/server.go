@@ -111,18 +111,13 @@ type Server struct {
 	log       *slog.Logger
 	http      *http.Server
 	served    chan struct{} // closed when Serve returns
-
-	mu        sync.Mutex
-	closed    bool                                 // guarded by mu
-	pending   map[string]map[*pendingCall]struct{} // by JSON-RPC id (compact bytes); guarded by mu
-	npending  int                                  // guarded by mu
 	closeOnce sync.Once
-	closeErr  error
-}
+	closeErr  error // set once, inside closeOnce
 
-// pendingCall is one tools/call waiting for its Handler.
-type pendingCall struct {
-	cancel context.CancelFunc
+	mu       sync.Mutex
+	closed   bool                                 // guarded by mu
+	pending  map[string]map[*pendingCall]struct{} // by JSON-RPC id (compact bytes); guarded by mu
+	npending int                                  // guarded by mu
 }
 
 // NewSecret returns 32 random bytes, base64url without padding (tools.md §2).
