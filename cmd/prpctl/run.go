@@ -82,6 +82,37 @@ SCRIPT (JSON lines, # comments)
             {"mode":"listen","listenAddress":A,"listenPort":P,"listenPath":PATH},
             "payload":{provider seed}}}
                     queue a warm run.attach handing the runner to the next run
+  {"waitEvent":"run.terminal"}
+                    wait for the next event of that type: the n-th waitEvent
+                    of a type waits for the run's n-th event of that type
+  {"resolve":"allow"}
+                    wait for a runtime request (runtime_request.created) not
+                    yet settled nor answered, and answer the latest one with
+                    request.resolve: allow|allow_once|accept, allow_always|
+                    accept_for_session, reject|reject_once|deny|decline, or
+                    cancel; the payload carries resolution.action and the
+                    agent option of that kind as response.optionId
+  {"toolResults":{"OPERATION_ID":RESULT, ...}}
+                    the standing result that answers the agent's calls of
+                    that operation (isError false); later steps replace it
+  {"toolErrors":{"OPERATION_ID":RESULT, ...}}
+                    answer the next call of that operation with RESULT and
+                    isError true, once (then the standing result again)
+
+TOOL CALLS
+  Every semantic_tool.input event is answered at once with one
+  semantic_tool.result command (tools.md §3 item 4): commandId
+  command_tool_<first 32 hex of sha256(runId + "\0" + callId)>, payload
+  {callId, operationId, inputDigest: content.digest, sourceEventId,
+  sourceEventType: "semantic_tool.input", correlation, result, isError}.
+  The result is the operation's toolErrors entry (once), else its
+  toolResults entry or --tool-result, else for paperclip_finish and
+  paperclip_block the acceptance
+    {"success":true,"contentItems":[{"type":"inputText","text":"Paperclip accepted the result."}]}
+  and for any other operation a tool error (isError true)
+    {"success":false,"contentItems":[{"type":"inputText","text":"prpctl has no result ..."}]}.
+  A rejection the agent sees as feedback (tools.md §4) is a toolErrors entry
+  of that shape: {"success":false,"contentItems":[{"type":"inputText","text":"..."}]}.
 
 OPTIONS
 `
@@ -90,7 +121,7 @@ type options struct {
 	mode, runnerd, url, stateDir, script string
 	id                                   prp.Identity
 	runnerVersion, runnerDigest          string
-	runnerdArgs, commands                []string
+	runnerdArgs, commands, toolResults   []string
 	timeout, leaseTTL                    time.Duration
 }
 
@@ -106,6 +137,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.script, "script", "", "script file of JSON-line steps (- for stdin)")
 	fs.StringArrayVar(&o.commands, "command", nil, "command TYPE or TYPE=JSON-payload (repeatable)")
 	fs.StringArrayVar(&o.runnerdArgs, "runnerd-arg", nil, "extra runnerd flag (repeatable)")
+	fs.StringArrayVar(&o.toolResults, "tool-result", nil, "OPERATION_ID=JSON: the result answering that tool's calls (repeatable; see TOOL CALLS)")
 	fs.StringVar(&o.id.RunnerInstanceID, "runner-id", "runner_local", "runner instance id")
 	fs.StringVar(&o.id.EnvironmentLeaseID, "environment-lease-id", "env_local", "environment lease id")
 	fs.StringVar(&o.id.RunID, "run-id", "run_local", "run id")
@@ -187,11 +219,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
 		return 2
 	}
+	tools := newToolAnswerer()
+	for _, v := range o.toolResults {
+		op, r, err := parseToolResultFlag(v)
+		if err != nil {
+			fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
+			return 2
+		}
+		tools.set(map[string]json.RawMessage{op: r}, nil)
+	}
 	// The core below adds its own component (prp.core); logging joins them.
 	log := logging.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "prpctl")
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	if err := drive(ctx, o, steps, &out{w: stdout}, stderr, log); err != nil {
+	if err := drive(ctx, o, steps, tools, &out{w: stdout}, stderr, log); err != nil {
 		fmt.Fprintf(stderr, "prpctl: %v\n", err)
 		var exited *runnerdExitedError
 		if errors.As(err, &exited) && exited.code > 0 {
@@ -247,7 +288,7 @@ func loadSteps(o options, stdin io.Reader) ([]step, error) {
 
 // drive runs one session: core up, runnerd launched or attached, steps
 // executed, every result awaited, runnerd stopped.
-func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Writer, log *slog.Logger) error {
+func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w *out, stderr io.Writer, log *slog.Logger) error {
 	core := prp.NewCore(prp.CoreConfig{
 		Identity: o.id, RunnerVersion: o.runnerVersion, RunnerDigest: o.runnerDigest,
 		LeaseTTL: o.leaseTTL, Logger: log,
@@ -271,6 +312,10 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 	pctx, stopPrinter := context.WithCancel(context.Background())
 	go func() { defer close(printerDone); printCore(pctx, core, w) }()
 	defer func() { stopPrinter(); <-printerDone }()
+	answererDone := make(chan struct{})
+	actx, stopAnswerer := context.WithCancel(context.Background())
+	go func() { defer close(answererDone); tools.run(actx, core, log) }()
+	defer func() { stopAnswerer(); <-answererDone }()
 
 	var proc *runnerdProc
 	var url string
@@ -327,7 +372,7 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 			}
 		}()
 	}
-	err := execute(runCtx, core, steps)
+	err := execute(runCtx, core, steps, tools)
 	var exited *runnerdExitedError
 	if errors.As(err, &exited) {
 		exited.code = proc.code // set before proc.exited closed
@@ -355,10 +400,12 @@ func drive(ctx context.Context, o options, steps []step, w *out, stderr io.Write
 // it succeeds only if every command queued so far has its result and no
 // step that needs runnerd is left; otherwise it returns a
 // *runnerdExitedError saying what was left (the caller knows the status).
-func execute(ctx context.Context, core *prp.Core, steps []step) error {
+func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswerer) error {
 	var ids []string
+	// every command queued so far: the script's and the tool answers'
+	all := func() []string { return append(slices.Clone(ids), tools.commandIDs()...) }
 	answered := func(s prp.CoreSnapshot) bool {
-		for _, id := range ids {
+		for _, id := range all() {
 			if resultOf(s, id) == nil {
 				return false
 			}
@@ -369,21 +416,26 @@ func execute(ctx context.Context, core *prp.Core, steps []step) error {
 	afterExit := func(rest []step) error {
 		s := core.Snapshot()
 		missing := 0
-		for _, id := range ids {
+		queued := all()
+		for _, id := range queued {
 			if resultOf(s, id) == nil {
 				missing++
 			}
 		}
-		needsRunnerd := slices.ContainsFunc(rest, func(s step) bool { return s.Command != "" || s.Ping || s.Revoke != 0 })
+		needsRunnerd := slices.ContainsFunc(rest, func(s step) bool {
+			return s.Command != "" || s.Ping || s.Revoke != 0 || s.WaitEvent != "" || s.Resolve != ""
+		})
 		switch {
 		case missing > 0:
-			return &runnerdExitedError{what: fmt.Sprintf("before %d of %d commands got a result", missing, len(ids))}
+			return &runnerdExitedError{what: fmt.Sprintf("before %d of %d commands got a result", missing, len(queued))}
 		case needsRunnerd:
 			return &runnerdExitedError{what: "before the script ended"}
 		}
 		return nil
 	}
 	exited := func() bool { return errors.Is(context.Cause(ctx), errRunnerdExited) }
+	waited := map[string]int{}    // waitEvent steps run per event type
+	resolved := map[string]bool{} // runtime requests this script answered
 	for i, s := range steps {
 		var err error
 		switch {
@@ -411,6 +463,25 @@ func execute(ctx context.Context, core *prp.Core, steps []step) error {
 			core.DropCurrent()
 		case s.Wait:
 			err = waitAll()
+		case s.ToolResults != nil || s.ToolErrors != nil:
+			tools.set(s.ToolResults, s.ToolErrors)
+		case s.WaitEvent != "":
+			waited[s.WaitEvent]++
+			n := waited[s.WaitEvent]
+			err = core.Wait(ctx, func(snap prp.CoreSnapshot) bool { return countEvents(snap, s.WaitEvent) >= n })
+		case s.Resolve != "":
+			var req committedEvent
+			err = core.Wait(ctx, func(snap prp.CoreSnapshot) bool {
+				var ok bool
+				req, ok = openRequest(snap, resolved)
+				return ok
+			})
+			if err == nil {
+				resolved[req.Payload.Request.RequestID] = true
+				var cmd prp.Command
+				cmd, err = core.QueueCommand(prp.Command{Type: "request.resolve", Payload: resolvePayload(req, resolveAction(s.Resolve))})
+				ids = append(ids, cmd.CommandID)
+			}
 		}
 		if err != nil && exited() {
 			return afterExit(steps[i:]) // a ping or revoke cut short is left undone too

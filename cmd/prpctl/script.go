@@ -43,6 +43,17 @@ type step struct {
 	// Attach queues a warm run.attach (prp.md §9.5) handing the runner to
 	// the named identity and connection; parseStep turns it into a Command.
 	Attach *attachStep `json:"attach,omitempty"`
+	// ToolResults sets the standing result per operationId that answers
+	// the agent's tool calls (semantic_tool.input); ToolErrors queues
+	// isError results, each answering one call before the standing one.
+	ToolResults map[string]json.RawMessage `json:"toolResults,omitempty"`
+	ToolErrors  map[string]json.RawMessage `json:"toolErrors,omitempty"`
+	// WaitEvent waits for the next committed event of this type: the n-th
+	// waitEvent of a type waits for the n-th such event of the run.
+	WaitEvent string `json:"waitEvent,omitempty"`
+	// Resolve answers the latest runtime request still open with the
+	// choice of this kind (see resolveAction).
+	Resolve string `json:"resolve,omitempty"`
 }
 
 // attachStep names the next run: its six identity fields and its
@@ -97,7 +108,8 @@ func parseStep(b []byte) (step, error) {
 		return step{}, fmt.Errorf("%w: trailing data", errScript)
 	}
 	set := 0
-	for _, on := range []bool{s.Command != "", s.SleepMs != 0, s.Ping, s.Revoke != 0, s.Drop, s.Wait, s.Attach != nil} {
+	for _, on := range []bool{s.Command != "", s.SleepMs != 0, s.Ping, s.Revoke != 0, s.Drop, s.Wait, s.Attach != nil,
+		s.ToolResults != nil || s.ToolErrors != nil, s.WaitEvent != "", s.Resolve != ""} {
 		if on {
 			set++
 		}
@@ -111,6 +123,17 @@ func parseStep(b []byte) (step, error) {
 		return step{}, fmt.Errorf("%w: sleepMs outside 0..%d", errScript, maxSleep.Milliseconds())
 	case s.Revoke < 0:
 		return step{}, fmt.Errorf("%w: revoke epoch must be positive", errScript)
+	case s.WaitEvent != "" && checkCommandType(s.WaitEvent) != nil:
+		return step{}, fmt.Errorf("%w: waitEvent type empty, too long or has spaces", errScript)
+	case s.Resolve != "" && resolveAction(s.Resolve) == "":
+		return step{}, fmt.Errorf("%w: resolve must be allow, allow_always, reject or cancel", errScript)
+	}
+	for _, m := range []map[string]json.RawMessage{s.ToolResults, s.ToolErrors} {
+		for op, r := range m {
+			if op == "" || r == nil || string(r) == "null" {
+				return step{}, fmt.Errorf("%w: a tool result needs an operationId and a JSON value", errScript)
+			}
+		}
 	}
 	if s.Attach != nil {
 		p, err := attachPayload(*s.Attach)

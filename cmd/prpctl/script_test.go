@@ -98,3 +98,35 @@ func TestParseAttachStep(t *testing.T) {
 		require.NotContains(t, err.Error(), "zzqq", "errors never echo script content")
 	}
 }
+
+// TestParseEventAndToolSteps: waitEvent, resolve, toolResults and
+// toolErrors are steps of their own; bad values are refused without
+// echoing them.
+func TestParseEventAndToolSteps(t *testing.T) {
+	steps, err := parseScript(strings.NewReader(`
+{"toolResults":{"issue.comment":{"ok":true},"paperclip_finish":{"success":true}}}
+{"toolErrors":{"paperclip_finish":{"success":false,"contentItems":[{"type":"inputText","text":"again"}]}}}
+{"waitEvent":"run.terminal"}
+{"resolve":"allow"}
+{"resolve":"cancel"}
+`))
+	require.NoError(t, err)
+	require.Len(t, steps, 5)
+	require.JSONEq(t, `{"ok":true}`, string(steps[0].ToolResults["issue.comment"]))
+	require.Contains(t, string(steps[1].ToolErrors["paperclip_finish"]), "again")
+	require.Equal(t, "run.terminal", steps[2].WaitEvent)
+	require.Equal(t, "allow", steps[3].Resolve)
+
+	for _, bad := range []string{
+		`{"waitEvent":"run zzqq"}`,
+		`{"resolve":"zzqq"}`,
+		`{"toolResults":{"zzqq":null}}`,
+		`{"toolResults":{"":{}}}`,
+		`{"waitEvent":"run.terminal","resolve":"allow"}`,
+		`{"toolResults":{"a":1},"wait":true}`,
+	} {
+		_, err := parseScript(strings.NewReader(bad))
+		require.ErrorIs(t, err, errScript, bad)
+		require.NotContains(t, err.Error(), "zzqq", "errors never echo script content")
+	}
+}

@@ -57,6 +57,7 @@ type config struct {
 	cancelOwnTerm    bool
 	transcript       string
 	mcpHTTP          bool
+	mcpAskPermission bool
 }
 
 func main() {
@@ -104,6 +105,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.cancelOwnTerm, "cancel-own-terminal", false, "on cancel, $/cancel_request its own pending terminal/create")
 	fs.StringVar(&c.transcript, "transcript", "", "append every wire line as NDJSON to this file")
 	fs.BoolVar(&c.mcpHTTP, "mcp-http", false, "advertise mcpCapabilities {http: true, sse: false}")
+	fs.BoolVar(&c.mcpAskPermission, "mcp-ask-permission", false, "session/request_permission before each MCP tool call")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err)
 	}
@@ -575,6 +577,8 @@ func (a *agent) closeSession(m message) {
 		a.fail(m.ID, -32002, "resource not found")
 		return
 	}
-	a.closeMCP(s)
+	// Off the reader: a tool call may hold the link until the bridge answers.
+	a.prompts.Add(1)
+	go func() { defer a.prompts.Done(); a.closeMCP(s) }()
 	a.reply(m.ID, map[string]any{})
 }

@@ -149,7 +149,8 @@ func (l *mcpLink) closeLocked() {
 	}
 }
 
-// closeMCP closes every session's MCP link (stdin EOF, session/close).
+// closeMCP closes a session's MCP link (session/close); closeAllMCP every
+// link (stdin EOF).
 func (a *agent) closeMCP(s *session) {
 	a.mu.Lock()
 	l := s.mcp
@@ -387,9 +388,12 @@ func (t *turn) listTools(l *mcpLink) string {
 // mcpCall runs one tools/call step with its tool_call updates.
 func (t *turn) mcpCall(l *mcpLink, st mcpStep) {
 	id := t.a.next("call")
+	title := "mcp__" + bridgeServerName + "__" + st.tool
 	t.a.update(t.s, map[string]any{"sessionUpdate": "tool_call", "toolCallId": id,
-		"title": "mcp__" + bridgeServerName + "__" + st.tool, "kind": "other", "status": "pending",
-		"rawInput": st.args})
+		"title": title, "kind": "other", "status": "pending", "rawInput": st.args})
+	if t.a.cfg.mcpAskPermission && !t.askToolPermission(id, title, st) {
+		return
+	}
 	ctx, stop := t.callContext()
 	defer stop()
 	out := l.call(ctx, st.tool, st.args)
@@ -413,6 +417,39 @@ func (t *turn) mcpCall(l *mcpLink, st mcpStep) {
 	}
 	t.toolDone(id, status, out.text)
 	t.say(fmt.Sprintf("tool %s isError=%t: %s\n", st.tool, out.isError, out.text))
+}
+
+// askToolPermission asks the client before a bridge tool call, as Claude
+// Code does (tools.md §6: the request names the tool by toolCall.title and
+// _meta.claudeCode.toolName); a refusal ends the step without a call.
+func (t *turn) askToolPermission(id, title string, st mcpStep) bool {
+	m := t.call("session/request_permission", map[string]any{
+		"toolCall": map[string]any{"toolCallId": id, "title": title, "kind": "other", "status": "pending",
+			"rawInput": st.args, "_meta": map[string]any{"claudeCode": map[string]any{"toolName": title}}},
+		"options": []any{
+			map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+			map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+			map[string]any{"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+		},
+	})
+	var r struct {
+		Outcome struct {
+			Outcome  string `json:"outcome"`
+			OptionID string `json:"optionId"`
+		} `json:"outcome"`
+	}
+	_ = json.Unmarshal(m.Result, &r)
+	switch {
+	case m.Error != nil || r.Outcome.Outcome != "selected":
+		t.toolDone(id, "failed", "permission cancelled")
+		t.say(fmt.Sprintf("tool %s permission cancelled\n", st.tool))
+		return false
+	case !strings.HasPrefix(r.Outcome.OptionID, "allow"):
+		t.toolDone(id, "failed", "permission denied: "+r.Outcome.OptionID)
+		t.say(fmt.Sprintf("tool %s permission denied: %s\n", st.tool, r.Outcome.OptionID))
+		return false
+	}
+	return true
 }
 
 // callContext is a tool call's context: cancelled at stdin EOF, and

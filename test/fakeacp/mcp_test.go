@@ -173,12 +173,16 @@ func textResult(text string, isError bool) *mcp.CallToolResult {
 // wireAgent drives the in-process agent with raw JSON-RPC lines, so the
 // test can send mcpServers in the shape it wants.
 type wireAgent struct {
-	t     *testing.T
-	in    *io.PipeWriter
-	lines chan json.RawMessage
-	done  chan int
-	next  int
-	once  sync.Once
+	t  *testing.T
+	in *io.PipeWriter
+	// permission answers session/request_permission: an optionId, or
+	// "cancelled"; asked records each request's params.
+	permission string
+	asked      []json.RawMessage
+	lines      chan json.RawMessage
+	done       chan int
+	next       int
+	once       sync.Once
 }
 
 func startWire(t *testing.T, cfg config) *wireAgent {
@@ -257,6 +261,10 @@ func (w *wireAgent) await(id int, timeout time.Duration, until func(map[string]a
 			require.True(w.t, ok, "agent stdout closed")
 			var m wireMsg
 			require.NoError(w.t, json.Unmarshal(line, &m))
+			if m.Method == "session/request_permission" {
+				w.answerPermission(m.ID, line)
+				continue
+			}
 			if m.Method == "session/update" {
 				updates = append(updates, m.Params.Update)
 				if until != nil && until(m.Params.Update) {
@@ -271,6 +279,23 @@ func (w *wireAgent) await(id int, timeout time.Duration, until func(map[string]a
 			w.t.Fatalf("request %d: no answer", id)
 		}
 	}
+}
+
+func (w *wireAgent) answerPermission(id json.RawMessage, line json.RawMessage) {
+	w.t.Helper()
+	var req struct {
+		Params json.RawMessage `json:"params"`
+	}
+	require.NoError(w.t, json.Unmarshal(line, &req))
+	w.asked = append(w.asked, req.Params)
+	outcome := map[string]any{"outcome": "selected", "optionId": w.permission}
+	if w.permission == "cancelled" {
+		outcome = map[string]any{"outcome": "cancelled"}
+	}
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"outcome": outcome}})
+	require.NoError(w.t, err)
+	_, err = w.in.Write(append(b, '\n'))
+	require.NoError(w.t, err)
 }
 
 func (w *wireAgent) open(servers []any) string {
@@ -586,5 +611,89 @@ func TestMCPCancelWaitsForTheBridgesAnswer(t *testing.T) {
 	m, updates := w.await(id, testWait, nil)
 	require.Nil(t, m.Error)
 	require.JSONEq(t, `{"stopReason":"cancelled"}`, string(m.Result))
+	require.Equal(t, "tool slow isError=true: Paperclip stopped the active provider turn\n", messageText(updates))
+}
+
+// TestMCPAskPermissionBeforeEachCall: with --mcp-ask-permission the agent
+// asks before each bridge tool call, naming the tool as Claude Code does
+// (title and _meta.claudeCode.toolName mcp__paperclip__<tool>); only an
+// allow option leads to the call.
+func TestMCPAskPermissionBeforeEachCall(t *testing.T) {
+	b := newTestBridge(t, nil, false)
+	for _, tc := range []struct{ answer, text string }{
+		{"allow", "tool issue.comment isError=false: commented {}\n"},
+		{"reject", "tool issue.comment permission denied: reject\n"},
+		{"cancelled", "tool issue.comment permission cancelled\n"},
+	} {
+		cfg := defaults(t)
+		cfg.mcpAskPermission = true
+		w := startWire(t, cfg)
+		w.permission = tc.answer
+		sid := w.open(b.servers(testSecret))
+		_, text, _ := w.prompt(sid, `mcp-call issue.comment {}`, testWait)
+		require.Equal(t, tc.text, text, tc.answer)
+		require.Len(t, w.asked, 1)
+		var p struct {
+			SessionID string `json:"sessionId"`
+			ToolCall  struct {
+				Title string `json:"title"`
+				Meta  struct {
+					ClaudeCode struct {
+						ToolName string `json:"toolName"`
+					} `json:"claudeCode"`
+				} `json:"_meta"`
+			} `json:"toolCall"`
+		}
+		require.NoError(t, json.Unmarshal(w.asked[0], &p))
+		require.Equal(t, sid, p.SessionID)
+		require.Equal(t, "mcp__paperclip__issue.comment", p.ToolCall.Title)
+		require.Equal(t, "mcp__paperclip__issue.comment", p.ToolCall.Meta.ClaudeCode.ToolName)
+		w.stop()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Len(t, b.sids, 1, "only the allowed call reached the bridge")
+}
+
+// TestMCPSessionCloseDropsTheLink: session/close closes the session's MCP
+// client (goleak checks nothing is left) and is answered at once.
+func TestMCPSessionCloseDropsTheLink(t *testing.T) {
+	b := newTestBridge(t, nil, false)
+	cfg := defaults(t)
+	cfg.supportsClose = true
+	w := startWire(t, cfg)
+	sid := w.open(b.servers(testSecret))
+	_, text, _ := w.prompt(sid, `mcp-call issue.comment {}`, testWait)
+	require.Contains(t, text, "isError=false")
+	m, _ := w.call("session/close", map[string]any{"sessionId": sid}, testWait)
+	require.Nil(t, m.Error)
+	w.stop()
+}
+
+// TestMCPSessionCloseAnsweredWhileACallWaits: session/close is answered
+// while a tool call still waits for the bridge (the cancel mode ignores
+// the cancel, so only the bridge could end the call): closing the link
+// must not hold the agent's input.
+func TestMCPSessionCloseAnsweredWhileACallWaits(t *testing.T) {
+	b := newTestBridge(t, nil, false)
+	b.block = true
+	cfg := defaults(t)
+	cfg.supportsClose = true
+	cfg.cancelMode = "ignore"
+	w := startWire(t, cfg)
+	t.Cleanup(b.close) // before w.stop: a stalled agent is let go, so a failure ends
+	sid := w.open(b.servers(testSecret))
+	id := w.send("session/prompt", map[string]any{"sessionId": sid,
+		"prompt": []any{map[string]any{"type": "text", "text": `mcp-call slow {}`}}})
+	select {
+	case <-b.entered:
+	case <-time.After(testWait):
+		t.Fatal("the call did not reach the bridge")
+	}
+	m, _ := w.await(w.send("session/close", map[string]any{"sessionId": sid}), testWait, nil)
+	require.Nil(t, m.Error)
+	b.release()
+	m, updates := w.await(id, testWait, nil)
+	require.Nil(t, m.Error)
 	require.Equal(t, "tool slow isError=true: Paperclip stopped the active provider turn\n", messageText(updates))
 }
