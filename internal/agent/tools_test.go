@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,8 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/state"
+	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
@@ -606,4 +610,71 @@ func TestNativeServerEntry(t *testing.T) {
 			require.Equal(t, acpx.MCPTransportHTTP, s.Type)
 		}
 	}
+}
+
+// TestTools06_EveryStopAnswersOpenCalls: turn.interrupt, turn.stop,
+// run.cancel and session.close each answer a call still open on the agent
+// side with the stop error; the call stays, detached, for a late result
+// (tools.md §3 item 6).
+func TestTools06_EveryStopAnswersOpenCalls(t *testing.T) {
+	stops := map[string]func(m *Manager, ctx context.Context) error{
+		"turn.stop":     func(m *Manager, ctx context.Context) error { _, err := m.Cancel(ctx, StopTurn); return err },
+		"run.cancel":    func(m *Manager, ctx context.Context) error { _, err := m.Cancel(ctx, RunCancel); return err },
+		"session.close": func(m *Manager, ctx context.Context) error { _, err := m.CloseSession(ctx); return err },
+	}
+	for name, stop := range stops {
+		t.Run(name, func(t *testing.T) {
+			r := newToolRig(t)
+			require.NoError(t, r.prepareTools(catalogJSON(t, opComment)))
+			cs := r.openTurn()
+			pending := callAsync(cs, "issue.comment", `{"body":"x"}`)
+			in := r.waitInputs(1)[0]
+			ctx, cancel := context.WithTimeout(context.Background(), testWait)
+			defer cancel()
+			require.NoError(t, stop(r.m, ctx))
+			got := awaitOutcome(t, pending)
+			require.NoError(t, got.err)
+			require.Equal(t, toolOutcome{text: TextStopped, isError: true}, got)
+			res, err := r.result("cmd-late", in, `{"id":"c"}`, false)
+			require.NoError(t, err)
+			require.Equal(t, "detached", statusOf(t, res))
+			st, _ := r.sink.snapshot()
+			require.Nil(t, st.Bridge, "the bridge ends with its session")
+		})
+	}
+}
+
+// TestToolsSecretNowhere: the bridge's secret and MCP session id are in
+// the 0600 record only: never in runnerd's log, the events, the command
+// results or fakeacp's transcript (tools.md §2).
+func TestToolsSecretNowhere(t *testing.T) {
+	logs := &syncbuf.Buffer{}
+	transcript := filepath.Join(t.TempDir(), "transcript.ndjson")
+	r := newRig(t, func(c *Config) {
+		c.Correlation = func() toolcall.Correlation { return testCorrelation }
+		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	require.NoError(t, r.prepareTools(catalogJSON(t, opComment), "--transcript", transcript))
+	r.open()
+	r.turn(`mcp-servers mcp-call issue.comment {"body":"x"} mcp-call nope {}`)
+	in := r.waitInputs(1)[0]
+	res, err := r.result("cmd-res", in, `{"id":"c"}`, false)
+	require.NoError(t, err)
+	evs := r.sink.waitEvent(t, "run.terminal")
+	st, _ := r.sink.snapshot()
+	require.NotNil(t, st.Bridge)
+	tr, err := os.ReadFile(transcript)
+	require.NoError(t, err)
+	require.Contains(t, string(tr), `\u003credacted\u003e`, "the transcript shows the header, redacted")
+	allEvents, err := json.Marshal(evs)
+	require.NoError(t, err)
+	for _, secret := range []string{st.Bridge.Secret, st.Bridge.SessionID} {
+		require.NotEmpty(t, secret)
+		for what, text := range map[string]string{"log": logs.String(), "events": string(allEvents), "result": string(res), "transcript": string(tr)} {
+			require.NotContains(t, text, secret, what)
+		}
+	}
+	raw, err := state.ReadSide(r.state, st.Binding.CatalogSide, maxCatalogSide)
+	require.NoError(t, err)
+	require.JSONEq(t, string(catalogJSON(t, opComment)), string(raw), "the catalog side file holds run.prepare's catalog")
 }
