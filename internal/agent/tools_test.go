@@ -678,3 +678,36 @@ func TestToolsSecretNowhere(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, string(catalogJSON(t, opComment)), string(raw), "the catalog side file holds run.prepare's catalog")
 }
+
+// TestToolsBridgeOnLoad: a resumed session (session/load) gets the bridge
+// in its mcpServers too, on a fresh bridge for the new agent process
+// (tools.md §2).
+func TestToolsBridgeOnLoad(t *testing.T) {
+	r := newToolRig(t)
+	require.NoError(t, r.prepareTools(catalogJSON(t, opComment), "--supports-load-session"))
+	r.open()
+	r.turn("echo hi") // a prompted session is resumable
+	r.sink.waitEvent(t, "run.terminal")
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.CloseSession(ctx)
+	require.NoError(t, err)
+	st, _ := r.sink.snapshot()
+	require.Nil(t, st.Bridge, "the bridge closed with the session")
+	res := r.open()
+	require.Contains(t, string(res), "resumed")
+	n := count(func() []acpx.Event { _, e := r.sink.snapshot(); return e }(), "run.terminal")
+	r.turn(`mcp-servers mcp-call issue.comment {"body":"after load"}`)
+	in := r.waitInputs(1)[0]
+	_, err = r.result("cmd-res", in, `{"id":"c-load"}`, false)
+	require.NoError(t, err)
+	evs := r.sink.waitFor(t, "the second turn's end", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") > n })
+	text := ""
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			text += e.Payload["text"].(string)
+		}
+	}
+	require.Contains(t, text, `"name":"paperclip","type":"http"`)
+	require.Contains(t, text, `tool issue.comment isError=false: {"id":"c-load"}`)
+}
