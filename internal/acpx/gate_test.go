@@ -105,7 +105,7 @@ func TestSecretsNeverInLogs(t *testing.T) {
 	var mu sync.Mutex
 	log := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := NewClient(Record{}, ClientOptions{Logger: log})
-	_, err := c.NewSession("/w", []MCPServer{{Name: "m", Command: "x", Env: []EnvVariable{{Name: "API_KEY", Value: testSecret}}}})
+	_, err := c.NewSession("/w", []MCPServer{{Type: MCPTransportHTTP, Name: "m", URL: "http://127.0.0.1:1/mcp", Headers: []HTTPHeader{{Name: "Authorization", Value: "Bearer " + testSecret}}}})
 	require.NoError(t, err)
 	require.NotContains(t, fmt.Sprint(c.Record()), testSecret, "env values never enter the record")
 	b, _ := json.Marshal(c.Record())

@@ -12,7 +12,8 @@ import (
 
 // TestACP26to29_LossSequence: every loss reason maps to
 // harness.diagnostic{lossReason} with reason-derived text, then
-// turn.failed, one run.result.proposed and one run.terminal (failed)
+// turn.failed and one run.terminal (failed), with no run.result.proposed
+// without an accepted result or a completion contract (tools.md §4)
 // (scenarios 26 transport_closed, 27 transport_closed, 28 write_error,
 // 29 provider_exit).
 func TestACP26to29_LossSequence(t *testing.T) {
@@ -24,7 +25,7 @@ func TestACP26to29_LossSequence(t *testing.T) {
 			evs = append(evs, mp.ChannelLost(st, "turn-1", r)...)
 			requireValidEvents(t, evs)
 			got := types(evs)
-			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "item.completed", "turn.failed", "run.result.proposed", "run.terminal"}, got[3:])
+			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "item.completed", "turn.failed", "run.terminal"}, got[3:])
 			d := evs[3].Payload
 			require.Equal(t, string(r), d["lossReason"])
 			require.Equal(t, r.Message(), d["message"])
@@ -96,7 +97,7 @@ func TestACP20_RestartMidTurn(t *testing.T) {
 	c = NewClient(back, ClientOptions{})
 	evs = append(evs, step(c, c.Map(), stream[cut:])...)
 	requireValidEvents(t, evs)
-	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.delta", "item.completed", "turn.completed", "run.result.proposed", "run.terminal"}, types(evs))
+	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.delta", "item.completed", "turn.completed", "run.terminal"}, types(evs))
 	require.Equal(t, evs[1].ItemID, evs[3].ItemID)
 	require.Equal(t, "before after", evs[4].Payload["text"])
 }

@@ -70,6 +70,10 @@ type MapState struct {
 	Unpriced bool `json:"unpriced,omitempty"`
 	// Tokens are cumulative prompt usage over the session.
 	Tokens TokenUsage `json:"tokens"`
+	// SemanticResult is the active turn's accepted semantic result (the
+	// normalised paperclip_finish/paperclip_block input the server
+	// accepted, tools.md §4); Settle emits it and clears it.
+	SemanticResult json.RawMessage `json:"semanticResult,omitempty"`
 }
 
 // ItemState is one open item.
@@ -126,8 +130,11 @@ type Mapper struct {
 	Provider string
 	// Cwd relativises tool targets; absolute paths outside it are dropped.
 	Cwd string
-	// ContractRevision is run.prepare's completionContract.revision.
+	// ContractRevision is run.prepare's completionContract.revision; with
+	// CriterionIDs (its criterionIds) it makes Settle synthesise a run
+	// result when the agent reported none (tools.md §4).
 	ContractRevision string
+	CriterionIDs     []string
 }
 
 // SessionOpened yields harness.ready then session.started (cold) or
@@ -629,7 +636,9 @@ func RuntimeRequestOf(r AgentRequest) RuntimeRequest {
 }
 
 // Settle ends a turn: open items complete, then exactly one terminal turn
-// event, one run.result.proposed and one run.terminal (acp.md §5).
+// event, at most one run.result.proposed (the accepted semantic result, or
+// the synthesised one under a completion contract) and one run.terminal
+// (tools.md §4).
 func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 	var evs []Event
 	summaryText := ""
@@ -708,6 +717,66 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 		turnEv.Payload["stopReason"] = s.StopReason
 	}
 	turnEv.TurnID = s.TurnID
+	accepted := st.SemanticResult
+	st.Items, st.Order, st.LastMessage, st.SemanticResult = nil, nil, "", nil
+	var result map[string]any
+	switch {
+	case accepted != nil:
+		// The agent reported through paperclip_finish/paperclip_block and
+		// the server accepted it: that is the run's one result, and its
+		// disposition is the terminal's (tools.md §4).
+		result, disposition = acceptedResult(accepted)
+	case mp.ContractRevision != "":
+		// A completion contract keeps the synthesised result, one
+		// criterion per id (tools.md §4, as the reference's Codex driver).
+		result = mp.synthesisedResult(s, disposition, summaryText)
+	default:
+		// No synthetic result: a "done" nobody reported would put words in
+		// the agent's mouth (tools.md §4, replacing acp.md §5's one result
+		// per completed turn).
+		disposition = "needs_review"
+		if s.Ending == EndCompleted && s.StopReason == StopEndTurn {
+			disposition = "done"
+		}
+	}
+	evs = append(evs, turnEv)
+	if result != nil {
+		evs = append(evs, Event{EventType: "run.result.proposed", Priority: P0, TurnID: s.TurnID, Payload: result})
+	}
+	return append(evs, Event{EventType: "run.terminal", Priority: P0, TurnID: s.TurnID, Payload: map[string]any{
+		"schema":                  "paperclip.prp.terminal.v1",
+		"turnTerminalState":       turnState,
+		"runTerminalState":        runState,
+		"reportedWorkDisposition": disposition,
+		"provider":                "acpx",
+	}})
+}
+
+// dispositions is the schema enum of reportedWorkDisposition
+// (result.schema.json, terminal.schema.json).
+var dispositions = map[string]bool{"done": true, "blocked": true, "needs_review": true, "yielded": true}
+
+// acceptedResult decodes an accepted semantic result (the normalised
+// paperclip_finish/paperclip_block input) for the run.result.proposed
+// payload, numbers kept as written. A disposition outside the enum (never
+// produced by the normaliser) reads needs_review.
+func acceptedResult(raw json.RawMessage) (map[string]any, string) {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	var m map[string]any
+	if dec.Decode(&m) != nil || m == nil {
+		return nil, "needs_review"
+	}
+	d, _ := m["reportedWorkDisposition"].(string)
+	if !dispositions[d] {
+		d = "needs_review"
+	}
+	return m, d
+}
+
+// synthesisedResult is the run result runnerd writes for a turn that ends
+// without an accepted one under a completion contract.
+func (mp Mapper) synthesisedResult(s Settlement, disposition, summaryText string) map[string]any {
 	summaryText = truncateUTF8(strings.TrimSpace(summaryText), maxSummary)
 	if summaryText == "" {
 		summaryText = "The agent ended the turn (" + s.StopReason + ")."
@@ -716,18 +785,22 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 	if disposition != "done" {
 		remaining = append(remaining, map[string]any{"description": "Review or continue the turn", "blocksCompletion": true})
 	}
-	rev := mp.ContractRevision
-	if rev == "" {
-		rev = "acp-v1"
+	criteria := make([]any, 0, len(mp.CriterionIDs))
+	for _, id := range mp.CriterionIDs {
+		status := "unknown"
+		if disposition == "done" {
+			status = "satisfied"
+		}
+		criteria = append(criteria, map[string]any{"criterionId": id, "status": status, "evidenceRefs": []any{}})
 	}
 	result := map[string]any{
 		"schema":                  "paperclip.run_result.v1",
 		"reportedWorkDisposition": disposition,
 		"summary":                 summaryText,
 		"completionClaim": map[string]any{
-			"contractRevision":   rev,
+			"contractRevision":   mp.ContractRevision,
 			"objectiveSatisfied": disposition == "done",
-			"criteria":           []any{},
+			"criteria":           criteria,
 			"remainingWork":      remaining,
 		},
 		"evidence":          []any{},
@@ -741,15 +814,7 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 			"idempotencyKey": "continue-" + safeID(s.TurnID),
 		}
 	}
-	st.Items, st.Order, st.LastMessage = nil, nil, ""
-	return append(evs, turnEv,
-		Event{EventType: "run.result.proposed", Priority: P0, TurnID: s.TurnID, Payload: result},
-		Event{EventType: "run.terminal", Priority: P0, TurnID: s.TurnID, Payload: map[string]any{
-			"schema":                  "paperclip.prp.terminal.v1",
-			"turnTerminalState":       turnState,
-			"runTerminalState":        runState,
-			"reportedWorkDisposition": disposition,
-		}})
+	return result
 }
 
 // SettlementOf turns a prompt outcome into a settlement. byRunCancel

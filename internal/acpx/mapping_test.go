@@ -72,8 +72,18 @@ func fullTurn(t *testing.T, mp Mapper, st *MapState, turnID string, end Settleme
 	return append(evs, mp.Settle(st, end)...)
 }
 
+// TestMappingValidatesAgainstSchemas: every mapped turn validates; without a
+// completion contract or an accepted semantic result a finished turn ends
+// with one run.terminal and no run.result.proposed (tools.md §4); with a
+// contract it keeps the one synthesised result just before run.terminal.
 func TestMappingValidatesAgainstSchemas(t *testing.T) {
-	mp := testMapper()
+	t.Run("plain", func(t *testing.T) { mappingValidates(t, testMapper(), 0) })
+	contract := testMapper()
+	contract.ContractRevision, contract.CriterionIDs = "rev-1", []string{"crit-a", "crit-b"}
+	t.Run("contract", func(t *testing.T) { mappingValidates(t, contract, 1) })
+}
+
+func mappingValidates(t *testing.T, mp Mapper, results int) {
 	exit := 1
 	cases := map[string]func(st *MapState) []Event{
 		"completed": func(st *MapState) []Event {
@@ -114,21 +124,30 @@ func TestMappingValidatesAgainstSchemas(t *testing.T) {
 			requireValidEvents(t, evs)
 			n := countTypes(evs)
 			if name != "session" {
-				// Exactly one result then one terminal per finished turn.
-				require.Equal(t, 1, n["run.result.proposed"], types(evs))
+				// At most one result, then one terminal per finished turn.
+				require.Equal(t, results, n["run.result.proposed"], types(evs))
 				require.Equal(t, 1, n["run.terminal"], types(evs))
-				last := evs[len(evs)-2:]
+				end := len(evs)
 				if name == "exit" {
-					last = evs[len(evs)-3 : len(evs)-1]
+					end--
 				}
-				require.Equal(t, []string{"run.result.proposed", "run.terminal"}, types(last))
+				last := evs[end-1-results : end]
+				want := []string{"run.terminal"}
+				if results == 1 {
+					want = []string{"run.result.proposed", "run.terminal"}
+					claim := last[0].Payload["completionClaim"].(map[string]any)
+					require.Len(t, claim["criteria"], len(mp.CriterionIDs))
+				}
+				require.Equal(t, want, types(last))
+				require.Equal(t, "acpx", last[len(last)-1].Payload["provider"])
 			}
 		})
 	}
 }
 
 // TestACP02_EchoMapping: the echo turn maps to turn.started, item
-// delta "hi", turn.completed, one run.result.proposed, one run.terminal.
+// delta "hi", turn.completed, one run.terminal (done); no run.result.proposed
+// without an accepted result or a completion contract (tools.md §4).
 func TestACP02_EchoMapping(t *testing.T) {
 	mp := testMapper()
 	st := &MapState{}
@@ -136,10 +155,10 @@ func TestACP02_EchoMapping(t *testing.T) {
 	evs = append(evs, mp.Update(st, "turn-1", upd(t, `{"sessionUpdate":"agent_message_chunk","messageId":"msg-0001","content":{"type":"text","text":"hi"}}`))...)
 	evs = append(evs, mp.Settle(st, SettlementOf(TurnOutcome{TurnID: "turn-1", StopReason: StopEndTurn}, false))...)
 	requireValidEvents(t, evs)
-	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.completed", "turn.completed", "run.result.proposed", "run.terminal"}, types(evs))
+	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.completed", "turn.completed", "run.terminal"}, types(evs))
 	require.Equal(t, "hi", evs[2].Payload["text"])
 	require.Equal(t, "hi", evs[3].Payload["text"])
-	require.Equal(t, "done", evs[6].Payload["reportedWorkDisposition"])
+	require.Equal(t, "done", evs[5].Payload["reportedWorkDisposition"])
 	require.Equal(t, evs[1].ItemID, evs[2].ItemID)
 }
 
@@ -220,5 +239,30 @@ func TestSafeID(t *testing.T) {
 		out := safeID(in)
 		require.Regexp(t, `^[A-Za-z0-9][A-Za-z0-9.:-]*$`, out)
 		require.LessOrEqual(t, len(out), maxSafeID)
+	}
+}
+
+// TestSettleEmitsAcceptedResult: an accepted semantic result is the one
+// run.result.proposed, just before run.terminal, whose disposition is the
+// result's, whatever the turn's ending (tools.md §4).
+func TestSettleEmitsAcceptedResult(t *testing.T) {
+	accepted := json.RawMessage(`{"schema":"paperclip.run_result.v1","reportedWorkDisposition":"blocked","summary":"stuck","completionClaim":{"contractRevision":"r","objectiveSatisfied":false,"criteria":[],"remainingWork":[]},"evidence":[],"verification":[],"attentionRequests":[],"artifacts":[],"blocker":{"reasonCode":"needs_key","owner":{"kind":"user","name":"ops"},"unblockAction":"add the key","scope":"task_wide"},"n":12345678901234567890}`)
+	for _, end := range []Settlement{{Ending: EndCompleted, StopReason: StopEndTurn}, {Ending: EndFailed, Class: ClassTurnFailed}, {Ending: EndInterrupted}} {
+		for _, mp := range []Mapper{testMapper(), {ContractRevision: "rev", CriterionIDs: []string{"c"}}} {
+			st := &MapState{}
+			evs := mp.TurnStarted(st, "turn-1")
+			st.SemanticResult = accepted
+			end.TurnID = "turn-1"
+			evs = append(evs, mp.Settle(st, end)...)
+			requireValidEvents(t, evs)
+			got := types(evs)
+			require.Equal(t, []string{"run.result.proposed", "run.terminal"}, got[len(got)-2:])
+			b, err := json.Marshal(evs[len(evs)-2].Payload)
+			require.NoError(t, err)
+			require.JSONEq(t, string(accepted), string(b))
+			require.Contains(t, string(b), "12345678901234567890", "numbers are kept as written")
+			require.Equal(t, "blocked", evs[len(evs)-1].Payload["reportedWorkDisposition"])
+			require.Nil(t, st.SemanticResult, "the result belongs to its turn")
+		}
 	}
 }

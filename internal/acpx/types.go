@@ -60,20 +60,37 @@ type InitializeResult struct {
 
 // AgentCapabilities is the gate subset runnerd consults.
 type AgentCapabilities struct {
-	LoadSession         bool `json:"loadSession"`
+	LoadSession bool `json:"loadSession"`
+	// MCPCapabilities says which MCP transports the agent takes in
+	// mcpServers; only an agent with HTTP gets the tool bridge (tools.md §2).
+	MCPCapabilities struct {
+		HTTP bool `json:"http"`
+		SSE  bool `json:"sse"`
+	} `json:"mcpCapabilities"`
 	SessionCapabilities struct {
 		Resume *json.RawMessage `json:"resume,omitempty"`
 		Close  *json.RawMessage `json:"close,omitempty"`
 	} `json:"sessionCapabilities"`
 }
 
-// MCPServer is one stdio MCP server entry of session/new. Env values are
-// secrets and never enter the record.
+// MCPServer is one HTTP MCP server entry of session/new, session/load and
+// session/resume (ACP McpServer, type "http"; tools.md §2). Header values
+// carry the bridge's bearer secret: they are sent, never recorded or
+// logged.
 type MCPServer struct {
-	Name    string        `json:"name"`
-	Command string        `json:"command"`
-	Args    []string      `json:"args"`
-	Env     []EnvVariable `json:"env"`
+	Type    string       `json:"type"`
+	Name    string       `json:"name"`
+	URL     string       `json:"url"`
+	Headers []HTTPHeader `json:"headers"`
+}
+
+// MCPTransportHTTP is MCPServer.Type for Streamable HTTP.
+const MCPTransportHTTP = "http"
+
+// HTTPHeader is one {name, value} header of an HTTP MCP server entry.
+type HTTPHeader struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }
 
 // EnvVariable is one {name, value} pair.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
 // Stored is the durable state of the agent executor, kept as one record in
@@ -55,6 +56,10 @@ type Stored struct {
 	// TurnIDs are the provider turn ids used so far, oldest first, at most
 	// MaxUsedTurnIDs: a turn.start turnId never repeats one (tools.md §7).
 	TurnIDs []string `json:"turnIds,omitempty"`
+	// Tools is the run's semantic tool call table (tools.md §3).
+	Tools *toolcall.Table `json:"tools,omitempty"`
+	// Bridge is the live tool bridge of the provider session (tools.md §2).
+	Bridge *BridgeRecord `json:"bridge,omitempty"`
 }
 
 // PromptDelivery is a turn.start prompt written as a stdin file under its
@@ -97,6 +102,9 @@ type Binding struct {
 	PermissionMode   acpx.PermissionMode `json:"permissionMode"`
 	ProviderVersion  string              `json:"providerVersion,omitempty"`
 	ContractRevision string              `json:"contractRevision,omitempty"`
+	// CriterionIDs are completionContract.criterionIds: one synthesised
+	// criterion each when a turn ends without an accepted result (tools.md §4).
+	CriterionIDs []string `json:"criterionIds,omitempty"`
 	// Model is the descriptor's model (tools.md §5).
 	Model string `json:"model,omitempty"`
 	// CatalogDigest is authorizedTools' catalogDigest (tools.md §1).
@@ -150,6 +158,9 @@ type Config struct {
 	// StopWait bounds a stop: pcwrap's grace plus the kill wait (acp.md §3.6).
 	StopWait time.Duration
 	Gate     *acpx.ColdStartGate
+	// Correlation returns the PRP run identity the semantic tool events
+	// name (tools.md §3 item 3).
+	Correlation func() toolcall.Correlation
 }
 
 // Poll periods of the event watcher.
@@ -209,6 +220,7 @@ type Manager struct {
 	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
 	goalCall int64         // the unanswered _session/goal request id (goal.go); 0 when none
+	tools    toolState
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -245,6 +257,7 @@ func NewManager(cfg Config, st Stored) *Manager {
 		m.cl = acpx.NewClient(*st.Session, acpx.ClientOptions{Logger: m.log})
 	}
 	m.setMapper()
+	m.loadCatalog()
 	return m
 }
 
@@ -255,7 +268,8 @@ func (m *Manager) setMapper() {
 		return
 	}
 	_, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
-	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd, ContractRevision: b.ContractRevision}
+	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd,
+		ContractRevision: b.ContractRevision, CriterionIDs: b.CriterionIDs}
 }
 
 // Start re-adopts the recorded process session after a restart (acp.md
@@ -289,6 +303,11 @@ func (m *Manager) Start() error {
 		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
+	if evs := m.restartBridgeLocked(p); len(evs) > 0 || m.st.Tools != nil {
+		if err := m.persistLocked(evs, nil); err != nil {
+			return err
+		}
+	}
 	if pr == nil {
 		return nil
 	}
@@ -352,6 +371,11 @@ const CodeExecutionIndeterminate = "execution_indeterminate"
 // Close stops the reader goroutines without touching the agents: a
 // restarted runnerd re-adopts them. Use Shutdown to stop the agents.
 func (m *Manager) Close() {
+	m.mu.Lock()
+	srv := m.tools.srv // the record keeps it for the next life
+	m.tools.srv = nil
+	m.mu.Unlock()
+	closeBridge(m, srv)
 	m.cancel()
 	m.wg.Wait()
 }
@@ -534,9 +558,14 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 		m.log.Error("store run context", "err", err)
 		return nil, failed("the run's instructions or runtime context could not be stored")
 	}
+	cat, err := prepareCatalog(m.cfg.StateDir, payload, b)
+	if err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Binding = b
+	m.setCatalogLocked(cat)
 	m.setMapper()
 	if err := m.commitThenWriteLocked(nil, nil); err != nil {
 		return nil, err
@@ -564,7 +593,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			} `json:"clientCapabilities"`
 		} `json:"provider"`
 		CompletionContract struct {
-			Revision string `json:"revision"`
+			Revision     string   `json:"revision"`
+			CriterionIDs []string `json:"criterionIds"`
 		} `json:"completionContract"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil {
@@ -575,7 +605,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, failed("provider descriptor kind is not supported by this runner")
 	}
 	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
-		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision}
+		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
+		CriterionIDs: p.CompletionContract.CriterionIDs}
 	if b.Command == "" {
 		argv, ok := acpx.AgentCommand(d.Agent)
 		if !ok {
@@ -668,6 +699,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		m.st.Closed = false
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		evs = append(evs, m.openGoalEventsLocked()...)
+		evs = append(evs, m.toolDiagnosticsLocked()...)
 		result := m.openResultLocked(resume, rec, b)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err
@@ -728,18 +760,21 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	if _, err := m.call(ctx, deadline, (*acpx.Client).Initialize); err != nil {
 		return err
 	}
-	if !resume {
-		_, err := m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.NewSession(b.Cwd, nil) })
-		return err
-	}
 	m.mu.Lock()
 	caps := m.cl.Capabilities()
+	// The bridge listens before the session line is written, and the
+	// commit that precedes that line records its port and secret.
+	servers := m.mcpServersLocked(caps)
 	m.mu.Unlock()
+	if !resume {
+		_, err := m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.NewSession(b.Cwd, servers) })
+		return err
+	}
 	switch {
 	case caps.SessionCapabilities.Resume != nil:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.ResumeSession(nil) })
+		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.ResumeSession(servers) })
 	case caps.LoadSession:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.LoadSession(nil) })
+		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.LoadSession(servers) })
 	default:
 		err = acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
 	}
@@ -915,6 +950,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	turnID := m.cl.ActiveTurn()
 	m.byRun = kind == RunCancel
+	m.stopToolCallsLocked() // tools.md §3 item 6
 	// Pending runtime requests are cancelled; the agent gets
 	// {outcome:"cancelled"} from Client.Cancel (acp.md §4.4 step 2).
 	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "interrupted", keepRequests)
@@ -967,6 +1003,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 // resumable (acpx "release").
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
 	m.mu.Lock()
+	m.stopToolCallsLocked() // tools.md §3 item 6; this commit records them detached
 	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "session_closed", forgetRequests)
 	m.st.Closed = m.cl != nil
 	err := m.commitThenWriteLocked(evs, nil)

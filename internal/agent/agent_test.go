@@ -18,7 +18,8 @@ import (
 // TestACP01_02_ColdOpenEchoTurn: a cold session.open runs initialize
 // and session/new through pcwrap (harness.ready, session.started, record
 // holds sess-0001), then "echo hi" yields turn.started, item.delta "hi",
-// turn.completed, one run.result.proposed and one run.terminal; every
+// turn.completed and one run.terminal (no run.result.proposed without a
+// contract or an accepted result, tools.md §4); every
 // event file is consumed exactly once (acp.md §11 scenarios 1, 2).
 func TestACP01_02_ColdOpenEchoTurn(t *testing.T) {
 	r := newRig(t)
@@ -41,7 +42,7 @@ func TestACP01_02_ColdOpenEchoTurn(t *testing.T) {
 	got := types(evs[2:])
 	require.Equal(t, "turn.started", got[0])
 	require.Equal(t, 1, count(evs, "turn.completed"))
-	require.Equal(t, 1, count(evs, "run.result.proposed"))
+	require.Equal(t, 0, count(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	require.Equal(t, "run.terminal", got[len(got)-1])
 	text := ""

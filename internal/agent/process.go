@@ -486,8 +486,8 @@ func exitedEvent(p *process) acpx.Event {
 }
 
 // lostLocked latches a channel loss (acp.md §5.1): an active turn ends at
-// once with harness.diagnostic{lossReason}, turn.failed, one
-// run.result.proposed and one run.terminal, and the reader's finish stops
+// once with harness.diagnostic{lossReason}, turn.failed, at most one
+// run.result.proposed (tools.md §4) and one run.terminal, and the reader's finish stops
 // the agent. Ending at once keeps well inside the 30 s loss deadline: every
 // loss reason leaves a channel that can no longer carry the prompt's
 // answer (the process or directory is gone, a write failed, or the stdout
@@ -559,6 +559,7 @@ func (m *Manager) finishProcess(p *process) {
 		m.log.Warn("remove process session dir", "err", err)
 	}
 	removeStderrFile(m.cfg.StateDir, p.uuid)
+	m.closeBridgeOf(p) // the provider session ends with its agent
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p.end()

@@ -146,7 +146,7 @@ func TestACP13_CrashMidTurn(t *testing.T) {
 			evs := r.sink.waitEvent(t, "session.failed")
 			require.Equal(t, 1, count(evs, "harness.exited"))
 			require.Equal(t, 1, count(evs, "turn.failed"))
-			require.Equal(t, 1, count(evs, "run.result.proposed"))
+			require.Equal(t, 0, count(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 			require.Equal(t, 1, count(evs, "run.terminal"))
 			require.Equal(t, "agent_disconnected", payloadOf(evs, "session.failed")["code"])
 			require.Equal(t, "provider_exit", payloadOf(evs, "harness.diagnostic")["lossReason"])
@@ -208,7 +208,7 @@ func TestACP29_LossBetweenTurns(t *testing.T) {
 	r.turn("echo late")
 	_, evs := r.sink.snapshot()
 	evs = since(evs, n)
-	require.Equal(t, []string{"turn.started", "harness.diagnostic", "turn.failed", "run.result.proposed", "run.terminal"}, types(evs))
+	require.Equal(t, []string{"turn.started", "harness.diagnostic", "turn.failed", "run.terminal"}, types(evs))
 	require.Equal(t, "provider_exit", payloadOf(evs, "harness.diagnostic")["lossReason"])
 }
 
@@ -229,7 +229,7 @@ func TestACP26_PcwrapKilled(t *testing.T) {
 	evs := r.sink.waitEvent(t, "run.terminal")
 	require.Equal(t, "transport_closed", payloadOf(evs, "harness.diagnostic")["lossReason"])
 	require.Equal(t, 1, count(evs, "turn.failed"))
-	require.Equal(t, 1, count(evs, "run.result.proposed"))
+	require.Equal(t, 0, count(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 	eventually(t, "agent group gone", func() bool { return !groupAlive(pgid) })
 }
 
@@ -317,7 +317,7 @@ func TestACP28_StdinWriteFails(t *testing.T) {
 	_, evs := r.sink.snapshot()
 	require.Equal(t, "write_error", payloadOf(evs, "harness.diagnostic")["lossReason"])
 	require.Equal(t, 1, count(evs, "turn.failed"))
-	require.Equal(t, 1, count(evs, "run.result.proposed"))
+	require.Equal(t, 0, count(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
 	eventually(t, "agent gone", func() bool { st, _ := r.sink.snapshot(); return st.Session.Process == nil })

@@ -11,6 +11,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
+	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
 // agentRecord is the runner-state.json field holding the agent executor's
@@ -50,6 +51,10 @@ func newAgentExec(r *loop) (*agentExec, error) {
 		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,
 		CancelGrace: r.cfg.CancelGrace,
 		Gate:        acpx.NewColdStartGate(r.cfg.MaxConcurrentColdStarts, r.clk),
+		Correlation: func() toolcall.Correlation {
+			id := r.store.Identity()
+			return toolcall.Correlation{RunID: id.RunID, NormalizedSessionID: id.NormalizedSessionID, TurnID: id.TurnID, ItemID: id.ItemID}
+		},
 	}, st)
 	return a, nil
 }
@@ -239,6 +244,9 @@ func (a *agentExec) handlers() map[string]Handler {
 	resolve := func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
 		return a.m.Resolve(cmd.CommandID, cmd.Payload)
 	}
+	toolResult := func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
+		return a.m.ToolResult(cmd.CommandID, cmd.Payload)
+	}
 	return map[string]Handler{
 		"run.prepare":     plain(a.m.Prepare),
 		"session.open":    open,
@@ -250,6 +258,8 @@ func (a *agentExec) handlers() map[string]Handler {
 		"session.close":   withCtx(a.m.CloseSession),
 		"session.destroy": withCtx(a.m.Destroy),
 		"request.resolve": resolve,
+		// tools.md §3 items 4–6; it was command_not_implemented before.
+		"semantic_tool.result": toolResult,
 	}
 }
 

@@ -241,6 +241,10 @@ func (s *Store) Recovery() Recovery { return s.recovery }
 // Summary returns the pong view without taking the write lock.
 func (s *Store) Summary() Summary { return *s.sum.Load() }
 
+// Identity is the committed state's PRP run identity (the semantic tool
+// events' correlation, tools.md §3 item 3).
+func (s *Store) Identity() prp.Identity { return s.cur.Load().identity() }
+
 // Snapshot returns a private deep copy of the committed state.
 func (s *Store) Snapshot() *State { return s.cur.Load().Clone() }
 

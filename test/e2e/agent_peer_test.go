@@ -48,7 +48,7 @@ func TestACP25_RealPeer(t *testing.T) {
 		require.Zero(t, countType(evs, "runtime_request.resolved"))
 		done, _ := find(evs, "turn.completed")
 		require.Equal(t, "end_turn", field(t, done, "stopReason"))
-		require.Equal(t, 1, countType(evs, "run.result.proposed"))
+		require.Equal(t, 0, countType(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 	})
 	t.Run("cancel-during-permission", func(t *testing.T) {
 		t.Parallel()

@@ -15,7 +15,8 @@ import (
 // TestACP01_02_EchoTurn: run.prepare, a cold session.open and
 // "echo hi" through the real runnerd, pcwrap and fakeacp; the core sees
 // harness.ready, session.started, turn.started, the delta "hi",
-// turn.completed, one run.result.proposed and one run.terminal, exactly
+// turn.completed and one run.terminal (no run.result.proposed without an
+// accepted result or a completion contract, tools.md §4), exactly
 // once; SIGTERM stops the agent and removes its session dir (acp.md §11
 // scenarios 1, 2; §3.6).
 func TestACP01_02_EchoTurn(t *testing.T) {
@@ -30,7 +31,7 @@ func TestACP01_02_EchoTurn(t *testing.T) {
 	requireContiguous(t, evs)
 	got := agentTypes(evs)
 	require.Equal(t, []string{"harness.ready", "session.started", "turn.started", "item.started", "item.delta"}, got[:5])
-	require.Equal(t, []string{"turn.completed", "run.result.proposed", "run.terminal"}, got[len(got)-3:])
+	require.Equal(t, []string{"turn.completed", "run.terminal"}, got[len(got)-2:])
 	text := ""
 	for _, e := range evs {
 		if e.EventType == "item.delta" {
@@ -74,7 +75,7 @@ func TestACP08_Interrupt(t *testing.T) {
 	require.Equal(t, "completed", res.Status)
 	evs := r.waitEvents(t, "run.terminal", 1)
 	require.Equal(t, 1, countType(evs, "turn.interrupted"))
-	require.Equal(t, 1, countType(evs, "run.result.proposed"))
+	require.Equal(t, 0, countType(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 	require.Empty(t, processSessions(r.dir))
 }
 
@@ -110,7 +111,7 @@ func TestACP26_PcwrapKilled(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "transport_closed", field(t, diag, "lossReason"))
 	require.Equal(t, 1, countType(evs, "turn.failed"))
-	require.Equal(t, 1, countType(evs, "run.result.proposed"))
+	require.Equal(t, 0, countType(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 }
 
 // TestACP29_LossBetweenTurns: the agent dies while idle; the next

@@ -91,7 +91,7 @@ func TestACP20_HotRestart(t *testing.T) {
 	requireContiguous(t, evs)
 	require.Equal(t, hotRestartRuns, countType(evs, "turn.started"))
 	require.Equal(t, hotRestartRuns, countType(evs, "turn.completed"))
-	require.Equal(t, hotRestartRuns, countType(evs, "run.result.proposed"))
+	require.Equal(t, 0, countType(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 	require.Equal(t, hotRestartRuns, countType(evs, "run.terminal"))
 	require.Equal(t, hotRestartRuns, countType(evs, "runner.reconciled"))
 	got := map[string]string{}

@@ -138,7 +138,7 @@ func TestACP25_SDKExampleAgent(t *testing.T) {
 		require.Equal(t, 2, n["tool.execution.completed"])
 		require.Equal(t, 1, n["runtime_request.created"])
 		require.Equal(t, 1, n["turn.completed"])
-		require.Equal(t, 1, n["run.result.proposed"])
+		require.Equal(t, 0, n["run.result.proposed"], "no synthetic result without a completion contract (tools.md §4)")
 		require.Equal(t, 1, n["run.terminal"])
 	})
 	t.Run("cancel-during-permission", func(t *testing.T) {

@@ -70,11 +70,14 @@ func TestACP01_ColdOpen(t *testing.T) {
 }
 
 // TestACP02_EchoTurnOverPipes: "echo hi" → turn.started, item.delta
-// "hi", turn.completed, one run.result.proposed, one run.terminal.
+// "hi", turn.completed, one run.result.proposed, one run.terminal. The
+// result is the synthesised one of a run with a completion contract
+// (tools.md §4: without one, no run.result.proposed).
 func TestACP02_EchoTurnOverPipes(t *testing.T) {
 	p := startAgent(t, ConnOptions{})
 	openCold(t, p, "claude")
 	mp, st := testMapper(), &acpx.MapState{}
+	mp.ContractRevision, mp.CriterionIDs = "rev-1", []string{"crit-1"}
 	evs := mp.TurnStarted(st, "turn-1")
 	done, err := p.conn.Prompt("turn-1", "echo hi")
 	require.NoError(t, err)
@@ -237,7 +240,7 @@ func TestACP08_CancelSleep(t *testing.T) {
 	requireValidEvents(t, evs)
 	n := countTypes(evs)
 	require.Equal(t, 1, n["turn.interrupted"])
-	require.Equal(t, 1, n["run.result.proposed"])
+	require.Equal(t, 0, n["run.result.proposed"], "no synthetic result without a contract (tools.md §4)")
 	require.Equal(t, 1, n["run.terminal"])
 }
 
