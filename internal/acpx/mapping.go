@@ -46,6 +46,10 @@ type Event struct {
 	TurnID    string         `json:"turnId,omitempty"`
 	ItemID    string         `json:"itemId,omitempty"`
 	Payload   map[string]any `json:"payload"`
+	// ExecutorID, when set, makes this an executor event under that id
+	// (prp.md §9.4): the receipt journal deduplicates it (tools.md §3
+	// item 3: the semantic tool events).
+	ExecutorID string `json:"executorId,omitempty"`
 }
 
 // MapState is the mapping's durable state (part of the record): item ids

@@ -421,7 +421,8 @@ func (m *Manager) admitCall(call mcpbridge.Call) (*toolWaiter, mcpbridge.Result)
 	}
 	// Durable before it is sent: the call and its P0 input event in one
 	// write (tools.md §3 item 3).
-	ev := acpx.Event{EventType: toolcall.EventInput, Priority: acpx.P0, Payload: toolcall.InputPayload(c, m.correlation(), input)}
+	ev := acpx.Event{EventType: toolcall.EventInput, Priority: acpx.P0, Payload: toolcall.InputPayload(c, m.correlation(), input),
+		ExecutorID: toolcall.EventInput + ":" + c.CallID}
 	if err := m.commitThenWriteLocked([]acpx.Event{ev}, nil); err != nil {
 		m.log.Error("commit tool call", "err", err)
 		tb.Drop(c.CallID)
@@ -504,7 +505,8 @@ func (m *Manager) ToolResult(commandID string, payload json.RawMessage) (json.Ra
 		}
 	}
 	o := cmd.Outcome()
-	evs := []acpx.Event{{EventType: toolcall.EventResult, Priority: acpx.P0, Payload: toolcall.ResultPayload(c, m.correlation(), o)}}
+	evs := []acpx.Event{{EventType: toolcall.EventResult, Priority: acpx.P0, Payload: toolcall.ResultPayload(c, m.correlation(), o),
+		ExecutorID: toolcall.EventResult + ":" + c.CallID}}
 	var prevSemantic json.RawMessage
 	accepted := reserved(c.OperationID) && !o.IsError && m.cl != nil && m.proc != nil && c.TurnID == m.cl.ActiveTurn()
 	if accepted {

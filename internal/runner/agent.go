@@ -209,7 +209,7 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		ev := state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b}
+		ev := state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b, ExecutorID: e.ExecutorID}
 		if id, _ := p["itemId"].(string); e.EventType == "item.delta" && id != "" {
 			ev.CoalesceKey = id
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
@@ -51,6 +52,10 @@ func TestTools03_ThroughTheLoop(t *testing.T) {
 		} `json:"semantic_tool"`
 	}
 	require.NoError(t, json.Unmarshal(prptest.OfType(prptest.DecodeEvents(t, s.Events), "semantic_tool.input")[0].Payload, &in))
+	// Both semantic events are executor events under the call's id, so the
+	// receipt journal deduplicates them (tools.md §3 item 3, prp.md §9.4).
+	require.Equal(t, state.ExecutorSourceEventID(testIdentity.RunnerInstanceID, "semantic_tool.input:"+in.SemanticTool.CallID),
+		prptest.OfType(prptest.DecodeEvents(t, s.Events), "semantic_tool.input")[0].SourceEventID)
 	require.JSONEq(t, `{"runId":"`+testIdentity.RunID+`","normalizedSessionId":"`+testIdentity.NormalizedSessionID+
 		`","turnId":"`+testIdentity.TurnID+`","itemId":"`+testIdentity.ItemID+`"}`, string(in.SemanticTool.Correlation))
 	result := func(res string) prp.CommandResultPayload {
@@ -76,6 +81,8 @@ func TestTools03_ThroughTheLoop(t *testing.T) {
 
 	evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
 	require.Len(t, prptest.OfType(evs, "semantic_tool.result"), 1)
+	require.Equal(t, state.ExecutorSourceEventID(testIdentity.RunnerInstanceID, "semantic_tool.result:"+in.SemanticTool.CallID),
+		prptest.OfType(evs, "semantic_tool.result")[0].SourceEventID)
 	text := ""
 	for _, e := range prptest.OfType(evs, "item.delta") {
 		var d struct {

@@ -75,6 +75,10 @@ type Event struct {
 	// newest value. The merged payload is sanitised again, so a credential
 	// split across two deltas is still redacted.
 	CoalesceKey string
+	// ExecutorID, when set, makes Enqueue append this as an executor
+	// event under that id (EnqueueExecutor, prp.md §9.4); it never
+	// coalesces.
+	ExecutorID string
 }
 
 // envelope is the PRP event envelope in the reference's field order.
@@ -181,6 +185,10 @@ type coalesceMark struct {
 // event is dropped but the lifecycle change and diagnostic are committed even
 // when fn then fails (prp.md §9.3).
 func (tx *Tx) Enqueue(ev Event) (uint64, error) {
+	if ev.ExecutorID != "" {
+		seq, _, err := tx.EnqueueExecutor(ev.ExecutorID, ev)
+		return seq, err
+	}
 	if seq, ok, err := tx.tryCoalesce(ev); ok || err != nil {
 		return seq, err
 	}

@@ -488,3 +488,23 @@ func TestTurnEndedCommittedWithTerminalEvent(t *testing.T) {
 	require.False(t, s.Summary().TurnEnded)
 	require.False(t, s.Snapshot().TurnEnded)
 }
+
+// Enqueue appends an event that names an executor id as an executor event:
+// its sourceEventId is the executor form and a replay takes no new seq.
+func TestEnqueueRoutesExecutorEvents(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()+"/state"))
+	ev := Event{Type: "semantic_tool.input", Priority: P0, Payload: json.RawMessage(`{"x":1}`), ExecutorID: "semantic_tool.input:call_1"}
+	var first, again uint64
+	require.NoError(t, s.Update(func(tx *Tx) error {
+		var err error
+		if first, err = tx.Enqueue(ev); err != nil {
+			return err
+		}
+		again, err = tx.Enqueue(ev)
+		return err
+	}))
+	require.Equal(t, first, again, "a replayed executor event is not appended twice")
+	un := s.Unacked()
+	require.Len(t, un, 1)
+	require.Equal(t, ExecutorSourceEventID(s.Snapshot().RunnerInstanceID, "semantic_tool.input:call_1"), un[0].SourceEventID())
+}

@@ -9,11 +9,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// No production code enqueues executor events yet (the ACP manager emits
-// runner events), so the executor receipt path of prp.md §9.4 lives beside
-// its tests: they keep the receipts' contract and runner-state.json's
-// executorEventReceipts field exercised. The executor that needs it moves it
-// back into outbox.go.
+// Executor events (prp.md §8.1, §9.4) are the events a provider produces
+// under an id of its own: the semantic tool events (tools.md §3 item 3). The
+// receipt journal deduplicates them: a replay of the same id and data takes
+// no new sequence number.
 
 // EnqueueExecutor appends an event produced by the executor (a provider)
 // under executorEventID. A replayed executor event with identical data is
@@ -43,7 +42,7 @@ func (tx *Tx) EnqueueExecutor(executorEventID string, ev Event) (seq uint64, dup
 		// the data can no longer be compared, so refuse as the reference does.
 		return 0, false, fmt.Errorf("enqueue executor event: %w: already queued", ErrExecutorEventConflict)
 	}
-	ev.CoalesceKey = ""
+	ev.CoalesceKey, ev.ExecutorID = "", ""
 	seq, err = tx.appendEvent(sourceID, ev)
 	if err != nil {
 		return 0, false, err
