@@ -64,5 +64,10 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	sup := s.start(ch, verifier)
 	s.supervise(ctx, ch)
+	if s.keepGroup {
+		if code, done := s.keep(ctx, ch, sup); done {
+			return code
+		}
+	}
 	return s.drain(ch, sup)
 }
