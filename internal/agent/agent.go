@@ -28,6 +28,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/terminal"
 )
 
 // Stored is the durable state of the agent executor, kept as one record in
@@ -104,6 +105,9 @@ type Binding struct {
 	// (descriptor provider.clientCapabilities.fs: false, for agents that
 	// misbehave with it; issue 12 item 3). Absent means advertised.
 	NoClientFS bool `json:"noClientFs,omitempty"`
+	// NoClientTerminal turns off the terminal advertisement (descriptor
+	// provider.clientCapabilities.terminal: false; issue 12 item 3).
+	NoClientTerminal bool `json:"noClientTerminal,omitempty"`
 }
 
 // Sink is where the agent's state and events become durable.
@@ -195,6 +199,7 @@ type Manager struct {
 	cl       *acpx.Client // nil without a session record
 	mapper   acpx.Mapper
 	proc     *process // live pcwrap session; nil when none
+	terms    *terminal.Manager
 	waiters  map[int64]chan acpx.Inbound
 	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
@@ -230,6 +235,8 @@ func NewManager(cfg Config, st Stored) *Manager {
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan acpx.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.terms = terminal.New(terminal.Config{StateDir: cfg.StateDir, Pcwrap: cfg.Pcwrap,
+		Answer: m.answerTerminalWait, Logger: cfg.Logger})
 	if st.Session != nil {
 		m.cl = acpx.NewClient(*st.Session, acpx.ClientOptions{Logger: m.log})
 	}
@@ -256,6 +263,10 @@ func (m *Manager) Start() error {
 	defer m.mu.Unlock()
 	if m.cl == nil {
 		return nil
+	}
+	// The terminals a previous runnerd left keep answering (tools.md §8).
+	if err := m.terms.Adopt(); err != nil {
+		m.log.Warn("adopt terminals", "err", err)
 	}
 	rec := m.cl.Record()
 	if rec.Process == nil || rec.Process.UUID == "" {
@@ -343,6 +354,7 @@ const CodeExecutionIndeterminate = "execution_indeterminate"
 func (m *Manager) Close() {
 	m.cancel()
 	m.wg.Wait()
+	m.terms.Close()
 }
 
 // Shutdown stops the live agent (orderly runnerd stop, acp.md §3.6), then
@@ -540,7 +552,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			// ClientCapabilities switches off what runnerd advertises:
 			// {"fs": false} (a runnerd extension of the descriptor).
 			ClientCapabilities struct {
-				FS json.RawMessage `json:"fs"`
+				FS       json.RawMessage `json:"fs"`
+				Terminal json.RawMessage `json:"terminal"`
 			} `json:"clientCapabilities"`
 		} `json:"provider"`
 		CompletionContract struct {
@@ -580,6 +593,13 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		b.NoClientFS = true
 	default:
 		return nil, failed("provider descriptor clientCapabilities.fs is not a boolean")
+	}
+	switch tc := string(d.ClientCapabilities.Terminal); tc {
+	case "", "null", "true":
+	case "false":
+		b.NoClientTerminal = true
+	default:
+		return nil, failed("provider descriptor clientCapabilities.terminal is not a boolean")
 	}
 	return b, nil
 }

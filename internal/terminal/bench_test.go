@@ -26,7 +26,7 @@ func BenchmarkTerminalTrue(b *testing.B) {
 	samples := make([]time.Duration, 0, b.N)
 	for b.Loop() {
 		start := time.Now()
-		res, err := h.m.Create(CreateRequest{SessionID: sess, Command: "true"}, h.state)
+		res, err := h.m.Create(CreateRequest{SessionID: sess, Command: "true"}, h.state, h.env())
 		if err != nil {
 			b.Fatal(err)
 		}

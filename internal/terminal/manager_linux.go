@@ -55,9 +55,6 @@ type Config struct {
 	StateDir string
 	// Pcwrap is the pcwrap binary.
 	Pcwrap string
-	// Env is the terminal's base environment: the agent's allowlist
-	// (acp.md §2.2). create's env is overlaid through the payload.
-	Env []string
 	// Answer writes the deferred answer to a wait_for_exit whose command
 	// had not exited when it came. It runs on a terminal's own goroutine,
 	// with no lock of this package held; it may block briefly.
@@ -133,8 +130,10 @@ func (m *Manager) dir() string { return filepath.Join(m.cfg.StateDir, Dir) }
 func (m *Manager) tailPath(id string) string { return filepath.Join(m.dir(), id+tailSuffix) }
 
 // Create starts a terminal (terminal/create). cwd is the session's, used
-// when the request names none.
-func (m *Manager) Create(req CreateRequest, cwd string) (CreateResult, error) {
+// when the request names none; env is the base environment, the agent's
+// allowlist (acp.md §2.2), which create's env overlays through the
+// payload (tools.md §8).
+func (m *Manager) Create(req CreateRequest, cwd string, env []string) (CreateResult, error) {
 	limit := DefaultOutputByteLimit
 	if req.OutputByteLimit != nil {
 		limit = int(*req.OutputByteLimit)
@@ -147,11 +146,11 @@ func (m *Manager) Create(req CreateRequest, cwd string) (CreateResult, error) {
 	if len(m.terms) >= MaxOpen {
 		return CreateResult{}, &Error{Code: CodeInvalidParams, Message: "create terminal: the session already has 16 open terminals"}
 	}
-	var env map[string]string
+	var penv map[string]string
 	if len(req.Env) > 0 {
-		env = make(map[string]string, len(req.Env))
+		penv = make(map[string]string, len(req.Env))
 		for _, e := range req.Env {
-			env[e.Name] = e.Value
+			penv[e.Name] = e.Value
 		}
 	}
 	if err := os.MkdirAll(m.dir(), 0o700); err != nil {
@@ -160,7 +159,7 @@ func (m *Manager) Create(req CreateRequest, cwd string) (CreateResult, error) {
 	l, err := procsession.Launch(procsession.Spec{
 		StateDir: m.cfg.StateDir, Pcwrap: m.cfg.Pcwrap,
 		Argv: append([]string{req.Command}, req.Args...), Cwd: cwd,
-		Env: m.cfg.Env, PayloadEnv: env,
+		Env: env, PayloadEnv: penv,
 		Tuning: []string{
 			sessiondir.EnvGraceMS + "=" + strconv.Itoa(KillGraceMS),
 			sessiondir.EnvKeepGroup + "=1",

@@ -50,13 +50,15 @@ func newHarness(t *testing.T) *harness {
 }
 
 func (h *harness) manager() *Manager {
-	return New(Config{StateDir: h.state, Pcwrap: h.pcwrap, Env: []string{"PATH=" + os.Getenv("PATH")},
+	return New(Config{StateDir: h.state, Pcwrap: h.pcwrap,
 		Answer: func(id json.RawMessage, st ExitStatus) { h.answers <- answer{string(id), st} }})
 }
 
+func (h *harness) env() []string { return []string{"PATH=" + os.Getenv("PATH")} }
+
 func (h *harness) create(script string) string {
 	h.t.Helper()
-	res, err := h.m.Create(CreateRequest{SessionID: sess, Command: "sh", Args: []string{"-c", script}}, h.state)
+	res, err := h.m.Create(CreateRequest{SessionID: sess, Command: "sh", Args: []string{"-c", script}}, h.state, h.env())
 	require.NoError(h.t, err)
 	return res.TerminalID
 }
@@ -252,7 +254,7 @@ func TestTools12_TerminalOutputBounded(t *testing.T) {
 	limit := int64(100_000) // not a multiple of the 3-byte pattern: the cut lands mid-character
 	res, err := h.m.Create(CreateRequest{SessionID: sess, Command: "sh",
 		Args:            []string{"-c", `yes 'é€' | head -c 10485756; echo; echo END`},
-		OutputByteLimit: &limit}, h.state)
+		OutputByteLimit: &limit}, h.state, h.env())
 	require.NoError(t, err)
 	id := res.TerminalID
 	var before runtime.MemStats
@@ -285,7 +287,7 @@ func TestTools12_TerminalLimit(t *testing.T) {
 	for range MaxOpen {
 		ids = append(ids, h.create(`sleep 300`))
 	}
-	_, err := h.m.Create(CreateRequest{SessionID: sess, Command: "true"}, h.state)
+	_, err := h.m.Create(CreateRequest{SessionID: sess, Command: "true"}, h.state, h.env())
 	var te *Error
 	require.ErrorAs(t, err, &te)
 	assert.Equal(t, CodeInvalidParams, te.Code)
@@ -300,7 +302,7 @@ func TestTerminalEnvAndCwd(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
 	res, err := h.m.Create(CreateRequest{SessionID: sess, Command: "sh", Args: []string{"-c", `echo "$FOO:$(pwd)"`},
-		Env: []EnvVariable{{Name: "FOO", Value: "bar"}}, Cwd: dir}, h.state)
+		Env: []EnvVariable{{Name: "FOO", Value: "bar"}}, Cwd: dir}, h.state, h.env())
 	require.NoError(t, err)
 	h.waitExit(res.TerminalID, 1)
 	assert.Equal(t, "bar:"+dir+"\n", h.output(res.TerminalID).Output)

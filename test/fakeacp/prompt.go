@@ -260,6 +260,8 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.say("clientCapabilities " + caps)
 	case "terminal", "kill-terminal":
 		t.terminal(word == "kill-terminal", rest)
+	case "shell", "shell-kill": // shell.go
+		t.shell(word == "shell-kill", rest)
 	case "permission":
 		id := t.toolCall("edit", "Edit with permission ("+rest+")", nil)
 		m := t.call("session/request_permission", map[string]any{
