@@ -37,7 +37,9 @@ func (s *session) keep(ctx context.Context, ch *child, r *routines) (code int, d
 	defer t.Stop()
 	broken := s.out.Broken()
 	ctxDone := ctx.Done()
-	alone := false
+	// A leader that left nothing behind (the common case) ends pcwrap at
+	// once rather than at the first scan.
+	alone := !ch.group.HasMembers()
 	for !alone {
 		select {
 		case sig := <-s.cfg.Signals:
