@@ -270,6 +270,7 @@ func (m *Manager) Start() error {
 	}
 	rec := m.cl.Record()
 	if rec.Process == nil || rec.Process.UUID == "" {
+		m.terms.ReleaseAll() // their agent is gone: so is their session
 		return nil
 	}
 	dir := sessionPath(m.cfg.StateDir, rec.Process.UUID)
@@ -280,6 +281,7 @@ func (m *Manager) Start() error {
 		// The directory is gone or unusable: the agent is lost, and
 		// whether a staged prompt reached it cannot be known.
 		m.log.Warn("recorded process session is unusable; marking the agent gone", "err", err)
+		m.terms.ReleaseAll()
 		evs := m.goneLocked(acpx.LossTransportClosed)
 		var out *CommandOutcome
 		if pr != nil {

@@ -89,6 +89,10 @@ type term struct {
 	cancel     context.CancelFunc
 	readerDone chan struct{}
 
+	// pmu serialises persist, snapshot to rename, so an older snapshot
+	// never replaces a newer one.
+	pmu sync.Mutex
+
 	mu        sync.Mutex
 	tail      []byte
 	truncated bool
@@ -397,6 +401,8 @@ func (m *Manager) startCleanup(t *term) {
 // and rename, 0600. No fsync: the file must survive a runnerd crash, not
 // a power loss (the terminal's processes would not survive that either).
 func (m *Manager) persist(t *term) error {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
 	t.mu.Lock()
 	h := header{ID: t.id, SessionID: t.sessionID, Limit: t.limit, Consumed: t.consumed, Truncated: t.truncated,
 		Exit: t.exit, Waiters: t.waiters, Released: t.released}
