@@ -67,3 +67,19 @@ func FuzzKeepTail(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseTail(f *testing.F) {
+	const id = "0d9c1a52-7a8e-4c1b-9f0e-2b8f5f3c9a11"
+	f.Add([]byte(`{"id":"` + id + `","sessionId":"s","limit":10,"consumed":3,"exit":{"exitCode":0,"signal":null},"waiters":[7]}` + "\nhello"))
+	f.Add([]byte(`{"id":"` + id + `","limit":2}` + "\nhello"))
+	f.Add([]byte("no header"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tm, err := parseTail(id, b)
+		if err != nil {
+			return
+		}
+		if len(tm.tail) > tm.limit || tm.limit > MaxOutputByteLimit || len(tm.waiters) > maxWaiters {
+			t.Fatal("accepted a tail file out of its bounds")
+		}
+	})
+}

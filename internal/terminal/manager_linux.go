@@ -486,13 +486,25 @@ func (m *Manager) load(id string) (*term, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read terminal tail: %w", err)
 	}
+	t, err := parseTail(id, b)
+	if err != nil {
+		return nil, err
+	}
+	t.dir = procsession.Path(m.cfg.StateDir, id)
+	return t, nil
+}
+
+// parseTail decodes a tail file of terminal id: the header line, then
+// the tail, within the header's limit.
+func parseTail(id string, b []byte) (*term, error) {
 	hb, tail, ok := bytes.Cut(b, []byte{'\n'})
 	var h header
-	if !ok || json.Unmarshal(hb, &h) != nil || h.ID != id || h.Limit < 0 || h.Limit > MaxOutputByteLimit || len(tail) > h.Limit {
+	if !ok || len(hb) > maxHeaderBytes || json.Unmarshal(hb, &h) != nil || h.ID != id || h.Limit < 0 ||
+		h.Limit > MaxOutputByteLimit || len(tail) > h.Limit || h.Consumed < 0 || len(h.Waiters) > maxWaiters {
 		return nil, errors.New("read terminal tail: malformed")
 	}
-	return &term{id: id, sessionID: h.SessionID, dir: procsession.Path(m.cfg.StateDir, id), limit: h.Limit,
-		tail: tail, truncated: h.Truncated, exit: h.Exit, waiters: h.Waiters, consumed: h.Consumed, released: h.Released}, nil
+	return &term{id: id, sessionID: h.SessionID, limit: h.Limit, tail: tail, truncated: h.Truncated,
+		exit: h.Exit, waiters: h.Waiters, consumed: h.Consumed, released: h.Released}, nil
 }
 
 // startReader runs t's event reader until its pcwrap is gone (and every
