@@ -49,6 +49,11 @@ Usage:
         PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES   retry budget in 50 ms ticks (100)
         PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS  SIGTERM->SIGKILL grace (3000)
         PAPERCLIP_PROCESS_SESSION_OUTPUT       events (default) or stdout
+        PAPERCLIP_PROCESS_SESSION_KEEP_GROUP_ON_EXIT  1: when the child exits,
+                                               report its exit and leave the rest
+                                               of its process group running until
+                                               shutdown (client terminals); else
+                                               the group is killed (agents)
 
   pcwrap --session-dir DIR [--output=events|stdout] [-- CMD ARGS...]
       Local debugging: DIR replaces PAPERCLIP_PROCESS_SESSION_DIR. With

@@ -28,6 +28,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/terminal"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
@@ -120,6 +121,9 @@ type Binding struct {
 	// (descriptor provider.clientCapabilities.fs: false, for agents that
 	// misbehave with it; issue 12 item 3). Absent means advertised.
 	NoClientFS bool `json:"noClientFs,omitempty"`
+	// NoClientTerminal turns off the terminal advertisement (descriptor
+	// provider.clientCapabilities.terminal: false; issue 12 item 3).
+	NoClientTerminal bool `json:"noClientTerminal,omitempty"`
 }
 
 // Sink is where the agent's state and events become durable.
@@ -216,6 +220,7 @@ type Manager struct {
 	cl       *acpx.Client // nil without a session record
 	mapper   acpx.Mapper
 	proc     *process // live pcwrap session; nil when none
+	terms    *terminal.Manager
 	waiters  map[int64]chan acpx.Inbound
 	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
@@ -253,6 +258,8 @@ func NewManager(cfg Config, st Stored) *Manager {
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan acpx.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.terms = terminal.New(terminal.Config{StateDir: cfg.StateDir, Pcwrap: cfg.Pcwrap,
+		Answer: m.answerTerminalWait, Logger: cfg.Logger})
 	if st.Session != nil {
 		m.cl = acpx.NewClient(*st.Session, acpx.ClientOptions{Logger: m.log})
 	}
@@ -282,8 +289,13 @@ func (m *Manager) Start() error {
 	if m.cl == nil {
 		return nil
 	}
+	// The terminals a previous runnerd left keep answering (tools.md §8).
+	if err := m.terms.Adopt(); err != nil {
+		m.log.Warn("adopt terminals", "err", err)
+	}
 	rec := m.cl.Record()
 	if rec.Process == nil || rec.Process.UUID == "" {
+		m.terms.ReleaseAll() // their agent is gone: so is their session
 		return nil
 	}
 	dir := sessionPath(m.cfg.StateDir, rec.Process.UUID)
@@ -294,6 +306,7 @@ func (m *Manager) Start() error {
 		// The directory is gone or unusable: the agent is lost, and
 		// whether a staged prompt reached it cannot be known.
 		m.log.Warn("recorded process session is unusable; marking the agent gone", "err", err)
+		m.terms.ReleaseAll()
 		evs := m.goneLocked(acpx.LossTransportClosed)
 		var out *CommandOutcome
 		if pr != nil {
@@ -378,6 +391,7 @@ func (m *Manager) Close() {
 	closeBridge(m, srv)
 	m.cancel()
 	m.wg.Wait()
+	m.terms.Close()
 }
 
 // Shutdown stops the live agent (orderly runnerd stop, acp.md §3.6), then
@@ -589,7 +603,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			// ClientCapabilities switches off what runnerd advertises:
 			// {"fs": false} (a runnerd extension of the descriptor).
 			ClientCapabilities struct {
-				FS json.RawMessage `json:"fs"`
+				FS       json.RawMessage `json:"fs"`
+				Terminal json.RawMessage `json:"terminal"`
 			} `json:"clientCapabilities"`
 		} `json:"provider"`
 		CompletionContract struct {
@@ -631,6 +646,13 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		b.NoClientFS = true
 	default:
 		return nil, failed("provider descriptor clientCapabilities.fs is not a boolean")
+	}
+	switch tc := string(d.ClientCapabilities.Terminal); tc {
+	case "", "null", "true":
+	case "false":
+		b.NoClientTerminal = true
+	default:
+		return nil, failed("provider descriptor clientCapabilities.terminal is not a boolean")
 	}
 	if b.Model, err = parseModel(d.Model); err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ func (m *Manager) advertiseLocked(b *Binding, resume bool) {
 	if !resume && !b.NoClientFS {
 		caps.FS = acpx.FSCapabilities{ReadTextFile: true, WriteTextFile: true}
 	}
+	caps.Terminal = !resume && !b.NoClientTerminal
 	m.cl.SetClientCapabilities(caps)
 }
 

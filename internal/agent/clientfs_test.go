@@ -74,9 +74,9 @@ func TestTools12_ClientFSThroughAgent(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(outside, "x"))
 
 	st, _ := r.sink.snapshot()
-	require.Equal(t, &acpx.ClientCapabilities{FS: acpx.FSCapabilities{ReadTextFile: true, WriteTextFile: true}},
+	require.Equal(t, &acpx.ClientCapabilities{FS: acpx.FSCapabilities{ReadTextFile: true, WriteTextFile: true}, Terminal: true},
 		st.Session.ClientCapabilities, "the record holds what was advertised")
-	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false}`, r.say("caps"))
+	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true}`, r.say("caps"))
 }
 
 // TestTools12_WriteDenyAllThroughAgent: under permission mode deny-all a
@@ -102,10 +102,10 @@ func TestClientFSSwitchOff(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(r.cwd, "a.txt"), []byte("a"), 0o644))
 	r.prepareDesc(map[string]any{"clientCapabilities": map[string]any{"fs": false}})
 	r.open()
-	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":false,"writeTextFile":false},"terminal":false}`, r.say("caps"))
+	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":false,"writeTextFile":false},"terminal":true}`, r.say("caps"))
 	require.Contains(t, r.say("read "+r.cwd+"/a.txt"), "failed -32601: ")
 	st, _ := r.sink.snapshot()
-	require.Equal(t, &acpx.ClientCapabilities{}, st.Session.ClientCapabilities)
+	require.Equal(t, &acpx.ClientCapabilities{Terminal: true}, st.Session.ClientCapabilities)
 
 	_, err := ParseDescriptor(json.RawMessage(`{"provider":{"kind":"acpx","agent":"claude","clientCapabilities":{"fs":"no"}}}`))
 	require.Error(t, err)
@@ -123,7 +123,7 @@ func TestClientFSResumeKeepsContract(t *testing.T) {
 	r.killAgent()
 	r.prepareDesc(map[string]any{"clientCapabilities": map[string]any{"fs": false}}, "--supports-load-session")
 	require.Contains(t, string(r.open()), `"status":"resumed"`)
-	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false}`, r.say("caps"))
+	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true}`, r.say("caps"))
 	require.Equal(t, "read "+r.cwd+"/a.txt: a\n", r.say("read "+r.cwd+"/a.txt"))
 }
 

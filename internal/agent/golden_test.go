@@ -19,12 +19,13 @@ import (
 // fakeacp's golden file once timestamps and the cwd are normalised: what
 // runnerd writes through stdin files is byte-for-byte what the in-process
 // client writes (acp.md §11 scenario 23). The in-process client
-// advertises no client capability, so runnerd's fs switch is off here
-// (TestTools12_ClientFSThroughAgent checks the default advertisement).
+// advertises no client capability, so runnerd's fs and terminal switches
+// are off here (TestTools12_ClientFSThroughAgent checks the default
+// advertisement).
 func TestACP23_GoldenTranscriptThroughPcwrap(t *testing.T) {
 	wire := filepath.Join(t.TempDir(), "wire.ndjson")
 	r := newRig(t)
-	r.prepareDesc(map[string]any{"clientCapabilities": map[string]any{"fs": false}}, "--transcript", wire)
+	r.prepareDesc(map[string]any{"clientCapabilities": map[string]any{"fs": false, "terminal": false}}, "--transcript", wire)
 	r.open()
 	r.turn("echo hi")
 	r.sink.waitEvent(t, "run.terminal")

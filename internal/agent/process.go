@@ -419,6 +419,9 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 		if l, ok := m.clientFSLocked(in); ok {
 			return nil, l, nil
 		}
+		if l, ok := m.terminalLocked(in); ok {
+			return nil, l, nil
+		}
 		// Not advertised, or no terminal capability (acp.md §2.2).
 		if l, err := m.cl.RespondError(in.ID, acpx.CodeMethodNotFound, "method not found"); err == nil {
 			return nil, [][]byte{l}, nil
@@ -558,6 +561,7 @@ func (m *Manager) finishProcess(p *process) {
 	if err := os.RemoveAll(p.dir); err != nil {
 		m.log.Warn("remove process session dir", "err", err)
 	}
+	m.terms.ReleaseAll() // the session ended: its terminals are killed, then released (tools.md §8)
 	removeStderrFile(m.cfg.StateDir, p.uuid)
 	m.closeBridgeOf(p) // the provider session ends with its agent
 	m.mu.Lock()

@@ -3,7 +3,9 @@
 // Stdin arrives as sequence-numbered JSON files, output and exit leave as
 // frames. Run is its whole life, in four stages, each in the file named
 // for it: setup (§2, §4 steps 1-3), spawn (§2.4), supervise (§6, §7,
-// §8.2) and drain (§8.1).
+// §8.2) and drain (§8.1). With PAPERCLIP_PROCESS_SESSION_KEEP_GROUP_ON_EXIT=1
+// (client terminals) keep replaces drain when the leader exits by itself:
+// the exit is reported and the rest of the group runs on until shutdown.
 package pcwrap
 
 import (
@@ -64,5 +66,10 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	sup := s.start(ch, verifier)
 	s.supervise(ctx, ch)
+	if s.keepGroup {
+		if code, done := s.keep(ctx, ch, sup); done {
+			return code
+		}
+	}
 	return s.drain(ch, sup)
 }

@@ -53,6 +53,8 @@ type session struct {
 	sd   *sessiondir.Dir
 	out  *Emitter
 	term *shutdown.Terminator
+	// keepGroup is the keep-group option (sessiondir.EnvKeepGroup).
+	keepGroup bool
 	// payload is what to spawn (§2.3), read by prepare.
 	payload sessiondir.Payload
 
@@ -88,6 +90,7 @@ func setup(cfg Config) (s *session, code int, ok bool) {
 	if grace > maxGraceMS {
 		grace = 1
 	}
+	s.keepGroup = e.get(sessiondir.EnvKeepGroup) == "1"
 	s.term = shutdown.New(time.Duration(grace)*time.Millisecond, s.beginShutdown, func() { s.out.Emit(frame.ShutdownAckFrame()) })
 	return s, 0, true
 }

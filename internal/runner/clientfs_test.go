@@ -75,5 +75,5 @@ func TestTools12_ClientFSThroughRunnerd(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	raw, _ := json.Marshal(rec)
-	require.Contains(t, string(raw), `"clientCapabilities":{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false}`)
+	require.Contains(t, string(raw), `"clientCapabilities":{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true}`)
 }

@@ -34,6 +34,11 @@ const (
 	EnvMaxRetries = "PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES"
 	EnvGraceMS    = "PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS"
 	EnvOutput     = "PAPERCLIP_PROCESS_SESSION_OUTPUT"
+	// EnvKeepGroup = "1" keeps the child's process group running after
+	// the leader exits, until terminate() (beyond: client terminals,
+	// tools.md §8, whose background jobs outlive their leader). Agents
+	// leave it unset and keep the drain and group kill of §8.1 item 4.
+	EnvKeepGroup = "PAPERCLIP_PROCESS_SESSION_KEEP_GROUP_ON_EXIT"
 	// EnvPrefix: every variable starting with it is stripped from the child env (§2.4).
 	EnvPrefix = "PAPERCLIP_PROCESS_SESSION"
 )

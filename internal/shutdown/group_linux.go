@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,6 +27,7 @@ type Group struct {
 	state  *os.ProcessState
 
 	exited  chan struct{} // the leader exited (not yet reaped)
+	info    unix.Siginfo  // the leader's exit, as waitid reported it; set before exited closes
 	reapReq chan struct{}
 	reapedC chan struct{}
 }
@@ -57,7 +59,7 @@ func Start(cmd *exec.Cmd) (*Group, error) {
 			return
 		}
 		errc <- nil
-		waitExited(cmd.Process.Pid)
+		g.info = waitExited(cmd.Process.Pid)
 		close(g.exited)
 		<-g.reapReq
 		g.mu.Lock()
@@ -74,14 +76,48 @@ func Start(cmd *exec.Cmd) (*Group, error) {
 	return g, nil
 }
 
-// waitExited blocks until the process exits, without reaping it.
-func waitExited(pid int) {
+// waitExited blocks until the process exits, without reaping it, and
+// returns what waitid reported.
+func waitExited(pid int) unix.Siginfo {
 	var info unix.Siginfo
 	for {
 		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
 		if err != unix.EINTR {
-			return
+			return info
 		}
+	}
+}
+
+// sigchld is the SIGCHLD member of siginfo_t on 64-bit Linux (the union
+// starts at offset 16): si_pid, si_uid, si_status.
+type sigchld struct {
+	signo, errno, code int32
+	_                  int32
+	pid                int32
+	uid                uint32
+	status             int32
+}
+
+// siginfo codes of a child's exit (<asm-generic/siginfo.h>).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// ExitStatus is the exited leader's status without reaping it, for the
+// exit frame of a group kept after its leader (pcwrap's keep-group
+// option): the zombie keeps the group id ours meanwhile. Call it only
+// after Exited.
+func (g *Group) ExitStatus() (code *int, signal string) {
+	<-g.exited
+	ci := (*sigchld)(unsafe.Pointer(&g.info))
+	switch ci.code {
+	case cldKilled, cldDumped:
+		return nil, unix.SignalName(syscall.Signal(ci.status))
+	default:
+		c := int(ci.status)
+		return &c, ""
 	}
 }
 

@@ -64,3 +64,24 @@ func TestParseStartTime(t *testing.T) {
 	_, err = parseStartTime("1 (x) S 1 2")
 	assert.Error(t, err)
 }
+
+// TestGroupExitStatusUnreaped: the leader's status is known before the
+// reap (the keep-group option emits exit while the zombie keeps the
+// group id), for an exit code and for a signal.
+func TestGroupExitStatusUnreaped(t *testing.T) {
+	g, err := Start(exec.Command("sh", "-c", "exit 5"))
+	require.NoError(t, err)
+	code, sig := g.ExitStatus()
+	require.NotNil(t, code)
+	assert.Equal(t, 5, *code)
+	assert.Empty(t, sig)
+	assert.True(t, g.Signal(0), "still unreaped: the group id is ours")
+	g.Reap()
+
+	g, err = Start(exec.Command("sh", "-c", "kill -9 $$"))
+	require.NoError(t, err)
+	code, sig = g.ExitStatus()
+	assert.Nil(t, code)
+	assert.Equal(t, "SIGKILL", sig)
+	g.Reap()
+}

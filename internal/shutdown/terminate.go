@@ -36,6 +36,8 @@ type Terminator struct {
 	// no SIGTERM was delivered.
 	graceOver     chan struct{}
 	graceOverOnce sync.Once
+	// doneC is closed when Terminate first runs.
+	doneC chan struct{}
 
 	mu      sync.Mutex
 	group   Signaler
@@ -50,7 +52,7 @@ func New(grace time.Duration, begin, ack func()) *Terminator {
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
-	return &Terminator{grace: grace, begin: begin, ack: ack, graceOver: make(chan struct{})}
+	return &Terminator{grace: grace, begin: begin, ack: ack, graceOver: make(chan struct{}), doneC: make(chan struct{})}
 }
 
 // Attach attaches the spawned child's group. Before it is attached,
@@ -104,6 +106,7 @@ func (t *Terminator) Terminate() {
 	t.done = true
 	g := t.group
 	t.mu.Unlock()
+	defer close(t.doneC)
 
 	if t.begin != nil {
 		t.begin()
@@ -136,6 +139,9 @@ func (t *Terminator) armLocked(g Signaler) {
 		t.endGrace()
 	})
 }
+
+// Done is closed once Terminate has run (after its SIGTERM and ack).
+func (t *Terminator) Done() <-chan struct{} { return t.doneC }
 
 // Terminated reports whether Terminate has run.
 func (t *Terminator) Terminated() bool {

@@ -265,6 +265,8 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.say("clientCapabilities " + caps)
 	case "terminal", "kill-terminal":
 		t.terminal(word == "kill-terminal", rest)
+	case "shell", "shell-kill": // shell.go
+		t.shell(word == "shell-kill", rest)
 	case "permission":
 		// permission <word>: an edit tool titled by the word; the words
 		// bridge <tool> (a Paperclip bridge tool, as Claude names it, with

@@ -1,0 +1,223 @@
+// Package terminal is runnerd's side of ACP's client terminals (tools.md
+// §8, issue 12 item 2): terminal/create|output|wait_for_exit|kill|release.
+// Each terminal is a pcwrap process session of its own under
+// <state-dir>/process-sessions/<terminalId>/, started with the keep-group
+// option, so it survives a runnerd restart, is killed as a process group,
+// and its background jobs outlive the leader until kill or release. Its
+// merged output is kept as a bounded tail in <state-dir>/terminals/<id>.tail,
+// outside runner-state.json.
+package terminal
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"unicode/utf8"
+)
+
+// ACP client methods (agent-client-protocol schema).
+const (
+	MethodCreate      = "terminal/create"
+	MethodOutput      = "terminal/output"
+	MethodWaitForExit = "terminal/wait_for_exit"
+	MethodKill        = "terminal/kill"
+	MethodRelease     = "terminal/release"
+)
+
+// IsMethod reports whether method is one of the terminal methods.
+func IsMethod(method string) bool {
+	switch method {
+	case MethodCreate, MethodOutput, MethodWaitForExit, MethodKill, MethodRelease:
+		return true
+	}
+	return false
+}
+
+// Bounds (tools.md §8 and issue 12).
+const (
+	// DefaultOutputByteLimit is the tail kept when create names no limit
+	// (tools.md §8: 64 KiB).
+	DefaultOutputByteLimit = 64 << 10
+	// MaxOutputByteLimit caps outputByteLimit (tools.md §8: 1 MiB).
+	MaxOutputByteLimit = 1 << 20
+	// MaxOpen is the number of terminals a session may hold open
+	// (tools.md §8: 16).
+	MaxOpen = 16
+	// KillGraceMS is kill's TERM→KILL grace, given to the terminal's
+	// pcwrap as PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS (tools.md §8:
+	// 1,500 ms).
+	KillGraceMS = 1500
+	// maxArgs and maxEnv bound a create request's lists (beyond: the ACP
+	// line limit already bounds the bytes; these bound the work per
+	// request and the staged payload).
+	maxArgs = 4096
+	maxEnv  = 1024
+)
+
+// JSON-RPC error codes of a refused terminal request (ACP, JSON-RPC 2.0).
+const (
+	CodeInvalidParams    = -32602
+	CodeInternalError    = -32603
+	CodeResourceNotFound = -32002
+)
+
+// Error is a refused request: Code and Message are sent to the agent as
+// the JSON-RPC error. Message never holds command text or output.
+type Error struct {
+	Code    int
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func invalid(msg string) error  { return &Error{Code: CodeInvalidParams, Message: msg} }
+func notFound(msg string) error { return &Error{Code: CodeResourceNotFound, Message: msg} }
+
+// EnvVariable is one entry of create's env.
+type EnvVariable struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// CreateRequest is terminal/create's params.
+type CreateRequest struct {
+	SessionID       string        `json:"sessionId"`
+	Command         string        `json:"command"`
+	Args            []string      `json:"args,omitempty"`
+	Env             []EnvVariable `json:"env,omitempty"`
+	Cwd             string        `json:"cwd,omitempty"`
+	OutputByteLimit *int64        `json:"outputByteLimit,omitempty"`
+}
+
+// CreateResult is terminal/create's result.
+type CreateResult struct {
+	TerminalID string `json:"terminalId"`
+}
+
+// Request is the params of output, wait_for_exit, kill and release.
+type Request struct {
+	SessionID  string `json:"sessionId"`
+	TerminalID string `json:"terminalId"`
+}
+
+// ExitStatus is how a terminal's command ended: exactly one of the two
+// is set once it exited.
+type ExitStatus struct {
+	ExitCode *int    `json:"exitCode"`
+	Signal   *string `json:"signal"`
+}
+
+// OutputResult is terminal/output's result.
+type OutputResult struct {
+	Output     string      `json:"output"`
+	Truncated  bool        `json:"truncated"`
+	ExitStatus *ExitStatus `json:"exitStatus,omitempty"`
+}
+
+// KillResult and ReleaseResult are empty objects.
+type (
+	KillResult    struct{}
+	ReleaseResult struct{}
+)
+
+// DecodeCreate decodes and checks terminal/create's params: a command
+// without NUL, env names that are valid and do not start with PAPERCLIP_
+// (tools.md §8), an absolute cwd if any, a limit in [0, MaxOutputByteLimit].
+func DecodeCreate(raw json.RawMessage) (CreateRequest, error) {
+	var r CreateRequest
+	if err := decodeParams(raw, &r); err != nil {
+		return CreateRequest{}, invalid("create terminal: params are not a valid request")
+	}
+	if r.SessionID == "" || r.Command == "" {
+		return CreateRequest{}, invalid("create terminal: sessionId and command are required")
+	}
+	if len(r.Args) > maxArgs || len(r.Env) > maxEnv {
+		return CreateRequest{}, invalid("create terminal: too many args or env entries")
+	}
+	if strings.IndexByte(r.Command, 0) >= 0 || strings.IndexByte(r.Cwd, 0) >= 0 {
+		return CreateRequest{}, invalid("create terminal: command or cwd holds a NUL byte")
+	}
+	for _, a := range r.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return CreateRequest{}, invalid("create terminal: an argument holds a NUL byte")
+		}
+	}
+	for _, e := range r.Env {
+		if e.Name == "" || strings.ContainsAny(e.Name, "=\x00") || strings.IndexByte(e.Value, 0) >= 0 {
+			return CreateRequest{}, invalid("create terminal: an env entry is not a valid variable")
+		}
+		if strings.HasPrefix(e.Name, "PAPERCLIP_") {
+			return CreateRequest{}, invalid("create terminal: env names starting with PAPERCLIP_ are refused")
+		}
+	}
+	if r.Cwd != "" && !strings.HasPrefix(r.Cwd, "/") {
+		return CreateRequest{}, invalid("create terminal: cwd is not an absolute path")
+	}
+	if l := r.OutputByteLimit; l != nil && (*l < 0 || *l > MaxOutputByteLimit) {
+		return CreateRequest{}, invalid("create terminal: outputByteLimit is outside 0..1048576")
+	}
+	return r, nil
+}
+
+// DecodeRequest decodes the params of output, wait_for_exit, kill and
+// release.
+func DecodeRequest(raw json.RawMessage) (Request, error) {
+	var r Request
+	if err := decodeParams(raw, &r); err != nil {
+		return Request{}, invalid("terminal request: params are not a valid request")
+	}
+	if r.SessionID == "" || r.TerminalID == "" {
+		return Request{}, invalid("terminal request: sessionId and terminalId are required")
+	}
+	return r, nil
+}
+
+// decodeParams accepts exactly one JSON object.
+func decodeParams(raw json.RawMessage, v any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return errors.New("params are not an object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after params")
+	}
+	return nil
+}
+
+// keepTail appends p to tail and keeps at most limit bytes of the end,
+// cut so the kept part starts on a UTF-8 character boundary (at most
+// utf8.UTFMax-1 continuation bytes dropped). truncated says bytes were
+// already dropped before: then continuation bytes that begin the tail
+// belong to a character whose start is gone. It reports whether bytes
+// have been dropped, now or before.
+func keepTail(tail, p []byte, limit int, truncated bool) ([]byte, bool) {
+	if len(tail)+len(p) <= limit {
+		tail = append(tail, p...)
+	} else {
+		truncated = true
+		if len(p) >= limit {
+			tail = append(tail[:0], p[len(p)-limit:]...)
+		} else {
+			drop := len(tail) + len(p) - limit
+			n := copy(tail, tail[drop:])
+			tail = append(tail[:n], p...)
+		}
+	}
+	if !truncated {
+		return tail, false
+	}
+	cut := 0
+	for cut < len(tail) && cut < utf8.UTFMax-1 && !utf8.RuneStart(tail[cut]) {
+		cut++
+	}
+	if cut > 0 {
+		n := copy(tail, tail[cut:])
+		tail = tail[:n]
+	}
+	return tail, true
+}
