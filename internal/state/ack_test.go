@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -209,4 +210,87 @@ func TestAckCursorRidesOnNextWrite(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, before+1, s.writes.Load(), "no idle write after the cursor was saved")
 	})
+}
+
+// heldClock's AfterFunc timers fire only when the test says, so a callback
+// can be made to run late: after a disarm and a re-arm of the idle write.
+type heldClock struct {
+	clock.Clock
+	mu     sync.Mutex
+	timers []*heldTimer
+}
+
+type heldTimer struct {
+	c       *heldClock
+	f       func()
+	pending bool
+}
+
+func (c *heldClock) AfterFunc(_ time.Duration, f func()) clock.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &heldTimer{c: c, f: f, pending: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *heldTimer) C() <-chan time.Time { return nil }
+func (t *heldTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.pending
+	t.pending = false
+	return was
+}
+func (t *heldTimer) Reset(time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.pending
+	t.pending = true
+	return was
+}
+
+// fire marks the newest timer fired and returns its callback, to be run
+// when the test chooses.
+func (c *heldClock) fire() func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.timers[len(c.timers)-1]
+	t.pending = false
+	return t.f
+}
+
+// TestIdleFlushLateCallbackKeepsCloseBounded: an idle-write callback that
+// fired before a disarm and runs only after a re-arm must neither unmark
+// the newer arming nor leave a callback counted that will never run; it
+// did, and Close then waited forever (found as a hung benchmark).
+func TestIdleFlushLateCallbackKeepsCloseBounded(t *testing.T) {
+	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
+	hc := &heldClock{Clock: clock.System}
+	cfg.Clock = hc
+	s, err := Open(cfg)
+	require.NoError(t, err)
+
+	s.mu.Lock()
+	s.armIdleLocked()
+	s.mu.Unlock()
+	late := hc.fire() // fired; its callback has not run yet
+	s.mu.Lock()
+	s.disarmIdleLocked() // a write saved the cursor meanwhile
+	s.armIdleLocked()    // and a new advance arms again
+	s.mu.Unlock()
+	late() // the first callback runs only now
+	s.mu.Lock()
+	s.armIdleLocked() // another advance: still armed, nothing more to count
+	s.mu.Unlock()
+	hc.fire()()
+
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for an idle-write callback that will never run")
+	}
 }

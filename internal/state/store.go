@@ -108,10 +108,14 @@ type Store struct {
 	failed      error      // sticky write failure: disk and memory may differ
 	ackAdvances int        // ACK advances since the cursor was last written
 	// idle writes an unsaved ACK cursor after AckIdleFlush (nil until the
-	// first unsaved advance); idleArmed: it is scheduled. idleCalls counts
-	// scheduled callbacks not yet finished or cancelled, for Close.
+	// first unsaved advance); idleArmed: it is scheduled. Each arming gets
+	// a timer of its own and a generation (idleGen), so a callback that
+	// fired before a disarm and runs after a re-arm cannot unmark the newer
+	// arming. idleCalls counts callbacks not yet finished or cancelled,
+	// for Close.
 	idle      clock.Timer
 	idleArmed bool
+	idleGen   uint64
 	idleCalls sync.WaitGroup
 	coalesce  coalesceMark
 	closed    bool
@@ -414,12 +418,10 @@ func (s *Store) armIdleLocked() {
 		return
 	}
 	s.idleArmed = true
+	s.idleGen++
+	gen := s.idleGen
 	s.idleCalls.Add(1)
-	if s.idle == nil {
-		s.idle = clock.Or(s.cfg.Clock).AfterFunc(AckIdleFlush, s.idleFlush)
-		return
-	}
-	s.idle.Reset(AckIdleFlush)
+	s.idle = clock.Or(s.cfg.Clock).AfterFunc(AckIdleFlush, func() { s.idleFlush(gen) })
 }
 
 // disarmIdleLocked cancels the idle write: a write just saved the cursor.
@@ -438,10 +440,13 @@ func (s *Store) disarmIdleLocked() {
 // idleFlush is the idle timer's callback: it writes the cursor if no write
 // has saved it since it was scheduled. A failure poisons the store like
 // any write; the next call reports it.
-func (s *Store) idleFlush() {
+func (s *Store) idleFlush(gen uint64) {
 	defer s.idleCalls.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if gen != s.idleGen || !s.idleArmed {
+		return // disarmed before it ran; a newer arming has its own timer
+	}
 	s.idleArmed = false
 	if s.usable() != nil || s.ackAdvances == 0 {
 		return
