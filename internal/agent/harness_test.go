@@ -51,6 +51,13 @@ func (s *memSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error
 	if err := json.Unmarshal(b, &cp); err != nil {
 		return err
 	}
+	s.keep(cp, evs, out)
+	return nil
+}
+
+// keep records a committed st (already a copy the Manager no longer
+// mutates), its events and outcome.
+func (s *memSink) keep(cp Stored, evs []acpx.Event, out *CommandOutcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st = cp
@@ -65,7 +72,6 @@ func (s *memSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error
 	s.commits++
 	close(s.changed)
 	s.changed = make(chan struct{})
-	return nil
 }
 
 func (s *memSink) Drained() bool {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,4 +27,16 @@ func TestEncodingKeepsHTMLCharactersRaw(t *testing.T) {
 	require.Contains(t, file, `"note":{"text":"a<b>&c"}`)
 	require.Contains(t, file, `"result":{"code":"code_x","message":"a<b>&c"}`)
 	require.NotContains(t, file, `\u003c`)
+}
+
+// TestForeignFieldsRoundTripCompact: a field runnerd does not know, written
+// with spaces by another writer, is kept; it is compacted once on load, so
+// every later write copies it verbatim and the file stays valid JSON.
+func TestForeignFieldsRoundTripCompact(t *testing.T) {
+	var st State
+	require.NoError(t, json.Unmarshal([]byte(`{"schema":"x","foreign": { "a" : [ 1, 2 ] , "b":"c d" }}`), &st))
+	b, err := json.Marshal(&st)
+	require.NoError(t, err)
+	require.True(t, json.Valid(b))
+	require.Contains(t, string(b), `"foreign":{"a":[1,2],"b":"c d"}`)
 }
