@@ -192,6 +192,11 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
+	if st.Schema == WarmTransitionSchema {
+		if err := st.recoverWarm(); err != nil {
+			return err
+		}
+	}
 	if err := st.check(s.cfg); err != nil {
 		return err
 	}

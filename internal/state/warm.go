@@ -158,3 +158,45 @@ func (tx *Tx) CompleteWarmTransition(transitionID string) error {
 	st.Schema, st.WarmTransition = Schema, nil
 	return nil
 }
+
+// recoverWarm settles, at load, a warm transition a crash cut short
+// (issue 15's crash table), so the process that resumes holds exactly one
+// identity:
+//   - "prepared": the state is still the old identity's. Whether the core
+//     saw the run.attach result, or acknowledged it, cannot be known, and
+//     the lease the receipt binds died with the process, so the rotation
+//     cannot go on. The attach becomes execution_indeterminate in the old
+//     journal (a re-delivered run.attach replays that, never a second
+//     rotation) and the old identity carries on; the core issues the next
+//     ticket for the old identity.
+//   - "activating": the core acknowledged the exact receipt, so it moved
+//     to the new identity, which the state already is. The transition is
+//     cleared; the core issues the next ticket for the new identity.
+//
+// The caller's identity (cfg) must then be the one the state holds
+// (checkBinding), as for any restart.
+func (st *State) recoverWarm() error {
+	p, err := st.PendingWarm()
+	if err != nil || p == nil {
+		return err
+	}
+	switch p.Phase {
+	case WarmPrepared:
+		if p.Receipt.OldIdentity != st.identity() {
+			return corruptState("prepared warm transition does not bind the state's identity")
+		}
+		if r, ok := st.ProcessedCommands[p.Receipt.CommandID]; ok {
+			r.Status = StatusIndeterminate
+			r.Result = codeResult(CodeExecutionIndeterminate, "runner recovered during a warm run rotation; the attach was not applied")
+			st.ProcessedCommands[p.Receipt.CommandID] = r
+		}
+	case WarmActivating:
+		if p.Receipt.NewIdentity != st.identity() {
+			return corruptState("activating warm transition does not bind the state's identity")
+		}
+	default:
+		return corruptState("unknown warm transition phase")
+	}
+	st.Schema, st.WarmTransition = Schema, nil
+	return nil
+}
