@@ -193,7 +193,7 @@ func (s *Store) load() error {
 		return err
 	}
 	if st.Schema == WarmTransitionSchema {
-		if err := st.recoverWarm(); err != nil {
+		if err := st.recoverWarm(s.cfg.Identity); err != nil {
 			return err
 		}
 	}

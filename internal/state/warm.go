@@ -128,6 +128,13 @@ func (tx *Tx) ActivateWarmTransition(ackReceipt json.RawMessage) error {
 	if !prp.SameWarmTransition(ackReceipt, cur.Receipt) {
 		return bad("the acknowledged receipt is not the prepared one")
 	}
+	st.activateWarm(cur)
+	return nil
+}
+
+// activateWarm makes st a fresh state of cur's new identity, phase
+// "activating" (see ActivateWarmTransition).
+func (st *State) activateWarm(cur *PendingWarmTransition) {
 	n := cur.Receipt.NewIdentity
 	st.RunID, st.TurnID, st.ItemID = n.RunID, n.TurnID, n.ItemID
 	st.NextSourceSeq, st.AckedSourceSeq = 1, 0
@@ -140,7 +147,6 @@ func (tx *Tx) ActivateWarmTransition(ackReceipt json.RawMessage) error {
 	cur.Phase = WarmActivating
 	st.WarmTransition = jsonenc.MustMarshal(cur)
 	st.normalize()
-	return nil
 }
 
 // CompleteWarmTransition clears an activating transition once the core
@@ -161,21 +167,21 @@ func (tx *Tx) CompleteWarmTransition(transitionID string) error {
 
 // recoverWarm settles, at load, a warm transition a crash cut short
 // (issue 15's crash table), so the process that resumes holds exactly one
-// identity:
-//   - "prepared": the state is still the old identity's. Whether the core
-//     saw the run.attach result, or acknowledged it, cannot be known, and
-//     the lease the receipt binds died with the process, so the rotation
-//     cannot go on. The attach becomes execution_indeterminate in the old
-//     journal (a re-delivered run.attach replays that, never a second
-//     rotation) and the old identity carries on; the core issues the next
-//     ticket for the old identity.
-//   - "activating": the core acknowledged the exact receipt, so it moved
-//     to the new identity, which the state already is. The transition is
-//     cleared; the core issues the next ticket for the new identity.
+// identity. The lease the receipt binds died with the process, so the
+// rotation cannot finish as §9.5 runs it; which identity goes on is the
+// core's knowledge, and the server launches runnerd under it (as):
+//   - "prepared", relaunched as the old identity: the core never admitted
+//     the run.attach result (it would have acknowledged it, and then moved
+//     on). The attach becomes execution_indeterminate in the old journal: a
+//     re-delivered run.attach replays that, never a second rotation.
+//   - "prepared", relaunched as the new identity: the core acknowledged
+//     the receipt, so it is committed to the new identity: the state rolls
+//     forward as the ack would have made it.
+//   - "activating": the core acknowledged the exact receipt, so only the
+//     new identity is possible; the state already is it.
 //
-// The caller's identity (cfg) must then be the one the state holds
-// (checkBinding), as for any restart.
-func (st *State) recoverWarm() error {
+// Any other identity is left for checkBinding to refuse.
+func (st *State) recoverWarm(as prp.Identity) error {
 	p, err := st.PendingWarm()
 	if err != nil || p == nil {
 		return err
@@ -185,10 +191,17 @@ func (st *State) recoverWarm() error {
 		if p.Receipt.OldIdentity != st.identity() {
 			return corruptState("prepared warm transition does not bind the state's identity")
 		}
-		if r, ok := st.ProcessedCommands[p.Receipt.CommandID]; ok {
-			r.Status = StatusIndeterminate
-			r.Result = codeResult(CodeExecutionIndeterminate, "runner recovered during a warm run rotation; the attach was not applied")
-			st.ProcessedCommands[p.Receipt.CommandID] = r
+		switch as {
+		case p.Receipt.NewIdentity:
+			st.activateWarm(p)
+		case p.Receipt.OldIdentity:
+			if r, ok := st.ProcessedCommands[p.Receipt.CommandID]; ok {
+				r.Status = StatusIndeterminate
+				r.Result = codeResult(CodeExecutionIndeterminate, "runner recovered during a warm run rotation; the attach was not applied")
+				st.ProcessedCommands[p.Receipt.CommandID] = r
+			}
+		default:
+			return nil // checkBinding refuses it; the file stays as it is
 		}
 	case WarmActivating:
 		if p.Receipt.NewIdentity != st.identity() {
