@@ -531,6 +531,39 @@ func (c *Core) activate(cc *coreConn, env *Envelope) error {
 	return nil
 }
 
+// SettleWarmForward is the server's recovery when the runner died inside
+// a transition whose receipt this core acknowledged (issue 15's crash
+// table): the acknowledgement committed the core to the new identity, and
+// the lease the receipt binds died with the runner, so no activation can
+// come. The new identity takes the registration over as
+// warm_transition_activated would have made it: the old epoch is
+// archived, the commands queued inside the transition start the new
+// journal, and the next ticket authenticates as the new identity (the
+// runner, relaunched under it, rolls its state forward). It reports
+// whether a transition was pending; without one the identity stays.
+func (c *Core) SettleWarmForward() bool {
+	c.mu.Lock()
+	if c.warm == nil {
+		c.mu.Unlock()
+		return false
+	}
+	r := c.warm.receipt
+	c.epochs = append(c.epochs, CoreEpoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
+	c.identity = r.NewIdentity
+	c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
+	c.commands, c.next, c.warm = c.next, nil, nil
+	old := make([]*coreConn, 0, len(c.conns))
+	for o := range c.conns {
+		old = append(old, o)
+	}
+	c.notifyLocked()
+	c.mu.Unlock()
+	for _, o := range old {
+		o.l.fail(errSuperseded) // the old authority is done
+	}
+	return true
+}
+
 // admitEvent applies CP #event: sourceSeq = acked+1 commits and ACKs; a
 // duplicate must byte-match after canonicalisation and is re-ACKed. The
 // ACK itself is sent by dispatch once the burst is drained; CP sends one per

@@ -40,6 +40,20 @@ const (
 	CodeWarmAttachNotReady = "warm_attach_not_ready"
 )
 
+// Warm kill points: the phase boundaries of a rotation where the crash
+// matrix SIGKILLs runnerd (issue 15). warmKillPoint is a no-op except in
+// runnerd_testhook builds (warm_testhook_linux.go).
+const (
+	killPrepared    = "prepared"    // the prepared write is durable; no result sent
+	killResultSent  = "result-sent" // the result is queued on the old connection
+	killAcked       = "acked"       // the exact receipt's ack arrived; nothing persisted for it
+	killActivating  = "activating"  // the activating write is durable; no reconnect yet
+	killReconnected = "reconnected" // the activated welcome arrived; warm_transition_activated sent
+	killActivated   = "activated"   // the ack arrived and the transition is cleared
+)
+
+var warmKillPoint = func(point string) {}
+
 // warm is the runner half of a warm rotation in this process. One step at
 // a time: mu is held across each step (a store write and a send), since
 // the ACK path (dispatch goroutine) and the timers both drive them.
@@ -255,6 +269,7 @@ func (r *loop) tryPrepareLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	warmKillPoint(killPrepared)
 	w.waitTimer.Stop()
 	w.waiting, w.prepared = nil, &receipt
 	w.ackTimer = r.clk.AfterFunc(warmWait, func() { r.attachAckExpired(receipt.TransitionID) })
@@ -262,6 +277,7 @@ func (r *loop) tryPrepareLocked(ctx context.Context) error {
 	if err := r.send.sendResult(ctx, res); err != nil {
 		r.log.Warn("run.attach result not sent; the rotation waits for its ack", "err", err)
 	}
+	warmKillPoint(killResultSent)
 	return nil
 }
 
@@ -297,11 +313,13 @@ func (r *loop) warmResultAck(p prp.CommandResultAckPayload) (bool, error) {
 		return true, errors.New("protocol error: command_result_ack carries another warm transition receipt")
 	}
 	w.ackTimer.Stop()
+	warmKillPoint(killAcked)
 	// Nothing of the new identity may reach the old connection.
 	r.send.detach()
 	if err := r.store.Update(func(tx *state.Tx) error { return tx.ActivateWarmTransition(p.WarmTransition) }); err != nil {
 		return true, fmt.Errorf("activate warm transition: %w", err)
 	}
+	warmKillPoint(killActivating)
 	r.send.setIdentity(rcpt.NewIdentity)
 	w.prepared, w.activating = nil, rcpt
 	if w.listen != "" {
@@ -332,7 +350,11 @@ func (r *loop) warmActivated(ctx context.Context, c *prp.Conn, wel *prp.Welcome)
 	w.activation, w.welcome = c, wel
 	w.welcomeVersion = wel.WarmTransitionVersion
 	w.mu.Unlock()
-	return c.SendControl(ctx, prp.KindWarmTransitionActivated, prp.WarmTransitionActivatedPayload{TransitionID: rcpt.TransitionID})
+	if err := c.SendControl(ctx, prp.KindWarmTransitionActivated, prp.WarmTransitionActivatedPayload{TransitionID: rcpt.TransitionID}); err != nil {
+		return err
+	}
+	warmKillPoint(killReconnected)
+	return nil
 }
 
 // warmActivatedAck finishes the rotation: the transition is cleared, the
@@ -356,6 +378,7 @@ func (r *loop) warmActivatedAck(ctx context.Context, c *prp.Conn, env *prp.Envel
 		return fmt.Errorf("complete warm transition: %w", err)
 	}
 	r.client.EndWarmActivation()
+	warmKillPoint(killActivated)
 	r.log.Info("warm transition activated", "transitionId", rcpt.TransitionID, "runId", rcpt.NewIdentity.RunID)
 	return r.connected(ctx, c, wel, true)
 }
