@@ -184,7 +184,7 @@ func TestPRP24_WarmAttachE2E(t *testing.T) {
 	require.Equal(t, warmNext, w.c.core.Snapshot().Identity)
 }
 
-func mustJSON(t *testing.T, v any) json.RawMessage {
+func mustJSON(t testing.TB, v any) json.RawMessage {
 	t.Helper()
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
