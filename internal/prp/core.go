@@ -89,6 +89,7 @@ type Core struct {
 	events   []json.RawMessage          // committed event envelopes, as received
 	canon    [][]byte                   // their canonical forms
 	results  map[string]json.RawMessage // settled results by commandId; replaced, never mutated
+	issued   int                        // commands queued over all epochs (the commandId counter)
 	pongs    int
 	auths    int
 	renewals int
@@ -783,8 +784,12 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 		return Command{}, ErrJournalFull
 	}
 	cmd.ControllerSeq = uint64(len(*journal) + 1)
+	c.issued++
 	if cmd.CommandID == "" {
-		cmd.CommandID = fmt.Sprintf("command_prp_%08d", cmd.ControllerSeq)
+		// Numbered across epochs, not by controllerSeq: each identity's
+		// journal restarts at 1 after a warm rotation, and a commandId must
+		// still name one command (equal to the seq before any rotation).
+		cmd.CommandID = fmt.Sprintf("command_prp_%08d", c.issued)
 	}
 	if cmd.Schema == "" {
 		cmd.Schema = "paperclip.prp.command.v1"
