@@ -96,6 +96,9 @@ type Core struct {
 	// dropRenewReplies makes the next n lease_renew requests be applied but
 	// answered by dropping the connection: a lost lease_renewed (tests).
 	dropRenewReplies int
+	// tamperAcks and tamperWelcomes make the next receipts sent in a
+	// command_result_ack or an activated welcome inexact (TamperWarmReceipts).
+	tamperAcks, tamperWelcomes int
 	changed          chan struct{}
 	closed           bool
 	wg               sync.WaitGroup
@@ -303,7 +306,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 		if c.warm == nil || c.warm.receipt.TransitionID != id {
 			return WarmTransition{}, false
 		}
-		return c.warm.receipt, true
+		return tamperLocked(c.warm.receipt, &c.tamperWelcomes), true
 	}
 	var inWelcome *coreCommand // the pending command the welcome carries
 	h.PendingCommands = func() []json.RawMessage {
@@ -532,6 +535,26 @@ func (c *Core) activate(cc *coreConn, env *Envelope) error {
 	return nil
 }
 
+// TamperWarmReceipts makes the next acks receipts this core sends in a
+// command_result_ack, and the next welcomes in an activated welcome,
+// differ from the real one in one bound field under the same
+// transitionId, as a faulty or hostile core's would (tests: the runner
+// must refuse an inexact receipt).
+func (c *Core) TamperWarmReceipts(acks, welcomes int) {
+	c.mu.Lock()
+	c.tamperAcks, c.tamperWelcomes = acks, welcomes
+	c.mu.Unlock()
+}
+
+// tamperLocked is r as it goes out: inexact while *left lasts. c.mu held.
+func tamperLocked(r WarmTransition, left *int) WarmTransition {
+	if *left > 0 {
+		*left--
+		r.LeaseExpiresAtUnixMs++
+	}
+	return r
+}
+
 // SettleWarmForward is the server's recovery when the runner died inside
 // a transition whose receipt this core acknowledged (issue 15's crash
 // table): the acknowledgement committed the core to the new identity, and
@@ -720,6 +743,9 @@ func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessa
 }
 
 func (c *Core) ackWarm(cc *coreConn, p CommandResultPayload, r WarmTransition) error {
+	c.mu.Lock()
+	r = tamperLocked(r, &c.tamperAcks)
+	c.mu.Unlock()
 	return c.sendOn(cc, KindCommandResultAck, "", CommandResultAckPayload{
 		CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: int64(p.ControllerSeq), Status: p.Status,
 		WarmTransition: r.Marshal(),

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -327,4 +329,53 @@ func TestWarmAttachNeedsV2WithWarmVersion(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestWarmAttachInexactReceipt: a receipt that differs from the runner's
+// own by one field is refused. In an activated welcome: the runner keeps
+// refusing it (no warm_transition_activated goes out) and activates with
+// the exact one. In command_result_ack: runnerd stops with the state still
+// "prepared" under the old identity; the core, which acknowledged, settles
+// forward, and the runner relaunched as the new identity rolls forward to
+// it and runs the next turn on the same agent.
+func TestWarmAttachInexactReceipt(t *testing.T) {
+	t.Run("welcome", func(t *testing.T) {
+		wr := newWarmRig(t, false)
+		wr.h.core.TamperWarmReceipts(0, 2)
+		s := wr.rotate(t)
+		require.Equal(t, nextIdentity, s.Identity)
+		require.GreaterOrEqual(t, s.Authentications, 4, "two activated welcomes refused, the third accepted")
+		res := wr.h.waitResult(wr.h.queue("turn.start", `{"text":"echo after"}`).CommandID)
+		require.Equal(t, "completed", res.Status, string(res.Result))
+	})
+	t.Run("command_result_ack", func(t *testing.T) {
+		wr := newWarmRig(t, false)
+		h := wr.h
+		h.core.TamperWarmReceipts(1, 0)
+		h.queue(prp.CommandRunAttach, wr.attachPayload(nextIdentity, nil))
+		err := wr.run.wait(t)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "another warm transition receipt")
+		st := h.readState()
+		require.Equal(t, state.WarmTransitionSchema, st.Schema)
+		require.Equal(t, testIdentity.RunID, st.RunID, "the old identity until the core's word")
+		w, err := st.PendingWarm()
+		require.NoError(t, err)
+		require.Equal(t, state.WarmPrepared, w.Phase)
+
+		require.True(t, h.core.SettleWarmForward())
+		cfg := h.config(false, "--pcwrap-path", testbin.Path(t, "pcwrap"))
+		cfg.Identity = nextIdentity
+		u, err := url.Parse(wr.connection["connectUrl"].(string))
+		require.NoError(t, err)
+		cfg.ConnectURL = u
+		h.start(cfg, Options{})
+		h.waitCore(func(s prp.CoreSnapshot) bool {
+			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.reconciled")) == 1
+		})
+		res := h.waitResult(h.queue("turn.start", `{"text":"echo after"}`).CommandID)
+		require.Equal(t, "completed", res.Status, string(res.Result))
+		res = h.waitResult(h.queue("session.open", `{"reuse":"same_session"}`).CommandID)
+		require.Equal(t, wr.pid, processIDOf(t, res.Result), "the same agent")
+	})
 }
