@@ -99,9 +99,9 @@ type Core struct {
 	// tamperAcks and tamperWelcomes make the next receipts sent in a
 	// command_result_ack or an activated welcome inexact (TamperWarmReceipts).
 	tamperAcks, tamperWelcomes int
-	changed          chan struct{}
-	closed           bool
-	wg               sync.WaitGroup
+	changed                    chan struct{}
+	closed                     bool
+	wg                         sync.WaitGroup
 }
 
 type coreCommand struct {
