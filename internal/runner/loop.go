@@ -350,7 +350,7 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		if cmd.Type == prp.CommandRunAttach && r.warm.owns(cmd.CommandID) {
 			// Re-delivered while this process still rotates: its result
 			// goes out when its wait ends, or already went with its receipt.
-			return r.warm.resendPrepared(ctx, r.send, cmd.CommandID)
+			return r.warm.resendPrepared(ctx, r.send, r.log, cmd.CommandID)
 		}
 		r.log.Info("replaying recorded command result", "commandId", cmd.CommandID, "status", string(res.Status))
 	}

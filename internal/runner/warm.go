@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
@@ -402,7 +403,7 @@ func (w *warm) owns(commandID string) bool {
 // resendPrepared re-sends a prepared attach's journaled result, so the core
 // acknowledges it with its receipt again (CP: a replayed attach result
 // gets its receipt); a still-waiting attach sends nothing yet.
-func (w *warm) resendPrepared(ctx context.Context, s *sender, commandID string) error {
+func (w *warm) resendPrepared(ctx context.Context, s *sender, log *slog.Logger, commandID string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.prepared == nil || w.prepared.CommandID != commandID {
@@ -413,7 +414,8 @@ func (w *warm) resendPrepared(ctx context.Context, s *sender, commandID string) 
 		return nil
 	}
 	if err := s.sendResult(ctx, res); err != nil {
-		return fmt.Errorf("resend run.attach result: %w", err)
+		// Not fatal: the ack wait's bound settles a result that never arrives.
+		log.Warn("run.attach result not re-sent", "err", err)
 	}
 	return nil
 }

@@ -1,13 +1,19 @@
 package e2e
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -252,4 +258,88 @@ func TestWarmAttachCrashMatrix(t *testing.T) {
 			w.finishOnSameAgent(t)
 		})
 	}
+}
+
+// TestPRP24_WarmAttachE2EListen: scenario 24 in listen mode over the real
+// runnerd binary: the core dials the listener; after the receipt's ack the
+// same socket accepts only the new run's path, where the core's redial
+// (the server's ingress loop) finds the runner activating.
+func TestPRP24_WarmAttachE2EListen(t *testing.T) {
+	w := newWarmE2E(t)
+	w.args = runnerdArgs(w.dir, "--listen-address", "127.0.0.1", "--listen-port", "0",
+		"--listen-path", prp.ConnectPath(identity.RunID), "--pcwrap-path", testbin.Path(t, "pcwrap"))
+	ticket, err := w.c.core.MintTicket()
+	require.NoError(t, err)
+	cmd := exec.Command(w.bin, w.args...)
+	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	addr := make(chan string, 1)
+	logs := &logTail{}
+	eof := make(chan struct{})
+	go func() {
+		defer close(eof)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			_, _ = logs.Write(append(sc.Bytes(), '\n'))
+			var rec struct {
+				Msg     string `json:"msg"`
+				Address string `json:"address"`
+			}
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" {
+				addr <- rec.Address
+			}
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-eof
+		waitExit(t, cmd)
+		if t.Failed() {
+			t.Logf("runnerd stderr:\n%s", logs.String())
+		}
+	})
+	var a string
+	select {
+	case a = <-addr:
+	case <-time.After(waitBound):
+		t.Fatal("runnerd did not listen")
+	}
+	wg.Add(1)
+	go func() { // the ingress loop: dial the run that owns, or takes over, the registration
+		defer wg.Done()
+		for ctx.Err() == nil {
+			s := w.c.core.Snapshot()
+			run := s.Identity.RunID
+			if s.Warm != nil {
+				run = s.Warm.NewIdentity.RunID
+			}
+			if w.c.core.Connect(ctx, "ws://"+a+prp.ConnectPath(run)) == nil {
+				_ = w.c.core.Wait(ctx, func(s prp.CoreSnapshot) bool { return !s.Connected })
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(crashRedial):
+			}
+		}
+	}()
+	w.warmUp(t)
+	host, port, err := net.SplitHostPort(a)
+	require.NoError(t, err)
+	portNum, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	payload := w.attachPayload()
+	payload["paperclipNextAuthority"].(map[string]any)["connection"] = map[string]any{"mode": "listen",
+		"listenAddress": host, "listenPort": portNum, "listenPath": prp.ConnectPath(warmNext.RunID)}
+	attach, err := w.c.core.QueueCommand(prp.Command{Type: prp.CommandRunAttach, Payload: mustJSON(t, payload)})
+	require.NoError(t, err)
+	s := w.c.wait(t, func(s prp.CoreSnapshot) bool { return s.Identity == warmNext && s.Warm == nil })
+	require.Len(t, s.Epochs, 1)
+	require.NotNil(t, s.Epochs[0].Results[attach.CommandID])
+	w.finishOnSameAgent(t)
 }
