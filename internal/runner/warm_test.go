@@ -39,14 +39,23 @@ type warmRig struct {
 	// reach connects the core to the new run where the mode needs it.
 	reach func(t *testing.T)
 	pid   any // the agent pid session.open reported
+	// seed is the rest of the run.prepare payload (authorizedTools), sent
+	// again in every run.attach.
+	seed map[string]json.RawMessage
 }
 
 // newWarmRig starts runnerd (listen or dial mode) over loopback with the
 // test pcwrap, prepares fakeacp, opens its session and runs one turn.
 func newWarmRig(t *testing.T, listen bool, extra ...string) *warmRig {
+	return newWarmRigWith(t, listen, nil, nil, extra...)
+}
+
+// newWarmRigWith is newWarmRig with more fakeacp flags and a seed (the
+// rest of run.prepare's payload).
+func newWarmRigWith(t *testing.T, listen bool, agentFlags []string, seed map[string]json.RawMessage, extra ...string) *warmRig {
 	h := newHarness(t, nil)
 	meta := filepath.Join(t.TempDir(), "meta.ndjson")
-	wr := &warmRig{h: h, metaFile: meta}
+	wr := &warmRig{h: h, metaFile: meta, seed: seed}
 	args := append([]string{"--pcwrap-path", testbin.Path(t, "pcwrap")}, extra...)
 	if listen {
 		addr := make(chan string, 1)
@@ -85,8 +94,12 @@ func newWarmRig(t *testing.T, listen bool, extra ...string) *warmRig {
 		wr.reach = func(*testing.T) {}
 	}
 	wr.provider = map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t),
-		"args": []string{"--record-meta", meta}, "cwd": t.TempDir(), "model": "fake-model", "instructions": "be brief"}
-	res := h.waitResult(h.queue("run.prepare", string(jsonenc.MustMarshal(map[string]any{"provider": wr.provider}))).CommandID)
+		"args": append([]string{"--record-meta", meta}, agentFlags...), "cwd": t.TempDir(), "model": "fake-model", "instructions": "be brief"}
+	prepare := map[string]any{"provider": wr.provider}
+	for k, v := range seed {
+		prepare[k] = v
+	}
+	res := h.waitResult(h.queue("run.prepare", string(jsonenc.MustMarshal(prepare))).CommandID)
 	require.Equal(t, "completed", res.Status, string(res.Result))
 	res = h.waitResult(h.queue("session.open", `{"reuse":"same_session"}`).CommandID)
 	require.Equal(t, "completed", res.Status, string(res.Result))
@@ -129,8 +142,11 @@ func (wr *warmRig) attachPayload(next prp.Identity, tweak func(provider map[stri
 	if tweak != nil {
 		tweak(p)
 	}
-	return string(jsonenc.MustMarshal(map[string]any{"provider": p,
-		"paperclipNextAuthority": map[string]any{"identity": next, "connection": wr.connection}}))
+	m := map[string]any{"provider": p, "paperclipNextAuthority": map[string]any{"identity": next, "connection": wr.connection}}
+	for k, v := range wr.seed {
+		m[k] = v
+	}
+	return string(jsonenc.MustMarshal(m))
 }
 
 // rotate queues a run.attach to nextIdentity and waits until the core
@@ -378,4 +394,57 @@ func TestWarmAttachInexactReceipt(t *testing.T) {
 		res = h.waitResult(h.queue("session.open", `{"reuse":"same_session"}`).CommandID)
 		require.Equal(t, wr.pid, processIDOf(t, res.Result), "the same agent")
 	})
+}
+
+// TestWarmAttachToolBridgeCarriesOver: the tool bridge survives the
+// rotation with the agent, and a call made in the new run carries the new
+// run's identity as its correlation (agent Config.Correlation reads
+// state.Store.Identity), is answered through the same bridge, and the
+// turn completes: nothing is restarted or re-emitted.
+func TestWarmAttachToolBridgeCarriesOver(t *testing.T) {
+	wr := newWarmRigWith(t, false, []string{"--mcp-http"}, map[string]json.RawMessage{"authorizedTools": warmTestCatalog(t)})
+	h := wr.h
+	var before struct {
+		Bridge struct {
+			Port int `json:"port"`
+		} `json:"bridge"`
+	}
+	_, err := h.readState().Record(agentRecord, &before)
+	require.NoError(t, err)
+	require.NotZero(t, before.Bridge.Port)
+	wr.rotate(t)
+
+	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"mcp-call paperclip.issue.comment {\"body\":\"hi\"}"}`).CommandID).Status)
+	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "semantic_tool.input")) == 1
+	})
+	var in struct {
+		SemanticTool struct {
+			CallID      string          `json:"callId"`
+			OperationID string          `json:"operationId"`
+			Correlation json.RawMessage `json:"correlation"`
+			Input       json.RawMessage `json:"input"`
+		} `json:"semantic_tool"`
+	}
+	require.NoError(t, json.Unmarshal(prptest.OfType(prptest.DecodeEvents(t, s.Events), "semantic_tool.input")[0].Payload, &in))
+	require.JSONEq(t, `{"runId":"`+nextIdentity.RunID+`","normalizedSessionId":"`+nextIdentity.NormalizedSessionID+
+		`","turnId":"`+nextIdentity.TurnID+`","itemId":"`+nextIdentity.ItemID+`"}`, string(in.SemanticTool.Correlation))
+	p, err := json.Marshal(map[string]any{"callId": in.SemanticTool.CallID, "operationId": in.SemanticTool.OperationID,
+		"input": in.SemanticTool.Input, "sourceEventType": "semantic_tool.input", "correlation": in.SemanticTool.Correlation,
+		"result": json.RawMessage(`{"id":"c-warm"}`), "isError": false})
+	require.NoError(t, err)
+	res := h.waitResult(h.queue("semantic_tool.result", string(p)).CommandID)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	h.waitCore(func(s prp.CoreSnapshot) bool {
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
+	})
+	var after struct {
+		Bridge struct {
+			Port int `json:"port"`
+		} `json:"bridge"`
+	}
+	_, err = h.readState().Record(agentRecord, &after)
+	require.NoError(t, err)
+	require.Equal(t, before.Bridge.Port, after.Bridge.Port, "the same bridge")
+	require.Equal(t, []string{"session/new"}, wr.metaMethods(t))
 }
