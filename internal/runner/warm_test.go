@@ -429,11 +429,20 @@ func TestWarmAttachToolBridgeCarriesOver(t *testing.T) {
 	require.NoError(t, json.Unmarshal(prptest.OfType(prptest.DecodeEvents(t, s.Events), "semantic_tool.input")[0].Payload, &in))
 	require.JSONEq(t, `{"runId":"`+nextIdentity.RunID+`","normalizedSessionId":"`+nextIdentity.NormalizedSessionID+
 		`","turnId":"`+nextIdentity.TurnID+`","itemId":"`+nextIdentity.ItemID+`"}`, string(in.SemanticTool.Correlation))
+	// While the call is pending (its turn active) the session is not
+	// quiescent: the snapshot says so and a run.attach is refused.
+	snap := h.waitResult(h.queue("session.snapshot", `{"quiesceForWarmAttach":true}`).CommandID)
+	require.Contains(t, string(snap.Result), `"warmAttachReady":false`)
+	third := nextIdentity
+	third.RunID = "run_3"
+	res := h.waitResult(h.queue(prp.CommandRunAttach, wr.attachPayload(third, nil)).CommandID)
+	require.Equal(t, "rejected", res.Status)
+	require.Equal(t, CodeWarmAttachNotReady, resultCodeOf(t, res))
 	p, err := json.Marshal(map[string]any{"callId": in.SemanticTool.CallID, "operationId": in.SemanticTool.OperationID,
 		"input": in.SemanticTool.Input, "sourceEventType": "semantic_tool.input", "correlation": in.SemanticTool.Correlation,
 		"result": json.RawMessage(`{"id":"c-warm"}`), "isError": false})
 	require.NoError(t, err)
-	res := h.waitResult(h.queue("semantic_tool.result", string(p)).CommandID)
+	res = h.waitResult(h.queue("semantic_tool.result", string(p)).CommandID)
 	require.Equal(t, "completed", res.Status, string(res.Result))
 	h.waitCore(func(s prp.CoreSnapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
