@@ -3,7 +3,7 @@ GO ?= go
 # Per fuzz target, for `make fuzz` (any go test -fuzztime value: 10s, 1m, 500x).
 FUZZTIME ?= 10s
 
-.PHONY: build test demo bench fuzz
+.PHONY: build test demo demo-warm bench fuzz
 
 build:
 	./scripts/build
@@ -11,8 +11,13 @@ build:
 test:
 	./scripts/test
 
+# WARM=1 adds the warm-rotation part (run.attach, issue 15).
 demo:
 	./scripts/demo
+	@if [ -n "$(WARM)" ]; then ./scripts/demo-warm; fi
+
+demo-warm:
+	./scripts/demo-warm
 
 bench:
 	./scripts/bench

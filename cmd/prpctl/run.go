@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
@@ -81,7 +83,9 @@ SCRIPT (JSON lines, # comments)
   {"attach":{"identity":{six ids},"connection":{"mode":"connect","connectUrl":URL}|
             {"mode":"listen","listenAddress":A,"listenPort":P,"listenPath":PATH},
             "payload":{provider seed}}}
-                    queue a warm run.attach handing the runner to the next run
+                    queue a warm run.attach handing the runner to the next run;
+                    "connection":"auto" names this session's own route for it
+                    (the core's dial route, or the listener with the new path)
   {"waitEvent":"run.terminal"}
                     wait for the next event of that type: the n-th waitEvent
                     of a type waits for the run's n-th event of that type
@@ -319,6 +323,11 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 
 	var proc *runnerdProc
 	var url string
+	// route is this session's connection for a new run (an attach step's
+	// "auto"); listenAddr is the listening runnerd's socket.
+	var route func(runID string) json.RawMessage
+	var listenAddr string
+	var dialURL func() string // where redial connects the core (listen and attach modes)
 	switch o.mode {
 	case "dial":
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -329,6 +338,10 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		connect := "ws://" + ln.Addr().String() + prp.ConnectPath(o.id.RunID)
+		base := "ws://" + ln.Addr().String()
+		route = func(runID string) json.RawMessage {
+			return jsonenc.MustMarshal(map[string]string{"mode": "connect", "connectUrl": base + prp.ConnectPath(runID)})
+		}
 		if proc, err = launch(o, ticket, stderr, "--connect-url", connect); err != nil {
 			return err
 		}
@@ -342,6 +355,7 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 		select {
 		case addr := <-proc.listening:
 			url = "ws://" + addr + prp.ConnectPath(o.id.RunID)
+			listenAddr = addr
 		case <-proc.exited:
 			return &runnerdExitedError{code: proc.code, what: "before listening"}
 		case <-time.After(listenWait):
@@ -350,12 +364,36 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 		}
 	case "attach":
 		url = o.url
+		if u, err := neturl.Parse(o.url); err == nil {
+			listenAddr = u.Host
+		}
+	}
+	if listenAddr != "" {
+		host, port, _ := net.SplitHostPort(listenAddr)
+		portNum, _ := strconv.Atoi(port)
+		route = func(runID string) json.RawMessage {
+			return jsonenc.MustMarshal(map[string]any{"mode": "listen", "listenAddress": host, "listenPort": portNum, "listenPath": prp.ConnectPath(runID)})
+		}
+		// A warm rotation moves the listener to the new run's path: dial
+		// the run that owns (or is taking over) the registration.
+		base := "ws://" + listenAddr
+		url = ""
+		dialURL = func() string {
+			s := core.Snapshot()
+			if s.Warm != nil {
+				return base + prp.ConnectPath(s.Warm.NewIdentity.RunID)
+			}
+			return base + prp.ConnectPath(s.Identity.RunID)
+		}
 	}
 	var wg sync.WaitGroup
 	dctx, stopDial := context.WithCancel(ctx)
-	if url != "" {
+	if dialURL == nil && url != "" {
+		dialURL = func() string { return url }
+	}
+	if dialURL != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); redial(dctx, core, url, proc, log) }()
+		go func() { defer wg.Done(); redial(dctx, core, dialURL, proc, log) }()
 	}
 	defer func() { stopDial(); wg.Wait() }()
 
@@ -372,7 +410,7 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 			}
 		}()
 	}
-	err := execute(runCtx, core, steps, tools)
+	err := execute(runCtx, core, steps, tools, route)
 	var exited *runnerdExitedError
 	if errors.As(err, &exited) {
 		exited.code = proc.code // set before proc.exited closed
@@ -400,7 +438,7 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 // it succeeds only if every command queued so far has its result and no
 // step that needs runnerd is left; otherwise it returns a
 // *runnerdExitedError saying what was left (the caller knows the status).
-func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswerer) error {
+func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswerer, route func(runID string) json.RawMessage) error {
 	var ids []string
 	// every command queued so far: the script's and the tool answers'
 	all := func() []string { return append(slices.Clone(ids), tools.commandIDs()...) }
@@ -440,8 +478,17 @@ func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswe
 		var err error
 		switch {
 		case s.Command != "":
+			payload := s.Payload
+			if s.autoConnection {
+				if route == nil {
+					return fmt.Errorf("run script: %w: attach connection \"auto\" needs a route", errScript)
+				}
+				if payload, err = withConnection(payload, route); err != nil {
+					return fmt.Errorf("run script: %w", err)
+				}
+			}
 			var cmd prp.Command
-			cmd, err = core.QueueCommand(prp.Command{Schema: commandSchema(s.Command), Type: s.Command, Payload: s.Payload})
+			cmd, err = core.QueueCommand(prp.Command{Schema: commandSchema(s.Command), Type: s.Command, Payload: payload})
 			ids = append(ids, cmd.CommandID)
 		case s.SleepMs > 0:
 			select {
@@ -519,7 +566,7 @@ func waitConnected(ctx context.Context, core *prp.Core) error {
 
 // redial keeps the core connected to a listening runnerd (the server's
 // ingress loop, prp.md §6.2), until ctx ends or runnerd exits.
-func redial(ctx context.Context, core *prp.Core, url string, proc *runnerdProc, log *slog.Logger) {
+func redial(ctx context.Context, core *prp.Core, url func() string, proc *runnerdProc, log *slog.Logger) {
 	var exited <-chan struct{}
 	if proc != nil {
 		exited = proc.exited
@@ -533,7 +580,7 @@ func redial(ctx context.Context, core *prp.Core, url string, proc *runnerdProc, 
 			return
 		default:
 		}
-		if err := core.Connect(ctx, url); err != nil && ctx.Err() == nil {
+		if err := core.Connect(ctx, url()); err != nil && ctx.Err() == nil {
 			log.Warn("connect runnerd", "err", err)
 		}
 		select {
@@ -559,6 +606,9 @@ func printCore(ctx context.Context, core *prp.Core, w *out) {
 			s = snap
 			return len(snap.Epochs) > epochs || len(snap.Events) > printedEvents || len(snap.Results) > len(printed)
 		})
+		if err != nil {
+			s = core.Snapshot() // stopping: print what arrived since the last change seen
+		}
 		for ; epochs < len(s.Epochs); epochs++ {
 			e := s.Epochs[epochs]
 			printBatch(w, e.Events, e.Results, &printedEvents, printed)

@@ -43,6 +43,9 @@ type step struct {
 	// Attach queues a warm run.attach (prp.md §9.5) handing the runner to
 	// the named identity and connection; parseStep turns it into a Command.
 	Attach *attachStep `json:"attach,omitempty"`
+	// autoConnection: the attach step's connection was "auto"; execute
+	// fills in this session's own route for the new run.
+	autoConnection bool
 	// ToolResults sets the standing result per operationId that answers
 	// the agent's tool calls (semantic_tool.input); ToolErrors queues
 	// isError results, each answering one call before the standing one.
@@ -58,8 +61,11 @@ type step struct {
 
 // attachStep names the next run: its six identity fields and its
 // connection ({mode:"connect", connectUrl[, caBundlePath]} or {mode:"listen",
-// listenAddress, listenPort, listenPath}). Payload holds the rest of the
-// run.attach payload (the provider seed, which must equal the current one).
+// listenAddress, listenPort, listenPath}), or "auto": the route of this
+// prpctl session for the new run (its core's dial route, or the listening
+// runnerd's socket with the new run's path), which a script cannot know in
+// advance. Payload holds the rest of the run.attach payload (the provider
+// seed, which must equal the current one).
 type attachStep struct {
 	Identity   json.RawMessage `json:"identity"`
 	Connection json.RawMessage `json:"connection"`
@@ -140,6 +146,7 @@ func parseStep(b []byte) (step, error) {
 		if err != nil {
 			return step{}, err
 		}
+		s.autoConnection = string(bytes.TrimSpace(s.Attach.Connection)) == `"auto"`
 		s.Command, s.Payload, s.Attach = prp.CommandRunAttach, p, nil
 	}
 	if s.Command != "" {
@@ -169,15 +176,35 @@ func attachPayload(a attachStep) (json.RawMessage, error) {
 	if _, ok := m["paperclipNextAuthority"]; ok {
 		return nil, fmt.Errorf("%w: attach payload must not carry paperclipNextAuthority", errScript)
 	}
-	if !isObject(a.Identity) || !isObject(a.Connection) {
-		return nil, fmt.Errorf("%w: attach needs identity and connection objects", errScript)
+	auto := string(bytes.TrimSpace(a.Connection)) == `"auto"`
+	if !isObject(a.Identity) || (!isObject(a.Connection) && !auto) {
+		return nil, fmt.Errorf("%w: attach needs an identity object and a connection object or \"auto\"", errScript)
 	}
-	m["paperclipNextAuthority"] = jsonenc.MustMarshal(map[string]json.RawMessage{"identity": a.Identity, "connection": a.Connection})
+	conn := a.Connection
+	if auto { // checked with a stand-in route; execute puts the real one in
+		conn = json.RawMessage(`{"mode":"connect","connectUrl":"ws://127.0.0.1:1/api/runner/v1/connect/x"}`)
+	}
+	m["paperclipNextAuthority"] = jsonenc.MustMarshal(map[string]json.RawMessage{"identity": a.Identity, "connection": conn})
 	p := jsonenc.MustMarshal(m)
 	if _, _, err := prp.ParseNextAuthority(p); err != nil {
 		return nil, fmt.Errorf("%w: attach: %w", errScript, err)
 	}
 	return p, nil
+}
+
+// withConnection replaces a run.attach payload's
+// paperclipNextAuthority.connection by route(the new runId).
+func withConnection(payload json.RawMessage, route func(runID string) json.RawMessage) (json.RawMessage, error) {
+	next, _, err := prp.ParseNextAuthority(payload)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return nil, err
+	}
+	m["paperclipNextAuthority"] = jsonenc.MustMarshal(map[string]any{"identity": next.Identity, "connection": route(next.Identity.RunID)})
+	return jsonenc.MustMarshal(m), nil
 }
 
 // parseCommandFlag parses --command TYPE or TYPE=JSON.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -97,6 +98,26 @@ func TestParseAttachStep(t *testing.T) {
 		require.ErrorIs(t, err, errScript, bad)
 		require.NotContains(t, err.Error(), "zzqq", "errors never echo script content")
 	}
+}
+
+// TestParseAttachStepAutoConnection: "connection":"auto" parses to a
+// run.attach whose route execute fills in for the new runId (the session's
+// own: a script cannot know the port), keeping the identity and seed.
+func TestParseAttachStepAutoConnection(t *testing.T) {
+	const id = `{"runnerInstanceId":"runner_1","environmentLeaseId":"env_1","runId":"run_2","normalizedSessionId":"s1","turnId":"t2","itemId":"i2"}`
+	steps, err := parseScript(strings.NewReader(`{"attach":{"identity":` + id + `,"connection":"auto","payload":{"provider":{"kind":"acpx"}}}}`))
+	require.NoError(t, err)
+	require.Len(t, steps, 1)
+	require.True(t, steps[0].autoConnection)
+	got, err := withConnection(steps[0].Payload, func(runID string) json.RawMessage {
+		return json.RawMessage(`{"mode":"listen","listenAddress":"127.0.0.1","listenPort":4000,"listenPath":"/api/runner/v1/connect/` + runID + `"}`)
+	})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"provider":{"kind":"acpx"},"paperclipNextAuthority":{"identity":`+id+
+		`,"connection":{"mode":"listen","listenAddress":"127.0.0.1","listenPort":4000,"listenPath":"/api/runner/v1/connect/run_2"}}}`, string(got))
+	_, err = parseScript(strings.NewReader(`{"attach":{"identity":` + id + `,"connection":"zzqq"}}`))
+	require.ErrorIs(t, err, errScript)
+	require.NotContains(t, err.Error(), "zzqq")
 }
 
 // TestParseEventAndToolSteps: waitEvent, resolve, toolResults and

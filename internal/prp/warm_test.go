@@ -178,6 +178,7 @@ func TestPRP24_WarmAttachCoreHalf(t *testing.T) {
 			later, err := core.QueueCommand(Command{Type: "session.snapshot", Payload: json.RawMessage(`{}`)})
 			require.NoError(t, err)
 			require.EqualValues(t, 2, later.ControllerSeq, "the new identity's journal: the moved command, then this one")
+			require.NotEqual(t, behind.CommandID, later.CommandID, "a commandId names one command across epochs")
 			snap := core.Snapshot()
 			require.NotNil(t, snap.Warm)
 			require.Equal(t, runnerIdentity, snap.Identity)

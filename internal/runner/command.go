@@ -55,6 +55,7 @@ type Emit func(ctx context.Context, events ...state.Event) error
 // fences): no Handler replaces them.
 var loopOwned = map[string]bool{
 	"runner.drain": true, "runner.suspend": true, "runner.shutdown": true, "session.snapshot": true,
+	prp.CommandRunAttach: true,
 }
 
 // terminalLifecycle is the lifecycle a terminal command leaves (prp.md §7.4).
@@ -131,10 +132,10 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 		var active any // null without an active provider turn
 		idle := false
 		if r.exec != nil {
-			var turn string
-			if turn, idle = r.exec.m.Snapshot(); turn != "" {
+			if turn, _ := r.exec.m.Snapshot(); turn != "" {
 				active = turn
 			}
+			idle = r.exec.m.WarmReady() && !r.warm.busy()
 		}
 		res, err = r.finishCommand(cmd, state.StatusCompleted,
 			jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warmAttachReady(idle, r.store.Summary())}))
@@ -175,9 +176,10 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 }
 
 // warmAttachReady is session.snapshot's warmAttachReady (issue 15, prp.md
-// §9.5): the provider is idle (live agent, no active turn, no pending
-// agent request) and the whole outbox is acknowledged, since run.attach
-// waits for exactly that before it rotates. The pending snapshot result
+// §9.5): the provider is idle (agent.Manager.WarmReady: a live agent with
+// an open session, no active turn, no pending runtime request, no
+// unsettled tool call; no rotation under way) and the whole outbox is
+// acknowledged, since run.attach waits for exactly that before it rotates. The pending snapshot result
 // itself is not an event, so it does not count.
 func warmAttachReady(providerIdle bool, sum state.Summary) bool {
 	return providerIdle && sum.AckedSourceSeq == sum.HighestSourceSeq

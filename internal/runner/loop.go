@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -50,6 +51,13 @@ type loop struct {
 	send *sender
 	term *terminal
 	susp *suspender
+	warm warm // the warm rotation (warm.go)
+
+	// client, listener (listen mode) and transport (dial mode, tests) are
+	// what a warm rotation re-points; set before the client runs.
+	client    *prp.Client
+	listener  *prp.Listener
+	transport http.RoundTripper
 
 	exec     *agentExec // the ACP executor; nil in loop-only tests
 	execStop sync.Once
@@ -109,6 +117,7 @@ func (r *loop) run(ctx context.Context, client *prp.Client) error {
 		r.log.Info("resuming durable session", "reconnectCount", rec.ReconnectCount,
 			"indeterminateCommands", len(rec.Indeterminate), "pendingTerminalDelivery", rec.PendingTerminalDelivery != nil)
 	}
+	r.client = client
 	runCtx, cancel := context.WithCancel(ctx)
 	r.term.setCancel(cancel)
 	if r.exec != nil {
@@ -161,8 +170,25 @@ func (r *loop) onLost(err error) {
 // replays the unacknowledged outbox byte for byte and admits the welcome's
 // pending command (prp.md §9.4).
 func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome) error {
+	if w.WarmTransitionPhase == prp.WarmPhaseActivated {
+		return r.warmActivated(ctx, c, w)
+	}
+	return r.connected(ctx, c, w, false)
+}
+
+// connected is onAuthenticated for a connection that carries the run:
+// every plain one, and the activating one of a warm rotation once
+// warm_transition_activated was acknowledged (activated: the new run's
+// first connection).
+func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activated bool) error {
+	r.warm.mu.Lock()
+	r.warm.welcomeVersion = w.WarmTransitionVersion
+	r.warm.mu.Unlock()
 	v := c.Session().Version
-	if w.HasAckedSourceSeq {
+	// An activated welcome's cursor is the old identity's (the core resets
+	// its cursor only at warm_transition_activated): the new identity's
+	// outbox starts at 0, so it acknowledges nothing here.
+	if w.HasAckedSourceSeq && !activated {
 		if w.AckedSourceSeq < 0 {
 			return errors.New("protocol error: welcome ackedSourceSeq is negative")
 		}
@@ -179,7 +205,7 @@ func (r *loop) onAuthenticated(ctx context.Context, c *prp.Conn, w *prp.Welcome)
 		r.ackApplied()
 	}
 	rec := r.store.Recovery()
-	first := r.send.countConnection() == 1 && !rec.Resumed
+	first := (r.send.countConnection() == 1 && !rec.Resumed) || activated
 	typ := eventRunnerReconnected
 	if first {
 		typ = eventRunnerConnected
@@ -261,13 +287,19 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 			r.send.clearBound()
 		}
 		r.checkTerminal()
+		r.attachAcked(ctx)
 		r.kick()
 	case prp.KindCommandResultAck:
 		var p prp.CommandResultAckPayload
 		if err := env.DecodePayload(&p); err != nil {
 			return fmt.Errorf("protocol error: %w", err)
 		}
+		if ours, err := r.warmResultAck(p); ours || err != nil {
+			return err
+		}
 		r.terminalAck(p)
+	case prp.KindWarmTransitionActivatedAck:
+		return r.warmActivatedAck(ctx, c, env)
 	default:
 		r.log.Info("ignoring control frame", "kind", env.Kind)
 	}
@@ -308,10 +340,18 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	switch adm.Disposition {
 	case state.Execute:
 		r.log.Info("executing command", "commandId", cmd.CommandID, "type", cmd.Type, "controllerSeq", cmd.ControllerSeq)
+		if cmd.Type == prp.CommandRunAttach {
+			return r.beginAttach(ctx, cmd) // it sends its result when its wait ends (warm.go)
+		}
 		if res, err = r.execute(ctx, cmd); err != nil {
 			return err
 		}
 	case state.Replay:
+		if cmd.Type == prp.CommandRunAttach && r.warm.owns(cmd.CommandID) {
+			// Re-delivered while this process still rotates: its result
+			// goes out when its wait ends, or already went with its receipt.
+			return r.warm.resendPrepared(ctx, r.send, r.log, cmd.CommandID)
+		}
 		r.log.Info("replaying recorded command result", "commandId", cmd.CommandID, "status", string(res.Status))
 	}
 	wire := wireStatus(res)

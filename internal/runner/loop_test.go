@@ -89,20 +89,3 @@ func TestWarmAttachReadyNeedsDrainedOutbox(t *testing.T) {
 	require.False(t, warmAttachReady(true, state.Summary{AckedSourceSeq: 3, HighestSourceSeq: 4}), "an unacknowledged event")
 	require.False(t, warmAttachReady(false, state.Summary{AckedSourceSeq: 4, HighestSourceSeq: 4}), "an active turn or no live agent")
 }
-
-// TestRunAttachStillNotImplemented pins issue 15's interim contract: until
-// the runner's rotation exists, a well-formed run.attach is rejected with
-// command_not_implemented and the run keeps working under its identity.
-func TestRunAttachStillNotImplemented(t *testing.T) {
-	simTest(t, nil, func(t *testing.T, h *harness) {
-		h.start(h.config(false), Options{})
-		attach := h.queue("run.attach", `{"provider":{"kind":"acpx","agent":"fake"},"paperclipNextAuthority":{"identity":`+
-			`{"runnerInstanceId":"x","environmentLeaseId":"x","runId":"run_next","normalizedSessionId":"x","turnId":"t","itemId":"i"},`+
-			`"connection":{"mode":"connect","connectUrl":"ws://127.0.0.1:9/api/runner/v1/connect/run_next"}}}`)
-		p := h.waitResult(attach.CommandID)
-		require.Equal(t, "rejected", p.Status)
-		require.Equal(t, CodeCommandNotImplemented, resultCodeOf(t, p))
-		snap := h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
-		require.Equal(t, "completed", snap.Status, "the old run keeps working")
-	})
-}

@@ -85,6 +85,7 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	}()
 
 	r := newLoop(cfg, st, logger, opts)
+	r.transport = opts.Transport
 	ax, err := newAgentExec(r)
 	if err != nil {
 		return NewError(CodeRunnerFailed, "load agent record", err)
@@ -143,6 +144,7 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 			opts.OnListening(ln.Addr().String())
 		}
 		ccfg.Listener = ln
+		r.listener = ln
 	default:
 		return NewError(CodeRunnerFailed, "mode "+cfg.Mode.String()+" has no control loop", nil)
 	}

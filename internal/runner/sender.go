@@ -69,6 +69,26 @@ func (s *sender) attach(ctx context.Context, c *prp.Conn, v int) error {
 	return s.flushWriteLocked(ctx)
 }
 
+// protocolVersion is the current connection's PRP version (0 while disconnected).
+func (s *sender) protocolVersion() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return 0
+	}
+	return s.version
+}
+
+// setIdentity makes later command results carry id (a warm rotation's new
+// identity); events carry the state's own.
+func (s *sender) setIdentity(id prp.Identity) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	s.id = id
+	s.mu.Unlock()
+}
+
 // detach forgets the lost connection; a write in flight on it fails on its own.
 func (s *sender) detach() {
 	s.mu.Lock()
@@ -121,7 +141,7 @@ func (s *sender) sendResult(ctx context.Context, res state.CommandResult) error 
 		return err
 	}
 	s.mu.Lock()
-	c, v := s.conn, s.version
+	c, v, id := s.conn, s.version, s.id
 	s.mu.Unlock()
 	if c == nil {
 		return nil
@@ -133,7 +153,7 @@ func (s *sender) sendResult(ctx context.Context, res state.CommandResult) error 
 	if err != nil {
 		return err
 	}
-	b, err := prp.MarshalEnvelope(prp.NewEventEnvelope(prp.KindCommandResult, v, s.id, payload))
+	b, err := prp.MarshalEnvelope(prp.NewEventEnvelope(prp.KindCommandResult, v, id, payload))
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,9 @@ type versionCore struct {
 	t          *testing.T
 	store      *prp.MemoryCredentialStore
 	maxVersion int
+	// noWarm drops warmTransitionVersion from the hello, so the welcome
+	// offers no warm rotation (warm_test.go).
+	noWarm bool
 
 	mu      sync.Mutex
 	acked   int64
@@ -100,6 +103,9 @@ func (h *helloRewriter) ReadMsg(ctx context.Context) ([]byte, error) {
 	_ = json.Unmarshal(b, &cp)
 	if p, ok := cp["payload"].(map[string]any); ok {
 		p["protocolMax"] = h.max
+		if h.c.noWarm {
+			delete(p, "warmTransitionVersion")
+		}
 	}
 	return json.Marshal(cp)
 }

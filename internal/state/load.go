@@ -110,18 +110,14 @@ func (st *State) check(cfg Config) error {
 // corruptState is check's error for a state that contradicts itself.
 func corruptState(what string) error { return fmt.Errorf("check state: %w: %s", ErrCorruptState, what) }
 
-// checkSchema accepts only this schema; a warm transition in flight is a
-// binding error, not corruption, because the file is sound but this runner
-// cannot resume it.
+// checkSchema accepts only this schema: a warm transition in flight was
+// settled by recoverWarm before the checks run.
 func (st *State) checkSchema() error {
 	if st.Schema != Schema {
-		if st.Schema == WarmTransitionSchema {
-			return fmt.Errorf("check state: %w: warm transition recovery is not supported", ErrStateBinding)
-		}
 		return corruptState("unknown schema")
 	}
 	if len(st.WarmTransition) > 0 && string(st.WarmTransition) != "null" {
-		return fmt.Errorf("check state: %w: warm transition recovery is not supported", ErrStateBinding)
+		return corruptState("warm transition outside the warm-transition schema") // recoverWarm settled any real one
 	}
 	return nil
 }

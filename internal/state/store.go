@@ -196,6 +196,11 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
+	if st.Schema == WarmTransitionSchema {
+		if err := st.recoverWarm(s.cfg.Identity); err != nil {
+			return err
+		}
+	}
 	if err := st.check(s.cfg); err != nil {
 		return err
 	}

@@ -128,6 +128,13 @@ func (tx *Tx) ActivateWarmTransition(ackReceipt json.RawMessage) error {
 	if !prp.SameWarmTransition(ackReceipt, cur.Receipt) {
 		return bad("the acknowledged receipt is not the prepared one")
 	}
+	st.activateWarm(cur)
+	return nil
+}
+
+// activateWarm makes st a fresh state of cur's new identity, phase
+// "activating" (see ActivateWarmTransition).
+func (st *State) activateWarm(cur *PendingWarmTransition) {
 	n := cur.Receipt.NewIdentity
 	st.RunID, st.TurnID, st.ItemID = n.RunID, n.TurnID, n.ItemID
 	st.NextSourceSeq, st.AckedSourceSeq = 1, 0
@@ -140,7 +147,6 @@ func (tx *Tx) ActivateWarmTransition(ackReceipt json.RawMessage) error {
 	cur.Phase = WarmActivating
 	st.WarmTransition = jsonenc.MustMarshal(cur)
 	st.normalize()
-	return nil
 }
 
 // CompleteWarmTransition clears an activating transition once the core
@@ -154,6 +160,55 @@ func (tx *Tx) CompleteWarmTransition(transitionID string) error {
 	}
 	if cur == nil || cur.Phase != WarmActivating || cur.Receipt.TransitionID != transitionID {
 		return fmt.Errorf("complete warm transition: %w: no activating transition with this id", ErrWarmTransition)
+	}
+	st.Schema, st.WarmTransition = Schema, nil
+	return nil
+}
+
+// recoverWarm settles, at load, a warm transition a crash cut short
+// (issue 15's crash table), so the process that resumes holds exactly one
+// identity. The lease the receipt binds died with the process, so the
+// rotation cannot finish as §9.5 runs it; which identity goes on is the
+// core's knowledge, and the server launches runnerd under it (as):
+//   - "prepared", relaunched as the old identity: the core never admitted
+//     the run.attach result (it would have acknowledged it, and then moved
+//     on). The attach becomes execution_indeterminate in the old journal: a
+//     re-delivered run.attach replays that, never a second rotation.
+//   - "prepared", relaunched as the new identity: the core acknowledged
+//     the receipt, so it is committed to the new identity: the state rolls
+//     forward as the ack would have made it.
+//   - "activating": the core acknowledged the exact receipt, so only the
+//     new identity is possible; the state already is it.
+//
+// Any other identity is left for checkBinding to refuse.
+func (st *State) recoverWarm(as prp.Identity) error {
+	p, err := st.PendingWarm()
+	if err != nil || p == nil {
+		return err
+	}
+	switch p.Phase {
+	case WarmPrepared:
+		if p.Receipt.OldIdentity != st.identity() {
+			return corruptState("prepared warm transition does not bind the state's identity")
+		}
+		switch as {
+		case p.Receipt.NewIdentity:
+			st.activateWarm(p)
+		case p.Receipt.OldIdentity:
+			if r, ok := st.ProcessedCommands[p.Receipt.CommandID]; ok {
+				r.Status = StatusIndeterminate
+				r.Result = codeResult(CodeExecutionIndeterminate, "runner recovered during a warm run rotation; the attach was not applied")
+				st.ProcessedCommands[p.Receipt.CommandID] = r
+			}
+		default:
+			return nil // checkBinding refuses it; the file stays as it is
+		}
+	case WarmActivating:
+		if p.Receipt.NewIdentity != st.identity() {
+			return corruptState("activating warm transition does not bind the state's identity")
+		}
+	default:
+		return corruptState("unknown warm transition phase")
 	}
 	st.Schema, st.WarmTransition = Schema, nil
 	return nil

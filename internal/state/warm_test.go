@@ -150,3 +150,77 @@ func TestWarmTransitionIdentityRules(t *testing.T) {
 	require.ErrorIs(t, err, ErrWarmTransition)
 	require.NoError(t, s.Update(func(tx *Tx) error { return tx.PrepareWarmTransition(r, cmd.Raw, res) }))
 }
+
+// TestWarmTransitionRecovery is the state half of issue 15's crash table:
+// a process killed inside a rotation is relaunched under the identity the
+// core knows, and the state settles to exactly that one. "prepared" as the
+// old identity: the attach is execution_indeterminate and the old cursors
+// stay; "prepared" as the new identity (the core acknowledged the
+// receipt): the state rolls forward to a fresh new identity; "activating"
+// as the new identity: the transition is cleared; "activating" as the old
+// identity is refused (identity differs) and the file is kept.
+func TestWarmTransitionRecovery(t *testing.T) {
+	next := nextOf(testIdentity)
+	prepared := func(t *testing.T) (Config, prp.WarmTransition, *Store) {
+		s, cfg := newStore(t)
+		enqueue(t, s, p1("item.started"))
+		_, err := s.ApplyAck(1, 2)
+		require.NoError(t, err)
+		cmd, res, _ := warmAttach(t, s, 1, next)
+		r := receiptFor(t, cmd, res, 1)
+		require.NoError(t, s.Update(func(tx *Tx) error { return tx.PrepareWarmTransition(r, cmd.Raw, res) }))
+		return cfg, r, s
+	}
+	reopen := func(t *testing.T, s *Store, cfg Config, as prp.Identity) (*Store, error) {
+		require.NoError(t, s.Close())
+		cfg.Identity = as
+		return Open(cfg)
+	}
+	t.Run("prepared as old", func(t *testing.T) {
+		cfg, r, s := prepared(t)
+		s2, err := reopen(t, s, cfg, testIdentity)
+		require.NoError(t, err)
+		defer s2.Close()
+		snap := s2.Snapshot()
+		require.Equal(t, Schema, snap.Schema)
+		require.Equal(t, testIdentity, snap.identity())
+		res, ok := snap.ProcessedCommands[r.CommandID]
+		require.True(t, ok)
+		require.Equal(t, StatusIndeterminate, res.Status)
+		require.Contains(t, string(res.Result), CodeExecutionIndeterminate)
+		require.EqualValues(t, 2, snap.HighestSourceSeq(), "the old sequence goes on (runner.reconciled is 2)")
+		w, err := s2.PendingWarm()
+		require.NoError(t, err)
+		require.Nil(t, w)
+	})
+	t.Run("prepared as new", func(t *testing.T) {
+		cfg, _, s := prepared(t)
+		s2, err := reopen(t, s, cfg, next)
+		require.NoError(t, err)
+		defer s2.Close()
+		snap := s2.Snapshot()
+		require.Equal(t, Schema, snap.Schema)
+		require.Equal(t, next, snap.identity())
+		require.Empty(t, snap.ProcessedCommands)
+		require.EqualValues(t, 1, snap.HighestSourceSeq(), "the new identity's first event is runner.reconciled")
+	})
+	t.Run("activating as new", func(t *testing.T) {
+		cfg, r, s := prepared(t)
+		require.NoError(t, s.Update(func(tx *Tx) error { return tx.ActivateWarmTransition(r.Marshal()) }))
+		s2, err := reopen(t, s, cfg, next)
+		require.NoError(t, err)
+		defer s2.Close()
+		snap := s2.Snapshot()
+		require.Equal(t, Schema, snap.Schema)
+		require.Equal(t, next, snap.identity())
+		require.EqualValues(t, 1, snap.HighestSourceSeq())
+	})
+	t.Run("activating as old", func(t *testing.T) {
+		cfg, r, s := prepared(t)
+		require.NoError(t, s.Update(func(tx *Tx) error { return tx.ActivateWarmTransition(r.Marshal()) }))
+		before := readFile(t, cfg)
+		_, err := reopen(t, s, cfg, testIdentity)
+		require.ErrorIs(t, err, ErrStateBinding)
+		require.Equal(t, before, readFile(t, cfg), "the file is kept")
+	})
+}
