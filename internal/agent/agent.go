@@ -116,6 +116,8 @@ type Binding struct {
 	CatalogSide        string `json:"catalogSide,omitempty"`
 	InstructionsSide   string `json:"instructionsSide,omitempty"`
 	RuntimeContextSide string `json:"runtimeContextSide,omitempty"`
+	// Driver is the wire protocol (DriverACP, DriverCodex).
+	Driver string `json:"driver,omitempty"`
 	// NoClientFS turns off the fs.readTextFile/writeTextFile advertisement
 	// (descriptor provider.clientCapabilities.fs: false, for agents that
 	// misbehave with it; issue 12 item 3). Absent means advertised.
@@ -757,28 +759,10 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		_ = l.cmd.Process.Kill() // never started its agent session: nothing to hand over
 		return err
 	}
-	if _, err := m.call(ctx, deadline, (*acpx.Client).Initialize); err != nil {
-		return err
-	}
 	m.mu.Lock()
-	caps := m.cl.Capabilities()
-	// The bridge listens before the session line is written, and the
-	// commit that precedes that line records its port and secret.
-	servers := m.mcpServersLocked(caps)
+	d := m.driverLocked()
 	m.mu.Unlock()
-	if !resume {
-		_, err := m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.NewSession(b.Cwd, servers) })
-		return err
-	}
-	switch {
-	case caps.SessionCapabilities.Resume != nil:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.ResumeSession(servers) })
-	case caps.LoadSession:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.LoadSession(servers) })
-	default:
-		err = acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
-	}
-	return err
+	return d.Open(ctx, OpenSession{Binding: b, Resume: resume, Call: m.openCall(ctx, deadline)})
 }
 
 // call sends one request and waits for its answer, the agent's exit, the
@@ -870,7 +854,7 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 	var call acpx.Call
 	var err error
 	if loss == "" {
-		call, err = m.cl.Prompt(turnID, p.Text)
+		call, err = m.driverLocked().Prompt(turnID, p.Text)
 		var lost *acpx.LostError
 		if errors.As(err, &lost) {
 			loss, err = lost.Reason, nil
@@ -954,7 +938,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	// Pending runtime requests are cancelled; the agent gets
 	// {outcome:"cancelled"} from Client.Cancel (acp.md §4.4 step 2).
 	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "interrupted", keepRequests)
-	lines, err := m.cl.Cancel()
+	lines, err := m.driverLocked().Cancel()
 	if err != nil {
 		m.mu.Unlock()
 		return nil, failed("the turn could not be cancelled")

@@ -329,7 +329,7 @@ func (m *Manager) interpretLocked(p *process, ev sessiondir.Event) eventOutcome 
 // feedLocked hands stdout bytes to the ACP client and maps every complete
 // message; a framing fault loses the channel after the messages before it.
 func (m *Manager) feedLocked(p *process, data []byte, out *eventOutcome) {
-	msgs, ferr := m.cl.Feed(data)
+	msgs, ferr := m.driverLocked().Feed(data)
 	for _, in := range msgs {
 		e, l, w := m.handleInbound(p, in)
 		out.evs, out.lines = append(out.evs, e...), append(out.lines, l...)
