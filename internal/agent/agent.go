@@ -223,6 +223,9 @@ type Manager struct {
 	byRun    bool          // the active cancel is run.cancel
 	goalCall int64         // the unanswered _session/goal request id (goal.go); 0 when none
 	tools    toolState
+	// drv is the driver of cl (driverLocked); drvCl the client it wraps.
+	drv   Driver
+	drvCl *acpx.Client
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -588,6 +591,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			PermissionMode  string   `json:"permissionMode"`
 			ProviderVersion string   `json:"providerVersion"`
 			Model           *string  `json:"model"`
+			// ApprovalPolicy is the codex descriptor's (codex.md §1).
+			ApprovalPolicy *string `json:"approvalPolicy"`
 			// ClientCapabilities switches off what runnerd advertises:
 			// {"fs": false} (a runnerd extension of the descriptor).
 			ClientCapabilities struct {
@@ -603,12 +608,29 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, failed("run.prepare payload is malformed")
 	}
 	d := p.Provider
-	if d.Kind != "acpx" {
-		return nil, failed("provider descriptor kind is not supported by this runner")
+	switch d.Kind {
+	case "acpx":
+	case "codex":
+		// codex.md §1: the reference accepts only approvalPolicy never.
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+			return nil, failed("provider descriptor approvalPolicy must be never for kind codex")
+		}
+		d.Agent = "codex"
+		if d.Command == "" {
+			d.Command, d.Args = "codex", []string{"app-server"}
+		}
+		if d.PermissionMode == "" {
+			d.PermissionMode = string(acpx.ApproveAll) // approvalPolicy never: Codex asks nothing
+		}
+	default:
+		return nil, failed("provider descriptor kind " + kindName(d.Kind) + " is not supported by this runner")
 	}
 	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
 		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
 		CriterionIDs: p.CompletionContract.CriterionIDs}
+	if d.Kind == "codex" {
+		b.Driver = DriverCodex
+	}
 	if b.Command == "" {
 		argv, ok := acpx.AgentCommand(d.Agent)
 		if !ok {
@@ -638,6 +660,23 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// kindName quotes a descriptor kind for an error message: a kind that is
+// not a plain identifier is peer text and is not repeated.
+func kindName(k string) string {
+	if k == "" {
+		return "(absent)"
+	}
+	if len(k) > 64 {
+		return "(unrecognised)"
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return "(unrecognised)"
+		}
+	}
+	return `"` + k + `"`
 }
 
 // errDeadline is the open bound firing.
@@ -735,6 +774,12 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	env = modelEnv(b.Agent, b.Model, env)
+	if b.Driver == DriverCodex {
+		if env, err = codexEnv(m.cfg.StateDir, m.codexSession(), m.cfg.Environ, env); err != nil {
+			m.log.Error("codex home unavailable", "err", err)
+			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
+		}
+	}
 	argv := append([]string{b.Command}, b.Args...)
 	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env})
 	if err != nil {
@@ -943,10 +988,15 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 		m.mu.Unlock()
 		return nil, failed("the turn could not be cancelled")
 	}
-	m.cl.MarkReset()
-	// The agent is stopped below: the session is closed until the next
-	// session.open (acp.md §4.4 step 4, tools.md §7).
-	m.st.Closed = true
+	// A driver whose provider survives an interrupt (Codex: codex.md §3)
+	// keeps its session unless the turn does not settle within the grace.
+	keep := m.driverLocked().KeepsRunning() && kind != StopTurn
+	if !keep {
+		m.cl.MarkReset()
+		// The agent is stopped below: the session is closed until the next
+		// session.open (acp.md §4.4 step 4, tools.md §7).
+		m.st.Closed = true
+	}
 	done := m.turnSettledLocked()
 	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
@@ -965,6 +1015,14 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	// Settle locally if the agent did not (the grace expired).
 	m.mu.Lock()
+	if keep && m.cl.ActiveTurn() != turnID {
+		m.mu.Unlock()
+		return jsonenc.MustMarshalEscaped(map[string]any{"status": "interrupt_requested", "providerTurnId": turnID, "reason": reason}), nil
+	}
+	if keep {
+		m.cl.MarkReset()
+		m.st.Closed = true
+	}
 	if m.cl.ActiveTurn() == turnID {
 		out := m.cl.AbandonTurn()
 		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*out, kind == RunCancel))

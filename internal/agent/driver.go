@@ -38,6 +38,10 @@ type Driver interface {
 	// provider process and its session running (Codex: codex.md §3);
 	// false stops the agent after every cancel (ACP: acp.md §4.4).
 	KeepsRunning() bool
+	// HandleRequest answers a provider request before the Manager's
+	// shared handling (ACP permissions, client fs, -32601); handled is
+	// false to leave it to that handling.
+	HandleRequest(in acpx.Inbound) (evs []acpx.Event, lines [][]byte, handled bool)
 }
 
 // OpenSession is what Driver.Open gets.
@@ -57,12 +61,16 @@ const (
 
 // driverLocked returns the driver of the bound provider. m.mu held.
 func (m *Manager) driverLocked() Driver {
-	if b := m.st.Binding; b != nil {
+	if m.drv != nil && m.drvCl == m.cl {
+		return m.drv
+	}
+	m.drv, m.drvCl = acpDriver{m}, m.cl
+	if b := m.st.Binding; b != nil && m.cl != nil {
 		if f, ok := drivers[b.Driver]; ok {
-			return f(m)
+			m.drv = f(m)
 		}
 	}
-	return acpDriver{m}
+	return m.drv
 }
 
 // drivers are the non-ACP drivers by Binding.Driver; each file that adds
@@ -76,6 +84,8 @@ func (d acpDriver) Feed(p []byte) ([]acpx.Inbound, error)         { return d.m.c
 func (d acpDriver) Prompt(turnID, text string) (acpx.Call, error) { return d.m.cl.Prompt(turnID, text) }
 func (d acpDriver) Cancel() ([][]byte, error)                     { return d.m.cl.Cancel() }
 func (d acpDriver) KeepsRunning() bool                            { return false }
+
+func (d acpDriver) HandleRequest(acpx.Inbound) ([]acpx.Event, [][]byte, bool) { return nil, nil, false }
 
 // Open is initialize, then session/new, resume or load with the bridge
 // in mcpServers (acp.md §4.1, tools.md §2).
