@@ -47,7 +47,9 @@ func (d *codexDriver) Feed(p []byte) ([]acpx.Inbound, error) {
 	return d.c.Feed(p)
 }
 
-func (d *codexDriver) Prompt(turnID, text string) (acpx.Call, error) { return d.c.TurnStart(turnID, text) }
+func (d *codexDriver) Prompt(turnID, text string) (acpx.Call, error) {
+	return d.c.TurnStart(turnID, text)
+}
 
 func (d *codexDriver) Cancel() ([][]byte, error) { return d.c.Interrupt() }
 

@@ -248,4 +248,3 @@ func (s *server) nextItem() string {
 	s.items++
 	return fmt.Sprintf("item-%04d", s.items)
 }
-
