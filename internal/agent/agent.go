@@ -8,6 +8,23 @@
 // An event file is deleted only after the commit that covers it (parse →
 // commit → delete, acp.md §3.3); the record (next stdin sequence, request
 // ids) is committed before any line it covers is written (acp.md §3.2).
+//
+// Drivers (the seam for a second wire protocol, driver.go): the Manager is
+// protocol-neutral except for a Driver, chosen by Binding.Driver
+// (DriverACP "" or DriverCodex; a new one registers its constructor in
+// the drivers map from an init in its own file, as codex.go does). A
+// driver keeps its durable state in the Manager's *acpx.Client record
+// (acpx.Client.Wire: request table, partial line, active turn with
+// TurnState.ProviderTurnID; acpx.Client.Live: session id) and implements
+// Open (handshake through OpenSession.Call), Feed (stdout bytes →
+// acpx.Inbound: KindResponse, KindRequest, KindUpdate mapped by
+// acpx.Mapper, KindTurnSettled, KindCancelRequest, and KindEvents for
+// events only its protocol has), Prompt, Cancel, KeepsRunning (an
+// interrupt leaves the process running) and HandleRequest (provider
+// requests before the shared handling; the semantic tool flow is
+// Manager.admitCallLocked, answered when the toolWaiter fires). pcwrap
+// supervision, hot restart, the commit path, the cold-start gate and
+// bounds, loss detection and runtime requests stay shared.
 package agent
 
 import (

@@ -208,9 +208,19 @@ func (s *server) handle(m msg) {
 		s.active, s.activeID, s.interrupt = make(chan struct{}), turn, false
 		stop := s.active
 		s.mu.Unlock()
+		var p struct {
+			Input []struct {
+				Text string `json:"text"`
+			} `json:"input"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		prompt := ""
+		if len(p.Input) > 0 {
+			prompt = p.Input[0].Text
+		}
 		s.result(m.ID, map[string]any{"turn": turnObject(turn, "inProgress")})
 		s.wg.Add(1)
-		go s.runTurn(turn, stop)
+		go s.runTurn(turn, prompt, stop)
 	case m.Method == "turn/steer":
 		s.mu.Lock()
 		turn := s.activeID

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // runTurn streams one turn's notifications, in a fixed order: turn/started,
 // plan, a command execution, a dynamic tool call, a user-input request, the
 // message deltas, usage, then turn/completed (interrupted after a
-// turn/interrupt; never with --hang-turn until one).
-func (s *server) runTurn(turn string, stop chan struct{}) {
+// turn/interrupt; never with --hang-turn until one). A prompt "sleep N"
+// waits N ms and says "slept N ms"; "chunks N" streams N deltas "0,",
+// "1,", … (the hot-restart test's turns, as fakeacp's).
+func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 	defer s.wg.Done()
 	th := s.thread
 	ev := func(extra map[string]any) map[string]any {
@@ -68,13 +71,27 @@ func (s *server) runTurn(turn string, stop chan struct{}) {
 		<-stop
 	}
 	msgID := s.nextItem()
-	n := s.cfg.deltas
-	for i := 0; i < n; i++ {
-		part := text
-		if n > 1 {
-			part = fmt.Sprintf("%s [%d]", text, i+1)
+	var ms, chunks int
+	switch {
+	case sscan(prompt, "sleep %d", &ms):
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-stop:
 		}
-		s.notify("item/agentMessage/delta", ev(map[string]any{"itemId": msgID, "delta": part}))
+		s.notify("item/agentMessage/delta", ev(map[string]any{"itemId": msgID, "delta": fmt.Sprintf("slept %d ms", ms)}))
+	case sscan(prompt, "chunks %d", &chunks):
+		for k := 0; k < chunks; k++ {
+			s.notify("item/agentMessage/delta", ev(map[string]any{"itemId": msgID, "delta": fmt.Sprintf("%d,", k)}))
+		}
+	default:
+		n := s.cfg.deltas
+		for i := 0; i < n; i++ {
+			part := text
+			if n > 1 {
+				part = fmt.Sprintf("%s [%d]", text, i+1)
+			}
+			s.notify("item/agentMessage/delta", ev(map[string]any{"itemId": msgID, "delta": part}))
+		}
 	}
 	if s.cfg.usage {
 		b := map[string]any{"totalTokens": 30, "inputTokens": 20, "cachedInputTokens": 5, "outputTokens": 10, "reasoningOutputTokens": 0}
@@ -90,6 +107,11 @@ func (s *server) runTurn(turn string, stop chan struct{}) {
 	s.active, s.activeID = nil, ""
 	s.mu.Unlock()
 	s.notify("turn/completed", map[string]any{"threadId": th, "turn": turnObject(turn, status)})
+}
+
+func sscan(s, format string, n *int) bool {
+	_, err := fmt.Sscanf(s, format, n)
+	return err == nil
 }
 
 // summarise is the text of a tool or input answer, cut short.
