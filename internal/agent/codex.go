@@ -272,3 +272,46 @@ func (m *Manager) codexSession() string {
 	}
 	return ""
 }
+
+// steerer is a driver that can steer a running turn (Codex's turn/steer;
+// ACP v1 cannot).
+type steerer interface {
+	Steer(text string) (acpx.Call, error)
+}
+
+func (d *codexDriver) Steer(text string) (acpx.Call, error) { return d.c.Steer(text) }
+
+// SteerTurn is turn.steer (codex.md §3): turn/steer with the active turn's
+// id, waiting (bounded) for Codex's answer; a driver that cannot steer
+// fails as Steer does.
+func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
+	m.mu.Lock()
+	var s steerer
+	turn := ""
+	if m.cl != nil {
+		s, _ = m.driverLocked().(steerer)
+		turn = m.cl.ActiveTurn()
+	}
+	m.mu.Unlock()
+	if s == nil {
+		return m.Steer() // ACP: refused whatever the payload, as before
+	}
+	var p struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil || strings.TrimSpace(p.Text) == "" {
+		return nil, failed("turn.steer needs a non-empty text")
+	}
+	if turn == "" {
+		return nil, failed("no turn is active")
+	}
+	t := m.cfg.Clock.NewTimer(codexapp.RequestTimeout)
+	defer t.Stop()
+	if _, err := m.call(context.Background(), t.C(), func(*acpx.Client) (acpx.Call, error) { return s.Steer(p.Text) }); err != nil {
+		if errors.Is(err, errDeadline) {
+			return nil, failed("the provider did not answer turn/steer in time")
+		}
+		return nil, classErr(err)
+	}
+	return json.Marshal(map[string]any{"status": "steered", "providerTurnId": turn})
+}

@@ -298,3 +298,31 @@ func TestCodexUnknownKindNamesIt(t *testing.T) {
 }
 
 func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestCodex05_Steer: turn.steer → turn/steer with the active turn id.
+func TestCodex05_Steer(t *testing.T) {
+	r := newRig(t)
+	tr := filepath.Join(t.TempDir(), "t.ndjson")
+	r.prepareCodex(nil, "--hang-turn", "--transcript", tr)
+	r.open()
+	r.turn("hang")
+	eventually(t, "turn/started seen", func() bool {
+		r.m.mu.Lock()
+		defer r.m.mu.Unlock()
+		tt := r.m.cl.Wire().Turn
+		return tt != nil && tt.ProviderTurnID != ""
+	})
+	res, err := r.m.SteerTurn(json.RawMessage(`{"text":"also this"}`))
+	require.NoError(t, err)
+	require.Contains(t, string(res), `"steered"`)
+	var steer map[string]any
+	for _, e := range readTranscript(t, tr) {
+		if m, _ := e["msg"].(map[string]any); e["dir"] == "in" && m["method"] == "turn/steer" {
+			steer, _ = m["params"].(map[string]any)
+		}
+	}
+	require.Equal(t, "turn-0001", steer["expectedTurnId"])
+	require.Equal(t, "thread-0001", steer["threadId"])
+	_, err = r.m.SteerTurn(json.RawMessage(`{"text":" "}`))
+	require.Error(t, err)
+}
