@@ -187,7 +187,8 @@ func ToolAnswer(text string, isError bool) ToolCallResponse {
 	if len(text) > MaxToolResultBytes {
 		text = text[:MaxToolResultBytes]
 	}
-	return ToolCallResponse{Success: !isError, ContentItems: []ContentItem{{Type: "inputText", Text: text}}}
+	items := []ContentItem{{Type: "inputText", Text: text}}
+	return ToolCallResponse{Success: !isError, ContentItems: items, Result: ToolResult{Type: "contentItems", ContentItems: items}}
 }
 
 // Feed consumes app-server stdout bytes and returns the complete messages

@@ -263,10 +263,21 @@ type ContentItem struct {
 	Text string `json:"text"`
 }
 
-// ToolCallResponse is the answer to item/tool/call.
+// ToolCallResponse is the answer to item/tool/call. codex.md §4 (and the
+// app-server the reference pins) reads {success, contentItems}; the newer
+// generated schema (DynamicToolCallResponse.json at 96558c7) requires
+// {success, result: {type: "contentItems", contentItems}}. runnerd sends
+// both members: each version ignores the one it does not know.
 type ToolCallResponse struct {
 	ContentItems []ContentItem `json:"contentItems"`
 	Success      bool          `json:"success"`
+	Result       ToolResult    `json:"result"`
+}
+
+// ToolResult is the newer protocol's DynamicToolCallResult (contentItems).
+type ToolResult struct {
+	Type         string        `json:"type"`
+	ContentItems []ContentItem `json:"contentItems"`
 }
 
 // RequestResolvedNotification is serverRequest/resolved.
