@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -79,6 +80,23 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 		case <-stop:
 		}
 		s.notify("item/agentMessage/delta", ev(map[string]any{"itemId": msgID, "delta": fmt.Sprintf("slept %d ms", ms)}))
+	case strings.HasPrefix(prompt, "stamp "):
+		// stamp N GAPMS: N deltas "<unix-nanos>;" written GAPMS apart (bench
+		// only: the one output with wall-clock content, so a consumer can
+		// measure line-written → event-committed latency).
+		var gap int
+		if _, err := fmt.Sscanf(prompt, "stamp %d %d", &chunks, &gap); err != nil || chunks < 0 || chunks > 100000 || gap < 0 || gap > 1000 {
+			break
+		}
+		for k := 0; k < chunks; k++ {
+			select {
+			case <-time.After(time.Duration(gap) * time.Millisecond):
+			case <-stop:
+				k = chunks
+				continue
+			}
+			s.notify("item/agentMessage/delta", ev(map[string]any{"itemId": msgID, "delta": strconv.FormatInt(time.Now().UnixNano(), 10) + ";"}))
+		}
 	case sscan(prompt, "chunks %d", &chunks):
 		for k := 0; k < chunks; k++ {
 			s.notify("item/agentMessage/delta", ev(map[string]any{"itemId": msgID, "delta": fmt.Sprintf("%d,", k)}))
