@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
@@ -1131,6 +1132,9 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 	id, req, ok := m.cl.RuntimeRequestFor(p.RequestID)
 	if !ok {
 		return nil, failed("no agent request is pending under that requestId")
+	}
+	if req.Method == codexapp.MethodRequestUserInput {
+		return m.answerQuestionLocked(commandID, id, req, payload)
 	}
 	rr := acpx.RuntimeRequestOf(req)
 	var o acpx.PermissionOutcome

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
@@ -127,6 +129,9 @@ func codexInstructions(stateDir string, b *Binding) (*string, error) {
 // HandleRequest answers Codex's requests (codex.md §4): item/tool/call
 // through the semantic tool flow, anything else -32601. m.mu held.
 func (d *codexDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+	if in.Method == codexapp.MethodRequestUserInput {
+		return d.questionLocked(in)
+	}
 	if in.Method != codexapp.MethodToolCall {
 		l, err := d.c.RespondError(in.ID, codexapp.CodeMethodUnavailable, codexapp.TextMethodUnavailable)
 		if err != nil {
@@ -314,4 +319,165 @@ func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
 		return nil, classErr(err)
 	}
 	return json.Marshal(map[string]any{"status": "steered", "providerTurnId": turn})
+}
+
+// reasonProviderResolved closes a runtime request Codex resolved itself.
+const reasonProviderResolved = "provider_resolved"
+
+// maxQuestions bounds one question set (question-set.schema.json).
+const maxQuestions = 64
+
+// userInputParams is item/tool/requestUserInput (experimental).
+type userInputParams struct {
+	ThreadID  string `json:"threadId"`
+	TurnID    string `json:"turnId"`
+	ItemID    string `json:"itemId"`
+	Questions []struct {
+		ID       string `json:"id"`
+		Header   string `json:"header"`
+		Question string `json:"question"`
+		IsOther  bool   `json:"isOther"`
+		IsSecret bool   `json:"isSecret"`
+		Options  []struct {
+			Label       string `json:"label"`
+			Description string `json:"description"`
+		} `json:"options"`
+	} `json:"questions"`
+}
+
+// questionLocked surfaces item/tool/requestUserInput as a
+// runtime_request.created of type input carrying a question set
+// (codex.md §4). A malformed one gets -32602. m.mu held.
+func (d *codexDriver) questionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+	m := d.m
+	var p userInputParams
+	if json.Unmarshal(in.Params, &p) != nil || len(p.Questions) == 0 || len(p.Questions) > maxQuestions {
+		l, err := d.c.RespondError(in.ID, -32602, "invalid user input request")
+		if err != nil {
+			return nil, nil, true
+		}
+		return nil, [][]byte{l}, true
+	}
+	turn := m.cl.ActiveTurn()
+	rrID := safeName(turn + "-question-" + string(in.ID))
+	itemID := safeName(turn + "-input-" + p.ItemID)
+	qs := []any{}
+	var secret []any
+	red := m.mapper.Redactor
+	for _, q := range p.Questions {
+		prompt := red.String(q.Question)
+		if prompt == "" {
+			prompt = "The agent asks a question"
+		}
+		mode := "text"
+		if len(q.Options) > 0 {
+			mode = "single_select"
+		}
+		opts := []any{}
+		for _, o := range q.Options {
+			opts = append(opts, map[string]any{"id": red.String(o.Label), "label": red.String(o.Label), "description": red.String(o.Description)})
+		}
+		qq := map[string]any{"id": red.String(q.ID), "header": red.String(q.Header), "prompt": prompt, "required": true,
+			"answerMode": mode, "options": opts}
+		if q.IsOther {
+			qq["customAnswer"] = map[string]any{"enabled": true}
+		}
+		if q.IsSecret {
+			secret = append(secret, red.String(q.ID))
+		}
+		qs = append(qs, qq)
+	}
+	details := map[string]any{"questionSet": map[string]any{"schema": "paperclip.question_set.v1", "questions": qs}}
+	if len(secret) > 0 {
+		details["secretQuestionIds"] = secret
+	}
+	request := map[string]any{
+		"schema": "paperclip.runtime_request.v1", "requestKind": "runtime", "requestId": rrID, "type": "input",
+		"status": "pending", "prompt": "The agent asks for input", "itemId": itemID, "details": details,
+		"origin": map[string]any{"adapter": "codex", "provider": "codex", "method": codexapp.MethodRequestUserInput},
+	}
+	if turn != "" {
+		request["turnId"] = turn
+	}
+	m.cl.SetRuntimeRequest(in.ID, rrID, itemID, nil)
+	return []acpx.Event{{EventType: "runtime_request.created", Priority: acpx.P0, TurnID: turn, ItemID: itemID,
+		Payload: map[string]any{"request": request}}}, nil, true
+}
+
+// answerQuestionLocked is request.resolve for a Codex question: the
+// paperclip.question_response.v1 answers become {answers: {<questionId>:
+// {answers: [string]}}} (codex.md §4). Answers are written to Codex only:
+// never to state, events or logs. m.mu held.
+func (m *Manager) answerQuestionLocked(commandID string, id json.RawMessage, req acpx.AgentRequest, payload json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		RequestID string `json:"requestId"`
+		Response  struct {
+			Outcome string `json:"outcome"`
+			Answers []struct {
+				QuestionID string   `json:"questionId"`
+				OptionID   string   `json:"optionId"`
+				OptionIDs  []string `json:"optionIds"`
+				Value      *string  `json:"value"`
+				Text       *string  `json:"text"`
+				Values     []string `json:"values"`
+			} `json:"answers"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, failed("request.resolve response is malformed")
+	}
+	d, ok := m.driverLocked().(*codexDriver)
+	if !ok {
+		return nil, failed("no agent request is pending under that requestId")
+	}
+	answers := map[string]any{}
+	for _, a := range p.Response.Answers {
+		if a.QuestionID == "" {
+			return nil, failed("request.resolve answers need a questionId")
+		}
+		var list []string
+		switch {
+		case len(a.Values) > 0:
+			list = a.Values
+		case len(a.OptionIDs) > 0:
+			list = a.OptionIDs
+		case a.OptionID != "":
+			list = []string{a.OptionID}
+		case a.Value != nil:
+			list = []string{*a.Value}
+		case a.Text != nil:
+			list = []string{*a.Text}
+		}
+		answers[a.QuestionID] = map[string]any{"answers": append([]string{}, list...)}
+	}
+	line, err := d.c.Respond(id, map[string]any{"answers": answers})
+	if err != nil {
+		return nil, failed("no agent request is pending under that requestId")
+	}
+	action := "accept"
+	if p.Response.Outcome == "cancelled" {
+		action = "cancel"
+	}
+	evs := m.mapper.RequestResolved(acpx.RuntimeRequestOf(req), action)
+	result, _ := json.Marshal(map[string]any{"status": "delivered", "requestId": p.RequestID})
+	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// closeQuestionsLocked ends every open Codex question with status and
+// reason. m.mu held.
+func (m *Manager) closeQuestionsLocked(status, reason string) []acpx.Event {
+	var evs []acpx.Event
+	w := m.cl.Wire()
+	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
+		r := w.AgentRequests[key]
+		if r.Method != codexapp.MethodRequestUserInput || r.RuntimeRequestID == "" {
+			continue
+		}
+		evs = append(evs, m.mapper.RequestClosed(acpx.RuntimeRequestOf(r), status, reason)...)
+		m.cl.ForgetAgentRequest(json.RawMessage(key))
+	}
+	return evs
 }

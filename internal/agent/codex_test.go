@@ -326,3 +326,54 @@ func TestCodex05_Steer(t *testing.T) {
 	_, err = r.m.SteerTurn(json.RawMessage(`{"text":" "}`))
 	require.Error(t, err)
 }
+
+// TestCodexUserInput: item/tool/requestUserInput → runtime_request.created
+// (type input, a question set); request.resolve's answers reach Codex as
+// {answers: {<questionId>: {answers: [string]}}}.
+func TestCodexUserInput(t *testing.T) {
+	r := newRig(t)
+	tr := filepath.Join(t.TempDir(), "t.ndjson")
+	r.prepareCodex(nil, "--user-input", "--transcript", tr)
+	r.open()
+	r.turn("ask me")
+	evs := r.sink.waitEvent(t, "runtime_request.created")
+	req := payloadOf(evs, "runtime_request.created")["request"].(map[string]any)
+	require.Equal(t, "input", req["type"])
+	qs := req["details"].(map[string]any)["questionSet"].(map[string]any)["questions"].([]any)
+	require.Len(t, qs, 1)
+	res, err := r.m.Resolve("cmd-resolve", json.RawMessage(mustJSON(map[string]any{"requestId": req["requestId"],
+		"response": map[string]any{"schema": "paperclip.question_response.v1", "answers": []any{map[string]any{"questionId": "q1", "optionId": "A"}}}})))
+	require.NoError(t, err)
+	require.Contains(t, string(res), "delivered")
+	evs = r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, 1, count(evs, "runtime_request.resolved"))
+	var answer map[string]any
+	for _, e := range readTranscript(t, tr) {
+		m, _ := e["msg"].(map[string]any)
+		if e["dir"] == "in" && m["method"] == nil && m["result"] != nil {
+			if res, _ := m["result"].(map[string]any); res["answers"] != nil {
+				answer = res
+			}
+		}
+	}
+	require.Equal(t, map[string]any{"q1": map[string]any{"answers": []any{"A"}}}, answer["answers"])
+	require.Contains(t, said(evs), "user answered")
+	validateAll(t, evs)
+}
+
+// TestCodexUserInputInterrupted: an open question is cancelled by the
+// interrupt; Codex's serverRequest/resolved adds nothing.
+func TestCodexUserInputInterrupted(t *testing.T) {
+	r := newRig(t)
+	r.prepareCodex(nil, "--user-input")
+	r.open()
+	r.turn("ask me")
+	r.sink.waitEvent(t, "runtime_request.created")
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.Cancel(ctx, Interrupt)
+	require.NoError(t, err)
+	evs := r.sink.waitEvent(t, "turn.interrupted")
+	require.Equal(t, 1, count(evs, "runtime_request.cancelled"))
+	validateAll(t, evs)
+}

@@ -430,7 +430,12 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 	case acpx.KindCancelRequest:
 		evs := m.withdrawnLocked(in.ID)
 		if in.Method == codexapp.NoteRequestResolved {
-			// Codex closed its own request: nothing to answer (codex.md §4).
+			// Codex closed its own request: its runtime request is
+			// cancelled, nothing is answered (codex.md §4).
+			evs = nil
+			if r, ok := m.cl.AgentRequest(in.ID); ok && r.RuntimeRequestID != "" {
+				evs = m.mapper.RequestClosed(acpx.RuntimeRequestOf(r), acpx.RequestCancelled, reasonProviderResolved)
+			}
 			m.cl.ForgetAgentRequest(in.ID)
 			return evs, nil, nil
 		}
