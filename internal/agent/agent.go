@@ -78,6 +78,10 @@ type Stored struct {
 	Tools *toolcall.Table `json:"tools,omitempty"`
 	// Bridge is the live tool bridge of the provider session (tools.md §2).
 	Bridge *BridgeRecord `json:"bridge,omitempty"`
+	// ThreadCatalogDigest is the catalogDigest a Codex thread was started
+	// with: thread/resume cannot change dynamicTools, so a resume under
+	// another catalog fails tool_catalog_changed (codex.md §3).
+	ThreadCatalogDigest string `json:"threadCatalogDigest,omitempty"`
 }
 
 // PromptDelivery is a turn.start prompt written as a stdin file under its

@@ -83,17 +83,34 @@ func (d *codexDriver) Open(ctx context.Context, o OpenSession) error {
 		model = &b.Model
 	}
 	if o.Resume {
-		_, err = o.Call(func() (acpx.Call, error) {
+		m.mu.Lock()
+		changed := m.st.ThreadCatalogDigest != b.CatalogDigest
+		m.mu.Unlock()
+		if changed {
+			return &CommandError{Code: CodeToolCatalogChanged, Message: "the run's tool catalog differs from the one the Codex thread started with"}
+		}
+		if _, err = o.Call(func() (acpx.Call, error) {
 			return d.c.ThreadResume(codexapp.ThreadResumeParams{Cwd: b.Cwd, Model: model, ApprovalPolicy: codexApprovalNever, DeveloperInstructions: instr})
-		})
+		}); err != nil {
+			return err
+		}
+		_, err = o.Call(d.c.ThreadRead)
 		return err
 	}
-	_, err = o.Call(func() (acpx.Call, error) {
+	if _, err = o.Call(func() (acpx.Call, error) {
 		return d.c.ThreadStart(codexapp.ThreadStartParams{Cwd: b.Cwd, Model: model, ApprovalPolicy: codexApprovalNever,
 			DynamicTools: tools, DeveloperInstructions: instr, Sandbox: codexSandbox})
-	})
-	return err
+	}); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.st.ThreadCatalogDigest = b.CatalogDigest // the open's commit records it
+	m.mu.Unlock()
+	return nil
 }
+
+// CodeToolCatalogChanged fails a Codex resume under another catalog.
+const CodeToolCatalogChanged = "tool_catalog_changed"
 
 // codexToolsLocked is dynamicTools: the catalog then the reserved tools
 // (codex.md §3, tools.md §1, §4). m.mu held.

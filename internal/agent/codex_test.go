@@ -377,3 +377,41 @@ func TestCodexUserInputInterrupted(t *testing.T) {
 	require.Equal(t, 1, count(evs, "runtime_request.cancelled"))
 	validateAll(t, evs)
 }
+
+// TestCodexResume: after session.close a reusable record resumes with
+// thread/resume (no dynamicTools) then thread/read; a run whose catalog
+// differs from the thread's fails tool_catalog_changed.
+func TestCodexResume(t *testing.T) {
+	r := newToolRig(t)
+	tr := filepath.Join(t.TempDir(), "t.ndjson")
+	cat := catalogJSON(t, opComment)
+	r.prepareCodexTools(cat, "--transcript", tr)
+	r.open()
+	r.turn("one")
+	r.sink.waitEvent(t, "run.terminal")
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.CloseSession(ctx)
+	require.NoError(t, err)
+	r.open()
+	entries := readTranscript(t, tr)
+	require.Equal(t, []string{"initialize", "initialized", "thread/start", "turn/start", "initialize", "initialized", "thread/resume", "thread/read"}, methodsIn(entries))
+	for _, e := range entries {
+		if m, _ := e["msg"].(map[string]any); m["method"] == "thread/resume" {
+			p := m["params"].(map[string]any)
+			require.NotContains(t, p, "dynamicTools")
+			require.Equal(t, "thread-0001", p["threadId"])
+			require.Equal(t, true, p["excludeTurns"])
+		}
+	}
+	n := len(r.sink.waitEvent(t, "session.resumed"))
+	r.turn("two")
+	evs := since(r.sink.waitFor(t, "second terminal", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") == 2 }), n)
+	validateAll(t, evs)
+
+	_, err = r.m.CloseSession(ctx)
+	require.NoError(t, err)
+	r.prepareCodexTools(catalogJSON(t, opComment, opNote), "--transcript", tr)
+	ce := r.openErr()
+	require.Equal(t, CodeToolCatalogChanged, ce.Code)
+}

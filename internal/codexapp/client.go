@@ -100,6 +100,14 @@ func (c *Client) ThreadResume(p ThreadResumeParams) (acpx.Call, error) {
 	return c.request(MethodThreadResume, p, "")
 }
 
+// ThreadRead is thread/read of the recorded thread, without its turns.
+func (c *Client) ThreadRead() (acpx.Call, error) {
+	if c.ThreadID() == "" {
+		return acpx.Call{}, fmt.Errorf("thread read: %w", ErrNoThread)
+	}
+	return c.request(MethodThreadRead, ThreadReadParams{ThreadID: c.ThreadID()}, "")
+}
+
 // TurnStart starts turn turnID (runnerd's providerTurnId) with one text
 // input and marks it active.
 func (c *Client) TurnStart(turnID, text string) (acpx.Call, error) {

@@ -104,6 +104,12 @@ type ThreadResumeParams struct {
 	ExcludeTurns          bool    `json:"excludeTurns"`
 }
 
+// ThreadReadParams is thread/read.
+type ThreadReadParams struct {
+	ThreadID     string `json:"threadId"`
+	IncludeTurns bool   `json:"includeTurns"`
+}
+
 // Thread is the part of a thread runnerd reads.
 type Thread struct {
 	ID string `json:"id"`

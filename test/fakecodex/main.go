@@ -196,6 +196,15 @@ func (s *server) handle(m msg) {
 		s.mu.Unlock()
 		s.result(m.ID, map[string]any{"thread": threadObject(id), "model": "fake-model", "modelProvider": "fake",
 			"cwd": "/", "approvalPolicy": "never", "sandbox": map[string]any{"type": "dangerFullAccess"}, "reasoningEffort": nil})
+	case m.Method == "thread/read":
+		s.mu.Lock()
+		id := s.thread
+		s.mu.Unlock()
+		if id == "" {
+			s.rpcError(m.ID, -32600, "no thread")
+			return
+		}
+		s.result(m.ID, map[string]any{"thread": threadObject(id)})
 	case m.Method == "turn/start":
 		s.mu.Lock()
 		if s.active != nil {
