@@ -32,6 +32,7 @@ type config struct {
 	command     bool
 	toolCall    string
 	toolArgs    string
+	finish      string
 	userInput   bool
 	initDelayMs int
 	hangInit    bool
@@ -60,6 +61,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.command, "command", false, "run one commandExecution item per turn")
 	fs.StringVar(&c.toolCall, "tool-call", "", "call this dynamic tool (item/tool/call) in every turn")
 	fs.StringVar(&c.toolArgs, "tool-args", "{}", "the arguments of --tool-call")
+	fs.StringVar(&c.finish, "finish", "", "after the other calls, call paperclip_finish with these arguments")
 	fs.BoolVar(&c.userInput, "user-input", false, "send item/tool/requestUserInput in every turn")
 	fs.IntVar(&c.initDelayMs, "init-delay-ms", 0, "delay before answering initialize (a slow start)")
 	fs.BoolVar(&c.hangInit, "hang-on-initialize", false, "never answer initialize")

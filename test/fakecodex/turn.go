@@ -68,6 +68,16 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 			text += "; user answered: " + summarise(ans)
 		}
 	}
+	if s.cfg.finish != "" {
+		s.mu.Lock()
+		s.srvReq++
+		callID := fmt.Sprintf("call-%04d", s.srvReq)
+		s.mu.Unlock()
+		if ans, ok := s.request("item/tool/call", ev(map[string]any{"callId": callID, "tool": "paperclip_finish",
+			"arguments": json.RawMessage(s.cfg.finish)}), stop); ok {
+			text += "; finish answered: " + summarise(ans)
+		}
+	}
 	if s.cfg.hangTurn {
 		<-stop
 	}
