@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -414,4 +416,42 @@ func TestCodexResume(t *testing.T) {
 	r.prepareCodexTools(catalogJSON(t, opComment, opNote), "--transcript", tr)
 	ce := r.openErr()
 	require.Equal(t, CodeToolCatalogChanged, ce.Code)
+}
+
+// TestCodexStartupFaults: a slow start within the bound opens; a hang is
+// cut at the cold bound; an early exit and a stream of junk lines fail
+// with the startup classes the ACP path uses (the same supervision).
+func TestCodexStartupFaults(t *testing.T) {
+	t.Run("slow start", func(t *testing.T) {
+		r := newRig(t)
+		r.prepareCodex(nil, "--init-delay-ms", "300")
+		r.open()
+	})
+	t.Run("hang", func(t *testing.T) {
+		r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 500 * time.Millisecond } })
+		r.prepareCodex(nil, "--hang-on-initialize")
+		ce := r.openErr()
+		require.Equal(t, string(acpx.ClassSessionHandshakeTimeout), ce.Code)
+	})
+	t.Run("early exit", func(t *testing.T) {
+		r := newRig(t)
+		r.prepareCodex(nil, "--exit-early", "3")
+		ce := r.openErr()
+		require.Equal(t, string(acpx.ClassAgentStartupExitNonzero), ce.Code)
+	})
+	t.Run("some junk", func(t *testing.T) {
+		r := newRig(t)
+		r.prepareCodex(nil, "--junk", "3")
+		r.open()
+		r.turn("hi")
+		r.sink.waitEvent(t, "run.terminal")
+	})
+	t.Run("too much junk", func(t *testing.T) {
+		r := newRig(t)
+		r.prepareCodex(nil, "--junk", strconv.Itoa(acpx.MaxConsecutiveBadLines))
+		ce := r.openErr()
+		require.NotEmpty(t, ce.Code)
+		_, evs := r.sink.snapshot()
+		require.Equal(t, 0, count(evs, "session.started"))
+	})
 }
