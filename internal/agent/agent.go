@@ -1165,7 +1165,7 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 		}
 		action = acpx.ActionOf(rr.Choices, o)
 	}
-	line, err := m.cl.Respond(id, acpx.PermissionResponse{Outcome: o})
+	line, err := m.respondPermissionLocked(id, req, o)
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}

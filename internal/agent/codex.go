@@ -149,6 +149,9 @@ func (d *codexDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bo
 	if in.Method == codexapp.MethodRequestUserInput {
 		return d.questionLocked(in)
 	}
+	if isCodexApproval(in.Method) {
+		return d.approvalLocked(in)
+	}
 	if in.Method != codexapp.MethodToolCall {
 		l, err := d.c.RespondError(in.ID, codexapp.CodeMethodUnavailable, codexapp.TextMethodUnavailable)
 		if err != nil {
@@ -490,11 +493,89 @@ func (m *Manager) closeQuestionsLocked(status, reason string) []acpx.Event {
 	w := m.cl.Wire()
 	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
 		r := w.AgentRequests[key]
-		if r.Method != codexapp.MethodRequestUserInput || r.RuntimeRequestID == "" {
+		if (r.Method != codexapp.MethodRequestUserInput && !isCodexApproval(r.Method)) || r.RuntimeRequestID == "" {
 			continue
 		}
 		evs = append(evs, m.mapper.RequestClosed(acpx.RuntimeRequestOf(r), status, reason)...)
 		m.cl.ForgetAgentRequest(json.RawMessage(key))
 	}
 	return evs
+}
+
+// approvalParams is the part of item/commandExecution/requestApproval and
+// item/fileChange/requestApproval runnerd reads.
+type approvalParams struct {
+	ThreadID string  `json:"threadId"`
+	TurnID   string  `json:"turnId"`
+	ItemID   string  `json:"itemId"`
+	Command  *string `json:"command"`
+	Reason   *string `json:"reason"`
+}
+
+// Codex approval decisions, used as the option ids of the permission
+// request the approval is decided as.
+const (
+	codexAccept           = "accept"
+	codexAcceptForSession = "acceptForSession"
+	codexDecline          = "decline"
+	codexCancel           = "cancel"
+)
+
+func isCodexApproval(method string) bool {
+	return method == codexapp.MethodCommandApproval || method == codexapp.MethodFileApproval
+}
+
+// approvalLocked decides a Codex approval by the bound permission mode
+// exactly as an ACP permission request (tools.md §6: acpx.DecidePermission):
+// answered at once, or surfaced as runtime_request.created until
+// request.resolve. With approvalPolicy never Codex should not ask. m.mu held.
+func (d *codexDriver) approvalLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+	m := d.m
+	var p approvalParams
+	_ = json.Unmarshal(in.Params, &p) // every field is optional here
+	title, kind := "Run a command?", "execute"
+	if in.Method == codexapp.MethodFileApproval {
+		title, kind = "Change files?", "edit"
+	}
+	if p.Command != nil && *p.Command != "" {
+		title = *p.Command
+	}
+	req := acpx.PermissionRequest{SessionID: d.c.ThreadID(),
+		ToolCall: acpx.PermissionToolCall{ToolCallID: p.ItemID, Title: title, Kind: kind},
+		Options: []acpx.PermissionOption{
+			{OptionID: codexAccept, Name: "Allow", Kind: acpx.OptionAllowOnce},
+			{OptionID: codexAcceptForSession, Name: "Allow for the session", Kind: acpx.OptionAllowAlways},
+			{OptionID: codexDecline, Name: "Decline", Kind: acpx.OptionRejectOnce},
+		}}
+	mode := acpx.ApproveAll
+	if m.st.Binding != nil {
+		mode = m.st.Binding.PermissionMode
+	}
+	if acpx.DecidePermission(mode, req) == acpx.DecideAsk {
+		rr, evs := m.mapper.PermissionRequest(m.cl.Map(), in.TurnID, in.ID, req)
+		m.cl.SetRuntimeRequest(in.ID, rr.ID, rr.ItemID, rr.Choices)
+		return evs, nil, true
+	}
+	o := acpx.PickOption(req, acpx.DecidePermission(mode, req) == acpx.DecideAllow)
+	l, err := d.c.Respond(in.ID, map[string]any{"decision": codexDecision(o)})
+	if err != nil {
+		return nil, nil, true
+	}
+	return nil, [][]byte{l}, true
+}
+
+func codexDecision(o acpx.PermissionOutcome) string {
+	if o.Outcome != "selected" || o.OptionID == "" {
+		return codexCancel
+	}
+	return o.OptionID
+}
+
+// respondPermissionLocked answers a pending permission-shaped request with
+// outcome o in its own protocol. m.mu held.
+func (m *Manager) respondPermissionLocked(id json.RawMessage, req acpx.AgentRequest, o acpx.PermissionOutcome) ([]byte, error) {
+	if d, ok := m.driverLocked().(*codexDriver); ok && isCodexApproval(req.Method) {
+		return d.c.Respond(id, map[string]any{"decision": codexDecision(o)})
+	}
+	return m.cl.Respond(id, acpx.PermissionResponse{Outcome: o})
 }

@@ -455,3 +455,61 @@ func TestCodexStartupFaults(t *testing.T) {
 		require.Equal(t, 0, count(evs, "session.started"))
 	})
 }
+
+// transcriptDecisions are the decisions runnerd answered approvals with.
+func transcriptDecisions(t testing.TB, path string) []string {
+	var out []string
+	for _, e := range readTranscript(t, path) {
+		m, _ := e["msg"].(map[string]any)
+		if e["dir"] == "in" && m["method"] == nil {
+			if res, _ := m["result"].(map[string]any); res["decision"] != nil {
+				out = append(out, res["decision"].(string))
+			}
+		}
+	}
+	return out
+}
+
+// TestCodexApproval: a command approval is decided by the permission mode
+// as an ACP permission request is (tools.md §6): approve-all accepts at
+// once with no PRP event, deny-all declines, manual asks through
+// runtime_request.created and request.resolve's action answers Codex.
+func TestCodexApproval(t *testing.T) {
+	for _, tc := range []struct{ mode, want string }{{"approve-all", "accept"}, {"deny-all", "decline"}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			r := newRig(t)
+			tr := filepath.Join(t.TempDir(), "t.ndjson")
+			b, _ := json.Marshal(map[string]any{"provider": map[string]any{"kind": "codex", "command": fakecodexBin(t),
+				"args": []string{"--command", "--approval", "--transcript", tr}, "cwd": r.cwd, "permissionMode": tc.mode}})
+			_, err := r.m.Prepare(b)
+			require.NoError(t, err)
+			r.open()
+			r.turn("run it")
+			evs := r.sink.waitEvent(t, "run.terminal")
+			require.Equal(t, 0, count(evs, "runtime_request.created"))
+			require.Equal(t, []string{tc.want}, transcriptDecisions(t, tr))
+			validateAll(t, evs)
+		})
+	}
+	t.Run("manual", func(t *testing.T) {
+		r := newRig(t)
+		tr := filepath.Join(t.TempDir(), "t.ndjson")
+		b, _ := json.Marshal(map[string]any{"provider": map[string]any{"kind": "codex", "command": fakecodexBin(t),
+			"args": []string{"--command", "--approval", "--transcript", tr}, "cwd": r.cwd, "permissionMode": "manual"}})
+		_, err := r.m.Prepare(b)
+		require.NoError(t, err)
+		r.open()
+		r.turn("run it")
+		evs := r.sink.waitEvent(t, "runtime_request.created")
+		req := payloadOf(evs, "runtime_request.created")["request"].(map[string]any)
+		require.Equal(t, "permission", req["type"])
+		res, err := r.m.Resolve("cmd-res", json.RawMessage(mustJSON(map[string]any{"requestId": req["requestId"],
+			"resolution": map[string]any{"action": "accept"}})))
+		require.NoError(t, err)
+		require.Contains(t, string(res), "delivered")
+		evs = r.sink.waitEvent(t, "run.terminal")
+		require.Equal(t, []string{"accept"}, transcriptDecisions(t, tr))
+		require.Equal(t, 1, count(evs, "runtime_request.resolved"))
+		validateAll(t, evs)
+	})
+}

@@ -30,6 +30,7 @@ type config struct {
 	usage       bool
 	deltas      int
 	command     bool
+	approval    bool
 	toolCall    string
 	toolArgs    string
 	finish      string
@@ -59,6 +60,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.usage, "usage", false, "send thread/tokenUsage/updated in every turn")
 	fs.IntVar(&c.deltas, "deltas", 1, "item/agentMessage/delta notifications per turn")
 	fs.BoolVar(&c.command, "command", false, "run one commandExecution item per turn")
+	fs.BoolVar(&c.approval, "approval", false, "ask item/commandExecution/requestApproval before the --command item")
 	fs.StringVar(&c.toolCall, "tool-call", "", "call this dynamic tool (item/tool/call) in every turn")
 	fs.StringVar(&c.toolArgs, "tool-args", "{}", "the arguments of --tool-call")
 	fs.StringVar(&c.finish, "finish", "", "after the other calls, call paperclip_finish with these arguments")

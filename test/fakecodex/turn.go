@@ -43,6 +43,19 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 			done[k] = v
 		}
 		done["status"], done["aggregatedOutput"], done["exitCode"], done["durationMs"] = "completed", "fake\n", 0, 1
+		if s.cfg.approval {
+			ans, ok := s.request("item/commandExecution/requestApproval", ev(map[string]any{"itemId": id,
+				"command": "echo fake", "cwd": "/", "reason": "the fake wants to run a command"}), stop)
+			var r struct {
+				Decision string `json:"decision"`
+			}
+			if ok {
+				_ = json.Unmarshal(ans.Result, &r)
+			}
+			if r.Decision != "accept" && r.Decision != "acceptForSession" {
+				done["status"], done["aggregatedOutput"], done["exitCode"] = "declined", nil, nil
+			}
+		}
 		s.notify("item/completed", ev(map[string]any{"item": done}))
 	}
 	text := "hello from fakecodex"
