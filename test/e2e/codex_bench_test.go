@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -84,4 +86,72 @@ func newBenchRig(b *testing.B, kind string) *agentRig {
 	benchRun(b, r, "run.prepare", map[string]any{"provider": prov})
 	benchRun(b, r, "session.open", map[string]any{})
 	return r
+}
+
+// BenchmarkCodexTenThousandDeltasOnWire: one Codex turn of 10,000
+// item/agentMessage/delta notifications; the core receives them all, in
+// order, coalesced into fewer P2 events, while a ping every 10 ms is timed
+// until its pong (issue 11: p99 within 5 ms). Figures only.
+func BenchmarkCodexTenThousandDeltasOnWire(b *testing.B) {
+	const n = 10000
+	r := newBenchRig(b, "codex")
+	var want strings.Builder
+	for i := range n {
+		want.WriteString(strconv.Itoa(i) + ",")
+	}
+	for i := 0; b.Loop(); i++ {
+		before := len(r.c.core.Snapshot().Events)
+		ctx, stopPings := context.WithCancel(context.Background())
+		var rtts []time.Duration
+		pinged := make(chan struct{})
+		go func() {
+			defer close(pinged)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for ctx.Err() == nil {
+				pongs := r.c.core.Snapshot().Pongs
+				start := time.Now()
+				if r.c.core.Ping(ctx) == nil {
+					wctx, cancel := context.WithTimeout(ctx, waitBound)
+					if r.c.core.Wait(wctx, func(s prp.CoreSnapshot) bool { return s.Pongs > pongs }) == nil {
+						rtts = append(rtts, time.Since(start))
+					}
+					cancel()
+				}
+				select {
+				case <-ctx.Done():
+				case <-tick.C:
+				}
+			}
+		}()
+		start := time.Now()
+		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("chunks %d", n)})
+		s := waitTerminals(b, r, i+1)
+		took := time.Since(start)
+		stopPings()
+		<-pinged
+		var got strings.Builder
+		deltas := 0
+		for _, e := range decodeEvents(b, s.Events)[before:] {
+			if e.EventType == "item.delta" {
+				deltas++
+				var p struct {
+					Text string `json:"text"`
+				}
+				_ = json.Unmarshal(e.Payload, &p)
+				got.WriteString(p.Text)
+			}
+		}
+		if got.String() != want.String() {
+			b.Fatalf("deltas lost or out of order: got %d bytes, want %d", got.Len(), want.Len())
+		}
+		slices.Sort(rtts)
+		if len(rtts) == 0 {
+			b.Fatal("no ping answered")
+		}
+		b.ReportMetric(float64(deltas), "delta-events")
+		b.ReportMetric(msf(pct(rtts, 99)), "ping-p99-ms")
+		fmt.Printf("codex 10,000 deltas in one turn: all in order in %d item.delta events, turn took %v; %d pings: p50 %v p99 %v\n",
+			deltas, took.Round(time.Millisecond), len(rtts), pct(rtts, 50), pct(rtts, 99))
+	}
 }
