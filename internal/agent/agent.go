@@ -335,6 +335,13 @@ func (m *Manager) Start() error {
 			return err
 		}
 	}
+	if d, ok := m.driverLocked().(*codexDriver); ok && m.st.Tools != nil {
+		if lines := d.rearmLocked(); len(lines) > 0 || len(m.tools.waiters) > 0 {
+			if err := m.commitThenWriteLocked(nil, lines); err != nil && !errors.Is(err, acpx.ErrWrite) {
+				return err
+			}
+		}
+	}
 	if pr == nil {
 		return nil
 	}

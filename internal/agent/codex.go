@@ -160,6 +160,14 @@ func (d *codexDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bo
 		return nil, [][]byte{l}, true
 	}
 	m := d.m
+	if r, ok := m.cl.Wire().AgentRequests[string(in.ID)]; ok && r.ItemID != "" {
+		// The same request read again after a restart: it is already
+		// linked to its call; wait for it unless that already happens.
+		if _, busy := m.tools.waiters[r.ItemID]; busy {
+			return nil, nil, true
+		}
+		return nil, d.rearmOneLocked(string(in.ID), r), true
+	}
 	var p codexapp.ToolCallParams
 	refuse := func(text string) ([]acpx.Event, [][]byte, bool) {
 		l, err := d.c.Respond(in.ID, codexapp.ToolAnswer(codexInvalidToolCall+text, true))
@@ -198,9 +206,67 @@ func (d *codexDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bo
 		return nil, [][]byte{l}, true
 	}
 	id := bytes.Clone(in.ID)
+	// The Codex request remembers its call, so a restarted runnerd waits
+	// for the result again (rearmLocked): Codex never re-sends it.
+	if r, ok := m.cl.Wire().AgentRequests[string(in.ID)]; ok {
+		r.ItemID = w.callID
+		m.cl.Wire().AgentRequests[string(in.ID)] = r // committed with the event file (handleInbound)
+	}
 	m.wg.Add(1)
 	go d.await(w, id)
 	return nil, nil, true
+}
+
+// rearmLocked is the hot restart of Codex's open item/tool/call requests
+// (acp.md §3.5): the previous life detached every call; each one whose
+// Codex request is still open waits for its result again, or is answered
+// now from the result recorded meanwhile. It returns the answer lines for
+// the caller's commit. m.mu held.
+func (d *codexDriver) rearmLocked() [][]byte {
+	m := d.m
+	var lines [][]byte
+	w := m.cl.Wire()
+	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
+		r := w.AgentRequests[key]
+		if r.Method != codexapp.MethodToolCall || r.ItemID == "" {
+			continue
+		}
+		if _, busy := m.tools.waiters[r.ItemID]; busy {
+			continue
+		}
+		lines = append(lines, d.rearmOneLocked(key, r)...)
+	}
+	return lines
+}
+
+// rearmOneLocked re-arms the Codex request key linked to call r.ItemID.
+// m.mu held.
+func (d *codexDriver) rearmOneLocked(key string, r acpx.AgentRequest) [][]byte {
+	m := d.m
+	var lines [][]byte
+	tb := m.tableLocked()
+	{
+		c := tb.Find(r.ItemID)
+		switch {
+		case c == nil:
+			if l, err := d.c.Respond(json.RawMessage(key), codexapp.ToolAnswer(TextStopped, true)); err == nil {
+				lines = append(lines, l)
+			}
+		case c.Recorded != nil:
+			o := *c.Recorded
+			res := m.answerLocked(c, o)
+			tb.Settle(c.CallID, o)
+			if l, err := d.c.Respond(json.RawMessage(key), codexapp.ToolAnswer(res.Text, res.IsError)); err == nil {
+				lines = append(lines, l)
+			}
+		default:
+			c.State = toolcall.Pending
+			wt := m.waitLocked(c.CallID)
+			m.wg.Add(1)
+			go d.await(wt, json.RawMessage(key))
+		}
+	}
+	return lines
 }
 
 // await answers Codex once the call's result arrives (or the turn is

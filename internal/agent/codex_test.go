@@ -513,3 +513,31 @@ func TestCodexApproval(t *testing.T) {
 		validateAll(t, evs)
 	})
 }
+
+// TestCodexToolCallAcrossRestart: runnerd goes away while Codex waits on
+// item/tool/call; the restarted runnerd re-adopts the app-server, waits
+// for the call's result again (Codex never re-sends the request), and the
+// core's result reaches Codex: delivered, no second semantic_tool.input.
+func TestCodexToolCallAcrossRestart(t *testing.T) {
+	r := newToolRig(t)
+	tr := filepath.Join(t.TempDir(), "t.ndjson")
+	r.prepareCodexTools(catalogJSON(t, opComment), "--tool-call", "issue.comment", "--tool-args", `{"body":"hi"}`, "--transcript", tr)
+	r.open()
+	r.turn("call the tool")
+	in := r.waitInputs(1)
+	pgid := agentPgid(t, r.sessionDir())
+	r.m.Close()
+	st, _ := r.sink.snapshot()
+	r.m = NewManager(r.cfg, st)
+	require.NoError(t, r.m.Start())
+	res, err := r.result("cmd-res-1", in[0], `{"id":"c-9"}`, false)
+	require.NoError(t, err)
+	require.Equal(t, "delivered", statusOf(t, res))
+	evs := r.sink.waitEvent(t, "run.terminal")
+	require.Equal(t, pgid, agentPgid(t, r.sessionDir()), "the same app-server")
+	require.Equal(t, 1, count(evs, toolcall.EventInput))
+	require.Contains(t, said(evs), "c-9")
+	ans := toolAnswers(t, readTranscript(t, tr))
+	require.Len(t, ans, 1)
+	require.Equal(t, true, ans[0]["success"])
+}

@@ -415,7 +415,10 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 		}
 	case acpx.KindRequest:
 		if evs, lines, ok := m.driverLocked().HandleRequest(in); ok {
-			return evs, lines, nil
+			// Commit the file that carried the request now, with what the
+			// driver linked to it, so a restart never reads it again after
+			// its answer (a quiet file's commit may otherwise wait).
+			return evs, lines, func() {}
 		}
 		if in.Method == acpx.MethodRequestPermission && in.Permission != nil {
 			return m.permissionLocked(in)

@@ -265,7 +265,13 @@ func (c *Client) handleLine(line []byte) ([]acpx.Inbound, error) {
 		if w.Turn != nil {
 			turnID = w.Turn.ID
 		}
-		w.AgentRequests[key] = acpx.AgentRequest{Method: m.Method, TurnID: turnID}
+		if r, seen := w.AgentRequests[key]; seen && r.Method == m.Method {
+			// Re-read after a restart (its event file was not yet
+			// committed as consumed): keep what the record links to it.
+			turnID = r.TurnID
+		} else {
+			w.AgentRequests[key] = acpx.AgentRequest{Method: m.Method, TurnID: turnID}
+		}
 		return []acpx.Inbound{{Kind: acpx.KindRequest, ID: json.RawMessage(key), Method: m.Method, Params: m.Params, TurnID: turnID}}, nil
 	case KindNotification:
 		return c.notification(m), nil
