@@ -146,6 +146,13 @@ func codexInstructions(stateDir string, b *Binding) (*string, error) {
 // HandleRequest answers Codex's requests (codex.md §4): item/tool/call
 // through the semantic tool flow, anything else -32601. m.mu held.
 func (d *codexDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+	if (in.Method == codexapp.MethodRequestUserInput || isCodexApproval(in.Method)) && d.runtimeRequestsFullLocked() {
+		// codex.md §2: at most MaxPendingRuntimeRequests open at once.
+		if l, err := d.c.RespondError(in.ID, -32000, "too many pending runtime requests"); err == nil {
+			return nil, [][]byte{l}, true
+		}
+		return nil, nil, true
+	}
 	if in.Method == codexapp.MethodRequestUserInput {
 		return d.questionLocked(in)
 	}
@@ -644,4 +651,16 @@ func (m *Manager) respondPermissionLocked(id json.RawMessage, req acpx.AgentRequ
 		return d.c.Respond(id, map[string]any{"decision": codexDecision(o)})
 	}
 	return m.cl.Respond(id, acpx.PermissionResponse{Outcome: o})
+}
+
+// runtimeRequestsFullLocked reports MaxPendingRuntimeRequests open
+// runtime requests. m.mu held.
+func (d *codexDriver) runtimeRequestsFullLocked() bool {
+	n := 0
+	for _, r := range d.m.cl.Wire().AgentRequests {
+		if r.RuntimeRequestID != "" {
+			n++
+		}
+	}
+	return n >= codexapp.MaxPendingRuntimeRequests
 }

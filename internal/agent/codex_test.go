@@ -541,3 +541,45 @@ func TestCodexToolCallAcrossRestart(t *testing.T) {
 	require.Len(t, ans, 1)
 	require.Equal(t, true, ans[0]["success"])
 }
+
+// TestCodex05_RunCancel: run.cancel interrupts the Codex turn
+// (turn/interrupt) and the turn ends turn.cancelled; the app-server keeps
+// running.
+func TestCodex05_RunCancel(t *testing.T) {
+	r := newRig(t)
+	r.prepareCodex(nil, "--hang-turn")
+	r.open()
+	r.turn("hang")
+	eventually(t, "turn/started seen", func() bool {
+		r.m.mu.Lock()
+		defer r.m.mu.Unlock()
+		tt := r.m.cl.Wire().Turn
+		return tt != nil && tt.ProviderTurnID != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.Cancel(ctx, RunCancel)
+	require.NoError(t, err)
+	evs := r.sink.waitEvent(t, "turn.cancelled")
+	require.Equal(t, 0, count(evs, "harness.exited"))
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	validateAll(t, evs)
+}
+
+// TestCodexStopTurn: turn.stop interrupts, then stops the app-server's
+// group (acp.md §4.4).
+func TestCodexStopTurn(t *testing.T) {
+	r := newRig(t)
+	r.prepareCodex(nil, "--hang-turn")
+	r.open()
+	r.turn("hang")
+	r.sink.waitEvent(t, "turn.started")
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	res, err := r.m.Cancel(ctx, StopTurn)
+	require.NoError(t, err)
+	require.Contains(t, string(res), `"stopped"`)
+	evs := r.sink.waitEvent(t, "harness.exited")
+	require.Equal(t, 1, count(evs, "run.terminal"))
+	validateAll(t, evs)
+}

@@ -14,6 +14,9 @@ import (
 var (
 	ErrNoThread = errors.New("codex thread not started")
 	ErrNoTurn   = errors.New("no active codex turn")
+	// ErrEarlyBound is more than MaxEarlyMessages or MaxEarlyBytes of
+	// output before the thread id is known (codex.md §2).
+	ErrEarlyBound = errors.New("too much app-server output before the thread started")
 )
 
 // Client is the Codex app-server client core over an acpx.Client record:
@@ -24,6 +27,8 @@ var (
 type Client struct {
 	cl     *acpx.Client
 	failed error
+	// early and earlyBytes count what arrived before the thread id.
+	early, earlyBytes int
 	// Mapper maps what ACP has no session update for (usage).
 	Mapper acpx.Mapper
 }
@@ -247,6 +252,13 @@ func (c *Client) handleLine(line []byte) ([]acpx.Inbound, error) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return nil, nil
+	}
+	if c.ThreadID() == "" {
+		c.early++
+		c.earlyBytes += len(line)
+		if c.early > MaxEarlyMessages || c.earlyBytes > MaxEarlyBytes {
+			return nil, ErrEarlyBound
+		}
 	}
 	m, kind, err := DecodeMessage(line)
 	if err != nil {

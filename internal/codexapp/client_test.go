@@ -80,3 +80,22 @@ func TestLineBound(t *testing.T) {
 }
 
 func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestEarlyBound: more than MaxEarlyMessages messages before the thread id
+// fail the stream; after thread/start nothing is counted.
+func TestEarlyBound(t *testing.T) {
+	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
+	note := []byte(`{"method":"configWarning","params":{}}` + "\n")
+	for i := 0; i < MaxEarlyMessages; i++ {
+		_, err := c.Feed(note)
+		require.NoError(t, err)
+	}
+	_, err := c.Feed(note)
+	require.ErrorIs(t, err, ErrEarlyBound)
+
+	c = New(acpx.NewClient(acpx.Record{ACPSessionID: "thr"}, acpx.ClientOptions{}))
+	for i := 0; i <= MaxEarlyMessages; i++ {
+		_, err := c.Feed(note)
+		require.NoError(t, err)
+	}
+}
