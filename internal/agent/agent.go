@@ -297,6 +297,9 @@ func (m *Manager) setMapper() {
 	_, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd,
 		ContractRevision: b.ContractRevision, CriterionIDs: b.CriterionIDs}
+	if b.Driver == DriverCodex {
+		m.mapper.Adapter, m.mapper.Driver = "codex", DriverCodex // codex.md §5
+	}
 }
 
 // Start re-adopts the recorded process session after a restart (acp.md

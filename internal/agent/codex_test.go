@@ -116,6 +116,7 @@ func TestCodex02_ColdOpen(t *testing.T) {
 	require.NotNil(t, p)
 	got, _ := json.Marshal(p)
 	require.Contains(t, string(got), "thread-0001")
+	require.Contains(t, string(got), `"driver":"codex_app_server"`)
 	entries := readTranscript(t, tr)
 	require.Equal(t, []string{"initialize", "initialized", "thread/start"}, methodsIn(entries))
 	var start map[string]any
@@ -167,6 +168,8 @@ func TestCodex03_Turn(t *testing.T) {
 	require.Less(t, idx("tool.execution.completed"), idx("item.delta"))
 	require.Less(t, idx("item.delta"), idx("turn.completed"))
 	require.Less(t, idx("turn.completed"), idx("run.terminal"))
+	require.Equal(t, "codex", payloadOf(evs, "turn.started")["provider"])
+	require.Equal(t, "codex", payloadOf(evs, "run.terminal")["provider"])
 	validateAll(t, evs)
 }
 
