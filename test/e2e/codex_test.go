@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -154,5 +155,57 @@ func TestCodex06_HotRestart(t *testing.T) {
 	}
 	require.Equal(t, want, got, "each turn's text exactly once")
 	require.Equal(t, []string{sessions[0]}, processSessions(r.dir), "the same process session throughout")
+	r.requireSchemaValid(t)
+}
+
+// TestCodex06_ToolCallAcrossSIGKILL: runnerd is SIGKILLed while Codex
+// waits on item/tool/call; the relaunched runnerd re-adopts the same
+// app-server, waits for the call's result again (Codex never re-sends its
+// request), and the core's semantic_tool.result is delivered exactly once,
+// with one semantic_tool.input, over the real binaries.
+func TestCodex06_ToolCallAcrossSIGKILL(t *testing.T) {
+	r := newAgentRig(t)
+	proc := r.start(t)
+	op := catalog.Operation{OperationID: "issue.comment", Version: 1, Description: "Comment on the task.",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["body"],"properties":{"body":{"type":"string"}}}`),
+		ResponseSchema: json.RawMessage(`{"type":"object"}`)}
+	res := r.run(t, "run.prepare", map[string]any{
+		"provider": map[string]any{"kind": "codex", "approvalPolicy": "never", "command": fakecodexBin(t),
+			"args": []string{"--tool-call", "issue.comment", "--tool-args", `{"body":"survive"}`}, "cwd": t.TempDir()},
+		"authorizedTools": map[string]any{"schema": catalog.Schema, "schemaVersion": 1,
+			"catalogDigest": catalog.Digest([]catalog.Operation{op}), "operations": []catalog.Operation{op}},
+	})
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	r.open(t)
+	sessions := processSessions(r.dir)
+	require.Len(t, sessions, 1)
+	pgid := childPgid(t, filepath.Join(r.dir, "process-sessions", sessions[0]))
+	res = r.run(t, "turn.start", map[string]any{"text": "call the tool"})
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	evs := r.waitEvents(t, "semantic_tool.input", 1)
+	in, _ := find(evs, "semantic_tool.input")
+	st := field(t, in, "semantic_tool").(map[string]any)
+
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	waitExit(t, proc)
+	r.start(t)
+	r.waitEvents(t, "runner.reconciled", 1)
+	res = r.run(t, "semantic_tool.result", map[string]any{"callId": st["callId"], "operationId": st["operationId"],
+		"inputDigest": st["content"].(map[string]any)["digest"], "result": map[string]any{"id": "c-kill"}, "isError": false})
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	require.Contains(t, string(res.Result), `"delivered"`)
+	evs = r.waitEvents(t, "run.terminal", 1)
+	require.Equal(t, 1, countType(evs, "semantic_tool.input"))
+	require.Equal(t, 1, countType(evs, "semantic_tool.result"))
+	text := ""
+	for _, e := range evs {
+		if e.EventType == "item.delta" {
+			text += field(t, e, "text").(string)
+		}
+	}
+	require.Equal(t, 1, strings.Count(text, "tool answered:"), text)
+	require.Contains(t, text, `c-kill`)
+	require.Equal(t, pgid, childPgid(t, filepath.Join(r.dir, "process-sessions", sessions[0])), "the same app-server")
+	requireContiguous(t, evs)
 	r.requireSchemaValid(t)
 }
