@@ -599,6 +599,11 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b.Driver == DriverCodex {
+		if err := checkCodexTools(cat); err != nil {
+			return nil, err
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Binding = b

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -663,4 +664,22 @@ func (d *codexDriver) runtimeRequestsFullLocked() bool {
 		}
 	}
 	return n >= codexapp.MaxPendingRuntimeRequests
+}
+
+// checkCodexTools refuses at run.prepare a catalog whose dynamicTools
+// (catalog plus reserved tools) exceed Codex's bounds (codex.md §3: 256
+// tools, 4 MiB), rather than failing the later session.open.
+func checkCodexTools(cat *catalog.Catalog) error {
+	if cat == nil {
+		return nil
+	}
+	tools := cat.Tools()
+	if len(tools) > codexapp.MaxDynamicTools {
+		return failed(fmt.Sprintf("the tool catalog gives %d dynamic tools; Codex takes at most %d", len(tools), codexapp.MaxDynamicTools))
+	}
+	b, err := json.Marshal(tools)
+	if err != nil || len(b) > codexapp.MaxDynamicToolsBytes {
+		return failed("the tool catalog exceeds Codex's 4 MiB dynamicTools bound")
+	}
+	return nil
 }

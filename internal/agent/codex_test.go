@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -614,4 +615,26 @@ func TestCodexHome(t *testing.T) {
 	require.NoError(t, err)
 	auth, _ = os.ReadFile(filepath.Join(dir, CodexHomeDir, "s2", "auth.json"))
 	require.JSONEq(t, `{"tokens":{}}`, string(auth))
+}
+
+// TestCodexCatalogBound: a catalog whose dynamicTools (catalog plus the
+// two reserved tools) exceed 256 fails run.prepare for kind codex.
+func TestCodexCatalogBound(t *testing.T) {
+	var ops []catalog.Operation
+	for i := 0; i < 255; i++ {
+		ops = append(ops, catalog.Operation{OperationID: fmt.Sprintf("op.n%03d", i), Version: 1, Description: "x",
+			InputSchema: json.RawMessage(`{"type":"object"}`), ResponseSchema: json.RawMessage(`{"type":"object"}`)})
+	}
+	r := newToolRig(t)
+	b, _ := json.Marshal(map[string]any{"provider": map[string]any{"kind": "codex", "command": fakecodexBin(t), "cwd": r.cwd},
+		"authorizedTools": catalogJSON(t, ops...)})
+	_, err := r.m.Prepare(b)
+	var ce *CommandError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	require.Contains(t, ce.Message, "257 dynamic tools")
+	b, _ = json.Marshal(map[string]any{"provider": map[string]any{"kind": "codex", "command": fakecodexBin(t), "cwd": r.cwd},
+		"authorizedTools": catalogJSON(t, ops[:254]...)})
+	_, err = r.m.Prepare(b)
+	require.NoError(t, err)
 }
