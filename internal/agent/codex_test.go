@@ -638,3 +638,27 @@ func TestCodexCatalogBound(t *testing.T) {
 	_, err = r.m.Prepare(b)
 	require.NoError(t, err)
 }
+
+// TestCodexInterruptAnswersToolCall: an interrupt answers the pending
+// item/tool/call with the failure "Paperclip stopped the active provider
+// turn" (codex.md §4); a late result is then recorded, not delivered.
+func TestCodexInterruptAnswersToolCall(t *testing.T) {
+	r := newToolRig(t)
+	tr := filepath.Join(t.TempDir(), "t.ndjson")
+	r.prepareCodexTools(catalogJSON(t, opComment), "--tool-call", "issue.comment", "--tool-args", `{"body":"hi"}`, "--transcript", tr)
+	r.open()
+	r.turn("call the tool")
+	in := r.waitInputs(1)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	_, err := r.m.Cancel(ctx, Interrupt)
+	require.NoError(t, err)
+	r.sink.waitEvent(t, "turn.interrupted")
+	eventually(t, "the stop answer", func() bool { return len(toolAnswers(t, readTranscript(t, tr))) == 1 })
+	ans := toolAnswers(t, readTranscript(t, tr))[0]
+	require.Equal(t, false, ans["success"])
+	require.Equal(t, TextStopped, ans["contentItems"].([]any)[0].(map[string]any)["text"])
+	res, err := r.result("cmd-late", in[0], `{"id":"late"}`, false)
+	require.NoError(t, err)
+	require.NotEqual(t, "delivered", statusOf(t, res))
+}
