@@ -139,6 +139,26 @@ type Mapper struct {
 	// result when the agent reported none (tools.md §4).
 	ContractRevision string
 	CriterionIDs     []string
+	// Adapter and Driver name the wire protocol in turn.started,
+	// run.terminal, request payloads and the provider descriptor: "" means
+	// "acpx" and "acpx_runtime" (codex.md §5: "codex", "codex_app_server").
+	Adapter, Driver string
+}
+
+// AdapterName is Adapter or "acpx".
+func (mp Mapper) AdapterName() string {
+	if mp.Adapter == "" {
+		return "acpx"
+	}
+	return mp.Adapter
+}
+
+// DriverName is Driver or "acpx_runtime".
+func (mp Mapper) DriverName() string {
+	if mp.Driver == "" {
+		return "acpx_runtime"
+	}
+	return mp.Driver
 }
 
 // SessionOpened yields harness.ready then session.started (cold) or
@@ -152,7 +172,7 @@ func (mp Mapper) SessionOpened(rec Record, resumed bool, d Descriptor) []Event {
 	sess := map[string]any{
 		"providerSessionId": rec.ACPSessionID,
 		"providerDescriptor": map[string]any{
-			"driver": "acpx_runtime", "providerVersion": d.ProviderVersion, "agent": d.Agent,
+			"driver": mp.DriverName(), "providerVersion": d.ProviderVersion, "agent": d.Agent,
 		},
 	}
 	if rec.AgentSessionID != "" {
@@ -174,7 +194,7 @@ func (mp Mapper) TurnStarted(st *MapState, turnID string) []Event {
 	st.Items, st.Order, st.LastMessage, st.PlanRevision = nil, nil, "", 0
 	st.CostAtTurnStart = st.Cost
 	return []Event{{EventType: "turn.started", Priority: P1, TurnID: turnID,
-		Payload: map[string]any{"provider": "acpx", "providerTurnId": turnID, "status": "inProgress",
+		Payload: map[string]any{"provider": mp.AdapterName(), "providerTurnId": turnID, "status": "inProgress",
 			"turn": map[string]any{"id": turnID, "status": "inProgress"}}}}
 }
 
@@ -626,7 +646,7 @@ func (mp Mapper) RequestClosed(rr RuntimeRequest, status, reason string) []Event
 }
 
 func (mp Mapper) requestPayload(rr RuntimeRequest, status string) map[string]any {
-	p := map[string]any{"provider": "acpx", "requestId": rr.ID, "status": status, "requestKind": "runtime", "itemId": rr.ItemID}
+	p := map[string]any{"provider": mp.AdapterName(), "requestId": rr.ID, "status": status, "requestKind": "runtime", "itemId": rr.ItemID}
 	if rr.TurnID != "" {
 		p["turnId"] = rr.TurnID
 	}
@@ -752,7 +772,7 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 		"turnTerminalState":       turnState,
 		"runTerminalState":        runState,
 		"reportedWorkDisposition": disposition,
-		"provider":                "acpx",
+		"provider":                mp.AdapterName(),
 	}})
 }
 
@@ -934,4 +954,14 @@ func nonNeg(v int64) int64 {
 		return 0
 	}
 	return v
+}
+
+// UsageReported is usage.reported for a protocol that reports cumulative
+// token usage itself (Codex's thread/tokenUsage/updated: codex.md §5):
+// cumulative replaces the session total, last is the run delta.
+func (mp Mapper) UsageReported(st *MapState, turnID string, cumulative, last TokenUsage) Event {
+	st.Tokens = cumulative
+	ev := mp.usageEvent(st, turnID, &last)
+	ev.Priority = P0
+	return ev
 }

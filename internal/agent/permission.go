@@ -73,6 +73,9 @@ func (m *Manager) closeRequestsLocked(status, reason string, end requestEnd) ([]
 			m.cl.ForgetAgentRequest(ids[i])
 		}
 	}
+	// Codex's question requests end with their turn too (codex.md §4);
+	// Codex closes its own side (serverRequest/resolved).
+	evs = append(evs, m.closeQuestionsLocked(status, reason)...)
 	return evs, lines
 }
 

@@ -29,7 +29,7 @@ func (m *Manager) openResultLocked(resumed bool, rec acpx.Record, b *Binding) js
 		sessionID = rec.ACPSessionID
 	}
 	return jsonenc.MustMarshalEscaped(map[string]any{
-		"status": status, "provider": "acpx", "driver": "acpx_runtime",
+		"status": status, "provider": m.mapper.AdapterName(), "driver": m.mapper.DriverName(),
 		"providerVersion": b.ProviderVersion, "providerSessionId": rec.ACPSessionID,
 		"sessionId": sessionID, "processId": pid,
 	})

@@ -251,7 +251,7 @@ func (a *agentExec) handlers() map[string]Handler {
 		"run.prepare":     plain(a.m.Prepare),
 		"session.open":    open,
 		"turn.start":      turnStart,
-		"turn.steer":      plain(func(json.RawMessage) (json.RawMessage, error) { return a.m.Steer() }),
+		"turn.steer":      plain(a.m.SteerTurn),
 		"turn.interrupt":  cancel(agent.Interrupt),
 		"turn.stop":       cancel(agent.StopTurn),
 		"run.cancel":      cancel(agent.RunCancel),
