@@ -54,6 +54,9 @@ const (
 	// KindCancelRequest is $/cancel_request for a pending agent request;
 	// runnerd answers that request with -32800.
 	KindCancelRequest
+	// KindEvents carries events another wire protocol's driver mapped
+	// itself, for what ACP has no session update for (codex.md §5).
+	KindEvents
 )
 
 // Inbound is one message from the agent, in stream order.
@@ -79,6 +82,9 @@ type Inbound struct {
 
 	// Outcome is set for KindTurnSettled.
 	Outcome *TurnOutcome
+
+	// Events is set for KindEvents.
+	Events []Event
 }
 
 // TurnOutcome is how a turn ended.
@@ -169,6 +175,15 @@ func (c *Client) Map() *MapState { return &c.rec.Process.Map }
 func (c *Client) Err() error { return c.failed }
 
 func (c *Client) wire() *WireState { return &c.rec.Process.Wire }
+
+// Wire is the live line-stream state inside the record, for a driver of
+// another wire protocol that keeps its request table and active turn in
+// the same durable record (agent.Driver).
+func (c *Client) Wire() *WireState { return c.wire() }
+
+// Live is the live record itself (not a copy), for such a driver to record
+// what its handshake negotiated (the session id, above all).
+func (c *Client) Live() *Record { return &c.rec }
 
 // Request encodes a request with the next durable id and records it pending.
 func (c *Client) Request(method string, params any, turnID string) (Call, error) {

@@ -935,3 +935,13 @@ func nonNeg(v int64) int64 {
 	}
 	return v
 }
+
+// UsageReported is usage.reported for a protocol that reports cumulative
+// token usage itself (Codex's thread/tokenUsage/updated: codex.md §5):
+// cumulative replaces the session total, last is the run delta.
+func (mp Mapper) UsageReported(st *MapState, turnID string, cumulative, last TokenUsage) Event {
+	st.Tokens = cumulative
+	ev := mp.usageEvent(st, turnID, &last)
+	ev.Priority = P0
+	return ev
+}

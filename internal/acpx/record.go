@@ -115,6 +115,9 @@ type TurnState struct {
 	// CancelRequested is set once session/cancel was produced: every
 	// answer after it settles as cancelled (acp.md §4.4).
 	CancelRequested bool `json:"cancelRequested,omitempty"`
+	// ProviderTurnID is the provider's own turn id when its protocol has
+	// one (Codex's turn/start answer; codex.md §3); "" for ACP.
+	ProviderTurnID string `json:"providerTurnId,omitempty"`
 }
 
 // Clone returns a deep copy through the record's own JSON form, which also

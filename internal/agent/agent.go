@@ -8,6 +8,23 @@
 // An event file is deleted only after the commit that covers it (parse →
 // commit → delete, acp.md §3.3); the record (next stdin sequence, request
 // ids) is committed before any line it covers is written (acp.md §3.2).
+//
+// Drivers (the seam for a second wire protocol, driver.go): the Manager is
+// protocol-neutral except for a Driver, chosen by Binding.Driver
+// (DriverACP "" or DriverCodex; a new one registers its constructor in
+// the drivers map from an init in its own file, as codex.go does). A
+// driver keeps its durable state in the Manager's *acpx.Client record
+// (acpx.Client.Wire: request table, partial line, active turn with
+// TurnState.ProviderTurnID; acpx.Client.Live: session id) and implements
+// Open (handshake through OpenSession.Call), Feed (stdout bytes →
+// acpx.Inbound: KindResponse, KindRequest, KindUpdate mapped by
+// acpx.Mapper, KindTurnSettled, KindCancelRequest, and KindEvents for
+// events only its protocol has), Prompt, Cancel, KeepsRunning (an
+// interrupt leaves the process running) and HandleRequest (provider
+// requests before the shared handling; the semantic tool flow is
+// Manager.admitCallLocked, answered when the toolWaiter fires). pcwrap
+// supervision, hot restart, the commit path, the cold-start gate and
+// bounds, loss detection and runtime requests stay shared.
 package agent
 
 import (
@@ -117,6 +134,8 @@ type Binding struct {
 	CatalogSide        string `json:"catalogSide,omitempty"`
 	InstructionsSide   string `json:"instructionsSide,omitempty"`
 	RuntimeContextSide string `json:"runtimeContextSide,omitempty"`
+	// Driver is the wire protocol (DriverACP, DriverCodex).
+	Driver string `json:"driver,omitempty"`
 	// NoClientFS turns off the fs.readTextFile/writeTextFile advertisement
 	// (descriptor provider.clientCapabilities.fs: false, for agents that
 	// misbehave with it; issue 12 item 3). Absent means advertised.
@@ -226,6 +245,9 @@ type Manager struct {
 	byRun    bool          // the active cancel is run.cancel
 	goalCall int64         // the unanswered _session/goal request id (goal.go); 0 when none
 	tools    toolState
+	// drv is the driver of cl (driverLocked); drvCl the client it wraps.
+	drv   Driver
+	drvCl *acpx.Client
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -600,6 +622,8 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			PermissionMode  string   `json:"permissionMode"`
 			ProviderVersion string   `json:"providerVersion"`
 			Model           *string  `json:"model"`
+			// ApprovalPolicy is the codex descriptor's (codex.md §1).
+			ApprovalPolicy *string `json:"approvalPolicy"`
 			// ClientCapabilities switches off what runnerd advertises:
 			// {"fs": false} (a runnerd extension of the descriptor).
 			ClientCapabilities struct {
@@ -616,12 +640,29 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, failed("run.prepare payload is malformed")
 	}
 	d := p.Provider
-	if d.Kind != "acpx" {
-		return nil, failed("provider descriptor kind is not supported by this runner")
+	switch d.Kind {
+	case "acpx":
+	case "codex":
+		// codex.md §1: the reference accepts only approvalPolicy never.
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+			return nil, failed("provider descriptor approvalPolicy must be never for kind codex")
+		}
+		d.Agent = "codex"
+		if d.Command == "" {
+			d.Command, d.Args = "codex", []string{"app-server"}
+		}
+		if d.PermissionMode == "" {
+			d.PermissionMode = string(acpx.ApproveAll) // approvalPolicy never: Codex asks nothing
+		}
+	default:
+		return nil, failed("provider descriptor kind " + kindName(d.Kind) + " is not supported by this runner")
 	}
 	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
 		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
 		CriterionIDs: p.CompletionContract.CriterionIDs}
+	if d.Kind == "codex" {
+		b.Driver = DriverCodex
+	}
 	if b.Command == "" {
 		argv, ok := acpx.AgentCommand(d.Agent)
 		if !ok {
@@ -658,6 +699,23 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// kindName quotes a descriptor kind for an error message: a kind that is
+// not a plain identifier is peer text and is not repeated.
+func kindName(k string) string {
+	if k == "" {
+		return "(absent)"
+	}
+	if len(k) > 64 {
+		return "(unrecognised)"
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return "(unrecognised)"
+		}
+	}
+	return `"` + k + `"`
 }
 
 // errDeadline is the open bound firing.
@@ -755,6 +813,12 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	env = modelEnv(b.Agent, b.Model, env)
+	if b.Driver == DriverCodex {
+		if env, err = codexEnv(m.cfg.StateDir, m.codexSession(), m.cfg.Environ, env); err != nil {
+			m.log.Error("codex home unavailable", "err", err)
+			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
+		}
+	}
 	argv := append([]string{b.Command}, b.Args...)
 	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env})
 	if err != nil {
@@ -779,28 +843,10 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		_ = l.cmd.Process.Kill() // never started its agent session: nothing to hand over
 		return err
 	}
-	if _, err := m.call(ctx, deadline, (*acpx.Client).Initialize); err != nil {
-		return err
-	}
 	m.mu.Lock()
-	caps := m.cl.Capabilities()
-	// The bridge listens before the session line is written, and the
-	// commit that precedes that line records its port and secret.
-	servers := m.mcpServersLocked(caps)
+	d := m.driverLocked()
 	m.mu.Unlock()
-	if !resume {
-		_, err := m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.NewSession(b.Cwd, servers) })
-		return err
-	}
-	switch {
-	case caps.SessionCapabilities.Resume != nil:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.ResumeSession(servers) })
-	case caps.LoadSession:
-		_, err = m.call(ctx, deadline, func(c *acpx.Client) (acpx.Call, error) { return c.LoadSession(servers) })
-	default:
-		err = acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
-	}
-	return err
+	return d.Open(ctx, OpenSession{Binding: b, Resume: resume, Call: m.openCall(ctx, deadline)})
 }
 
 // call sends one request and waits for its answer, the agent's exit, the
@@ -892,7 +938,7 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 	var call acpx.Call
 	var err error
 	if loss == "" {
-		call, err = m.cl.Prompt(turnID, p.Text)
+		call, err = m.driverLocked().Prompt(turnID, p.Text)
 		var lost *acpx.LostError
 		if errors.As(err, &lost) {
 			loss, err = lost.Reason, nil
@@ -976,15 +1022,20 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	// Pending runtime requests are cancelled; the agent gets
 	// {outcome:"cancelled"} from Client.Cancel (acp.md §4.4 step 2).
 	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "interrupted", keepRequests)
-	lines, err := m.cl.Cancel()
+	lines, err := m.driverLocked().Cancel()
 	if err != nil {
 		m.mu.Unlock()
 		return nil, failed("the turn could not be cancelled")
 	}
-	m.cl.MarkReset()
-	// The agent is stopped below: the session is closed until the next
-	// session.open (acp.md §4.4 step 4, tools.md §7).
-	m.st.Closed = true
+	// A driver whose provider survives an interrupt (Codex: codex.md §3)
+	// keeps its session unless the turn does not settle within the grace.
+	keep := m.driverLocked().KeepsRunning() && kind != StopTurn
+	if !keep {
+		m.cl.MarkReset()
+		// The agent is stopped below: the session is closed until the next
+		// session.open (acp.md §4.4 step 4, tools.md §7).
+		m.st.Closed = true
+	}
 	done := m.turnSettledLocked()
 	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
@@ -1003,6 +1054,14 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	// Settle locally if the agent did not (the grace expired).
 	m.mu.Lock()
+	if keep && m.cl.ActiveTurn() != turnID {
+		m.mu.Unlock()
+		return jsonenc.MustMarshalEscaped(map[string]any{"status": "interrupt_requested", "providerTurnId": turnID, "reason": reason}), nil
+	}
+	if keep {
+		m.cl.MarkReset()
+		m.st.Closed = true
+	}
 	if m.cl.ActiveTurn() == turnID {
 		out := m.cl.AbandonTurn()
 		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*out, kind == RunCancel))

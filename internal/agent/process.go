@@ -15,6 +15,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
@@ -329,7 +330,7 @@ func (m *Manager) interpretLocked(p *process, ev sessiondir.Event) eventOutcome 
 // feedLocked hands stdout bytes to the ACP client and maps every complete
 // message; a framing fault loses the channel after the messages before it.
 func (m *Manager) feedLocked(p *process, data []byte, out *eventOutcome) {
-	msgs, ferr := m.cl.Feed(data)
+	msgs, ferr := m.driverLocked().Feed(data)
 	for _, in := range msgs {
 		e, l, w := m.handleInbound(p, in)
 		out.evs, out.lines = append(out.evs, e...), append(out.lines, l...)
@@ -413,6 +414,9 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 			return nil, nil, func() { ch <- in }
 		}
 	case acpx.KindRequest:
+		if evs, lines, ok := m.driverLocked().HandleRequest(in); ok {
+			return evs, lines, nil
+		}
 		if in.Method == acpx.MethodRequestPermission && in.Permission != nil {
 			return m.permissionLocked(in)
 		}
@@ -428,6 +432,11 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 		}
 	case acpx.KindCancelRequest:
 		evs := m.withdrawnLocked(in.ID)
+		if in.Method == codexapp.NoteRequestResolved {
+			// Codex closed its own request: nothing to answer (codex.md §4).
+			m.cl.ForgetAgentRequest(in.ID)
+			return evs, nil, nil
+		}
 		if l, err := m.cl.RespondError(in.ID, acpx.CodeRequestCancelled, "request cancelled"); err == nil {
 			return evs, [][]byte{l}, nil
 		}
@@ -438,6 +447,8 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 			evs = append(m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), evs...)
 		}
 		return evs, nil, nil
+	case acpx.KindEvents:
+		return in.Events, nil, nil
 	case acpx.KindTurnSettled:
 		// A runtime request still open when its turn completes expires
 		// (tools.md §7); the agent gets a cancelled answer.

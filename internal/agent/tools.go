@@ -368,6 +368,12 @@ func (m *Manager) putBack(a toolAnswer) {
 func (m *Manager) admitCall(call mcpbridge.Call) (*toolWaiter, mcpbridge.Result) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.admitCallLocked(call)
+}
+
+// admitCallLocked is admitCall with m.mu held (a driver that gets tool
+// calls on the agent's own stream: codex.go).
+func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.Result) {
 	cat := m.tools.cat
 	if cat == nil || m.cl == nil || m.proc == nil || m.cl.ActiveTurn() == "" {
 		return nil, toolError(TextNoTurn)

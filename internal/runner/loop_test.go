@@ -32,7 +32,8 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 		require.Equal(t, "rejected", p.Status)
 		require.Equal(t, agent.CodeProviderCommandUnavailable, resultCodeOf(t, p))
 
-		prep := h.queue("run.prepare", `{"provider":{"kind":"codex"}}`)
+		// codex binds now (issue 11); a kind still unknown fails.
+		prep := h.queue("run.prepare", `{"provider":{"kind":"claude_managed"}}`)
 		p = h.waitResult(prep.CommandID)
 		require.Equal(t, "failed", p.Status, "scenario 51")
 		require.Equal(t, state.CodeCommandExecutionFailed, resultCodeOf(t, p))

@@ -1,0 +1,336 @@
+package codexapp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+)
+
+// Call-site errors.
+var (
+	ErrNoThread = errors.New("codex thread not started")
+	ErrNoTurn   = errors.New("no active codex turn")
+)
+
+// Client is the Codex app-server client core over an acpx.Client record:
+// the record's wire state is its request table and line buffer, its
+// session id the thread id, its active turn the turn. Not safe for
+// concurrent use; the owner persists the record before writing any line
+// a call returns (acp.md §3.2 holds here too).
+type Client struct {
+	cl     *acpx.Client
+	failed error
+	// Mapper maps what ACP has no session update for (usage).
+	Mapper acpx.Mapper
+}
+
+// New returns the client over cl's record.
+func New(cl *acpx.Client) *Client { return &Client{cl: cl} }
+
+func (c *Client) wire() *acpx.WireState {
+	w := c.cl.Wire()
+	if w.Pending == nil {
+		w.Pending = map[int64]acpx.PendingRequest{}
+	}
+	if w.AgentRequests == nil {
+		w.AgentRequests = map[string]acpx.AgentRequest{}
+	}
+	if w.NextRequestID < 1 {
+		w.NextRequestID = 1
+	}
+	return w
+}
+
+// ThreadID is the thread id, "" before thread/start answered.
+func (c *Client) ThreadID() string { return c.cl.Live().ACPSessionID }
+
+func (c *Client) request(method string, params any, turnID string) (acpx.Call, error) {
+	w := c.wire()
+	id := w.NextRequestID
+	line, err := encodeLine(outRequest{ID: id, Method: method, Params: params})
+	if err != nil {
+		return acpx.Call{}, fmt.Errorf("encode %s: %w", method, err)
+	}
+	w.NextRequestID++
+	w.Pending[id] = acpx.PendingRequest{Method: method, TurnID: turnID}
+	return acpx.Call{ID: id, Line: line}, nil
+}
+
+// Initialize is initialize (codex.md §2).
+func (c *Client) Initialize() (acpx.Call, error) {
+	return c.request(MethodInitialize, InitializeParams{
+		ClientInfo:   ClientInfo{Name: "paperclip-runnerd", Title: "Paperclip Runner", Version: "1"},
+		Capabilities: InitializeCapabilities{ExperimentalAPI: true},
+	}, "")
+}
+
+// Initialized is the notification that follows initialize's answer.
+func (c *Client) Initialized() ([]byte, error) {
+	return encodeLine(outNotification{Method: MethodInitialized})
+}
+
+// ThreadStart is thread/start; the whole request is bounded.
+func (c *Client) ThreadStart(p ThreadStartParams) (acpx.Call, error) {
+	if len(p.DynamicTools) > MaxDynamicTools {
+		return acpx.Call{}, fmt.Errorf("thread start: %d dynamic tools exceed %d", len(p.DynamicTools), MaxDynamicTools)
+	}
+	if p.DynamicTools == nil {
+		p.DynamicTools = []DynamicTool{}
+	}
+	c.cl.Live().Cwd = p.Cwd
+	call, err := c.request(MethodThreadStart, p, "")
+	if err == nil && len(call.Line) > MaxThreadStartBytes {
+		delete(c.wire().Pending, call.ID)
+		return acpx.Call{}, fmt.Errorf("thread start: request of %d bytes exceeds %d", len(call.Line), MaxThreadStartBytes)
+	}
+	return call, err
+}
+
+// ThreadResume is thread/resume of the recorded thread.
+func (c *Client) ThreadResume(p ThreadResumeParams) (acpx.Call, error) {
+	if c.ThreadID() == "" {
+		return acpx.Call{}, fmt.Errorf("thread resume: %w", ErrNoThread)
+	}
+	p.ThreadID = c.ThreadID()
+	p.ExcludeTurns = true
+	return c.request(MethodThreadResume, p, "")
+}
+
+// TurnStart starts turn turnID (runnerd's providerTurnId) with one text
+// input and marks it active.
+func (c *Client) TurnStart(turnID, text string) (acpx.Call, error) {
+	w := c.wire()
+	if c.ThreadID() == "" {
+		return acpx.Call{}, fmt.Errorf("start turn: %w", ErrNoThread)
+	}
+	if w.Turn != nil {
+		return acpx.Call{}, acpx.ErrTurnActive
+	}
+	if w.Loss != "" {
+		return acpx.Call{}, &acpx.LostError{Reason: w.Loss}
+	}
+	call, err := c.request(MethodTurnStart, TurnStartParams{ThreadID: c.ThreadID(), Cwd: c.cl.Live().Cwd,
+		Input: []UserInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, turnID)
+	if err != nil {
+		return acpx.Call{}, err
+	}
+	w.Turn = &acpx.TurnState{ID: turnID, PromptRequestID: call.ID}
+	c.cl.Live().Prompted = true
+	return call, nil
+}
+
+// Steer is turn/steer of the active turn.
+func (c *Client) Steer(text string) (acpx.Call, error) {
+	t := c.wire().Turn
+	if t == nil || t.ProviderTurnID == "" {
+		return acpx.Call{}, ErrNoTurn
+	}
+	return c.request(MethodTurnSteer, TurnSteerParams{ThreadID: c.ThreadID(), ExpectedTurnID: t.ProviderTurnID,
+		Input: []UserInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, t.ID)
+}
+
+// Interrupt is turn/interrupt of the active turn; the app-server keeps
+// running. Every open item/tool/call is answered with TextStopped.
+func (c *Client) Interrupt() ([][]byte, error) {
+	w := c.wire()
+	t := w.Turn
+	if t == nil {
+		return nil, ErrNoTurn
+	}
+	t.CancelRequested = true
+	var lines [][]byte
+	if t.ProviderTurnID != "" {
+		call, err := c.request(MethodTurnInterrupt, TurnInterruptParams{ThreadID: c.ThreadID(), TurnID: t.ProviderTurnID}, t.ID)
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, call.Line)
+	}
+	return lines, nil
+}
+
+// Respond answers the pending server request id with result.
+func (c *Client) Respond(id json.RawMessage, result any) ([]byte, error) {
+	key := compactID(id)
+	if _, ok := c.wire().AgentRequests[key]; !ok {
+		return nil, acpx.ErrUnknownAgentCall
+	}
+	line, err := encodeLine(outResult{ID: json.RawMessage(key), Result: result})
+	if err != nil {
+		return nil, err
+	}
+	delete(c.wire().AgentRequests, key)
+	return line, nil
+}
+
+// RespondError answers the pending server request id with an error.
+func (c *Client) RespondError(id json.RawMessage, code int, message string) ([]byte, error) {
+	key := compactID(id)
+	if _, ok := c.wire().AgentRequests[key]; !ok {
+		return nil, acpx.ErrUnknownAgentCall
+	}
+	line, err := encodeLine(outError{ID: json.RawMessage(key), Error: RPCError{Code: code, Message: message}})
+	if err != nil {
+		return nil, err
+	}
+	delete(c.wire().AgentRequests, key)
+	return line, nil
+}
+
+// ToolAnswer is the item/tool/call answer for a result text (capped at
+// MaxToolResultBytes).
+func ToolAnswer(text string, isError bool) ToolCallResponse {
+	if len(text) > MaxToolResultBytes {
+		text = text[:MaxToolResultBytes]
+	}
+	return ToolCallResponse{Success: !isError, ContentItems: []ContentItem{{Type: "inputText", Text: text}}}
+}
+
+// Feed consumes app-server stdout bytes and returns the complete messages
+// in order, as acpx.Inbound. Bytes after the last newline stay in the
+// record. A stream failure (a line over MaxLineBytes, too many bad lines,
+// a response to an id never issued) is sticky.
+func (c *Client) Feed(p []byte) ([]acpx.Inbound, error) {
+	if c.failed != nil {
+		return nil, c.failed
+	}
+	w := c.wire()
+	var out []acpx.Inbound
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(w.PartialLine)+len(p) > MaxLineBytes {
+				return out, c.fail(acpx.ErrFrameExceeded)
+			}
+			w.PartialLine = append(w.PartialLine, p...)
+			break
+		}
+		line := p[:i]
+		if len(w.PartialLine) > 0 {
+			line = append(w.PartialLine, line...)
+			w.PartialLine = nil
+		}
+		p = p[i+1:]
+		if len(line) > MaxLineBytes {
+			return out, c.fail(acpx.ErrFrameExceeded)
+		}
+		msgs, err := c.handleLine(line)
+		out = append(out, msgs...)
+		if err != nil {
+			return out, c.fail(err)
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) fail(err error) error {
+	c.failed = err
+	c.cl.LatchLoss(acpx.LossReasonOf(err))
+	return err
+}
+
+func (c *Client) handleLine(line []byte) ([]acpx.Inbound, error) {
+	w := c.wire()
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, nil
+	}
+	m, kind, err := DecodeMessage(line)
+	if err != nil {
+		w.SkippedLines++
+		w.ConsecutiveBadLines++
+		if w.ConsecutiveBadLines >= acpx.MaxConsecutiveBadLines {
+			return nil, acpx.ErrTooManyBadLines
+		}
+		return nil, nil
+	}
+	w.ConsecutiveBadLines = 0
+	switch kind {
+	case KindRequest:
+		key := compactID(m.ID)
+		turnID := ""
+		if w.Turn != nil {
+			turnID = w.Turn.ID
+		}
+		w.AgentRequests[key] = acpx.AgentRequest{Method: m.Method, TurnID: turnID}
+		return []acpx.Inbound{{Kind: acpx.KindRequest, ID: json.RawMessage(key), Method: m.Method, Params: m.Params, TurnID: turnID}}, nil
+	case KindNotification:
+		return c.notification(m), nil
+	}
+	return c.response(m)
+}
+
+func (c *Client) response(m Message) ([]acpx.Inbound, error) {
+	w := c.wire()
+	id, err := strconv.ParseInt(string(m.ID), 10, 64)
+	if err != nil || id < 1 || id >= w.NextRequestID {
+		return nil, acpx.ErrUnknownResponse
+	}
+	p, ok := w.Pending[id]
+	if !ok {
+		w.StaleResponses++
+		return nil, nil
+	}
+	delete(w.Pending, id)
+	in := acpx.Inbound{Kind: acpx.KindResponse, ID: m.ID, Method: p.Method, Result: m.Result}
+	if m.Error != nil {
+		in.RPCError = &acpx.RPCError{Code: m.Error.Code, Message: m.Error.Message}
+		in.Err = c.requestFailed(p, m.Error)
+		return c.settleOnFailedStart(p, id, in), nil
+	}
+	in.Err = c.apply(p, id, m.Result)
+	return []acpx.Inbound{in}, nil
+}
+
+// requestFailed classifies an error answer; its text is provider text and
+// stays out of the failure message.
+func (c *Client) requestFailed(p acpx.PendingRequest, e *RPCError) error {
+	switch p.Method {
+	case MethodInitialize, MethodThreadStart, MethodThreadResume:
+		return acpx.NewFailure(acpx.ClassACPSessionInitFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
+	}
+	return acpx.NewFailure(acpx.ClassTurnFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
+}
+
+// settleOnFailedStart ends the turn whose turn/start was refused: no
+// turn/completed will come for it.
+func (c *Client) settleOnFailedStart(p acpx.PendingRequest, id int64, in acpx.Inbound) []acpx.Inbound {
+	w := c.wire()
+	if t := w.Turn; p.Method == MethodTurnStart && t != nil && t.PromptRequestID == id {
+		w.Turn = nil
+		out := &acpx.TurnOutcome{TurnID: t.ID, Err: in.Err}
+		if t.CancelRequested {
+			out = &acpx.TurnOutcome{TurnID: t.ID, StopReason: acpx.StopCancelled, Cancelled: true}
+		}
+		return []acpx.Inbound{in, {Kind: acpx.KindTurnSettled, Outcome: out, Err: out.Err}}
+	}
+	return []acpx.Inbound{in}
+}
+
+// apply records what an answer negotiated.
+func (c *Client) apply(p acpx.PendingRequest, id int64, result json.RawMessage) error {
+	rec := c.cl.Live()
+	switch p.Method {
+	case MethodThreadStart, MethodThreadResume:
+		var r ThreadResponse
+		if err := json.Unmarshal(result, &r); err != nil || r.Thread.ID == "" {
+			return acpx.NewFailure(acpx.ClassACPSessionInitFailed, errors.New("thread answered without an id"))
+		}
+		if p.Method == MethodThreadStart {
+			rec.Prompted, rec.ResetOnNextEnsure = false, false
+		}
+		rec.ACPSessionID = r.Thread.ID
+	case MethodTurnStart:
+		var r TurnResponse
+		if json.Unmarshal(result, &r) == nil && r.Turn.ID != "" {
+			if t := c.wire().Turn; t != nil && t.PromptRequestID == id && t.ProviderTurnID == "" {
+				t.ProviderTurnID = r.Turn.ID
+			}
+		}
+	}
+	return nil
+}

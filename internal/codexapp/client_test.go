@@ -1,0 +1,82 @@
+package codexapp
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+)
+
+func TestThreadStartRecordsThreadID(t *testing.T) {
+	cl := acpx.NewClient(acpx.Record{}, acpx.ClientOptions{})
+	c := New(cl)
+	call, err := c.ThreadStart(ThreadStartParams{Cwd: "/w", ApprovalPolicy: "never", Sandbox: "danger-full-access"})
+	require.NoError(t, err)
+	var sent map[string]any
+	require.NoError(t, json.Unmarshal(call.Line, &sent))
+	require.NotContains(t, sent, "jsonrpc")
+	require.Equal(t, []any{}, sent["params"].(map[string]any)["dynamicTools"])
+	ins, err := c.Feed([]byte(`{"id":1,"result":{"thread":{"id":"thr-9"}}}` + "\n"))
+	require.NoError(t, err)
+	require.Len(t, ins, 1)
+	require.NoError(t, ins[0].Err)
+	require.Equal(t, "thr-9", c.ThreadID())
+}
+
+func TestThreadStartBounds(t *testing.T) {
+	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
+	tools := make([]DynamicTool, MaxDynamicTools+1)
+	_, err := c.ThreadStart(ThreadStartParams{DynamicTools: tools})
+	require.Error(t, err)
+}
+
+func TestTurnLifecycle(t *testing.T) {
+	cl := acpx.NewClient(acpx.Record{ACPSessionID: "thr"}, acpx.ClientOptions{})
+	c := New(cl)
+	call, err := c.TurnStart("turn-1", "hi")
+	require.NoError(t, err)
+	_, err = c.TurnStart("turn-2", "again")
+	require.ErrorIs(t, err, acpx.ErrTurnActive)
+	feed := func(s string) []acpx.Inbound {
+		ins, err := c.Feed([]byte(s + "\n"))
+		require.NoError(t, err)
+		return ins
+	}
+	feed(`{"id":` + jsonInt(call.ID) + `,"result":{"turn":{"id":"u-7","status":"inProgress"}}}`)
+	require.Equal(t, "u-7", cl.Wire().Turn.ProviderTurnID)
+	ins := feed(`{"method":"item/agentMessage/delta","params":{"threadId":"thr","turnId":"u-7","itemId":"m","delta":"yo"}}`)
+	require.Len(t, ins, 1)
+	require.Equal(t, acpx.UpdateAgentMessageChunk, ins[0].Update.Kind)
+	require.Empty(t, feed(`{"method":"item/agentMessage/delta","params":{"threadId":"other","turnId":"u-7","itemId":"m","delta":"no"}}`))
+	require.Empty(t, feed(`{"method":"item/agentMessage/delta","params":{"threadId":"thr","turnId":"u-8","itemId":"m","delta":"no"}}`))
+	lines, err := c.Interrupt()
+	require.NoError(t, err)
+	require.Len(t, lines, 1)
+	require.Contains(t, string(lines[0]), `"turnId":"u-7"`)
+	ins = feed(`{"method":"turn/completed","params":{"threadId":"thr","turn":{"id":"u-7","status":"interrupted"}}}`)
+	require.Len(t, ins, 1)
+	require.Equal(t, acpx.KindTurnSettled, ins[0].Kind)
+	require.True(t, ins[0].Outcome.Cancelled)
+	require.Nil(t, cl.Wire().Turn)
+}
+
+func TestJunkLinesFailAfterTheBound(t *testing.T) {
+	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
+	for i := 0; i < acpx.MaxConsecutiveBadLines-1; i++ {
+		_, err := c.Feed([]byte("junk\n"))
+		require.NoError(t, err)
+	}
+	_, err := c.Feed([]byte("junk\n"))
+	require.ErrorIs(t, err, acpx.ErrTooManyBadLines)
+}
+
+func TestLineBound(t *testing.T) {
+	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
+	big := make([]byte, MaxLineBytes+1)
+	_, err := c.Feed(big)
+	require.ErrorIs(t, err, acpx.ErrFrameExceeded)
+}
+
+func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }

@@ -1,0 +1,124 @@
+package codexapp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+)
+
+// Message is one decoded app-server line. The app-server omits
+// "jsonrpc":"2.0" (its JSONRPCMessage has no such member), so it is
+// accepted absent or "2.0".
+type Message struct {
+	ID     json.RawMessage `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *RPCError       `json:"error,omitempty"`
+}
+
+// RPCError is a JSON-RPC error object.
+type RPCError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// Kinds of message.
+const (
+	KindRequest = iota + 1
+	KindNotification
+	KindResponse
+)
+
+var errNotMessage = errors.New("decode app-server line: not a JSON-RPC message")
+
+// DecodeMessage decodes one line. An id must be a number or a string; a
+// message is a request (id and method), a notification (method), or a
+// response (id and exactly one of result and error).
+func DecodeMessage(line []byte) (Message, int, error) {
+	var w struct {
+		JSONRPC *string `json:"jsonrpc"`
+		Message
+	}
+	d := json.NewDecoder(bytes.NewReader(line))
+	d.UseNumber()
+	if err := d.Decode(&w); err != nil {
+		return Message{}, 0, errNotMessage
+	}
+	if d.More() {
+		return Message{}, 0, errNotMessage
+	}
+	m := w.Message
+	if w.JSONRPC != nil && *w.JSONRPC != "2.0" {
+		return Message{}, 0, errNotMessage
+	}
+	if m.ID != nil && !validID(m.ID) {
+		return Message{}, 0, errNotMessage
+	}
+	switch {
+	case m.Method != "" && m.ID != nil:
+		return m, KindRequest, nil
+	case m.Method != "":
+		return m, KindNotification, nil
+	case m.ID != nil && (m.Result != nil) != (m.Error != nil):
+		return m, KindResponse, nil
+	}
+	return Message{}, 0, errNotMessage
+}
+
+func validID(id json.RawMessage) bool {
+	id = bytes.TrimSpace(id)
+	if len(id) == 0 {
+		return false
+	}
+	switch id[0] {
+	case '"':
+		var s string
+		return json.Unmarshal(id, &s) == nil
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		var n json.Number
+		return json.Unmarshal(id, &n) == nil
+	}
+	return false
+}
+
+// compactID is an id's canonical text, the request table's key.
+func compactID(id json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, id) != nil {
+		return string(id)
+	}
+	return b.String()
+}
+
+type outRequest struct {
+	ID     int64  `json:"id"`
+	Method string `json:"method"`
+	Params any    `json:"params,omitempty"`
+}
+
+type outNotification struct {
+	Method string `json:"method"`
+	Params any    `json:"params,omitempty"`
+}
+
+type outResult struct {
+	ID     json.RawMessage `json:"id"`
+	Result any             `json:"result"`
+}
+
+type outError struct {
+	ID    json.RawMessage `json:"id"`
+	Error RPCError        `json:"error"`
+}
+
+func encodeLine(v any) ([]byte, error) {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil // Encode ends with the newline
+}
