@@ -205,7 +205,10 @@ func (c *Conn) stream(ctx context.Context, failures *int) error {
 		c.mu.Lock()
 		in := Translate(&c.st, ev)
 		idle := c.st.Idle
-		snap := c.st.clone()
+		var snap State
+		if len(in) > 0 {
+			snap = c.st.clone()
+		}
 		c.mu.Unlock()
 		if len(in) > 0 {
 			c.sink(snap, in)

@@ -49,6 +49,9 @@ func TestOpenCodeTextTurn(t *testing.T) {
 	require.NotNil(t, last.Outcome.Usage)
 	require.Equal(t, int64(10), last.Outcome.Usage.InputTokens)
 	require.Equal(t, int64(3), last.Outcome.Usage.OutputTokens)
+	_, st := col.snapshot()
+	require.Empty(t, st.TurnID)
+	require.Empty(t, st.Parts, "a settled turn's parts are forgotten: the state stays one turn large")
 
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)

@@ -38,11 +38,12 @@ type State struct {
 	ErrorName string `json:"errorName,omitempty"`
 	// Usage sums the turn's step-finish tokens.
 	Usage acpx.TokenUsage `json:"usage"`
-	// Parts records what was emitted per message-part id; Order lists
-	// them oldest first for the MaxTrackedParts bound.
+	// Parts records what was emitted per message-part id of the active
+	// turn; Order lists them oldest first for the MaxTrackedParts bound.
 	Parts map[string]*PartState `json:"parts,omitempty"`
 	Order []string              `json:"order,omitempty"`
-	// Asked lists the permission request ids already forwarded.
+	// Asked lists the active turn's permission request ids already
+	// forwarded.
 	Asked []string `json:"asked,omitempty"`
 }
 
@@ -468,9 +469,10 @@ func (st *State) settle() []acpx.Inbound {
 		st.LastUser = st.TurnUser
 	}
 	st.TurnID, st.TurnUser, st.Assistant, st.Busy, st.Idle, st.Aborting = "", "", nil, false, false, false
-	for _, ps := range st.Parts {
-		ps.Done = true // a late update of a settled turn's part says nothing new
-	}
+	// Only the active turn's parts and requests are ever consulted (every
+	// event is matched to its assistant messages first), so a settled
+	// turn's record goes: the state stays one turn large.
+	st.Parts, st.Order, st.Asked = nil, nil, nil
 	return []acpx.Inbound{{Kind: acpx.KindTurnSettled, TurnID: out.TurnID, Outcome: &out, Err: out.Err}}
 }
 
