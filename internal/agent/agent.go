@@ -167,6 +167,9 @@ type Config struct {
 	StateDir string
 	// Pcwrap is the pcwrap binary (see FindPcwrap).
 	Pcwrap string
+	// OpenCodeExecutable is the opencode binary for kind opencode
+	// (codex.md §6: a runnerd flag, else "opencode" on PATH).
+	OpenCodeExecutable string
 	// Environ is runnerd's environment; the agent gets an allowlist of it.
 	Environ []string
 	Sink    Sink
@@ -654,14 +657,28 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		if d.PermissionMode == "" {
 			d.PermissionMode = string(acpx.ApproveAll) // approvalPolicy never: Codex asks nothing
 		}
+	case "opencode":
+		// codex.md §6: runnerd speaks OpenCode's server API itself and
+		// ignores command/args (they name the reference's Node facade).
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+			return nil, failed("provider descriptor approvalPolicy must be never for kind opencode")
+		}
+		d.Agent = "opencode"
+		d.Command, d.Args = openCodeCommand(d.Command), openCodeServeArgs()
+		if d.PermissionMode == "" {
+			d.PermissionMode = string(acpx.ApproveAll)
+		}
 	default:
 		return nil, failed("provider descriptor kind " + kindName(d.Kind) + " is not supported by this runner")
 	}
 	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
 		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
 		CriterionIDs: p.CompletionContract.CriterionIDs}
-	if d.Kind == "codex" {
+	switch d.Kind {
+	case "codex":
 		b.Driver = DriverCodex
+	case "opencode":
+		b.Driver = DriverOpenCode
 	}
 	if b.Command == "" {
 		argv, ok := acpx.AgentCommand(d.Agent)
@@ -819,8 +836,18 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
 		}
 	}
+	var childEnv map[string]string
+	var ocPassword string
+	if b.Driver == DriverOpenCode {
+		if ocPassword, childEnv, err = openCodeChildEnv(); err != nil {
+			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
+		}
+	}
 	argv := append([]string{b.Command}, b.Args...)
-	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env})
+	if b.Driver == DriverOpenCode && m.cfg.OpenCodeExecutable != "" {
+		argv[0] = m.cfg.OpenCodeExecutable
+	}
+	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env, childEnv: childEnv})
 	if err != nil {
 		m.log.Error("agent launch failed", "err", err)
 		return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
@@ -832,6 +859,9 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		m.cl.ResetProcess()
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
+	if ocPassword != "" {
+		setOpenCodePassword(m.cl, ocPassword) // durable with the launch, 0600 state only
+	}
 	m.advertiseLocked(b, resume)
 	m.cl.SetSessionMeta(meta)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
