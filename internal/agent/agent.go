@@ -341,6 +341,9 @@ func (m *Manager) Start() error {
 		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
+	if a, ok := m.driverLocked().(adopter); ok {
+		a.adoptLocked() // a driver with a channel beside stdio reopens it
+	}
 	if evs := m.restartBridgeLocked(p); len(evs) > 0 || m.st.Tools != nil {
 		if err := m.persistLocked(evs, nil); err != nil {
 			return err

@@ -142,12 +142,46 @@ func (d *openCodeDriver) Open(ctx context.Context, o OpenSession) error {
 		return acpx.NewFailure(acpx.ClassACPSessionInitFailed, err)
 	}
 	m.mu.Lock()
-	d.conn, d.client = conn, cl
 	m.cl.Live().ACPSessionID = sid
 	r.State = conn.State()
 	writeOpenCodeRecord(m.cl, r)
-	m.wg.Add(1)
+	d.startLocked(cl, conn)
 	m.mu.Unlock()
+	return nil
+}
+
+// adopter is a driver whose provider talks beside the pcwrap stdio and
+// must reopen that channel when runnerd re-adopts a live process.
+type adopter interface{ adoptLocked() }
+
+// adoptLocked reconnects to the server a previous runnerd started: its
+// URL, password and translation state are in the record, so the stream
+// reopens and the message list fills in what was missed, deduplicated
+// by part id (codex.md §6). m.mu held.
+func (d *openCodeDriver) adoptLocked() {
+	m := d.m
+	r := readOpenCodeRecord(m.cl)
+	if d.conn != nil || r.URL == "" || m.cl.Record().ACPSessionID == "" {
+		return
+	}
+	cl, err := opencode.NewClient(r.URL, r.Password)
+	if err != nil {
+		m.log.Warn("opencode server unusable after restart", "err", err)
+		return
+	}
+	select {
+	case <-d.listening:
+	default:
+		close(d.listening)
+	}
+	d.startLocked(cl, opencode.NewConn(cl, r.State, d.commit))
+}
+
+// startLocked runs conn's event stream until the Manager stops. m.mu held.
+func (d *openCodeDriver) startLocked(cl *opencode.Client, conn *opencode.Conn) {
+	m := d.m
+	d.conn, d.client = conn, cl
+	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer cl.Close()
@@ -155,7 +189,6 @@ func (d *openCodeDriver) Open(ctx context.Context, o OpenSession) error {
 			m.log.Warn("opencode event stream ended", "err", err)
 		}
 	}()
-	return nil
 }
 
 // commit is the event stream's sink: the messages go through the

@@ -111,3 +111,32 @@ func TestOpenCodePrepare(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
 }
+
+// TestOpenCode03_RestartMidTurn: runnerd goes away mid-turn (the manager
+// closes, opencode serve keeps running under pcwrap) and a new one
+// re-adopts it: the stream reopens, the message list fills in what was
+// missed, and the turn's text arrives exactly once across both, with one
+// turn.completed.
+func TestOpenCode03_RestartMidTurn(t *testing.T) {
+	r := newOpenCodeRig(t)
+	r.prepareOpenCode()
+	r.open()
+	n := len(r.sink.waitEvent(t, "session.started"))
+	r.turn("FAKEOC: slow 60 20")
+	r.sink.waitFor(t, "some deltas", func(_ Stored, evs []acpx.Event) bool { return len(said(evs)) >= 20 })
+	dir := r.sessionDir()
+	pgid := agentPgid(t, dir)
+	r.m.Close()
+
+	st, _ := r.sink.snapshot()
+	m2 := NewManager(r.cfg, st)
+	r.m = m2 // the rig's cleanup shuts it down
+	require.NoError(t, m2.Start())
+	evs := since(r.sink.waitEvent(t, "run.terminal"), n)
+	require.Equal(t, pgid, agentPgid(t, dir), "the server keeps its process group")
+	validateAll(t, evs)
+	require.Equal(t, strings.Repeat("slow ", 60), said(evs))
+	require.Equal(t, 1, count(evs, "turn.started"))
+	require.Equal(t, 1, count(evs, "turn.completed"), "%v", types(evs))
+	require.Equal(t, 1, count(evs, "item.started"))
+}
