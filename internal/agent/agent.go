@@ -11,7 +11,7 @@
 //
 // Drivers (the seam for a second wire protocol, driver.go): the Manager is
 // protocol-neutral except for a Driver, chosen by Binding.Driver
-// (DriverACP "" or DriverCodex; a new one registers its constructor in
+// (DriverACP "", DriverCodex or DriverOpenCode; a new one registers its constructor in
 // the drivers map from an init in its own file, as codex.go does). A
 // driver keeps its durable state in the Manager's *acpx.Client record
 // (acpx.Client.Wire: request table, partial line, active turn with
@@ -25,6 +25,13 @@
 // Manager.admitCallLocked, answered when the toolWaiter fires). pcwrap
 // supervision, hot restart, the commit path, the cold-start gate and
 // bounds, loss detection and runtime requests stay shared.
+//
+// A driver whose provider talks beside the pcwrap stdio (DriverOpenCode:
+// HTTP + SSE on loopback, opencode.go) reads only its listening line from
+// stdout, keeps its own durable state in acpx.Record.Driver, feeds what
+// its channel brings through handleInbound and the one commit path (its
+// state in the same write), and reopens that channel when Start re-adopts
+// the process (the adopter interface).
 package agent
 
 import (
