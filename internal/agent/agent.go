@@ -1223,9 +1223,14 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}
+	lines := [][]byte{line}
+	if a, ok := m.driverLocked().(answerer); ok {
+		a.answerLocked(id, o) // over its own channel, after this commit
+		lines = nil
+	}
 	evs := m.mapper.RequestResolved(rr, action)
 	result := jsonenc.MustMarshalEscaped(map[string]any{"status": "delivered", "requestId": p.RequestID})
-	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
+	if err := m.commitThenWriteEffectLocked(evs, lines, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
 	}
 	return result, nil

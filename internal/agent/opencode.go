@@ -286,25 +286,67 @@ func (d *openCodeDriver) Cancel() ([][]byte, error) {
 	return nil, nil
 }
 
-// HandleRequest answers OpenCode's permission requests by the session's
-// permission mode (approve-all: once; otherwise reject). m.mu held.
+// HandleRequest takes OpenCode's permission requests into the shared
+// permission flow (tools.md §6): the request is recorded pending like an
+// ACP one; the session's permission mode answers it at once, or it
+// becomes a PRP runtime request that request.resolve answers (Resolve
+// asks answerLocked). The answer goes back over HTTP. m.mu held.
 func (d *openCodeDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
 	m := d.m
 	var id string
-	if d.conn == nil || json.Unmarshal(in.ID, &id) != nil {
+	if d.conn == nil || in.Permission == nil || json.Unmarshal(in.ID, &id) != nil {
 		return nil, nil, true
 	}
-	reply := opencode.ReplyReject
-	if b := m.st.Binding; b != nil && b.PermissionMode == acpx.ApproveAll {
-		reply = opencode.ReplyOnce
+	w := m.cl.Wire()
+	if w.AgentRequests == nil {
+		w.AgentRequests = map[string]acpx.AgentRequest{}
+	}
+	w.AgentRequests[string(in.ID)] = acpx.AgentRequest{Method: acpx.MethodRequestPermission, TurnID: in.TurnID}
+	mode := acpx.ApproveAll
+	if b := m.st.Binding; b != nil {
+		mode = b.PermissionMode
+	}
+	dec := acpx.DecidePermission(mode, *in.Permission)
+	if dec == acpx.DecideAsk {
+		evs, _, _ := m.permissionLocked(in)
+		return evs, nil, true
+	}
+	m.cl.ForgetAgentRequest(in.ID)
+	d.replyAfterCommitLocked(id, acpx.PickOption(*in.Permission, dec == acpx.DecideAllow))
+	return nil, nil, true
+}
+
+// answerer is a driver that answers a resolved runtime request itself
+// instead of writing a line to the agent's stdin.
+type answerer interface {
+	answerLocked(id json.RawMessage, o acpx.PermissionOutcome)
+}
+
+// answerLocked sends request.resolve's answer over HTTP. m.mu held.
+func (d *openCodeDriver) answerLocked(id json.RawMessage, o acpx.PermissionOutcome) {
+	var pid string
+	if d.conn == nil || json.Unmarshal(id, &pid) != nil {
+		return
+	}
+	d.replyAfterCommitLocked(pid, o)
+}
+
+// replyAfterCommitLocked replies once the commit in progress (the caller
+// holds m.mu through it) is durable; a cancelled outcome rejects.
+func (d *openCodeDriver) replyAfterCommitLocked(id string, o acpx.PermissionOutcome) {
+	m := d.m
+	option := ""
+	if o.Outcome == "selected" {
+		option = o.OptionID
 	}
 	conn := d.conn
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		if err := conn.Reply(m.ctx, id, reply); err != nil {
+		m.mu.Lock()
+		m.mu.Unlock()
+		if err := conn.Reply(m.ctx, id, option); err != nil {
 			m.log.Warn("opencode permission reply failed", "err", err)
 		}
 	}()
-	return nil, nil, true
 }

@@ -22,13 +22,17 @@ func newOpenCodeRig(t *testing.T) *rig {
 
 // prepareOpenCode binds kind opencode (codex.md §6); command/args name
 // the reference's Node facade and are ignored.
-func (r *rig) prepareOpenCode() {
+func (r *rig) prepareOpenCode(extra ...string) {
 	r.t.Helper()
-	desc := map[string]any{"provider": map[string]any{
+	prov := map[string]any{
 		"kind": "opencode", "provider": "opencode", "driver": "opencode_server", "providerVersion": "opencode-server-v1",
 		"command": "node", "args": []string{"facade.js"}, "cwd": r.cwd, "approvalPolicy": "never",
 		"model": "fake/fake-model", "instructions": "Be brief.",
-	}}
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		prov[extra[i]] = extra[i+1]
+	}
+	desc := map[string]any{"provider": prov}
 	b, _ := json.Marshal(desc)
 	_, err := r.m.Prepare(b)
 	require.NoError(r.t, err)
@@ -139,4 +143,39 @@ func TestOpenCode03_RestartMidTurn(t *testing.T) {
 	require.Equal(t, 1, count(evs, "turn.started"))
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", types(evs))
 	require.Equal(t, 1, count(evs, "item.started"))
+}
+
+// TestOpenCode04_Permission: OpenCode's permission.asked goes through the
+// shared permission flow: approve-all answers it at once; manual makes it
+// a runtime_request.created that request.resolve answers, over HTTP; a
+// rejection fails the tool call (tools.md §6–§7).
+func TestOpenCode04_Permission(t *testing.T) {
+	t.Run("approve-all", func(t *testing.T) {
+		r := newOpenCodeRig(t)
+		r.prepareOpenCode()
+		r.open()
+		r.turn("FAKEOC: permission rm -rf build")
+		evs := r.sink.waitEvent(t, "run.terminal")
+		validateAll(t, evs)
+		require.Zero(t, count(evs, "runtime_request.created"))
+		require.Equal(t, "completed", payloadOf(evs, "tool.execution.completed")["status"])
+	})
+	for _, tc := range []struct{ action, status string }{{acpx.ActionAccept, "completed"}, {acpx.ActionDecline, "failed"}} {
+		t.Run("manual-"+tc.action, func(t *testing.T) {
+			r := newOpenCodeRig(t)
+			r.prepareOpenCode("permissionMode", "manual")
+			r.open()
+			r.turn("FAKEOC: permission rm -rf build")
+			evs := r.sink.waitEvent(t, "runtime_request.created")
+			id := payloadOf(evs, "runtime_request.created")["request"].(map[string]any)["requestId"].(string)
+			b, _ := json.Marshal(map[string]any{"requestId": id, "resolution": map[string]any{"action": tc.action}})
+			res, err := r.m.Resolve("cmd-resolve", b)
+			require.NoError(t, err)
+			require.JSONEq(t, `{"status":"delivered","requestId":"`+id+`"}`, string(res))
+			evs = r.sink.waitEvent(t, "run.terminal")
+			validateAll(t, evs)
+			require.Equal(t, 1, count(evs, "runtime_request.resolved"), "%v", types(evs))
+			require.Equal(t, tc.status, payloadOf(evs, "tool.execution.completed")["status"])
+		})
+	}
 }
