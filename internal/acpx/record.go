@@ -42,6 +42,12 @@ type Record struct {
 	// never advertised it.
 	Goal *GoalRecord `json:"goal,omitempty"`
 
+	// Driver is the durable state of a driver that keeps more than the
+	// line stream (OpenCode: its server URL, password and the per-part
+	// emission record, agent/opencode.go); nil for ACP and Codex. It
+	// holds a secret: the record is state, never logged.
+	Driver json.RawMessage `json:"driver,omitempty"`
+
 	// Process is the live process session; nil when no agent runs.
 	Process *ProcessRecord `json:"process,omitempty"`
 }

@@ -11,7 +11,7 @@
 //
 // Drivers (the seam for a second wire protocol, driver.go): the Manager is
 // protocol-neutral except for a Driver, chosen by Binding.Driver
-// (DriverACP "" or DriverCodex; a new one registers its constructor in
+// (DriverACP "", DriverCodex or DriverOpenCode; a new one registers its constructor in
 // the drivers map from an init in its own file, as codex.go does). A
 // driver keeps its durable state in the Manager's *acpx.Client record
 // (acpx.Client.Wire: request table, partial line, active turn with
@@ -25,6 +25,13 @@
 // Manager.admitCallLocked, answered when the toolWaiter fires). pcwrap
 // supervision, hot restart, the commit path, the cold-start gate and
 // bounds, loss detection and runtime requests stay shared.
+//
+// A driver whose provider talks beside the pcwrap stdio (DriverOpenCode:
+// HTTP + SSE on loopback, opencode.go) reads only its listening line from
+// stdout, keeps its own durable state in acpx.Record.Driver, feeds what
+// its channel brings through handleInbound and the one commit path (its
+// state in the same write), and reopens that channel when Start re-adopts
+// the process (the adopter interface).
 package agent
 
 import (
@@ -172,6 +179,9 @@ type Config struct {
 	StateDir string
 	// Pcwrap is the pcwrap binary (see FindPcwrap).
 	Pcwrap string
+	// OpenCodeExecutable is the opencode binary for kind opencode
+	// (codex.md §6: a runnerd flag, else "opencode" on PATH).
+	OpenCodeExecutable string
 	// Environ is runnerd's environment; the agent gets an allowlist of it.
 	Environ []string
 	Sink    Sink
@@ -346,6 +356,9 @@ func (m *Manager) Start() error {
 		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
+	if a, ok := m.driverLocked().(adopter); ok {
+		a.adoptLocked() // a driver with a channel beside stdio reopens it
+	}
 	if evs := m.restartBridgeLocked(p); len(evs) > 0 || m.st.Tools != nil {
 		if err := m.persistLocked(evs, nil); err != nil {
 			return err
@@ -674,14 +687,28 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		if d.PermissionMode == "" {
 			d.PermissionMode = string(acpx.ApproveAll) // approvalPolicy never: Codex asks nothing
 		}
+	case "opencode":
+		// codex.md §6: runnerd speaks OpenCode's server API itself and
+		// ignores command/args (they name the reference's Node facade).
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+			return nil, failed("provider descriptor approvalPolicy must be never for kind opencode")
+		}
+		d.Agent = "opencode"
+		d.Command, d.Args = openCodeCommand(d.Command), openCodeServeArgs()
+		if d.PermissionMode == "" {
+			d.PermissionMode = string(acpx.ApproveAll)
+		}
 	default:
 		return nil, failed("provider descriptor kind " + kindName(d.Kind) + " is not supported by this runner")
 	}
 	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
 		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
 		CriterionIDs: p.CompletionContract.CriterionIDs}
-	if d.Kind == "codex" {
+	switch d.Kind {
+	case "codex":
 		b.Driver = DriverCodex
+	case "opencode":
+		b.Driver = DriverOpenCode
 	}
 	if b.Command == "" {
 		argv, ok := acpx.AgentCommand(d.Agent)
@@ -839,8 +866,18 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
 		}
 	}
+	var childEnv map[string]string
+	var ocPassword string
+	if b.Driver == DriverOpenCode {
+		if ocPassword, childEnv, err = openCodeChildEnv(); err != nil {
+			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
+		}
+	}
 	argv := append([]string{b.Command}, b.Args...)
-	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env})
+	if b.Driver == DriverOpenCode && m.cfg.OpenCodeExecutable != "" {
+		argv[0] = m.cfg.OpenCodeExecutable
+	}
+	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env, childEnv: childEnv})
 	if err != nil {
 		m.log.Error("agent launch failed", "err", err)
 		return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
@@ -852,6 +889,9 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		m.cl.ResetProcess()
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
+	if ocPassword != "" {
+		setOpenCodePassword(m.cl, ocPassword) // durable with the launch, 0600 state only
+	}
 	m.advertiseLocked(b, resume)
 	m.cl.SetSessionMeta(meta)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
@@ -1206,9 +1246,14 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}
+	lines := [][]byte{line}
+	if a, ok := m.driverLocked().(answerer); ok {
+		a.answerLocked(id, o) // over its own channel, after this commit
+		lines = nil
+	}
 	evs := m.mapper.RequestResolved(rr, action)
 	result := jsonenc.MustMarshalEscaped(map[string]any{"status": "delivered", "requestId": p.RequestID})
-	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
+	if err := m.commitThenWriteEffectLocked(evs, lines, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -292,7 +292,7 @@ func TestCodex01_Prepare(t *testing.T) {
 // 4); a kind that is not a plain name is not echoed.
 func TestCodexUnknownKindNamesIt(t *testing.T) {
 	for kind, want := range map[string]string{
-		"claude_managed": `"claude_managed"`, "aws_agentcore": `"aws_agentcore"`, "opencode": `"opencode"`,
+		"claude_managed": `"claude_managed"`, "aws_agentcore": `"aws_agentcore"`, "cursor_cloud": `"cursor_cloud"`,
 		"": "(absent)", "bad kind\n": "(unrecognised)",
 	} {
 		_, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": kind}})))

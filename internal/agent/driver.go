@@ -57,6 +57,8 @@ type OpenSession struct {
 const (
 	DriverACP   = ""                 // acp.md: the acpx agents
 	DriverCodex = "codex_app_server" // codex.md: codex app-server
+	// DriverOpenCode is OpenCode's HTTP + SSE server (codex.md §6).
+	DriverOpenCode = "opencode_server"
 )
 
 // driverLocked returns the driver of the bound provider. m.mu held.

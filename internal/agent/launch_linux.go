@@ -20,6 +20,9 @@ type launchSpec struct {
 	argv     []string // agent command and args
 	cwd      string
 	env      []string // the allowlisted agent env
+	// childEnv is set for the agent only, through pcwrap's payload
+	// (OpenCode's server password: never in pcwrap's own environment).
+	childEnv map[string]string
 }
 
 // launched is a started pcwrap.
@@ -36,7 +39,7 @@ func sessionPath(stateDir, uuid string) string { return procsession.Path(stateDi
 // reaps cmd.
 func launch(spec launchSpec) (*launched, error) {
 	l, err := procsession.Launch(procsession.Spec{StateDir: spec.stateDir, Pcwrap: spec.pcwrap,
-		Argv: spec.argv, Cwd: spec.cwd, Env: spec.env})
+		Argv: spec.argv, Cwd: spec.cwd, Env: spec.env, PayloadEnv: spec.childEnv})
 	if err != nil {
 		return nil, fmt.Errorf("launch agent: %w", err)
 	}

@@ -46,7 +46,8 @@ func newAgentExec(r *loop) (*agentExec, error) {
 	}
 	a := &agentExec{r: r, ctx: context.Background()}
 	a.m = agent.NewManager(agent.Config{
-		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, Environ: os.Environ(), Sink: a,
+		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, OpenCodeExecutable: r.cfg.OpenCodeExecutable,
+		Environ: os.Environ(), Sink: a,
 		Logger: r.log, Stderr: os.Stderr, Clock: r.clk,
 		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,
 		CancelGrace: r.cfg.CancelGrace,

@@ -159,6 +159,7 @@ type Config struct {
 	CancelGrace              time.Duration
 	MaxConcurrentColdStarts  int    // <= 0 disables the gate (acp.md §4.2)
 	PcwrapPath               string // "" = next to the runnerd executable, else PATH (acp.md §3.1)
+	OpenCodeExecutable       string // "" = opencode on PATH (codex.md §6)
 
 	// Ignored lists the accepted-and-ignored flags that were given (sorted,
 	// without values), so the runner can log that it ignored them.
@@ -183,6 +184,8 @@ type Environ func(key string) (string, bool)
 // value, and ignores in durable modes (prp.md §13): the ACPX sidecar and
 // OpenCode proxy launch profiles (runnerd has no sidecar) and the local fake
 // harness, which the server's launcher passes on every launch.
+// --opencode-executable is honoured (kind opencode, codex.md §6); its
+// digest is not checked.
 var ignoredFlags = []string{
 	"acpx-launch-authority-digest",
 	"acpx-sidecar-command",
@@ -193,7 +196,6 @@ var ignoredFlags = []string{
 	"opencode-proxy-command-sha256",
 	"opencode-proxy-script",
 	"opencode-proxy-script-sha256",
-	"opencode-executable",
 	"opencode-executable-sha256",
 	"fake-harness",
 	"fake-harness-script",
@@ -308,6 +310,7 @@ func newParser() *parser {
 	p.coldStarts = DefaultMaxConcurrentColdStarts
 	fs.Var(&intFlag{dst: &p.coldStarts, min: -maxColdStartsLimit, max: maxColdStartsLimit}, "max-concurrent-cold-starts", "cold starts at once; <= 0 disables the gate")
 	fs.StringVar(&c.PcwrapPath, "pcwrap-path", "", "pcwrap binary (default: next to runnerd, else PATH)")
+	fs.StringVar(&c.OpenCodeExecutable, "opencode-executable", "", "opencode binary for kind opencode (default: opencode on PATH)")
 
 	for _, name := range ignoredFlags {
 		v := new(string)
@@ -549,9 +552,10 @@ func (p *parser) validateTimeouts(c *Config) error {
 	return nil
 }
 
-// validateLocalPaths checks the optional local paths (diagnostics, pcwrap).
+// validateLocalPaths checks the optional local paths (diagnostics, pcwrap,
+// opencode).
 func (p *parser) validateLocalPaths(c *Config) error {
-	for _, path := range []struct{ flag, value string }{{"--diagnostics-directory", c.DiagnosticsDir}, {"--pcwrap-path", c.PcwrapPath}} {
+	for _, path := range []struct{ flag, value string }{{"--diagnostics-directory", c.DiagnosticsDir}, {"--pcwrap-path", c.PcwrapPath}, {"--opencode-executable", c.OpenCodeExecutable}} {
 		if path.value == "" {
 			continue
 		}

@@ -95,6 +95,8 @@ AGENTS
                                           disables the gate).
   --pcwrap-path FILE                      pcwrap binary (default: next to
                                           runnerd, else on PATH).
+  --opencode-executable FILE              opencode binary for provider kind
+                                          opencode (default: opencode on PATH).
 
 AGENT ENVIRONMENT
   Agents get a cleared environment plus these variables, by exact name:
@@ -124,7 +126,8 @@ ACCEPTED AND IGNORED (reference compatibility; each takes a value)
   --fake-harness, --fake-harness-script (the server passes them on every launch),
   --acpx-launch-authority-digest, --acpx-sidecar-command[-sha256],
   --acpx-sidecar-script[-sha256], --opencode-proxy-command[-sha256],
-  --opencode-proxy-script[-sha256], --opencode-executable[-sha256].
+  --opencode-proxy-script[-sha256], --opencode-executable-sha256 (the digest
+  of --opencode-executable, which is honoured).
   Outside dial and listen mode they are an error: the reference's local
   fake-harness mode is not implemented.
 

@@ -1,0 +1,247 @@
+package opencode
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
+)
+
+// waitBound bounds every wait in these tests.
+const waitBound = 20 * time.Second
+
+// fakeServer is test/fakeopencode started as a plain child.
+type fakeServer struct {
+	url, password, record string
+	cmd                   *exec.Cmd
+}
+
+func startFake(t *testing.T, password string) *fakeServer {
+	t.Helper()
+	bin := testbin.Build(t, "test/fakeopencode")
+	rec := t.TempDir() + "/record.ndjson"
+	cmd := exec.Command(bin, "serve", "--hostname", "127.0.0.1", "--port", "0", "--record", rec, "--idle", "2m")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), ServerEnv(password)}
+	cmd.Dir = t.TempDir()
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			lines <- sc.Text() + "\n"
+		}
+		close(lines)
+		for sc.Scan() {
+		}
+	}()
+	select {
+	case l := <-lines:
+		u, _, ok := ListenURL([]byte(l))
+		require.True(t, ok, "listening line %q", l)
+		return &fakeServer{url: u, password: password, record: rec, cmd: cmd}
+	case <-time.After(waitBound):
+		t.Fatal("fakeopencode did not listen")
+	}
+	return nil
+}
+
+// collector is a Sink that keeps every batch and the last state, the way
+// the Manager commits them.
+type collector struct {
+	mu    sync.Mutex
+	in    []acpx.Inbound
+	st    State
+	batch int
+	wake  chan struct{}
+}
+
+func newCollector() *collector { return &collector{wake: make(chan struct{}, 1)} }
+
+func (c *collector) sink(st State, in []acpx.Inbound) {
+	c.mu.Lock()
+	c.in = append(c.in, in...)
+	c.st = st
+	c.batch++
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *collector) snapshot() ([]acpx.Inbound, State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]acpx.Inbound(nil), c.in...), c.st.clone()
+}
+
+// waitFor waits until cond holds over what was collected.
+func (c *collector) waitFor(t *testing.T, what string, cond func([]acpx.Inbound) bool) []acpx.Inbound {
+	t.Helper()
+	deadline := time.After(waitBound)
+	for {
+		in, _ := c.snapshot()
+		if cond(in) {
+			return in
+		}
+		select {
+		case <-c.wake:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; have %d messages", what, len(in))
+		}
+	}
+}
+
+func settled(in []acpx.Inbound) bool {
+	for _, m := range in {
+		if m.Kind == acpx.KindTurnSettled {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPermission(in []acpx.Inbound) bool {
+	for _, m := range in {
+		if m.Kind == acpx.KindRequest {
+			return true
+		}
+	}
+	return false
+}
+
+func textOf(in []acpx.Inbound, kind string) string {
+	var b strings.Builder
+	for _, m := range in {
+		if m.Kind == acpx.KindUpdate && m.Update.Kind == kind && m.Update.Content != nil {
+			b.WriteString(m.Update.Content.Text)
+		}
+	}
+	return b.String()
+}
+
+// runConn starts a Conn's Run; the returned stop ends it and returns its
+// error.
+func runConn(t *testing.T, c *Conn) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(waitBound):
+				t.Fatal("Run did not return")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// newConn opens a session on srv and starts its stream.
+func newConn(t *testing.T, srv *fakeServer) (*Conn, *collector, func() error) {
+	t.Helper()
+	cl, err := NewClient(srv.url, srv.password)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	col := newCollector()
+	c := NewConn(cl, State{}, col.sink)
+	c.wait = func(ctx context.Context, _ time.Duration) error { return sleepCtx(ctx, 10*time.Millisecond) }
+	_, err = c.Open(context.Background(), "")
+	require.NoError(t, err)
+	return c, col, runConn(t, c)
+}
+
+// mapEvents runs the messages through the acpx mapper as the Manager
+// does (turn.started first) and returns the PRP events.
+func mapEvents(t *testing.T, turnID string, in []acpx.Inbound, byRunCancel bool) []acpx.Event {
+	t.Helper()
+	mp := acpx.Mapper{Redactor: acpx.NewRedactor(), Provider: "opencode", Cwd: "/work"}
+	ms := &acpx.MapState{}
+	evs := mp.TurnStarted(ms, turnID)
+	for _, m := range in {
+		switch m.Kind {
+		case acpx.KindUpdate:
+			evs = append(evs, mp.Update(ms, m.TurnID, *m.Update)...)
+		case acpx.KindRequest:
+			_, e := mp.PermissionRequest(ms, m.TurnID, m.ID, *m.Permission)
+			evs = append(evs, e...)
+		case acpx.KindTurnSettled:
+			evs = append(evs, mp.Settle(ms, acpx.SettlementOf(*m.Outcome, byRunCancel))...)
+		}
+	}
+	return evs
+}
+
+func envelope(seq int, ev acpx.Event) map[string]any {
+	env := map[string]any{
+		"schema": "paperclip.prp.event.v1", "sourceEventId": fmt.Sprintf("event_runner-1_%016d", seq),
+		"sourceSeq": seq, "sourceInstanceId": "runner-1", "sourceKind": "runner", "runId": "run-1",
+		"normalizedSessionId": "session-1", "eventType": ev.EventType, "schemaVersion": 1,
+		"priority": ev.Priority, "emittedAt": "2026-01-02T03:04:05Z", "payload": ev.Payload,
+	}
+	if ev.TurnID != "" {
+		env["turnId"] = ev.TurnID
+	}
+	if ev.ItemID != "" {
+		env["itemId"] = ev.ItemID
+	}
+	return env
+}
+
+// requireValidEvents validates every event against the reference
+// schemas, as the server does.
+func requireValidEvents(t *testing.T, evs []acpx.Event) {
+	t.Helper()
+	s := prpschema.Load(t)
+	for i, ev := range evs {
+		require.NoError(t, prpschema.Validate(s.EventV1, envelope(i+1, ev)), "event %d %s", i, ev.EventType)
+		switch ev.EventType {
+		case "usage.reported":
+			require.NoError(t, prpschema.Validate(s.Usage, ev.Payload), "usage payload %d", i)
+		case "runtime_request.created":
+			require.NoError(t, prpschema.Validate(s.Request, ev.Payload["request"]), "request payload %d", i)
+		}
+	}
+}
+
+func eventTypes(evs []acpx.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.EventType
+	}
+	return out
+}
+
+func count(evs []acpx.Event, typ string) int {
+	n := 0
+	for _, e := range evs {
+		if e.EventType == typ {
+			n++
+		}
+	}
+	return n
+}
