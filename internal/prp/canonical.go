@@ -42,6 +42,16 @@ var (
 // taken as JSON text and parsed like JSON.parse (duplicate keys: the last
 // wins). Invalid JSON or invalid UTF-8 is ErrCanonicalInvalid.
 func Canonical(v any) ([]byte, error) {
+	val, err := parseValue(v)
+	if err != nil {
+		return nil, err
+	}
+	return val.canonical(MaxCanonicalDepth, MaxCanonicalNodes)
+}
+
+// parseValue parses v as Canonical takes it: JSON text as is, anything else
+// through encoding/json.
+func parseValue(v any) (*jsonValue, error) {
 	var text []byte
 	switch x := v.(type) {
 	case json.RawMessage:
@@ -55,11 +65,7 @@ func Canonical(v any) ([]byte, error) {
 		}
 		text = b
 	}
-	val, err := parseJSON(text)
-	if err != nil {
-		return nil, err
-	}
-	return val.canonical()
+	return parseJSON(text)
 }
 
 // jsonKind tags a parsed JSON value.
@@ -130,36 +136,18 @@ func (v *jsonValue) goString() (string, bool) {
 // canonical_json (runner-core provider_bridge.rs) has no bounds, and a
 // catalog of 256 operations with their schemas passes 10,000 nodes.
 func CanonicalUnbounded(v any) ([]byte, error) {
-	var text []byte
-	switch x := v.(type) {
-	case json.RawMessage:
-		text = x
-	case []byte:
-		text = x
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("canonical json: %w: %w", ErrCanonicalInvalid, err)
-		}
-		text = b
-	}
-	val, err := parseJSON(text)
+	val, err := parseValue(v)
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	nodes := 0
-	if err := val.writeCanonical(&buf, 0, &nodes, math.MaxInt, math.MaxInt); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return val.canonical(math.MaxInt, math.MaxInt)
 }
 
 // canonical serialises v as the reference's canonicalJson does.
-func (v *jsonValue) canonical() ([]byte, error) {
+func (v *jsonValue) canonical(maxDepth, maxNodes int) ([]byte, error) {
 	var buf bytes.Buffer
 	nodes := 0
-	if err := v.writeCanonical(&buf, 0, &nodes, MaxCanonicalDepth, MaxCanonicalNodes); err != nil {
+	if err := v.writeCanonical(&buf, 0, &nodes, maxDepth, maxNodes); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

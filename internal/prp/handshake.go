@@ -372,7 +372,7 @@ func parseChallenge(msg []byte) (*challenge, error) {
 	if r.err != "" {
 		return nil, bad(r.err)
 	}
-	ch.signing, err = pl.without("serverProof").canonical()
+	ch.signing, err = pl.without("serverProof").canonical(MaxCanonicalDepth, MaxCanonicalNodes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChallengeRejected, err)
 	}
