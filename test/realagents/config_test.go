@@ -24,6 +24,9 @@ const fakeModel = "fakellm-model"
 type agentSpec struct {
 	name   string // the descriptor's agent (acpx's table)
 	prefix string // test/realagents/npm/<prefix>
+	// noPermission, when set, says why the agent never sends
+	// session/request_permission (its permission cases do not apply).
+	noPermission string
 	// argv returns the command line under the installed prefix dir.
 	argv func(dir string) []string
 	// configure writes the agent's config into home for fakellm at url
@@ -67,6 +70,7 @@ var specs = map[string]agentSpec{
 			return []string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + fakeKey, "IS_SANDBOX=1"}
 		}},
 	"pi": {name: "pi", prefix: "pi",
+		noPermission: "pi-acp 0.0.23 runs every tool without asking",
 		argv: nodeArgv("pi-acp/dist/index.js"),
 		configure: func(t *testing.T, home, url string) []string {
 			writeJSON(t, filepath.Join(home, ".pi", "agent", "models.json"), map[string]any{
