@@ -126,9 +126,10 @@ func step(t *testing.T, agent, cas string, f func()) {
 }
 
 // shellScript calls the agent's shell tool with a command whose output
-// ("pcrunner-42") differs from its text, so the answer tells whether it ran.
+// ("pcrunner-42") differs from its text, so the answer tells whether it ran
+// (no command substitution: Gemini CLI refuses it).
 const (
-	shellScript = "FAKELLM: shell echo pcrunner-$((6*7))"
+	shellScript = "FAKELLM: shell printf 'pcrunner-%d\\n' 42"
 	shellOutput = "pcrunner-42"
 )
 
@@ -209,7 +210,10 @@ func runAgentSession(t *testing.T, spec agentSpec, dir string) {
 		}
 		prepare("deny-all")
 		evs := turn(shellScript)
-		completed(evs)
+		// Codex aborts its turn on a refusal (turn.interrupted); the others
+		// tell the model and complete.
+		require.Len(t, append(prptest.OfType(evs, "turn.completed"), prptest.OfType(evs, "turn.interrupted")...), 1,
+			"turn events: %v", types(evs))
 		require.Empty(t, prptest.OfType(evs, "runtime_request.created"))
 		require.NotContains(t, text(t, evs), shellOutput)
 	})
