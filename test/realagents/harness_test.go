@@ -126,6 +126,9 @@ func (r *rig) start() *exec.Cmd {
 		}
 		if t.Failed() {
 			t.Logf("runnerd (pid %d) stderr:\n%s", cmd.Process.Pid, tail(buf.String(), 60))
+		} else if w := warnings(buf.String()); w != "" {
+			// A real agent's surprises show up here first.
+			t.Logf("runnerd (pid %d) warnings:\n%s", cmd.Process.Pid, tail(w, 40))
 		}
 	})
 	return cmd
@@ -142,6 +145,17 @@ func waitExit(t *testing.T, cmd *exec.Cmd) {
 		<-done
 		t.Error("runnerd did not exit in time")
 	}
+}
+
+// warnings keeps runnerd's WARN and ERROR log lines.
+func warnings(log string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func tail(s string, n int) string {
