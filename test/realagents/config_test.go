@@ -116,7 +116,7 @@ var specs = map[string]agentSpec{
 			return []string{"OPENAI_API_KEY=" + fakeKey}
 		}},
 	"opencode": {name: "opencode", prefix: "opencode",
-		argv: func(dir string) []string { return []string{filepath.Join(dir, "node_modules", ".bin", "opencode"), "acp"} },
+		argv: func(dir string) []string { return []string{filepath.Join(dir, "node_modules", "opencode-linux-x64", "bin", "opencode"), "acp"} },
 		configure: func(t *testing.T, home, url string) []string {
 			writeJSON(t, filepath.Join(home, ".config", "opencode", "opencode.json"), map[string]any{
 				"autoupdate": false, "share": "disabled",
