@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +47,7 @@ type rig struct {
 	env    []string
 	args   []string
 	stderr *syncbuf.Buffer
+	record string // fakellm's request record
 }
 
 func newRig(t *testing.T, spec agentSpec, agentDir string) *rig {
@@ -53,7 +55,8 @@ func newRig(t *testing.T, spec agentSpec, agentDir string) *rig {
 	core := prptest.NewCore(t, prp.CoreConfig{Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest})
 	core.WaitBound = agentBound
 	r := &rig{t: t, core: core, url: core.ServeLoopback(), dir: filepath.Join(t.TempDir(), "state"), home: t.TempDir()}
-	llm := startFakellm(t)
+	r.record = filepath.Join(t.TempDir(), "fakellm.ndjson")
+	llm := startFakellm(t, r.record)
 	extra := spec.configure(t, r.home, llm)
 	path := filepath.Join(agentDir, "node_modules", ".bin") + string(os.PathListSeparator) + os.Getenv("PATH")
 	r.env = append([]string{"HOME=" + r.home, "PATH=" + path}, extra...)
@@ -126,6 +129,10 @@ func (r *rig) start() *exec.Cmd {
 		}
 		if t.Failed() {
 			t.Logf("runnerd (pid %d) stderr:\n%s", cmd.Process.Pid, tail(buf.String(), 60))
+			t.Logf("core events: %v", types(r.events()))
+			if b, err := os.ReadFile(r.record); err == nil {
+				t.Logf("fakellm requests: %s", offeredTools(b))
+			}
 		} else if w := warnings(buf.String()); w != "" {
 			// A real agent's surprises show up here first.
 			t.Logf("runnerd (pid %d) warnings:\n%s", cmd.Process.Pid, tail(w, 40))
@@ -145,6 +152,34 @@ func waitExit(t *testing.T, cmd *exec.Cmd) {
 		<-done
 		t.Error("runnerd did not exit in time")
 	}
+}
+
+// offeredTools lists each recorded model request's path and the names of
+// the tools it offered (Anthropic and OpenAI shapes), for a failure's log.
+func offeredTools(record []byte) string {
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(record)), "\n") {
+		var req struct {
+			Path string `json:"path"`
+			Body struct {
+				Tools []struct {
+					Name     string `json:"name"`
+					Function struct {
+						Name string `json:"name"`
+					} `json:"function"`
+				} `json:"tools"`
+			} `json:"body"`
+		}
+		if json.Unmarshal([]byte(line), &req) != nil {
+			continue
+		}
+		var names []string
+		for _, tl := range req.Body.Tools {
+			names = append(names, tl.Name+tl.Function.Name)
+		}
+		out = append(out, fmt.Sprintf("%s %v", req.Path, names))
+	}
+	return strings.Join(out, "\n")
 }
 
 // warnings keeps runnerd's WARN and ERROR log lines.
@@ -268,9 +303,9 @@ func (r *rig) childPgid() int {
 
 // startFakellm runs test/fakellm on loopback until the test ends (it exits
 // on stdin EOF) and returns its base URL.
-func startFakellm(t *testing.T) string {
+func startFakellm(t *testing.T, record string) string {
 	t.Helper()
-	cmd := exec.Command(testbin.Build(t, "test/fakellm"), "--exit-on-stdin-eof", "--idle", "30m")
+	cmd := exec.Command(testbin.Build(t, "test/fakellm"), "--exit-on-stdin-eof", "--idle", "30m", "--record", record)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

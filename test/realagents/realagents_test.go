@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -285,4 +286,55 @@ func types(evs []prptest.Event) []string {
 		out = append(out, e.EventType)
 	}
 	return out
+}
+
+// TestTools13_ClaudeBridgeTool: Claude Code's model (fakellm) calls a
+// Paperclip tool, mcp__paperclip__<operationId>; the call travels agent →
+// runnerd's MCP bridge → core (semantic_tool.input) → core's
+// semantic_tool.result → agent, and the agent's next message quotes the
+// result (tools.md §9 scenario 13).
+func TestTools13_ClaudeBridgeTool(t *testing.T) {
+	spec := specs["claude"]
+	dir := agentDir(t, spec)
+	slots <- struct{}{}
+	defer func() { <-slots }()
+	schemas := prpschema.Load(t)
+	r := newRig(t, spec, dir)
+	proc := r.start()
+	op := catalog.Operation{OperationID: "issue.comment", Version: 1, Description: "Comment on the task.",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["body"],"properties":{"body":{"type":"string"}}}`),
+		ResponseSchema: json.RawMessage(`{"type":"object"}`)}
+	step(t, "claude", "bridge session.open", func() {
+		r.must("run.prepare", map[string]any{
+			"provider": map[string]any{"kind": "acpx", "agent": spec.name, "command": spec.argv(dir)[0],
+				"args": spec.argv(dir)[1:], "cwd": t.TempDir(), "permissionMode": "approve-paperclip"},
+			"authorizedTools": map[string]any{"schema": catalog.Schema, "schemaVersion": 1,
+				"catalogDigest": catalog.Digest([]catalog.Operation{op}), "operations": []catalog.Operation{op}},
+		})
+		r.must("session.open", map[string]any{"reuse": "same_session"})
+	})
+	step(t, "claude", "bridge tool turn", func() {
+		// Claude Code offers the MCP tool issue.comment as
+		// mcp__paperclip__issue_comment (API tool names take no dots).
+		r.must("turn.start", map[string]any{"text": `FAKELLM: tool mcp__paperclip__issue_comment {"body":"from claude"}`})
+		evs := r.waitCount("semantic_tool.input", 1)
+		in := prptest.OfType(evs, "semantic_tool.input")[0]
+		st := payload(t, in)["semantic_tool"].(map[string]any)
+		require.Equal(t, "issue.comment", st["operationId"])
+		r.must("semantic_tool.result", map[string]any{"callId": st["callId"], "operationId": st["operationId"],
+			"inputDigest": st["content"].(map[string]any)["digest"], "result": map[string]any{"id": "comment-13"}, "isError": false})
+		evs = turnEvents(r.waitCount("run.terminal", 1), 1)
+		require.Len(t, prptest.OfType(evs, "turn.completed"), 1, "turn events: %v", types(evs))
+		require.Empty(t, prptest.OfType(evs, "runtime_request.created"), "approve-paperclip allows a bridge tool at once")
+		require.Contains(t, text(t, evs), "comment-13", "the next message quotes the result")
+	})
+	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
+	waitExit(t, proc)
+	for _, raw := range r.core.Snapshot().Events {
+		var env struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &env))
+		require.NoError(t, prpschema.Validate(schemas.EventV1, env.Payload), "event %s", env.Payload)
+	}
 }
