@@ -338,3 +338,40 @@ func TestTools13_ClaudeBridgeTool(t *testing.T) {
 		require.NoError(t, prpschema.Validate(schemas.EventV1, env.Payload), "event %s", env.Payload)
 	}
 }
+
+// TestRealAgentCodexShimGroupKill: codex-acp's npm entry is a Node shim
+// that runs the native codex-acp binary with spawnSync; when only the shim
+// dies, the native binary is orphaned (issue 13 defects). pcwrap kills the
+// agent's whole process group when its leader exits, so the orphan goes
+// too: nothing with the session's HOME outlives the shim.
+func TestRealAgentCodexShimGroupKill(t *testing.T) {
+	spec := specs["codex"]
+	dir := agentDir(t, spec)
+	slots <- struct{}{}
+	defer func() { <-slots }()
+	r := newRig(t, spec, dir)
+	proc := r.start()
+	r.must("run.prepare", map[string]any{"provider": map[string]any{"kind": "acpx", "agent": spec.name,
+		"command": spec.argv(dir)[0], "args": spec.argv(dir)[1:], "cwd": t.TempDir()}})
+	r.must("session.open", map[string]any{"reuse": "same_session"})
+	shim := r.childPgid() // pcwrap makes the agent its group's leader
+	var native int
+	for _, pid := range processesWithHome(r.home) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == "codex-acp" && pid != shim {
+			native = pid
+		}
+	}
+	require.Positive(t, native, "the native codex-acp runs beside the shim")
+	pgid, err := syscall.Getpgid(native)
+	require.NoError(t, err)
+	require.Equal(t, shim, pgid, "the native binary is in the agent's group")
+
+	require.NoError(t, syscall.Kill(shim, syscall.SIGKILL), "only the shim")
+	deadline := time.Now().Add(agentBound)
+	for syscall.Kill(native, 0) == nil && !isZombie(native) {
+		require.True(t, time.Now().Before(deadline), "the orphaned native codex-acp (pid %d) outlived its shim", native)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
+	waitExit(t, proc)
+}
