@@ -71,7 +71,7 @@ var specs = map[string]agentSpec{
 		}},
 	"pi": {name: "pi", prefix: "pi",
 		noPermission: "pi-acp 0.0.23 runs every tool without asking",
-		argv: nodeArgv("pi-acp/dist/index.js"),
+		argv:         nodeArgv("pi-acp/dist/index.js"),
 		configure: func(t *testing.T, home, url string) []string {
 			writeJSON(t, filepath.Join(home, ".pi", "agent", "models.json"), map[string]any{
 				"providers": map[string]any{"fakellm": map[string]any{
@@ -116,7 +116,9 @@ var specs = map[string]agentSpec{
 			return []string{"OPENAI_API_KEY=" + fakeKey}
 		}},
 	"opencode": {name: "opencode", prefix: "opencode",
-		argv: func(dir string) []string { return []string{filepath.Join(dir, "node_modules", "opencode-linux-x64", "bin", "opencode"), "acp"} },
+		argv: func(dir string) []string {
+			return []string{filepath.Join(dir, "node_modules", "opencode-linux-x64", "bin", "opencode"), "acp"}
+		},
 		configure: func(t *testing.T, home, url string) []string {
 			writeJSON(t, filepath.Join(home, ".config", "opencode", "opencode.json"), map[string]any{
 				"autoupdate": false, "share": "disabled",
