@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
@@ -134,6 +135,10 @@ const (
 	shellOutput = "pcrunner-42"
 )
 
+// instructionsMarker is the run's instructions; found in a model request,
+// it shows the agent honoured session/new's _meta.systemPrompt.
+const instructionsMarker = "PCRUNNER-INSTRUCTIONS-MARKER: answer as the script says."
+
 // TestRealAgents drives each real agent through runnerd and pcwrap: in one
 // agent session a text turn, a tool turn under approve-all, deny-all and a
 // manual permission answered by request.resolve (accept), turn.interrupt
@@ -169,7 +174,7 @@ func runAgentSession(t *testing.T, spec agentSpec, dir string) {
 	prepare := func(mode string) {
 		r.must("run.prepare", map[string]any{"provider": map[string]any{
 			"kind": "acpx", "agent": spec.name, "command": spec.argv(dir)[0], "args": spec.argv(dir)[1:],
-			"cwd": cwd, "permissionMode": mode}})
+			"cwd": cwd, "permissionMode": mode, "instructions": instructionsMarker}})
 	}
 	terminals := 0
 	turn := func(textIn string) []prptest.Event {
@@ -192,6 +197,20 @@ func runAgentSession(t *testing.T, spec agentSpec, dir string) {
 		evs := turn("FAKELLM: text pcrunner real agent says hi")
 		completed(evs)
 		require.Contains(t, text(t, evs), "real agent says hi")
+		// Did the instructions (session/new's _meta.systemPrompt, tools.md
+		// §5) reach the model?
+		b, err := os.ReadFile(r.record)
+		require.NoError(t, err)
+		honoured := strings.Contains(string(b), instructionsMarker)
+		t.Logf("INSTRUCTIONS %s honours _meta.systemPrompt: %v", a, honoured)
+		require.Equal(t, !acpx.IgnoresSystemPrompt(a), honoured, "acpx's table of agents that drop _meta.systemPrompt is out of date")
+		diags := 0
+		for _, e := range prptest.OfType(r.events(), "harness.diagnostic") {
+			if payload(t, e)["code"] == "instructions_unsupported" {
+				diags++
+			}
+		}
+		require.Equal(t, !honoured, diags == 1, "instructions_unsupported at session.open exactly when the agent drops them")
 	})
 	step(t, a, "tool approve-all", func() {
 		evs := turn(shellScript)
