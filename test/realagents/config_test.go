@@ -55,7 +55,7 @@ func nodeArgv(script string, args ...string) func(string) []string {
 
 var specs = map[string]agentSpec{
 	"claude": {name: "claude", prefix: "claude",
-		argv: nodeArgv("@zed-industries/claude-agent-acp/dist/index.js"),
+		argv: nodeArgv(".bin/claude-agent-acp"),
 		configure: func(t *testing.T, home, url string) []string {
 			env := map[string]string{
 				"ANTHROPIC_BASE_URL":                       url,
