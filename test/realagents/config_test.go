@@ -66,8 +66,10 @@ var specs = map[string]agentSpec{
 				"DISABLE_TELEMETRY":                        "1",
 			}
 			writeJSON(t, filepath.Join(home, ".claude", "settings.json"), map[string]any{"env": env})
-			// Claude Code refuses to run as root unless IS_SANDBOX=1.
-			return []string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + fakeKey, "IS_SANDBOX=1"}
+			// (Claude Code refuses bypassPermissions as root unless
+			// IS_SANDBOX=1; no case uses that mode, and runnerd's allowlist
+			// does not pass IS_SANDBOX.)
+			return []string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + fakeKey}
 		}},
 	"pi": {name: "pi", prefix: "pi",
 		noPermission: "pi-acp 0.0.23 runs every tool without asking",
