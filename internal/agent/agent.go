@@ -827,6 +827,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		evs = append(evs, m.openGoalEventsLocked()...)
 		evs = append(evs, m.toolDiagnosticsLocked()...)
+		evs = append(evs, instructionsDiagnostics(b)...)
 		result := m.openResultLocked(resume, rec, b)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 			return nil, err

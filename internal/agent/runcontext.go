@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -216,6 +217,23 @@ func sessionMeta(stateDir string, b *Binding) (json.RawMessage, error) {
 		return nil, nil
 	}
 	return jsonenc.Marshal(meta)
+}
+
+// diagInstructionsUnsupported is session.open's harness.diagnostic code
+// for a run with instructions whose agent is known not to honour
+// _meta.systemPrompt (tools.md §5).
+const diagInstructionsUnsupported = "instructions_unsupported"
+
+// instructionsDiagnostics is what session.open adds for a binding with
+// instructions and an agent that drops them (acpx.IgnoresSystemPrompt):
+// the instructions are never prepended to the prompt instead.
+func instructionsDiagnostics(b *Binding) []acpx.Event {
+	if b == nil || b.InstructionsSide == "" || !acpx.IgnoresSystemPrompt(b.Agent) {
+		return nil
+	}
+	return []acpx.Event{{EventType: "harness.diagnostic", Priority: acpx.P1,
+		Payload: map[string]any{"code": diagInstructionsUnsupported,
+			"message": "the agent does not honour _meta.systemPrompt; the run's instructions do not reach its model"}}}
 }
 
 // modelEnv sets the model the acp.md §2.2 way, at spawn: ANTHROPIC_MODEL
