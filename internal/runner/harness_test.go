@@ -23,6 +23,12 @@ import (
 // waitBound bounds every wait of these tests.
 const waitBound = 10 * time.Second
 
+// stopBound bounds a RunLoop's return after its context is cancelled: above
+// the runner's own bounded agent shutdown (agentShutdownWait), with room
+// for a loaded machine; waitBound alone was within 4 s of it and a goal
+// test timed out once under load.
+const stopBound = agentShutdownWait + waitBound
+
 // testIdentity is the registration the fake core and the runner share.
 var testIdentity = prp.Identity{
 	RunnerInstanceID: "runner_1", EnvironmentLeaseID: "env_1", RunID: "run_1",
@@ -124,7 +130,7 @@ func (h *harness) start(cfg Config, opts Options) *running {
 		cancel()
 		select {
 		case <-r.done:
-		case <-time.After(waitBound):
+		case <-time.After(stopBound):
 			h.t.Error("runner did not stop")
 		}
 	})
@@ -138,7 +144,7 @@ func (r *running) wait(t *testing.T) error {
 	case err := <-r.done:
 		r.done <- err // later waits (cleanup) see it too
 		return err
-	case <-time.After(waitBound):
+	case <-time.After(stopBound):
 		t.Fatal("runner did not stop in time")
 		return nil
 	}
