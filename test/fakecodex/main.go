@@ -182,7 +182,10 @@ func (s *server) handle(m msg) {
 		if s.cfg.initDelayMs > 0 {
 			time.Sleep(time.Duration(s.cfg.initDelayMs) * time.Millisecond)
 		}
-		s.result(m.ID, map[string]any{"userAgent": "fakecodex/1.0.0"})
+		// codexHome is fixed (not the real CODEX_HOME) so transcripts stay
+		// byte for byte comparable.
+		s.result(m.ID, map[string]any{"userAgent": "fakecodex/1.0.0", "codexHome": "/fakecodex-home",
+			"platformFamily": "unix", "platformOs": "linux"})
 	case m.Method == "initialized":
 	case m.Method == "thread/start", m.Method == "thread/resume":
 		s.mu.Lock()
