@@ -37,7 +37,9 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 		item := map[string]any{"type": "commandExecution", "id": id, "command": "echo fake", "cwd": "/",
 			"processId": nil, "source": "agent", "status": "inProgress", "commandActions": []any{}, "aggregatedOutput": nil,
 			"exitCode": nil, "durationMs": nil}
-		s.notify("item/started", ev(map[string]any{"item": item}))
+		// Fixed lifecycle times (durationMs apart) keep transcripts
+		// byte for byte comparable.
+		s.notify("item/started", ev(map[string]any{"item": item, "startedAtMs": 0}))
 		done := map[string]any{}
 		for k, v := range item {
 			done[k] = v
@@ -56,7 +58,7 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 				done["status"], done["aggregatedOutput"], done["exitCode"] = "declined", nil, nil
 			}
 		}
-		s.notify("item/completed", ev(map[string]any{"item": done}))
+		s.notify("item/completed", ev(map[string]any{"item": done, "completedAtMs": 1}))
 	}
 	text := "hello from fakecodex"
 	if s.cfg.toolCall != "" {
