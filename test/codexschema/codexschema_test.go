@@ -35,11 +35,11 @@ func TestGoldenTranscriptMatchesSchema(t *testing.T) {
 func TestValidatorRefuses(t *testing.T) {
 	v := load(t)
 	cases := map[string]string{
-		"bad params": `{"dir":"in","msg":{"id":1,"method":"turn/start","params":{"threadId":"t"}}}`,
-		"unknown method": `{"dir":"in","msg":{"id":1,"method":"turn/nope","params":{}}}`,
+		"bad params":                `{"dir":"in","msg":{"id":1,"method":"turn/start","params":{"threadId":"t"}}}`,
+		"unknown method":            `{"dir":"in","msg":{"id":1,"method":"turn/nope","params":{}}}`,
 		"server method from client": `{"dir":"in","msg":{"method":"turn/started","params":{}}}`,
-		"bad notification": `{"dir":"out","msg":{"method":"item/agentMessage/delta","params":{"delta":1}}}`,
-		"orphan response": `{"dir":"out","msg":{"id":9,"result":{}}}`,
+		"bad notification":          `{"dir":"out","msg":{"method":"item/agentMessage/delta","params":{"delta":1}}}`,
+		"orphan response":           `{"dir":"out","msg":{"id":9,"result":{}}}`,
 		"bad response": `{"dir":"in","msg":{"id":1,"method":"turn/interrupt","params":{"threadId":"t","turnId":"u"}}}
 {"dir":"out","msg":{"id":1,"result":[]}}`,
 		"bad error": `{"dir":"in","msg":{"id":1,"method":"turn/interrupt","params":{"threadId":"t","turnId":"u"}}}
