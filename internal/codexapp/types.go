@@ -75,8 +75,14 @@ type InitializeParams struct {
 	Capabilities InitializeCapabilities `json:"capabilities"`
 }
 
+// DynamicToolFunction is the DynamicToolSpec variant runnerd sends: one
+// function tool (0.169.0's generated ThreadStartParams requires the type
+// tag; "namespace" groups tools, which the catalog never does).
+const DynamicToolFunction = "function"
+
 // DynamicTool is one thread/start dynamicTools entry (codex.md §3).
 type DynamicTool struct {
+	Type        string          `json:"type"`
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
