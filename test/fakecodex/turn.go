@@ -47,7 +47,7 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 		done["status"], done["aggregatedOutput"], done["exitCode"], done["durationMs"] = "completed", "fake\n", 0, 1
 		if s.cfg.approval {
 			ans, ok := s.request("item/commandExecution/requestApproval", ev(map[string]any{"itemId": id,
-				"command": "echo fake", "cwd": "/", "reason": "the fake wants to run a command"}), stop)
+				"command": "echo fake", "cwd": "/", "reason": "the fake wants to run a command", "startedAtMs": 0}), stop)
 			var r struct {
 				Decision string `json:"decision"`
 			}
