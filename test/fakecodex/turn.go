@@ -75,7 +75,7 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 		}
 	}
 	if s.cfg.userInput {
-		ans, ok := s.request("item/tool/requestUserInput", ev(map[string]any{"itemId": s.nextItem(), "questions": []any{
+		ans, ok := s.request("item/tool/requestUserInput", ev(map[string]any{"itemId": s.nextItem(), "isBlocking": true, "questions": []any{
 			map[string]any{"id": "q1", "header": "Pick", "question": "Which one?", "isOther": false, "isSecret": false,
 				"options": []any{map[string]any{"label": "A", "description": "a"}}},
 		}}), stop)
