@@ -121,7 +121,7 @@ func (m *Manager) codexToolsLocked() []codexapp.DynamicTool {
 		return out
 	}
 	for _, t := range m.tools.cat.Tools() {
-		out = append(out, codexapp.DynamicTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		out = append(out, codexapp.DynamicTool{Type: codexapp.DynamicToolFunction, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return out
 }

@@ -135,6 +135,7 @@ func TestCodex02_ColdOpen(t *testing.T) {
 	}
 	require.Equal(t, []string{"issue.comment", "paperclip_finish", "paperclip_block"}, names)
 	validateAll(t, evs)
+	validateTranscript(t, tr)
 }
 
 // TestCodex03_Turn: plan, usage, deltas, a command execution and
@@ -203,6 +204,7 @@ func TestCodex05_Interrupt(t *testing.T) {
 	r.turn("again")
 	eventually(t, "second turn started", func() bool { _, evs := r.sink.snapshot(); return count(since(evs, n), "turn.started") == 1 })
 	validateAll(t, evs)
+	validateTranscript(t, tr)
 }
 
 // toolAnswers are the item/tool/call answers in a fakecodex transcript.
@@ -251,6 +253,7 @@ func TestCodex04_DynamicToolCall(t *testing.T) {
 	require.Equal(t, 1, count(evs, toolcall.EventInput))
 	require.Equal(t, 1, count(evs, toolcall.EventResult))
 	validateAll(t, evs)
+	validateTranscript(t, tr)
 }
 
 // TestCodex04_UnauthorizedTool: a tool outside the catalog →
@@ -269,6 +272,7 @@ func TestCodex04_UnauthorizedTool(t *testing.T) {
 	text := ans[0]["contentItems"].([]any)[0].(map[string]any)["text"].(string)
 	require.True(t, strings.HasPrefix(text, "invalid_tool_call"), text)
 	validateAll(t, evs)
+	validateTranscript(t, tr)
 }
 
 // TestCodex01_Prepare: kind codex with approvalPolicy never (or absent)
@@ -331,6 +335,7 @@ func TestCodex05_Steer(t *testing.T) {
 	require.Equal(t, "thread-0001", steer["threadId"])
 	_, err = r.m.SteerTurn(json.RawMessage(`{"text":" "}`))
 	require.Error(t, err)
+	validateTranscript(t, tr)
 }
 
 // TestCodexUserInput: item/tool/requestUserInput → runtime_request.created
@@ -365,6 +370,7 @@ func TestCodexUserInput(t *testing.T) {
 	require.Equal(t, map[string]any{"q1": map[string]any{"answers": []any{"A"}}}, answer["answers"])
 	require.Contains(t, said(evs), "user answered")
 	validateAll(t, evs)
+	validateTranscript(t, tr)
 }
 
 // TestCodexUserInputInterrupted: an open question is cancelled by the
@@ -420,6 +426,7 @@ func TestCodexResume(t *testing.T) {
 	r.prepareCodexTools(catalogJSON(t, opComment, opNote), "--transcript", tr)
 	ce := r.openErr()
 	require.Equal(t, CodeToolCatalogChanged, ce.Code)
+	validateTranscript(t, tr)
 }
 
 // TestCodexStartupFaults: a slow start within the bound opens; a hang is
@@ -493,6 +500,7 @@ func TestCodexApproval(t *testing.T) {
 			require.Equal(t, 0, count(evs, "runtime_request.created"))
 			require.Equal(t, []string{tc.want}, transcriptDecisions(t, tr))
 			validateAll(t, evs)
+			validateTranscript(t, tr)
 		})
 	}
 	t.Run("manual", func(t *testing.T) {
@@ -515,6 +523,7 @@ func TestCodexApproval(t *testing.T) {
 		require.Equal(t, []string{"accept"}, transcriptDecisions(t, tr))
 		require.Equal(t, 1, count(evs, "runtime_request.resolved"))
 		validateAll(t, evs)
+		validateTranscript(t, tr)
 	})
 }
 
@@ -544,6 +553,7 @@ func TestCodexToolCallAcrossRestart(t *testing.T) {
 	ans := toolAnswers(t, readTranscript(t, tr))
 	require.Len(t, ans, 1)
 	require.Equal(t, true, ans[0]["success"])
+	validateTranscript(t, tr)
 }
 
 // TestCodex05_RunCancel: run.cancel interrupts the Codex turn
@@ -661,4 +671,5 @@ func TestCodexInterruptAnswersToolCall(t *testing.T) {
 	res, err := r.result("cmd-late", in[0], `{"id":"late"}`, false)
 	require.NoError(t, err)
 	require.NotEqual(t, "delivered", statusOf(t, res))
+	validateTranscript(t, tr)
 }

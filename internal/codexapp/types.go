@@ -5,7 +5,10 @@
 // Pinned protocol: openai/codex, codex-rs/app-server-protocol (v2 types
 // in src/protocol/v2.rs; the generated schema in schema/json/
 // ServerNotification.json, ClientRequest.json and ServerRequest.json) at
-// commit f793618e7b4d32961d4891b75550dcaced1f033b. Only the fields runnerd
+// commit f793618e7b4d32961d4891b75550dcaced1f033b. Tests check every
+// message runnerd and test/fakecodex exchange against the schema the
+// pinned @openai/codex@0.169.0 generates (testdata/schema,
+// scripts/codex-schema; test/codexschema). Only the fields runnerd
 // reads or sends are declared; unknown fields are ignored. No Go module
 // for this protocol exists that is worth a dependency: the ~20 types
 // below are all runnerd needs.
@@ -75,8 +78,14 @@ type InitializeParams struct {
 	Capabilities InitializeCapabilities `json:"capabilities"`
 }
 
+// DynamicToolFunction is the DynamicToolSpec variant runnerd sends: one
+// function tool (0.169.0's generated ThreadStartParams requires the type
+// tag; "namespace" groups tools, which the catalog never does).
+const DynamicToolFunction = "function"
+
 // DynamicTool is one thread/start dynamicTools entry (codex.md §3).
 type DynamicTool struct {
+	Type        string          `json:"type"`
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
@@ -269,18 +278,18 @@ type ContentItem struct {
 	Text string `json:"text"`
 }
 
-// ToolCallResponse is the answer to item/tool/call. codex.md §4 (and the
-// app-server the reference pins) reads {success, contentItems}; the newer
-// generated schema (DynamicToolCallResponse.json at 96558c7) requires
-// {success, result: {type: "contentItems", contentItems}}. runnerd sends
-// both members: each version ignores the one it does not know.
+// ToolCallResponse is the answer to item/tool/call. codex.md §4 and
+// @openai/codex@0.169.0's generated DynamicToolCallResponse read {success,
+// contentItems}; the schema at openai/codex 96558c7 requires {success,
+// result: {type: "contentItems", contentItems}}. runnerd sends both
+// members: each version ignores the one it does not know.
 type ToolCallResponse struct {
 	ContentItems []ContentItem `json:"contentItems"`
 	Success      bool          `json:"success"`
 	Result       ToolResult    `json:"result"`
 }
 
-// ToolResult is the newer protocol's DynamicToolCallResult (contentItems).
+// ToolResult is 96558c7's DynamicToolCallResult (contentItems).
 type ToolResult struct {
 	Type         string        `json:"type"`
 	ContentItems []ContentItem `json:"contentItems"`

@@ -182,7 +182,10 @@ func (s *server) handle(m msg) {
 		if s.cfg.initDelayMs > 0 {
 			time.Sleep(time.Duration(s.cfg.initDelayMs) * time.Millisecond)
 		}
-		s.result(m.ID, map[string]any{"userAgent": "fakecodex/1.0.0"})
+		// codexHome is fixed (not the real CODEX_HOME) so transcripts stay
+		// byte for byte comparable.
+		s.result(m.ID, map[string]any{"userAgent": "fakecodex/1.0.0", "codexHome": "/fakecodex-home",
+			"platformFamily": "unix", "platformOs": "linux"})
 	case m.Method == "initialized":
 	case m.Method == "thread/start", m.Method == "thread/resume":
 		s.mu.Lock()
@@ -199,7 +202,7 @@ func (s *server) handle(m msg) {
 		id := s.thread
 		s.mu.Unlock()
 		s.result(m.ID, map[string]any{"thread": threadObject(id), "model": "fake-model", "modelProvider": "fake",
-			"cwd": "/", "approvalPolicy": "never", "sandbox": map[string]any{"type": "dangerFullAccess"}, "reasoningEffort": nil})
+			"cwd": "/", "approvalPolicy": "never", "approvalsReviewer": "user", "sandbox": map[string]any{"type": "dangerFullAccess"}, "reasoningEffort": nil})
 	case m.Method == "thread/read":
 		s.mu.Lock()
 		id := s.thread
@@ -258,7 +261,8 @@ func (s *server) handle(m msg) {
 
 func threadObject(id string) map[string]any {
 	return map[string]any{"id": id, "preview": "", "modelProvider": "fake", "createdAt": 0, "updatedAt": 0,
-		"path": nil, "cwd": "/", "cliVersion": "0.0.0-fake", "source": "appServer", "gitInfo": nil, "turns": []any{}}
+		"path": nil, "cwd": "/", "cliVersion": "0.0.0-fake", "source": "appServer", "gitInfo": nil, "turns": []any{},
+		"ephemeral": false, "projectId": nil, "sessionId": "session-" + id, "status": map[string]any{"type": "idle"}}
 }
 
 func turnObject(id, status string) map[string]any {

@@ -37,7 +37,9 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 		item := map[string]any{"type": "commandExecution", "id": id, "command": "echo fake", "cwd": "/",
 			"processId": nil, "source": "agent", "status": "inProgress", "commandActions": []any{}, "aggregatedOutput": nil,
 			"exitCode": nil, "durationMs": nil}
-		s.notify("item/started", ev(map[string]any{"item": item}))
+		// Fixed lifecycle times (durationMs apart) keep transcripts
+		// byte for byte comparable.
+		s.notify("item/started", ev(map[string]any{"item": item, "startedAtMs": 0}))
 		done := map[string]any{}
 		for k, v := range item {
 			done[k] = v
@@ -45,7 +47,7 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 		done["status"], done["aggregatedOutput"], done["exitCode"], done["durationMs"] = "completed", "fake\n", 0, 1
 		if s.cfg.approval {
 			ans, ok := s.request("item/commandExecution/requestApproval", ev(map[string]any{"itemId": id,
-				"command": "echo fake", "cwd": "/", "reason": "the fake wants to run a command"}), stop)
+				"command": "echo fake", "cwd": "/", "reason": "the fake wants to run a command", "startedAtMs": 0}), stop)
 			var r struct {
 				Decision string `json:"decision"`
 			}
@@ -56,7 +58,7 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 				done["status"], done["aggregatedOutput"], done["exitCode"] = "declined", nil, nil
 			}
 		}
-		s.notify("item/completed", ev(map[string]any{"item": done}))
+		s.notify("item/completed", ev(map[string]any{"item": done, "completedAtMs": 1}))
 	}
 	text := "hello from fakecodex"
 	if s.cfg.toolCall != "" {
@@ -73,7 +75,7 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 		}
 	}
 	if s.cfg.userInput {
-		ans, ok := s.request("item/tool/requestUserInput", ev(map[string]any{"itemId": s.nextItem(), "questions": []any{
+		ans, ok := s.request("item/tool/requestUserInput", ev(map[string]any{"itemId": s.nextItem(), "isBlocking": true, "questions": []any{
 			map[string]any{"id": "q1", "header": "Pick", "question": "Which one?", "isOther": false, "isSecret": false,
 				"options": []any{map[string]any{"label": "A", "description": "a"}}},
 		}}), stop)
