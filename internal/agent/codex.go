@@ -54,7 +54,27 @@ func (d *codexDriver) Prompt(turnID, text string) (acpx.Call, error) {
 	return d.c.TurnStart(turnID, text)
 }
 
-func (d *codexDriver) Cancel() ([][]byte, error) { return d.c.Interrupt() }
+func (d *codexDriver) Cancel() ([][]byte, error) {
+	// Open item/tool/call requests get the stop error before turn/interrupt
+	// (tools.md §3 item 6): Codex withdraws them (serverRequest/resolved) as
+	// soon as it reads the interrupt, and an answer written after that
+	// finds no request (the waiter's own answer then fails harmlessly).
+	var lines [][]byte
+	w := d.m.cl.Wire()
+	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
+		if w.AgentRequests[key].Method != codexapp.MethodToolCall {
+			continue
+		}
+		if l, err := d.c.Respond(json.RawMessage(key), codexapp.ToolAnswer(TextStopped, true)); err == nil {
+			lines = append(lines, l)
+		}
+	}
+	more, err := d.c.Interrupt()
+	if err != nil {
+		return nil, err
+	}
+	return append(lines, more...), nil
+}
 
 // Open is initialize, initialized, then thread/start with the catalog as
 // dynamicTools, or thread/resume (codex.md §2–§3).
