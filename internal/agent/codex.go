@@ -141,7 +141,15 @@ func (m *Manager) codexToolsLocked() []codexapp.DynamicTool {
 		return out
 	}
 	for _, t := range m.tools.cat.Tools() {
-		out = append(out, codexapp.DynamicTool{Type: codexapp.DynamicToolFunction, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		// Codex takes only [A-Za-z0-9_-] names (the Responses API's rule):
+		// a dotted operation id goes as its flat name, which the catalog
+		// resolves back; one whose flat name is ambiguous cannot be offered.
+		name, ok := m.tools.cat.FlatNameOf(t.Name)
+		if !ok {
+			m.log.Warn("a catalog operation's Codex tool name is ambiguous; it is not offered to Codex", "operationId", t.Name)
+			continue
+		}
+		out = append(out, codexapp.DynamicTool{Type: codexapp.DynamicToolFunction, Name: name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return out
 }

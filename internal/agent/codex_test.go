@@ -133,7 +133,9 @@ func TestCodex02_ColdOpen(t *testing.T) {
 	for _, d := range start["dynamicTools"].([]any) {
 		names = append(names, d.(map[string]any)["name"].(string))
 	}
-	require.Equal(t, []string{"issue.comment", "paperclip_finish", "paperclip_block"}, names)
+	// Codex takes only [A-Za-z0-9_-] tool names: the dotted operation goes
+	// as its flat name, which the catalog resolves back.
+	require.Equal(t, []string{"issue_comment", "paperclip_finish", "paperclip_block"}, names)
 	validateAll(t, evs)
 	validateTranscript(t, tr)
 }

@@ -75,6 +75,10 @@ type Catalog struct {
 	digest string
 	ops    map[string]*compiledOp // reserved names excluded
 	tools  []Tool                 // tools/list, reserved tools last
+	// flat maps a FlatName that differs from its id back to the id; a
+	// flat name that another id, or another id's flat name, also gives is
+	// left out (ambiguous).
+	flat map[string]string
 }
 
 type compiledOp struct {
@@ -215,7 +219,51 @@ func build(entries []digestEntry, digest string) (*Catalog, error) {
 		c.tools = append(c.tools, Tool{Name: e.id, Description: cutUTF16(desc, ListedDescription), InputSchema: compactOrSelf(e.in)})
 	}
 	c.tools = append(c.tools, reservedTools()...)
+	c.flat = flatNames(c.ops)
 	return c, nil
+}
+
+// FlatName is operation id as a model API that allows only [A-Za-z0-9_-]
+// in tool names must see it (OpenAI's Responses API; Codex refuses any
+// other dynamic tool name): every other byte becomes '_'. Resolve maps it
+// back when exactly one operation gives it.
+func FlatName(id string) string {
+	b := []byte(id)
+	for i, ch := range b {
+		if !isAlnum(ch) && ch != '_' && ch != '-' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// FlatNameOf is FlatName(id) when Resolve maps it back to id; ok is false
+// for an id whose flat name is ambiguous.
+func (c *Catalog) FlatNameOf(id string) (string, bool) {
+	f := FlatName(id)
+	if f == id {
+		return f, true
+	}
+	return f, c.flat[f] == id
+}
+
+func flatNames(ops map[string]*compiledOp) map[string]string {
+	flat := map[string]string{}
+	ambiguous := map[string]bool{}
+	for id := range ops {
+		f := FlatName(id)
+		if f == id {
+			continue
+		}
+		if _, taken := ops[f]; taken || flat[f] != "" {
+			ambiguous[f] = true
+		}
+		flat[f] = id
+	}
+	for f := range ambiguous {
+		delete(flat, f)
+	}
+	return flat
 }
 
 // Digest is the catalog digest of ops: "sha256:" + hex(sha256(canonical JSON
@@ -311,6 +359,9 @@ func (c *Catalog) Resolve(name string) (operationID string, ok bool) {
 			}
 			break // one prefix only: "paperclip__x" is never retried as "_x"
 		}
+	}
+	if id, ok := c.flat[name]; ok {
+		return id, true
 	}
 	return "", false
 }

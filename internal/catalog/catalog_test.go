@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // catalogJSON builds authorizedTools for ops with the right digest.
@@ -411,4 +413,29 @@ func TestDigestMatchesIndependentVector(t *testing.T) {
 	if c.Digest() != want {
 		t.Fatalf("digest %s, want %s", c.Digest(), want)
 	}
+}
+
+// TestFlatNames: a model API that allows only [A-Za-z0-9_-] in tool names
+// (Codex's dynamicTools refuse "issue.comment") gets the flat name, which
+// Resolve maps back; an ambiguous flat name maps to nothing.
+func TestFlatNames(t *testing.T) {
+	var ops []Operation
+	for _, id := range []string{"issue.comment", "task:update", "a.b", "a_b", "x.y", "x:y"} {
+		ops = append(ops, op(id, `{"type":"object"}`))
+	}
+	c := mustParse(t, ops)
+	for id, flat := range map[string]string{"issue.comment": "issue_comment", "task:update": "task_update", "a_b": "a_b"} {
+		got, ok := c.FlatNameOf(id)
+		require.True(t, ok, id)
+		require.Equal(t, flat, got)
+		back, ok := c.Resolve(flat)
+		require.True(t, ok, flat)
+		require.Equal(t, id, back)
+	}
+	_, ok := c.FlatNameOf("a.b") // "a_b" is an operation of its own
+	require.False(t, ok)
+	_, ok = c.FlatNameOf("x.y") // x.y and x:y both flatten to x_y
+	require.False(t, ok)
+	_, ok = c.Resolve("x_y")
+	require.False(t, ok)
 }
