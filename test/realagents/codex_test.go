@@ -61,9 +61,10 @@ func TestRealCodexAppServer(t *testing.T) {
 	script := fmt.Sprintf("#!/bin/sh\ntee -a %q/in.ndjson | %q \"$@\"\n", wire, argv[0])
 	require.NoError(t, os.WriteFile(wrapper, []byte(script), 0o755))
 	proc := r.start()
-	// The catalog operation's id has no dot, so that the flat name Codex
-	// offers the model is the id itself.
-	op := catalog.Operation{OperationID: "issue_comment", Version: 1, Description: "Comment on the task.",
+	// A dotted operation id (tools.md §1): Codex refuses any dynamic tool
+	// name outside [A-Za-z0-9_-], so runnerd offers it as issue_comment
+	// and maps the model's call back to issue.comment.
+	op := catalog.Operation{OperationID: "issue.comment", Version: 1, Description: "Comment on the task.",
 		InputSchema:    json.RawMessage(`{"type":"object","required":["body"],"properties":{"body":{"type":"string"}}}`),
 		ResponseSchema: json.RawMessage(`{"type":"object"}`)}
 	terminals := 0
@@ -118,7 +119,7 @@ func TestRealCodexAppServer(t *testing.T) {
 		terminals++
 		evs := r.waitCount("semantic_tool.input", 1)
 		st := payload(t, prptest.OfType(evs, "semantic_tool.input")[0])["semantic_tool"].(map[string]any)
-		require.Equal(t, "issue_comment", st["operationId"])
+		require.Equal(t, "issue.comment", st["operationId"])
 		r.must("semantic_tool.result", map[string]any{"callId": st["callId"], "operationId": st["operationId"],
 			"inputDigest": st["content"].(map[string]any)["digest"], "result": map[string]any{"id": "comment-13"}, "isError": false})
 		evs = turnEvents(r.waitCount("run.terminal", terminals), terminals)
