@@ -169,9 +169,12 @@ func (a *agentExec) Drained() bool {
 func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
 
 // closedPayload are event types whose payload schema admits no extra
-// field (provider-event.schema.json plan and toolExecution).
+// field (provider-event.schema.json plan, toolExecution and
+// providerNotice: the real codex app-server raises a notice inside every
+// turn).
 var closedPayload = map[string]bool{
 	"plan.updated": true, "tool.execution.started": true, "tool.execution.progressed": true, "tool.execution.completed": true,
+	"provider.notice.recorded": true,
 }
 
 // exactPayload are event types whose payload tools.md §7 lists field by

@@ -187,3 +187,32 @@ func TestAgentDeltasCoalesceInTheOutbox(t *testing.T) {
 	require.Equal(t, "a <b> key "+state.Redacted+" done", texts[0])
 	require.Equal(t, "other", texts[1])
 }
+
+// TestAgentNoticeInTurnMatchesSchema: a provider notice raised during a
+// turn (the real codex app-server sends one in every turn) keeps its
+// closed payload: no providerTurnId or itemId is added, which
+// paperclip.provider.notice.v1 refuses (found by TestRealCodexAppServer).
+func TestAgentNoticeInTurnMatchesSchema(t *testing.T) {
+	schemas := prpschema.Load(t)
+	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
+	require.NoError(t, err)
+	defer st.Close()
+	events, err := stateEvents([]acpx.Event{{EventType: "provider.notice.recorded", Priority: acpx.P0, TurnID: "pturn-1", ItemID: "it-1",
+		Payload: map[string]any{"schema": "paperclip.provider.notice.v1", "noticeId": "codex-notice-2", "severity": "warning",
+			"category": "warning", "scope": "turn", "recoverable": true, "userActionable": false, "summary": "the provider reported a warning"}}})
+	require.NoError(t, err)
+	before := len(st.Unacked())
+	require.NoError(t, st.Update(func(tx *state.Tx) error {
+		_, err := tx.Enqueue(events[0])
+		return err
+	}))
+	out := st.Unacked()[before:]
+	require.Len(t, out, 1)
+	raw, err := out[0].Wire(2)
+	require.NoError(t, err)
+	var whole struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &whole))
+	require.NoError(t, prpschema.Validate(schemas.EventV1, whole.Payload), "event %s", whole.Payload)
+}
