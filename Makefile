@@ -3,7 +3,7 @@ GO ?= go
 # Per fuzz target, for `make fuzz` (any go test -fuzztime value: 10s, 1m, 500x).
 FUZZTIME ?= 10s
 
-.PHONY: build test demo demo-warm bench fuzz
+.PHONY: build test demo demo-warm bench fuzz image-test
 
 build:
 	./scripts/build
@@ -24,3 +24,7 @@ bench:
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz
+
+# Builds Dockerfile.sandbox with podman offline and runs it (needs root; minutes).
+image-test:
+	./scripts/image-test
