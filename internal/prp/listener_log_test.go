@@ -91,9 +91,18 @@ func TestListenerLogsStrayHandshakeWithoutSecrets(t *testing.T) {
 	require.NoError(t, core.Connect(ctx, url))
 	u.waitFor(ctx, t, "bootstrap", func(u *runnerUser) bool { return len(u.welcomes) == 1 })
 
+	// The stray peer's connection fails on its own goroutine and may log
+	// after the core's bootstrap: wait for both lines, bounded.
+	want := []string{"listener refused a request that is not the exact upgrade", "listener peer failed the handshake"}
 	byMsg := map[string]map[string]any{}
-	for _, l := range logLines(t, logs.String()) {
-		byMsg[l["msg"].(string)] = l
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		byMsg = map[string]map[string]any{}
+		for _, l := range logLines(t, logs.String()) {
+			byMsg[l["msg"].(string)] = l
+		}
+		if (byMsg[want[0]] != nil && byMsg[want[1]] != nil) || time.Now().After(deadline) {
+			break
+		}
 	}
 	for msg, level := range map[string]string{
 		"listener refused a request that is not the exact upgrade": "INFO",
