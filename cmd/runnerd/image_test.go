@@ -82,15 +82,20 @@ func TestDockerfileSandboxProperties(t *testing.T) {
 		}
 	}
 
-	// Multi-stage: a golang:1.26 builder, then the sandbox base from BASE_IMAGE.
+	// Multi-stage: a builder from BUILDER_IMAGE (golang:1.26 by default; a
+	// local image for the offline image test), then the sandbox base from
+	// BASE_IMAGE.
 	require.Len(t, froms, 2)
-	require.Regexp(t, `^golang:1\.26(\S*)? AS build$`, froms[0])
+	require.Equal(t, "${BUILDER_IMAGE} AS build", froms[0])
+	require.True(t, anyMatch(args, `^BUILDER_IMAGE=golang:1\.26(\S*)?$`), "BUILDER_IMAGE defaults to golang:1.26: %v", args)
 	require.Equal(t, "${BASE_IMAGE}", froms[1])
 	require.Contains(t, args, "BASE_IMAGE=daytonaio/sandbox:0.8.0")
+	// Host-built binaries only when asked (scripts/image-test builds offline).
+	require.Contains(t, args, `PREBUILT_BINARIES=""`)
 	require.Contains(t, args, `ACP_AGENT_PACKAGES=""`)
 
 	// The builder runs the same script a workstation runs.
-	require.True(t, anyMatch(runs, `scripts/build-image-binaries /out$`), "builder must run scripts/build-image-binaries")
+	require.True(t, anyMatch(runs, `scripts/build-image-binaries /out;`), "builder must run scripts/build-image-binaries")
 
 	// runnerd as /usr/local/bin/paperclip-runnerd with a runnerd symlink; pcwrap beside it.
 	require.True(t, anyMatch(copies, `^--from=build (--chmod=0755 )?/out/runnerd /usr/local/bin/paperclip-runnerd$`))
