@@ -23,6 +23,17 @@ const (
 	CodeResourceNotFound = -32002
 )
 
+// ClientError is an agent's request that runnerd, as the ACP client (its
+// file system and terminals, tools.md §8), refuses: Code and Message are
+// sent back as the JSON-RPC error. Message is runnerd's own fixed text plus
+// what the agent itself sent (a path), never file contents or output.
+type ClientError struct {
+	Code    int
+	Message string
+}
+
+func (e *ClientError) Error() string { return e.Message }
+
 // jsonrpcVersion is the only accepted "jsonrpc" member.
 const jsonrpcVersion = "2.0"
 

@@ -56,21 +56,29 @@ func (m *Manager) clientFSLocked(in acpx.Inbound) ([][]byte, bool) {
 			}
 		}
 	}
+	return m.answerClientLocked(in, result, err, "client file system"), true
+}
+
+// answerClientLocked is the answer line of a client-side request (file
+// system, terminals): the result, the refusal as its JSON-RPC error, or a
+// fixed internal error that never carries err's text. m.mu held.
+func (m *Manager) answerClientLocked(in acpx.Inbound, result any, err error, what string) [][]byte {
 	var line []byte
-	var e *clientfs.Error
+	var e *acpx.ClientError
 	switch {
 	case errors.As(err, &e):
-		m.log.Info("refused a client file system request", "method", in.Method, "code", e.Code)
+		m.log.Info("refused a "+what+" request", "method", in.Method, "code", e.Code)
 		line, err = m.cl.RespondError(in.ID, e.Code, e.Message)
 	case err != nil:
-		line, err = m.cl.RespondError(in.ID, clientfs.CodeInternalError, "client file system failure")
+		m.log.Warn(what+" request failed", "method", in.Method, "err", err)
+		line, err = m.cl.RespondError(in.ID, acpx.CodeInternalError, what+" failure")
 	default:
 		line, err = m.cl.Respond(in.ID, result)
 	}
 	if err != nil {
-		return nil, true
+		return nil
 	}
-	return [][]byte{line}, true
+	return [][]byte{line}
 }
 
 // checkFSSession refuses a request for another session than this one.

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/terminal"
@@ -53,22 +52,7 @@ func (m *Manager) terminalLocked(in acpx.Inbound) ([][]byte, bool) {
 			}
 		}
 	}
-	var line []byte
-	var e *terminal.Error
-	switch {
-	case errors.As(err, &e):
-		m.log.Info("refused a client terminal request", "method", in.Method, "code", e.Code)
-		line, err = m.cl.RespondError(in.ID, e.Code, e.Message)
-	case err != nil:
-		m.log.Warn("client terminal request failed", "method", in.Method, "err", err)
-		line, err = m.cl.RespondError(in.ID, terminal.CodeInternalError, "client terminal failure")
-	default:
-		line, err = m.cl.Respond(in.ID, result)
-	}
-	if err != nil {
-		return nil, true
-	}
-	return [][]byte{line}, true
+	return m.answerClientLocked(in, result, err, "client terminal"), true
 }
 
 // checkTerminalSession refuses a request for another session than this one.

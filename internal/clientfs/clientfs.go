@@ -32,6 +32,8 @@ import (
 	"syscall"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
 )
 
 // ACP method names served here (acp.md §1.2).
@@ -63,22 +65,16 @@ const (
 // maxResultBytes is what the encoded result may take.
 const maxResultBytes = MaxResponseBytes - envelopeReserve
 
-// JSON-RPC error codes the answers use (JSON-RPC 2.0; -32002 is ACP's
-// "resource not found", schema ErrorCode).
+// The JSON-RPC error codes and the refusal type are acpx's, shared with
+// the other client-side handlers.
 const (
-	CodeInvalidParams    = -32602
-	CodeInternalError    = -32603
-	CodeResourceNotFound = -32002
+	CodeInvalidParams    = acpx.CodeInvalidParams
+	CodeInternalError    = acpx.CodeInternalError
+	CodeResourceNotFound = acpx.CodeResourceNotFound
 )
 
-// Error is a JSON-RPC error answer. Message is safe to send to the agent:
-// it names the problem and the agent's own path, never file contents.
-type Error struct {
-	Code    int
-	Message string
-}
-
-func (e *Error) Error() string { return e.Message }
+// Error is a refused request (acpx.ClientError).
+type Error = acpx.ClientError
 
 // Roots are the directories a session may touch: its cwd and the
 // additionalDirectories it was opened with. ReadOnly refuses every write

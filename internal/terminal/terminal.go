@@ -14,6 +14,8 @@ import (
 	"errors"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/acpx"
 )
 
 // ACP client methods (agent-client-protocol schema).
@@ -55,21 +57,16 @@ const (
 	maxEnv  = 1024
 )
 
-// JSON-RPC error codes of a refused terminal request (ACP, JSON-RPC 2.0).
+// The JSON-RPC error codes and the refusal type are acpx's, shared with
+// the other client-side handlers.
 const (
-	CodeInvalidParams    = -32602
-	CodeInternalError    = -32603
-	CodeResourceNotFound = -32002
+	CodeInvalidParams    = acpx.CodeInvalidParams
+	CodeInternalError    = acpx.CodeInternalError
+	CodeResourceNotFound = acpx.CodeResourceNotFound
 )
 
-// Error is a refused request: Code and Message are sent to the agent as
-// the JSON-RPC error. Message never holds command text or output.
-type Error struct {
-	Code    int
-	Message string
-}
-
-func (e *Error) Error() string { return e.Message }
+// Error is a refused request (acpx.ClientError).
+type Error = acpx.ClientError
 
 func invalid(msg string) error  { return &Error{Code: CodeInvalidParams, Message: msg} }
 func notFound(msg string) error { return &Error{Code: CodeResourceNotFound, Message: msg} }
