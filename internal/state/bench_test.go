@@ -34,8 +34,9 @@ func BenchmarkDurableAppend(b *testing.B) {
 	}
 	defer raw.Close()
 	block := make([]byte, 512)
+	floor := newDisciplineFloor(b, filepath.Join(dir, "floor"))
 
-	var fsyncTime, appendTime time.Duration
+	var fsyncTime, floorTime, appendTime time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		t0 := time.Now()
@@ -56,14 +57,67 @@ func BenchmarkDurableAppend(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		t2 := time.Now()
+		floor.write(b)
 		fsyncTime += t1.Sub(t0)
-		appendTime += time.Since(t1)
+		appendTime += t2.Sub(t1)
+		floorTime += time.Since(t2)
 	}
 	fsyncRate := float64(b.N) / fsyncTime.Seconds()
 	appendRate := float64(b.N) / appendTime.Seconds()
+	floorRate := float64(b.N) / floorTime.Seconds()
 	b.ReportMetric(fsyncRate, "fsync/s")
 	b.ReportMetric(appendRate, "append/s")
 	b.ReportMetric(appendRate/fsyncRate, "append/fsync")
+	b.ReportMetric(floorRate/fsyncRate, "floor/fsync")
+	b.ReportMetric(appendRate/floorRate, "append/floor")
+}
+
+// disciplineFloor is the file discipline of prp.md §9.1 with nothing else:
+// overwrite a same-size sibling in place, fdatasync it, swap it in with
+// RENAME_EXCHANGE, fsync the directory. Its rate is the most a durable
+// append can reach on this disk while keeping that discipline (two device
+// flushes where a raw fsync of a block needs one).
+type disciplineFloor struct {
+	dir, fd int
+	buf     []byte
+}
+
+func newDisciplineFloor(b *testing.B, path string) *disciplineFloor {
+	b.Helper()
+	if err := os.Mkdir(path, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	dir, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &disciplineFloor{dir: dir, buf: make([]byte, padBlock)}
+	for _, name := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(path, name), f.buf, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if f.fd, err = unix.Openat(dir, "a", unix.O_WRONLY|unix.O_CLOEXEC, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unix.Close(f.fd); unix.Close(f.dir) })
+	return f
+}
+
+func (f *disciplineFloor) write(b *testing.B) {
+	if _, err := unix.Pwrite(f.fd, f.buf, 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.Fdatasync(f.fd); err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.Renameat2(f.dir, "a", f.dir, "b", unix.RENAME_EXCHANGE); err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.Fsync(f.dir); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkDurableAppendBatch128 commits 128 events per Update, the

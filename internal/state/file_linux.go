@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,10 @@ type dirHandle struct {
 	// ext4 with online discard, creating the temp file and freeing the
 	// replaced one cost more than the two syncs). close removes it.
 	spare string
+	// spareFD is an open descriptor of spare (-1: open it by name). The
+	// descriptor of the file a write swapped in becomes the next write's
+	// spare descriptor, so a steady write opens and closes nothing.
+	spareFD int
 	// noExchange: the file system refused RENAME_EXCHANGE; every write
 	// then creates a temp file and renames it over FileName.
 	noExchange bool
@@ -96,7 +101,7 @@ func openDir(path string) (*dirHandle, error) {
 		}
 		return nil, fmt.Errorf("open state dir: %w", err)
 	}
-	d := &dirHandle{fd: fd, path: path, cur: -1}
+	d := &dirHandle{fd: fd, path: path, cur: -1, spareFD: -1}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		d.close()
@@ -120,6 +125,8 @@ func openDir(path string) (*dirHandle, error) {
 func (d *dirHandle) close() {
 	d.release(d.cur)
 	d.cur = -1
+	d.release(d.spareFD)
+	d.spareFD = -1
 	if d.spare != "" && d.fd >= 0 {
 		// Not the state file: removing it needs no sync (Open removes a
 		// leftover one).
@@ -244,25 +251,59 @@ func (d *dirHandle) writeOnce(b []byte) error {
 // forgets the spare (the next attempt creates a fresh temp file); before
 // the swap it also removes it, since it is not the state file.
 func (d *dirHandle) writeSpare(b []byte) error {
-	name := d.spare
-	d.spare = ""
-	if err := d.injected("openat"); err != nil {
-		_ = unix.Unlinkat(d.fd, name, 0)
-		return fmt.Errorf("openat state spare file: %w", err)
+	name, fd := d.spare, d.spareFD
+	d.spare, d.spareFD = "", -1
+	if fd < 0 {
+		if err := d.injected("openat"); err != nil {
+			_ = unix.Unlinkat(d.fd, name, 0)
+			return fmt.Errorf("openat state spare file: %w", err)
+		}
+		var err error
+		if fd, err = unix.Openat(d.fd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+			_ = unix.Unlinkat(d.fd, name, 0)
+			return fmt.Errorf("openat state spare file: %w", err)
+		}
 	}
-	fd, err := unix.Openat(d.fd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		_ = unix.Unlinkat(d.fd, name, 0)
-		return fmt.Errorf("openat state spare file: %w", err)
+	size := int64(-1)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil {
+		size = st.Size
 	}
-	return d.commitTemp(fd, name, b, -1)
+	return d.commitTemp(fd, name, b, size)
 }
 
-// commitTemp writes b at offset 0 of the temp file fd (named name, not the
-// state file), cuts it to len(b), syncs it and swaps it in, then syncs the
+// padBlock is the granule of the state file's size: a write pads the JSON
+// with trailing whitespace (valid JSON, RFC 8259 §2) up to the next
+// multiple, so the spare it overwrites usually has that size already.
+// An overwrite that keeps the size and the allocated blocks changes no
+// metadata that fdatasync must flush: the data sync is one device flush,
+// as a raw fsync of a block is, instead of a data flush plus an inode
+// write (measured: 0.24 ms against 0.62 ms per sync when the size moved
+// by a few bytes each write). 4 KiB is the page and block size.
+const padBlock = 4096
+
+// padded returns b followed by spaces and a newline up to the next
+// multiple of padBlock (b itself when it is one already).
+func padded(b []byte) []byte {
+	n := (len(b) + padBlock - 1) / padBlock * padBlock
+	if n == len(b) {
+		return b
+	}
+	out := slices.Grow(b, n-len(b))[:n]
+	for i := len(b); i < n-1; i++ {
+		out[i] = ' '
+	}
+	out[n-1] = '\n'
+	return out
+}
+
+// commitTemp writes b, padded to a multiple of padBlock, at offset 0 of the
+// temp file fd (named name, not the state file), cuts the file to that
+// length when its size differs, syncs it and swaps it in, then syncs the
 // directory. size is the file's current size when known (0 for a new
 // file), -1 otherwise. It closes fd.
 func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err error) {
+	b = padded(b)
 	swapped := false
 	defer func() {
 		if !swapped {
@@ -299,13 +340,13 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 		return err
 	}
 	swapped = true
+	spareFD := -1
 	if exchanged {
 		// The old state file now sits under name: it is the next spare,
-		// kept as long as the directory sync below succeeds. Its blocks
-		// stay allocated, so closing fd frees nothing.
-		_ = unix.Close(fd)
-		d.release(d.cur)
-		d.cur = -1
+		// kept as long as the directory sync below succeeds; d.cur, when
+		// known, is its descriptor. Its blocks stay allocated. fd is the
+		// state file's now: it is kept for the write after next.
+		spareFD, d.cur = d.cur, fd
 	} else {
 		// The data is durable (fdatasync above), so the descriptor is
 		// kept open instead of closed: it pins this inode until the next
@@ -315,6 +356,7 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 		d.cur = fd
 	}
 	if err := d.injected("fsync dir"); err != nil {
+		d.release(spareFD)
 		return fmt.Errorf("fsync state dir: %w", err)
 	}
 	if err := unix.Fsync(d.fd); err != nil {
@@ -322,10 +364,11 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 		// so the file under name may still be the state file on disk:
 		// it is neither reused nor removed (Open removes it). Report it:
 		// the caller must not send.
+		d.release(spareFD)
 		return fmt.Errorf("fsync state dir: %w", err)
 	}
 	if exchanged {
-		d.spare = name
+		d.spare, d.spareFD = name, spareFD
 	}
 	return nil
 }

@@ -12,6 +12,9 @@ import (
 
 const tempPrefix = "." + FileName + ".tmp-"
 
+// padBlock: no padding where there is no file discipline.
+const padBlock = 0
+
 type dirHandle struct{ path string }
 
 func openDir(path string) (*dirHandle, error) {

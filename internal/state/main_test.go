@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -59,11 +60,16 @@ func newStore(t *testing.T) (*Store, Config) {
 	return openStore(t, cfg), cfg
 }
 
+// readFile returns the state file's JSON without the whitespace that pads
+// it to a whole block (padBlock), so a test can edit its last bytes.
 func readFile(t *testing.T, cfg Config) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(cfg.Dir, FileName))
 	require.NoError(t, err)
-	return b
+	if padBlock > 0 {
+		require.Zero(t, len(b)%padBlock, "the state file is padded to whole blocks")
+	}
+	return bytes.TrimRight(b, " \n")
 }
 
 func obj(t *testing.T, v any) json.RawMessage {

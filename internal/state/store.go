@@ -180,7 +180,7 @@ func (s *Store) load() error {
 	if err := s.dir.removeStaleTemps(); err != nil {
 		return err
 	}
-	b, err := s.dir.read(s.stateLimit())
+	b, err := s.dir.read(s.stateLimit() + padBlock)
 	if errors.Is(err, os.ErrNotExist) {
 		st := s.fresh()
 		if err := s.commit(st); err != nil {
