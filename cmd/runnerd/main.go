@@ -23,7 +23,10 @@ func main() {
 	// The bootstrap ticket leaves the environment before anything else runs,
 	// argument parsing included (prp.md §13).
 	ticket, ticketErr := runner.TakeBootstrapTicket()
-	os.Exit(run(os.Args[1:], ticket, ticketErr, os.Stdout, os.Stderr))
+	stop := startProfile()
+	code := run(os.Args[1:], ticket, ticketErr, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // testHook, set only in builds with the runnerd_testhook tag, runs after the

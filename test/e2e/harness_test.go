@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +113,10 @@ type event = prptest.Event
 
 func decodeEvents(t testing.TB, raw []json.RawMessage) []event { return prptest.DecodeEvents(t, raw) }
 
-func runnerdBin(t testing.TB) string { return testbin.Path(t, "runnerd") }
+// runnerdBin builds runnerd; RUNNERD_BENCH_TAGS (space-separated) adds
+// build tags, e.g. "pprof" with RUNNERD_CPUPROFILE=/tmp/runnerd-%p.prof.
+func runnerdBin(t testing.TB) string {
+	return testbin.Path(t, "runnerd", strings.Fields(os.Getenv("RUNNERD_BENCH_TAGS"))...)
+}
 
 func stateDir(t testing.TB) string { return filepath.Join(t.TempDir(), "state") }
