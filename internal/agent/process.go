@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/frame"
@@ -184,13 +182,10 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 	// covers it (removeCovered), so uncommitted files survive a crash.
 	lfs := &listingFS{DirFS: fs}
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: lfs, Delivered: start, Keep: true, Logger: m.log})
-	var wake <-chan fsnotify.Event
-	var werrs <-chan error
-	if w, err := fsnotify.NewWatcher(); err == nil {
+	var wake <-chan struct{}
+	if w, err := sessiondir.WatchEvents(filepath.Join(p.dir, sessiondir.EventsDir)); err == nil {
 		defer w.Close()
-		if w.Add(filepath.Join(p.dir, sessiondir.EventsDir)) == nil {
-			wake, werrs = w.Events, w.Errors
-		}
+		wake = w.C
 	}
 	tick := time.NewTicker(eventPoll)
 	defer tick.Stop()
@@ -210,7 +205,6 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 		select {
 		case <-ctx.Done():
 		case <-wake:
-		case <-werrs:
 		case <-tick.C:
 			if !p.alive() {
 				// pcwrap is gone: take what it left, then it is a loss

@@ -129,7 +129,7 @@ func (r *EventReader) Delivered() int64 { return r.delivered }
 func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error {
 	var wake <-chan struct{}
 	if r.opts.Watch != "" && !r.opts.PollOnly {
-		w, err := newDirWatch(r.opts.Watch)
+		w, err := WatchEvents(r.opts.Watch)
 		if err != nil {
 			// Polling alone still delivers everything, only later.
 			r.opts.Logger.Warn("event watch unavailable; polling only", "err", err)

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
@@ -533,13 +532,10 @@ func (m *Manager) read(ctx context.Context, t *term) {
 	start := t.consumed
 	t.mu.Unlock()
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: fs, Delivered: start, Keep: true, Logger: m.log})
-	var wake <-chan fsnotify.Event
-	var werrs <-chan error
-	if w, err := fsnotify.NewWatcher(); err == nil {
+	var wake <-chan struct{}
+	if w, err := sessiondir.WatchEvents(filepath.Join(t.dir, sessiondir.EventsDir)); err == nil {
 		defer w.Close()
-		if w.Add(filepath.Join(t.dir, sessiondir.EventsDir)) == nil {
-			wake, werrs = w.Events, w.Errors
-		}
+		wake = w.C
 	}
 	tick := time.NewTicker(eventPoll)
 	defer tick.Stop()
@@ -559,7 +555,6 @@ func (m *Manager) read(ctx context.Context, t *term) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case <-werrs:
 		case <-tick.C:
 		case <-t.pcwrapDone: // nil when adopted: the tick checks the lock
 		}
