@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,4 +217,50 @@ func TestEventsEmitterLossAfterRemovalIsQuiet(t *testing.T) {
 		assert.Contains(t, logs, "level=ERROR")
 		assert.Contains(t, logs, "event frame lost")
 	})
+}
+
+// Two pumps and control frames at once: every stream's data keeps its
+// order, a control frame emitted after a pump's data comes after it, and
+// seq counts every frame once, whether a pump wrote its frame itself (an
+// idle emitter) or queued it.
+func TestEmitterOrderWithInlineWrites(t *testing.T) {
+	var buf syncbuf.Buffer
+	e := NewStdoutEmitter(&buf, nil)
+	const n = 2000
+	done := make(chan struct{})
+	for _, stream := range []string{frame.StreamStdout, frame.StreamStderr} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range n {
+				b := e.DataBuffer(8)
+				e.EmitData(stream, b[:copy(b, strconv.Itoa(i))])
+				if i%100 == 0 {
+					e.Emit(frame.ErrorFrame(stream + " " + strconv.Itoa(i)))
+				}
+			}
+		}()
+	}
+	<-done
+	<-done
+	e.Emit(frame.ShutdownAckFrame())
+	e.Close()
+	next := map[string]int{}
+	var last string
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	require.Len(t, lines, 2*n+2*n/100+1)
+	for i, line := range lines {
+		f, err := frame.ParseFrame([]byte(line))
+		require.NoError(t, err)
+		require.EqualValues(t, i+1, f.Seq)
+		last = f.Type
+		switch f.Type {
+		case frame.FrameData:
+			require.Equal(t, strconv.Itoa(next[f.Stream]), string(f.Data), "%s order", f.Stream)
+			next[f.Stream]++
+		case frame.FrameError:
+			stream, at, _ := strings.Cut(f.Message, " ")
+			require.Equal(t, at, strconv.Itoa(next[stream]-1), "the error frame follows the data emitted before it")
+		}
+	}
+	require.Equal(t, frame.FrameShutdownAck, last)
 }

@@ -280,6 +280,12 @@ func writeAtomic(dirfd int, name, tmp string, body []byte) error {
 	if err != nil {
 		return fmt.Errorf("openat %s: %w", tmp, err)
 	}
+	return finishAtomic(dirfd, fd, name, tmp, body)
+}
+
+// finishAtomic is writeAtomic from the open, empty temp file fd on: write,
+// close, rename tmp to name. It closes fd; a failure removes tmp.
+func finishAtomic(dirfd, fd int, name, tmp string, body []byte) error {
 	for len(body) > 0 {
 		n, err := unix.Write(fd, body)
 		if err == unix.EINTR {
