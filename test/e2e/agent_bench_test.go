@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -84,7 +88,7 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	var samples []time.Duration
 	for i := 0; b.Loop(); i++ {
 		before := len(r.c.core.Snapshot().Events)
-		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d 20", n)})
+		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d %d", n, messageGap.Milliseconds())})
 		s := waitTerminals(b, r, i+1)
 		evs := decodeEvents(b, s.Events)
 		for j := before; j < len(evs); j++ {
@@ -110,6 +114,76 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	b.ReportMetric(msf(pct(samples, 99)), "p99-ms")
 	fmt.Printf("runnerd+pcwrap agent line → event committed at the core, %d messages: p50 %v p90 %v p99 %v max %v (target p50 < 1.2ms, p99 < 3ms; one durable state write per event file is included, the ACK writes none)\n",
 		len(samples), pct(samples, 50), pct(samples, 90), pct(samples, 99), samples[len(samples)-1])
+	data, floor := syncAfterIdle(b, r.dir, messageGap, 60)
+	b.ReportMetric(msf(data), "disk-sync-p50-ms")
+	b.ReportMetric(msf(floor), "disk-floor-p50-ms")
+	fmt.Printf("the same disk after the same %v idle, no runnerd: one data sync p50 %v; a state write's syncs (data sync, exchange, directory sync) p50 %v\n",
+		messageGap, data, floor)
+}
+
+// messageGap is the pause between the stamped lines of
+// BenchmarkAgentMessageOnWire ("stamp N 20").
+const messageGap = 20 * time.Millisecond
+
+// syncAfterIdle is the disk's share of the agent path, measured on the
+// state directory's file system in the same run: n times, after gap idle,
+// an 8 KiB overwrite and fdatasync (data), and the state write's syncs
+// (overwrite, fdatasync, RENAME_EXCHANGE, directory fsync: floor). On a
+// virtual disk the first flush after an idle gap costs several times one
+// in a busy loop; every durable agent message pays it.
+func syncAfterIdle(b *testing.B, dir string, gap time.Duration, n int) (data, floor time.Duration) {
+	b.Helper()
+	d, err := os.MkdirTemp(filepath.Dir(dir), "disk-baseline")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(d)
+	block := make([]byte, 8192)
+	for _, name := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(d, name), block, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dfd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Open(filepath.Join(d, "a"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var datas, floors []time.Duration
+	for range n {
+		time.Sleep(gap)
+		t0 := time.Now()
+		if _, err := unix.Pwrite(fd, block, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fdatasync(fd); err != nil {
+			b.Fatal(err)
+		}
+		datas = append(datas, time.Since(t0))
+		time.Sleep(gap)
+		t0 = time.Now()
+		if _, err := unix.Pwrite(fd, block, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fdatasync(fd); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Renameat2(dfd, "a", dfd, "b", unix.RENAME_EXCHANGE); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fsync(dfd); err != nil {
+			b.Fatal(err)
+		}
+		floors = append(floors, time.Since(t0))
+	}
+	slices.Sort(datas)
+	slices.Sort(floors)
+	return pct(datas, 50), pct(floors, 50)
 }
 
 // BenchmarkAgentTenThousandChunksOnWire: one turn of 10,000 small chunks;
