@@ -29,6 +29,7 @@ type agentRig struct {
 	bin  string
 	dir  string
 	args []string
+	pid  int // runnerd's, when a benchmark started it
 }
 
 func newAgentRig(t *testing.T, extra ...string) *agentRig {
