@@ -119,13 +119,24 @@ type eventPayload struct {
 // with the same sequence and id, so the v1 cumulative ACK can pass it; its
 // real payload is never copied (prp.md §8.2).
 func (e OutboxEvent) Wire(version int) ([]byte, error) {
+	// The common case sends the stored bytes: read only the two numbers
+	// that decide it (every event is sent at least once).
+	var head struct {
+		Version int `json:"version"`
+		Payload struct {
+			SchemaVersion int `json:"schemaVersion"`
+		} `json:"payload"`
+	}
+	if err := json.Unmarshal(e.Envelope, &head); err != nil {
+		return nil, fmt.Errorf("decode stored envelope: %w", ErrCorruptState)
+	}
+	downgrade := version < 2 && head.Payload.SchemaVersion >= 2
+	if head.Version == version && !downgrade {
+		return e.Envelope, nil
+	}
 	var env envelope
 	if err := json.Unmarshal(e.Envelope, &env); err != nil {
 		return nil, fmt.Errorf("decode stored envelope: %w", ErrCorruptState)
-	}
-	downgrade := version < 2 && env.Payload.SchemaVersion >= 2
-	if env.Version == version && !downgrade {
-		return e.Envelope, nil
 	}
 	env.Version = version
 	if downgrade {
