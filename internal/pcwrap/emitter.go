@@ -117,9 +117,10 @@ func (e *Emitter) DataBuffer(size int) []byte {
 	return make([]byte, size)
 }
 
-// EmitData queues a data frame of b and takes b over: its storage is
+// EmitData emits a data frame of b and takes b over: its storage is
 // reused by DataBuffer once the frame is written, so the caller must not
-// touch b again. The frame is the same as Emit(DataFrame(stream, b)).
+// touch b again. The frame is the same as Emit(DataFrame(stream, b)), but
+// when nothing is queued the caller writes it (see Emitter).
 func (e *Emitter) EmitData(stream string, b []byte) {
 	q := queued{f: frame.DataFrame(stream, b), owned: true}
 	e.mu.RLock()

@@ -2,17 +2,10 @@ package sessiondir
 
 import "golang.org/x/sys/unix"
 
-// WriteEventFile publishes one event file in events/ (spec §7.2): the body
-// is written to <name>.tmp relative to the held fd without following
-// links, then renamed, so a consumer only ever sees complete files.
-func WriteEventFile(eventsfd int, seq int64, body []byte) error {
-	name := SeqName(seq)
-	return writeAtomic(eventsfd, name, name+TmpSuffix, body)
-}
-
-// EventFiles publishes event files in sequence (spec §7.2) like
-// WriteEventFile, and after each one creates the next file's temp file
-// ahead, so a frame's own path is a write, a close and a rename: the
+// EventFiles publishes event files in sequence in events/ (spec §7.2):
+// each body goes to <name>.tmp relative to the held fd without following
+// links, then is renamed, so a consumer only ever sees complete files.
+// After each one it creates the next file's temp file ahead, so a frame's own path is a write, a close and a rename: the
 // inode allocation of O_CREAT (70-150 µs on ext4 here) happens while the
 // writer is idle (issue 14 item 3). A consumer ignores temp files. One
 // goroutine uses it at a time.
