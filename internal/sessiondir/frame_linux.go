@@ -5,10 +5,11 @@ import "golang.org/x/sys/unix"
 // EventFiles publishes event files in sequence in events/ (spec §7.2):
 // each body goes to <name>.tmp relative to the held fd without following
 // links, then is renamed, so a consumer only ever sees complete files.
-// After each one it creates the next file's temp file ahead, so a frame's own path is a write, a close and a rename: the
-// inode allocation of O_CREAT (70-150 µs on ext4 here) happens while the
-// writer is idle (issue 14 item 3). A consumer ignores temp files. One
-// goroutine uses it at a time.
+// After each one it creates the next file's temp file ahead, so a frame's
+// own path is a write, a close and a rename: the inode allocation of
+// O_CREAT (70-150 µs on ext4 here) happens while the writer is idle
+// (issue 14 item 3). A consumer ignores temp files. One goroutine uses it
+// at a time.
 type EventFiles struct {
 	dirfd int
 	ahead int64 // seq whose temp file fd is (0: none)
