@@ -12,16 +12,14 @@ DATA hexdigits<>+16(SB)/8, $0x3736353433323130
 DATA hexdigits<>+24(SB)/8, $0x6665646362613938
 GLOBL hexdigits<>(SB), RODATA|NOPTR, $32
 
-// Byte constants, broadcast with VPBROADCASTB.
+// Byte constants, broadcast with VPBROADCASTB (the weights with
+// VPBROADCASTW).
 DATA hexconst<>+0(SB)/1, $0x0f // nibble mask
 DATA hexconst<>+1(SB)/1, $0x30 // '0'
-DATA hexconst<>+2(SB)/1, $0x61 // 'a'
-DATA hexconst<>+3(SB)/1, $0x09 // c-'0' ≤ 9: a digit
-DATA hexconst<>+4(SB)/1, $0x05 // c-'a' ≤ 5: a letter
-DATA hexconst<>+5(SB)/1, $0x0a // a letter's value is c-'a'+10
-DATA hexconst<>+6(SB)/1, $0x10 // VPMADDUBSW weights: 16×high + 1×low
-DATA hexconst<>+7(SB)/1, $0x01
-GLOBL hexconst<>(SB), RODATA|NOPTR, $8
+DATA hexconst<>+2(SB)/1, $0x57 // 'a'-10
+DATA hexconst<>+3(SB)/1, $0x10 // VPMADDUBSW weights: 16×high + 1×low
+DATA hexconst<>+4(SB)/1, $0x01
+GLOBL hexconst<>(SB), RODATA|NOPTR, $5
 
 // func encodeHexSIMD(dst, src *byte, n int)
 TEXT ·encodeHexSIMD(SB), NOSPLIT, $0-24
@@ -57,56 +55,89 @@ encloop:
 	VZEROUPPER
 	RET
 
-// HEXVALUES turns the 32 characters in c into their nibble values in c and
-// ANDs into acc a mask that is all ones in each byte that was a lowercase
-// hex digit. With d = c-'0' and l = c-'a' (wrapping), c is a digit when
-// d ≤ 9 and a letter when l ≤ 5 (unsigned), and its value is d or l+10.
-// Uses the constants in Y8-Y12; clobbers t1-t3.
-#define HEXVALUES(c, t1, t2, t3, acc) \
-	VPSUBB   Y8, c, t1    \
-	VPSUBB   Y9, c, t2    \
-	VPMINUB  Y10, t1, t3  \
-	VPCMPEQB t1, t3, t3   \
-	VPAND    t3, t1, t1   \
-	VPMINUB  Y11, t2, c   \
-	VPCMPEQB t2, c, c     \
-	VPADDB   Y12, t2, t2  \
-	VPAND    c, t2, t2    \
-	VPOR     c, t3, t3    \
-	VPAND    t3, acc, acc \
-	VPOR     t1, t2, c
+// The decoder computes each character's value v without checking it, then
+// checks the character by encoding v again. With d = c-'0' (saturating at
+// 0) and l = c-'a'+10 (wrapping),
+//
+//	v = min(d, l)
+//
+// is d for a digit (l wraps to 0xd9 and above) and l for a letter (d is
+// 0x31 or more), so v is right for every lowercase hex digit. The character
+// is one exactly when hexdigits[v] == c: VPSHUFB looks up the low four bits
+// of v (or yields 0 when bit 7 is set), so hexdigits[v] is always a
+// lowercase digit or 0, and c = 0 gives v = 0, whose digit is '0'. Every
+// other character, uppercase included, fails the comparison.
+//
+// HEXVALUES turns the 32 characters in c into their values in v (garbage
+// for a character that is not a digit) and ANDs into acc a mask that is all
+// ones in each byte that was a lowercase hex digit. Uses the constants in
+// Y6-Y8; clobbers t.
+#define HEXVALUES(c, v, t, acc) \
+	VPSUBUSB Y6, c, v   \
+	VPSUBB   Y8, c, t   \
+	VPMINUB  t, v, v    \
+	VPSHUFB  v, Y7, t   \
+	VPCMPEQB c, t, t    \
+	VPAND    t, acc, acc
+
+// HEXPACK turns two registers of nibble values (64 characters) into the 32
+// bytes they spell: each pair (high, low) becomes the word 16×high+low ≤
+// 255, and packing to bytes works per lane, so the quadwords are then
+// reordered. Uses the weights in Y13; the result is in lo.
+#define HEXPACK(lo, hi) \
+	VPMADDUBSW Y13, lo, lo \
+	VPMADDUBSW Y13, hi, hi \
+	VPACKUSWB  hi, lo, lo  \
+	VPERMQ     $0xD8, lo, lo
 
 // func decodeHexSIMD(dst, src *byte, n int) bool
+//
+// The main loop takes 128 characters; 64 more remain when n is an odd
+// multiple of 32. Two validity accumulators keep the AND chains short.
 TEXT ·decodeHexSIMD(SB), NOSPLIT, $0-25
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	VPBROADCASTB hexconst<>+1(SB), Y8
-	VPBROADCASTB hexconst<>+2(SB), Y9
-	VPBROADCASTB hexconst<>+3(SB), Y10
-	VPBROADCASTB hexconst<>+4(SB), Y11
-	VPBROADCASTB hexconst<>+5(SB), Y12
-	VPBROADCASTW hexconst<>+6(SB), Y13
-	VPCMPEQB     Y15, Y15, Y15 // validity accumulator: all ones
+	VPBROADCASTB hexconst<>+1(SB), Y6
+	VMOVDQU      hexdigits<>(SB), Y7
+	VPBROADCASTB hexconst<>+2(SB), Y8
+	VPBROADCASTW hexconst<>+3(SB), Y13
+	VPCMPEQB     Y15, Y15, Y15 // validity accumulators: all ones
+	VPCMPEQB     Y14, Y14, Y14
+	CMPQ         CX, $64
+	JB           dectail
 
 decloop:
 	VMOVDQU (SI), Y0
-	VMOVDQU 32(SI), Y4
-	HEXVALUES(Y0, Y1, Y2, Y3, Y15)
-	HEXVALUES(Y4, Y5, Y6, Y7, Y15)
+	VMOVDQU 32(SI), Y1
+	VMOVDQU 64(SI), Y9
+	VMOVDQU 96(SI), Y10
+	HEXVALUES(Y0, Y2, Y3, Y15)
+	HEXVALUES(Y1, Y4, Y5, Y14)
+	HEXVALUES(Y9, Y11, Y3, Y15)
+	HEXVALUES(Y10, Y12, Y5, Y14)
+	HEXPACK(Y2, Y4)
+	HEXPACK(Y11, Y12)
+	VMOVDQU Y2, (DI)
+	VMOVDQU Y11, 32(DI)
+	ADDQ    $128, SI
+	ADDQ    $64, DI
+	SUBQ    $64, CX
+	CMPQ    CX, $64
+	JAE     decloop
 
-	// Each character pair (high, low) becomes the word 16×high+low ≤ 255;
-	// packing to bytes works per lane, so the quadwords are then reordered.
-	VPMADDUBSW Y13, Y0, Y0
-	VPMADDUBSW Y13, Y4, Y4
-	VPACKUSWB  Y4, Y0, Y0
-	VPERMQ     $0xD8, Y0, Y0
-	VMOVDQU    Y0, (DI)
-	ADDQ       $64, SI
-	ADDQ       $32, DI
-	SUBQ       $32, CX
-	JNZ        decloop
+dectail:
+	TESTQ CX, CX
+	JZ    decdone
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	HEXVALUES(Y0, Y2, Y3, Y15)
+	HEXVALUES(Y1, Y4, Y5, Y14)
+	HEXPACK(Y2, Y4)
+	VMOVDQU Y2, (DI)
 
+decdone:
+	VPAND     Y14, Y15, Y15
 	VPMOVMSKB Y15, AX
 	CMPL      AX, $0xffffffff
 	SETEQ     ret+24(FP)
