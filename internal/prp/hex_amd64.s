@@ -15,11 +15,12 @@ GLOBL hexdigits<>(SB), RODATA|NOPTR, $32
 // Byte constants, broadcast with VPBROADCASTB (the weights with
 // VPBROADCASTW).
 DATA hexconst<>+0(SB)/1, $0x0f // nibble mask
-DATA hexconst<>+1(SB)/1, $0x30 // '0'
+DATA hexconst<>+1(SB)/1, $0x1f // decoder: the table index is c+0x1f
 DATA hexconst<>+2(SB)/1, $0x57 // 'a'-10
 DATA hexconst<>+3(SB)/1, $0x10 // VPMADDUBSW weights: 16×high + 1×low
 DATA hexconst<>+4(SB)/1, $0x01
-GLOBL hexconst<>(SB), RODATA|NOPTR, $5
+DATA hexconst<>+5(SB)/1, $0xf0 // a value of 16 or more has one of these bits
+GLOBL hexconst<>(SB), RODATA|NOPTR, $6
 
 // func encodeHexSIMD(dst, src *byte, n int)
 TEXT ·encodeHexSIMD(SB), NOSPLIT, $0-24
@@ -55,30 +56,39 @@ encloop:
 	VZEROUPPER
 	RET
 
-// The decoder computes each character's value v without checking it, then
-// checks the character by encoding v again. With d = c-'0' (saturating at
-// 0) and l = c-'a'+10 (wrapping),
+// The decoder computes each character's value with one table lookup and
+// rejects the character when that value is 16 or more:
 //
-//	v = min(d, l)
+//	v = (c - 0x57) - hexdecAdjust[(c + 0x1f) & 15]   (bytes, wrapping)
 //
-// is d for a digit (l wraps to 0xd9 and above) and l for a letter (d is
-// 0x31 or more), so v is right for every lowercase hex digit. The character
-// is one exactly when hexdigits[v] == c: VPSHUFB looks up the low four bits
-// of v (or yields 0 when bit 7 is set), so hexdigits[v] is always a
-// lowercase digit or 0, and c = 0 gives v = 0, whose digit is '0'. Every
-// other character, uppercase included, fails the comparison.
+// except that VPSHUFB yields 0 instead of the entry when the index c + 0x1f
+// has bit 7 set, which is for c in 0x61..0xe0. Then:
+//   - in 0x61..0xe0, v = c - ('a' - 10): 'a'..'f' give 10..15 and every
+//     other c there gives 16 or more;
+//   - elsewhere the entry depends on lo = c&15 alone (the index's low four
+//     bits are lo-1). For lo 0..9 it is -0x27, so v = c - '0': the digits
+//     give 0..9, and no other c with such a lo outside 0x61..0xe0 gives
+//     less than 16. For lo 10..15 it is 0x29, so v = c - 0x80, which is
+//     below 16 only for c in 0x80..0x8f, inside 0x61..0xe0.
 //
-// HEXVALUES turns the 32 characters in c into their values in v (garbage
-// for a character that is not a digit) and ANDs into acc a mask that is all
-// ones in each byte that was a lowercase hex digit. Uses the constants in
+// So v ≤ 15 exactly for the 16 lowercase hex digits (uppercase is
+// rejected), and then it is the digit's value. The loop keeps the largest v
+// seen; the text was valid when it is below 16.
+DATA hexdecAdjust<>+0(SB)/8, $0xd9d9d9d9d9d9d9d9
+DATA hexdecAdjust<>+8(SB)/8, $0xd9292929292929d9
+DATA hexdecAdjust<>+16(SB)/8, $0xd9d9d9d9d9d9d9d9
+DATA hexdecAdjust<>+24(SB)/8, $0xd9292929292929d9
+GLOBL hexdecAdjust<>(SB), RODATA|NOPTR, $32
+
+// HEXVALUES turns the 32 characters in c into their values v (above) and
+// keeps in acc the bytewise maximum of acc and v. Uses the constants in
 // Y6-Y8; clobbers t.
 #define HEXVALUES(c, v, t, acc) \
-	VPSUBUSB Y6, c, v   \
-	VPSUBB   Y8, c, t   \
-	VPMINUB  t, v, v    \
-	VPSHUFB  v, Y7, t   \
-	VPCMPEQB c, t, t    \
-	VPAND    t, acc, acc
+	VPADDB  Y6, c, t \
+	VPSUBB  Y8, c, v \
+	VPSHUFB t, Y7, t \
+	VPSUBB  t, v, v  \
+	VPMAXUB v, acc, acc
 
 // HEXPACK turns two registers of nibble values (64 characters) into the 32
 // bytes they spell: each pair (high, low) becomes the word 16×high+low ≤
@@ -93,17 +103,17 @@ encloop:
 // func decodeHexSIMD(dst, src *byte, n int) bool
 //
 // The main loop takes 128 characters; 64 more remain when n is an odd
-// multiple of 32. Two validity accumulators keep the AND chains short.
+// multiple of 32. Two maxima keep the dependency chains short.
 TEXT ·decodeHexSIMD(SB), NOSPLIT, $0-25
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
 	VPBROADCASTB hexconst<>+1(SB), Y6
-	VMOVDQU      hexdigits<>(SB), Y7
+	VMOVDQU      hexdecAdjust<>(SB), Y7
 	VPBROADCASTB hexconst<>+2(SB), Y8
 	VPBROADCASTW hexconst<>+3(SB), Y13
-	VPCMPEQB     Y15, Y15, Y15 // validity accumulators: all ones
-	VPCMPEQB     Y14, Y14, Y14
+	VPXOR        Y15, Y15, Y15 // largest values seen: none yet
+	VPXOR        Y14, Y14, Y14
 	CMPQ         CX, $64
 	JB           dectail
 
@@ -137,9 +147,9 @@ dectail:
 	VMOVDQU Y2, (DI)
 
 decdone:
-	VPAND     Y14, Y15, Y15
-	VPMOVMSKB Y15, AX
-	CMPL      AX, $0xffffffff
-	SETEQ     ret+24(FP)
+	VPMAXUB      Y14, Y15, Y15
+	VPBROADCASTB hexconst<>+5(SB), Y14
+	VPTEST       Y14, Y15 // every value below 16: no bit of 0xf0 set
+	SETEQ        ret+24(FP)
 	VZEROUPPER
 	RET
