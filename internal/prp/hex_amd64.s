@@ -73,7 +73,8 @@ encloop:
 //
 // So v ≤ 15 exactly for the 16 lowercase hex digits (uppercase is
 // rejected), and then it is the digit's value. The loop keeps the largest v
-// seen; the text was valid when it is below 16.
+// seen; the text was valid when it is below 16. Entry i of the table serves
+// lo = i+1 (mod 16): entries 0-8 and 15 are -0x27, entries 9-14 are 0x29.
 DATA hexdecAdjust<>+0(SB)/8, $0xd9d9d9d9d9d9d9d9
 DATA hexdecAdjust<>+8(SB)/8, $0xd9292929292929d9
 DATA hexdecAdjust<>+16(SB)/8, $0xd9d9d9d9d9d9d9d9
