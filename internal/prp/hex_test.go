@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -130,6 +131,79 @@ func TestHexDecodeRejectsEveryInvalidCharacter(t *testing.T) {
 	})
 }
 
+// decodeHexPaths decodes text with the vector code and with the table code
+// (decodeLowerHexTable, the reference) and fails unless both give the same
+// answer and, when they accept, the same bytes.
+func decodeHexPaths(t *testing.T, text []byte, what string, args ...any) {
+	t.Helper()
+	n := len(text) / 2
+	want := make([]byte, n)
+	wantOK := decodeLowerHexTable(want, text)
+	setHexSIMD(t, true)
+	got := make([]byte, n)
+	if gotOK := decodeLowerHex(got, text); gotOK != wantOK {
+		t.Fatalf("%s: vector ok=%v, table ok=%v", fmt.Sprintf(what, args...), gotOK, wantOK)
+	} else if gotOK && !bytes.Equal(got, want) {
+		t.Fatalf("%s: vector %x, table %x", fmt.Sprintf(what, args...), got, want)
+	}
+}
+
+// TestHexDecodeVectorMatchesTableEveryByte puts every byte value at every
+// position of valid text spanning one to five 32-byte vector blocks (the
+// vector loop takes 64 bytes, 128 characters, at a time, so this covers a
+// whole iteration, the 32-byte remainder after one, and a table tail), and
+// requires the vector code to agree with the table code on each.
+func TestHexDecodeVectorMatchesTableEveryByte(t *testing.T) {
+	if !hexSIMDSupported {
+		t.Skip("no vector hex codec on this CPU or build")
+	}
+	for _, n := range []int{32, 64, 96, 128, 160, 165} {
+		good := []byte(hex.EncodeToString(hexTestBytes(n)))
+		text := bytes.Clone(good)
+		for pos := range text {
+			for c := range 256 {
+				text[pos] = byte(c)
+				decodeHexPaths(t, text, "n=%d pos=%d char=%#x", n, pos, c)
+			}
+			text[pos] = good[pos]
+		}
+	}
+}
+
+// TestHexDecodeVectorMatchesTableRandom compares the vector and table code
+// on random text: mostly lowercase digits with a few stray characters
+// (uppercase digits, neighbours of the digit ranges, any byte), at random
+// lengths and offsets.
+func TestHexDecodeVectorMatchesTableRandom(t *testing.T) {
+	if !hexSIMDSupported {
+		t.Skip("no vector hex codec on this CPU or build")
+	}
+	rng := rand.New(rand.NewPCG(14, 5))
+	const digits = "0123456789abcdef"
+	const strays = "ABCDEF/:`g@GxX \"\x00\x7f\x80\xb0\xe1\xff"
+	buf := make([]byte, 2*400+8)
+	for i := range 20000 {
+		n := rng.IntN(400)
+		off := rng.IntN(8)
+		text := buf[off : off+2*n]
+		for j := range text {
+			text[j] = digits[rng.IntN(len(digits))]
+		}
+		for range rng.IntN(3) {
+			if len(text) == 0 {
+				break
+			}
+			j := rng.IntN(len(text))
+			if rng.IntN(2) == 0 {
+				text[j] = strays[rng.IntN(len(strays))]
+			} else {
+				text[j] = byte(rng.IntN(256))
+			}
+		}
+		decodeHexPaths(t, text, "case %d: n=%d off=%d", i, n, off)
+	}
+}
+
 func FuzzHexCodec(f *testing.F) {
 	f.Add([]byte{}, false)
 	f.Add(hexTestBytes(100), true)
@@ -165,6 +239,11 @@ func FuzzHexCodec(f *testing.F) {
 		}
 		if ok && !bytes.Equal(dst, ref) {
 			t.Fatalf("decode %q: got %x, want %x", data, dst, ref)
+		}
+		// And the vector code answers exactly as the table code.
+		table := make([]byte, len(data)/2)
+		if tableOK := decodeLowerHexTable(table, data); tableOK != ok || (ok && !bytes.Equal(table, dst)) {
+			t.Fatalf("decode %q: simd=%v gives ok=%v, the table code ok=%v", data, hexSIMD, ok, tableOK)
 		}
 	})
 }
