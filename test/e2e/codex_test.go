@@ -193,7 +193,10 @@ func TestCodex06_ToolCallAcrossSIGKILL(t *testing.T) {
 	res = r.run(t, "semantic_tool.result", map[string]any{"callId": st["callId"], "operationId": st["operationId"],
 		"inputDigest": st["content"].(map[string]any)["digest"], "result": map[string]any{"id": "c-kill"}, "isError": false})
 	require.Equal(t, "completed", res.Status, string(res.Result))
-	require.Contains(t, string(res.Result), `"delivered"`)
+	// runner.reconciled can precede the re-arm of Codex's open request:
+	// a result in between is recorded ("detached") and the re-arm answers
+	// Codex from it. Either way the answer below reaches Codex once.
+	require.Regexp(t, `"(delivered|detached)"`, string(res.Result))
 	evs = r.waitEvents(t, "run.terminal", 1)
 	require.Equal(t, 1, countType(evs, "semantic_tool.input"))
 	require.Equal(t, 1, countType(evs, "semantic_tool.result"))
