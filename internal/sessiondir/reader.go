@@ -129,7 +129,7 @@ func (r *EventReader) Delivered() int64 { return r.delivered }
 func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error {
 	var wake <-chan struct{}
 	if r.opts.Watch != "" && !r.opts.PollOnly {
-		w, err := newDirWatch(r.opts.Watch)
+		w, err := WatchQueue(false, r.opts.Watch)
 		if err != nil {
 			// Polling alone still delivers everything, only later.
 			r.opts.Logger.Warn("event watch unavailable; polling only", "err", err)
@@ -145,7 +145,11 @@ func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-		case <-wake:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // the watch ended: the poll alone goes on
+				continue
+			}
 			if r.failed > 0 {
 				// A failing cycle is retried on the poll only, so five
 				// failures take five poll periods, not one event burst.

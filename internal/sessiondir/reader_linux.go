@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 )
 
@@ -101,53 +100,4 @@ func readAt(dir *os.File, name string, limit int64) ([]byte, error) {
 		return nil, ErrEventFileTooLarge
 	}
 	return b, err
-}
-
-// dirWatch turns inotify events on one directory into wake-ups. C has room
-// for one pending wake-up; more events coalesce into it. A watcher error,
-// queue overflow included, also wakes, so the next cycle rescans fully.
-type dirWatch struct {
-	C    chan struct{}
-	w    *fsnotify.Watcher
-	done chan struct{}
-}
-
-func newDirWatch(path string) (*dirWatch, error) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, fmt.Errorf("inotify init: %w", err)
-	}
-	if err := w.Add(path); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("inotify watch: %w", err)
-	}
-	d := &dirWatch{C: make(chan struct{}, 1), w: w, done: make(chan struct{})}
-	go d.loop()
-	return d, nil
-}
-
-func (d *dirWatch) loop() {
-	defer close(d.done)
-	for {
-		select {
-		case _, ok := <-d.w.Events:
-			if !ok {
-				return
-			}
-		case _, ok := <-d.w.Errors:
-			if !ok {
-				return
-			}
-		}
-		select {
-		case d.C <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// Close stops the watcher and waits for its goroutine.
-func (d *dirWatch) Close() {
-	d.w.Close()
-	<-d.done
 }
