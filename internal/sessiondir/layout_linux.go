@@ -243,7 +243,8 @@ func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 			buf = buf[:cap(buf)]
 		}
 		// Never read more than one byte past max.
-		m, err := unix.Read(fd, buf[n:min(len(buf), int(max+1))])
+		want := min(len(buf), int(max+1)) - n
+		m, err := unix.Read(fd, buf[n:n+want])
 		if err == unix.EINTR {
 			continue
 		}
@@ -254,6 +255,13 @@ func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 			break
 		}
 		n += m
+		// A short read that ends where fstat put the end is the end: the
+		// read of 0 bytes that would confirm it is one syscall per queue
+		// file for nothing. A file still growing fills the room instead
+		// and is read on.
+		if m < want && int64(n) == st.Size {
+			break
+		}
 	}
 	if int64(n) > max {
 		return nil, ErrTooLarge
