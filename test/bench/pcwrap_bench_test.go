@@ -74,12 +74,26 @@ type child interface {
 type frames struct {
 	data chan []byte
 	err  chan error // the consumer's end: nil after exit, else the failure
-	tid  atomic.Int64
-	cur  []byte
+	// free holds payload buffers recv has consumed, for the consumer to
+	// decode the next frames into (as a real consumer recycles them).
+	free   chan []byte
+	tid    atomic.Int64
+	cur    []byte
+	curBuf []byte // the whole buffer cur is the rest of
 }
 
 func newFrames() *frames {
-	return &frames{data: make(chan []byte, frameQueue), err: make(chan error, 1)}
+	return &frames{data: make(chan []byte, frameQueue), err: make(chan error, 1), free: make(chan []byte, frameQueue+2)}
+}
+
+// buffer returns a consumed payload buffer, or nil (decode allocates).
+func (f *frames) buffer() []byte {
+	select {
+	case b := <-f.free:
+		return b
+	default:
+		return nil
+	}
 }
 
 // run is the consumer goroutine's body around decode.
@@ -110,6 +124,13 @@ func (f *frames) run(decode func(deliver func(frame.Frame) error) error) {
 func (f *frames) recv(p []byte) error {
 	for len(p) > 0 {
 		if len(f.cur) == 0 {
+			if f.curBuf != nil {
+				select {
+				case f.free <- f.curBuf[:0]:
+				default:
+				}
+				f.curBuf = nil
+			}
 			select {
 			case b, ok := <-f.data:
 				if !ok {
@@ -118,7 +139,7 @@ func (f *frames) recv(p []byte) error {
 					}
 					return io.ErrUnexpectedEOF
 				}
-				f.cur = b
+				f.cur, f.curBuf = b, b
 			case <-time.After(opTimeout):
 				return fmt.Errorf("no output within %v", opTimeout)
 			}
@@ -186,7 +207,7 @@ func startWrappedAs(tb testing.TB, spaced bool, args []string) child {
 			if err != nil {
 				return err
 			}
-			fr, err := frame.ParseFrame(line)
+			fr, err := frame.ParseFrameInto(line, s.buffer())
 			if err != nil {
 				return err
 			}
@@ -261,6 +282,7 @@ func startEventedAs(tb testing.TB, spaced bool, args []string) child {
 	e := &evented{frames: newFrames(), cmd: cmd, w: w, fs: fs, cancel: cancel}
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
 		FS: fs, Watch: filepath.Join(dir, sessiondir.EventsDir), Logger: slog.New(slog.DiscardHandler),
+		DataBuffer: e.buffer, ReuseRaw: true,
 	})
 	go e.run(func(deliver func(frame.Frame) error) error {
 		return r.Run(ctx, func(ev sessiondir.Event) error { return deliver(ev.Frame) })
