@@ -126,7 +126,22 @@ func (w *Writer) Write(ctx context.Context, m frame.Message) (int64, error) {
 	if cap(body) <= maxPooledBody {
 		*bp = body
 	}
+	return w.writeBody(body)
+}
 
+// WriteBody queues one file whose whole content the caller encoded, for
+// writers of another JSON form than JSON.stringify's (a test of Python
+// json.dumps's spaced form, a script): the sequence number, the
+// temporary file and its publication are exactly Write's. body is not
+// checked; pcwrap judges it as any stdin file (§6.1, §6.3).
+func (w *Writer) WriteBody(ctx context.Context, body []byte) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("write stdin file: %w", err)
+	}
+	return w.writeBody(body)
+}
+
+func (w *Writer) writeBody(body []byte) (int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dir == nil {
