@@ -1,10 +1,10 @@
 package sessiondir
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -21,6 +21,9 @@ import (
 // unlink), and every wake-up was a directory scan.
 const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO |
 	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+
+// jsonSuffix is JSONSuffix for byte comparisons.
+var jsonSuffix = []byte(JSONSuffix)
 
 // watchReadBuf is the inotify read buffer: room for 64 events with the
 // longest name (NAME_MAX 255), so a burst drains in one read.
@@ -101,7 +104,7 @@ func (w *QueueWatch) matters(buf []byte) bool {
 			return true // cannot happen (the kernel writes whole events); rescan
 		}
 		name := buf[unix.SizeofInotifyEvent:end]
-		if i := strings.IndexByte(string(name), 0); i >= 0 {
+		if i := bytes.IndexByte(name, 0); i >= 0 {
 			name = name[:i]
 		}
 		switch {
@@ -110,7 +113,7 @@ func (w *QueueWatch) matters(buf []byte) bool {
 			scan = true
 		case ev.Len == 0:
 			scan = true // the directory itself: deleted, moved, the watch gone
-		case strings.HasSuffix(string(name), JSONSuffix):
+		case bytes.HasSuffix(name, jsonSuffix):
 			scan = true
 		}
 		buf = buf[end:]

@@ -1,6 +1,7 @@
 package sessiondir
 
 import (
+	"bytes"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -92,4 +93,34 @@ func TestQueueWatchLive(t *testing.T) {
 	w.Close()
 	for range w.C { // drain a pending wake-up; then closed
 	}
+}
+
+// FuzzQueueWatchMatters: the inotify record parser never reads out of
+// bounds and answers as a plain reading of the records with
+// encoding/binary does.
+func FuzzQueueWatchMatters(f *testing.F) {
+	f.Add(rawEvent(unix.IN_MOVED_TO, "000000000001.json"))
+	f.Add(append(rawEvent(unix.IN_CREATE, "a.tmp"), rawEvent(unix.IN_CLOSE_WRITE, "b.json")...))
+	f.Add(rawEvent(unix.IN_Q_OVERFLOW, ""))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := false
+		for rest := b; len(rest) >= unix.SizeofInotifyEvent; {
+			mask := binary.NativeEndian.Uint32(rest[4:])
+			n := int(binary.NativeEndian.Uint32(rest[12:]))
+			if n > len(rest)-unix.SizeofInotifyEvent {
+				want = true // a torn record: rescan
+				break
+			}
+			name, _, _ := bytes.Cut(rest[unix.SizeofInotifyEvent:unix.SizeofInotifyEvent+n], []byte{0})
+			if mask&unix.IN_Q_OVERFLOW != 0 || n == 0 || bytes.HasSuffix(name, []byte(JSONSuffix)) {
+				want = true
+			}
+			rest = rest[unix.SizeofInotifyEvent+n:]
+		}
+		var w QueueWatch
+		if got := w.matters(b); got != want {
+			t.Fatalf("matters(%x) = %v, want %v", b, got, want)
+		}
+	})
 }
