@@ -286,15 +286,12 @@ func (d *Dir) WriteChild(rec ChildRecord) error {
 func writeAtomic(dirfd int, name, tmp string, body []byte) error {
 	// Created filled under tmp (tmpfile_linux.go); a stale tmp left by a
 	// crash is overwritten by name as before.
-	switch err := createFilled(dirfd, tmp, body, 0o600); {
-	case err == nil:
+	if createFilled(dirfd, tmp, body, 0o600) == nil {
 		if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
 			_ = unix.Unlinkat(dirfd, tmp, 0)
 			return fmt.Errorf("renameat %s: %w", name, err)
 		}
 		return nil
-	case !errors.Is(err, errNoTmpfile) && !errors.Is(err, unix.EEXIST):
-		return err
 	}
 	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {

@@ -2,7 +2,6 @@ package sessiondir
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 
@@ -24,33 +23,35 @@ import (
 // and the link takes it only to add the name. The link goes through
 // /proc/self/fd, since AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH.
 
-// errNoTmpfile: this system has no O_TMPFILE for the directory, or no
-// /proc to link one through; the caller creates the file by name.
-var errNoTmpfile = errors.New("no unnamed temporary files")
+// errNoTmpfile: the file was not created filled; the caller creates it
+// by name, which also reports any real failure (no space, no
+// permission) the way it always did.
+var errNoTmpfile = errors.New("no unnamed temporary file")
 
-// noTmpfile remembers errNoTmpfile, so later files go the named way at
-// once.
+// noTmpfile remembers that this system has no O_TMPFILE for the
+// directory, or no /proc to link one through, so later files go the
+// named way at once.
 var noTmpfile atomic.Bool
 
 // createFilled writes body to an unnamed inode of dirfd (mode perm) and
 // links it as name. It fails with unix.EEXIST when name exists (nothing
-// is replaced), and with errNoTmpfile when it cannot work here.
+// is replaced, a symlink is not followed), and with errNoTmpfile on any
+// other failure: the named create is the fallback and the judge.
 func createFilled(dirfd int, name string, body []byte, perm uint32) error {
 	if noTmpfile.Load() {
 		return errNoTmpfile
 	}
 	fd, err := unix.Openat(dirfd, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
 	if err != nil {
-		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) {
-			noTmpfile.Store(true)
-			return errNoTmpfile
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			noTmpfile.Store(true) // the filesystem or kernel has none
 		}
-		return fmt.Errorf("openat unnamed file: %w", err)
+		return errNoTmpfile
 	}
 	// An inode never linked goes away with its last descriptor.
 	defer unix.Close(fd)
-	if err := writeAll(fd, body); err != nil {
-		return fmt.Errorf("write unnamed file: %w", err)
+	if writeAll(fd, body) != nil {
+		return errNoTmpfile
 	}
 	err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 	switch {
@@ -58,11 +59,10 @@ func createFilled(dirfd int, name string, body []byte, perm uint32) error {
 		return nil
 	case errors.Is(err, unix.EEXIST):
 		return unix.EEXIST
-	case errors.Is(err, unix.ENOENT) && !procSelfFD():
-		noTmpfile.Store(true)
-		return errNoTmpfile
+	case !procSelfFD():
+		noTmpfile.Store(true) // no /proc to link through
 	}
-	return fmt.Errorf("linkat %s: %w", name, err)
+	return errNoTmpfile
 }
 
 // procSelfFD reports whether /proc/self/fd can be used (a mounted /proc).

@@ -41,3 +41,42 @@ func TestCreateFilledNamesAndRefusals(t *testing.T) {
 	_, err = os.Lstat(filepath.Join(dir, "target"))
 	assert.True(t, os.IsNotExist(err), "a symlink is not followed")
 }
+
+// TestNamedCreateFallback runs the writer's and the atomic writes' tests
+// the way a system without O_TMPFILE (or /proc) does, so the named create
+// stays covered although this machine takes the filled path.
+func TestNamedCreateFallback(t *testing.T) {
+	noTmpfile.Store(true)
+	defer noTmpfile.Store(false)
+	for name, test := range map[string]func(*testing.T){
+		"WritesMessagesInOrder":      TestWriterWritesMessagesInOrder,
+		"NeverReplacesExistingFile":  TestWriterNeverReplacesExistingFile,
+		"RefusesSymlinks":            TestWriterRefusesSymlinks,
+		"SerializesConcurrentWrites": TestWriterSerializesConcurrentWrites,
+		"ReaderNeverSeesPartialFile": TestWriterReaderNeverSeesPartialFile,
+		"StagesThenPublishes":        TestWriterStagesThenPublishes,
+		"WriteBody":                  TestWriterWriteBody,
+		"WriteChildAtomic0600":       TestWriteChildAtomic0600,
+		"EventReaderReusesBuffers":   TestEventReaderReusesBuffers,
+	} {
+		t.Run(name, test)
+	}
+}
+
+// TestWriteEventFileOverStaleTemp: a temporary name left by a crash is
+// overwritten (the named path takes over when the link finds the name
+// taken), and only the complete event file remains.
+func TestWriteEventFileOverStaleTemp(t *testing.T) {
+	dir := t.TempDir()
+	name := SeqName(1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+TmpSuffix), []byte("stale and longer than the body"), 0o600))
+	d, err := os.Open(dir)
+	require.NoError(t, err)
+	defer d.Close()
+	require.NoError(t, WriteEventFile(int(d.Fd()), 1, []byte("{}\n")))
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	require.NoError(t, err)
+	assert.Equal(t, "{}\n", string(b))
+	_, err = os.Lstat(filepath.Join(dir, name+TmpSuffix))
+	assert.True(t, os.IsNotExist(err), "no temporary name stays behind")
+}

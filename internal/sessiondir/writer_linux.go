@@ -82,8 +82,6 @@ func stage(dir *os.File, final string, body []byte) (tmp string, err error) {
 		return tmp, nil
 	case errors.Is(err, unix.EEXIST):
 		return "", fmt.Errorf("link temp file: %w", err) // as O_EXCL would
-	case !errors.Is(err, errNoTmpfile):
-		return "", err
 	}
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, stdinFileMode)
 	if err != nil {
