@@ -183,7 +183,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 	lfs := &listingFS{DirFS: fs}
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: lfs, Delivered: start, Keep: true, Logger: m.log})
 	var wake <-chan struct{}
-	if w, err := sessiondir.WatchEvents(filepath.Join(p.dir, sessiondir.EventsDir)); err == nil {
+	if w, err := sessiondir.WatchQueue(false, filepath.Join(p.dir, sessiondir.EventsDir)); err == nil {
 		defer w.Close()
 		wake = w.C
 	}
@@ -204,7 +204,10 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 		}
 		select {
 		case <-ctx.Done():
-		case <-wake:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // the watch ended: the poll alone goes on
+			}
 		case <-tick.C:
 			if !p.alive() {
 				// pcwrap is gone: take what it left, then it is a loss

@@ -83,3 +83,57 @@ func TestEncodeBase64Lengths(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeBase64EveryByte puts each of the 256 byte values at each
+// position of valid text spanning several vector blocks (and, for the
+// tails, at each length up to there), so every character class of the
+// AVX2 validity tables meets every lane and word position; the answers
+// must be encoding/base64's, with CR and LF refused.
+func TestDecodeBase64EveryByte(t *testing.T) {
+	raw := make([]byte, 75)
+	for i := range raw {
+		raw[i] = byte(i*37 + 11)
+	}
+	valid := []byte(base64.StdEncoding.EncodeToString(raw)) // 100 characters
+	check := func(src []byte) {
+		t.Helper()
+		want := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
+		wn, werr := base64.StdEncoding.Decode(want, src)
+		if bytes.ContainsAny(src, "\r\n") {
+			werr = errors.New("CR or LF")
+		}
+		got := bytes.Repeat([]byte{'!'}, base64.StdEncoding.DecodedLen(len(src)))
+		n, ok := decodeBase64(got, src)
+		if ok != (werr == nil) || ok && !bytes.Equal(got[:n], want[:wn]) {
+			t.Fatalf("decode %q = %q, %v; want %q, %v", src, got[:n], ok, want[:wn], werr)
+		}
+	}
+	src := make([]byte, len(valid))
+	for pos := range valid {
+		for c := range 256 {
+			copy(src, valid)
+			src[pos] = byte(c)
+			check(src)
+		}
+	}
+	for n := range len(valid) + 1 {
+		check(valid[:n])
+	}
+}
+
+// TestEncodeBase64Blocks: every alphabet character in every position of
+// the vector encoder's blocks, against encoding/base64.
+func TestEncodeBase64Blocks(t *testing.T) {
+	for shift := range 256 {
+		src := make([]byte, 24*4+4)
+		for i := range src {
+			src[i] = byte(i*shift + shift>>1)
+		}
+		want := base64.StdEncoding.EncodeToString(src)
+		dst := bytes.Repeat([]byte{'!'}, len(want))
+		encodeBase64(dst, src)
+		if string(dst) != want {
+			t.Fatalf("encode %x = %q, want %q", src, dst, want)
+		}
+	}
+}

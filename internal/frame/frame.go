@@ -172,8 +172,15 @@ func (f *Frame) UnmarshalJSON(b []byte) error {
 
 // ParseFrame decodes one event-file body or one stdout-mode line. A frame
 // of a type outside §7.1 is returned together with ErrUnknownFrameType.
-func ParseFrame(b []byte) (Frame, error) {
-	if f, ok := parseDataFast(b); ok {
+func ParseFrame(b []byte) (Frame, error) { return ParseFrameInto(b, nil) }
+
+// ParseFrameInto is ParseFrame decoding the payload of a data frame in
+// pcwrap's own form into dst's storage when it is large enough (Data
+// aliases dst then), so a consumer can recycle payload buffers instead of
+// allocating and clearing one per frame. Any other frame, and any payload
+// too large for dst, gets storage of its own. The result never aliases b.
+func ParseFrameInto(b, dst []byte) (Frame, error) {
+	if f, ok := parseDataFast(b, dst); ok {
 		return f, nil
 	}
 	var f Frame
@@ -194,7 +201,7 @@ func ParseFrame(b []byte) (Frame, error) {
 // pcwrap writes them). It reports false for anything else, which then
 // takes the general path; both give the same Frame for this shape
 // (FuzzParseFrame checks).
-func parseDataFast(b []byte) (Frame, bool) {
+func parseDataFast(b, dst []byte) (Frame, bool) {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' {
 		return Frame{}, false
@@ -238,7 +245,10 @@ func parseDataFast(b []byte) (Frame, bool) {
 	if tail := bytes.TrimRight(b[end+1:], " \t\r\n"); len(tail) != 1 || tail[0] != '}' {
 		return Frame{}, false
 	}
-	out := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
+	out := dst[:cap(dst)]
+	if need := base64.StdEncoding.DecodedLen(len(data)); len(out) < need {
+		out = make([]byte, need)
+	}
 	n, ok := decodeBase64(out, data)
 	if !ok {
 		return Frame{}, false

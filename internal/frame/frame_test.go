@@ -155,7 +155,16 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add([]byte(`{"seq":0,"type":"data","stream":"stdout","data":""}`))
 	f.Add([]byte(`{"seq":01,"type":"data","stream":"stdout","data":"aGk="}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if fast, ok := parseDataFast(b); ok {
+		// A dirty recycled buffer, as a consumer passes it, must not
+		// change the answer.
+		dirty := bytes.Repeat([]byte{'#'}, len(b))
+		if into, err := ParseFrameInto(b, dirty); err == nil {
+			plain, err := ParseFrame(b)
+			if err != nil || into.Seq != plain.Seq || into.Type != plain.Type || into.Stream != plain.Stream || !bytes.Equal(into.Data, plain.Data) {
+				t.Fatalf("ParseFrameInto differs: %+v vs %+v, %v", into, plain, err)
+			}
+		}
+		if fast, ok := parseDataFast(b, nil); ok {
 			var slow Frame
 			if err := slow.UnmarshalJSON(b); err != nil {
 				t.Fatalf("fast path accepted what the general path refuses: %v", err)
@@ -190,6 +199,20 @@ func TestParseMessageIntoReusesDst(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "hello, world", string(m.Data))
 	assert.Equal(t, "hi", string(append(small[:0], "hi"...)), "dst too small: left alone")
+}
+
+func TestParseFrameIntoReusesDst(t *testing.T) {
+	line := append(Frame{Seq: 9, Type: FrameData, Stream: StreamStdout, Data: []byte("hello, world")}.AppendJSON(nil), '\n')
+	dst := make([]byte, 64)
+	f, err := ParseFrameInto(line, dst)
+	require.NoError(t, err)
+	assert.Equal(t, "hello, world", string(f.Data))
+	assert.Same(t, &dst[0], &f.Data[0], "decoded into dst")
+	small := []byte("hi")
+	f, err = ParseFrameInto(line, small)
+	require.NoError(t, err)
+	assert.Equal(t, "hello, world", string(f.Data))
+	assert.Equal(t, "hi", string(small), "dst too small: left alone")
 }
 
 // TestDataFrameReusedBuffer: a data frame appended to a reused buffer

@@ -3,6 +3,7 @@ package frame
 import (
 	"encoding/base64"
 	"errors"
+	"slices"
 )
 
 // Stdin-queue message types (spec §6.1).
@@ -35,9 +36,13 @@ func (m Message) AppendJSON(dst []byte) []byte {
 	dst = AppendJSString(dst, m.Type)
 	if m.Type == MsgStdin {
 		dst = append(dst, `,"data":"`...)
+		// Room without zeroing it first, as in Frame.AppendJSON: the
+		// encoder writes every byte of it.
 		n := base64.StdEncoding.EncodedLen(len(m.Data))
-		dst = append(dst, make([]byte, n)...)
-		encodeBase64(dst[len(dst)-n:], m.Data)
+		dst = slices.Grow(dst, n+3)
+		at := len(dst)
+		dst = dst[:at+n]
+		encodeBase64(dst[at:], m.Data)
 		dst = append(dst, '"')
 	}
 	return append(dst, "}\n"...)

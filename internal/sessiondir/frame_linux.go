@@ -1,70 +1,84 @@
 package sessiondir
 
-import "golang.org/x/sys/unix"
+import (
+	"fmt"
+	"strconv"
 
-// EventFiles publishes event files in sequence in events/ (spec §7.2):
-// each body goes to <name>.tmp relative to the held fd without following
-// links, then is renamed, so a consumer only ever sees complete files.
-// After each one it creates the next file's temp file ahead, so a frame's
-// own path is a write, a close and a rename: the inode allocation of
-// O_CREAT (70-150 µs on ext4 here) happens while the writer is idle
-// (issue 14 item 3). A consumer ignores temp files. One goroutine uses it
-// at a time.
+	"golang.org/x/sys/unix"
+)
+
+// WriteEventFile publishes one event file in events/ (spec §7.2): the body
+// is written to <name>.tmp relative to the held fd without following
+// links, then renamed, so a consumer only ever sees complete files.
+func WriteEventFile(eventsfd int, seq int64, body []byte) error {
+	name := SeqName(seq)
+	return writeAtomic(eventsfd, name, name+TmpSuffix, body)
+}
+
+// EventFiles publishes event files in sequence as WriteEventFile does, and
+// after each one opens the next file's unnamed inode ahead (O_TMPFILE,
+// tmpfile_linux.go), so a frame's own path is a write, a link under the
+// temporary name and the rename: the inode allocation (70-150 µs here)
+// happens while the writer is idle (issue 14 item 3). The inode made
+// ahead has no name until its frame comes, so there is nothing to swap
+// meanwhile and nothing left behind by a crash. One goroutine uses it at
+// a time.
 type EventFiles struct {
 	dirfd int
-	ahead int64 // seq whose temp file fd is (0: none)
-	fd    int
+	fd    int // the unnamed inode made ahead, -1 when none
 }
 
 // NewEventFiles publishes into the events directory held open as dirfd.
-func NewEventFiles(dirfd int) *EventFiles { return &EventFiles{dirfd: dirfd, fd: -1} }
+func NewEventFiles(dirfd int) *EventFiles {
+	w := &EventFiles{dirfd: dirfd, fd: -1}
+	w.ahead()
+	return w
+}
 
 // Write publishes body as the event file of seq.
 func (w *EventFiles) Write(seq int64, body []byte) error {
 	name := SeqName(seq)
-	if w.ahead != seq {
-		w.drop()
-		if err := writeAtomic(w.dirfd, name, name+TmpSuffix, body); err != nil {
-			return err
+	tmp := name + TmpSuffix
+	if fd := w.fd; fd >= 0 {
+		w.fd = -1
+		err := writeAll(fd, body)
+		if err == nil {
+			err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), w.dirfd, tmp, unix.AT_SYMLINK_FOLLOW)
 		}
-	} else {
-		fd := w.fd
-		w.ahead, w.fd = 0, -1
-		if !sameFile(w.dirfd, name+TmpSuffix, fd) {
-			// The temp name no longer names the file made ahead (the
-			// directory is the session's, but never trust a name kept
-			// across a wait): publish through a fresh temp file.
-			unix.Close(fd)
-			if err := writeAtomic(w.dirfd, name, name+TmpSuffix, body); err != nil {
-				return err
+		unix.Close(fd)
+		if err == nil {
+			if err := unix.Renameat(w.dirfd, tmp, w.dirfd, name); err != nil {
+				_ = unix.Unlinkat(w.dirfd, tmp, 0)
+				return fmt.Errorf("renameat %s: %w", name, err)
 			}
-		} else if err := finishAtomic(w.dirfd, fd, name, name+TmpSuffix, body); err != nil {
-			return err
+			w.ahead()
+			return nil
 		}
+		// A taken temporary name (a stale one, or one put there), or no
+		// /proc: the named path below overwrites or reports it.
 	}
-	next := SeqName(seq + 1)
-	fd, err := unix.Openat(w.dirfd, next+TmpSuffix, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err == nil {
-		w.ahead, w.fd = seq+1, fd
+	if err := writeAtomic(w.dirfd, name, tmp, body); err != nil {
+		return err
 	}
-	return nil // without a file ahead, the next Write creates its own
+	w.ahead()
+	return nil
 }
 
-// Close removes the temp file made ahead.
-func (w *EventFiles) Close() { w.drop() }
-
-func (w *EventFiles) drop() {
-	if w.fd < 0 {
+// ahead opens the next file's unnamed inode; without O_TMPFILE the next
+// Write creates its file itself.
+func (w *EventFiles) ahead() {
+	if noTmpfile.Load() {
 		return
 	}
-	unix.Close(w.fd)
-	_ = unix.Unlinkat(w.dirfd, SeqName(w.ahead)+TmpSuffix, 0)
-	w.ahead, w.fd = 0, -1
+	if fd, err := unix.Openat(w.dirfd, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600); err == nil {
+		w.fd = fd
+	}
 }
 
-// sameFile reports whether name in dirfd (not followed) is the file open as fd.
-func sameFile(dirfd int, name string, fd int) bool {
-	var a, b unix.Stat_t
-	return unix.Fstat(fd, &a) == nil && unix.Fstatat(dirfd, name, &b, unix.AT_SYMLINK_NOFOLLOW) == nil &&
-		a.Dev == b.Dev && a.Ino == b.Ino
+// Close releases the inode made ahead (unnamed: it just goes away).
+func (w *EventFiles) Close() {
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+		w.fd = -1
+	}
 }

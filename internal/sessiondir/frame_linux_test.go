@@ -24,15 +24,15 @@ func readEvent(t *testing.T, d string, seq int64) string {
 	return string(b)
 }
 
-// EventFiles publishes each file whole under its name and keeps only the
-// next file's temp file ahead; Close removes it. A seq out of turn (a
-// retry, a gap) still publishes.
+// EventFiles publishes each file whole under its name; the inode it keeps
+// ahead has no name, so the directory holds only published files. A seq
+// out of turn (a retry, a gap) still publishes.
 func TestEventFilesPublishWithTheNextTempAhead(t *testing.T) {
 	d := newSession(t)
 	w := NewEventFiles(openEvents(t, d))
 	require.NoError(t, w.Write(1, []byte("one\n")))
 	require.NoError(t, w.Write(2, []byte("two\n")))
-	require.Equal(t, []string{SeqName(1), SeqName(2), SeqName(3) + TmpSuffix}, dirNames(t, filepath.Join(d, EventsDir)))
+	require.Equal(t, []string{SeqName(1), SeqName(2)}, dirNames(t, filepath.Join(d, EventsDir)))
 	require.NoError(t, w.Write(5, []byte("five\n")))
 	require.Equal(t, "one\n", readEvent(t, d, 1))
 	require.Equal(t, "two\n", readEvent(t, d, 2))
@@ -41,16 +41,15 @@ func TestEventFilesPublishWithTheNextTempAhead(t *testing.T) {
 	require.Equal(t, []string{SeqName(1), SeqName(2), SeqName(5)}, dirNames(t, filepath.Join(d, EventsDir)))
 }
 
-// Security: a temp name swapped while its file waited ahead (another file
-// or a symlink put in its place) never publishes what is under the name
-// now: the body goes through a fresh temp file, or the write fails.
+// Security: a file or a symlink put under the next temporary name is
+// never published as it is: the body replaces the file, and a symlink
+// fails the write without being followed.
 func TestEventFilesRefuseASwappedTemp(t *testing.T) {
 	d := newSession(t)
 	events := filepath.Join(d, EventsDir)
 	w := NewEventFiles(openEvents(t, d))
 	require.NoError(t, w.Write(1, []byte("one\n")))
 	tmp := filepath.Join(events, SeqName(2)+TmpSuffix)
-	require.NoError(t, os.Remove(tmp))
 	require.NoError(t, os.WriteFile(tmp, []byte("planted\n"), 0o600))
 	require.NoError(t, w.Write(2, []byte("two\n")))
 	require.Equal(t, "two\n", readEvent(t, d, 2))
@@ -58,7 +57,6 @@ func TestEventFilesRefuseASwappedTemp(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte("keep\n"), 0o600))
 	tmp = filepath.Join(events, SeqName(3)+TmpSuffix)
-	require.NoError(t, os.Remove(tmp))
 	require.NoError(t, os.Symlink(secret, tmp))
 	require.Error(t, w.Write(3, []byte("three\n")), "a symlink is never followed")
 	b, err := os.ReadFile(secret)

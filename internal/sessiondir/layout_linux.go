@@ -243,7 +243,8 @@ func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 			buf = buf[:cap(buf)]
 		}
 		// Never read more than one byte past max.
-		m, err := unix.Read(fd, buf[n:min(len(buf), int(max+1))])
+		want := min(len(buf), int(max+1)) - n
+		m, err := unix.Read(fd, buf[n:n+want])
 		if err == unix.EINTR {
 			continue
 		}
@@ -254,6 +255,13 @@ func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 			break
 		}
 		n += m
+		// A short read that ends where fstat put the end is the end: the
+		// read of 0 bytes that would confirm it is one syscall per queue
+		// file for nothing. A file still growing fills the room instead
+		// and is read on.
+		if m < want && int64(n) == st.Size {
+			break
+		}
 	}
 	if int64(n) > max {
 		return nil, ErrTooLarge
@@ -276,6 +284,15 @@ func (d *Dir) WriteChild(rec ChildRecord) error {
 // writeAtomic writes body to tmp (O_NOFOLLOW, 0600) and renames it to
 // name, both relative to dirfd, so name only ever appears complete.
 func writeAtomic(dirfd int, name, tmp string, body []byte) error {
+	// Created filled under tmp (tmpfile_linux.go); a stale tmp left by a
+	// crash is overwritten by name as before.
+	if createFilled(dirfd, tmp, body, 0o600) == nil {
+		if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+			_ = unix.Unlinkat(dirfd, tmp, 0)
+			return fmt.Errorf("renameat %s: %w", name, err)
+		}
+		return nil
+	}
 	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("openat %s: %w", tmp, err)

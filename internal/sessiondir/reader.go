@@ -84,6 +84,23 @@ type EventReaderOptions struct {
 	// Logger receives the poll-failure and removal warnings (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// DataBuffer, when set, returns storage for the next data frame's
+	// payload (frame.ParseFrameInto: Frame.Data aliases it when it is
+	// large enough), so a consumer that recycles payloads does not
+	// allocate and clear 64 KiB per event file. nil means allocate.
+	DataBuffer func() []byte
+	// ReuseRaw: Event.Raw is valid only until deliver returns, and the
+	// next file is read into the same storage (with an FS that implements
+	// EventReadIntoFS, as DirFS does). Frame.Data never aliases Raw.
+	ReuseRaw bool
+}
+
+// EventReadIntoFS is an EventFS that can read into the caller's storage.
+type EventReadIntoFS interface {
+	EventFS
+	// ReadInto is Read into buf's storage when it is large enough (the
+	// result aliases buf then).
+	ReadInto(name string, buf []byte) ([]byte, error)
 }
 
 // EventReader is the tolerant event reader of spec §9.3 (PR #10213), which
@@ -104,7 +121,8 @@ type EventReaderOptions struct {
 type EventReader struct {
 	opts      EventReaderOptions
 	delivered int64
-	failed    int // consecutive failed cycles
+	failed    int    // consecutive failed cycles
+	raw       []byte // storage of the last Raw (ReuseRaw)
 }
 
 // NewEventReader returns a reader; call Run to start it.
@@ -129,7 +147,7 @@ func (r *EventReader) Delivered() int64 { return r.delivered }
 func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error {
 	var wake <-chan struct{}
 	if r.opts.Watch != "" && !r.opts.PollOnly {
-		w, err := WatchEvents(r.opts.Watch)
+		w, err := WatchQueue(false, r.opts.Watch)
 		if err != nil {
 			// Polling alone still delivers everything, only later.
 			r.opts.Logger.Warn("event watch unavailable; polling only", "err", err)
@@ -145,7 +163,11 @@ func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-		case <-wake:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // the watch ended: the poll alone goes on
+				continue
+			}
 			if r.failed > 0 {
 				// A failing cycle is retried on the poll only, so five
 				// failures take five poll periods, not one event burst.
@@ -216,14 +238,18 @@ func (r *EventReader) cycle(deliver func(Event) error) (stop bool, err error) {
 			}
 			continue
 		}
-		raw, err := r.opts.FS.Read(f.name)
+		raw, err := r.read(f.name)
 		if err != nil {
 			return false, fmt.Errorf("read event file %s: %w", f.name, err)
 		}
 		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 			return false, fmt.Errorf("parse event file %s: %w", f.name, errNotObject)
 		}
-		fr, err := frame.ParseFrame(raw)
+		var dst []byte
+		if r.opts.DataBuffer != nil {
+			dst = r.opts.DataBuffer()
+		}
+		fr, err := frame.ParseFrameInto(raw, dst)
 		if err != nil && !errors.Is(err, frame.ErrUnknownFrameType) {
 			return false, fmt.Errorf("parse event file %s: %w", f.name, frameError(err))
 		}
@@ -240,6 +266,24 @@ func (r *EventReader) cycle(deliver func(Event) error) (stop bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// keepRawBuf is the largest Raw storage kept for the next file
+// (ReuseRaw): a data frame of a 64 KiB read fits, a rare long error
+// message does not stay pinned.
+const keepRawBuf = 128 << 10
+
+// read reads one event file, into the last file's storage with ReuseRaw.
+func (r *EventReader) read(name string) ([]byte, error) {
+	fs, ok := r.opts.FS.(EventReadIntoFS)
+	if !r.opts.ReuseRaw || !ok {
+		return r.opts.FS.Read(name)
+	}
+	b, err := fs.ReadInto(name, r.raw)
+	if err == nil && cap(b) <= keepRawBuf {
+		r.raw = b[:0]
+	}
+	return b, err
 }
 
 // remove deletes a consumed file; a failure is only a warning because the

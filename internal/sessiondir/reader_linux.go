@@ -73,7 +73,12 @@ func (d *DirFS) List() ([]string, error) {
 
 // Read implements EventFS.
 func (d *DirFS) Read(name string) ([]byte, error) {
-	return readAt(d.dir, name, maxEventFileBytes)
+	return readAt(d.dir, name, maxEventFileBytes, nil)
+}
+
+// ReadInto implements EventReadIntoFS.
+func (d *DirFS) ReadInto(name string, buf []byte) ([]byte, error) {
+	return readAt(d.dir, name, maxEventFileBytes, buf)
 }
 
 // Remove implements EventFS.
@@ -89,13 +94,13 @@ func (d *DirFS) Remove(name string) error {
 // anything else than a regular file and anything larger than limit. The
 // buffer is sized from fstat, not grown from 512 bytes as io.ReadAll
 // would for a ~87 KiB data frame.
-func readAt(dir *os.File, name string, limit int64) ([]byte, error) {
+func readAt(dir *os.File, name string, limit int64, buf []byte) ([]byte, error) {
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("openat: %w", err)
 	}
 	defer unix.Close(fd)
-	b, err := ReadRegular(fd, limit, nil)
+	b, err := ReadRegular(fd, limit, buf)
 	if errors.Is(err, ErrTooLarge) {
 		return nil, ErrEventFileTooLarge
 	}

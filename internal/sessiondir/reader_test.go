@@ -423,3 +423,44 @@ func TestEventReaderPathSwapEndsSession(t *testing.T) {
 	assert.Zero(t, delivered)
 	assert.FileExists(t, filepath.Join(forged, EventsDir, SeqName(1)))
 }
+
+// TestEventReaderReusesBuffers: with ReuseRaw and DataBuffer the reader
+// reads every file into the same storage and decodes each payload into
+// the buffer it was given, and delivers the same frames as without.
+func TestEventReaderReusesBuffers(t *testing.T) {
+	d := newSession(t)
+	writeEvents(t, d, 1, stdoutFrame("first payload\n"), stdoutFrame("second\n"), frame.ErrorFrame("an error"), frame.ExitFrame(intp(0), ""))
+	fs, err := OpenEventsDir(d)
+	require.NoError(t, err)
+	defer fs.Close()
+	var given [][]byte
+	var raws []*byte
+	var out []string
+	r := NewEventReader(EventReaderOptions{
+		FS: fs, Logger: slog.New(slog.DiscardHandler), ReuseRaw: true,
+		DataBuffer: func() []byte {
+			b := make([]byte, 0, 64)
+			given = append(given, b)
+			return b
+		},
+	})
+	err = r.Run(context.Background(), func(ev Event) error {
+		raws = append(raws, &ev.Raw[0])
+		switch ev.Frame.Type {
+		case frame.FrameData:
+			assert.Same(t, &given[len(given)-1][:1][0], &ev.Frame.Data[0], "decoded into the buffer given")
+			out = append(out, string(ev.Frame.Data))
+		case frame.FrameError:
+			out = append(out, ev.Frame.Message)
+		case frame.FrameExit:
+			return ErrStopReading
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"first payload\n", "second\n", "an error"}, out)
+	require.Len(t, raws, 4)
+	for _, p := range raws[1:] {
+		assert.Same(t, raws[0], p, "every file read into the first file's storage")
+	}
+}

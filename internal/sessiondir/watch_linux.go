@@ -5,100 +5,124 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// watchMask is what an EventWatch asks inotify for: a file renamed into
-// events/ (how pcwrap publishes one, spec §7.2), a file written in place
-// and closed (a writer without the rename), and the directory itself going
-// away. Creations, writes of the temp file and the reader's own deletions
-// raise nothing, so they wake nobody (fsnotify's default set woke the
-// reader five times per event file, each wake a full listing).
-const watchMask = unix.IN_MOVED_TO | unix.IN_CLOSE_WRITE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+// watchMask is what a queue directory watch asks the kernel for: the
+// events by which a queue file can appear (spec §6.3: create,
+// close-write, moved-to) and the removal or move of the directory itself.
+// fsnotify, which the readers used before, always adds IN_MODIFY,
+// IN_DELETE, IN_MOVED_FROM and IN_ATTRIB: each 64 KiB stdin or event file
+// then woke its reader four or five times (the writer's temporary file
+// created and written, the rename's two halves, and the reader's own
+// unlink), and every wake-up was a directory scan.
+const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO |
+	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
 
+// jsonSuffix is JSONSuffix for byte comparisons.
 var jsonSuffix = []byte(JSONSuffix)
 
-// watchBuf holds at least one event with the longest name (NAME_MAX).
-const watchBuf = 16 * (unix.SizeofInotifyEvent + unix.NAME_MAX + 1)
+// watchReadBuf is the inotify read buffer: room for 64 events with the
+// longest name (NAME_MAX 255), so a burst drains in one read.
+const watchReadBuf = 64 * (unix.SizeofInotifyEvent + unix.NAME_MAX + 1)
 
-// EventWatch wakes an events/ reader when an event file is published. C
-// has room for one wake-up; more coalesce into it. A queue overflow, the
-// directory's removal and a read failure also wake, so the next cycle
-// lists the directory. Wake-ups only hurry a reader: it still polls.
-type EventWatch struct {
+// QueueWatch is an inotify watch on a queue directory (stdin/ or
+// events/). Its goroutine turns the events that matter into one pending
+// wake-up on C; C is closed when the watch can no longer deliver (the
+// reader's polling alone goes on).
+type QueueWatch struct {
 	C    <-chan struct{}
-	f    *os.File
+	c    chan struct{}
+	f    *os.File // the inotify descriptor, read through the netpoller
 	done chan struct{}
+	// every wakes on every event, each counted as an overflow (a test
+	// hook: a reader must then find its files by full rescans alone).
+	every     bool
+	overflows atomic.Int64
 }
 
-// WatchEvents watches the events directory at path.
-func WatchEvents(path string) (*EventWatch, error) {
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+// WatchQueue watches the directory at the first of paths that can be
+// watched (pcwrap passes /proc/self/fd/<held fd> first, so a later swap
+// of the path cannot redirect the watch). every: see QueueWatch.
+func WatchQueue(every bool, paths ...string) (*QueueWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("inotify init: %w", err)
 	}
-	if _, err := unix.InotifyAddWatch(fd, path, watchMask); err != nil {
+	err = errors.New("no path")
+	for _, p := range paths {
+		if _, err = unix.InotifyAddWatch(fd, p, watchMask); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("inotify watch: %w", err)
 	}
-	// A non-blocking descriptor joins the runtime poller: the read below
-	// parks its goroutine, and Close wakes it.
-	f := os.NewFile(uintptr(fd), "inotify")
 	c := make(chan struct{}, 1)
-	w := &EventWatch{C: c, f: f, done: make(chan struct{})}
-	go w.loop(c)
+	w := &QueueWatch{C: c, c: c, f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), every: every}
+	go w.loop()
 	return w, nil
 }
 
-func (w *EventWatch) loop(c chan<- struct{}) {
+// Overflows returns how many queue overflows the watch has seen.
+func (w *QueueWatch) Overflows() int64 { return w.overflows.Load() }
+
+func (w *QueueWatch) loop() {
 	defer close(w.done)
-	buf := make([]byte, watchBuf)
+	defer close(w.c)
+	buf := make([]byte, watchReadBuf)
 	for {
+		// Any error ends the watch (os.ErrClosed after Close; nothing
+		// else is worth retrying): the reader polls from then on.
 		n, err := w.f.Read(buf)
-		if errors.Is(err, os.ErrClosed) {
+		if err != nil {
 			return
 		}
-		if err != nil || publishes(buf[:n]) {
+		if w.matters(buf[:n]) {
 			select {
-			case c <- struct{}{}:
-			default:
+			case w.c <- struct{}{}:
+			default: // a wake-up is already pending; its scan sees this too
 			}
-		}
-		if err != nil {
-			return // the poll carries on alone
 		}
 	}
 }
 
-// publishes reports whether the inotify records in b announce an event
-// file (a name ending in JSONSuffix; pcwrap's temp files end in .tmp), or
-// anything that calls for a listing.
-func publishes(b []byte) bool {
-	for len(b) >= unix.SizeofInotifyEvent {
-		ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
+// matters reports whether any event in buf calls for a scan: a name that
+// can be a queue file (ending in ".json"; the writers' temporary names
+// never do), a queue overflow (after which only a full rescan is safe;
+// every scan is full), or anything that happened to stdin/ itself.
+func (w *QueueWatch) matters(buf []byte) bool {
+	scan := false
+	for len(buf) >= unix.SizeofInotifyEvent {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[0]))
 		end := unix.SizeofInotifyEvent + int(ev.Len)
-		if end > len(b) {
-			return true // torn record: the kernel never does this; list anyway
+		if end > len(buf) {
+			return true // cannot happen (the kernel writes whole events); rescan
 		}
-		if ev.Mask&(unix.IN_Q_OVERFLOW|unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_UNMOUNT) != 0 {
-			return true
-		}
-		name := b[unix.SizeofInotifyEvent:end]
+		name := buf[unix.SizeofInotifyEvent:end]
 		if i := bytes.IndexByte(name, 0); i >= 0 {
 			name = name[:i]
 		}
-		if bytes.HasSuffix(name, jsonSuffix) {
-			return true
+		switch {
+		case ev.Mask&unix.IN_Q_OVERFLOW != 0 || w.every:
+			w.overflows.Add(1)
+			scan = true
+		case ev.Len == 0:
+			scan = true // the directory itself: deleted, moved, the watch gone
+		case bytes.HasSuffix(name, jsonSuffix):
+			scan = true
 		}
-		b = b[end:]
+		buf = buf[end:]
 	}
-	return false
+	return scan
 }
 
 // Close stops the watch and waits for its goroutine.
-func (w *EventWatch) Close() {
+func (w *QueueWatch) Close() {
 	w.f.Close()
 	<-w.done
 }

@@ -77,6 +77,12 @@ func stage(dir *os.File, final string, body []byte) (tmp string, err error) {
 		return "", err
 	}
 	dfd := int(dir.Fd())
+	switch err := createFilled(dfd, tmp, body, stdinFileMode); {
+	case err == nil:
+		return tmp, nil
+	case errors.Is(err, unix.EEXIST):
+		return "", fmt.Errorf("link temp file: %w", err) // as O_EXCL would
+	}
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, stdinFileMode)
 	if err != nil {
 		return "", fmt.Errorf("openat temp file: %w", err)

@@ -329,3 +329,29 @@ func TestWriterStagesThenPublishes(t *testing.T) {
 	_, err = w.StageStdin([]byte("x"), 1)
 	require.ErrorIs(t, err, ErrSeqTaken)
 }
+
+// TestWriterWriteBody: a body the caller encoded is published as is,
+// under the next sequence number, after the same reservation as Write.
+func TestWriterWriteBody(t *testing.T) {
+	d := newSession(t)
+	var reserved []int64
+	w, err := OpenWriter(d, 1, WriterOptions{Reserve: func(seq int64) error { reserved = append(reserved, seq); return nil }})
+	require.NoError(t, err)
+	defer w.Close()
+	ctx := context.Background()
+	_, err = w.StdinEnd(ctx)
+	require.NoError(t, err)
+	body := `{"type": "shutdown"}` + "\n"
+	seq, err := w.WriteBody(ctx, []byte(body))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), seq)
+	assert.Equal(t, []int64{1, 2}, reserved)
+	b, err := os.ReadFile(filepath.Join(d, StdinDir, SeqName(2)))
+	require.NoError(t, err)
+	assert.Equal(t, body, string(b))
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = w.WriteBody(cancelled, []byte(body))
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, int64(3), w.Next())
+}

@@ -1,7 +1,7 @@
 // Package stdinpoll reads pcwrap's stdin queue (spec pcwrap-protocol.md
 // §6): sequence-numbered JSON files in <sessionDir>/stdin/, delivered in
 // strict order, with bounded retries for unreadable files and gaps and a
-// loud give-up. fsnotify gives latency; a 50 ms tick is the safety net
+// loud give-up. inotify gives latency; a 50 ms tick is the safety net
 // and the only thing that spends the retry budget.
 package stdinpoll
 
@@ -14,10 +14,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 // TickInterval is the pause after a tick scan before the next (spec §6.3, §11).
@@ -159,19 +159,19 @@ func (r *Reader) Kick() {
 // in between, which never spend the retry budget.
 func (r *Reader) Run(ctx context.Context) {
 	var (
-		events   <-chan fsnotify.Event
-		errs     <-chan error
-		w        *watch
+		wake     <-chan struct{}
 		watching bool
 	)
 	if !r.cfg.NoWatch && !hookNoInotify() {
-		var err error
-		if w, err = newWatch(r.cfg.Dir); err != nil {
+		// The held fd's /proc path first, so a later swap of the path
+		// cannot redirect the watch. The test hook loses every event as
+		// in an overflow (scenario 60).
+		dir := r.cfg.Dir
+		if w, err := sessiondir.WatchQueue(hookLoseEvent(), fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), dir.Name()); err != nil {
 			r.cfg.Logger.Warn("stdin queue: inotify unavailable; polling only", "err", err)
 		} else {
-			defer w.close()
-			events, errs = w.w.Events, w.w.Errors
-			watching = true
+			defer w.Close()
+			wake, watching = w.C, true
 		}
 	}
 	r.Scan(false)
@@ -182,14 +182,9 @@ func (r *Reader) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-events:
-			if !w.event(ev, nil, ok) {
-				events, errs, watching = nil, nil, false // closed: ticks alone
-			}
-			r.Scan(false)
-		case err, ok := <-errs:
-			if !w.event(fsnotify.Event{}, err, ok) {
-				events, errs, watching = nil, nil, false
+		case _, ok := <-wake:
+			if !ok {
+				wake, watching = nil, false // the watch ended: ticks alone
 			}
 			r.Scan(false)
 		case <-r.kick:

@@ -11,16 +11,12 @@ package stdinpoll
 //	    overflow is reported instead, so only the full rescan that an
 //	    overflow triggers delivers the files (scenario 60).
 
-import (
-	"os"
-
-	"github.com/fsnotify/fsnotify"
-)
+import "os"
 
 func hookNoInotify() bool { return os.Getenv("PCWRAP_TEST_NO_INOTIFY") == "1" }
 
 // hookLoseEvent loses the event; the caller reports an overflow instead,
 // which wakes a full rescan exactly as after IN_Q_OVERFLOW.
-func hookLoseEvent(fsnotify.Event) bool {
+func hookLoseEvent() bool {
 	return os.Getenv("PCWRAP_TEST_INOTIFY_OVERFLOW") == "1"
 }

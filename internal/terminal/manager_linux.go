@@ -533,7 +533,7 @@ func (m *Manager) read(ctx context.Context, t *term) {
 	t.mu.Unlock()
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{FS: fs, Delivered: start, Keep: true, Logger: m.log})
 	var wake <-chan struct{}
-	if w, err := sessiondir.WatchEvents(filepath.Join(t.dir, sessiondir.EventsDir)); err == nil {
+	if w, err := sessiondir.WatchQueue(false, filepath.Join(t.dir, sessiondir.EventsDir)); err == nil {
 		defer w.Close()
 		wake = w.C
 	}
@@ -554,7 +554,10 @@ func (m *Manager) read(ctx context.Context, t *term) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // the watch ended: the poll alone goes on
+			}
 		case <-tick.C:
 		case <-t.pcwrapDone: // nil when adopted: the tick checks the lock
 		}

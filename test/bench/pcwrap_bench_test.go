@@ -18,7 +18,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -74,12 +73,26 @@ type child interface {
 type frames struct {
 	data chan []byte
 	err  chan error // the consumer's end: nil after exit, else the failure
-	tid  atomic.Int64
-	cur  []byte
+	// free holds payload buffers recv has consumed, for the consumer to
+	// decode the next frames into (as a real consumer recycles them).
+	free   chan []byte
+	tid    atomic.Int64
+	cur    []byte
+	curBuf []byte // the whole buffer cur is the rest of
 }
 
 func newFrames() *frames {
-	return &frames{data: make(chan []byte, frameQueue), err: make(chan error, 1)}
+	return &frames{data: make(chan []byte, frameQueue), err: make(chan error, 1), free: make(chan []byte, frameQueue+2)}
+}
+
+// buffer returns a consumed payload buffer, or nil (decode allocates).
+func (f *frames) buffer() []byte {
+	select {
+	case b := <-f.free:
+		return b
+	default:
+		return nil
+	}
 }
 
 // run is the consumer goroutine's body around decode.
@@ -110,6 +123,13 @@ func (f *frames) run(decode func(deliver func(frame.Frame) error) error) {
 func (f *frames) recv(p []byte) error {
 	for len(p) > 0 {
 		if len(f.cur) == 0 {
+			if f.curBuf != nil {
+				select {
+				case f.free <- f.curBuf[:0]:
+				default:
+				}
+				f.curBuf = nil
+			}
 			select {
 			case b, ok := <-f.data:
 				if !ok {
@@ -118,7 +138,7 @@ func (f *frames) recv(p []byte) error {
 					}
 					return io.ErrUnexpectedEOF
 				}
-				f.cur = b
+				f.cur, f.curBuf = b, b
 			case <-time.After(opTimeout):
 				return fmt.Errorf("no output within %v", opTimeout)
 			}
@@ -186,7 +206,7 @@ func startWrappedAs(tb testing.TB, spaced bool, args []string) child {
 			if err != nil {
 				return err
 			}
-			fr, err := frame.ParseFrame(line)
+			fr, err := frame.ParseFrameInto(line, s.buffer())
 			if err != nil {
 				return err
 			}
@@ -261,6 +281,7 @@ func startEventedAs(tb testing.TB, spaced bool, args []string) child {
 	e := &evented{frames: newFrames(), cmd: cmd, w: w, fs: fs, cancel: cancel}
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
 		FS: fs, Watch: filepath.Join(dir, sessiondir.EventsDir), Logger: slog.New(slog.DiscardHandler),
+		DataBuffer: e.buffer, ReuseRaw: true,
 	})
 	go e.run(func(deliver func(frame.Frame) error) error {
 		return r.Run(ctx, func(ev sessiondir.Event) error { return deliver(ev.Frame) })
@@ -317,64 +338,42 @@ func openQueue(dir string, spaced bool) (queue, error) {
 // spacedWriter queues stdin files the way Python's json.dumps writes them
 // by default, a space after each separator ({"type": "stdin", "data":
 // "..."}): valid JSON that is not JSON.stringify's compact form (issue
-// 14). It costs the test what the sessiondir Writer does (the same base64
-// encoder, a temporary sibling opened and renamed through a held
-// directory fd, §6.4), so the spaced and compact rows differ only in
-// pcwrap's work. One goroutine at a time.
+// 14). It costs the test what the compact writer does (the same base64
+// encoder, and the body published by the same sessiondir Writer), so the
+// spaced and compact rows differ only in pcwrap's work. One goroutine at
+// a time.
 type spacedWriter struct {
-	dir  *os.File // the held stdin/ directory
-	next int64
+	w   *sessiondir.Writer
+	buf []byte
 }
 
 func openSpacedWriter(sessionDir string) (*spacedWriter, error) {
-	dir, err := os.Open(filepath.Join(sessionDir, sessiondir.StdinDir))
+	w, err := sessiondir.OpenWriter(sessionDir, 1, sessiondir.WriterOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return &spacedWriter{dir: dir, next: 1}, nil
+	return &spacedWriter{w: w}, nil
 }
 
-func (w *spacedWriter) Stdin(_ context.Context, data []byte) (int64, error) {
+func (w *spacedWriter) Stdin(ctx context.Context, data []byte) (int64, error) {
 	const compact, spaced = `{"type":"stdin","data":"`, `{"type": "stdin", "data": "`
-	body := frame.Message{Type: frame.MsgStdin, Data: data}.AppendJSON(make([]byte, len(spaced)-len(compact), len(spaced)-len(compact)+base64.StdEncoding.EncodedLen(len(data))+len(compact)+3))
-	copy(body, spaced) // over the room left before the compact head
-	return w.write(body)
+	// The compact body after room for the longer head, then the spaced
+	// head over that room and the compact one.
+	room := len(spaced) - len(compact)
+	w.buf = frame.Message{Type: frame.MsgStdin, Data: data}.AppendJSON(append(w.buf[:0], make([]byte, room)...))
+	copy(w.buf, spaced)
+	return w.w.WriteBody(ctx, w.buf)
 }
 
-func (w *spacedWriter) StdinEnd(context.Context) (int64, error) {
-	return w.write([]byte(`{"type": "stdinEnd"}` + "\n"))
+func (w *spacedWriter) StdinEnd(ctx context.Context) (int64, error) {
+	return w.w.WriteBody(ctx, []byte(`{"type": "stdinEnd"}`+"\n"))
 }
 
-func (w *spacedWriter) Shutdown(context.Context) (int64, error) {
-	return w.write([]byte(`{"type": "shutdown"}` + "\n"))
+func (w *spacedWriter) Shutdown(ctx context.Context) (int64, error) {
+	return w.w.WriteBody(ctx, []byte(`{"type": "shutdown"}`+"\n"))
 }
 
-func (w *spacedWriter) Close() error { return w.dir.Close() }
-
-func (w *spacedWriter) write(body []byte) (int64, error) {
-	seq := w.next
-	final := sessiondir.SeqName(seq)
-	tmp := final + ".tmp" // not a .json name: the reader skips it
-	dfd := int(w.dir.Fd())
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("open stdin file: %w", err)
-	}
-	var werr error
-	for p := body; len(p) > 0 && werr == nil; {
-		var n int
-		n, werr = unix.Write(fd, p)
-		p = p[n:]
-	}
-	if err := errors.Join(werr, unix.Close(fd)); err != nil {
-		return 0, fmt.Errorf("write stdin file: %w", err)
-	}
-	if err := unix.Renameat2(dfd, tmp, dfd, final, unix.RENAME_NOREPLACE); err != nil {
-		return 0, fmt.Errorf("publish stdin file: %w", err)
-	}
-	w.next++
-	return seq, nil
-}
+func (w *spacedWriter) Close() error { return w.w.Close() }
 
 // sessionDir returns a fresh session dir with the given subdirectories.
 func sessionDir(tb testing.TB, subs ...string) string {
