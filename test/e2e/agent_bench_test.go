@@ -86,10 +86,23 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	arr := watchArrivals(r.c.core.Core)
 	defer arr.close()
 	var samples []time.Duration
+	var turns int
+	pcwrap := 0
+	var runnerdRun, runnerdWait, pcwrapRun, pcwrapWait time.Duration
 	for i := 0; b.Loop(); i++ {
 		before := len(r.c.core.Snapshot().Events)
+		if pcwrap == 0 {
+			pcwrap = sessionPid(b, r.dir)
+		}
+		rr, rw := schedstat(r.pid)
+		pr, pw := schedstat(pcwrap)
 		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d %d", n, messageGap.Milliseconds())})
 		s := waitTerminals(b, r, i+1)
+		rr2, rw2 := schedstat(r.pid)
+		pr2, pw2 := schedstat(pcwrap)
+		runnerdRun, runnerdWait = runnerdRun+rr2-rr, runnerdWait+rw2-rw
+		pcwrapRun, pcwrapWait = pcwrapRun+pr2-pr, pcwrapWait+pw2-pw
+		turns++
 		evs := decodeEvents(b, s.Events)
 		for j := before; j < len(evs); j++ {
 			if evs[j].EventType != "item.delta" {
@@ -114,11 +127,52 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	b.ReportMetric(msf(pct(samples, 99)), "p99-ms")
 	fmt.Printf("runnerd+pcwrap agent line → event committed at the core, %d messages: p50 %v p90 %v p99 %v max %v (target p50 < 1.2ms, p99 < 3ms; one durable state write per event file is included, the ACK writes none)\n",
 		len(samples), pct(samples, 50), pct(samples, 90), pct(samples, 99), samples[len(samples)-1])
+	per := func(d time.Duration) time.Duration { return d / time.Duration(turns*n) }
+	b.ReportMetric(float64(per(runnerdRun).Microseconds()), "runnerd-cpu-us/msg")
+	b.ReportMetric(float64(per(pcwrapRun).Microseconds()), "pcwrap-cpu-us/msg")
+	fmt.Printf("per message (whole turns, over %d): runnerd on CPU %v, runnable but waiting for a CPU %v; pcwrap on CPU %v, waiting %v\n",
+		turns*n, per(runnerdRun), per(runnerdWait), per(pcwrapRun), per(pcwrapWait))
 	data, floor := syncAfterIdle(b, r.dir, messageGap, 60)
 	b.ReportMetric(msf(data), "disk-sync-p50-ms")
 	b.ReportMetric(msf(floor), "disk-floor-p50-ms")
 	fmt.Printf("the same disk after the same %v idle, no runnerd: one data sync p50 %v; a state write's syncs (data sync, exchange, directory sync) p50 %v\n",
 		messageGap, data, floor)
+}
+
+// schedstat sums pid's threads' time on a CPU and time runnable but
+// waiting for one (/proc/<pid>/task/*/schedstat; zeros when pid is gone).
+func schedstat(pid int) (run, wait time.Duration) {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, tk := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, tk.Name()))
+		if f := strings.Fields(string(b)); err == nil && len(f) >= 2 {
+			r, _ := strconv.ParseInt(f[0], 10, 64)
+			w, _ := strconv.ParseInt(f[1], 10, 64)
+			run, wait = run+time.Duration(r), wait+time.Duration(w)
+		}
+	}
+	return run, wait
+}
+
+// sessionPid finds the pcwrap whose session directory is under stateDir.
+func sessionPid(b *testing.B, stateDir string) int {
+	b.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && strings.Contains("\x00"+string(env), "\x00PAPERCLIP_PROCESS_SESSION_DIR="+stateDir+"/") {
+			pid, _ := strconv.Atoi(e.Name())
+			return pid
+		}
+	}
+	b.Fatalf("no pcwrap under %s", stateDir)
+	return 0
 }
 
 // messageGap is the pause between the stamped lines of
@@ -261,6 +315,7 @@ func newBenchAgentRig(b *testing.B) *agentRig {
 	r := &agentRig{c: c, bin: runnerdBin(b), dir: dir,
 		args: runnerdArgs(dir, "--connect-url", c.connectURL(), "--pcwrap-path", testbin.Path(b, "pcwrap"))}
 	proc := c.startRunnerd(b, r.bin, r.args)
+	r.pid = proc.Process.Pid
 	b.Cleanup(func() {
 		_ = proc.Process.Signal(syscall.SIGTERM)
 		waitExit(b, proc)
