@@ -152,3 +152,19 @@ func TestCredentialShapedKeysAreRenamed(t *testing.T) {
 		t.Fatalf("keys lost: %s", out)
 	}
 }
+
+// FuzzMayHoldSecret: text the prefilter passes over never matches the
+// secret pattern, so redactSecrets answers as the pattern alone does.
+func FuzzMayHoldSecret(f *testing.F) {
+	for _, s := range mayHoldSecretCases {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !mayHoldSecret(s) && secretPattern.MatchString(s) {
+			t.Fatalf("the prefilter misses a secret in %q", s)
+		}
+		if got, want := redactSecrets(s), secretPattern.ReplaceAllString(s, Redacted); got != want {
+			t.Fatalf("redactSecrets(%q) = %q, want %q", s, got, want)
+		}
+	})
+}
