@@ -11,14 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // Agent benchmarks (issue "Agents over ACP through pcwrap"): runnerd+pcwrap
@@ -82,7 +80,7 @@ func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // event file, runnerd's parse, durable outbox write and PRP send.
 func BenchmarkAgentMessageOnWire(b *testing.B) {
 	const n = 150
-	r := newBenchAgentRig(b)
+	r := newBenchRig(b, "acp")
 	arr := watchArrivals(r.c.core.Core)
 	defer arr.close()
 	var samples []time.Duration
@@ -244,8 +242,15 @@ func syncAfterIdle(b *testing.B, dir string, gap time.Duration, n int) (data, fl
 // the core receives them all, in order, coalesced into fewer P2 events,
 // while a ping every 10 ms is timed until its pong.
 func BenchmarkAgentTenThousandChunksOnWire(b *testing.B) {
+	tenThousandOnWire(b, newBenchRig(b, "acp"), "chunks 10000", "10,000 chunks in one turn")
+}
+
+// tenThousandOnWire runs turns of 10,000 small deltas (the agent's script
+// text) on r and checks that the core receives them all, in order,
+// coalesced into fewer P2 events, while a ping every 10 ms is timed until
+// its pong (target p99 < 5 ms). Figures only.
+func tenThousandOnWire(b *testing.B, r *agentRig, script, label string) {
 	const n = 10000
-	r := newBenchAgentRig(b)
 	var want strings.Builder
 	for i := range n {
 		want.WriteString(strconv.Itoa(i) + ",")
@@ -276,7 +281,7 @@ func BenchmarkAgentTenThousandChunksOnWire(b *testing.B) {
 			}
 		}()
 		start := time.Now()
-		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("chunks %d", n)})
+		benchRun(b, r, "turn.start", map[string]any{"text": script})
 		s := waitTerminals(b, r, i+1)
 		took := time.Since(start)
 		stopPings()
@@ -294,7 +299,7 @@ func BenchmarkAgentTenThousandChunksOnWire(b *testing.B) {
 			}
 		}
 		if got.String() != want.String() {
-			b.Fatalf("chunks lost or out of order: got %d bytes, want %d", got.Len(), want.Len())
+			b.Fatalf("%s: deltas lost or out of order: got %d bytes, want %d", label, got.Len(), want.Len())
 		}
 		slices.Sort(rtts)
 		if len(rtts) == 0 {
@@ -302,28 +307,9 @@ func BenchmarkAgentTenThousandChunksOnWire(b *testing.B) {
 		}
 		b.ReportMetric(float64(deltas), "delta-events")
 		b.ReportMetric(msf(pct(rtts, 99)), "ping-p99-ms")
-		fmt.Printf("10,000 chunks in one turn: all in order in %d item.delta events (P2 coalescing), turn took %v; %d pings: p50 %v p99 %v (target p99 < 5ms)\n",
-			deltas, took.Round(time.Millisecond), len(rtts), pct(rtts, 50), pct(rtts, 99))
+		fmt.Printf("%s: all in order in %d item.delta events (P2 coalescing), turn took %v; %d pings: p50 %v p99 %v (target p99 < 5ms)\n",
+			label, deltas, took.Round(time.Millisecond), len(rtts), pct(rtts, 50), pct(rtts, 99))
 	}
-}
-
-// newBenchAgentRig starts runnerd with fakeacp prepared and a session open.
-func newBenchAgentRig(b *testing.B) *agentRig {
-	b.Helper()
-	c := newCoreServer(b)
-	dir := stateDir(b)
-	r := &agentRig{c: c, bin: runnerdBin(b), dir: dir,
-		args: runnerdArgs(dir, "--connect-url", c.connectURL(), "--pcwrap-path", testbin.Path(b, "pcwrap"))}
-	proc := c.startRunnerd(b, r.bin, r.args)
-	r.pid = proc.Process.Pid
-	b.Cleanup(func() {
-		_ = proc.Process.Signal(syscall.SIGTERM)
-		waitExit(b, proc)
-	})
-	benchRun(b, r, "run.prepare", map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
-		"command": fakeacpBin(b), "cwd": b.TempDir()}})
-	benchRun(b, r, "session.open", map[string]any{})
-	return r
 }
 
 func benchRun(b *testing.B, r *agentRig, typ string, payload any) {

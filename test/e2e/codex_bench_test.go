@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -75,6 +73,7 @@ func newBenchRig(b *testing.B, kind string) *agentRig {
 	r := &agentRig{c: c, bin: runnerdBin(b), dir: dir,
 		args: runnerdArgs(dir, "--connect-url", c.connectURL(), "--pcwrap-path", testbin.Path(b, "pcwrap"))}
 	proc := c.startRunnerd(b, r.bin, r.args)
+	r.pid = proc.Process.Pid
 	b.Cleanup(func() {
 		_ = proc.Process.Signal(syscall.SIGTERM)
 		waitExit(b, proc)
@@ -93,65 +92,5 @@ func newBenchRig(b *testing.B, kind string) *agentRig {
 // order, coalesced into fewer P2 events, while a ping every 10 ms is timed
 // until its pong (issue 11: p99 within 5 ms). Figures only.
 func BenchmarkCodexTenThousandDeltasOnWire(b *testing.B) {
-	const n = 10000
-	r := newBenchRig(b, "codex")
-	var want strings.Builder
-	for i := range n {
-		want.WriteString(strconv.Itoa(i) + ",")
-	}
-	for i := 0; b.Loop(); i++ {
-		before := len(r.c.core.Snapshot().Events)
-		ctx, stopPings := context.WithCancel(context.Background())
-		var rtts []time.Duration
-		pinged := make(chan struct{})
-		go func() {
-			defer close(pinged)
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for ctx.Err() == nil {
-				pongs := r.c.core.Snapshot().Pongs
-				start := time.Now()
-				if r.c.core.Ping(ctx) == nil {
-					wctx, cancel := context.WithTimeout(ctx, waitBound)
-					if r.c.core.Wait(wctx, func(s prp.CoreSnapshot) bool { return s.Pongs > pongs }) == nil {
-						rtts = append(rtts, time.Since(start))
-					}
-					cancel()
-				}
-				select {
-				case <-ctx.Done():
-				case <-tick.C:
-				}
-			}
-		}()
-		start := time.Now()
-		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("chunks %d", n)})
-		s := waitTerminals(b, r, i+1)
-		took := time.Since(start)
-		stopPings()
-		<-pinged
-		var got strings.Builder
-		deltas := 0
-		for _, e := range decodeEvents(b, s.Events)[before:] {
-			if e.EventType == "item.delta" {
-				deltas++
-				var p struct {
-					Text string `json:"text"`
-				}
-				_ = json.Unmarshal(e.Payload, &p)
-				got.WriteString(p.Text)
-			}
-		}
-		if got.String() != want.String() {
-			b.Fatalf("deltas lost or out of order: got %d bytes, want %d", got.Len(), want.Len())
-		}
-		slices.Sort(rtts)
-		if len(rtts) == 0 {
-			b.Fatal("no ping answered")
-		}
-		b.ReportMetric(float64(deltas), "delta-events")
-		b.ReportMetric(msf(pct(rtts, 99)), "ping-p99-ms")
-		fmt.Printf("codex 10,000 deltas in one turn: all in order in %d item.delta events, turn took %v; %d pings: p50 %v p99 %v\n",
-			deltas, took.Round(time.Millisecond), len(rtts), pct(rtts, 50), pct(rtts, 99))
-	}
+	tenThousandOnWire(b, newBenchRig(b, "codex"), "chunks 10000", "codex 10,000 deltas in one turn")
 }
