@@ -20,10 +20,6 @@ import (
 
 // File discipline (prp.md §9.1).
 const (
-	// dirMode is the state directory's permission (prp.md §9.1: directories 0700).
-	dirMode = 0o700
-	// fileMode is the state file's permission (prp.md §9.1: files 0600).
-	fileMode = 0o600
 	// tempPrefix starts every sibling temp file name; stale ones are removed on open.
 	tempPrefix = "." + FileName + ".tmp-"
 	// tempAttempts bounds retries on a temp name collision (R-state TEMP_FILE_ATTEMPTS).

@@ -17,6 +17,10 @@ import (
 const (
 	// FileName is the state file inside the state directory (R-state STATE_FILE).
 	FileName = "runner-state.json"
+	// dirMode is the state directory's permission (prp.md §9.1: directories 0700).
+	dirMode = 0o700
+	// fileMode is the state file's permission (prp.md §9.1: files 0600).
+	fileMode = 0o600
 	// Schema is the state schema name the server reads (R-state STATE_SCHEMA).
 	Schema = "paperclip.runner.durable.state.v1"
 	// WarmTransitionSchema marks a state written during a warm run rotation (§9.5).
