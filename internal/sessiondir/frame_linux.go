@@ -1,11 +1,6 @@
 package sessiondir
 
-import (
-	"fmt"
-	"strconv"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // WriteEventFile publishes one event file in events/ (spec §7.2): the body
 // is written to <name>.tmp relative to the held fd without following
@@ -43,13 +38,12 @@ func (w *EventFiles) Write(seq int64, body []byte) error {
 		w.fd = -1
 		err := writeAll(fd, body)
 		if err == nil {
-			err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), w.dirfd, tmp, unix.AT_SYMLINK_FOLLOW)
+			err = linkUnnamed(w.dirfd, fd, tmp)
 		}
 		unix.Close(fd)
 		if err == nil {
-			if err := unix.Renameat(w.dirfd, tmp, w.dirfd, name); err != nil {
-				_ = unix.Unlinkat(w.dirfd, tmp, 0)
-				return fmt.Errorf("renameat %s: %w", name, err)
+			if err := publishTmp(w.dirfd, tmp, name); err != nil {
+				return err
 			}
 			w.ahead()
 			return nil
@@ -67,10 +61,7 @@ func (w *EventFiles) Write(seq int64, body []byte) error {
 // ahead opens the next file's unnamed inode; without O_TMPFILE the next
 // Write creates its file itself.
 func (w *EventFiles) ahead() {
-	if noTmpfile.Load() {
-		return
-	}
-	if fd, err := unix.Openat(w.dirfd, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600); err == nil {
+	if fd, err := openUnnamed(w.dirfd, 0o600); err == nil {
 		w.fd = fd
 	}
 }

@@ -287,38 +287,27 @@ func writeAtomic(dirfd int, name, tmp string, body []byte) error {
 	// Created filled under tmp (tmpfile_linux.go); a stale tmp left by a
 	// crash is overwritten by name as before.
 	if createFilled(dirfd, tmp, body, 0o600) == nil {
-		if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
-			_ = unix.Unlinkat(dirfd, tmp, 0)
-			return fmt.Errorf("renameat %s: %w", name, err)
-		}
-		return nil
+		return publishTmp(dirfd, tmp, name)
 	}
 	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("openat %s: %w", tmp, err)
 	}
-	return finishAtomic(dirfd, fd, name, tmp, body)
-}
-
-// finishAtomic is writeAtomic from the open, empty temp file fd on: write,
-// close, rename tmp to name. It closes fd; a failure removes tmp.
-func finishAtomic(dirfd, fd int, name, tmp string, body []byte) error {
-	for len(body) > 0 {
-		n, err := unix.Write(fd, body)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			unix.Close(fd)
-			_ = unix.Unlinkat(dirfd, tmp, 0)
-			return fmt.Errorf("write %s: %w", tmp, err)
-		}
-		body = body[n:]
+	if err := writeAll(fd, body); err != nil {
+		unix.Close(fd)
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if err := unix.Close(fd); err != nil {
 		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return fmt.Errorf("close %s: %w", tmp, err)
 	}
+	return publishTmp(dirfd, tmp, name)
+}
+
+// publishTmp renames the complete file tmp to name in dirfd; a failure
+// removes tmp.
+func publishTmp(dirfd int, tmp, name string) error {
 	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
 		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return fmt.Errorf("renameat %s: %w", name, err)

@@ -38,22 +38,38 @@ var noTmpfile atomic.Bool
 // is replaced, a symlink is not followed), and with errNoTmpfile on any
 // other failure: the named create is the fallback and the judge.
 func createFilled(dirfd int, name string, body []byte, perm uint32) error {
-	if noTmpfile.Load() {
-		return errNoTmpfile
-	}
-	fd, err := unix.Openat(dirfd, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
+	fd, err := openUnnamed(dirfd, perm)
 	if err != nil {
-		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-			noTmpfile.Store(true) // the filesystem or kernel has none
-		}
-		return errNoTmpfile
+		return err
 	}
 	// An inode never linked goes away with its last descriptor.
 	defer unix.Close(fd)
 	if writeAll(fd, body) != nil {
 		return errNoTmpfile
 	}
-	err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
+	return linkUnnamed(dirfd, fd, name)
+}
+
+// openUnnamed opens a new unnamed inode of dirfd for writing (mode perm),
+// or fails with errNoTmpfile.
+func openUnnamed(dirfd int, perm uint32) (int, error) {
+	if noTmpfile.Load() {
+		return -1, errNoTmpfile
+	}
+	fd, err := unix.Openat(dirfd, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
+	if err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			noTmpfile.Store(true) // the filesystem or kernel has none
+		}
+		return -1, errNoTmpfile
+	}
+	return fd, nil
+}
+
+// linkUnnamed gives the unnamed inode fd the name name in dirfd. It fails
+// with unix.EEXIST when name exists, and with errNoTmpfile otherwise.
+func linkUnnamed(dirfd, fd int, name string) error {
+	err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 	switch {
 	case err == nil:
 		return nil

@@ -41,6 +41,17 @@ var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
 // base64 with its JSON fits, a rare huge message does not stay pinned.
 const maxPooledBody = 128 << 10
 
+// encodeBody encodes m into a pooled buffer; release returns it, after
+// which body must not be used.
+func encodeBody(m frame.Message) (body []byte, release func()) {
+	bp := bodyPool.Get().(*[]byte)
+	body = m.AppendJSON((*bp)[:0])
+	if cap(body) <= maxPooledBody {
+		*bp = body
+	}
+	return body, func() { bodyPool.Put(bp) }
+}
+
 // WriterOptions tune a Writer.
 type WriterOptions struct {
 	// Reserve, when set, is called with each sequence number before its file
@@ -120,12 +131,8 @@ func (w *Writer) Write(ctx context.Context, m frame.Message) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("write stdin file: %w", err)
 	}
-	bp := bodyPool.Get().(*[]byte)
-	defer bodyPool.Put(bp)
-	body := m.AppendJSON((*bp)[:0])
-	if cap(body) <= maxPooledBody {
-		*bp = body
-	}
+	body, release := encodeBody(m)
+	defer release()
 	return w.writeBody(body)
 }
 
@@ -177,12 +184,8 @@ type Staged struct {
 // temporary name only. seq is at or after Next: the files before it are
 // written first, then Publish makes this one visible.
 func (w *Writer) StageStdin(data []byte, seq int64) (Staged, error) {
-	bp := bodyPool.Get().(*[]byte)
-	defer bodyPool.Put(bp)
-	body := frame.Message{Type: frame.MsgStdin, Data: data}.AppendJSON((*bp)[:0])
-	if cap(body) <= maxPooledBody {
-		*bp = body
-	}
+	body, release := encodeBody(frame.Message{Type: frame.MsgStdin, Data: data})
+	defer release()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dir == nil {
