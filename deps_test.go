@@ -13,7 +13,6 @@ import (
 	// The chosen set, imported here so that go.mod and go.sum stay complete
 	// while packages adopt them one by one.
 	_ "github.com/coder/websocket"
-	_ "github.com/fsnotify/fsnotify"
 	_ "github.com/modelcontextprotocol/go-sdk/mcp"
 	_ "github.com/santhosh-tekuri/jsonschema/v6"
 	_ "github.com/spf13/pflag"
@@ -26,7 +25,6 @@ import (
 // anything else must be named by an issue and argued for in a note.
 var allowedModules = map[string]string{
 	"golang.org/x/sys":                         "raw syscalls: statx, openat, flock, renameat2",
-	"github.com/fsnotify/fsnotify":             "inotify for stdin latency",
 	"github.com/coder/websocket":               "the PRP WebSocket transport",
 	"github.com/spf13/pflag":                   "GNU-style flags the server passes",
 	"github.com/stretchr/testify":              "test assertions",
