@@ -90,7 +90,7 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		before := len(r.c.core.Snapshot().Events)
 		if pcwrap == 0 {
-			pcwrap = sessionPid(b, r.dir)
+			pcwrap = envPid(b, "PAPERCLIP_PROCESS_SESSION_DIR="+r.dir+"/")
 		}
 		rr, rw := schedstat(r.pid)
 		pr, pw := schedstat(pcwrap)
@@ -150,27 +150,6 @@ func schedstat(pid int) (run, wait time.Duration) {
 		}
 	}
 	return run, wait
-}
-
-// sessionPid finds the pcwrap whose session directory is under stateDir.
-func sessionPid(b *testing.B, stateDir string) int {
-	b.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err == nil && strings.Contains("\x00"+string(env), "\x00PAPERCLIP_PROCESS_SESSION_DIR="+stateDir+"/") {
-			pid, _ := strconv.Atoi(e.Name())
-			return pid
-		}
-	}
-	b.Fatalf("no pcwrap under %s", stateDir)
-	return 0
 }
 
 // messageGap is the pause between the stamped lines of

@@ -134,7 +134,14 @@ func TestACP29_LossBetweenTurns(t *testing.T) {
 }
 
 // pcwrapPid finds the pcwrap whose environment names dir (scanning /proc).
-func pcwrapPid(t *testing.T, dir string) int {
+func pcwrapPid(t testing.TB, dir string) int {
+	t.Helper()
+	return envPid(t, "PAPERCLIP_PROCESS_SESSION_DIR="+dir+"\x00")
+}
+
+// envPid finds the process whose environment has a variable starting
+// with prefix (NAME=value...), scanning /proc.
+func envPid(t testing.TB, prefix string) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	require.NoError(t, err)
@@ -144,11 +151,11 @@ func pcwrapPid(t *testing.T, dir string) int {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err == nil && strings.Contains("\x00"+string(env), "\x00PAPERCLIP_PROCESS_SESSION_DIR="+dir+"\x00") {
+		if err == nil && strings.Contains("\x00"+string(env)+"\x00", "\x00"+prefix) {
 			return pid
 		}
 	}
-	t.Fatalf("no pcwrap for %s", dir)
+	t.Fatalf("no process with %s in its environment", prefix)
 	return 0
 }
 

@@ -88,9 +88,9 @@ func BenchmarkRunnerdIdle(b *testing.B) {
 	}()
 	c.wait(b, func(s prp.CoreSnapshot) bool { return s.Connected && s.AckedSourceSeq >= 1 })
 	for b.Loop() {
-		cpu0 := cpuNs(cmd.Process.Pid)
+		cpu0, _ := schedstat(cmd.Process.Pid)
 		time.Sleep(idleWindow)
-		cpu1 := cpuNs(cmd.Process.Pid)
+		cpu1, _ := schedstat(cmd.Process.Pid)
 		b.ReportMetric(float64(cpu1-cpu0)/1e6/idleWindow.Seconds(), "idle-cpu-ms/s")
 	}
 	rss, hwm := memKiB(cmd.Process.Pid)
@@ -102,23 +102,6 @@ func BenchmarkRunnerdIdle(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// cpuNs sums the CPU time of pid's threads (schedstat, ns).
-func cpuNs(pid int) uint64 {
-	var total uint64
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, tk := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, tk.Name()))
-		if err != nil {
-			continue
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			v, _ := strconv.ParseUint(f[0], 10, 64)
-			total += v
-		}
-	}
-	return total
-}
 
 // memKiB reads VmRSS and VmHWM of pid.
 func memKiB(pid int) (rss, hwm uint64) {
