@@ -48,11 +48,15 @@ func redactSecrets(s string) string {
 	return secretPattern.ReplaceAllString(s, Redacted)
 }
 
+// secretLiterals start alternatives of secretPattern (gh[pousr]_ and
+// (?i:bearer) are checked apart).
+var secretLiterals = []string{"sk-", "github_pat_", "AKIA", "xox", "-----BEGIN "}
+
 // mayHoldSecret reports whether s contains a literal that starts one of
 // secretPattern's alternatives (TestMayHoldSecretCoversThePattern and
 // FuzzMayHoldSecret hold the two together).
 func mayHoldSecret(s string) bool {
-	for _, lit := range []string{"sk-", "github_pat_", "AKIA", "xox", "-----BEGIN "} {
+	for _, lit := range secretLiterals {
 		if strings.Contains(s, lit) {
 			return true
 		}
