@@ -178,7 +178,7 @@ func (s *Server) Pid() int { return s.cmd.Process.Pid }
 // killing it after that.
 func (s *Server) Stop() error {
 	var err error
-	if e := stopWrapper(s.Dir); e != nil {
+	if e := procsession.StopWrapper(s.Dir); e != nil {
 		err = fmt.Errorf("stop opencode server: %w", e)
 	}
 	done := make(chan struct{})
@@ -212,26 +212,4 @@ func (s *Server) kill() {
 	if s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 	}
-}
-
-// stopWrapper queues stdinEnd and shutdown on the session's stdin queue,
-// numbered from its .pcwrap-stdin-seq counter (the only writer).
-func stopWrapper(dir string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	c, err := sessiondir.LockSeqCounter(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	w, err := sessiondir.OpenWriter(dir, c.Next(), sessiondir.WriterOptions{Reserve: c.Store})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if _, err := w.StdinEnd(ctx); err != nil {
-		return err
-	}
-	_, err = w.Shutdown(ctx)
-	return err
 }

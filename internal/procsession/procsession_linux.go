@@ -7,6 +7,7 @@ package procsession
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -162,6 +164,33 @@ func WrapperAlive(dir string) bool {
 
 // maxChildFileBytes bounds .pcwrap.child ({"pgid":…,"startTime":…}).
 const maxChildFileBytes = 256
+
+// stopWait bounds StopWrapper: the stdin sequence lock and the two
+// files; a healthy session takes milliseconds.
+const stopWait = time.Second
+
+// StopWrapper queues stdinEnd and shutdown on the session's stdin queue
+// (pcwrap-protocol.md §6), numbered from its .pcwrap-stdin-seq counter:
+// the lock makes this the only writer meanwhile.
+func StopWrapper(dir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+	defer cancel()
+	c, err := sessiondir.LockSeqCounter(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	w, err := sessiondir.OpenWriter(dir, c.Next(), sessiondir.WriterOptions{Reserve: c.Store})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if _, err := w.StdinEnd(ctx); err != nil {
+		return err
+	}
+	_, err = w.Shutdown(ctx)
+	return err
+}
 
 // ReadChildRecord reads the session dir's .pcwrap.child (pcwrap-protocol.md
 // §2.4) without following a symlink.

@@ -255,7 +255,7 @@ func (m *Manager) Kill(req Request) error {
 	if !t.alive() {
 		return nil
 	}
-	if err := stopWrapper(t.dir); err != nil {
+	if err := procsession.StopWrapper(t.dir); err != nil {
 		m.log.Warn("kill terminal", "err", err)
 		return &Error{Code: CodeInternalError, Message: "kill terminal: the terminal did not take the request"}
 	}
@@ -330,28 +330,6 @@ func (t *term) alive() bool {
 	return procsession.WrapperAlive(t.dir)
 }
 
-// stopWrapper queues stdinEnd and shutdown on the session's stdin queue,
-// numbered from its .pcwrap-stdin-seq counter (the only writer).
-func stopWrapper(dir string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	c, err := sessiondir.LockSeqCounter(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	w, err := sessiondir.OpenWriter(dir, c.Next(), sessiondir.WriterOptions{Reserve: c.Store})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if _, err := w.StdinEnd(ctx); err != nil {
-		return err
-	}
-	_, err = w.Shutdown(ctx)
-	return err
-}
-
 // startCleanup kills t if it runs, waits (bounded) for its pcwrap to end,
 // kills what is left of its group if pcwrap died, then removes its
 // session directory, pcwrap's stderr file and the tail file, last.
@@ -364,7 +342,7 @@ func (m *Manager) startCleanup(t *term) {
 			<-t.readerDone
 		}
 		if t.alive() {
-			if err := stopWrapper(t.dir); err != nil {
+			if err := procsession.StopWrapper(t.dir); err != nil {
 				m.log.Warn("stop terminal", "err", err)
 			}
 			deadline := time.NewTimer(releaseWait)
