@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dlclark/regexp2"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
@@ -149,30 +150,25 @@ func Validate(sch *jsonschema.Schema, v any) error {
 	return sch.Validate(inst)
 }
 
-// safePathPattern is the one reference pattern Go's RE2 cannot compile (it
-// uses lookahead): a relative path with no ".." segment. It is checked by
-// hand instead of being waved through.
-const safePathPattern = `^(?!/)(?!.*(?:^|/)\.\.(?:/|$)).*$`
+// ecmaRegexp runs a reference pattern that Go's RE2 cannot compile (the
+// path patterns use lookahead) with an ECMAScript engine, the dialect JSON
+// Schema patterns are written in, so no pattern is waved through.
+type ecmaRegexp struct{ re *regexp2.Regexp }
 
-type safePath struct{}
-
-func (safePath) MatchString(s string) bool {
-	if strings.HasPrefix(s, "/") {
-		return false
-	}
-	for _, seg := range strings.Split(s, "/") {
-		if seg == ".." {
-			return false
-		}
-	}
-	return true
+func (e ecmaRegexp) MatchString(s string) bool {
+	ok, err := e.re.MatchString(s)
+	return err == nil && ok
 }
 
-func (safePath) String() string { return safePathPattern }
+func (e ecmaRegexp) String() string { return e.re.String() }
 
 func regexpEngine(s string) (jsonschema.Regexp, error) {
-	if s == safePathPattern {
-		return safePath{}, nil
+	if re, err := regexp.Compile(s); err == nil {
+		return re, nil
 	}
-	return regexp.Compile(s)
+	re, err := regexp2.Compile(s, regexp2.ECMAScript|regexp2.Unicode)
+	if err != nil {
+		return nil, err
+	}
+	return ecmaRegexp{re}, nil
 }
