@@ -17,6 +17,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/runner"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 )
 
 func main() {
@@ -43,7 +44,7 @@ func run(args []string, ticket *runner.BootstrapTicket, ticketErr error, stdout,
 	case err != nil:
 		return fail(stderr, err)
 	case cfg.Mode == runner.ModeBuildMetadata:
-		if _, err := stdout.Write(runner.MarshalMetadata()); err != nil {
+		if _, err := stdout.Write(config.MarshalMetadata()); err != nil {
 			return fail(stderr, runner.NewError(runner.CodeRunnerFailed, "write build metadata", err))
 		}
 		return runner.ExitOK
