@@ -15,6 +15,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -51,11 +52,11 @@ func (b *logBuffer) records(t *testing.T, msg string) []map[string]any {
 }
 
 // startLogged runs the runner like harness.start, logging JSON into logs.
-func (h *harness) startLogged(cfg Config, opts Options, logs *logBuffer) *running {
+func (h *harness) startLogged(cfg config.Config, opts Options, logs *logBuffer) *running {
 	h.t.Helper()
 	tok, err := h.core.MintTicket()
 	require.NoError(h.t, err)
-	ticket, err := NewBootstrapTicket(tok)
+	ticket, err := config.NewBootstrapTicket(tok)
 	require.NoError(h.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}

@@ -16,6 +16,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -119,12 +120,12 @@ func (r *loop) checkAttach(ctx context.Context, cmd *prp.Command, welcomeVersion
 		return nil, "", CodeWarmAttachInvalid, "run.attach breaks the identity rules: " + identityRule(err)
 	}
 	switch {
-	case r.cfg.Mode == ModeListen && conn.Mode == "listen":
+	case r.cfg.Mode == config.ModeListen && conn.Mode == "listen":
 		if msg := r.checkListen(conn, next.Identity.RunID); msg != "" {
 			return nil, "", CodeWarmAttachInvalid, msg
 		}
 		listenPath = conn.ListenPath
-	case r.cfg.Mode == ModeDial && conn.Mode == "connect":
+	case r.cfg.Mode == config.ModeDial && conn.Mode == "connect":
 		d, err = prp.NewDialer(ctx, prp.DialerConfig{URL: conn.ConnectURL, CABundlePath: conn.CABundlePath, Transport: r.transport})
 		if err != nil {
 			return nil, "", CodeWarmAttachInvalid, "run.attach connectUrl or caBundlePath fails the dial rules"
@@ -209,7 +210,7 @@ func (r *loop) attachAcked(ctx context.Context) {
 		return
 	}
 	if err := r.tryPrepareLocked(ctx); err != nil {
-		r.finish(NewError(CodeRunnerFailed, "prepare warm transition", err))
+		r.finish(config.NewError(config.CodeRunnerFailed, "prepare warm transition", err))
 	}
 }
 
@@ -224,7 +225,7 @@ func (r *loop) attachWaitExpired(ctx context.Context, cmd *prp.Command) {
 	}
 	w.waiting, w.dialer = nil, nil
 	if err := r.rejectAttachLocked(ctx, cmd, CodeWarmAttachNotReady, "the old outbox was not acknowledged within "+warmWait.String()); err != nil {
-		r.finish(NewError(CodeRunnerFailed, "refuse run.attach", err))
+		r.finish(config.NewError(config.CodeRunnerFailed, "refuse run.attach", err))
 	}
 }
 
@@ -294,7 +295,7 @@ func (r *loop) attachAckExpired(transitionID string) {
 	if w.prepared == nil || w.prepared.TransitionID != transitionID {
 		return
 	}
-	r.finish(NewError(CodeRunnerFailed, "run.attach result was not acknowledged within "+warmWait.String()+"; the next process settles the attach", nil))
+	r.finish(config.NewError(config.CodeRunnerFailed, "run.attach result was not acknowledged within "+warmWait.String()+"; the next process settles the attach", nil))
 }
 
 // warmResultAck applies a command_result_ack for the prepared run.attach

@@ -17,6 +17,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -328,7 +329,7 @@ func TestWarmAttachNeedsV2WithWarmVersion(t *testing.T) {
 				h := &harness{t: t, stateDir: filepath.Join(t.TempDir(), "state"), connectURL: "ws://127.0.0.1:1" + prp.ConnectPath(testIdentity.RunID)}
 				tok, err := core.store.IssueTicket(time.Minute, time.Now())
 				require.NoError(t, err)
-				ticket, err := NewBootstrapTicket(tok)
+				ticket, err := config.NewBootstrapTicket(tok)
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
