@@ -21,7 +21,7 @@ import (
 
 // logBuffer collects JSON log lines; safe for concurrent use.
 type logBuffer struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards buf
 	buf bytes.Buffer
 }
 

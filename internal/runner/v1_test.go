@@ -32,7 +32,7 @@ type versionCore struct {
 	// offers no warm rotation (warm_test.go).
 	noWarm bool
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards acked, events, hellos, changed, commands and results
 	acked   int64
 	events  []json.RawMessage // committed envelopes as received
 	hellos  []map[string]any  // auth_hello frames as the runner sent them

@@ -25,7 +25,7 @@ import (
 // (prp.md §9.5 steps 1 and 3: "≤2 s").
 const warmWait = 2 * time.Second
 
-// run.attach refusals (issue 15). Each is journaled as rejected: the
+// run.attach refusals (prp.md §9.5). Each is journaled as rejected: the
 // attach had no effect and the old run keeps working.
 const (
 	// CodeWarmAttachIncompatible: the live provider session cannot serve
@@ -43,7 +43,7 @@ const (
 )
 
 // Warm kill points: the phase boundaries of a rotation where the crash
-// matrix SIGKILLs runnerd (issue 15). warmKillPoint is a no-op except in
+// matrix (test/e2e) SIGKILLs runnerd. warmKillPoint is a no-op except in
 // runnerd_testhook builds (warm_testhook_linux.go).
 const (
 	killPrepared    = "prepared"    // the prepared write is durable; no result sent
@@ -60,7 +60,7 @@ var warmKillPoint = func(point string) {}
 // a time: mu is held across each step (a store write and a send), since
 // the ACK path (dispatch goroutine) and the timers both drive them.
 type warm struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards every field below
 	// welcomeVersion is the current connection's welcome
 	// warmTransitionVersion (0 when the core offered none).
 	welcomeVersion int
@@ -104,7 +104,7 @@ func (r *loop) beginAttach(ctx context.Context, cmd *prp.Command) error {
 	return r.tryPrepareLocked(ctx)
 }
 
-// checkAttach applies issue 15's checks, in order: PRP v2 with
+// checkAttach applies the run.attach checks, in order: PRP v2 with
 // warmTransitionVersion 1; the identity rules; the connection, checked
 // like the flags (prp.md §1.2, §1.3, the --ca-bundle-path rules); the
 // provider session's compatibility and quiescence.

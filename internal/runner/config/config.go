@@ -668,8 +668,8 @@ func (p *parser) validateListen(c *Config) error {
 
 // ValidateListenPath checks that path is exactly ListenPathPrefix+runID and
 // that runID is a plain path segment: non-empty, no '/', '?', '#', '\', '%',
-// whitespace or control characters (prp.md §1.2, scenario 3). The listener
-// uses it again when a warm run.attach rotates the path.
+// whitespace or control characters (prp.md §1.2, scenario 3). A warm
+// run.attach's new path meets the same rule in prp.ValidateListenPath.
 func ValidateListenPath(path, runID string) error {
 	if err := ValidateRunIDSegment(runID); err != nil {
 		return err
