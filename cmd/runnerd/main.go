@@ -1,6 +1,7 @@
 // Command runnerd (installed as paperclip-runnerd) is the in-sandbox
-// Paperclip runner daemon. See paperclip-runnerd --help and
-// internal/runner.
+// Paperclip runner daemon. See paperclip-runnerd --help,
+// internal/runner/config (how it is launched) and internal/runner (its
+// control loop).
 package main
 
 import (
@@ -17,12 +18,13 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/runner"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 )
 
 func main() {
 	// The bootstrap ticket leaves the environment before anything else runs,
 	// argument parsing included (prp.md §13).
-	ticket, ticketErr := runner.TakeBootstrapTicket()
+	ticket, ticketErr := config.TakeBootstrapTicket()
 	stop := startProfile()
 	code := run(os.Args[1:], ticket, ticketErr, os.Stdout, os.Stderr)
 	stop()
@@ -34,29 +36,29 @@ func main() {
 // with code instead of running the runner.
 var testHook func(stdout, stderr io.Writer) (code int, done bool)
 
-func run(args []string, ticket *runner.BootstrapTicket, ticketErr error, stdout, stderr io.Writer) int {
-	cfg, err := runner.ParseArgs(args, os.LookupEnv)
+func run(args []string, ticket *config.BootstrapTicket, ticketErr error, stdout, stderr io.Writer) int {
+	cfg, err := config.ParseArgs(args, os.LookupEnv)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprint(stdout, runner.Help)
-		return runner.ExitOK
+		fmt.Fprint(stdout, config.Help)
+		return config.ExitOK
 	case err != nil:
 		return fail(stderr, err)
-	case cfg.Mode == runner.ModeBuildMetadata:
-		if _, err := stdout.Write(runner.MarshalMetadata()); err != nil {
-			return fail(stderr, runner.NewError(runner.CodeRunnerFailed, "write build metadata", err))
+	case cfg.Mode == config.ModeBuildMetadata:
+		if _, err := stdout.Write(config.MarshalMetadata()); err != nil {
+			return fail(stderr, config.NewError(config.CodeRunnerFailed, "write build metadata", err))
 		}
-		return runner.ExitOK
+		return config.ExitOK
 	case ticketErr != nil:
 		return fail(stderr, ticketErr)
 	case !ticket.Present():
-		return fail(stderr, runner.NewError(runner.CodeBootstrapTicketMissing, runner.BootstrapTicketEnv+" is required in dial and listen mode", nil))
+		return fail(stderr, config.NewError(config.CodeBootstrapTicketMissing, config.BootstrapTicketEnv+" is required in dial and listen mode", nil))
 	}
 
 	if cfg.DiagnosticsDir != "" {
 		// From here on runnerd's output goes only to the bounded, redacted
 		// diagnostics files (prp.md §13).
-		diag, err := runner.OpenDiagnostics(cfg.DiagnosticsDir, os.Environ())
+		diag, err := config.OpenDiagnostics(cfg.DiagnosticsDir, os.Environ())
 		if err != nil {
 			return fail(stderr, err)
 		}
@@ -81,16 +83,16 @@ func run(args []string, ticket *runner.BootstrapTicket, ticketErr error, stdout,
 }
 
 func fail(stderr io.Writer, err error) int {
-	fmt.Fprint(stderr, runner.FormatError(err))
-	return runner.ExitCode(err)
+	fmt.Fprint(stderr, config.FormatError(err))
+	return config.ExitCode(err)
 }
 
 // newLogger builds runnerd's logger. The packages below add their own
 // component to it (state, agent, acpx, prp); logging joins them into one
 // key ("runnerd.agent.acpx").
-func newLogger(format runner.LogFormat, level slog.Level, w io.Writer) *slog.Logger {
+func newLogger(format config.LogFormat, level slog.Level, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
-	if format == runner.LogFormatText {
+	if format == config.LogFormatText {
 		return logging.New(slog.NewTextHandler(w, opts))
 	}
 	return logging.New(slog.NewJSONHandler(w, opts))

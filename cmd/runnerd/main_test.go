@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/pcrunner/pcrunner/internal/runner"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -128,7 +128,7 @@ func TestBuildMetadata(t *testing.T) {
 	require.Subset(t, m.DurableSessionCapabilities, []string{"unlimited_runtime", "connection_lease_renewal"})
 
 	// A broken ticket must not stop the server's metadata probe.
-	r = runBin(t, bin, []string{runner.BootstrapTicketEnv + "="}, "--build-metadata")
+	r = runBin(t, bin, []string{config.BootstrapTicketEnv + "="}, "--build-metadata")
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 }
 
@@ -163,8 +163,8 @@ func TestUsageErrorsExit2WithOneLine(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, tc.args...)
-			require.Equal(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
+			r := runBin(t, bin, []string{config.BootstrapTicketEnv + "=" + secretTicket}, tc.args...)
+			require.Equal(t, config.ExitUsage, r.code, "stderr: %s", r.stderr)
 			require.Empty(t, r.stdout)
 			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
 			require.True(t, strings.HasPrefix(r.stderr, tc.want), "stderr %q does not start with %q", r.stderr, tc.want)
@@ -180,16 +180,16 @@ func TestUsageErrorsExit2WithOneLine(t *testing.T) {
 // collide between runs), runnerd logs "listening", and SIGTERM then ends it
 // with status 0, an orderly stop (prp.md §13).
 func TestServerLaunchArgvAccepted(t *testing.T) {
-	cfg, err := runner.ParseArgs(serverLaunchArgv(t.TempDir()), func(string) (string, bool) { return "", false })
+	cfg, err := config.ParseArgs(serverLaunchArgv(t.TempDir()), func(string) (string, bool) { return "", false })
 	require.NoError(t, err, "the exact argv")
-	require.Equal(t, runner.ModeListen, cfg.Mode)
+	require.Equal(t, config.ModeListen, cfg.Mode)
 	require.Equal(t, []string{"--fake-harness", "--fake-harness-script"}, cfg.Ignored)
 	require.Empty(t, cfg.Warnings, "the reference address and port draw no warning")
 
 	bin := testbin.Path(t, "runnerd")
 	args := replace(replace(serverLaunchArgv(t.TempDir()), "0.0.0.0", "127.0.0.1"), "43127", "0")
 	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), runner.BootstrapTicketEnv + "=" + secretTicket}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), config.BootstrapTicketEnv + "=" + secretTicket}
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	errPipe, err := cmd.StderrPipe()
@@ -249,11 +249,11 @@ func TestServerLaunchArgvAccepted(t *testing.T) {
 
 	// The same argv without a ticket is refused before anything starts.
 	r := runBin(t, bin, nil, serverLaunchArgv(t.TempDir())...)
-	require.Equal(t, runner.ExitUsage, r.code)
+	require.Equal(t, config.ExitUsage, r.code)
 	require.Equal(t, "paperclip-runnerd: bootstrap_ticket_missing: PAPERCLIP_RUNNER_BOOTSTRAP_TICKET is required in dial and listen mode\n", r.stderr)
 
-	r = runBin(t, bin, []string{runner.BootstrapTicketEnv + "=  "}, serverLaunchArgv(t.TempDir())...)
-	require.Equal(t, runner.ExitUsage, r.code)
+	r = runBin(t, bin, []string{config.BootstrapTicketEnv + "=  "}, serverLaunchArgv(t.TempDir())...)
+	require.Equal(t, config.ExitUsage, r.code)
 	require.True(t, strings.HasPrefix(r.stderr, "paperclip-runnerd: bootstrap_ticket_invalid: "), r.stderr)
 }
 
@@ -263,14 +263,14 @@ func TestServerLaunchArgvAccepted(t *testing.T) {
 // variables pass through untouched.
 func TestTicketNeverReachesChildren(t *testing.T) {
 	bin := testbin.Path(t, "runnerd", "runnerd_testhook")
-	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket, "PCRUNNER_TESTHOOK_EXEC=1", "OTHER_VAR=kept"}
+	env := []string{config.BootstrapTicketEnv + "=" + secretTicket, "PCRUNNER_TESTHOOK_EXEC=1", "OTHER_VAR=kept"}
 	r := runBin(t, bin, env, serverLaunchArgv(t.TempDir())...)
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	child, parent, ok := strings.Cut(r.stdout, "\n--runnerd--\n")
 	require.True(t, ok, "hook output: %q", r.stdout)
 	require.Contains(t, child, "OTHER_VAR=kept")
 	require.Contains(t, parent, "OTHER_VAR=kept")
-	require.NotContains(t, child, runner.BootstrapTicketEnv, "child inherited the ticket variable")
+	require.NotContains(t, child, config.BootstrapTicketEnv, "child inherited the ticket variable")
 	require.NotContains(t, r.stdout+r.stderr, secretTicket)
 }
 
@@ -300,17 +300,17 @@ func TestDiagnosticsDirectory(t *testing.T) {
 		"--runner-version", "0.3.0", "--runner-digest", "sha256:approved",
 		"--max-lifetime-ms", "300", "--diagnostics-directory", diag,
 	}
-	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket, "ANTHROPIC_API_KEY=" + apiKey}
+	env := []string{config.BootstrapTicketEnv + "=" + secretTicket, "ANTHROPIC_API_KEY=" + apiKey}
 	r := runBin(t, bin, env, args...)
-	require.Equal(t, runner.ExitFailure, r.code)
+	require.Equal(t, config.ExitFailure, r.code)
 	require.Empty(t, r.stdout)
 	require.Empty(t, r.stderr, "raw output is discarded")
 
-	errLog, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	errLog, err := os.ReadFile(filepath.Join(diag, config.DiagnosticsStderrName))
 	require.NoError(t, err)
 	require.Contains(t, string(errLog), "paperclip-runnerd: transport_reconnect_deadline_exceeded")
 	require.Contains(t, string(errLog), `"level":"INFO"`, "the logs are there too")
-	outLog, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStdoutName))
+	outLog, err := os.ReadFile(filepath.Join(diag, config.DiagnosticsStdoutName))
 	require.NoError(t, err)
 	for _, secret := range []string{secretTicket, apiKey} {
 		require.NotContains(t, string(errLog)+string(outLog), secret)
@@ -323,7 +323,7 @@ func TestDiagnosticsDirectory(t *testing.T) {
 	link := filepath.Join(t.TempDir(), "link")
 	require.NoError(t, os.Symlink(diag, link))
 	r = runBin(t, bin, env, replace(args, diag, link)...)
-	require.Equal(t, runner.ExitFailure, r.code)
+	require.Equal(t, config.ExitFailure, r.code)
 	require.Contains(t, r.stderr, "paperclip-runnerd: runner_failed: open --diagnostics-directory")
 }
 
@@ -347,7 +347,7 @@ func deadDialArgs(t *testing.T, extra ...string) []string {
 func logLines(t *testing.T, stderr string) (keys [][]string, recs []map[string]any) {
 	t.Helper()
 	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
-		if strings.HasPrefix(line, runner.StderrPrefix) {
+		if strings.HasPrefix(line, config.StderrPrefix) {
 			continue
 		}
 		dec := json.NewDecoder(strings.NewReader(line))
@@ -374,8 +374,8 @@ func logLines(t *testing.T, stderr string) (keys [][]string, recs []map[string]a
 // ("runnerd.state", "runnerd.prp.client").
 func TestLogLinesHaveOneComponentKey(t *testing.T) {
 	bin := testbin.Path(t, "runnerd")
-	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, deadDialArgs(t)...)
-	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	r := runBin(t, bin, []string{config.BootstrapTicketEnv + "=" + secretTicket}, deadDialArgs(t)...)
+	require.Equal(t, config.ExitFailure, r.code, "stderr: %s", r.stderr)
 	keys, recs := logLines(t, r.stderr)
 	require.NotEmpty(t, recs)
 	components := map[string]bool{}
@@ -398,7 +398,7 @@ func TestLogLinesHaveOneComponentKey(t *testing.T) {
 // line) before anything starts.
 func TestLogLevel(t *testing.T) {
 	bin := testbin.Path(t, "runnerd")
-	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket}
+	env := []string{config.BootstrapTicketEnv + "=" + secretTicket}
 	levels := func(stderr string) map[string]int {
 		_, recs := logLines(t, stderr)
 		n := map[string]int{}
@@ -408,18 +408,18 @@ func TestLogLevel(t *testing.T) {
 		return n
 	}
 	r := runBin(t, bin, env, deadDialArgs(t, "--log-level", "warn")...)
-	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	require.Equal(t, config.ExitFailure, r.code, "stderr: %s", r.stderr)
 	n := levels(r.stderr)
 	require.Zero(t, n["INFO"], "stderr: %s", r.stderr)
 	require.NotZero(t, n["WARN"], "stderr: %s", r.stderr)
 	require.Contains(t, r.stderr, "paperclip-runnerd: transport_reconnect_deadline_exceeded", "the error line is not a log line")
 
 	r = runBin(t, bin, env, deadDialArgs(t, "--log-level", "debug")...)
-	require.Equal(t, runner.ExitFailure, r.code, "stderr: %s", r.stderr)
+	require.Equal(t, config.ExitFailure, r.code, "stderr: %s", r.stderr)
 	require.NotZero(t, levels(r.stderr)["INFO"], "stderr: %s", r.stderr)
 
 	r = runBin(t, bin, env, deadDialArgs(t, "--log-level", "verbose")...)
-	require.Equal(t, runner.ExitUsage, r.code, "stderr: %s", r.stderr)
+	require.Equal(t, config.ExitUsage, r.code, "stderr: %s", r.stderr)
 	require.Equal(t, "paperclip-runnerd: usage: --log-level: must be debug, info, warn or error, got \"verbose\"\n", r.stderr)
 }
 
@@ -429,10 +429,10 @@ func TestLogLevel(t *testing.T) {
 func TestListenIdleWithoutConnectionExits0(t *testing.T) {
 	bin := testbin.Path(t, "runnerd")
 	args := replace(replace(replace(serverLaunchArgv(t.TempDir()), "0.0.0.0", "127.0.0.1"), "43127", "0"), "600000", "200")
-	r := runBin(t, bin, []string{runner.BootstrapTicketEnv + "=" + secretTicket}, args...)
-	require.Equal(t, runner.ExitOK, r.code, "stderr: %s", r.stderr)
+	r := runBin(t, bin, []string{config.BootstrapTicketEnv + "=" + secretTicket}, args...)
+	require.Equal(t, config.ExitOK, r.code, "stderr: %s", r.stderr)
 	require.Contains(t, r.stderr, "no server has connected")
-	require.NotContains(t, r.stderr, runner.StderrPrefix, "no error line")
+	require.NotContains(t, r.stderr, config.StderrPrefix, "no error line")
 }
 
 // TestDiagnosticsKeepCrashedLife: after a failed life, the next start
@@ -441,22 +441,22 @@ func TestListenIdleWithoutConnectionExits0(t *testing.T) {
 func TestDiagnosticsKeepCrashedLife(t *testing.T) {
 	bin := testbin.Path(t, "runnerd")
 	diag := filepath.Join(t.TempDir(), "diagnostics")
-	env := []string{runner.BootstrapTicketEnv + "=" + secretTicket}
+	env := []string{config.BootstrapTicketEnv + "=" + secretTicket}
 	r := runBin(t, bin, env, deadDialArgs(t, "--diagnostics-directory", diag)...)
-	require.Equal(t, runner.ExitFailure, r.code)
-	first, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	require.Equal(t, config.ExitFailure, r.code)
+	first, err := os.ReadFile(filepath.Join(diag, config.DiagnosticsStderrName))
 	require.NoError(t, err)
 	require.Contains(t, string(first), "paperclip-runnerd: transport_reconnect_deadline_exceeded")
 
 	r = runBin(t, bin, env, deadDialArgs(t, "--diagnostics-directory", diag, "--log-level", "error")...)
-	require.Equal(t, runner.ExitFailure, r.code)
-	kept, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName+runner.DiagnosticsPreviousSuffix))
+	require.Equal(t, config.ExitFailure, r.code)
+	kept, err := os.ReadFile(filepath.Join(diag, config.DiagnosticsStderrName+config.DiagnosticsPreviousSuffix))
 	require.NoError(t, err)
 	require.Equal(t, string(first), string(kept))
-	second, err := os.ReadFile(filepath.Join(diag, runner.DiagnosticsStderrName))
+	second, err := os.ReadFile(filepath.Join(diag, config.DiagnosticsStderrName))
 	require.NoError(t, err)
 	require.NotEqual(t, string(first), string(second))
-	fi, err := os.Stat(filepath.Join(diag, runner.DiagnosticsStderrName+runner.DiagnosticsPreviousSuffix))
+	fi, err := os.Stat(filepath.Join(diag, config.DiagnosticsStderrName+config.DiagnosticsPreviousSuffix))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -87,7 +88,7 @@ func TestPRP23_GoalEventsDowngradeOnV1(t *testing.T) {
 	start := func() *running {
 		tok, err := core.store.IssueTicket(time.Minute, time.Now())
 		require.NoError(t, err)
-		ticket, err := NewBootstrapTicket(tok)
+		ticket, err := config.NewBootstrapTicket(tok)
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &running{cancel: cancel, done: make(chan error, 1)}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -25,8 +26,8 @@ const waitBound = 10 * time.Second
 
 // stopBound bounds a RunLoop's return after its context is cancelled: above
 // the runner's own bounded agent shutdown (agentShutdownWait), with room
-// for a loaded machine; waitBound alone was within 4 s of it and a goal
-// test timed out once under load.
+// for a loaded machine: waitBound alone leaves too small a margin above
+// agentShutdownWait for a goal test under load.
 const stopBound = agentShutdownWait + waitBound
 
 // testIdentity is the registration the fake core and the runner share.
@@ -82,7 +83,7 @@ func newHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
 
 // config parses a runnerd command line for dial mode (or listen mode when
 // listen is true) plus extra flags.
-func (h *harness) config(listen bool, extra ...string) Config {
+func (h *harness) config(listen bool, extra ...string) config.Config {
 	h.t.Helper()
 	args := []string{
 		"--state-dir", h.stateDir,
@@ -104,7 +105,7 @@ func (h *harness) config(listen bool, extra ...string) Config {
 		// turn, prp.md §7.4; suspend_test.go covers that).
 		args = append(args, "--lifecycle-mode", "warm", "--idle-timeout-ms", "600000")
 	}
-	cfg, err := ParseArgs(append(args, extra...), func(string) (string, bool) { return "", false })
+	cfg, err := config.ParseArgs(append(args, extra...), func(string) (string, bool) { return "", false })
 	require.NoError(h.t, err)
 	return cfg
 }
@@ -116,9 +117,9 @@ type running struct {
 }
 
 // start runs the runner with a fresh ticket.
-func (h *harness) start(cfg Config, opts Options) *running {
+func (h *harness) start(cfg config.Config, opts Options) *running {
 	h.t.Helper()
-	ticket, err := NewBootstrapTicket(h.core.Ticket())
+	ticket, err := config.NewBootstrapTicket(h.core.Ticket())
 	require.NoError(h.t, err)
 	if opts.Transport == nil {
 		opts.Transport = h.transport

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -29,7 +30,7 @@ func TestIdleTimeoutWithoutAnyConnection(t *testing.T) {
 			r := h.start(cfg, Options{})
 			err := r.wait(t)
 			require.NoError(t, err)
-			require.Equal(t, ExitOK, ExitCode(err))
+			require.Equal(t, config.ExitOK, config.ExitCode(err))
 			st := h.readState()
 			require.NotEqual(t, state.Suspending, st.Lifecycle)
 			require.NotEqual(t, state.Suspended, st.Lifecycle)

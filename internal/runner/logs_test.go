@@ -15,12 +15,13 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
 // logBuffer collects JSON log lines; safe for concurrent use.
 type logBuffer struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards buf
 	buf bytes.Buffer
 }
 
@@ -51,11 +52,11 @@ func (b *logBuffer) records(t *testing.T, msg string) []map[string]any {
 }
 
 // startLogged runs the runner like harness.start, logging JSON into logs.
-func (h *harness) startLogged(cfg Config, opts Options, logs *logBuffer) *running {
+func (h *harness) startLogged(cfg config.Config, opts Options, logs *logBuffer) *running {
 	h.t.Helper()
 	tok, err := h.core.MintTicket()
 	require.NoError(h.t, err)
-	ticket, err := NewBootstrapTicket(tok)
+	ticket, err := config.NewBootstrapTicket(tok)
 	require.NoError(h.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}

@@ -13,6 +13,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -40,7 +41,7 @@ var errCleanStop = errors.New("clean stop")
 // routine, since executor commits run under the executor's lock. Pongs read
 // only the store's lock-free summary.
 type loop struct {
-	cfg      Config
+	cfg      config.Config
 	store    *state.Store
 	log      *slog.Logger
 	handlers map[string]Handler
@@ -87,11 +88,11 @@ func (r *loop) stopExecutor(orderly bool) {
 // orderlyStop reports whether the loop's outcome shuts the executor down
 // (prp.md §5, §6.1, §7.4, §13) rather than leaving it for re-adoption.
 func orderlyStop(outcome error) bool {
-	return outcome == nil || errors.Is(outcome, ErrLeaseExpired) ||
-		errors.Is(outcome, ErrReconnectGraceExceeded) || errors.Is(outcome, ErrReconnectDeadlineExceeded)
+	return outcome == nil || errors.Is(outcome, config.ErrLeaseExpired) ||
+		errors.Is(outcome, config.ErrReconnectGraceExceeded) || errors.Is(outcome, config.ErrReconnectDeadlineExceeded)
 }
 
-func newLoop(cfg Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
+func newLoop(cfg config.Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -480,7 +481,7 @@ func (r *loop) checkTerminal() {
 		return
 	}
 	if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTerminalFence(); return nil }); err != nil {
-		r.finish(NewError(CodeRunnerFailed, "clear terminal fence", err))
+		r.finish(config.NewError(config.CodeRunnerFailed, "clear terminal fence", err))
 		return
 	}
 	r.log.Info("terminal command delivered; stopping", "commandType", t.fence.CommandType, "lifecycle", string(t.fence.Lifecycle))
@@ -499,7 +500,7 @@ func (r *loop) terminalTimeout() {
 		r.finish(errCleanStop)
 		return
 	}
-	r.finish(NewError(CodeRunnerFailed, "terminal command result was not acknowledged within "+terminalAckTimeout.String()+"; the fence stays for the next process", nil))
+	r.finish(config.NewError(config.CodeRunnerFailed, "terminal command result was not acknowledged within "+terminalAckTimeout.String()+"; the fence stays for the next process", nil))
 }
 
 // commandID reads a raw command's commandId ("" when absent).

@@ -1,6 +1,6 @@
-// Package runner is runnerd: its command line and configuration, the
-// bootstrap ticket, build metadata, exit codes, and the control loop that
-// admits commands, journals them, runs their effects and ships events.
+// Package runner is runnerd's control loop: it admits commands, journals
+// them, runs their effects and ships events. What runnerd is launched with
+// (flags, the bootstrap ticket, exit codes) is internal/runner/config.
 package runner
 
 import (
@@ -14,30 +14,32 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
-// Run runs the durable runner described by cfg (Mode ModeDial or
-// ModeListen) until ctx is cancelled or the runner stops, and returns the
-// process exit status: ExitOK on success (revoke and a clean per-turn exit
-// included), ExitFailure otherwise, after writing the failure to os.Stderr
-// as one FormatError line (the server reads the code from that text).
-// ticket is the bootstrap ticket from TakeBootstrapTicket; Run owns it and
-// destroys it once a welcome delivers the lease token (prp.md §2.4).
+// Run runs the durable runner described by cfg (Mode config.ModeDial or
+// config.ModeListen) until ctx is cancelled or the runner stops, and returns
+// the process exit status: config.ExitOK on success (revoke and a clean
+// per-turn exit included), config.ExitFailure otherwise, after writing the
+// failure to os.Stderr as one config.FormatError line (the server reads the
+// code from that text). ticket is the bootstrap ticket from
+// config.TakeBootstrapTicket; Run owns it and destroys it once a welcome
+// delivers the lease token (prp.md §2.4).
 //
 // A cancelled ctx (SIGTERM, SIGINT) is an orderly stop: the state is saved
-// and Run returns ExitOK (prp.md §13).
-func Run(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *slog.Logger) int {
+// and Run returns config.ExitOK (prp.md §13).
+func Run(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger) int {
 	return runTo(ctx, cfg, ticket, logger, Options{}, os.Stderr)
 }
 
-func runTo(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *slog.Logger, opts Options, stderr io.Writer) int {
+func runTo(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger, opts Options, stderr io.Writer) int {
 	err := RunLoop(ctx, cfg, ticket, logger, opts)
 	if err != nil {
-		logger.Error("runner stopped", "code", string(CodeOf(err)))
-		fmt.Fprint(stderr, FormatError(err))
+		logger.Error("runner stopped", "code", string(config.CodeOf(err)))
+		fmt.Fprint(stderr, config.FormatError(err))
 	}
-	return ExitCode(err)
+	return config.ExitCode(err)
 }
 
 // Options are the control loop's seams for the executor and for tests.
@@ -60,8 +62,8 @@ type Options struct {
 
 // RunLoop is Run without the stderr line: it returns nil for every clean
 // stop (revoke, terminal command, a stopped or revoked state, ctx's end)
-// and a coded *Error otherwise.
-func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *slog.Logger, opts Options) error {
+// and a coded *config.Error otherwise.
+func RunLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger, opts Options) error {
 	defer ticket.Destroy()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -76,7 +78,7 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 		logger.Info("runner state is final; exiting", "reason", err.Error())
 		return nil
 	case err != nil:
-		return NewError(CodeRunnerFailed, "open runner state", err)
+		return config.NewError(config.CodeRunnerFailed, "open runner state", err)
 	}
 	defer func() {
 		if cerr := st.Close(); cerr != nil {
@@ -88,11 +90,11 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 	r.transport = opts.Transport
 	ax, err := newAgentExec(r)
 	if err != nil {
-		return NewError(CodeRunnerFailed, "load agent record", err)
+		return config.NewError(config.CodeRunnerFailed, "load agent record", err)
 	}
 	r.attachExecutor(ax, opts)
 	if !ticket.Present() {
-		return ErrBootstrapTicketMissing // a restart needs a fresh ticket too: leases live in memory only
+		return config.ErrBootstrapTicketMissing // a restart needs a fresh ticket too: leases live in memory only
 	}
 	secret := ticket.Reveal()
 	defer clear(secret)
@@ -121,22 +123,22 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 		ccfg.Deadline = r.started.Add(cfg.MaxLifetime)
 	}
 	switch cfg.Mode {
-	case ModeDial:
+	case config.ModeDial:
 		d, err := prp.NewDialer(ctx, prp.DialerConfig{
 			URL: cfg.ConnectURL.String(), CABundlePath: cfg.CABundlePath, Transport: opts.Transport,
 		})
 		if err != nil {
-			return NewError(CodeRunnerFailed, "prepare dialer", err)
+			return config.NewError(config.CodeRunnerFailed, "prepare dialer", err)
 		}
 		defer d.CloseIdle()
 		ccfg.Dialer = d
-	case ModeListen:
+	case config.ModeListen:
 		ln, err := prp.Listen(prp.ListenConfig{
 			Address: cfg.ListenAddress.String(), Port: int(cfg.ListenPort), Path: cfg.ListenPath,
 			MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger,
 		})
 		if err != nil {
-			return NewError(CodeIngressBindConflict, "listen", err)
+			return config.NewError(config.CodeIngressBindConflict, "listen", err)
 		}
 		defer ln.Close()
 		logger.Info("listening", "address", ln.Addr().String(), "path", cfg.ListenPath)
@@ -146,11 +148,11 @@ func RunLoop(ctx context.Context, cfg Config, ticket *BootstrapTicket, logger *s
 		ccfg.Listener = ln
 		r.listener = ln
 	default:
-		return NewError(CodeRunnerFailed, "mode "+cfg.Mode.String()+" has no control loop", nil)
+		return config.NewError(config.CodeRunnerFailed, "mode "+cfg.Mode.String()+" has no control loop", nil)
 	}
 	client, err := prp.NewClient(ccfg)
 	if err != nil {
-		return NewError(CodeRunnerFailed, "start client", err)
+		return config.NewError(config.CodeRunnerFailed, "start client", err)
 	}
 	return r.run(ctx, client)
 }
@@ -182,7 +184,7 @@ func (r *loop) exitFor(ctx context.Context, err error) error {
 		}
 		return stop
 	}
-	record := func(code Code) {
+	record := func(code config.Code) {
 		uerr := r.store.Update(func(tx *state.Tx) error {
 			tx.SetRecoverableFailure(string(code))
 			return tx.SetLifecycle(state.RecoverableFailure)
@@ -199,7 +201,7 @@ func (r *loop) exitFor(ctx context.Context, err error) error {
 		// executor down, exit 0.
 		var rev *prp.RevokedError
 		if !errors.As(err, &rev) {
-			return NewError(CodeRunnerFailed, "revoke without its epoch", err)
+			return config.NewError(config.CodeRunnerFailed, "revoke without its epoch", err)
 		}
 		uerr := r.store.Update(func(tx *state.Tx) error {
 			return tx.Revoke(uint64(max(rev.Epoch, 0)), uint64(max(rev.LeaseEpoch, 0)))
@@ -207,28 +209,28 @@ func (r *loop) exitFor(ctx context.Context, err error) error {
 		switch {
 		case errors.Is(uerr, state.ErrRevokeNotAdvancing):
 			// Below an epoch this state already honoured: a replayed revoke.
-			return NewError(CodeRunnerFailed, "protocol error: revoke did not advance the stored revocation epoch", nil)
+			return config.NewError(config.CodeRunnerFailed, "protocol error: revoke did not advance the stored revocation epoch", nil)
 		case uerr != nil:
-			return NewError(CodeRunnerFailed, "persist revoked lifecycle", uerr)
+			return config.NewError(config.CodeRunnerFailed, "persist revoked lifecycle", uerr)
 		}
 		r.log.Info("lease revoked; exiting")
 		return nil
 	case errors.Is(err, prp.ErrRevokeEpoch):
-		return NewError(CodeRunnerFailed, "protocol error: revoke did not advance the revocation epoch", nil)
+		return config.NewError(config.CodeRunnerFailed, "protocol error: revoke did not advance the revocation epoch", nil)
 	case errors.Is(err, prp.ErrLeaseExpired):
-		record(CodeLeaseExpired)
-		return NewError(CodeLeaseExpired, "connection lease expired; a fresh bootstrap ticket is required", nil)
+		record(config.CodeLeaseExpired)
+		return config.NewError(config.CodeLeaseExpired, "connection lease expired; a fresh bootstrap ticket is required", nil)
 	case errors.Is(err, prp.ErrReconnectGraceExceeded):
-		record(CodeReconnectGraceExceeded)
-		return NewError(CodeReconnectGraceExceeded, "disconnected longer than --reconnect-grace-ms", nil)
+		record(config.CodeReconnectGraceExceeded)
+		return config.NewError(config.CodeReconnectGraceExceeded, "disconnected longer than --reconnect-grace-ms", nil)
 	case errors.Is(err, prp.ErrReconnectDeadlineExceeded):
-		record(CodeReconnectDeadlineExceeded)
-		return NewError(CodeReconnectDeadlineExceeded, "lifetime ended while reconnecting", nil)
+		record(config.CodeReconnectDeadlineExceeded)
+		return config.NewError(config.CodeReconnectDeadlineExceeded, "lifetime ended while reconnecting", nil)
 	case errors.Is(err, prp.ErrTicketConsumed):
-		return ErrBootstrapFailedClosed
+		return config.ErrBootstrapFailedClosed
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		r.log.Info("signal received; orderly stop")
 		return nil
 	}
-	return NewError(CodeRunnerFailed, "control loop", err)
+	return config.NewError(config.CodeRunnerFailed, "control loop", err)
 }

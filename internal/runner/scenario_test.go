@@ -12,6 +12,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -141,7 +142,7 @@ func TestPRP12_DuplicateCommand(t *testing.T) {
 		err = run.wait(t)
 		require.Error(t, err)
 		require.True(t, errors.Is(err, state.ErrCommandReplayConflict), "fail closed: %v", err)
-		require.Equal(t, ExitFailure, ExitCode(err))
+		require.Equal(t, config.ExitFailure, config.ExitCode(err))
 		st := h.readState()
 		require.Equal(t, state.StatusCompleted, st.ProcessedCommands["cmd_drain"].Status, "state kept")
 	})
@@ -158,7 +159,7 @@ func TestPRP13_NonContiguousSeq(t *testing.T) {
 		})
 		err := run.wait(t)
 		require.ErrorIs(t, err, state.ErrNonContiguousCommand)
-		require.Equal(t, ExitFailure, ExitCode(err))
+		require.Equal(t, config.ExitFailure, config.ExitCode(err))
 		require.Empty(t, h.readState().ProcessedCommands, "nothing journaled")
 	})
 }
@@ -202,7 +203,7 @@ func TestPRP15_AckOutOfRange(t *testing.T) {
 				err := run.wait(t)
 				require.Error(t, err)
 				require.True(t, errors.Is(err, state.ErrAckBeyondProduced) || errors.Is(err, state.ErrAckBehindCursor), "%v", err)
-				require.Equal(t, ExitFailure, ExitCode(err))
+				require.Equal(t, config.ExitFailure, config.ExitCode(err))
 				st := h.readState()
 				require.Equal(t, state.Ready, st.Lifecycle, "state intact")
 			})
@@ -322,7 +323,7 @@ func TestPRP19_Revoke(t *testing.T) {
 			h.sendRaw(prp.KindRevoke, prp.RevokePayload{RevocationEpoch: 0})
 			err := run.wait(t)
 			require.Error(t, err)
-			require.Equal(t, ExitFailure, ExitCode(err))
+			require.Equal(t, config.ExitFailure, config.ExitCode(err))
 			require.NotEqual(t, state.Revoked, h.readState().Lifecycle)
 		})
 	})
@@ -338,12 +339,12 @@ func TestPRP20_48_LeaseExpiry(t *testing.T) {
 		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
 		h.core.Close() // the server is gone: every redial fails
 		err := run.wait(t)
-		require.ErrorIs(t, err, ErrLeaseExpired)
-		require.Contains(t, FormatError(err), "lease_expired_requires_bootstrap")
+		require.ErrorIs(t, err, config.ErrLeaseExpired)
+		require.Contains(t, config.FormatError(err), "lease_expired_requires_bootstrap")
 		st := h.readState()
 		require.Equal(t, state.RecoverableFailure, st.Lifecycle)
 		require.NotNil(t, st.RecoverableFailure)
-		require.Equal(t, string(CodeLeaseExpired), *st.RecoverableFailure)
+		require.Equal(t, string(config.CodeLeaseExpired), *st.RecoverableFailure)
 	})
 }
 
@@ -366,7 +367,7 @@ func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 			}
 			require.NoError(t, err)
 		}
-		r := newLoop(Config{Identity: testIdentity}, st, nil, Options{})
+		r := newLoop(config.Config{Identity: testIdentity}, st, nil, Options{})
 		p := r.pong()
 		require.NotNil(t, p.StoragePressure)
 		require.True(t, *p.StoragePressure)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
@@ -24,7 +25,7 @@ func TestTicketNeverOnDiskOrInLogs(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		tok, err := h.core.MintTicket()
 		require.NoError(t, err)
-		ticket, err := NewBootstrapTicket(tok)
+		ticket, err := config.NewBootstrapTicket(tok)
 		require.NoError(t, err)
 		var logs syncbuf.Buffer
 		logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -76,7 +77,7 @@ func FuzzHandleCommand(f *testing.F) {
 		st, err := state.Open(state.Config{Dir: filepath.Join(dir, "s"+itoa(n)), Identity: testIdentity})
 		require.NoError(t, err)
 		defer st.Close()
-		r := newLoop(Config{Identity: testIdentity}, st, slog.New(slog.DiscardHandler), Options{})
+		r := newLoop(config.Config{Identity: testIdentity}, st, slog.New(slog.DiscardHandler), Options{})
 		before := st.Snapshot()
 		if err := r.handleCommand(t.Context(), raw); err != nil {
 			require.Equal(t, before.LastControllerCommandSeq, st.Snapshot().LastControllerCommandSeq, "a refused command is not journaled")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -152,7 +153,7 @@ func (s *suspender) execStopped() {
 func (r *loop) watchLifecycle(ctx context.Context) {
 	var idle, life <-chan time.Time
 	var idleT clock.Timer
-	if r.cfg.Lifecycle == LifecycleWarm && r.cfg.IdleTimeout > 0 {
+	if r.cfg.Lifecycle == config.LifecycleWarm && r.cfg.IdleTimeout > 0 {
 		idleT = r.clk.NewTimer(r.cfg.IdleTimeout)
 		defer idleT.Stop()
 		idle = idleT.C()
@@ -239,19 +240,19 @@ func (r *loop) lifecycleCheck(ctx context.Context) {
 	case sum.Lifecycle == state.Suspending:
 		r.beginSuspend(ctx, "") // a suspend cut short by a restart: finish it
 		return
-	case sum.TurnEnded && r.cfg.Lifecycle == LifecyclePerTurn && !busy:
+	case sum.TurnEnded && r.cfg.Lifecycle == config.LifecyclePerTurn && !busy:
 		// After the command that may still run (turn.start, a cancel): its
 		// result is then queued before runner.suspending, whose ACK proves
 		// the result arrived.
 		r.beginSuspend(ctx, suspendPerTurn)
 		return
-	case sum.TurnEnded && r.cfg.Lifecycle == LifecyclePerTurn:
+	case sum.TurnEnded && r.cfg.Lifecycle == config.LifecyclePerTurn:
 		// The command's end kicks this check again.
 	case sum.TurnEnded:
 		// Warm: the turn's end starts the idle clock; nothing more to do.
 		r.touch()
 		if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTurnEnded(); return nil }); err != nil {
-			r.finish(NewError(CodeRunnerFailed, "record turn end", err))
+			r.finish(config.NewError(config.CodeRunnerFailed, "record turn end", err))
 			return
 		}
 	case lifetimeOver && !busy && !r.turnActive():
@@ -285,7 +286,7 @@ func (r *loop) beginSuspend(ctx context.Context, reason string) {
 		return err
 	})
 	if err != nil {
-		r.finish(NewError(CodeRunnerFailed, "record suspend", err))
+		r.finish(config.NewError(config.CodeRunnerFailed, "record suspend", err))
 		return
 	}
 	r.flush(ctx)
@@ -315,7 +316,7 @@ func (r *loop) checkSuspend() {
 		return tx.SetLifecycle(state.Suspended)
 	})
 	if err != nil {
-		r.finish(NewError(CodeRunnerFailed, "record suspended", err))
+		r.finish(config.NewError(config.CodeRunnerFailed, "record suspended", err))
 		return
 	}
 	r.log.Info("suspended; exiting")

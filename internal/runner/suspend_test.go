@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -143,11 +144,11 @@ func TestLifetimeWhileReconnectingFails(t *testing.T) {
 		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
 		h.core.Close() // the server is gone: every redial fails until the deadline
 		err := run.wait(t)
-		require.ErrorIs(t, err, ErrReconnectDeadlineExceeded)
+		require.ErrorIs(t, err, config.ErrReconnectDeadlineExceeded)
 		st := h.readState()
 		require.Equal(t, state.RecoverableFailure, st.Lifecycle)
 		require.NotNil(t, st.RecoverableFailure)
-		require.Equal(t, string(CodeReconnectDeadlineExceeded), *st.RecoverableFailure)
+		require.Equal(t, string(config.CodeReconnectDeadlineExceeded), *st.RecoverableFailure)
 	})
 }
 

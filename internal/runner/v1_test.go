@@ -16,6 +16,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -31,7 +32,7 @@ type versionCore struct {
 	// offers no warm rotation (warm_test.go).
 	noWarm bool
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards acked, events, hellos, changed, commands and results
 	acked   int64
 	events  []json.RawMessage // committed envelopes as received
 	hellos  []map[string]any  // auth_hello frames as the runner sent them
@@ -201,7 +202,7 @@ func testV1Downgrade(t *testing.T) {
 	start := func() *running {
 		tok, err := core.store.IssueTicket(time.Minute, time.Now())
 		require.NoError(t, err)
-		ticket, err := NewBootstrapTicket(tok)
+		ticket, err := config.NewBootstrapTicket(tok)
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &running{cancel: cancel, done: make(chan error, 1)}

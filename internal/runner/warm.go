@@ -16,6 +16,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -24,7 +25,7 @@ import (
 // (prp.md §9.5 steps 1 and 3: "≤2 s").
 const warmWait = 2 * time.Second
 
-// run.attach refusals (issue 15). Each is journaled as rejected: the
+// run.attach refusals (prp.md §9.5). Each is journaled as rejected: the
 // attach had no effect and the old run keeps working.
 const (
 	// CodeWarmAttachIncompatible: the live provider session cannot serve
@@ -42,7 +43,7 @@ const (
 )
 
 // Warm kill points: the phase boundaries of a rotation where the crash
-// matrix SIGKILLs runnerd (issue 15). warmKillPoint is a no-op except in
+// matrix (test/e2e) SIGKILLs runnerd. warmKillPoint is a no-op except in
 // runnerd_testhook builds (warm_testhook_linux.go).
 const (
 	killPrepared    = "prepared"    // the prepared write is durable; no result sent
@@ -59,7 +60,7 @@ var warmKillPoint = func(point string) {}
 // a time: mu is held across each step (a store write and a send), since
 // the ACK path (dispatch goroutine) and the timers both drive them.
 type warm struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards every field below
 	// welcomeVersion is the current connection's welcome
 	// warmTransitionVersion (0 when the core offered none).
 	welcomeVersion int
@@ -103,7 +104,7 @@ func (r *loop) beginAttach(ctx context.Context, cmd *prp.Command) error {
 	return r.tryPrepareLocked(ctx)
 }
 
-// checkAttach applies issue 15's checks, in order: PRP v2 with
+// checkAttach applies the run.attach checks, in order: PRP v2 with
 // warmTransitionVersion 1; the identity rules; the connection, checked
 // like the flags (prp.md §1.2, §1.3, the --ca-bundle-path rules); the
 // provider session's compatibility and quiescence.
@@ -119,12 +120,12 @@ func (r *loop) checkAttach(ctx context.Context, cmd *prp.Command, welcomeVersion
 		return nil, "", CodeWarmAttachInvalid, "run.attach breaks the identity rules: " + identityRule(err)
 	}
 	switch {
-	case r.cfg.Mode == ModeListen && conn.Mode == "listen":
+	case r.cfg.Mode == config.ModeListen && conn.Mode == "listen":
 		if msg := r.checkListen(conn, next.Identity.RunID); msg != "" {
 			return nil, "", CodeWarmAttachInvalid, msg
 		}
 		listenPath = conn.ListenPath
-	case r.cfg.Mode == ModeDial && conn.Mode == "connect":
+	case r.cfg.Mode == config.ModeDial && conn.Mode == "connect":
 		d, err = prp.NewDialer(ctx, prp.DialerConfig{URL: conn.ConnectURL, CABundlePath: conn.CABundlePath, Transport: r.transport})
 		if err != nil {
 			return nil, "", CodeWarmAttachInvalid, "run.attach connectUrl or caBundlePath fails the dial rules"
@@ -209,7 +210,7 @@ func (r *loop) attachAcked(ctx context.Context) {
 		return
 	}
 	if err := r.tryPrepareLocked(ctx); err != nil {
-		r.finish(NewError(CodeRunnerFailed, "prepare warm transition", err))
+		r.finish(config.NewError(config.CodeRunnerFailed, "prepare warm transition", err))
 	}
 }
 
@@ -224,7 +225,7 @@ func (r *loop) attachWaitExpired(ctx context.Context, cmd *prp.Command) {
 	}
 	w.waiting, w.dialer = nil, nil
 	if err := r.rejectAttachLocked(ctx, cmd, CodeWarmAttachNotReady, "the old outbox was not acknowledged within "+warmWait.String()); err != nil {
-		r.finish(NewError(CodeRunnerFailed, "refuse run.attach", err))
+		r.finish(config.NewError(config.CodeRunnerFailed, "refuse run.attach", err))
 	}
 }
 
@@ -294,7 +295,7 @@ func (r *loop) attachAckExpired(transitionID string) {
 	if w.prepared == nil || w.prepared.TransitionID != transitionID {
 		return
 	}
-	r.finish(NewError(CodeRunnerFailed, "run.attach result was not acknowledged within "+warmWait.String()+"; the next process settles the attach", nil))
+	r.finish(config.NewError(config.CodeRunnerFailed, "run.attach result was not acknowledged within "+warmWait.String()+"; the next process settles the attach", nil))
 }
 
 // warmResultAck applies a command_result_ack for the prepared run.attach

@@ -17,6 +17,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -308,7 +309,7 @@ func warmTestCatalog(t *testing.T) []byte {
 // TestWarmAttachNeedsV2WithWarmVersion: run.attach on a PRP v1 connection,
 // or on a v2 one whose welcome offered no warmTransitionVersion, is
 // refused warm_attach_unsupported before any effect (prp.md §9.5), and the
-// old run keeps working. (It was command_not_implemented before issue 15.)
+// old run keeps working.
 func TestWarmAttachNeedsV2WithWarmVersion(t *testing.T) {
 	for name, tc := range map[string]struct {
 		maxVersion int
@@ -328,7 +329,7 @@ func TestWarmAttachNeedsV2WithWarmVersion(t *testing.T) {
 				h := &harness{t: t, stateDir: filepath.Join(t.TempDir(), "state"), connectURL: "ws://127.0.0.1:1" + prp.ConnectPath(testIdentity.RunID)}
 				tok, err := core.store.IssueTicket(time.Minute, time.Now())
 				require.NoError(t, err)
-				ticket, err := NewBootstrapTicket(tok)
+				ticket, err := config.NewBootstrapTicket(tok)
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)

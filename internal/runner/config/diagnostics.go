@@ -1,4 +1,4 @@
-package runner
+package config
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ const (
 	DiagnosticsStderrName = "runnerd.stderr.log"
 	// DiagnosticsPreviousSuffix names the previous process's file
 	// (runnerd.stderr.log.1): one generation is kept, so a restart after a
-	// crash does not erase the crashed life's log (issue 9).
+	// crash does not erase the crashed life's log.
 	DiagnosticsPreviousSuffix = ".1"
 )
 
@@ -126,6 +126,8 @@ func credentialValues(environ []string) []string {
 // diagLog is one bounded, redacted file: whole lines are redacted and
 // appended; safe for concurrent use.
 type diagLog struct {
+	// mu guards size, partial, err and the writes to f: Write is called
+	// from any goroutine and from the stderr copier.
 	mu      sync.Mutex
 	f       *os.File
 	size    int64

@@ -1,4 +1,4 @@
-package runner
+package config
 
 import (
 	"encoding/json"
@@ -45,7 +45,7 @@ const (
 )
 
 // Version is runnerd's package version, reported as packageVersion. Release
-// builds set it with -ldflags "-X github.com/pcrunner/pcrunner/internal/runner.Version=…";
+// builds set it with -ldflags "-X github.com/pcrunner/pcrunner/internal/runner/config.Version=…";
 // otherwise it is the module version from the build info, else DevVersion.
 var Version = ""
 

@@ -1,7 +1,6 @@
-package runner
+package config
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 	"unicode"
@@ -24,11 +23,6 @@ const (
 // StderrPrefix starts every error line runnerd writes to stderr
 // (prp.md §13; R-bin prints "paperclip-runnerd: <error>").
 const StderrPrefix = "paperclip-runnerd: "
-
-// maxLoggedMessageBytes bounds a failure message copied into a log line
-// (beyond: a command_result message is already bounded by the state, this
-// keeps one warning short).
-const maxLoggedMessageBytes = 512
 
 // maxErrorLineBytes bounds one stderr error line (beyond: the server keeps
 // only the last 16 KiB of stderr, prp.md §13, so one line must never crowd
@@ -204,25 +198,13 @@ func FormatError(err error) string {
 	}
 	code := string(CodeOf(err))
 	text := code + ": " + strings.TrimPrefix(err.Error(), code+": ")
-	return StderrPrefix + oneLine(text, maxErrorLineBytes-len(StderrPrefix)-1) + "\n"
+	return StderrPrefix + OneLine(text, maxErrorLineBytes-len(StderrPrefix)-1) + "\n"
 }
 
-// resultFailure reads the code and message of a journaled failed result
-// for the log. It logs what the journal recorded, never the handler's raw
-// error: the state has redacted credential-shaped text in it and bounded it,
-// and it is the text the server receives anyway.
-func resultFailure(result json.RawMessage) (code, message string) {
-	var r struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	_ = json.Unmarshal(result, &r)
-	return oneLine(r.Code, maxLoggedMessageBytes), oneLine(r.Message, maxLoggedMessageBytes)
-}
-
-// oneLine replaces control characters (newlines included) with spaces and
-// cuts s to at most limit bytes without splitting a UTF-8 sequence.
-func oneLine(s string, limit int) string {
+// OneLine replaces control characters (newlines included) with spaces and
+// cuts s to at most limit bytes without splitting a UTF-8 sequence, so a
+// text runnerd prints or logs stays one bounded line.
+func OneLine(s string, limit int) string {
 	var b strings.Builder
 	for _, r := range s {
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {

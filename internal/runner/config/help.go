@@ -1,4 +1,4 @@
-package runner
+package config
 
 // Help is the text of paperclip-runnerd --help. A test keeps it in step with
 // the flags ParseArgs defines.

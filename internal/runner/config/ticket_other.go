@@ -1,6 +1,6 @@
 //go:build !linux
 
-package runner
+package config
 
 // scrubInitialEnviron is a no-op where no /proc exposes the initial
 // environment block.

@@ -1,0 +1,171 @@
+package config
+
+import (
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+)
+
+// Defaults. Each mirrors the spec line named in its comment.
+const (
+	DefaultListenAddress            = "0.0.0.0"                 // prp.md §1.2 (the reference accepts only this)
+	DefaultListenPort               = 43127                     // prp.md §1.2, AU: the Daytona ingress port
+	DefaultMaxOutboxBytes           = 64 * 1024                 // prp.md §13 table (R-bin default)
+	DefaultP0ReserveBytes           = 32 * 1024                 // prp.md §13 table (R-bin default)
+	DefaultMaxFrameBytes            = 1024 * 1024               // prp.md §1.4: default 1 MiB
+	DefaultReconnectDelay           = 25 * time.Millisecond     // prp.md §6.1, §12 (the server passes 250)
+	DefaultPingInterval             = 20 * time.Second          // prp.md §12, --ping-interval-ms (beyond)
+	DefaultSilenceTimeout           = 45 * time.Second          // prp.md §12, --silence-timeout-ms (beyond)
+	DefaultSessionOpenResumeTimeout = 30 * time.Second          // acp.md §7: adopt/resume bound
+	DefaultSessionOpenColdTimeout   = 30 * time.Second          // acp.md §7: cold bound for codex and other agents
+	DefaultSessionOpenColdLong      = 60 * time.Second          // acp.md §2.1, §7: cold bound for claude, pi, opencode
+	DefaultCancelGrace              = 5 * time.Second           // acp.md §4.4, §7
+	DefaultMaxConcurrentColdStarts  = 4                         // acp.md §4.2 (Paperclip ACPX_MAX_CONCURRENT_SESSION_INITS)
+	DefaultLifecycle                = LifecyclePerTurn          // prp.md §13 table
+	DefaultLogFormat                = LogFormatJSON             // STYLE.md: JSON handler by default
+	DefaultLogLevel                 = slog.LevelInfo            // beyond: the reference logs lifecycle lines at info
+	ListenPathPrefix                = "/api/runner/v1/connect/" // prp.md §1.1, §1.2
+)
+
+// defaultColdTimeoutAgents are the agents whose cold session.open bound is
+// DefaultSessionOpenColdLong (acp.md §2.1 table).
+var defaultColdTimeoutAgents = []string{"claude", "opencode", "pi"}
+
+// Bounds on flag values. Each names its source.
+const (
+	MinMaxFrameBytes     = 1024                       // prp.md §1.4: allowed 1 KiB–16 MiB
+	MaxMaxFrameBytes     = 16 * 1024 * 1024           // prp.md §1.4
+	maxOutboxBytesLimit  = 1 << 30                    // beyond: the outbox lives in runner-state.json in memory; the newest server passes 16 MiB
+	maxReconnectDelay    = 5 * time.Second            // prp.md §6.1: backoff is clamped to 1–5000 ms, a larger base means nothing
+	maxDurationFlag      = 24 * time.Hour             // beyond: no runnerd wait is meant to exceed a day (lease TTL max is 24 h, prp.md §5)
+	maxServerDuration    = 100 * 365 * 24 * time.Hour // R-bin takes any u64 ms for the server-set lifetime, grace and idle timeout; longer values saturate here
+	minPingInterval      = time.Millisecond           // beyond: a zero interval would spin
+	maxIdentityBytes     = 1024                       // beyond: the reference sets none; ids are UUIDs or short prefixed names
+	maxAgentNameBytes    = 64                         // beyond: agent names are short registry keys (acp.md §2.1)
+	maxColdTimeoutAgents = 64                         // beyond: bounds the repeatable --session-open-cold-timeout-agent
+	maxColdStartsLimit   = 1024                       // beyond: a gate wider than this is no gate (acp.md §4.2 default 4)
+	maxPathBytes         = 4096                       // PATH_MAX on Linux
+	maxConnectURLBytes   = 8192                       // beyond: far above any real URL, well below pflag's argv use
+)
+
+// Mode is what the command line asks runnerd to do (prp.md §13).
+type Mode int
+
+const (
+	// ModeBuildMetadata prints the build metadata JSON and exits.
+	ModeBuildMetadata Mode = iota + 1
+	// ModeDial dials the server (transport modes dial_ws_loopback, dial_wss).
+	ModeDial
+	// ModeListen accepts the server's connection (transport mode listen_ws).
+	ModeListen
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeBuildMetadata:
+		return "build_metadata"
+	case ModeDial:
+		return "dial"
+	case ModeListen:
+		return "listen"
+	}
+	return "unknown"
+}
+
+// Lifecycle is --lifecycle-mode.
+type Lifecycle string
+
+// Lifecycles (prp.md §13; R-bin accepts exactly these).
+const (
+	LifecyclePerTurn Lifecycle = "per_turn"
+	LifecycleWarm    Lifecycle = "warm"
+)
+
+// LogFormat is --log-format.
+type LogFormat string
+
+// Log formats.
+const (
+	LogFormatJSON LogFormat = "json"
+	LogFormatText LogFormat = "text"
+)
+
+// logLevels are the --log-level names, lowest first.
+var logLevels = []struct {
+	name  string
+	level slog.Level
+}{{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}
+
+// Config is runnerd's validated command line. ParseArgs fills every field
+// (defaults included); code that receives a Config may rely on the
+// invariants documented on each field.
+type Config struct {
+	Mode Mode
+
+	// Dial mode. ConnectURL is ws:// or wss:// with no userinfo, query or
+	// fragment; DialHost is the host without brackets, DialPort is non-zero
+	// (the scheme's default when the URL has none). DNS resolution, pinning
+	// and the loopback rule for ws:// belong to the dialer (prp.md §1.3).
+	ConnectURL   *url.URL
+	DialHost     string
+	DialPort     uint16
+	CABundlePath string // only with wss://; the file itself is checked when opened
+
+	// Listen mode. ListenPath == ListenPathPrefix + Identity.RunID.
+	ListenAddress netip.Addr
+	ListenPort    uint16 // 0 asks the kernel for a port (tests)
+	ListenPath    string
+
+	StateDir      string       // absolute, cleaned
+	Identity      prp.Identity // the six --*-id flags (prp.md §13)
+	RunnerVersion string
+	RunnerDigest  string
+
+	MaxOutboxBytes int64 // > P0ReserveBytes
+	P0ReserveBytes int64
+	MaxFrameBytes  int64 // MinMaxFrameBytes..MaxMaxFrameBytes
+
+	ReconnectDelay    time.Duration
+	ReconnectGrace    time.Duration // meaningful only when HasReconnectGrace; at most 100 years
+	HasReconnectGrace bool          // --reconnect-grace-ms given; absent = no grace
+	MaxLifetime       time.Duration // 0 = unlimited (--max-lifetime-ms or --max-runtime-ms; 0, absent or >= 100 years)
+
+	Lifecycle   Lifecycle
+	IdleTimeout time.Duration // > 0 exactly when Lifecycle == LifecycleWarm; at most 100 years
+
+	DiagnosticsDir string // "" = none
+
+	PingInterval   time.Duration
+	SilenceTimeout time.Duration // > PingInterval
+	LogFormat      LogFormat
+	LogLevel       slog.Level // the least severe level logged (--log-level)
+
+	SessionOpenResumeTimeout time.Duration
+	SessionOpenColdTimeout   time.Duration            // agents not in ColdTimeoutByAgent
+	ColdTimeoutByAgent       map[string]time.Duration // defaults merged with --session-open-cold-timeout-agent
+	CancelGrace              time.Duration
+	MaxConcurrentColdStarts  int    // <= 0 disables the gate (acp.md §4.2)
+	PcwrapPath               string // "" = next to the runnerd executable, else PATH (acp.md §3.1)
+	OpenCodeExecutable       string // "" = opencode on PATH (codex.md §6)
+
+	// Ignored lists the accepted-and-ignored flags that were given (sorted,
+	// without values), so the runner can log that it ignored them.
+	Ignored []string
+	// Warnings are one-line notes about accepted but unusual values (a
+	// listener other than 0.0.0.0:43127, prp.md §1.2), for the runner to log.
+	Warnings []string
+}
+
+// ColdTimeout returns the cold session.open bound for agent (acp.md §2.1).
+func (c *Config) ColdTimeout(agent string) time.Duration {
+	if d, ok := c.ColdTimeoutByAgent[agent]; ok {
+		return d
+	}
+	return c.SessionOpenColdTimeout
+}
+
+// Environ looks up an environment variable, like os.LookupEnv.
+type Environ func(key string) (string, bool)
