@@ -33,7 +33,7 @@ func TestEmittedEventsMatchReferenceSchema(t *testing.T) {
 			{Type: "item.delta", Priority: P2, CoalesceKey: "i", Payload: json.RawMessage(`{"channel":"progress","delta":"llo"}`)},
 			{Type: "turn.completed", Priority: P0, Payload: json.RawMessage(`{"providerTurnId":"t1"}`)},
 			{Type: "run.terminal", Priority: P0, Payload: json.RawMessage(`{"schema":"paperclip.prp.terminal.v1","turnTerminalState":"completed","runTerminalState":"succeeded","reportedWorkDisposition":"done"}`)},
-			{Type: "session.goal.updated", Priority: P1, Payload: json.RawMessage(`{"goal":{"objective":"x","status":"active"}}`)},
+			{Type: "session.goal.updated", Priority: P1, Payload: json.RawMessage(`{"goal":{"objective":"x","status":"active","tokenBudget":null,"tokensUsed":null,"elapsedSeconds":null,"iterations":null,"lastReason":null,"createdAt":null,"updatedAt":null,"completedAt":null,"workingNow":true}}`)},
 		} {
 			if _, err := tx.Enqueue(ev); err != nil {
 				return err
