@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dlclark/regexp2"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
@@ -149,7 +150,7 @@ func Validate(sch *jsonschema.Schema, v any) error {
 	return sch.Validate(inst)
 }
 
-// safePathPattern is the one reference pattern Go's RE2 cannot compile (it
+// safePathPattern is a reference pattern Go's RE2 cannot compile (it
 // uses lookahead): a relative path with no ".." segment. It is checked by
 // hand instead of being waved through.
 const safePathPattern = `^(?!/)(?!.*(?:^|/)\.\.(?:/|$)).*$`
@@ -170,9 +171,30 @@ func (safePath) MatchString(s string) bool {
 
 func (safePath) String() string { return safePathPattern }
 
+// ecmaRegexp is a reference pattern RE2 cannot compile, matched as the
+// server's Ajv does: an ECMAScript expression with the u flag.
+type ecmaRegexp struct{ re *regexp2.Regexp }
+
+func (r ecmaRegexp) MatchString(s string) bool {
+	ok, err := r.re.MatchString(s)
+	return err == nil && ok
+}
+
+func (r ecmaRegexp) String() string { return r.re.String() }
+
+// regexpEngine compiles with RE2 where it can; a pattern that needs
+// ECMAScript (the share's schemas use lookahead in several spellings) goes
+// to regexp2, so it is checked rather than waved through.
 func regexpEngine(s string) (jsonschema.Regexp, error) {
 	if s == safePathPattern {
 		return safePath{}, nil
 	}
-	return regexp.Compile(s)
+	if re, err := regexp.Compile(s); err == nil {
+		return re, nil
+	}
+	re, err := regexp2.Compile(s, regexp2.ECMAScript|regexp2.Unicode)
+	if err != nil {
+		return nil, err
+	}
+	return ecmaRegexp{re}, nil
 }
