@@ -416,7 +416,7 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 		exited.code = proc.code // set before proc.exited closed
 	}
 	terminal := slices.ContainsFunc(steps, func(s step) bool {
-		return s.Command == "runner.shutdown" || s.Command == "runner.suspend" || s.Revoke != 0
+		return prp.IsTerminalCommand(s.Command) || s.Revoke != 0
 	})
 	if proc != nil {
 		if err != nil || !terminal {
@@ -526,7 +526,7 @@ func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswe
 			if err == nil {
 				resolved[req.Payload.Request.RequestID] = true
 				var cmd prp.Command
-				cmd, err = core.QueueCommand(prp.Command{Type: "request.resolve", Payload: resolvePayload(req, resolveAction(s.Resolve))})
+				cmd, err = core.QueueCommand(prp.Command{Type: prp.CommandRequestResolve, Payload: resolvePayload(req, resolveAction(s.Resolve))})
 				ids = append(ids, cmd.CommandID)
 			}
 		}
