@@ -169,10 +169,11 @@ func (a *agentExec) Drained() bool {
 func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
 
 // stateEvents converts mapped events for the outbox: the provider turn and
-// item ids go into an open payload (the envelope carries the runner's
-// durable identity; prp.PayloadRule). Deltas carry CoalesceKey = itemId: the outbox merges
-// consecutive deltas of one item into one unsent P2 event (prp.md §8.1,
-// §9.3), in this commit or a later one.
+// item ids go into an open payload (prp.PayloadRule; the envelope carries
+// the runner's durable identity). Types that coalesce by item (item.delta)
+// carry CoalesceKey = itemId: the outbox merges consecutive deltas of one
+// item into one unsent P2 event (prp.md §8.1, §9.3), in this commit or a
+// later one.
 func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 	out := make([]state.Event, 0, len(evs))
 	for _, e := range evs {
