@@ -263,10 +263,11 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 		SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Envelope: env, ByteSize: len(env),
 	})
 	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.OutboxBytes())
-	if prp.EventRuleOf(ev.Type).EndsTurn {
+	rule := prp.EventRuleOf(ev.Type)
+	if rule.EndsTurn {
 		tx.st.TurnEnded = true
 	}
-	if fam := prp.EventRuleOf(ev.Type).V2Family; fam != "" {
+	if fam := rule.V2Family; fam != "" {
 		if tx.st.V2ReplayEvents == nil {
 			tx.st.V2ReplayEvents = map[string]V2ReplayEvent{}
 		}
