@@ -85,7 +85,7 @@ func openRequest(s prp.CoreSnapshot, answered map[string]bool) (committedEvent, 
 	settled := map[string]bool{}
 	for _, e := range evs {
 		switch e.EventType {
-		case "runtime_request.resolved", "runtime_request.cancelled", "runtime_request.expired":
+		case prp.EventRuntimeRequestResolved, prp.EventRuntimeRequestCancelled, prp.EventRuntimeRequestExpired:
 			id := e.Payload.RequestID
 			if id == "" {
 				id = e.Payload.Request.RequestID
@@ -96,7 +96,7 @@ func openRequest(s prp.CoreSnapshot, answered map[string]bool) (committedEvent, 
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
 		id := e.Payload.Request.RequestID
-		if e.EventType == "runtime_request.created" && id != "" && !settled[id] && !answered[id] {
+		if e.EventType == prp.EventRuntimeRequestCreated && id != "" && !settled[id] && !answered[id] {
 			return e, true
 		}
 	}

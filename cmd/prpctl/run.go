@@ -77,7 +77,7 @@ since a script drives several commands and turns through one process; pass
 default of the server (runnerd exits after its turn, prp.md §7.4).
 
 SCRIPT (JSON lines, # comments)
-  {"command":"session.snapshot","payload":{}}   queue a command
+  {"command":"` + prp.CommandSessionSnapshot + `","payload":{}}   queue a command
   {"sleepMs":200}   {"ping":true}   {"revoke":1}   {"drop":true}
   {"wait":true}     wait until every queued command has a result
   {"attach":{"identity":{six ids},"connection":{"mode":"connect","connectUrl":URL}|
@@ -86,7 +86,7 @@ SCRIPT (JSON lines, # comments)
                     queue a warm run.attach handing the runner to the next run;
                     "connection":"auto" names this session's own route for it
                     (the core's dial route, or the listener with the new path)
-  {"waitEvent":"run.terminal"}
+  {"waitEvent":"` + prp.EventRunTerminal + `"}
                     wait for the next event of that type: the n-th waitEvent
                     of a type waits for the run's n-th event of that type
   {"resolve":"allow"}
@@ -108,7 +108,7 @@ TOOL CALLS
   semantic_tool.result command (tools.md §3 item 4): commandId
   command_tool_<first 32 hex of sha256(runId + "\0" + callId)>, payload
   {callId, operationId, inputDigest: content.digest, sourceEventId,
-  sourceEventType: "semantic_tool.input", correlation, result, isError}.
+  sourceEventType: "` + prp.EventSemanticToolInput + `", correlation, result, isError}.
   The result is the operation's toolErrors entry (once), else its
   toolResults entry or --tool-result, else for paperclip_finish and
   paperclip_block the acceptance
@@ -416,7 +416,7 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 		exited.code = proc.code // set before proc.exited closed
 	}
 	terminal := slices.ContainsFunc(steps, func(s step) bool {
-		return s.Command == "runner.shutdown" || s.Command == "runner.suspend" || s.Revoke != 0
+		return prp.IsTerminalCommand(s.Command) || s.Revoke != 0
 	})
 	if proc != nil {
 		if err != nil || !terminal {
@@ -526,7 +526,7 @@ func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswe
 			if err == nil {
 				resolved[req.Payload.Request.RequestID] = true
 				var cmd prp.Command
-				cmd, err = core.QueueCommand(prp.Command{Type: "request.resolve", Payload: resolvePayload(req, resolveAction(s.Resolve))})
+				cmd, err = core.QueueCommand(prp.Command{Type: prp.CommandRequestResolve, Payload: resolvePayload(req, resolveAction(s.Resolve))})
 				ids = append(ids, cmd.CommandID)
 			}
 		}

@@ -20,10 +20,8 @@ import (
 
 // Names of tools.md §3 and §4.
 const (
-	eventToolInput    = "semantic_tool.input"
-	commandToolResult = "semantic_tool.result"
-	finishTool        = "paperclip_finish"
-	blockTool         = "paperclip_block"
+	finishTool = "paperclip_finish"
+	blockTool  = "paperclip_block"
 )
 
 // acceptedResult answers a reserved tool (paperclip_finish, paperclip_block)
@@ -105,7 +103,7 @@ func (a *toolAnswerer) commandFor(envelope json.RawMessage) (prp.Command, bool) 
 	var env struct {
 		Payload toolInput `json:"payload"`
 	}
-	if json.Unmarshal(envelope, &env) != nil || env.Payload.EventType != eventToolInput {
+	if json.Unmarshal(envelope, &env) != nil || env.Payload.EventType != prp.EventSemanticToolInput {
 		return prp.Command{}, false
 	}
 	ev := env.Payload
@@ -134,7 +132,7 @@ func (a *toolAnswerer) commandFor(envelope json.RawMessage) (prp.Command, bool) 
 	}
 	payload, err := json.Marshal(map[string]any{
 		"callId": st.CallID, "operationId": st.OperationID, "inputDigest": st.Content.Digest,
-		"sourceEventId": ev.EventID, "sourceEventType": eventToolInput, "correlation": corrOut,
+		"sourceEventId": ev.EventID, "sourceEventType": prp.EventSemanticToolInput, "correlation": corrOut,
 		"result": result, "isError": isError,
 	})
 	if err != nil {
@@ -142,7 +140,7 @@ func (a *toolAnswerer) commandFor(envelope json.RawMessage) (prp.Command, bool) 
 	}
 	a.answered[id] = true
 	a.queued = append(a.queued, id)
-	return prp.Command{CommandID: id, Type: commandToolResult, Payload: payload}, true
+	return prp.Command{CommandID: id, Type: prp.CommandSemanticToolResult, Payload: payload}, true
 }
 
 // resultLocked picks the answer for an operation: a pending failure first,

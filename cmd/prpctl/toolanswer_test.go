@@ -157,7 +157,7 @@ func FuzzToolAnswerer(f *testing.F) {
 		if !ok {
 			return
 		}
-		if cmd.Type != commandToolResult || !isObject(cmd.Payload) || !strings.HasPrefix(cmd.CommandID, "command_tool_") {
+		if cmd.Type != prp.CommandSemanticToolResult || !isObject(cmd.Payload) || !strings.HasPrefix(cmd.CommandID, "command_tool_") {
 			t.Fatalf("bad answer %+v", cmd)
 		}
 	})

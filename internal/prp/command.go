@@ -25,19 +25,6 @@ const MaxCommandIDChars = 64
 // for the runner.
 var ErrInvalidCommand = errors.New("invalid command")
 
-// minCommandSchema is the command catalogue of prp.md §7.5 with the lowest
-// command schema version that carries each type (SCH command*.schema.json,
-// R-state Command::validate).
-var minCommandSchema = map[string]int{
-	"run.prepare": 1, "run.attach": 1, "session.open": 1, "turn.start": 1, "turn.steer": 1,
-	"turn.interrupt": 1, "turn.stop": 1, "request.resolve": 1, "interaction.receipt": 1,
-	"semantic_tool.result": 1, "session.snapshot": 1, "session.close": 1,
-	"session.budget.increase": 1, "session.destroy": 1, "run.cancel": 1, "runner.drain": 1,
-	"runner.suspend": 1, "runner.shutdown": 1,
-	"session.goal.get": 2, "session.goal.set": 2, "session.goal.clear": 2,
-	"external_provider.operation": 3,
-}
-
 // Command is a command object (prp.md §7.1): the core builds one to send
 // (QueueCommand), the runner gets one from DecodeCommand and the state's
 // journal admits it. Admission rules (§7.2 steps 2–7) belong to the journal.
@@ -155,12 +142,8 @@ func (c *Command) Validate() error {
 	default:
 		return fmt.Errorf("validate command: %w: unsupported schema", ErrInvalidCommand)
 	}
-	need, ok := minCommandSchema[c.Type]
-	if !ok {
-		return fmt.Errorf("validate command: %w: unknown type", ErrInvalidCommand)
-	}
-	if version < need {
-		return fmt.Errorf("validate command: %w: type %s needs command schema v%d", ErrInvalidCommand, c.Type, need)
+	if err := checkType(c.Type, version); err != nil {
+		return err
 	}
 	if !validCommandText(c.CommandID) {
 		return fmt.Errorf("validate command: %w: commandId empty, over %d chars or has control characters", ErrInvalidCommand, MaxCommandIDChars)

@@ -20,8 +20,6 @@ const (
 	// WarmPhaseActivated is the welcome's warmTransitionPhase once the core
 	// accepted a reconnect under the new identity (CP #welcome).
 	WarmPhaseActivated = "activated"
-	// CommandRunAttach is the command type that rotates a warm runner.
-	CommandRunAttach = "run.attach"
 )
 
 // Warm-rotation refusals.

@@ -79,7 +79,7 @@ func (a *agentExec) start(ctx context.Context) {
 func (a *agentExec) reviseUnstartedTurns() error {
 	var ids []string
 	for _, c := range a.r.store.Recovery().Indeterminate {
-		if c.CommandType == "turn.start" {
+		if c.CommandType == prp.CommandTurnStart {
 			ids = append(ids, c.CommandID)
 		}
 	}
@@ -168,27 +168,12 @@ func (a *agentExec) Drained() bool {
 // DrainSignal implements agent.Sink: closed at the next applied ACK.
 func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
 
-// closedPayload are event types whose payload schema admits no extra
-// field (provider-event.schema.json plan, toolExecution and
-// providerNotice: the real codex app-server raises a notice inside every
-// turn).
-var closedPayload = map[string]bool{
-	"plan.updated": true, "tool.execution.started": true, "tool.execution.progressed": true, "tool.execution.completed": true,
-	"provider.notice.recorded": true,
-}
-
-// exactPayload are event types whose payload tools.md §7 lists field by
-// field: their turn and item ids are inside, none is added.
-var exactPayload = map[string]bool{
-	"runtime_request.created": true, "runtime_request.resolved": true,
-	"runtime_request.expired": true, "runtime_request.cancelled": true,
-}
-
 // stateEvents converts mapped events for the outbox: the provider turn and
-// item ids go into the payload (the envelope carries the runner's durable
-// identity). Deltas carry CoalesceKey = itemId: the outbox merges
-// consecutive deltas of one item into one unsent P2 event (prp.md §8.1,
-// §9.3), in this commit or a later one.
+// item ids go into an open payload (prp.PayloadRule; the envelope carries
+// the runner's durable identity). Types that coalesce by item (item.delta)
+// carry CoalesceKey = itemId: the outbox merges consecutive deltas of one
+// item into one unsent P2 event (prp.md §8.1, §9.3), in this commit or a
+// later one.
 func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 	out := make([]state.Event, 0, len(evs))
 	for _, e := range evs {
@@ -196,7 +181,8 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 		for k, v := range e.Payload {
 			p[k] = v
 		}
-		exact := closedPayload[e.EventType] || exactPayload[e.EventType]
+		rule := prp.EventRuleOf(e.EventType)
+		exact := rule.Payload != prp.PayloadOpen
 		if exact {
 			// Their schemas allow no extra field; the ids are inside.
 		} else if e.TurnID != "" {
@@ -214,7 +200,7 @@ func stateEvents(evs []acpx.Event) ([]state.Event, error) {
 			return nil, err
 		}
 		ev := state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b, ExecutorID: e.ExecutorID}
-		if id, _ := p["itemId"].(string); e.EventType == "item.delta" && id != "" {
+		if id, _ := p["itemId"].(string); rule.CoalesceByItem && id != "" {
 			ev.CoalesceKey = id
 		}
 		out = append(out, ev)
@@ -252,18 +238,18 @@ func (a *agentExec) handlers() map[string]Handler {
 		return a.m.ToolResult(cmd.CommandID, cmd.Payload)
 	}
 	return map[string]Handler{
-		"run.prepare":     plain(a.m.Prepare),
-		"session.open":    open,
-		"turn.start":      turnStart,
-		"turn.steer":      plain(a.m.SteerTurn),
-		"turn.interrupt":  cancel(agent.Interrupt),
-		"turn.stop":       cancel(agent.StopTurn),
-		"run.cancel":      cancel(agent.RunCancel),
-		"session.close":   withCtx(a.m.CloseSession),
-		"session.destroy": withCtx(a.m.Destroy),
-		"request.resolve": resolve,
-		// tools.md §3 items 4–6; it was command_not_implemented before.
-		"semantic_tool.result": toolResult,
+		prp.CommandRunPrepare:     plain(a.m.Prepare),
+		prp.CommandSessionOpen:    open,
+		prp.CommandTurnStart:      turnStart,
+		prp.CommandTurnSteer:      plain(a.m.SteerTurn),
+		prp.CommandTurnInterrupt:  cancel(agent.Interrupt),
+		prp.CommandTurnStop:       cancel(agent.StopTurn),
+		prp.CommandRunCancel:      cancel(agent.RunCancel),
+		prp.CommandSessionClose:   withCtx(a.m.CloseSession),
+		prp.CommandSessionDestroy: withCtx(a.m.Destroy),
+		prp.CommandRequestResolve: resolve,
+		// tools.md §3 items 4–6.
+		prp.CommandSemanticToolResult: toolResult,
 	}
 }
 

@@ -21,17 +21,11 @@ const (
 	CodeRunnerDraining = "runner_draining"
 )
 
-// Runner event types the loop emits (prp.md §8.3; runner.suspending and
+// The loop emits runner.connected, runner.reconnected, runner.draining,
+// runner.suspended and runner.stopped (prp.md §8.3; runner.suspending and
 // runner.reconciled are in suspend.go and the state package). Like the
 // reference runner, runnerd never emits runner.disconnected: a dropped link
 // cannot carry it, and the core observes the drop itself.
-const (
-	eventRunnerConnected   = "runner.connected"
-	eventRunnerReconnected = "runner.reconnected"
-	eventRunnerDraining    = "runner.draining"
-	eventRunnerSuspended   = "runner.suspended"
-	eventRunnerStopped     = "runner.stopped"
-)
 
 // ErrCommandNotImplemented, returned by a Handler, answers the command
 // rejected with code command_not_implemented.
@@ -51,19 +45,58 @@ type Handler func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error
 // sends them on the current connection (if any).
 type Emit func(ctx context.Context, events ...state.Event) error
 
-// loopOwned are the command types the loop executes itself (lifecycle and
-// fences): no Handler replaces them.
-var loopOwned = map[string]bool{
-	"runner.drain": true, "runner.suspend": true, "runner.shutdown": true, "session.snapshot": true,
-	prp.CommandRunAttach: true,
+// commandHandler is how the loop executes one command type.
+type commandHandler struct {
+	// owned: the loop executes the type itself (lifecycle, fences, warm
+	// rotation); neither the executor nor Options.Handlers replaces it.
+	owned bool
+	// execute runs an admitted command's effect and records its result,
+	// which the loop then sends. Only a storage failure is returned.
+	execute func(r *loop, ctx context.Context, cmd *prp.Command) (state.CommandResult, error)
+	// begin, set instead of execute, starts a command that sends its own
+	// result later (run.attach: when its rotation wait ends, warm.go).
+	begin func(r *loop, ctx context.Context, cmd *prp.Command) error
 }
+
+// commandHandlers is the loop's dispatch table: one entry per type of the
+// PRP command catalogue (prp.CommandTypes), which its test checks. The
+// provider commands go to the executor's Handler of their type, and are
+// refused command_not_implemented when there is none.
+var commandHandlers = map[string]commandHandler{
+	prp.CommandRunnerSuspend:   {owned: true, execute: (*loop).executeTerminal},
+	prp.CommandRunnerShutdown:  {owned: true, execute: (*loop).executeTerminal},
+	prp.CommandRunnerDrain:     {owned: true, execute: (*loop).executeDrain},
+	prp.CommandSessionSnapshot: {owned: true, execute: (*loop).executeSnapshot},
+	prp.CommandRunAttach:       {owned: true, begin: (*loop).beginAttach},
+
+	prp.CommandRunPrepare:                {execute: (*loop).executeProvider},
+	prp.CommandRunCancel:                 {execute: (*loop).executeProvider},
+	prp.CommandSessionOpen:               {execute: (*loop).executeProvider},
+	prp.CommandSessionClose:              {execute: (*loop).executeProvider},
+	prp.CommandSessionDestroy:            {execute: (*loop).executeProvider},
+	prp.CommandSessionBudgetIncrease:     {execute: (*loop).executeProvider},
+	prp.CommandSessionGoalGet:            {execute: (*loop).executeProvider},
+	prp.CommandSessionGoalSet:            {execute: (*loop).executeProvider},
+	prp.CommandSessionGoalClear:          {execute: (*loop).executeProvider},
+	prp.CommandTurnStart:                 {execute: (*loop).executeProvider},
+	prp.CommandTurnSteer:                 {execute: (*loop).executeProvider},
+	prp.CommandTurnInterrupt:             {execute: (*loop).executeProvider},
+	prp.CommandTurnStop:                  {execute: (*loop).executeProvider},
+	prp.CommandRequestResolve:            {execute: (*loop).executeProvider},
+	prp.CommandInteractionReceipt:        {execute: (*loop).executeProvider},
+	prp.CommandSemanticToolResult:        {execute: (*loop).executeProvider},
+	prp.CommandExternalProviderOperation: {execute: (*loop).executeProvider},
+}
+
+// loopOwned reports whether the loop executes commandType itself.
+func loopOwned(commandType string) bool { return commandHandlers[commandType].owned }
 
 // terminalLifecycle is the lifecycle a terminal command leaves (prp.md §7.4).
 func terminalLifecycle(commandType string) state.Lifecycle {
 	switch commandType {
-	case "runner.suspend":
+	case prp.CommandRunnerSuspend:
 		return state.Suspended
-	case "runner.shutdown":
+	case prp.CommandRunnerShutdown:
 		return state.Stopped
 	}
 	return ""
@@ -72,10 +105,10 @@ func terminalLifecycle(commandType string) state.Lifecycle {
 // refusal returns the code and message of a command refused before any
 // effect, or "" when it should execute.
 func (r *loop) refusal(tx *state.Tx, cmd *prp.Command) (code, message string) {
-	if tx.Lifecycle() == state.Draining && cmd.Type == "turn.start" {
+	if tx.Lifecycle() == state.Draining && cmd.Type == prp.CommandTurnStart {
 		return CodeRunnerDraining, "runner is draining; new turns are refused"
 	}
-	if loopOwned[cmd.Type] || r.handlers[cmd.Type] != nil {
+	if loopOwned(cmd.Type) || r.handlers[cmd.Type] != nil {
 		return "", ""
 	}
 	return CodeCommandNotImplemented, notImplemented(cmd.Type)
@@ -85,98 +118,118 @@ func notImplemented(commandType string) string {
 	return "command type " + commandType + " is not implemented by this runner"
 }
 
-// execute runs an admitted command's effect and records its result. Only a
-// storage failure is returned: it is fatal, and the pending marker makes the
-// command indeterminate after the restart.
+// execute runs an admitted command's effect through its entry in
+// commandHandlers and records its result. Only a storage failure is
+// returned: it is fatal, and the pending marker makes the command
+// indeterminate after the restart.
 func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
-	var res state.CommandResult
-	fact := jsonenc.MustMarshal(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
-	var err error
-	switch cmd.Type {
-	case "runner.suspend", "runner.shutdown":
-		// Lifecycle, fence, fact and result in one write, before the result
-		// is sent (prp.md §7.4).
-		l := terminalLifecycle(cmd.Type)
-		evt := eventRunnerStopped
-		if l == state.Suspended {
-			evt = eventRunnerSuspended
-		}
-		err = r.store.Update(func(tx *state.Tx) error {
-			var err error
-			if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, jsonenc.MustMarshal(map[string]any{"lifecycle": l})); err != nil {
-				return err
-			}
-			if err := tx.SetTerminalFence(res, l); err != nil {
-				return err
-			}
-			_, err = tx.Enqueue(state.Event{Type: evt, Priority: state.P0, Payload: fact})
-			return err
-		})
-	case "runner.drain":
-		// The effect and the result are separate writes, like any executor
-		// effect: a crash between them leaves the fact and an indeterminate
-		// command, never a second effect.
-		err = r.store.Update(func(tx *state.Tx) error {
-			if err := tx.SetLifecycle(state.Draining); err != nil {
-				return err
-			}
-			_, err := tx.Enqueue(state.Event{Type: eventRunnerDraining, Priority: state.P0, Payload: fact})
-			return err
-		})
-		if err == nil {
-			r.flush(ctx)
-			res, err = r.finishCommand(cmd, state.StatusCompleted,
-				jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
-		}
-	case "session.snapshot":
-		var active any // null without an active provider turn
-		idle := false
-		if r.exec != nil {
-			if turn, _ := r.exec.m.Snapshot(); turn != "" {
-				active = turn
-			}
-			idle = r.exec.m.WarmReady() && !r.warm.busy()
-		}
-		res, err = r.finishCommand(cmd, state.StatusCompleted,
-			jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warmAttachReady(idle, r.store.Summary())}))
-	default:
-		out, herr := r.handlers[cmd.Type](ctx, cmd)
-		switch {
-		case errors.Is(herr, ErrCommandNotImplemented):
-			err = r.store.Update(func(tx *state.Tx) error {
-				var err error
-				res, err = tx.RejectCommand(cmd.CommandID, CodeCommandNotImplemented, notImplemented(cmd.Type))
-				return err
-			})
-		case rejectedByAgent(herr) != nil:
-			// Refused before any effect (e.g. session_not_open, tools.md §7).
-			ce := rejectedByAgent(herr)
-			err = r.store.Update(func(tx *state.Tx) error {
-				var err error
-				res, err = tx.RejectCommand(cmd.CommandID, ce.Code, ce.Message)
-				return err
-			})
-		case herr != nil:
-			failure := state.FailedResult(herr.Error())
-			if coded := commandFailure(herr); coded != nil {
-				// A protocol-named failure code (e.g. session_handshake_timeout, acp.md §4.1).
-				failure = coded
-			}
-			res, err = r.finishCommand(cmd, state.StatusFailed, failure)
-			code, msg := resultFailure(res.Result)
-			r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type, "code", code, "message", msg)
-		default:
-			res, err = r.finishCommand(cmd, state.StatusCompleted, out)
-		}
-	}
+	res, err := commandHandlers[cmd.Type].execute(r, ctx, cmd)
 	if err != nil {
 		return state.CommandResult{}, fmt.Errorf("record command seq %d: %w", cmd.ControllerSeq, err)
 	}
 	return res, nil
 }
 
-// warmAttachReady is session.snapshot's warmAttachReady (issue 15, prp.md
-// §9.5): the provider is idle (agent.Manager.WarmReady: a live agent with
+// commandFact is the payload of the lifecycle event a loop-owned command
+// emits.
+func commandFact(cmd *prp.Command) json.RawMessage {
+	return jsonenc.MustMarshal(map[string]any{"commandId": cmd.CommandID, "controllerSeq": cmd.ControllerSeq})
+}
+
+// executeTerminal is runner.suspend and runner.shutdown: lifecycle, fence,
+// fact and result in one write, before the result is sent (prp.md §7.4).
+func (r *loop) executeTerminal(_ context.Context, cmd *prp.Command) (state.CommandResult, error) {
+	var res state.CommandResult
+	l := terminalLifecycle(cmd.Type)
+	evt := prp.EventRunnerStopped
+	if l == state.Suspended {
+		evt = prp.EventRunnerSuspended
+	}
+	err := r.store.Update(func(tx *state.Tx) error {
+		var err error
+		if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, jsonenc.MustMarshal(map[string]any{"lifecycle": l})); err != nil {
+			return err
+		}
+		if err := tx.SetTerminalFence(res, l); err != nil {
+			return err
+		}
+		_, err = tx.Enqueue(state.Event{Type: evt, Priority: state.P0, Payload: commandFact(cmd)})
+		return err
+	})
+	return res, err
+}
+
+// executeDrain is runner.drain. The effect and the result are separate
+// writes, like any executor effect: a crash between them leaves the fact
+// and an indeterminate command, never a second effect.
+func (r *loop) executeDrain(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
+	err := r.store.Update(func(tx *state.Tx) error {
+		if err := tx.SetLifecycle(state.Draining); err != nil {
+			return err
+		}
+		_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDraining, Priority: state.P0, Payload: commandFact(cmd)})
+		return err
+	})
+	if err != nil {
+		return state.CommandResult{}, err
+	}
+	r.flush(ctx)
+	return r.finishCommand(cmd, state.StatusCompleted,
+		jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
+}
+
+// executeSnapshot is session.snapshot: the active provider turn and
+// whether a warm attach could rotate now.
+func (r *loop) executeSnapshot(_ context.Context, cmd *prp.Command) (state.CommandResult, error) {
+	var active any // null without an active provider turn
+	idle := false
+	if r.exec != nil {
+		if turn, _ := r.exec.m.Snapshot(); turn != "" {
+			active = turn
+		}
+		idle = r.exec.m.WarmReady() && !r.warm.busy()
+	}
+	return r.finishCommand(cmd, state.StatusCompleted,
+		jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warmAttachReady(idle, r.store.Summary())}))
+}
+
+// executeProvider runs a provider command through the executor's Handler
+// of its type (refusal made sure there is one) and records what it says.
+func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
+	var res state.CommandResult
+	var err error
+	out, herr := r.handlers[cmd.Type](ctx, cmd)
+	switch {
+	case errors.Is(herr, ErrCommandNotImplemented):
+		err = r.store.Update(func(tx *state.Tx) error {
+			var err error
+			res, err = tx.RejectCommand(cmd.CommandID, CodeCommandNotImplemented, notImplemented(cmd.Type))
+			return err
+		})
+	case rejectedByAgent(herr) != nil:
+		// Refused before any effect (e.g. session_not_open, tools.md §7).
+		ce := rejectedByAgent(herr)
+		err = r.store.Update(func(tx *state.Tx) error {
+			var err error
+			res, err = tx.RejectCommand(cmd.CommandID, ce.Code, ce.Message)
+			return err
+		})
+	case herr != nil:
+		failure := state.FailedResult(herr.Error())
+		if coded := commandFailure(herr); coded != nil {
+			// A protocol-named failure code (e.g. session_handshake_timeout, acp.md §4.1).
+			failure = coded
+		}
+		res, err = r.finishCommand(cmd, state.StatusFailed, failure)
+		code, msg := resultFailure(res.Result)
+		r.log.Warn("command failed", "commandId", cmd.CommandID, "type", cmd.Type, "code", code, "message", msg)
+	default:
+		res, err = r.finishCommand(cmd, state.StatusCompleted, out)
+	}
+	return res, err
+}
+
+// warmAttachReady is session.snapshot's warmAttachReady (prp.md §9.5): the provider is idle (agent.Manager.WarmReady: a live agent with
 // an open session, no active turn, no pending runtime request, no
 // unsettled tool call; no rotation under way) and the whole outbox is
 // acknowledged, since run.attach waits for exactly that before it rotates. The pending snapshot result

@@ -8,7 +8,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// goalHandlers are the PRP v2 session goal commands (issue 12 item 4) and
+// goalHandlers are the PRP v2 session goal commands (prp.md §7.5) and
 // the commands the ACP provider answers rejected
 // {code: provider_command_unavailable}, as the reference's ACPX executor
 // does.
@@ -22,11 +22,11 @@ func (a *agentExec) goalHandlers() map[string]Handler {
 		return nil, agent.ProviderCommandUnavailable()
 	}
 	return map[string]Handler{
-		"session.goal.get":        goal(agent.GoalGet),
-		"session.goal.set":        goal(agent.GoalSet),
-		"session.goal.clear":      goal(agent.GoalClear),
-		"interaction.receipt":     unavailable,
-		"session.budget.increase": unavailable,
+		prp.CommandSessionGoalGet:        goal(agent.GoalGet),
+		prp.CommandSessionGoalSet:        goal(agent.GoalSet),
+		prp.CommandSessionGoalClear:      goal(agent.GoalClear),
+		prp.CommandInteractionReceipt:    unavailable,
+		prp.CommandSessionBudgetIncrease: unavailable,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -35,7 +36,7 @@ func TestIdleTimeoutWithoutAnyConnection(t *testing.T) {
 			require.NotEqual(t, state.Suspending, st.Lifecycle)
 			require.NotEqual(t, state.Suspended, st.Lifecycle)
 			for _, e := range st.Outbox {
-				require.NotContains(t, string(e.Envelope), eventRunnerSuspending)
+				require.NotContains(t, string(e.Envelope), prp.EventRunnerSuspending)
 			}
 		})
 	}

@@ -68,7 +68,7 @@ type loop struct {
 // commands unless opts replaces them; lifecycle commands stay the loop's.
 func (r *loop) attachExecutor(ax *agentExec, opts Options) {
 	for typ, h := range ax.allHandlers() {
-		if _, replaced := opts.Handlers[typ]; !replaced && !loopOwned[typ] {
+		if _, replaced := opts.Handlers[typ]; !replaced && !loopOwned(typ) {
 			r.handlers[typ] = h
 		}
 	}
@@ -104,7 +104,7 @@ func newLoop(cfg config.Config, st *state.Store, logger *slog.Logger, opts Optio
 	r.started = r.clk.Now()
 	r.susp = &suspender{kick: make(chan struct{}, 1), lastActivity: r.started}
 	for typ, mk := range opts.Handlers {
-		if !loopOwned[typ] {
+		if !loopOwned(typ) {
 			r.handlers[typ] = mk(r.emit)
 		}
 	}
@@ -207,9 +207,9 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 	}
 	rec := r.store.Recovery()
 	first := (r.send.countConnection() == 1 && !rec.Resumed) || activated
-	typ := eventRunnerReconnected
+	typ := prp.EventRunnerReconnected
 	if first {
-		typ = eventRunnerConnected
+		typ = prp.EventRunnerConnected
 	}
 	fact := state.Event{Type: typ, Priority: state.P0,
 		Payload: jsonenc.MustMarshal(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
@@ -341,8 +341,8 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	switch adm.Disposition {
 	case state.Execute:
 		r.log.Info("executing command", "commandId", cmd.CommandID, "type", cmd.Type, "controllerSeq", cmd.ControllerSeq)
-		if cmd.Type == prp.CommandRunAttach {
-			return r.beginAttach(ctx, cmd) // it sends its result when its wait ends (warm.go)
+		if begin := commandHandlers[cmd.Type].begin; begin != nil {
+			return begin(r, ctx, cmd) // it sends its result itself (run.attach: when its wait ends, warm.go)
 		}
 		if res, err = r.execute(ctx, cmd); err != nil {
 			return err
@@ -408,7 +408,7 @@ func (r *loop) reportBound(ctx context.Context, cause error) {
 		return
 	}
 	err := r.store.Update(func(tx *state.Tx) error {
-		_, err := tx.Enqueue(state.Event{Type: state.EventRunnerDiagnostic, Priority: state.P0,
+		_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDiagnostic, Priority: state.P0,
 			Payload: jsonenc.MustMarshal(map[string]string{"reasonCode": code})})
 		return err
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -42,8 +43,6 @@ const (
 	suspendIdle     = "idle_timeout"
 	suspendLifetime = "max_lifetime_rotation"
 )
-
-const eventRunnerSuspending = "runner.suspending"
 
 // suspendWait is an automatic suspend in progress.
 type suspendWait struct {
@@ -278,7 +277,7 @@ func (r *loop) beginSuspend(ctx context.Context, reason string) {
 		if err := tx.SetLifecycle(state.Suspending); err != nil {
 			return err
 		}
-		_, err := tx.Enqueue(state.Event{Type: eventRunnerSuspending, Priority: state.P0,
+		_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerSuspending, Priority: state.P0,
 			Payload: jsonenc.MustMarshal(map[string]any{"reason": reason, "resumable": true})})
 		if outboxBound(err) {
 			return nil // the store recorded the bound; the lifecycle change stands

@@ -53,7 +53,7 @@ func TestPerTurnExitsAfterTurnAcked(t *testing.T) {
 		require.NoError(t, run.wait(t), "a clean per-turn exit is status 0")
 
 		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
-		sus := prptest.OfType(evs, eventRunnerSuspending)
+		sus := prptest.OfType(evs, prp.EventRunnerSuspending)
 		require.Len(t, sus, 1)
 		require.Equal(t, suspendPerTurn, suspendingReason(t, sus[0]))
 		require.Greater(t, sus[0].SourceSeq, prptest.OfType(evs, "turn.completed")[0].SourceSeq)
@@ -94,7 +94,7 @@ func TestPerTurnSuspendResumedAfterRestart(t *testing.T) {
 		require.NoError(t, run.wait(t))
 		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
 		require.Len(t, prptest.OfType(evs, "turn.completed"), 1)
-		require.Len(t, prptest.OfType(evs, eventRunnerSuspending), 1)
+		require.Len(t, prptest.OfType(evs, prp.EventRunnerSuspending), 1)
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
 	})
 }
@@ -109,7 +109,7 @@ func TestWarmIdleTimeoutSuspends(t *testing.T) {
 		require.NoError(t, run.wait(t))
 
 		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
-		sus := prptest.OfType(evs, eventRunnerSuspending)
+		sus := prptest.OfType(evs, prp.EventRunnerSuspending)
 		require.Len(t, sus, 1)
 		require.Equal(t, suspendIdle, suspendingReason(t, sus[0]), "warm: the turn's end is not an exit")
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
@@ -126,7 +126,7 @@ func TestLifetimeWhileConnectedRotates(t *testing.T) {
 		run := h.start(h.config(false, "--max-lifetime-ms", "1500"), Options{})
 		require.NoError(t, run.wait(t))
 		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
-		sus := prptest.OfType(evs, eventRunnerSuspending)
+		sus := prptest.OfType(evs, prp.EventRunnerSuspending)
 		require.Len(t, sus, 1)
 		require.Equal(t, suspendLifetime, suspendingReason(t, sus[0]))
 		st := h.readState()
@@ -163,14 +163,14 @@ func TestSuspendingStateFinishedAfterRestart(t *testing.T) {
 			if err := tx.SetLifecycle(state.Suspending); err != nil {
 				return err
 			}
-			_, err := tx.Enqueue(state.Event{Type: eventRunnerSuspending, Priority: state.P0,
+			_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerSuspending, Priority: state.P0,
 				Payload: json.RawMessage(`{"reason":"idle_timeout","resumable":true}`)})
 			return err
 		}))
 		require.NoError(t, st.Close())
 
 		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
-		require.Len(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), eventRunnerSuspending), 1)
+		require.Len(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), prp.EventRunnerSuspending), 1)
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // ackCrashChildEnv names the state dir of a re-executed test binary that
@@ -143,7 +144,7 @@ func TestPRP26_CrashAfterInMemoryAckReplaysSuffixAsDuplicates(t *testing.T) {
 		if prev, ok := sent[e.SourceSeq]; ok {
 			require.True(t, bytes.Equal(prev, w), "seq %d replayed byte for byte", e.SourceSeq)
 		} else {
-			require.Equal(t, EventRunnerReconciled, e.EventType)
+			require.Equal(t, prp.EventRunnerReconciled, e.EventType)
 		}
 		core.admit(t, w)
 		seqs = append(seqs, e.SourceSeq)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // decodeState parses runner-state.json. Errors wrap ErrCorruptState and
@@ -215,7 +217,7 @@ func (st *State) checkV2Replay() error {
 		return corruptState("v2 replay events exceed their bound")
 	}
 	for k, e := range st.V2ReplayEvents {
-		if v2Family(e.EventType) != k || e.SourceSeq == 0 || e.SourceSeq > st.HighestSourceSeq() ||
+		if prp.EventRuleOf(e.EventType).V2Family != k || e.SourceSeq == 0 || e.SourceSeq > st.HighestSourceSeq() ||
 			e.Priority > P2 || !isObject(e.Payload) {
 			return corruptState("v2 replay event inconsistent")
 		}

@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Wire constants of the event envelope (prp.md §3.2, §8.1).
@@ -26,10 +27,9 @@ const (
 	emittedAtLayout = "2006-01-02T15:04:05.000Z07:00"
 )
 
-// Event types the store emits itself (prp.md §8.3, §8.2).
+// Payload values of the events the store emits itself, runner.reconciled
+// and runner.diagnostic (prp.md §8.3, §8.2).
 const (
-	EventRunnerReconciled = "runner.reconciled"
-	EventRunnerDiagnostic = "runner.diagnostic"
 	// ReconciledOutcome is runner.reconciled's payload outcome after a restart (§9.4).
 	ReconciledOutcome = "same_durable_session_resumed"
 	// CodeEventRequiresV2 marks a v2-only event downgraded on a v1 link (§8.2).
@@ -50,17 +50,6 @@ const (
 	// P2: coalescable deltas.
 	P2 Priority = 2
 )
-
-// v2Family maps a v2-only event type to its replay family (R-state v2_replay_key).
-func v2Family(eventType string) string {
-	switch eventType {
-	case "session.capabilities.updated":
-		return "session.capabilities"
-	case "session.goal.snapshot", "session.goal.updated", "session.goal.cleared":
-		return "session.goal"
-	}
-	return ""
-}
 
 // Event is an event to enqueue. Payload must be a JSON object; it is
 // sanitised before it is stored.
@@ -145,7 +134,7 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 			return nil, err
 		}
 		env.Payload.Schema = "paperclip.prp.event.v1"
-		env.Payload.EventType = EventRunnerDiagnostic
+		env.Payload.EventType = prp.EventRunnerDiagnostic
 		env.Payload.SchemaVersion = 1
 		env.Payload.Payload = p
 	}
@@ -218,10 +207,7 @@ func (tx *Tx) Enqueue(ev Event) (uint64, error) {
 // buildEnvelope makes the compact envelope bytes of one event.
 func (tx *Tx) buildEnvelope(sourceEventID string, seq uint64, ev Event, clean json.RawMessage) ([]byte, error) {
 	st := tx.st
-	schemaVersion := 1
-	if v2Family(ev.Type) != "" {
-		schemaVersion = 2
-	}
+	schemaVersion := prp.EventRuleOf(ev.Type).SchemaVersion()
 	version := MaxProtocolVersion
 	if st.LastConnectionProtocolVersion != nil && *st.LastConnectionProtocolVersion >= 1 && *st.LastConnectionProtocolVersion <= MaxProtocolVersion {
 		version = *st.LastConnectionProtocolVersion
@@ -252,11 +238,6 @@ func (tx *Tx) checkEvent(ev Event) error {
 	return nil
 }
 
-// turnTerminal are the event types that end a provider turn (prp.md §8.3).
-var turnTerminal = map[string]bool{
-	"turn.completed": true, "turn.failed": true, "turn.interrupted": true, "turn.cancelled": true,
-}
-
 // appendEvent checks bounds and appends one new event.
 func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 	if err := tx.checkEvent(ev); err != nil {
@@ -282,10 +263,11 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 		SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Envelope: env, ByteSize: len(env),
 	})
 	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.OutboxBytes())
-	if turnTerminal[ev.Type] {
+	rule := prp.EventRuleOf(ev.Type)
+	if rule.EndsTurn {
 		tx.st.TurnEnded = true
 	}
-	if fam := v2Family(ev.Type); fam != "" {
+	if fam := rule.V2Family; fam != "" {
 		if tx.st.V2ReplayEvents == nil {
 			tx.st.V2ReplayEvents = map[string]V2ReplayEvent{}
 		}
@@ -361,7 +343,7 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	last.Envelope, last.ByteSize = b, len(b)
 	tx.st.Outbox[n-1] = last
 	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.OutboxBytes())
-	if turnTerminal[ev.Type] {
+	if prp.EventRuleOf(ev.Type).EndsTurn {
 		tx.st.TurnEnded = true
 	}
 	return last.SourceSeq, true, nil

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 func TestEnvelopeShapeAndSourceEventIDs(t *testing.T) {
@@ -67,7 +69,7 @@ func TestPRP11_UnackedSuffixReplaysByteIdentical(t *testing.T) {
 	// The restart re-sends the same suffix and adds runner.reconciled.
 	require.Len(t, after, 3)
 	require.Equal(t, first, after[:2])
-	require.Equal(t, EventRunnerReconciled, after[2].EventType)
+	require.Equal(t, prp.EventRunnerReconciled, after[2].EventType)
 	require.Contains(t, string(after[1].Envelope), `"html":"<b>&</b>"`, "no HTML escaping")
 }
 

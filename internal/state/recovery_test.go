@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Restart recovery (prp.md §9.4): pending → indeterminate, reconnectCount++,
@@ -27,7 +29,7 @@ func TestRestartRecoveryEnqueuesReconciled(t *testing.T) {
 		out := s.Unacked()
 		last := out[len(out)-1]
 		require.Equal(t, rec.ReconciledSeq, last.SourceSeq)
-		require.Equal(t, EventRunnerReconciled, last.EventType)
+		require.Equal(t, prp.EventRunnerReconciled, last.EventType)
 		require.Equal(t, P0, last.Priority)
 		var env envelope
 		require.NoError(t, json.Unmarshal(last.Envelope, &env))

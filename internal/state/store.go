@@ -215,7 +215,7 @@ func (s *Store) load() error {
 		rec.Indeterminate = tx.st.reconcilePending()
 		tx.st.ReconnectCount++
 		rec.ReconnectCount = tx.st.ReconnectCount
-		seq, err := tx.Enqueue(Event{Type: EventRunnerReconciled, Priority: P0,
+		seq, err := tx.Enqueue(Event{Type: prp.EventRunnerReconciled, Priority: P0,
 			Payload: json.RawMessage(`{"outcome":"` + ReconciledOutcome + `"}`)})
 		rec.ReconciledSeq = seq
 		return err

@@ -3,12 +3,15 @@ package toolcall
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// Event types and the payload schema (tools.md §3 items 3–4).
+// Event types and the payload schema (tools.md §3 items 3–4). The event
+// types are prp's, under the names the agent package reads.
 const (
-	EventInput    = "semantic_tool.input"
-	EventResult   = "semantic_tool.result"
+	EventInput    = prp.EventSemanticToolInput
+	EventResult   = prp.EventSemanticToolResult
 	PayloadSchema = "paperclip.prp.semantic_tool.v1"
 )
 

@@ -1,0 +1,178 @@
+package prp
+
+import (
+	"maps"
+	"slices"
+)
+
+// Event types runnerd emits or reads (prp.md §8.3, SCH event*.schema.json).
+// A new event type adds its constant here and its row in eventTable.
+const (
+	// runner family: the loop's and the store's own facts.
+	EventRunnerConnected   = "runner.connected"
+	EventRunnerReconnected = "runner.reconnected"
+	EventRunnerReconciled  = "runner.reconciled"
+	EventRunnerDraining    = "runner.draining"
+	EventRunnerSuspending  = "runner.suspending"
+	EventRunnerSuspended   = "runner.suspended"
+	EventRunnerStopped     = "runner.stopped"
+	EventRunnerDiagnostic  = "runner.diagnostic"
+
+	EventHarnessReady      = "harness.ready"
+	EventHarnessExited     = "harness.exited"
+	EventHarnessDiagnostic = "harness.diagnostic"
+
+	EventSessionStarted             = "session.started"
+	EventSessionResumed             = "session.resumed"
+	EventSessionUpdated             = "session.updated"
+	EventSessionClosed              = "session.closed"
+	EventSessionFailed              = "session.failed"
+	EventSessionCapabilitiesUpdated = "session.capabilities.updated"
+	EventSessionGoalSnapshot        = "session.goal.snapshot"
+	EventSessionGoalUpdated         = "session.goal.updated"
+	EventSessionGoalCleared         = "session.goal.cleared"
+
+	EventTurnStarted     = "turn.started"
+	EventTurnCompleted   = "turn.completed"
+	EventTurnFailed      = "turn.failed"
+	EventTurnInterrupted = "turn.interrupted"
+	EventTurnCancelled   = "turn.cancelled"
+
+	EventItemStarted   = "item.started"
+	EventItemDelta     = "item.delta"
+	EventItemCompleted = "item.completed"
+
+	EventUsageReported           = "usage.reported"
+	EventPlanUpdated             = "plan.updated"
+	EventContextCompacted        = "context.compacted"
+	EventProviderNoticeRecorded  = "provider.notice.recorded"
+	EventToolExecutionStarted    = "tool.execution.started"
+	EventToolExecutionProgressed = "tool.execution.progressed"
+	EventToolExecutionCompleted  = "tool.execution.completed"
+
+	EventSemanticToolInput  = "semantic_tool.input"
+	EventSemanticToolResult = "semantic_tool.result"
+
+	EventRuntimeRequestCreated   = "runtime_request.created"
+	EventRuntimeRequestResolved  = "runtime_request.resolved"
+	EventRuntimeRequestExpired   = "runtime_request.expired"
+	EventRuntimeRequestCancelled = "runtime_request.cancelled"
+
+	EventRunResultProposed = "run.result.proposed"
+	EventRunTerminal       = "run.terminal"
+)
+
+// PayloadRule says what the runner may add to a mapped event's payload
+// beyond what the provider mapping put there.
+type PayloadRule uint8
+
+const (
+	// PayloadOpen: the runner adds providerTurnId and itemId when the
+	// mapping set none (the envelope carries the runner's durable ids).
+	PayloadOpen PayloadRule = iota
+	// PayloadClosed: the payload schema admits no extra field
+	// (provider-event.schema.json plan, toolExecution, providerNotice).
+	PayloadClosed
+	// PayloadExact: tools.md §7 lists the payload field by field; its turn
+	// and item ids are inside, none is added.
+	PayloadExact
+)
+
+// EventRule is how the runner treats one event type. The zero value is
+// the rule of every type without a row: open payload, schema version 1,
+// never coalesced, not turn-ending.
+type EventRule struct {
+	Payload PayloadRule
+	// V2Family, set exactly for the v2-only types (prp.md §8.2), is the
+	// replay family (R-state v2_replay_key): such an event has
+	// schemaVersion 2, goes out on a v1 link as a runner.diagnostic, and
+	// the latest real payload per family is replayed on the next v2 link.
+	V2Family string
+	// EndsTurn marks the events that end a provider turn (prp.md §8.3).
+	EndsTurn bool
+	// CoalesceByItem marks the P2 deltas that merge by itemId into one
+	// unsent outbox event (prp.md §8.1, §9.3).
+	CoalesceByItem bool
+}
+
+// SchemaVersion is the envelope's schemaVersion for the type (prp.md §8.1).
+func (r EventRule) SchemaVersion() int {
+	if r.V2Family != "" {
+		return 2
+	}
+	return 1
+}
+
+// Replay families of the v2-only events (R-state v2_replay_key).
+const (
+	familySessionCapabilities = "session.capabilities"
+	familySessionGoal         = "session.goal"
+)
+
+// eventTable holds every event constant above, with its rule.
+var eventTable = map[string]EventRule{
+	EventRunnerConnected:   {},
+	EventRunnerReconnected: {},
+	EventRunnerReconciled:  {},
+	EventRunnerDraining:    {},
+	EventRunnerSuspending:  {},
+	EventRunnerSuspended:   {},
+	EventRunnerStopped:     {},
+	EventRunnerDiagnostic:  {},
+
+	EventHarnessReady:      {},
+	EventHarnessExited:     {},
+	EventHarnessDiagnostic: {},
+
+	EventSessionStarted:             {},
+	EventSessionResumed:             {},
+	EventSessionUpdated:             {},
+	EventSessionClosed:              {},
+	EventSessionFailed:              {},
+	EventSessionCapabilitiesUpdated: {V2Family: familySessionCapabilities},
+	EventSessionGoalSnapshot:        {V2Family: familySessionGoal},
+	EventSessionGoalUpdated:         {V2Family: familySessionGoal},
+	EventSessionGoalCleared:         {V2Family: familySessionGoal},
+
+	EventTurnStarted:     {},
+	EventTurnCompleted:   {EndsTurn: true},
+	EventTurnFailed:      {EndsTurn: true},
+	EventTurnInterrupted: {EndsTurn: true},
+	EventTurnCancelled:   {EndsTurn: true},
+
+	EventItemStarted:   {},
+	EventItemDelta:     {CoalesceByItem: true},
+	EventItemCompleted: {},
+
+	EventUsageReported:    {},
+	EventPlanUpdated:      {Payload: PayloadClosed},
+	EventContextCompacted: {},
+	// The real codex app-server raises a notice inside every turn, so the
+	// closed schema matters on the common path.
+	EventProviderNoticeRecorded:  {Payload: PayloadClosed},
+	EventToolExecutionStarted:    {Payload: PayloadClosed},
+	EventToolExecutionProgressed: {Payload: PayloadClosed},
+	EventToolExecutionCompleted:  {Payload: PayloadClosed},
+
+	EventSemanticToolInput:  {},
+	EventSemanticToolResult: {},
+
+	EventRuntimeRequestCreated:   {Payload: PayloadExact},
+	EventRuntimeRequestResolved:  {Payload: PayloadExact},
+	EventRuntimeRequestExpired:   {Payload: PayloadExact},
+	EventRuntimeRequestCancelled: {Payload: PayloadExact},
+
+	EventRunResultProposed: {},
+	EventRunTerminal:       {},
+}
+
+// EventRuleOf returns the rule of an event type; a type without a row
+// gets the zero rule.
+func EventRuleOf(eventType string) EventRule {
+	return eventTable[eventType]
+}
+
+// EventTypes returns every event type of the table, sorted.
+func EventTypes() []string {
+	return slices.Sorted(maps.Keys(eventTable))
+}
