@@ -124,7 +124,7 @@ func FuzzClientInspect(f *testing.F) {
 		c, err := NewClient(ClientConfig{Dialer: &Dialer{}, Lease: &Lease{ID: "lease_1", Token: "t", ExpiresAtUnixMs: 1 << 50}})
 		require.NoError(t, err)
 		act, env, err := c.inspect(sess, pt)
-		if err != nil || act != frameForward {
+		if err != nil || act != FrameForward {
 			return
 		}
 		require.NoError(t, ValidateControlIdentity(env, sess))

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
@@ -129,7 +127,7 @@ type CoreEpoch struct {
 }
 
 type coreConn struct {
-	l     *link
+	l     *Link
 	sess  *Session
 	lease Lease
 	// fenced: runner.suspend or runner.shutdown was sent on this connection;
@@ -252,12 +250,11 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
-	act := newActivity()
-	ws, err := websocket.Accept(w, r, acceptOptions(act))
+	p, err := AcceptPeer(w, r)
 	if err != nil {
 		return
 	}
-	c.serve(context.Background(), newWSConn(ws, act, MaxMaxFrameBytes), act)
+	_ = c.serve(context.Background(), p) // a refused runner is logged by serve and retries
 }
 
 // Connect is the listen-target mode: the core dials the runner's listener
@@ -272,17 +269,16 @@ func (c *Core) Connect(ctx context.Context, url string) error {
 }
 
 func (c *Core) connectWith(ctx context.Context, d *Dialer) error {
-	act := newActivity()
-	ws, err := d.dial(ctx, act, MaxMaxFrameBytes)
+	p, err := d.DialPeer(ctx)
 	if err != nil {
 		return err
 	}
-	return c.serve(ctx, ws, act)
+	return c.serve(ctx, p)
 }
 
 // serve authenticates one connection and, on success, makes it current
 // (closing every other: newest wins) and starts its dispatch goroutine.
-func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
+func (c *Core) serve(ctx context.Context, ws *PeerConn) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -330,20 +326,20 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 		return err
 	}
 	cc := &coreConn{sess: sess, lease: hello.Lease, activation: hello.Warm}
-	cc.l = startLink(ws, act, sess, linkConfig{
+	cc.l = ws.StartLink(sess, LinkConfig{
 		PingInterval: c.cfg.PingInterval, SilenceTimeout: c.cfg.SilenceTimeout,
-		Inspect: func(pt []byte) (frameAction, any, error) {
-			act, err := c.inspect(cc, pt)
+		Inspect: func(pt []byte) (FrameAction, any, error) {
+			a, err := c.inspect(cc, pt)
 			// handle needs the raw plaintext (events are compared byte for
 			// byte after canonicalisation): hand off a copy the reader never touches.
-			return act, bytes.Clone(pt), err
+			return a, bytes.Clone(pt), err
 		},
 		Logger: c.log,
 	})
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		cc.l.close(nil)
+		cc.l.Close()
 		return ErrConnClosed
 	}
 	var old []*coreConn
@@ -352,7 +348,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	}
 	if cc.activation != nil && (c.warm == nil || c.warm.receipt.TransitionID != cc.activation.TransitionID) {
 		c.mu.Unlock()
-		cc.l.close(nil)
+		cc.l.Close()
 		return fmt.Errorf("serve runner: %w: transition settled during the handshake", ErrWarmTransition)
 	}
 	if cc.activation != nil {
@@ -371,7 +367,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	}
 	c.mu.Unlock()
 	for _, o := range old {
-		o.l.fail(errSuperseded) // newest wins (CP, prp.md §6.1)
+		o.l.Fail(errSuperseded) // newest wins (CP, prp.md §6.1)
 	}
 	if missed != nil {
 		_ = c.sendCommand(cc, missed) // a failure ends cc; its dispatch cleans up
@@ -395,13 +391,13 @@ func (c *Core) lowestPendingLocked() *coreCommand {
 // inspect runs in the core's reader goroutine: pongs are counted as they
 // arrive, not after the backlog of events ahead of them is committed, so
 // ping latency measures the runner and the wire, not this core's queue.
-func (c *Core) inspect(cc *coreConn, pt []byte) (frameAction, error) {
+func (c *Core) inspect(cc *coreConn, pt []byte) (FrameAction, error) {
 	if !bytes.Contains(pt, []byte(`"kind":"pong"`)) { // cheap sniff; confirmed below
-		return frameForward, nil
+		return FrameForward, nil
 	}
 	env, err := DecodeEnvelope(pt)
 	if err != nil || env.Kind != KindPong {
-		return frameForward, nil // dispatch rejects or handles it
+		return FrameForward, nil // dispatch rejects or handles it
 	}
 	if err := ValidateRunnerEnvelope(env, cc.sess); err != nil {
 		return 0, err
@@ -413,13 +409,13 @@ func (c *Core) inspect(cc *coreConn, pt []byte) (frameAction, error) {
 	c.pongs++
 	c.notifyLocked()
 	c.mu.Unlock()
-	return frameConsumed, nil
+	return FrameConsumed, nil
 }
 
 // dispatch handles one connection's inbound envelopes until it ends.
 func (c *Core) dispatch(cc *coreConn) {
 	defer func() {
-		cc.l.close(nil)
+		cc.l.Close()
 		c.mu.Lock()
 		delete(c.conns, cc)
 		if c.current == cc {
@@ -429,17 +425,17 @@ func (c *Core) dispatch(cc *coreConn) {
 		c.mu.Unlock()
 	}()
 	for {
-		v, err := cc.l.recv(context.Background())
+		v, err := cc.l.Recv(context.Background())
 		if err != nil {
 			return
 		}
 		if err := c.handle(cc, v.([]byte)); err != nil {
 			c.log.Warn("closing runner connection", "err", err)
-			cc.l.fail(err)
+			cc.l.Fail(err)
 			return
 		}
 		// ACKs are cumulative: one after a burst of events acknowledges it all.
-		if cc.ackOwed && cc.l.pending() == 0 {
+		if cc.ackOwed && cc.l.Pending() == 0 {
 			cc.ackOwed = false
 			c.mu.Lock()
 			acked := c.acked
@@ -583,7 +579,7 @@ func (c *Core) SettleWarmForward() bool {
 	c.notifyLocked()
 	c.mu.Unlock()
 	for _, o := range old {
-		o.l.fail(errSuperseded) // the old authority is done
+		o.l.Fail(errSuperseded) // the old authority is done
 	}
 	return true
 }
@@ -775,7 +771,7 @@ func (c *Core) sendOn(cc *coreConn, kind, envelopeID string, payload any) error 
 	if err != nil {
 		return err
 	}
-	return cc.l.send(context.Background(), b)
+	return cc.l.Send(context.Background(), b)
 }
 
 // buildOn builds a core control envelope for cc.
@@ -856,7 +852,7 @@ func (c *Core) Ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return cur.l.sendPriority(b)
+	return cur.l.SendPriority(b)
 }
 
 // Revoke revokes the current lease at epoch and tells the runner.
@@ -883,13 +879,13 @@ func (c *Core) SendRaw(ctx context.Context, build func(s *Session) ([]byte, erro
 	if err != nil {
 		return err
 	}
-	return cur.l.send(ctx, b)
+	return cur.l.Send(ctx, b)
 }
 
 // DropCurrent drops the current connection as a network failure would.
 func (c *Core) DropCurrent() {
 	if cur := c.cur(); cur != nil {
-		cur.l.fail(ErrConnClosed)
+		cur.l.Fail(ErrConnClosed)
 	}
 }
 
@@ -909,7 +905,7 @@ func (c *Core) Close() {
 	}
 	c.mu.Unlock()
 	for _, cc := range all {
-		cc.l.fail(ErrConnClosed)
+		cc.l.Fail(ErrConnClosed)
 	}
 	c.wg.Wait()
 }

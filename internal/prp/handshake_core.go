@@ -33,9 +33,7 @@ const (
 
 // Core-side handshake failures. The core closes the connection on each.
 var (
-	ErrHelloRejected      = errors.New("auth hello rejected")
 	ErrCredentialRejected = errors.New("credential unknown, used, expired or revoked")
-	ErrClientProof        = errors.New("auth response rejected")
 	ErrChallengeExpired   = errors.New("auth challenge expired")
 )
 
@@ -134,11 +132,11 @@ func (h *CoreHandshake) rand() io.Reader {
 // connection; a ticket is consumed only by Store.Admit, after the client
 // proof validated.
 func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, error) {
-	msg, err := readAuth(ctx, c)
+	msg, err := ReadAuth(ctx, c)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: read auth_hello: %w", err)
 	}
-	hello, err := parseHello(msg)
+	hello, err := ParseAuthHello(msg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
@@ -179,7 +177,7 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 		id := cred.LeaseID
 		ch.CredentialLeaseID, ch.RevocationEpoch = &id, cred.RevocationEpoch
 	}
-	if hello.WarmTransitionVersion != nil && *hello.WarmTransitionVersion == warmTransitionVersion {
+	if hello.WarmTransitionVersion != nil && *hello.WarmTransitionVersion == WarmTransitionVersion {
 		ch.WarmTransitionVersion = hello.WarmTransitionVersion
 	}
 	ch.WarmTransitionID = hello.WarmTransitionID
@@ -187,9 +185,9 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: sign challenge: %w", err)
 	}
-	ch.ServerProof = serverProof(cred.AuthKey[:], signing)
+	ch.ServerProof = ServerProof(cred.AuthKey[:], signing)
 	deadline := min(cred.ExpiresAtUnixMs, now.Add(AuthChallengeTTL).UnixMilli())
-	if err := writeAuth(ctx, c, selected, KindAuthChallenge, ch); err != nil {
+	if err := WriteAuth(ctx, c, selected, KindAuthChallenge, ch); err != nil {
 		return nil, nil, fmt.Errorf("core handshake: send auth_challenge: %w", err)
 	}
 
@@ -203,13 +201,12 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if now.UnixMilli() >= deadline {
 		return nil, nil, fmt.Errorf("core handshake: %w", ErrChallengeExpired)
 	}
-	resp, err := parseAuthResponse(msg, selected)
+	resp, err := ParseAuthResponse(msg, selected)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
-	want := clientProofBytes(cred.AuthKey[:], signing, ch.ServerProof)
 	if resp.CredentialID != cred.ID || resp.ClientNonce != hello.ClientNonce || resp.ServerNonce != serverNonce ||
-		!verifyHexMAC(want, resp.ClientProof) {
+		!VerifyClientProof(cred.AuthKey[:], signing, ch.ServerProof, resp.ClientProof) {
 		return nil, nil, fmt.Errorf("core handshake: %w", ErrClientProof)
 	}
 	if h.BeforeAdmit != nil {
@@ -225,7 +222,8 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 		return nil, nil, fmt.Errorf("core handshake: admit: %w", err)
 	}
 
-	sess, err := newSession(RoleCore, cred.AuthKey[:], signing, ch.ServerProof, hex.EncodeToString(want[:]))
+	// The proof verified, so it is exactly the lowercase hex of the expected MAC.
+	sess, err := NewCoreSession(cred.AuthKey[:], signing, ch.ServerProof, resp.ClientProof)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
@@ -311,7 +309,7 @@ func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time, hell
 		tok := lease.Token
 		p.ConnectionLeaseToken = &tok
 	}
-	if v := hello.WarmTransitionVersion; v != nil && *v == warmTransitionVersion {
+	if v := hello.WarmTransitionVersion; v != nil && *v == WarmTransitionVersion {
 		p.WarmTransitionVersion = v // CP echoes the capability it will honour
 	}
 	if warm != nil {
@@ -324,66 +322,6 @@ func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time, hell
 	env.EnvelopeID = "welcome_" + strings.TrimPrefix(s.ConnectionID, "connection_")
 	env.SentAt = isoMillis(now.UnixMilli())
 	return s.SealEnvelope(env)
-}
-
-// parseHello parses an auth_hello envelope; version must be a supported one.
-func parseHello(msg []byte) (*HelloPayload, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
-	supported := func(v int64) bool { return v >= ProtocolMinVersion && v <= ProtocolVersion }
-	_, pl, err := parseAuthEnvelope(msg, KindAuthHello, supported, bad)
-	if err != nil {
-		return nil, err
-	}
-	r := fieldReader{obj: pl}
-	p := &HelloPayload{
-		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
-		ProtocolMin: int(r.int("protocolMin")), ProtocolMax: int(r.int("protocolMax")),
-		Identity: r.identity(), RunnerVersion: r.str("runnerVersion"), RunnerDigest: r.str("runnerDigest"),
-	}
-	// The reference core ignores credentialKind and resume; read them when
-	// present, for the caller.
-	p.CredentialKind, _ = pl.member("credentialKind").goString()
-	if v, ok := pl.member("warmTransitionVersion").safeInt(); ok {
-		n := int(v)
-		p.WarmTransitionVersion = &n
-	}
-	if s, ok := pl.member("warmTransitionId").goString(); ok {
-		p.WarmTransitionID = &s
-	}
-	if rv := pl.member("resume"); rv != nil && rv.kind == jsonObject {
-		rr := fieldReader{obj: rv}
-		p.Resume = &Resume{
-			LastControllerCommandSeq: rr.int("lastControllerCommandSeq"),
-			NextSourceEventSeq:       rr.int("nextSourceEventSeq"),
-			AckedSourceSeq:           rr.int("ackedSourceSeq"),
-		}
-		if rr.err != "" {
-			p.Resume = nil
-		}
-	}
-	if r.err != "" {
-		return nil, bad(r.err)
-	}
-	return p, nil
-}
-
-// parseAuthResponse parses an auth_response envelope at the selected version.
-func parseAuthResponse(msg []byte, version int) (*AuthResponsePayload, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrClientProof, what) }
-	selected := func(v int64) bool { return v == int64(version) }
-	_, pl, err := parseAuthEnvelope(msg, KindAuthResponse, selected, bad)
-	if err != nil {
-		return nil, err
-	}
-	r := fieldReader{obj: pl}
-	p := &AuthResponsePayload{
-		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
-		ServerNonce: r.str("serverNonce"), ClientProof: r.str("clientProof"),
-	}
-	if r.err != "" {
-		return nil, bad(r.err)
-	}
-	return p, nil
 }
 
 // writeMsg sends one message within AuthMessageTimeout.

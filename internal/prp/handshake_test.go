@@ -469,7 +469,7 @@ func fakeCore(ctx context.Context, t *testing.T, c *memMsgConn, token string, mu
 	if err != nil {
 		return
 	}
-	hello, err := parseHello(msg)
+	hello, err := ParseAuthHello(msg)
 	if !assert.NoError(t, err) {
 		return
 	}
@@ -492,7 +492,7 @@ func fakeCore(ctx context.Context, t *testing.T, c *memMsgConn, token string, mu
 	if badProof {
 		ch.ServerProof = serverProof(make([]byte, 32), signing)
 	}
-	_ = writeAuth(ctx, c, ch.SelectedVersion, KindAuthChallenge, ch)
+	_ = WriteAuth(ctx, c, ch.SelectedVersion, KindAuthChallenge, ch)
 	// Then hang up, whatever the runner does.
 	_, _ = c.ReadMsg(ctx)
 	c.Close()
@@ -660,7 +660,7 @@ func TestPRP06_AuthIONearDeadline(t *testing.T) {
 		var wg sync.WaitGroup
 		var coreErr error
 		wg.Go(func() { _, _, coreErr = newCore(store).Run(context.Background(), cc) })
-		_ = writeAuth(context.Background(), rc, 2, KindAuthHello, HelloPayload{
+		_ = WriteAuth(context.Background(), rc, 2, KindAuthHello, HelloPayload{
 			CredentialID: CredentialID(ticket), ClientNonce: "n", ProtocolMin: 1, ProtocolMax: 2,
 			Identity: testIdentity, RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest,
 		})
@@ -773,7 +773,7 @@ func TestClientProofRejected(t *testing.T) {
 	var wg sync.WaitGroup
 	var coreErr error
 	wg.Go(func() { _, _, coreErr = newCore(store).Run(ctx, cc); cc.Close() })
-	require.NoError(t, writeAuth(ctx, rc, 2, KindAuthHello, HelloPayload{
+	require.NoError(t, WriteAuth(ctx, rc, 2, KindAuthHello, HelloPayload{
 		CredentialID: CredentialID(ticket), ClientNonce: "n", ProtocolMin: 1, ProtocolMax: 2,
 		Identity: testIdentity, RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest,
 	}))
@@ -781,7 +781,7 @@ func TestClientProofRejected(t *testing.T) {
 	require.NoError(t, err)
 	ch, err := parseChallenge(msg)
 	require.NoError(t, err)
-	require.NoError(t, writeAuth(ctx, rc, 2, KindAuthResponse, AuthResponsePayload{
+	require.NoError(t, WriteAuth(ctx, rc, 2, KindAuthResponse, AuthResponsePayload{
 		CredentialID: ch.CredentialID, ClientNonce: "n", ServerNonce: ch.ServerNonce,
 		ClientProof: strings.Repeat("0", 64),
 	}))

@@ -221,9 +221,9 @@ func kindOf(b []byte) string {
 	return k.Kind
 }
 
-func inspectKinds(b []byte) (frameAction, any, error) {
+func inspectKinds(b []byte) (FrameAction, any, error) {
 	if kindOf(b) == KindPing {
 		return framePing, nil, nil
 	}
-	return frameForward, bytes.Clone(b), nil
+	return FrameForward, bytes.Clone(b), nil
 }

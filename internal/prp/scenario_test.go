@@ -247,7 +247,7 @@ func TestPRP10_ControlIdentityMismatchOnTheWire(t *testing.T) {
 	// Scenario 9: plaintext after authentication ends the connection.
 	require.NoError(t, core.Wait(ctx, func(s CoreSnapshot) bool { return s.Connected && s.Authentications == 2 }))
 	cur := core.cur()
-	require.NoError(t, cur.l.ws.WriteMsg(ctx, []byte(`{"protocol":"paperclip.runner","version":2,"kind":"ping","payload":{}}`)))
+	require.NoError(t, cur.l.l.ws.WriteMsg(ctx, []byte(`{"protocol":"paperclip.runner","version":2,"kind":"ping","payload":{}}`)))
 	u.waitFor(ctx, t, "drop after plaintext", func(u *runnerUser) bool { return len(u.lost) == 2 })
 	require.ErrorIs(t, u.lost[1], ErrSecureFrame)
 	cancel()
@@ -286,7 +286,7 @@ func TestPRP09_ReplayAndTamperOnTheWire(t *testing.T) {
 			frame, err := cur.sess.SealEnvelope(env)
 			require.NoError(t, err)
 			for _, f := range mutate(frame) {
-				_ = cur.l.ws.WriteMsg(ctx, f)
+				_ = cur.l.l.ws.WriteMsg(ctx, f)
 			}
 			u.waitFor(ctx, t, "drop", func(u *runnerUser) bool { return len(u.lost) >= 1 })
 			require.ErrorIs(t, u.lost[0], ErrSecureFrame)

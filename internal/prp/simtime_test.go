@@ -118,7 +118,7 @@ func TestPRP38_QuietButLiveRunner(t *testing.T) {
 		require.Empty(t, r.user.lost)
 		// Scenario 42: a WebSocket Ping is answered while the user is blocked.
 		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-		require.NoError(t, r.core.cur().l.ws.ping(pctx))
+		require.NoError(t, r.core.cur().l.l.ws.ping(pctx))
 		pcancel()
 		close(r.user.block)
 		require.ErrorIs(t, r.stop(), context.Canceled)
