@@ -25,6 +25,9 @@ var (
 	ErrNotConnected = errors.New("not connected")
 	// ErrLeaseRenewed reports a lease_renewed that does not answer the outstanding renewal.
 	ErrLeaseRenewed = errors.New("unexpected lease_renewed")
+	// ErrRevokeEpoch: a revocation must advance the epoch. The runner ends
+	// on a revoke that does not; the core refuses to issue one.
+	ErrRevokeEpoch = errors.New("revocation epoch must advance")
 )
 
 // RevokedError is the ErrRevoked that ends Run: Epoch is the revoke's

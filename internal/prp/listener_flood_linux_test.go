@@ -1,6 +1,8 @@
-package prp
+package prp_test
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -83,7 +85,7 @@ func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {
 	base := countFDs(t)
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil)) // runnerd's default level
-	ln, err := Listen(ListenConfig{Address: "127.0.0.1", Port: 0, Path: ConnectPath(runnerIdentity.RunID), Logger: logger})
+	ln, err := prp.Listen(prp.ListenConfig{Address: "127.0.0.1", Port: 0, Path: prp.ConnectPath(runnerIdentity.RunID), Logger: logger})
 	require.NoError(t, err)
 	defer ln.Close()
 	url := "ws://" + ln.Addr().String() + ln.Path()
@@ -92,7 +94,7 @@ func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {
 	ticket, err := core.MintTicket()
 	require.NoError(t, err)
 	u := newRunnerUser()
-	cfg := ClientConfig{Listener: ln, Ticket: ticket, Logger: logger}
+	cfg := prp.ClientConfig{Listener: ln, Ticket: ticket, Logger: logger}
 	u.hooks(&cfg)
 	_, done := startClient(t, ctx, cfg)
 
@@ -144,10 +146,10 @@ func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {
 	close(stopSampling)
 	<-sampled
 	t.Logf("bootstrap during a %d-connection flood took %v; peak descriptors %d (baseline %d, cap %d)",
-		floodConns, took, peak.Load(), base, maxUnauthenticatedPeers)
-	require.Less(t, took, UpgradeTimeout, "the core waited behind a stray peer")
-	require.LessOrEqual(t, int(peak.Load()), base+maxUnauthenticatedPeers+floodFDOverhead)
-	require.LessOrEqual(t, ln.peers.len(), maxUnauthenticatedPeers)
+		floodConns, took, peak.Load(), base, prp.MaxUnauthenticatedPeers)
+	require.Less(t, took, prp.UpgradeTimeout, "the core waited behind a stray peer")
+	require.LessOrEqual(t, int(peak.Load()), base+prp.MaxUnauthenticatedPeers+floodFDOverhead)
+	require.LessOrEqual(t, prp.ListenerPeers(ln), prp.MaxUnauthenticatedPeers)
 
 	out := logs.String()
 	require.Contains(t, out, `"msg":"listener evicted a connection: too many unauthenticated peers"`)

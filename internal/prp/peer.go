@@ -92,6 +92,11 @@ func (k *Link) Send(ctx context.Context, plaintext []byte) error { return k.l.se
 // never blocks.
 func (k *Link) SendPriority(plaintext []byte) error { return k.l.sendPriority(plaintext) }
 
+// PingWebSocket sends a WebSocket Ping and waits for its Pong, beside the
+// idle pinger (the peer's WebSocket layer answers it whatever its PRP side
+// is doing).
+func (k *Link) PingWebSocket(ctx context.Context) error { return k.l.ws.ping(ctx) }
+
 // Pending reports how many forwarded frames wait for Recv.
 func (k *Link) Pending() int { return k.l.pending() }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // DefaultWaitBound bounds each wait of a Core unless WaitBound is set. Inside
@@ -22,9 +23,9 @@ const DefaultWaitBound = 10 * time.Second
 // Transport carries the upgrade.
 const pipeHost = "127.0.0.1:1"
 
-// Core is a real prp.Core for one registration (the far side of the
+// Core is a real control.Core for one registration (the far side of the
 // protocol), plus a test's ways to reach and observe it. The embedded
-// prp.Core keeps its whole API (QueueCommand, Ping, Revoke, DropCurrent,
+// control.Core keeps its whole API (QueueCommand, Ping, Revoke, DropCurrent,
 // SendRaw, Snapshot, Wait, ...).
 //
 // Reach it over Transport with PipeURL from inside a synctest bubble, or
@@ -34,7 +35,7 @@ const pipeHost = "127.0.0.1:1"
 // the core, then the transport, then the loopback server, and waits for
 // their goroutines.
 type Core struct {
-	*prp.Core
+	*control.Core
 	// WaitBound bounds WaitFor and WaitResult; 0 means DefaultWaitBound.
 	WaitBound time.Duration
 
@@ -47,9 +48,9 @@ type Core struct {
 }
 
 // NewCore returns a core for cfg, closed by t's cleanup.
-func NewCore(t testing.TB, cfg prp.CoreConfig) *Core {
+func NewCore(t testing.TB, cfg control.Config) *Core {
 	t.Helper()
-	c := &Core{Core: prp.NewCore(cfg), t: t, runID: cfg.Identity.RunID}
+	c := &Core{Core: control.NewCore(cfg), t: t, runID: cfg.Identity.RunID}
 	c.tr = NewTransport(c.Core)
 	t.Cleanup(func() {
 		c.Core.Close()
@@ -95,12 +96,12 @@ func (c *Core) bound() time.Duration {
 
 // WaitFor waits, bounded, until cond holds of the core's state and returns
 // the snapshot that satisfied it.
-func (c *Core) WaitFor(cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
+func (c *Core) WaitFor(cond func(s control.Snapshot) bool) control.Snapshot {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), c.bound())
 	defer cancel()
-	var got prp.CoreSnapshot
-	if err := c.Wait(ctx, func(s prp.CoreSnapshot) bool {
+	var got control.Snapshot
+	if err := c.Wait(ctx, func(s control.Snapshot) bool {
 		if cond(s) {
 			got = s
 			return true
@@ -116,7 +117,7 @@ func (c *Core) WaitFor(cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
 // command the journal refused fails the test: when the immediate delivery
 // fails because the current connection is going away (a runner that just
 // exited), the command stays journaled as pending and the next connection's
-// welcome carries it (prp.Core.QueueCommand).
+// welcome carries it (control.Core.QueueCommand).
 func (c *Core) Queue(typ, payload string) prp.Command {
 	c.t.Helper()
 	cmd, err := c.QueueCommand(prp.Command{Type: typ, Payload: json.RawMessage(payload)})
@@ -129,7 +130,7 @@ func (c *Core) Queue(typ, payload string) prp.Command {
 // WaitResult waits, bounded, for the result of command id and decodes it.
 func (c *Core) WaitResult(id string) prp.CommandResultPayload {
 	c.t.Helper()
-	s := c.WaitFor(func(s prp.CoreSnapshot) bool { return s.Results[id] != nil })
+	s := c.WaitFor(func(s control.Snapshot) bool { return s.Results[id] != nil })
 	var p prp.CommandResultPayload
 	if err := json.Unmarshal(s.Results[id], &p); err != nil {
 		c.t.Fatalf("decode result of %s: %v", id, err)
