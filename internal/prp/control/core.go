@@ -47,7 +47,7 @@ var (
 )
 
 // errSuperseded ends a connection replaced by a newer authenticated one
-// (newest wins) or by a settled warm transition.
+// (newest wins).
 var errSuperseded = errors.New("superseded by a newer connection")
 
 // Config configures the core (controller) half.
@@ -103,12 +103,9 @@ type Core struct {
 	pongs    int
 	auths    int
 	renewals int
-	// tamperAcks and tamperWelcomes make the next receipts sent in a
-	// command_result_ack or an activated welcome inexact (TamperWarmReceipts).
-	tamperAcks, tamperWelcomes int
-	changed                    chan struct{}
-	closed                     bool
-	wg                         sync.WaitGroup
+	changed  chan struct{}
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 type coreCommand struct {
@@ -317,7 +314,7 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 		if c.warm == nil || c.warm.receipt.TransitionID != id {
 			return prp.WarmTransition{}, false
 		}
-		return tamperLocked(c.warm.receipt, &c.tamperWelcomes), true
+		return c.warm.receipt, true
 	}
 	var inWelcome *coreCommand // the pending command the welcome carries
 	h.PendingCommands = func() []json.RawMessage {
@@ -539,59 +536,6 @@ func (c *Core) activate(cc *coreConn, env *prp.Envelope) error {
 	return nil
 }
 
-// TamperWarmReceipts makes the next acks receipts this core sends in a
-// command_result_ack, and the next welcomes in an activated welcome,
-// differ from the real one in one bound field under the same
-// transitionId, as a faulty or hostile core's would (tests: the runner
-// must refuse an inexact receipt).
-func (c *Core) TamperWarmReceipts(acks, welcomes int) {
-	c.mu.Lock()
-	c.tamperAcks, c.tamperWelcomes = acks, welcomes
-	c.mu.Unlock()
-}
-
-// tamperLocked is r as it goes out: inexact while *left lasts. c.mu held.
-func tamperLocked(r prp.WarmTransition, left *int) prp.WarmTransition {
-	if *left > 0 {
-		*left--
-		r.LeaseExpiresAtUnixMs++
-	}
-	return r
-}
-
-// SettleWarmForward is the server's recovery when the runner died inside
-// a transition whose receipt this core acknowledged (issue 15's crash
-// table): the acknowledgement committed the core to the new identity, and
-// the lease the receipt binds died with the runner, so no activation can
-// come. The new identity takes the registration over as
-// warm_transition_activated would have made it: the old epoch is
-// archived, the commands queued inside the transition start the new
-// journal, and the next ticket authenticates as the new identity (the
-// runner, relaunched under it, rolls its state forward). It reports
-// whether a transition was pending; without one the identity stays.
-func (c *Core) SettleWarmForward() bool {
-	c.mu.Lock()
-	if c.warm == nil {
-		c.mu.Unlock()
-		return false
-	}
-	r := c.warm.receipt
-	c.epochs = append(c.epochs, Epoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
-	c.identity = r.NewIdentity
-	c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
-	c.commands, c.next, c.warm = c.next, nil, nil
-	old := make([]*coreConn, 0, len(c.conns))
-	for o := range c.conns {
-		old = append(old, o)
-	}
-	c.notifyLocked()
-	c.mu.Unlock()
-	for _, o := range old {
-		o.l.Fail(errSuperseded) // the old authority is done
-	}
-	return true
-}
-
 // admitEvent applies CP #event: sourceSeq = acked+1 commits and ACKs; a
 // duplicate must byte-match after canonicalisation and is re-ACKed. The
 // ACK itself is sent by dispatch once the burst is drained; CP sends one per
@@ -747,9 +691,6 @@ func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessa
 }
 
 func (c *Core) ackWarm(cc *coreConn, p prp.CommandResultPayload, r prp.WarmTransition) error {
-	c.mu.Lock()
-	r = tamperLocked(r, &c.tamperAcks)
-	c.mu.Unlock()
 	return c.sendOn(cc, prp.KindCommandResultAck, "", prp.CommandResultAckPayload{
 		CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: int64(p.ControllerSeq), Status: p.Status,
 		WarmTransition: r.Marshal(),

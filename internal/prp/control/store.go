@@ -84,6 +84,23 @@ func (m *MemoryCredentialStore) AddTicket(token string, expiresAt time.Time) {
 	m.tickets[prp.CredentialID(token)] = &ticketRecord{authKey: prp.AuthKey(token), expiresAtUnixMs: expiresAt.UnixMilli()}
 }
 
+// AddLease registers lease l under its Token, replacing any lease with the
+// same id (whose token then stops authenticating), as AddTicket registers a
+// given bootstrap token: for a caller that stands in for the runner holding
+// the lease. The store keeps the token's auth key, not the token.
+func (m *MemoryCredentialStore) AddLease(l prp.Lease) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, r := range m.leases {
+		if r.lease.ID == l.ID {
+			delete(m.leases, id)
+		}
+	}
+	token := l.Token
+	l.Token = ""
+	m.leases[prp.CredentialID(token)] = &leaseRecord{authKey: prp.AuthKey(token), lease: l}
+}
+
 // TicketUsed reports whether the ticket was consumed (tests).
 func (m *MemoryCredentialStore) TicketUsed(token string) bool {
 	m.mu.Lock()
