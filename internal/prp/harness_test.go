@@ -35,6 +35,8 @@ func newTestCore(mod func(*control.Config)) *control.Core {
 
 // runnerUser is the Client's user in tests: it records every hook call.
 type runnerUser struct {
+	// mu guards welcomes, conns, controls and lost: the Client's hooks
+	// append from its goroutines while the test reads.
 	mu       sync.Mutex
 	welcomes []*prp.Welcome
 	conns    []*prp.Conn // the connection of each welcome

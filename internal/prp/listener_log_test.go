@@ -123,7 +123,7 @@ func TestListenerLogsStrayHandshakeWithoutSecrets(t *testing.T) {
 
 // syncBuffer is a log sink safe for concurrent handlers.
 type syncBuffer struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards b
 	b  bytes.Buffer
 }
 

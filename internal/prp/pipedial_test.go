@@ -87,7 +87,7 @@ func pipeDialer(t testing.TB, h http.Handler, wg *sync.WaitGroup, mk func() (net
 // cut, bytes are swallowed both ways while both ends stay open, like a
 // preview proxy that silently stops forwarding.
 type cuttablePipes struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards cuts: pipe appends from the dialer's goroutines
 	cuts []chan struct{}
 }
 

@@ -240,8 +240,8 @@ func connectedTap(t *testing.T, ctx context.Context, modCore func(*control.Confi
 type wireTap struct {
 	h http.Handler
 
-	mu   sync.Mutex
-	conn *tapConn // guarded by mu: the newest hijacked connection
+	mu   sync.Mutex // guards conn
+	conn *tapConn   // the newest hijacked connection
 }
 
 func (w *wireTap) ServeHTTP(rw http.ResponseWriter, r *http.Request) {

@@ -79,6 +79,10 @@ type Core struct {
 	store *MemoryCredentialStore
 	log   *slog.Logger
 
+	// mu guards every field below but wg, and the fields of the coreConns
+	// and coreCommands the core holds that say so. Helpers that need it
+	// held end in Locked. It is never held across a send: a send only
+	// queues on a link, and links never call back into the core.
 	mu sync.Mutex
 	// identity is the registration the runner authenticates as; a warm
 	// rotation replaces it (cfg.Identity is only the first one).
@@ -103,11 +107,16 @@ type Core struct {
 	pongs    int
 	auths    int
 	renewals int
-	changed  chan struct{}
+	changed  chan struct{} // closed and replaced by notifyLocked
 	closed   bool
-	wg       sync.WaitGroup
+	// wg counts the dispatch goroutines: Add under mu once closed is
+	// known false, so Close (which sets closed first) waits for them all.
+	wg sync.WaitGroup
 }
 
+// coreCommand is one journaled command. Its fields are guarded by
+// Core.mu; cmd and raw change only when prepareWarm moves a command that
+// was never delivered into the new identity's journal.
 type coreCommand struct {
 	cmd    prp.Command
 	raw    json.RawMessage
@@ -132,6 +141,9 @@ type Epoch struct {
 	Receipt        prp.WarmTransition // the transition that ended the epoch
 }
 
+// coreConn is one authenticated connection. l, sess and lease are fixed
+// at authentication; fenced, replayOnly and activation are guarded by
+// Core.mu.
 type coreConn struct {
 	l     *prp.Link
 	sess  *prp.Session

@@ -28,7 +28,7 @@ type memMsgConn struct {
 	closed chan struct{}
 	once   *sync.Once
 
-	mu   sync.Mutex
+	mu   sync.Mutex // guards sent: WriteMsg and the test's reads race
 	sent [][]byte
 }
 

@@ -32,6 +32,8 @@ type MemoryCredentialStore struct {
 	// Rand supplies ticket and lease tokens; nil means crypto/rand.
 	Rand io.Reader
 
+	// mu guards tickets and leases and the records in them; helpers that
+	// need it held end in Locked.
 	mu      sync.Mutex
 	tickets map[string]*ticketRecord // by credential id
 	leases  map[string]*leaseRecord  // by credential id
@@ -166,7 +168,8 @@ func (m *MemoryCredentialStore) Admit(cred Credential, version int, ttl time.Dur
 	return prp.Lease{}, ErrCredentialRejected
 }
 
-func (m *MemoryCredentialStore) byLeaseID(leaseID string) *leaseRecord {
+// byLeaseIDLocked finds a lease record by lease id; m.mu held.
+func (m *MemoryCredentialStore) byLeaseIDLocked(leaseID string) *leaseRecord {
 	for _, r := range m.leases {
 		if r.lease.ID == leaseID {
 			return r
@@ -181,7 +184,7 @@ func (m *MemoryCredentialStore) byLeaseID(leaseID string) *leaseRecord {
 func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (prp.Lease, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.byLeaseID(leaseID)
+	r := m.byLeaseIDLocked(leaseID)
 	if r == nil {
 		return prp.Lease{}, false
 	}
@@ -196,7 +199,7 @@ func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (prp.L
 func (m *MemoryCredentialStore) RenewLease(leaseID string, req prp.LeaseRenewPayload, ttl time.Duration, now time.Time) (prp.LeaseRenewedPayload, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.byLeaseID(leaseID)
+	r := m.byLeaseIDLocked(leaseID)
 	ms := now.UnixMilli()
 	if r == nil || r.revoked || r.lease.ExpiresAtUnixMs <= ms {
 		return prp.LeaseRenewedPayload{}, ErrLeaseUnknown
@@ -220,7 +223,7 @@ func (m *MemoryCredentialStore) RenewLease(leaseID string, req prp.LeaseRenewPay
 func (m *MemoryCredentialStore) Revoke(leaseID string, epoch int64) (prp.RevokePayload, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.byLeaseID(leaseID)
+	r := m.byLeaseIDLocked(leaseID)
 	if r == nil {
 		return prp.RevokePayload{}, ErrLeaseUnknown
 	}
