@@ -107,6 +107,28 @@ func TestProductionBinariesImportNoTestModules(t *testing.T) {
 	}
 }
 
+// TestRunnerdLinksNoController checks that runnerd, the runner half of PRP,
+// links neither the controller half (internal/prp/control, for prpctl and
+// tests) nor its test support (internal/prp/prptest): the sandbox binary
+// carries no code that only a control plane or a test runs.
+func TestRunnerdLinksNoController(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./cmd/runnerd").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list runnerd: %v\n%s", err, out)
+	}
+	forbidden := []string{
+		"github.com/pcrunner/pcrunner/internal/prp/control",
+		"github.com/pcrunner/pcrunner/internal/prp/prptest",
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, bad := range forbidden {
+			if dep == bad || strings.HasPrefix(dep, bad+"/") {
+				t.Errorf("cmd/runnerd links %s", dep)
+			}
+		}
+	}
+}
+
 // TestBinariesAreStatic builds every cmd/ the way the Makefile does and
 // checks that none needs a dynamic loader or shared library: the binaries
 // are dropped into arbitrary sandbox images.

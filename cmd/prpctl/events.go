@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
-	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // committedEvent is the part of an event envelope these steps read.
@@ -29,7 +29,7 @@ type committedEvent struct {
 }
 
 // allEvents decodes every committed event of the run, archived epochs first.
-func allEvents(s prp.CoreSnapshot) []committedEvent {
+func allEvents(s control.Snapshot) []committedEvent {
 	var out []committedEvent
 	add := func(raw []json.RawMessage) {
 		for _, e := range raw {
@@ -48,7 +48,7 @@ func allEvents(s prp.CoreSnapshot) []committedEvent {
 	return out
 }
 
-func countEvents(s prp.CoreSnapshot, typ string) int {
+func countEvents(s control.Snapshot, typ string) int {
 	n := 0
 	for _, e := range allEvents(s) {
 		if e.EventType == typ {
@@ -80,7 +80,7 @@ var acpKind = map[string]string{"accept": "allow_once", "accept_for_session": "a
 
 // openRequest finds the latest runtime_request.created that is neither
 // settled by a later event nor answered by this prpctl.
-func openRequest(s prp.CoreSnapshot, answered map[string]bool) (committedEvent, bool) {
+func openRequest(s control.Snapshot, answered map[string]bool) (committedEvent, bool) {
 	evs := allEvents(s)
 	settled := map[string]bool{}
 	for _, e := range evs {

@@ -29,6 +29,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // Bounds of prpctl (beyond; an operator tool).
@@ -151,7 +152,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.runnerVersion, "runner-version", "0.0.0-local", "runner version the core expects")
 	fs.StringVar(&o.runnerDigest, "runner-digest", "sha256:"+strings.Repeat("0", 64), "runner digest the core expects")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of the whole run")
-	fs.DurationVar(&o.leaseTTL, "lease-ttl", prp.DefaultLeaseTTL, "connection lease TTL the core grants")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", control.DefaultLeaseTTL, "connection lease TTL the core grants")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -293,7 +294,7 @@ func loadSteps(o options, stdin io.Reader) ([]step, error) {
 // drive runs one session: core up, runnerd launched or attached, steps
 // executed, every result awaited, runnerd stopped.
 func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w *out, stderr io.Writer, log *slog.Logger) error {
-	core := prp.NewCore(prp.CoreConfig{
+	core := control.NewCore(control.Config{
 		Identity: o.id, RunnerVersion: o.runnerVersion, RunnerDigest: o.runnerDigest,
 		LeaseTTL: o.leaseTTL, Logger: log,
 	})
@@ -438,11 +439,11 @@ func drive(ctx context.Context, o options, steps []step, tools *toolAnswerer, w 
 // it succeeds only if every command queued so far has its result and no
 // step that needs runnerd is left; otherwise it returns a
 // *runnerdExitedError saying what was left (the caller knows the status).
-func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswerer, route func(runID string) json.RawMessage) error {
+func execute(ctx context.Context, core *control.Core, steps []step, tools *toolAnswerer, route func(runID string) json.RawMessage) error {
 	var ids []string
 	// every command queued so far: the script's and the tool answers'
 	all := func() []string { return append(slices.Clone(ids), tools.commandIDs()...) }
-	answered := func(s prp.CoreSnapshot) bool {
+	answered := func(s control.Snapshot) bool {
 		for _, id := range all() {
 			if resultOf(s, id) == nil {
 				return false
@@ -515,10 +516,10 @@ func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswe
 		case s.WaitEvent != "":
 			waited[s.WaitEvent]++
 			n := waited[s.WaitEvent]
-			err = core.Wait(ctx, func(snap prp.CoreSnapshot) bool { return countEvents(snap, s.WaitEvent) >= n })
+			err = core.Wait(ctx, func(snap control.Snapshot) bool { return countEvents(snap, s.WaitEvent) >= n })
 		case s.Resolve != "":
 			var req committedEvent
-			err = core.Wait(ctx, func(snap prp.CoreSnapshot) bool {
+			err = core.Wait(ctx, func(snap control.Snapshot) bool {
 				var ok bool
 				req, ok = openRequest(snap, resolved)
 				return ok
@@ -548,7 +549,7 @@ func execute(ctx context.Context, core *prp.Core, steps []step, tools *toolAnswe
 
 // resultOf finds a command's result in the current journal or, after a
 // warm rotation, in the archived epoch it belonged to.
-func resultOf(s prp.CoreSnapshot, commandID string) json.RawMessage {
+func resultOf(s control.Snapshot, commandID string) json.RawMessage {
 	if r := s.Results[commandID]; r != nil {
 		return r
 	}
@@ -560,19 +561,19 @@ func resultOf(s prp.CoreSnapshot, commandID string) json.RawMessage {
 	return nil
 }
 
-func waitConnected(ctx context.Context, core *prp.Core) error {
-	return core.Wait(ctx, func(s prp.CoreSnapshot) bool { return s.Connected })
+func waitConnected(ctx context.Context, core *control.Core) error {
+	return core.Wait(ctx, func(s control.Snapshot) bool { return s.Connected })
 }
 
 // redial keeps the core connected to a listening runnerd (the server's
 // ingress loop, prp.md §6.2), until ctx ends or runnerd exits.
-func redial(ctx context.Context, core *prp.Core, url func() string, proc *runnerdProc, log *slog.Logger) {
+func redial(ctx context.Context, core *control.Core, url func() string, proc *runnerdProc, log *slog.Logger) {
 	var exited <-chan struct{}
 	if proc != nil {
 		exited = proc.exited
 	}
 	for {
-		if err := core.Wait(ctx, func(s prp.CoreSnapshot) bool { return !s.Connected }); err != nil {
+		if err := core.Wait(ctx, func(s control.Snapshot) bool { return !s.Connected }); err != nil {
 			return
 		}
 		select {
@@ -597,12 +598,12 @@ func redial(ctx context.Context, core *prp.Core, url func() string, proc *runner
 // A warm rotation archives the old identity's journal as an epoch and the
 // new identity starts empty: what the old epoch still had unprinted is
 // printed first, then the counters restart.
-func printCore(ctx context.Context, core *prp.Core, w *out) {
+func printCore(ctx context.Context, core *control.Core, w *out) {
 	printedEvents, epochs := 0, 0
 	printed := map[string]bool{}
 	for {
-		var s prp.CoreSnapshot
-		err := core.Wait(ctx, func(snap prp.CoreSnapshot) bool {
+		var s control.Snapshot
+		err := core.Wait(ctx, func(snap control.Snapshot) bool {
 			s = snap
 			return len(snap.Epochs) > epochs || len(snap.Events) > printedEvents || len(snap.Results) > len(printed)
 		})

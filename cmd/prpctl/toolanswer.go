@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // Names of tools.md §3 and §4.
@@ -33,9 +34,9 @@ const acceptedResult = `{"success":true,"contentItems":[{"type":"inputText","tex
 // configured result gets, so the agent is answered rather than left waiting.
 const missingResultText = "prpctl has no result for this operation (set one with toolResults or --tool-result)"
 
-// toolCore is the part of *prp.Core the answerer uses.
+// toolCore is the part of *control.Core the answerer uses.
 type toolCore interface {
-	Wait(ctx context.Context, cond func(s prp.CoreSnapshot) bool) error
+	Wait(ctx context.Context, cond func(s control.Snapshot) bool) error
 	QueueCommand(cmd prp.Command) (prp.Command, error)
 }
 
@@ -169,7 +170,7 @@ func (a *toolAnswerer) run(ctx context.Context, core toolCore, log *slog.Logger)
 	seen := 0
 	for {
 		var events []json.RawMessage
-		err := core.Wait(ctx, func(s prp.CoreSnapshot) bool {
+		err := core.Wait(ctx, func(s control.Snapshot) bool {
 			events = s.Events
 			return len(s.Events) != seen
 		})

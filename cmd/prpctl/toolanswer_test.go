@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // testWait bounds each wait on the answerer (a safety net only).
@@ -35,10 +36,10 @@ type fakeCore struct {
 
 func newFakeCore() *fakeCore { return &fakeCore{changed: make(chan struct{})} }
 
-func (f *fakeCore) Wait(ctx context.Context, cond func(prp.CoreSnapshot) bool) error {
+func (f *fakeCore) Wait(ctx context.Context, cond func(control.Snapshot) bool) error {
 	for {
 		f.mu.Lock()
-		ok := cond(prp.CoreSnapshot{Events: f.events[:len(f.events):len(f.events)]})
+		ok := cond(control.Snapshot{Events: f.events[:len(f.events):len(f.events)]})
 		ch := f.changed
 		f.mu.Unlock()
 		if ok {
@@ -75,7 +76,7 @@ func (f *fakeCore) waitQueued(t *testing.T, n int) []prp.Command {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	var out []prp.Command
-	require.NoError(t, f.Wait(ctx, func(prp.CoreSnapshot) bool {
+	require.NoError(t, f.Wait(ctx, func(control.Snapshot) bool {
 		out = append([]prp.Command(nil), f.queued...)
 		return len(out) >= n
 	}))
@@ -172,7 +173,7 @@ func TestOpenRequestAndResolvePayload(t *testing.T) {
 			`","choices":[{"key":"allow","kind":"allow_once"},{"key":"allow-always","kind":"allow_always"},{"key":"reject","kind":"reject_once"}]}}}}`)
 	}
 	resolvedEv := json.RawMessage(`{"payload":{"eventType":"runtime_request.resolved","payload":{"requestId":"r2"}}}`)
-	s := prp.CoreSnapshot{Events: []json.RawMessage{created("r1"), created("r2"), resolvedEv, created("r3")}}
+	s := control.Snapshot{Events: []json.RawMessage{created("r1"), created("r2"), resolvedEv, created("r3")}}
 	req, ok := openRequest(s, map[string]bool{})
 	require.True(t, ok)
 	require.Equal(t, "r3", req.Payload.Request.RequestID)
@@ -193,7 +194,7 @@ func TestOpenRequestAndResolvePayload(t *testing.T) {
 	}
 	// tools.md §7 choices carry the action as key and no kind.
 	v1 := json.RawMessage(`{"payload":{"eventType":"runtime_request.created","payload":{"request":{"requestId":"q","turnId":"t9","choices":[{"key":"accept"},{"key":"decline"}]}}}}`)
-	req, ok = openRequest(prp.CoreSnapshot{Events: []json.RawMessage{v1}}, nil)
+	req, ok = openRequest(control.Snapshot{Events: []json.RawMessage{v1}}, nil)
 	require.True(t, ok)
 	require.JSONEq(t, `{"requestId":"q","turnId":"t9","resolution":{"action":"decline"},"response":{"optionId":"decline"}}`,
 		string(resolvePayload(req, "decline")))
@@ -204,7 +205,7 @@ func TestOpenRequestAndResolvePayload(t *testing.T) {
 func TestCountEventsAcrossEpochs(t *testing.T) {
 	ev := json.RawMessage(`{"payload":{"eventType":"run.terminal"}}`)
 	other := json.RawMessage(`{"payload":{"eventType":"item.delta"}}`)
-	s := prp.CoreSnapshot{Events: []json.RawMessage{ev, other}, Epochs: []prp.CoreEpoch{{Events: []json.RawMessage{ev}}}}
+	s := control.Snapshot{Events: []json.RawMessage{ev, other}, Epochs: []control.Epoch{{Events: []json.RawMessage{ev}}}}
 	require.Equal(t, 2, countEvents(s, "run.terminal"))
 	require.Equal(t, 0, countEvents(s, "nope"))
 }

@@ -25,6 +25,9 @@ var (
 	ErrNotConnected = errors.New("not connected")
 	// ErrLeaseRenewed reports a lease_renewed that does not answer the outstanding renewal.
 	ErrLeaseRenewed = errors.New("unexpected lease_renewed")
+	// ErrRevokeEpoch: a revocation must advance the epoch. The runner ends
+	// on a revoke that does not; the core refuses to issue one.
+	ErrRevokeEpoch = errors.New("revocation epoch must advance")
 )
 
 // RevokedError is the ErrRevoked that ends Run: Epoch is the revoke's
@@ -295,7 +298,7 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 	conn.l = startLink(ws, act, sess, linkConfig{
 		PingInterval:   c.cfg.PingInterval,
 		SilenceTimeout: c.cfg.SilenceTimeout,
-		Inspect: func(pt []byte) (frameAction, any, error) {
+		Inspect: func(pt []byte) (FrameAction, any, error) {
 			act, env, err := c.inspect(sess, pt)
 			if err == nil && env != nil && env.Kind == KindAck {
 				// The window only paces: a malformed ack is the ack
@@ -330,7 +333,7 @@ func (c *Client) pong(sess *Session) ([]byte, error) {
 // inspect runs in the reader goroutine: it decodes and validates every core frame,
 // answers nothing itself but classifies ping, and applies lease_renewed and
 // revoke at once so neither waits behind the user's handler.
-func (c *Client) inspect(sess *Session, pt []byte) (frameAction, *Envelope, error) {
+func (c *Client) inspect(sess *Session, pt []byte) (FrameAction, *Envelope, error) {
 	env, err := DecodeEnvelope(pt)
 	if err != nil {
 		return 0, nil, err
@@ -348,7 +351,7 @@ func (c *Client) inspect(sess *Session, pt []byte) (frameAction, *Envelope, erro
 	case KindPing:
 		return framePing, nil, nil
 	case KindLeaseRenewed:
-		return frameConsumed, nil, c.applyRenewed(env)
+		return FrameConsumed, nil, c.applyRenewed(env)
 	case KindRevoke:
 		var p RevokePayload
 		if err := env.DecodePayload(&p); err != nil {
@@ -365,7 +368,7 @@ func (c *Client) inspect(sess *Session, pt []byte) (frameAction, *Envelope, erro
 		c.failFatal(rev)
 		return 0, nil, rev
 	}
-	return frameForward, env, nil // json.Unmarshal copied every field: env owns its memory
+	return FrameForward, env, nil // json.Unmarshal copied every field: env owns its memory
 }
 
 func (c *Client) applyRenewed(env *Envelope) error {

@@ -74,6 +74,17 @@ func serverProof(authKey []byte, signing []byte) string {
 	return hex.EncodeToString(p[:])
 }
 
+// ServerProof is the core's proof over a challenge's signing bytes:
+// hex(HMAC(authKey, server-proof, [signing])) (spec §2.2).
+func ServerProof(authKey []byte, signing []byte) string { return serverProof(authKey, signing) }
+
+// VerifyClientProof reports, in constant time, whether got is the
+// lowercase-hex client proof for signing and serverProofHex under authKey
+// (spec §2.2): the core's check of auth_response.
+func VerifyClientProof(authKey []byte, signing []byte, serverProofHex, got string) bool {
+	return verifyHexMAC(clientProofBytes(authKey, signing, serverProofHex), got)
+}
+
 // clientProofBytes is HMAC(authKey, client-proof, [signing, serverProof]).
 func clientProofBytes(authKey []byte, signing []byte, serverProofHex string) [32]byte {
 	return domainHMAC(authKey, domainClientProof, signing, []byte(serverProofHex))

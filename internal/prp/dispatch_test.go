@@ -1,6 +1,9 @@
-package prp
+package prp_test
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
+
 	"context"
 	"sync"
 	"testing"
@@ -51,13 +54,13 @@ func TestAckAppliedWhileCommandBlocks(t *testing.T) {
 			}
 		}
 	}
-	entered := make(chan *Envelope, 1)
+	entered := make(chan *prp.Envelope, 1)
 	release := make(chan struct{})
 	var handlerReturned bool
-	cfg := ClientConfig{Dialer: dialTarget(t, core), Ticket: ticket}
-	cfg.OnControl = func(ctx context.Context, c *Conn, env *Envelope) error {
+	cfg := prp.ClientConfig{Dialer: dialTarget(t, core), Ticket: ticket}
+	cfg.OnControl = func(ctx context.Context, c *prp.Conn, env *prp.Envelope) error {
 		switch env.Kind {
-		case KindCommand:
+		case prp.KindCommand:
 			entered <- env
 			select {
 			case <-release:
@@ -68,7 +71,7 @@ func TestAckAppliedWhileCommandBlocks(t *testing.T) {
 			mu.Lock()
 			handlerReturned = true
 			mu.Unlock()
-		case KindCommandResultAck:
+		case prp.KindCommandResultAck:
 			mu.Lock()
 			returned := handlerReturned
 			mu.Unlock()
@@ -78,27 +81,27 @@ func TestAckAppliedWhileCommandBlocks(t *testing.T) {
 		return nil
 	}
 	client, done := startClient(t, ctx, cfg)
-	require.NoError(t, core.Wait(ctx, func(s CoreSnapshot) bool { return s.Connected }))
+	require.NoError(t, core.Wait(ctx, func(s control.Snapshot) bool { return s.Connected }))
 
 	// A terminal command, so the core answers its result with a command_result_ack.
-	cmd, err := core.QueueCommand(Command{Type: "runner.shutdown", Payload: []byte(`{}`)})
+	cmd, err := core.QueueCommand(prp.Command{Type: "runner.shutdown", Payload: []byte(`{}`)})
 	require.NoError(t, err)
-	var got *Envelope
+	var got *prp.Envelope
 	select {
 	case got = <-entered:
 	case <-ctx.Done():
 		t.Fatal("command never reached its handler")
 	}
-	require.Equal(t, KindCommand, got.Kind)
+	require.Equal(t, prp.KindCommand, got.Kind)
 
 	// While the handler blocks, an event is committed and its ACK applied.
 	require.NoError(t, client.Send(ctx, eventEnvelope(t, 1)))
-	waitKinds("ack while the command blocks", func(k []string) bool { return len(k) == 1 && k[0] == KindAck })
+	waitKinds("ack while the command blocks", func(k []string) bool { return len(k) == 1 && k[0] == prp.KindAck })
 
 	close(release)
-	require.NoError(t, core.Wait(ctx, func(s CoreSnapshot) bool { return s.Results[cmd.CommandID] != nil }))
+	require.NoError(t, core.Wait(ctx, func(s control.Snapshot) bool { return s.Results[cmd.CommandID] != nil }))
 	waitKinds("command, then its result ack", func(k []string) bool {
-		return len(k) == 3 && k[1] == KindCommand && k[2] == KindCommandResultAck
+		return len(k) == 3 && k[1] == prp.KindCommand && k[2] == prp.KindCommandResultAck
 	})
 	cancel()
 	<-done

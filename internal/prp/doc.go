@@ -2,8 +2,12 @@
 // with the Paperclip server (spec: shared/spec/prp.md), for both roles.
 //
 // Crypto and handshake (canonical JSON, key derivation, secure frames,
-// envelopes, ClientHandshake and CoreHandshake) live in canonical*.go,
-// crypto*.go, secure*.go, envelope*.go, message*.go and handshake*.go.
+// envelopes, ClientHandshake and the decoders of the messages the core
+// reads) live in canonical*.go, crypto*.go, secure*.go, envelope*.go,
+// message*.go and handshake*.go. The controller half (Core, its handshake
+// and credential store) is package control, built on what peer.go,
+// ParseAuthHello, ParseAuthResponse, ServerProof, VerifyClientProof and
+// NewCoreSession export; runnerd does not link it.
 //
 // Transport and sessions live in the other files:
 //
@@ -25,9 +29,9 @@
 //     (runnerd's control loop) gets OnAuthenticated per connection (replay
 //     the outbox there), OnControl for commands and ACKs, OnLost, and sends
 //     durable event and command_result bytes with Conn.Send.
-//   - core.go: Core, the controller half for tests and prpctl: tickets,
-//     leases, the command journal (lowest pending delivered), event admission
-//     with cumulative ACKs, pings and revoke (spec §3, §5, §7, §8).
+//   - peer.go: PeerConn and Link, the same connection machinery for the
+//     controller half (package control): accept or dial, then a link
+//     without pong answering or a send window.
 //
 // Timing is written against the time package so that tests run it in
 // simulated time with testing/synctest over in-memory pipes.

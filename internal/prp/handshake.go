@@ -28,9 +28,10 @@ const (
 	AuthMessageTimeout = 2 * time.Second
 	// clientNonceBytes is the size of auth_hello's clientNonce (spec §2.1).
 	clientNonceBytes = 32
-	// warmTransitionVersion is the warm-rotation capability runnerd
-	// advertises in every auth_hello (spec §2.1, §9.5).
-	warmTransitionVersion = 1
+	// WarmTransitionVersion is the warm-rotation capability runnerd
+	// advertises in every auth_hello and a core echoes when it honours it
+	// (spec §2.1, §9.5).
+	WarmTransitionVersion = 1
 )
 
 // MsgConn is one text-message channel (a WebSocket) as the handshake sees it.
@@ -56,6 +57,14 @@ var (
 	// needs a fresh bootstrap ticket (lease_expired_requires_bootstrap).
 	ErrLeaseExpired = errors.New("connection lease expired")
 	ErrNoCredential = errors.New("no bootstrap ticket or connection lease")
+)
+
+// Core-side handshake refusals of malformed or mismatched runner messages
+// (ParseAuthHello, ParseAuthResponse and the controller's checks); the core
+// closes the connection on each.
+var (
+	ErrHelloRejected = errors.New("auth hello rejected")
+	ErrClientProof   = errors.New("auth response rejected")
 )
 
 // Lease is the runner's connection lease. Token lives only in memory and is
@@ -249,7 +258,7 @@ func (h *ClientHandshake) prove(ctx context.Context, c MsgConn) (*provenChalleng
 	}
 	nonce := hex.EncodeToString(nb[:])
 
-	wtv := warmTransitionVersion
+	wtv := WarmTransitionVersion
 	hello := HelloPayload{
 		CredentialID: credID, CredentialKind: kind, ClientNonce: nonce,
 		ProtocolMin: ProtocolMinVersion, ProtocolMax: ProtocolVersion,
@@ -260,11 +269,11 @@ func (h *ClientHandshake) prove(ctx context.Context, c MsgConn) (*provenChalleng
 		id := h.WarmTransitionID
 		hello.WarmTransitionID = &id
 	}
-	if err := writeAuth(ctx, c, ProtocolVersion, KindAuthHello, hello); err != nil {
+	if err := WriteAuth(ctx, c, ProtocolVersion, KindAuthHello, hello); err != nil {
 		return nil, fmt.Errorf("client handshake: send auth_hello: %w", err)
 	}
 
-	msg, err := readAuth(ctx, c)
+	msg, err := ReadAuth(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("client handshake: read auth_challenge: %w", err)
 	}
@@ -298,7 +307,7 @@ func (p *provenChallenge) respond(ctx context.Context, c MsgConn) (*Session, *We
 	}
 	proof := clientProof(authKey[:], ch.signing, ch.ServerProof)
 	resp := AuthResponsePayload{CredentialID: credID, ClientNonce: nonce, ServerNonce: ch.ServerNonce, ClientProof: proof}
-	if err := writeAuth(ctx, c, ch.SelectedVersion, KindAuthResponse, resp); err != nil {
+	if err := WriteAuth(ctx, c, ch.SelectedVersion, KindAuthResponse, resp); err != nil {
 		return nil, nil, failClosed(fmt.Errorf("send auth_response: %w", err))
 	}
 	sess, err := newSession(RoleRunner, authKey[:], ch.signing, ch.ServerProof, proof)
@@ -308,7 +317,7 @@ func (p *provenChallenge) respond(ctx context.Context, c MsgConn) (*Session, *We
 	sess.Version = ch.SelectedVersion
 	sess.Identity = h.Identity
 
-	frame, err := readAuth(ctx, c)
+	frame, err := ReadAuth(ctx, c)
 	if err != nil {
 		return nil, nil, failClosed(fmt.Errorf("read welcome: %w", err))
 	}
@@ -412,7 +421,7 @@ func (h *ClientHandshake) checkChallenge(ch *challenge, credID, kind, nonce stri
 	if ch.CredentialExpiresAtUnixMs <= h.now().UnixMilli() {
 		return bad("credential expired")
 	}
-	if ch.WarmTransitionVersion != nil && *ch.WarmTransitionVersion != warmTransitionVersion {
+	if ch.WarmTransitionVersion != nil && *ch.WarmTransitionVersion != WarmTransitionVersion {
 		return bad("warmTransitionVersion")
 	}
 	switch {
@@ -548,8 +557,71 @@ func (h *ClientHandshake) checkWelcome(pt []byte, ch *challenge, kind string) (*
 	return out, nil
 }
 
-// writeAuth sends one plaintext handshake envelope within AuthMessageTimeout.
-func writeAuth(ctx context.Context, c MsgConn, version int, kind string, payload any) error {
+// ParseAuthHello parses an auth_hello envelope (the core half's first
+// read); its version must be a supported one. Errors wrap ErrHelloRejected
+// and name the part that was wrong, never the peer's bytes.
+func ParseAuthHello(msg []byte) (*HelloPayload, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
+	supported := func(v int64) bool { return v >= ProtocolMinVersion && v <= ProtocolVersion }
+	_, pl, err := parseAuthEnvelope(msg, KindAuthHello, supported, bad)
+	if err != nil {
+		return nil, err
+	}
+	r := fieldReader{obj: pl}
+	p := &HelloPayload{
+		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
+		ProtocolMin: int(r.int("protocolMin")), ProtocolMax: int(r.int("protocolMax")),
+		Identity: r.identity(), RunnerVersion: r.str("runnerVersion"), RunnerDigest: r.str("runnerDigest"),
+	}
+	// The reference core ignores credentialKind and resume; read them when
+	// present, for the caller.
+	p.CredentialKind, _ = pl.member("credentialKind").goString()
+	if v, ok := pl.member("warmTransitionVersion").safeInt(); ok {
+		n := int(v)
+		p.WarmTransitionVersion = &n
+	}
+	if s, ok := pl.member("warmTransitionId").goString(); ok {
+		p.WarmTransitionID = &s
+	}
+	if rv := pl.member("resume"); rv != nil && rv.kind == jsonObject {
+		rr := fieldReader{obj: rv}
+		p.Resume = &Resume{
+			LastControllerCommandSeq: rr.int("lastControllerCommandSeq"),
+			NextSourceEventSeq:       rr.int("nextSourceEventSeq"),
+			AckedSourceSeq:           rr.int("ackedSourceSeq"),
+		}
+		if rr.err != "" {
+			p.Resume = nil
+		}
+	}
+	if r.err != "" {
+		return nil, bad(r.err)
+	}
+	return p, nil
+}
+
+// ParseAuthResponse parses an auth_response envelope at the selected
+// version (the core half's second read). Errors wrap ErrClientProof.
+func ParseAuthResponse(msg []byte, version int) (*AuthResponsePayload, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrClientProof, what) }
+	selected := func(v int64) bool { return v == int64(version) }
+	_, pl, err := parseAuthEnvelope(msg, KindAuthResponse, selected, bad)
+	if err != nil {
+		return nil, err
+	}
+	r := fieldReader{obj: pl}
+	p := &AuthResponsePayload{
+		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
+		ServerNonce: r.str("serverNonce"), ClientProof: r.str("clientProof"),
+	}
+	if r.err != "" {
+		return nil, bad(r.err)
+	}
+	return p, nil
+}
+
+// WriteAuth sends one plaintext handshake envelope within AuthMessageTimeout.
+func WriteAuth(ctx context.Context, c MsgConn, version int, kind string, payload any) error {
 	b, err := jsonenc.Marshal(authEnvelope{Protocol: Protocol, Version: version, Kind: kind, Payload: payload})
 	if err != nil {
 		return err
@@ -559,8 +631,8 @@ func writeAuth(ctx context.Context, c MsgConn, version int, kind string, payload
 	return c.WriteMsg(ctx, b)
 }
 
-// readAuth reads one handshake message within AuthMessageTimeout.
-func readAuth(ctx context.Context, c MsgConn) ([]byte, error) {
+// ReadAuth reads one handshake message within AuthMessageTimeout.
+func ReadAuth(ctx context.Context, c MsgConn) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, AuthMessageTimeout)
 	defer cancel()
 	return c.ReadMsg(ctx)

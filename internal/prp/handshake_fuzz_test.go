@@ -25,8 +25,8 @@ func FuzzHandshakeMessages(f *testing.F) {
 				t.Fatalf("challenge signing bytes are not canonical: %q", ch.signing)
 			}
 		}
-		_, _ = parseHello(msg)
-		_, _ = parseAuthResponse(msg, 2)
+		_, _ = ParseAuthHello(msg)
+		_, _ = ParseAuthResponse(msg, 2)
 		if env, err := DecodeEnvelope(msg); err == nil {
 			b, err := MarshalEnvelope(env)
 			if err != nil {

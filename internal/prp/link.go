@@ -65,13 +65,15 @@ type appendOpener interface {
 	AppendOpen(dst, frame []byte) ([]byte, error)
 }
 
-// frameAction says what the reader does with an opened frame.
-type frameAction int
+// FrameAction says what the reader does with an opened frame.
+type FrameAction int
 
 const (
-	frameForward  frameAction = iota // queue for the owner
-	framePing                        // answer with a pong on the priority lane
-	frameConsumed                    // handled by Inspect itself
+	FrameForward FrameAction = iota // queue for the owner
+	// framePing: answer with a pong on the priority lane. Only the runner
+	// half answers PRP pings (linkConfig.Pong), so it is not exported.
+	framePing
+	FrameConsumed // handled by Inspect itself
 )
 
 // linkConfig configures one authenticated connection.
@@ -82,10 +84,10 @@ type linkConfig struct {
 	// what to do with it; an error ends the connection. It must not block.
 	// The plaintext is valid only during the call: the reader opens every
 	// frame into one reused buffer (link.rbuf), so the next frame overwrites
-	// it. For frameForward Inspect returns the decoded value the owner
+	// it. For FrameForward Inspect returns the decoded value the owner
 	// receives from recv, which must own its memory: a copy or a decode,
 	// never a slice of the plaintext.
-	Inspect func(plaintext []byte) (frameAction, any, error)
+	Inspect func(plaintext []byte) (FrameAction, any, error)
 	// Pong builds a pong plaintext on the writer goroutine; it must read only
 	// in-memory state. Nil: pings are not answered (the core half).
 	Pong func() ([]byte, error)
@@ -347,7 +349,7 @@ func (l *link) readLoop() {
 			return
 		}
 		switch act {
-		case frameConsumed:
+		case FrameConsumed:
 			continue
 		case framePing:
 			if l.cfg.Pong != nil {

@@ -1,6 +1,8 @@
-package prp
+package prp_test
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -17,8 +19,9 @@ import (
 )
 
 const (
-	// floodConns is the flood of issue 9 item 2: about 1,500 half-open
-	// connections exhausted runnerd's descriptors at --nofile=1024.
+	// floodConns is the flood to survive: about 1,500 half-open
+	// connections exhaust an unbounded listener's descriptors at
+	// --nofile=1024.
 	floodConns = 1500
 	// floodFDOverhead is what the test process holds besides the listener's
 	// tracked peers: the listening socket, the core's and the runner's ends
@@ -74,7 +77,7 @@ func countFDs(t *testing.T) int {
 // that stops by itself); halfway through, the real core connects and
 // bootstraps. The listener evicts the oldest silent peers, so this
 // process's descriptors stay under maxUnauthenticatedPeers plus a fixed
-// overhead (issue 9 item 2), and the core authenticates without waiting
+// overhead, and the core authenticates without waiting
 // behind any stray: in less than the 2 s a stray could hold it for. The
 // eviction is logged, rate-limited, with the peer's address and no secret.
 func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {
@@ -83,7 +86,7 @@ func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {
 	base := countFDs(t)
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil)) // runnerd's default level
-	ln, err := Listen(ListenConfig{Address: "127.0.0.1", Port: 0, Path: ConnectPath(runnerIdentity.RunID), Logger: logger})
+	ln, err := prp.Listen(prp.ListenConfig{Address: "127.0.0.1", Port: 0, Path: prp.ConnectPath(runnerIdentity.RunID), Logger: logger})
 	require.NoError(t, err)
 	defer ln.Close()
 	url := "ws://" + ln.Addr().String() + ln.Path()
@@ -92,7 +95,7 @@ func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {
 	ticket, err := core.MintTicket()
 	require.NoError(t, err)
 	u := newRunnerUser()
-	cfg := ClientConfig{Listener: ln, Ticket: ticket, Logger: logger}
+	cfg := prp.ClientConfig{Listener: ln, Ticket: ticket, Logger: logger}
 	u.hooks(&cfg)
 	_, done := startClient(t, ctx, cfg)
 
@@ -144,10 +147,10 @@ func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {
 	close(stopSampling)
 	<-sampled
 	t.Logf("bootstrap during a %d-connection flood took %v; peak descriptors %d (baseline %d, cap %d)",
-		floodConns, took, peak.Load(), base, maxUnauthenticatedPeers)
-	require.Less(t, took, UpgradeTimeout, "the core waited behind a stray peer")
-	require.LessOrEqual(t, int(peak.Load()), base+maxUnauthenticatedPeers+floodFDOverhead)
-	require.LessOrEqual(t, ln.peers.len(), maxUnauthenticatedPeers)
+		floodConns, took, peak.Load(), base, prp.MaxUnauthenticatedPeers)
+	require.Less(t, took, prp.UpgradeTimeout, "the core waited behind a stray peer")
+	require.LessOrEqual(t, int(peak.Load()), base+prp.MaxUnauthenticatedPeers+floodFDOverhead)
+	require.LessOrEqual(t, prp.ListenerPeers(ln), prp.MaxUnauthenticatedPeers)
 
 	out := logs.String()
 	require.Contains(t, out, `"msg":"listener evicted a connection: too many unauthenticated peers"`)

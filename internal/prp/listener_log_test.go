@@ -1,6 +1,8 @@
-package prp
+package prp_test
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -37,8 +39,8 @@ func logLines(t *testing.T, out string) []map[string]any {
 func TestListenerPeerLogRateLimited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs syncBuffer
-		l := pipeListener(testRunPath)
-		l.log = slog.New(slog.NewJSONHandler(&logs, nil))
+		l := prp.NewPipeListener(prp.TestRunPath)
+		prp.SetListenerLogger(l, slog.New(slog.NewJSONHandler(&logs, nil)))
 		refuse := func() {
 			r := httptest.NewRequest(http.MethodGet, "/healthz?token=secret_in_query", nil)
 			r.RemoteAddr = "192.0.2.7:4242"
@@ -53,14 +55,14 @@ func TestListenerPeerLogRateLimited(t *testing.T) {
 		require.Len(t, lines, 1)
 		require.Equal(t, "INFO", lines[0]["level"])
 		require.Equal(t, "192.0.2.7:4242", lines[0]["peer"])
-		time.Sleep(peerLogInterval)
+		time.Sleep(prp.PeerLogInterval)
 		refuse()
 		lines = logLines(t, logs.String())
 		require.Len(t, lines, 2)
 		require.EqualValues(t, 4, lines[1]["suppressed"])
 		require.NotContains(t, logs.String(), "secret_in_query", "the peer's request text is not logged")
 		require.NotContains(t, logs.String(), "healthz")
-		closePipeListener(l)
+		prp.ClosePipeListener(l)
 	})
 }
 
@@ -73,7 +75,7 @@ func TestListenerLogsStrayHandshakeWithoutSecrets(t *testing.T) {
 	defer cancel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
-	ln, err := Listen(ListenConfig{Address: "127.0.0.1", Port: 0, Path: ConnectPath(runnerIdentity.RunID), Logger: logger})
+	ln, err := prp.Listen(prp.ListenConfig{Address: "127.0.0.1", Port: 0, Path: prp.ConnectPath(runnerIdentity.RunID), Logger: logger})
 	require.NoError(t, err)
 	defer ln.Close()
 	url := "ws://" + ln.Addr().String() + ln.Path()
@@ -82,11 +84,11 @@ func TestListenerLogsStrayHandshakeWithoutSecrets(t *testing.T) {
 	ticket, err := core.MintTicket()
 	require.NoError(t, err)
 	u := newRunnerUser()
-	cfg := ClientConfig{Listener: ln, Ticket: ticket, Logger: logger}
+	cfg := prp.ClientConfig{Listener: ln, Ticket: ticket, Logger: logger}
 	u.hooks(&cfg)
 	_, done := startClient(t, ctx, cfg)
 
-	require.Equal(t, http.StatusBadRequest, rawUpgrade(t, ln.Addr().String(), "/elsewhere", ""))
+	require.Equal(t, http.StatusBadRequest, prp.RawUpgrade(t, ln.Addr().String(), "/elsewhere", ""))
 	strayPeer(t, ctx, url)
 	require.NoError(t, core.Connect(ctx, url))
 	u.waitFor(ctx, t, "bootstrap", func(u *runnerUser) bool { return len(u.welcomes) == 1 })
@@ -113,7 +115,7 @@ func TestListenerLogsStrayHandshakeWithoutSecrets(t *testing.T) {
 		require.Equal(t, level, l["level"])
 		require.True(t, strings.HasPrefix(l["peer"].(string), "127.0.0.1:"), "%v", l)
 	}
-	require.Contains(t, byMsg["listener peer failed the handshake"]["err"], ErrServerProof.Error())
+	require.Contains(t, byMsg["listener peer failed the handshake"]["err"], prp.ErrServerProof.Error())
 	requireNoSecrets(t, logs.String(), ticket, u.welcomes[0].Lease.Token)
 	cancel()
 	<-done
@@ -121,7 +123,7 @@ func TestListenerLogsStrayHandshakeWithoutSecrets(t *testing.T) {
 
 // syncBuffer is a log sink safe for concurrent handlers.
 type syncBuffer struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards b
 	b  bytes.Buffer
 }
 
@@ -144,6 +146,6 @@ func requireNoSecrets(t *testing.T, out string, secrets ...string) {
 	for _, sec := range secrets {
 		require.NotEmpty(t, sec)
 		require.NotContains(t, out, sec)
-		require.NotContains(t, out, CredentialID(sec))
+		require.NotContains(t, out, prp.CredentialID(sec))
 	}
 }

@@ -46,7 +46,7 @@ func TestReaderHandsOffOwnedValues(t *testing.T) {
 		ws, srv := wsPipe(t, act, nil)
 		l := startLink(ws, act, &reusingSession{}, linkConfig{
 			PingInterval: time.Hour, SilenceTimeout: time.Hour,
-			Inspect: func(pt []byte) (frameAction, any, error) {
+			Inspect: func(pt []byte) (FrameAction, any, error) {
 				act, env, err := c.inspect(sess, pt)
 				return act, env, err
 			},
@@ -105,9 +105,9 @@ func TestReaderReusesPlaintextBuffer(t *testing.T) {
 		ws, srv := wsPipe(t, act, nil)
 		l := startLink(ws, act, core, linkConfig{
 			PingInterval: time.Hour, SilenceTimeout: time.Hour,
-			Inspect: func(pt []byte) (frameAction, any, error) {
+			Inspect: func(pt []byte) (FrameAction, any, error) {
 				seen = append(seen, pt)
-				return frameForward, bytes.Clone(pt), nil
+				return FrameForward, bytes.Clone(pt), nil
 			},
 		})
 		ctx := context.Background()

@@ -93,6 +93,13 @@ type halfChannel struct {
 	err     error // sticky: a failed Open poisons the direction
 }
 
+// NewCoreSession derives the core's half of the channel from the handshake
+// transcript: the challenge's signing bytes, the server proof and the
+// client proof that VerifyClientProof accepted.
+func NewCoreSession(authKey []byte, signing []byte, serverProofHex, clientProofHex string) (*Session, error) {
+	return newSession(RoleCore, authKey, signing, serverProofHex, clientProofHex)
+}
+
 // newSession derives the channel from the handshake transcript.
 func newSession(role Role, authKey []byte, signing []byte, serverProofHex, clientProofHex string) (*Session, error) {
 	binding := sessionBinding(signing, serverProofHex, clientProofHex)

@@ -1,6 +1,12 @@
-package prp
+package prp_test
 
 import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
+
 	"context"
 	"net/http"
 	"sync"
@@ -15,24 +21,24 @@ import (
 // simRig is a core and a runner Client in one synctest bubble, joined by
 // in-memory pipes: minutes of protocol time run in milliseconds.
 type simRig struct {
-	core   *Core
-	client *Client
+	core   *control.Core
+	client *prp.Client
 	user   *runnerUser
 	done   <-chan error
 	wg     sync.WaitGroup
 	pipes  cuttablePipes
-	ln     *Listener // listen mode
+	ln     *prp.Listener // listen mode
 	cancel context.CancelFunc
 }
 
 // newSimDialRig starts a dial-mode runner against a core.
-func newSimDialRig(t *testing.T, modCore func(*CoreConfig), modClient func(*ClientConfig)) *simRig {
+func newSimDialRig(t *testing.T, modCore func(*control.Config), modClient func(*prp.ClientConfig)) *simRig {
 	r := &simRig{}
 	r.core = newTestCore(modCore)
 	ticket, err := r.core.MintTicket()
 	require.NoError(t, err)
 	r.user = newRunnerUser()
-	cfg := ClientConfig{Dialer: pipeDialer(t, r.core, &r.wg, r.pipes.pipe), Ticket: ticket}
+	cfg := prp.ClientConfig{Dialer: pipeDialer(t, r.core, &r.wg, r.pipes.pipe, prp.TestRunPath), Ticket: ticket}
 	r.user.hooks(&cfg)
 	if modClient != nil {
 		modClient(&cfg)
@@ -44,14 +50,14 @@ func newSimDialRig(t *testing.T, modCore func(*CoreConfig), modClient func(*Clie
 }
 
 // newSimListenRig starts a listen-mode runner; the core dials it with dial().
-func newSimListenRig(t *testing.T, modCore func(*CoreConfig), modClient func(*ClientConfig)) *simRig {
+func newSimListenRig(t *testing.T, modCore func(*control.Config), modClient func(*prp.ClientConfig)) *simRig {
 	r := &simRig{}
 	r.core = newTestCore(modCore)
 	ticket, err := r.core.MintTicket()
 	require.NoError(t, err)
-	r.ln = pipeListener(ConnectPath(runnerIdentity.RunID))
+	r.ln = prp.NewPipeListener(prp.ConnectPath(runnerIdentity.RunID))
 	r.user = newRunnerUser()
-	cfg := ClientConfig{Listener: r.ln, Ticket: ticket}
+	cfg := prp.ClientConfig{Listener: r.ln, Ticket: ticket}
 	r.user.hooks(&cfg)
 	if modClient != nil {
 		modClient(&cfg)
@@ -64,9 +70,8 @@ func newSimListenRig(t *testing.T, modCore func(*CoreConfig), modClient func(*Cl
 
 // dial makes the core dial the runner's listener (listen-target mode).
 func (r *simRig) dial(t *testing.T) error {
-	d := pipeDialer(t, r.ln, &r.wg, r.pipes.pipe)
-	d.target.Path = r.ln.Path()
-	return r.core.connectWith(context.Background(), d)
+	d := pipeDialer(t, r.ln, &r.wg, r.pipes.pipe, r.ln.Path())
+	return r.core.ConnectWith(context.Background(), d)
 }
 
 // stop ends the runner and the core and waits for every goroutine.
@@ -75,14 +80,14 @@ func (r *simRig) stop() error {
 	err := <-r.done
 	r.core.Close()
 	if r.ln != nil {
-		closePipeListener(r.ln)
+		prp.ClosePipeListener(r.ln)
 	}
 	r.wg.Wait()
 	synctest.Wait()
 	return err
 }
 
-func (r *simRig) snap() CoreSnapshot { return r.core.Snapshot() }
+func (r *simRig) snap() control.Snapshot { return r.core.Snapshot() }
 
 // TestPRP38_QuietButLiveRunner ports prp.md §15 scenario 38 in
 // simulated time: the runner's user is blocked in a 20-minute silent tool
@@ -97,7 +102,7 @@ func TestPRP38_QuietButLiveRunner(t *testing.T) {
 		require.Equal(t, 1, r.snap().Authentications)
 		conn := r.snap().ConnectionID
 		r.user.block = make(chan struct{}) // the tool call: OnControl does not return
-		_, err := r.core.QueueCommand(Command{Type: "turn.start", Payload: []byte(`{"text":"run the long tool"}`)})
+		_, err := r.core.QueueCommand(prp.Command{Type: "turn.start", Payload: []byte(`{"text":"run the long tool"}`)})
 		require.NoError(t, err)
 
 		const silent = 20 * time.Minute
@@ -118,7 +123,7 @@ func TestPRP38_QuietButLiveRunner(t *testing.T) {
 		require.Empty(t, r.user.lost)
 		// Scenario 42: a WebSocket Ping is answered while the user is blocked.
 		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-		require.NoError(t, r.core.cur().l.ws.ping(pctx))
+		require.NoError(t, r.core.PingWebSocket(pctx))
 		pcancel()
 		close(r.user.block)
 		require.ErrorIs(t, r.stop(), context.Canceled)
@@ -130,16 +135,16 @@ func TestPRP38_QuietButLiveRunner(t *testing.T) {
 // half-open connection and redials with credentialKind "lease".
 func TestPRP44_DialModeSilenceRedials(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newSimDialRig(t, func(c *CoreConfig) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
+		r := newSimDialRig(t, func(c *control.Config) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
 		synctest.Wait()
 		start := time.Now()
 		r.pipes.cut(0)
 		r.user.waitFor(context.Background(), t, "half-open close", func(u *runnerUser) bool { return len(u.lost) == 1 })
-		require.ErrorIs(t, r.user.lost[0], ErrHalfOpen)
-		require.Equal(t, DefaultSilenceTimeout, time.Since(start))
+		require.ErrorIs(t, r.user.lost[0], prp.ErrHalfOpen)
+		require.Equal(t, prp.DefaultSilenceTimeout, time.Since(start))
 		r.user.waitFor(context.Background(), t, "lease redial", func(u *runnerUser) bool { return len(u.welcomes) == 2 })
 		require.False(t, r.user.welcomes[1].Bootstrapped, "redialled with the lease")
-		require.Less(t, time.Since(start), DefaultSilenceTimeout+time.Second)
+		require.Less(t, time.Since(start), prp.DefaultSilenceTimeout+time.Second)
 		require.ErrorIs(t, r.stop(), context.Canceled)
 	})
 }
@@ -153,7 +158,7 @@ func TestPRP44_DialModeSilenceRedials(t *testing.T) {
 // looks open supersedes it (45).
 func TestPRP39_44_45_ListenModeHalfOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newSimListenRig(t, func(c *CoreConfig) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
+		r := newSimListenRig(t, func(c *control.Config) { c.LeaseTTL = time.Hour; c.SilenceTimeout = 90 * time.Second }, nil)
 		outbox := map[int64][]byte{} // the user's durable outbox, by sourceSeq
 		require.NoError(t, r.dial(t))
 		synctest.Wait()
@@ -170,9 +175,9 @@ func TestPRP39_44_45_ListenModeHalfOpen(t *testing.T) {
 
 		// Runner: closes at 45 s and keeps accepting. Server: gives up at 90 s.
 		r.user.waitFor(context.Background(), t, "runner closes", func(u *runnerUser) bool { return len(u.lost) == 1 })
-		require.ErrorIs(t, r.user.lost[0], ErrHalfOpen)
-		require.Equal(t, DefaultSilenceTimeout, time.Since(start))
-		require.NoError(t, r.core.Wait(context.Background(), func(s CoreSnapshot) bool { return !s.Connected }))
+		require.ErrorIs(t, r.user.lost[0], prp.ErrHalfOpen)
+		require.Equal(t, prp.DefaultSilenceTimeout, time.Since(start))
+		require.NoError(t, r.core.Wait(context.Background(), func(s control.Snapshot) bool { return !s.Connected }))
 		require.Equal(t, 90*time.Second, time.Since(start))
 
 		// The server redials a fresh endpoint: the lease authenticates; the
@@ -195,7 +200,7 @@ func TestPRP39_44_45_ListenModeHalfOpen(t *testing.T) {
 		r.user.waitFor(context.Background(), t, "superseding welcome", func(u *runnerUser) bool { return len(u.welcomes) == 3 })
 		require.Len(t, r.user.lost, 1, "supersession is not a loss")
 		require.NoError(t, r.core.Ping(context.Background()))
-		require.NoError(t, r.core.Wait(context.Background(), func(s CoreSnapshot) bool { return s.Pongs == 1 }))
+		require.NoError(t, r.core.Wait(context.Background(), func(s control.Snapshot) bool { return s.Pongs == 1 }))
 		require.ErrorIs(t, r.stop(), context.Canceled)
 	})
 }
@@ -203,7 +208,7 @@ func TestPRP39_44_45_ListenModeHalfOpen(t *testing.T) {
 // authAt returns when the rig's first authentication completed, waiting for it.
 func (r *simRig) waitAuth(t *testing.T, n int) time.Time {
 	t.Helper()
-	require.NoError(t, r.core.Wait(context.Background(), func(s CoreSnapshot) bool { return s.Authentications >= n && s.Connected }))
+	require.NoError(t, r.core.Wait(context.Background(), func(s control.Snapshot) bool { return s.Authentications >= n && s.Connected }))
 	r.user.waitFor(context.Background(), t, "welcome", func(u *runnerUser) bool { return len(u.welcomes) >= n })
 	return time.Now()
 }
@@ -217,12 +222,12 @@ func TestPRP20_LeaseExpiryWhileConnected(t *testing.T) {
 		r := newSimDialRig(t, nil, nil)
 		authed := r.waitAuth(t, 1)
 		r.user.block = make(chan struct{}) // the shutdown never completes
-		_, err := r.core.QueueCommand(Command{Type: "runner.shutdown"})
+		_, err := r.core.QueueCommand(prp.Command{Type: "runner.shutdown"})
 		require.NoError(t, err)
 		err = <-r.done
-		require.ErrorIs(t, err, ErrLeaseExpired)
-		require.Contains(t, err.Error(), LeaseExpiredCode)
-		require.Equal(t, DefaultLeaseTTL, time.Since(authed))
+		require.ErrorIs(t, err, prp.ErrLeaseExpired)
+		require.Contains(t, err.Error(), prp.LeaseExpiredCode)
+		require.Equal(t, control.DefaultLeaseTTL, time.Since(authed))
 		require.Zero(t, r.snap().Renewals)
 		close(r.user.block)
 		r.done = closedErr(err)
@@ -239,12 +244,30 @@ func TestPRP48_RedialUntilLeaseExpiry(t *testing.T) {
 		authed := r.waitAuth(t, 1)
 		r.core.Close() // drops the connection and refuses every later one
 		err := <-r.done
-		require.ErrorIs(t, err, ErrLeaseExpired)
-		require.Equal(t, DefaultLeaseTTL, time.Since(authed))
+		require.ErrorIs(t, err, prp.ErrLeaseExpired)
+		require.Equal(t, control.DefaultLeaseTTL, time.Since(authed))
 		require.Len(t, r.user.lost, 1)
 		r.done = closedErr(err)
 		r.stop()
 	})
+}
+
+// dropReplies is a control.Config.Outbound that, while *n is positive,
+// takes one from it and drops the connection instead of sending an
+// envelope of kind, after the core applied what it answers: a lost reply.
+func dropReplies(n *atomic.Int32, kind string) func(string, any) (any, error) {
+	return func(k string, payload any) (any, error) {
+		for k == kind {
+			left := n.Load()
+			if left <= 0 {
+				break
+			}
+			if n.CompareAndSwap(left, left-1) {
+				return nil, errors.New(kind + " reply dropped (test)")
+			}
+		}
+		return payload, nil
+	}
 }
 
 // TestPRP21_LeaseRenewal ports prp.md §15 scenario 21: renewals at
@@ -252,14 +275,13 @@ func TestPRP48_RedialUntilLeaseExpiry(t *testing.T) {
 // expiry once; hours of renewals keep one connection.
 func TestPRP21_LeaseRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newSimDialRig(t, nil, nil)
+		var dropRenew atomic.Int32
+		r := newSimDialRig(t, func(c *control.Config) { c.Outbound = dropReplies(&dropRenew, prp.KindLeaseRenewed) }, nil)
 		authed := r.waitAuth(t, 1)
-		r.core.mu.Lock()
-		r.core.dropRenewReplies = 1
-		r.core.mu.Unlock()
+		dropRenew.Store(1)
 		// At 30 s the core applies the renewal (expiry → 90 s) but the reply is lost.
 		r.user.waitFor(context.Background(), t, "lost reply", func(u *runnerUser) bool { return len(u.lost) == 1 })
-		require.Equal(t, DefaultLeaseTTL/2, time.Since(authed))
+		require.Equal(t, control.DefaultLeaseTTL/2, time.Since(authed))
 		r.waitAuth(t, 2)
 		w := r.user.welcomes[1]
 		require.False(t, w.Bootstrapped)
@@ -289,10 +311,10 @@ func TestPRP21_LeaseRenewal(t *testing.T) {
 // lifetime deadline while reconnecting gives transport_reconnect_deadline_exceeded.
 func TestPRP40_ReconnectGraceAndLifetime(t *testing.T) {
 	const grace = 7 * time.Minute
-	hour := func(c *CoreConfig) { c.LeaseTTL = time.Hour }
+	hour := func(c *control.Config) { c.LeaseTTL = time.Hour }
 	t.Run("grace", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			r := newSimListenRig(t, hour, func(c *ClientConfig) { c.ReconnectGrace = grace })
+			r := newSimListenRig(t, hour, func(c *prp.ClientConfig) { c.ReconnectGrace = grace })
 			require.NoError(t, r.dial(t))
 			r.waitAuth(t, 1)
 			r.core.DropCurrent()
@@ -304,7 +326,7 @@ func TestPRP40_ReconnectGraceAndLifetime(t *testing.T) {
 			r.user.waitFor(context.Background(), t, "second loss", func(u *runnerUser) bool { return len(u.lost) == 2 })
 			lost := time.Now()
 			err := <-r.done
-			require.ErrorIs(t, err, ErrReconnectGraceExceeded)
+			require.ErrorIs(t, err, prp.ErrReconnectGraceExceeded)
 			require.Equal(t, grace, time.Since(lost))
 			r.done = closedErr(err)
 			r.stop()
@@ -313,13 +335,13 @@ func TestPRP40_ReconnectGraceAndLifetime(t *testing.T) {
 	t.Run("lifetime", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Minute)
-			r := newSimListenRig(t, hour, func(c *ClientConfig) { c.Deadline = deadline })
+			r := newSimListenRig(t, hour, func(c *prp.ClientConfig) { c.Deadline = deadline })
 			require.NoError(t, r.dial(t))
 			r.waitAuth(t, 1)
 			time.Sleep(2 * time.Minute)
 			r.core.DropCurrent()
 			err := <-r.done
-			require.ErrorIs(t, err, ErrReconnectDeadlineExceeded)
+			require.ErrorIs(t, err, prp.ErrReconnectDeadlineExceeded)
 			require.Equal(t, deadline, time.Now())
 			r.done = closedErr(err)
 			r.stop()
@@ -353,11 +375,11 @@ func TestPRP06_AuthNearLifecycleDeadline(t *testing.T) {
 		})
 		start := time.Now()
 		deadline := start.Add(time.Second)
-		_, done := startClient(t, context.Background(), ClientConfig{
-			Dialer: pipeDialer(t, stall, &wg, nil), Ticket: "bootstrap_ticket", Deadline: deadline,
+		_, done := startClient(t, context.Background(), prp.ClientConfig{
+			Dialer: pipeDialer(t, stall, &wg, nil, prp.TestRunPath), Ticket: "bootstrap_ticket", Deadline: deadline,
 		})
 		err := <-done
-		require.ErrorIs(t, err, ErrReconnectDeadlineExceeded)
+		require.ErrorIs(t, err, prp.ErrReconnectDeadlineExceeded)
 		require.Equal(t, time.Second, time.Since(start), "no auth I/O past the deadline")
 		wg.Wait()
 	})
@@ -373,9 +395,8 @@ func TestListenStalledPeerDoesNotDelay(t *testing.T) {
 		require.NoError(t, r.dial(t))
 		r.waitAuth(t, 1)
 
-		d := pipeDialer(t, r.ln, &r.wg, nil)
-		d.target.Path = r.ln.Path()
-		stalled, err := d.dial(context.Background(), newActivity(), DefaultMaxFrameBytes)
+		d := pipeDialer(t, r.ln, &r.wg, nil, r.ln.Path())
+		stalled, err := d.DialPeer(context.Background())
 		require.NoError(t, err)
 		_, err = stalled.ReadMsg(context.Background()) // auth_hello, then silence
 		require.NoError(t, err)
@@ -384,6 +405,42 @@ func TestListenStalledPeerDoesNotDelay(t *testing.T) {
 		r.waitAuth(t, 2)
 		require.Zero(t, time.Since(start), "the lease reconnect did not wait for the stalled peer")
 		_ = stalled.Close()
+		require.ErrorIs(t, r.stop(), context.Canceled)
+	})
+}
+
+// TestClientWindowFedByCoreAcks: over a real Core, the Client's send window
+// is fed by the core's ACKs: a flood of events many windows long commits
+// completely, exactly once and in order, without the window ever waiting
+// out windowStall (in the bubble, no simulated time passes at all).
+func TestClientWindowFedByCoreAcks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newSimDialRig(t, nil, nil)
+		r.waitAuth(t, 1)
+		const total = 1000
+		events := make([][]byte, total)
+		size := 0
+		for i := range events {
+			events[i] = eventEnvelope(t, int64(i+1))
+			size += prp.FrameCost(events[i])
+		}
+		require.Greater(t, size, 5*prp.MaxUnackedEventBytes)
+		ctx := context.Background()
+		start := time.Now()
+		go func() {
+			for _, e := range events {
+				if r.client.Send(ctx, e) != nil {
+					return
+				}
+			}
+		}()
+		require.NoError(t, r.core.Wait(ctx, func(s control.Snapshot) bool { return s.AckedSourceSeq >= total }))
+		require.Zero(t, time.Since(start), "the window waited for windowStall: ACKs did not reach it")
+		s := r.snap()
+		require.Len(t, s.Events, total)
+		for i, e := range s.Events {
+			require.Equal(t, string(events[i]), string(e), "event %d", i+1)
+		}
 		require.ErrorIs(t, r.stop(), context.Canceled)
 	})
 }

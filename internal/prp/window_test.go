@@ -145,39 +145,3 @@ func FuzzEventSeq(f *testing.F) {
 		}
 	})
 }
-
-// TestClientWindowFedByCoreAcks: over a real Core, the Client's send window
-// is fed by the core's ACKs: a flood of events many windows long commits
-// completely, exactly once and in order, without the window ever waiting
-// out windowStall (in the bubble, no simulated time passes at all).
-func TestClientWindowFedByCoreAcks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := newSimDialRig(t, nil, nil)
-		r.waitAuth(t, 1)
-		const total = 1000
-		events := make([][]byte, total)
-		size := 0
-		for i := range events {
-			events[i] = eventEnvelope(t, int64(i+1))
-			size += frameCost(events[i])
-		}
-		require.Greater(t, size, 5*maxUnackedEventBytes)
-		ctx := context.Background()
-		start := time.Now()
-		go func() {
-			for _, e := range events {
-				if r.client.Send(ctx, e) != nil {
-					return
-				}
-			}
-		}()
-		require.NoError(t, r.core.Wait(ctx, func(s CoreSnapshot) bool { return s.AckedSourceSeq >= total }))
-		require.Zero(t, time.Since(start), "the window waited for windowStall: ACKs did not reach it")
-		s := r.snap()
-		require.Len(t, s.Events, total)
-		for i, e := range s.Events {
-			require.Equal(t, string(events[i]), string(e), "event %d", i+1)
-		}
-		require.ErrorIs(t, r.stop(), context.Canceled)
-	})
-}

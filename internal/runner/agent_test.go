@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
-	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
@@ -52,7 +52,7 @@ func TestAgentTurnThroughLoop(t *testing.T) {
 	require.Equal(t, "completed", res.Status, string(res.Result))
 	res = h.waitResult(h.queue("turn.start", `{"text":"echo hello"}`).CommandID)
 	require.Equal(t, "completed", res.Status)
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+	s := h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
 	})
 	evs := prptest.DecodeEvents(t, s.Events)
@@ -121,7 +121,7 @@ func TestAgentEventsMatchSchema(t *testing.T) {
 	for i, text := range []string{"plan", "permission allow", "usage", "think hard", "echo done"} {
 		b, _ := json.Marshal(map[string]string{"text": text})
 		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(b)).CommandID).Status)
-		h.waitCore(func(s prp.CoreSnapshot) bool {
+		h.waitCore(func(s control.Snapshot) bool {
 			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == i+1
 		})
 	}

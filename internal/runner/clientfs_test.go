@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
@@ -38,7 +38,7 @@ func TestTools12_ClientFSThroughRunnerd(t *testing.T) {
 	for i, text := range []string{"echo done", "read /etc/passwd"} {
 		tb, _ := json.Marshal(map[string]string{"text": text})
 		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
-		h.waitCore(func(s prp.CoreSnapshot) bool {
+		h.waitCore(func(s control.Snapshot) bool {
 			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == i+1
 		})
 	}

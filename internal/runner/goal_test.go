@@ -8,6 +8,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
@@ -56,7 +57,7 @@ func goalCommand(t *testing.T, h *harness, schemas *prpschema.Set, typ, payload,
 	res := h.waitResult(h.queueV2(typ, payload).CommandID)
 	require.Equal(t, "completed", res.Status, "%s %s: %s", typ, payload, res.Result)
 	require.NoError(t, prpschema.Validate(schemas.GoalProjection, res.Result), "result %s", res.Result)
-	s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(s.Events) >= before+2 })
+	s := h.waitCore(func(s control.Snapshot) bool { return len(s.Events) >= before+2 })
 	evs := prptest.DecodeEvents(t, s.Events[before:])
 	require.Equal(t, agent.EventCapabilitiesUpdated, evs[0].EventType)
 	require.Equal(t, wantEvent, evs[1].EventType)
@@ -100,7 +101,7 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
 	// session.open reports the goal state after session.started, as the
 	// reference does.
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+	s := h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), agent.EventGoalSnapshot)) == 1
 	})
 	var opened []string
@@ -141,7 +142,7 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	// The agent completes the goal during a turn: an autonomous update.
 	before := len(h.core.Snapshot().Events)
 	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"goal"}`).CommandID).Status)
-	s = h.waitCore(func(s prp.CoreSnapshot) bool {
+	s = h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events[before:]), "run.terminal")) == 1
 	})
 	updates := prptest.OfType(prptest.DecodeEvents(t, s.Events[before:]), agent.EventGoalUpdated)

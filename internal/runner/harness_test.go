@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -41,7 +42,7 @@ const (
 	testDigest  = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
 )
 
-// harness is a real prp.Core (the far side of the protocol, from prptest)
+// harness is a real control.Core (the far side of the protocol, from prptest)
 // serving the dial route, and a state dir. The runner reaches the core over
 // prptest's in-memory Transport (newPipeHarness, inside a synctest bubble:
 // simTest) or over loopback (newHarness, for tests that run real processes
@@ -54,8 +55,8 @@ type harness struct {
 	stateDir   string
 }
 
-func coreConfig(tweak func(*prp.CoreConfig)) prp.CoreConfig {
-	cc := prp.CoreConfig{
+func coreConfig(tweak func(*control.Config)) control.Config {
+	cc := control.Config{
 		Identity:      testIdentity,
 		RunnerVersion: testVersion, RunnerDigest: testDigest,
 	}
@@ -67,7 +68,7 @@ func coreConfig(tweak func(*prp.CoreConfig)) prp.CoreConfig {
 
 // newPipeHarness is a harness whose core the runner reaches over in-memory
 // pipes, for tests inside a synctest bubble (simTest).
-func newPipeHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
+func newPipeHarness(t *testing.T, tweak func(*control.Config)) *harness {
 	t.Helper()
 	core := prptest.NewCore(t, coreConfig(tweak))
 	return &harness{t: t, core: core, transport: core.Transport(), connectURL: core.PipeURL(),
@@ -75,7 +76,7 @@ func newPipeHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
 }
 
 // newHarness is a harness whose core listens on loopback.
-func newHarness(t *testing.T, tweak func(*prp.CoreConfig)) *harness {
+func newHarness(t *testing.T, tweak func(*control.Config)) *harness {
 	t.Helper()
 	core := prptest.NewCore(t, coreConfig(tweak))
 	return &harness{t: t, core: core, connectURL: core.ServeLoopback(), stateDir: filepath.Join(t.TempDir(), "state")}
@@ -151,7 +152,7 @@ func (r *running) wait(t *testing.T) error {
 	}
 }
 
-func (h *harness) waitCore(cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
+func (h *harness) waitCore(cond func(s control.Snapshot) bool) control.Snapshot {
 	h.t.Helper()
 	return h.core.WaitFor(cond)
 }
@@ -212,7 +213,7 @@ func resultCode(result json.RawMessage) string {
 // simTest runs f in a synctest bubble with a harness whose core is reached
 // over in-memory pipes. Every goroutine of the runner and the core must end
 // before f returns; the harness's cleanups (run in the bubble) stop them.
-func simTest(t *testing.T, tweak func(*prp.CoreConfig), f func(t *testing.T, h *harness)) {
+func simTest(t *testing.T, tweak func(*control.Config), f func(t *testing.T, h *harness)) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newPipeHarness(t, tweak)
 		f(t, h)

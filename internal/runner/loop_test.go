@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
@@ -53,7 +54,7 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 		require.Equal(t, state.StatusRejected, st.ProcessedCommands[turn2.CommandID].Status)
 		require.Equal(t, state.StatusFailed, st.ProcessedCommands[prep.CommandID].Status)
 
-		s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		s := h.waitCore(func(s control.Snapshot) bool {
 			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.draining")) == 1
 		})
 		evs := prptest.DecodeEvents(t, s.Events)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
@@ -42,7 +43,7 @@ func (h *harness) runTurn(text string, n int) []prptest.Event {
 
 func (h *harness) waitTerminals(n int) []prptest.Event {
 	h.t.Helper()
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+	s := h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(h.t, s.Events), "run.terminal")) >= n
 	})
 	return prptest.DecodeEvents(h.t, s.Events)
@@ -258,7 +259,7 @@ func mustJSON(t *testing.T, v any) []byte {
 // waitType waits until the core holds at least n events of typ.
 func (h *harness) waitType(typ string, n int) []prptest.Event {
 	h.t.Helper()
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+	s := h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(h.t, s.Events), typ)) >= n
 	})
 	return prptest.DecodeEvents(h.t, s.Events)

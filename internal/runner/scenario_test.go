@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -67,7 +68,7 @@ func drainEffects(t *testing.T, evs []prptest.Event) map[string]int {
 func TestPRP11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		h.start(h.config(false), Options{})
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		var ids []string
 		for i := range 24 {
 			typ := "runner.drain"
@@ -80,7 +81,7 @@ func TestPRP11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
 				h.core.DropCurrent()
 			}
 		}
-		s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(s.Results) == len(ids) })
+		s := h.waitCore(func(s control.Snapshot) bool { return len(s.Results) == len(ids) })
 		require.Greater(t, s.Authentications, 1, "connections were dropped and re-established")
 		evs := prptest.DecodeEvents(t, s.Events)
 		for i, e := range evs {
@@ -109,7 +110,7 @@ func TestPRP11_ReplayIsByteIdentical(t *testing.T) {
 		stored := h.readState().Outbox
 		require.Len(t, stored, 1)
 		h.start(h.config(false), Options{})
-		s := h.waitCore(func(s prp.CoreSnapshot) bool { return len(s.Events) >= 3 })
+		s := h.waitCore(func(s control.Snapshot) bool { return len(s.Events) >= 3 })
 		require.Equal(t, string(stored[0].Envelope), string(s.Events[0]), "replayed byte for byte")
 		evs := prptest.DecodeEvents(t, s.Events)
 		require.Equal(t, "runner.reconciled", evs[1].EventType, "P0 runner.reconciled after the restart")
@@ -152,7 +153,7 @@ func TestPRP12_DuplicateCommand(t *testing.T) {
 func TestPRP13_NonContiguousSeq(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		run := h.start(h.config(false), Options{})
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.sendRaw(prp.KindCommand, prp.Command{
 			Schema: prp.CommandSchemaV1, CommandID: "cmd_gap", ControllerSeq: 3, Type: "session.snapshot",
 			IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
@@ -197,7 +198,7 @@ func TestPRP15_AckOutOfRange(t *testing.T) {
 				run := h.start(h.config(false), Options{})
 				// A result handled after the core admitted event 1 proves its
 				// ack(1) is queued ahead of ours (one dispatch goroutine per connection).
-				h.waitCore(func(s prp.CoreSnapshot) bool { return s.AckedSourceSeq >= 1 })
+				h.waitCore(func(s control.Snapshot) bool { return s.AckedSourceSeq >= 1 })
 				h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
 				h.sendRaw(prp.KindAck, prp.AckPayload{AckedSourceSeq: ack})
 				err := run.wait(t)
@@ -305,7 +306,7 @@ func TestPRP19_Revoke(t *testing.T) {
 	t.Run("advancing", func(t *testing.T) {
 		simTest(t, nil, func(t *testing.T, h *harness) {
 			run := h.start(h.config(false), Options{})
-			h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+			h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 			require.NoError(t, h.core.Revoke(3))
 			require.NoError(t, run.wait(t))
 			st := h.readState()
@@ -319,7 +320,7 @@ func TestPRP19_Revoke(t *testing.T) {
 	t.Run("not advancing", func(t *testing.T) {
 		simTest(t, nil, func(t *testing.T, h *harness) {
 			run := h.start(h.config(false), Options{})
-			h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+			h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 			h.sendRaw(prp.KindRevoke, prp.RevokePayload{RevocationEpoch: 0})
 			err := run.wait(t)
 			require.Error(t, err)
@@ -334,9 +335,9 @@ func TestPRP19_Revoke(t *testing.T) {
 // lease_expired_requires_bootstrap and keeps its state (scenario 48; the
 // exit path of scenario 20).
 func TestPRP20_48_LeaseExpiry(t *testing.T) {
-	simTest(t, func(c *prp.CoreConfig) { c.LeaseTTL = time.Second }, func(t *testing.T, h *harness) {
+	simTest(t, func(c *control.Config) { c.LeaseTTL = time.Second }, func(t *testing.T, h *harness) {
 		run := h.start(h.config(false), Options{})
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.core.Close() // the server is gone: every redial fails
 		err := run.wait(t)
 		require.ErrorIs(t, err, config.ErrLeaseExpired)
@@ -374,9 +375,9 @@ func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 		require.Equal(t, string(state.Backpressure), p.Lifecycle)
 
 		h.start(h.config(false), Options{})
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		require.NoError(t, h.core.Ping(t.Context()))
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Pongs >= 1 })
+		h.waitCore(func(s control.Snapshot) bool { return s.Pongs >= 1 })
 	})
 }
 
@@ -388,7 +389,7 @@ func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 func TestPRP18_NoAckStopsWithFence(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		run := h.start(h.config(false), Options{})
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.sendRaw(prp.KindCommand, prp.Command{
 			Schema: prp.CommandSchemaV1, CommandID: "cmd_unjournaled_stop", ControllerSeq: 1, Type: "runner.shutdown",
 			IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`),
@@ -437,7 +438,7 @@ func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 		p := h.waitResult(cmd.CommandID)
 		require.Equal(t, "failed", p.Status)
 		require.Equal(t, state.CodeCommandExecutionFailed, resultCode(p.Result))
-		s := h.waitCore(func(s prp.CoreSnapshot) bool {
+		s := h.waitCore(func(s control.Snapshot) bool {
 			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.diagnostic")) == 1
 		})
 		evs := prptest.DecodeEvents(t, s.Events)
@@ -473,7 +474,7 @@ func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 			t.Fatal("handler not entered")
 		}
 		require.NoError(t, h.core.Ping(t.Context()))
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Pongs >= 1 })
+		h.waitCore(func(s control.Snapshot) bool { return s.Pongs >= 1 })
 		require.Nil(t, h.core.Snapshot().Results[cmd.CommandID], "answered while the command still runs")
 		close(release)
 		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -65,7 +66,7 @@ func TestPerTurnExitsAfterTurnAcked(t *testing.T) {
 		run = h.start(cfg, turnHandlers())
 		snap := h.waitResult(h.queue("session.snapshot", `{}`).CommandID)
 		require.Equal(t, "completed", snap.Status)
-		h.waitCore(func(s prp.CoreSnapshot) bool {
+		h.waitCore(func(s control.Snapshot) bool {
 			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.reconnected")) >= 1
 		})
 		require.Equal(t, state.Ready, h.readState().Lifecycle, "the next turn's runner is ready")
@@ -141,7 +142,7 @@ func TestLifetimeWhileConnectedRotates(t *testing.T) {
 func TestLifetimeWhileReconnectingFails(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		run := h.start(h.config(false, "--max-lifetime-ms", "2500"), Options{})
-		h.waitCore(func(s prp.CoreSnapshot) bool { return s.Connected })
+		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.core.Close() // the server is gone: every redial fails until the deadline
 		err := run.wait(t)
 		require.ErrorIs(t, err, config.ErrReconnectDeadlineExceeded)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
@@ -40,7 +41,7 @@ func TestTools03_ThroughTheLoop(t *testing.T) {
 	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
 	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"mcp-call paperclip.issue.comment {\"body\":\"hi\"}"}`).CommandID).Status)
 
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+	s := h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "semantic_tool.input")) == 1
 	})
 	var in struct {
@@ -68,7 +69,7 @@ func TestTools03_ThroughTheLoop(t *testing.T) {
 	res := result(`{"id":"c-1"}`)
 	require.Equal(t, "completed", res.Status, string(res.Result))
 	require.JSONEq(t, `{"status":"delivered","callId":"`+in.SemanticTool.CallID+`"}`, string(res.Result))
-	s = h.waitCore(func(s prp.CoreSnapshot) bool {
+	s = h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
 	})
 	res = result(`{"id":"c-1"}`)

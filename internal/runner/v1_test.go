@@ -15,18 +15,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
-// versionCore is a minimal core built from prp.CoreHandshake and sealed
-// frames, for what prp.Core cannot do: select PRP v1. It lowers the hello's
+// versionCore is a minimal core built from control.Handshake and sealed
+// frames, for what control.Core cannot do: select PRP v1. It lowers the hello's
 // protocolMax to maxVersion before the core half reads it (the hello is not
 // covered by the proofs), commits contiguous events and ACKs them.
 type versionCore struct {
 	t          *testing.T
-	store      *prp.MemoryCredentialStore
+	store      *control.MemoryCredentialStore
 	maxVersion int
 	// noWarm drops warmTransitionVersion from the hello, so the welcome
 	// offers no warm rotation (warm_test.go).
@@ -48,7 +49,7 @@ type versionCore struct {
 // newVersionCore serves the core over prptest's in-memory transport; its
 // cleanup closes the pipes, which ends every connection's loop.
 func newVersionCore(t *testing.T) (*versionCore, *prptest.Transport) {
-	c := &versionCore{t: t, store: prp.NewMemoryCredentialStore(), changed: make(chan struct{})}
+	c := &versionCore{t: t, store: control.NewMemoryCredentialStore(), changed: make(chan struct{})}
 	tr := prptest.NewTransport(c)
 	t.Cleanup(func() {
 		tr.Close()
@@ -128,7 +129,7 @@ func (c *versionCore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	maxV := c.maxVersion
 	c.mu.Unlock()
-	h := prp.CoreHandshake{
+	h := control.Handshake{
 		Identity: testIdentity, RunnerVersion: testVersion, RunnerDigest: testDigest,
 		Store: c.store, ConnectionID: "connection_v",
 		AckedSourceSeq: func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },

@@ -16,6 +16,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -107,7 +108,7 @@ func newWarmRigWith(t *testing.T, listen bool, agentFlags []string, seed map[str
 	wr.pid = processIDOf(t, res.Result)
 	require.NotNil(t, wr.pid)
 	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"echo hello"}`).CommandID).Status)
-	h.waitCore(func(s prp.CoreSnapshot) bool {
+	h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1 &&
 			s.AckedSourceSeq == int64(len(s.Events))
 	})
@@ -152,12 +153,12 @@ func (wr *warmRig) attachPayload(next prp.Identity, tweak func(provider map[stri
 
 // rotate queues a run.attach to nextIdentity and waits until the core
 // acknowledged warm_transition_activated.
-func (wr *warmRig) rotate(t *testing.T) prp.CoreSnapshot {
+func (wr *warmRig) rotate(t *testing.T) control.Snapshot {
 	h := wr.h
 	attach := h.queue(prp.CommandRunAttach, wr.attachPayload(nextIdentity, nil))
-	h.waitCore(func(s prp.CoreSnapshot) bool { return s.Warm != nil || s.Identity == nextIdentity })
+	h.waitCore(func(s control.Snapshot) bool { return s.Warm != nil || s.Identity == nextIdentity })
 	wr.reach(t)
-	s := h.waitCore(func(s prp.CoreSnapshot) bool { return s.Warm == nil && s.Identity == nextIdentity })
+	s := h.waitCore(func(s control.Snapshot) bool { return s.Warm == nil && s.Identity == nextIdentity })
 	require.Len(t, s.Epochs, 1)
 	var res prp.CommandResultPayload
 	require.NoError(t, json.Unmarshal(s.Epochs[0].Results[attach.CommandID], &res))
@@ -200,7 +201,7 @@ func TestPRP24_WarmAttach(t *testing.T) {
 
 			res := h.waitResult(h.queue("turn.start", `{"text":"echo again"}`).CommandID)
 			require.Equal(t, "completed", res.Status, string(res.Result))
-			s = h.waitCore(func(s prp.CoreSnapshot) bool {
+			s = h.waitCore(func(s control.Snapshot) bool {
 				return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
 			})
 			evs := prptest.DecodeEvents(t, s.Events)
@@ -287,7 +288,7 @@ func TestWarmAttachRefusals(t *testing.T) {
 	require.Equal(t, testIdentity, s.Identity)
 	res := h.waitResult(h.queue("turn.start", `{"text":"echo still here"}`).CommandID)
 	require.Equal(t, "completed", res.Status, "the old run keeps working")
-	h.waitCore(func(s prp.CoreSnapshot) bool {
+	h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 2
 	})
 	// And the exact attach still rotates.
@@ -387,7 +388,7 @@ func TestWarmAttachInexactReceipt(t *testing.T) {
 		require.NoError(t, err)
 		cfg.ConnectURL = u
 		h.start(cfg, Options{})
-		h.waitCore(func(s prp.CoreSnapshot) bool {
+		h.waitCore(func(s control.Snapshot) bool {
 			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.reconciled")) == 1
 		})
 		res := h.waitResult(h.queue("turn.start", `{"text":"echo after"}`).CommandID)
@@ -416,7 +417,7 @@ func TestWarmAttachToolBridgeCarriesOver(t *testing.T) {
 	wr.rotate(t)
 
 	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", `{"text":"mcp-call paperclip.issue.comment {\"body\":\"hi\"}"}`).CommandID).Status)
-	s := h.waitCore(func(s prp.CoreSnapshot) bool {
+	s := h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "semantic_tool.input")) == 1
 	})
 	var in struct {
@@ -445,7 +446,7 @@ func TestWarmAttachToolBridgeCarriesOver(t *testing.T) {
 	require.NoError(t, err)
 	res = h.waitResult(h.queue("semantic_tool.result", string(p)).CommandID)
 	require.Equal(t, "completed", res.Status, string(res.Result))
-	h.waitCore(func(s prp.CoreSnapshot) bool {
+	h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
 	})
 	var after struct {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // Agent benchmarks (issue "Agents over ACP through pcwrap"): runnerd+pcwrap
@@ -35,13 +36,13 @@ type arrivals struct {
 	count int
 }
 
-func watchArrivals(c *prp.Core) *arrivals {
+func watchArrivals(c *control.Core) *arrivals {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &arrivals{stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
 		for {
-			err := c.Wait(ctx, func(s prp.CoreSnapshot) bool { return len(s.Events) > a.count })
+			err := c.Wait(ctx, func(s control.Snapshot) bool { return len(s.Events) > a.count })
 			now := time.Now()
 			n := len(c.Snapshot().Events)
 			a.mu.Lock()
@@ -248,7 +249,7 @@ func tenThousandOnWire(b *testing.B, r *agentRig, script, label string) {
 				start := time.Now()
 				if r.c.core.Ping(ctx) == nil {
 					wctx, cancel := context.WithTimeout(ctx, waitBound)
-					if r.c.core.Wait(wctx, func(s prp.CoreSnapshot) bool { return s.Pongs > pongs }) == nil {
+					if r.c.core.Wait(wctx, func(s control.Snapshot) bool { return s.Pongs > pongs }) == nil {
 						rtts = append(rtts, time.Since(start))
 					}
 					cancel()
@@ -298,7 +299,7 @@ func benchRun(b *testing.B, r *agentRig, typ string, payload any) {
 	if cmd.CommandID == "" {
 		b.Fatalf("queue %s: %v", typ, err)
 	}
-	s := r.c.wait(b, func(s prp.CoreSnapshot) bool { return s.Results[cmd.CommandID] != nil })
+	s := r.c.wait(b, func(s control.Snapshot) bool { return s.Results[cmd.CommandID] != nil })
 	var res prp.CommandResultPayload
 	_ = json.Unmarshal(s.Results[cmd.CommandID], &res)
 	if res.Status != "completed" {
@@ -306,10 +307,10 @@ func benchRun(b *testing.B, r *agentRig, typ string, payload any) {
 	}
 }
 
-func waitTerminals(b *testing.B, r *agentRig, n int) prp.CoreSnapshot {
+func waitTerminals(b *testing.B, r *agentRig, n int) control.Snapshot {
 	b.Helper()
 	needle := []byte(`"eventType":"run.terminal"`)
-	return r.c.wait(b, func(s prp.CoreSnapshot) bool {
+	return r.c.wait(b, func(s control.Snapshot) bool {
 		got := 0
 		for _, e := range s.Events {
 			if bytes.Contains(e, needle) {

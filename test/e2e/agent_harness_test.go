@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -75,7 +76,7 @@ func (r *agentRig) queue(t *testing.T, typ string, payload any) string {
 // result waits for a command's result.
 func (r *agentRig) result(t *testing.T, id string) prp.CommandResultPayload {
 	t.Helper()
-	s := r.c.wait(t, func(s prp.CoreSnapshot) bool { return s.Results[id] != nil })
+	s := r.c.wait(t, func(s control.Snapshot) bool { return s.Results[id] != nil })
 	var res prp.CommandResultPayload
 	require.NoError(t, json.Unmarshal(s.Results[id], &res))
 	return res
@@ -112,7 +113,7 @@ func (r *agentRig) events(t *testing.T) []event { return decodeEvents(t, r.c.cor
 // waitEvents waits until n events of type typ are committed at the core.
 func (r *agentRig) waitEvents(t *testing.T, typ string, n int) []event {
 	t.Helper()
-	s := r.c.wait(t, func(s prp.CoreSnapshot) bool { return countType(decodeEvents(t, s.Events), typ) >= n })
+	s := r.c.wait(t, func(s control.Snapshot) bool { return countType(decodeEvents(t, s.Events), typ) >= n })
 	return decodeEvents(t, s.Events)
 }
 

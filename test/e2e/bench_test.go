@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // Benchmarks of runnerd's targets (issue "runnerd core"): idle RSS < 20 MiB
@@ -86,7 +87,7 @@ func BenchmarkRunnerdIdle(b *testing.B) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		waitExit(b, cmd)
 	}()
-	c.wait(b, func(s prp.CoreSnapshot) bool { return s.Connected && s.AckedSourceSeq >= 1 })
+	c.wait(b, func(s control.Snapshot) bool { return s.Connected && s.AckedSourceSeq >= 1 })
 	for b.Loop() {
 		cpu0, _ := schedstat(cmd.Process.Pid)
 		time.Sleep(idleWindow)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // Crash test bounds.
@@ -287,7 +288,7 @@ func (c *coreServer) startLife(t *testing.T, bin string, args []string, listen b
 		}
 		for ctx.Err() == nil {
 			if c.core.Connect(ctx, url) == nil {
-				_ = c.core.Wait(ctx, func(s prp.CoreSnapshot) bool { return !s.Connected })
+				_ = c.core.Wait(ctx, func(s control.Snapshot) bool { return !s.Connected })
 			}
 			select {
 			case <-ctx.Done():

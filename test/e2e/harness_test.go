@@ -1,5 +1,5 @@
 // Package e2e holds black-box suites over the built runnerd and prpctl
-// binaries: a real prp.Core (the far side of the protocol) on loopback,
+// binaries: a real control.Core (the far side of the protocol) on loopback,
 // real processes, real state directories.
 package e2e
 
@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -47,7 +48,7 @@ type coreServer struct {
 }
 
 func newCoreServer(t testing.TB) *coreServer {
-	core := prptest.NewCore(t, prp.CoreConfig{
+	core := prptest.NewCore(t, control.Config{
 		Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest,
 	})
 	core.WaitBound = waitBound
@@ -100,7 +101,7 @@ func waitExit(t testing.TB, cmd *exec.Cmd) int {
 	return cmd.ProcessState.ExitCode()
 }
 
-func (c *coreServer) wait(t testing.TB, cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
+func (c *coreServer) wait(t testing.TB, cond func(s control.Snapshot) bool) control.Snapshot {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()

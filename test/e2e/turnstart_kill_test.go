@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -110,7 +110,7 @@ func TestTurnStartResultAfterKill(t *testing.T) {
 				ProviderTurnID string `json:"providerTurnId"`
 			}
 			require.NoError(t, json.Unmarshal(res.Result, &out))
-			r.c.wait(t, func(s prp.CoreSnapshot) bool {
+			r.c.wait(t, func(s control.Snapshot) bool {
 				for _, e := range decodeEvents(t, s.Events) {
 					if e.EventType == "run.terminal" && fieldOf(e, "providerTurnId") == out.ProviderTurnID {
 						return true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -75,7 +76,7 @@ func benchWarm(b *testing.B) (toTurn, toActivated []time.Duration) {
 			mustJSONB(b, w.provider), mustJSONB(b, next), base+prp.ConnectPath(next.RunID))
 		// The previous run's turn must be over and ACKed: the attach waits
 		// for exactly that, and this measures the rotation, not the turn.
-		c.wait(b, func(s prp.CoreSnapshot) bool {
+		c.wait(b, func(s control.Snapshot) bool {
 			return s.AckedSourceSeq == int64(len(s.Events)) && (i == 0 || countType(decodeEvents(b, s.Events), "run.terminal") == 1)
 		})
 		start := time.Now()
@@ -85,9 +86,9 @@ func benchWarm(b *testing.B) (toTurn, toActivated []time.Duration) {
 		if _, err := c.core.QueueCommand(prp.Command{Type: "turn.start", Payload: []byte(`{"text":"echo warm"}`)}); err != nil && !strings.Contains(err.Error(), "not connected") {
 			b.Logf("queue turn.start: %v", err) // journaled; delivered after activation
 		}
-		c.wait(b, func(s prp.CoreSnapshot) bool { return s.Identity == next && s.Warm == nil })
+		c.wait(b, func(s control.Snapshot) bool { return s.Identity == next && s.Warm == nil })
 		toActivated = append(toActivated, time.Since(start))
-		c.wait(b, func(s prp.CoreSnapshot) bool { return countType(decodeEvents(b, s.Events), "turn.started") == 1 })
+		c.wait(b, func(s control.Snapshot) bool { return countType(decodeEvents(b, s.Events), "turn.started") == 1 })
 		toTurn = append(toTurn, time.Since(start))
 		cur = next
 	}
@@ -113,7 +114,7 @@ func benchCold(b *testing.B) []time.Duration {
 				b.Fatalf("queue %s: %v", cmd.typ, err)
 			}
 		}
-		c.wait(b, func(s prp.CoreSnapshot) bool { return countType(decodeEvents(b, s.Events), "turn.started") == 1 })
+		c.wait(b, func(s control.Snapshot) bool { return countType(decodeEvents(b, s.Events), "turn.started") == 1 })
 		out = append(out, time.Since(start))
 	}
 	return out
@@ -134,7 +135,7 @@ func warmBenchRun(b *testing.B, w *warmE2E, typ, payload string) {
 	if cmd.CommandID == "" {
 		b.Fatalf("queue %s: %v", typ, err)
 	}
-	w.c.wait(b, func(s prp.CoreSnapshot) bool { return s.Results[cmd.CommandID] != nil })
+	w.c.wait(b, func(s control.Snapshot) bool { return s.Results[cmd.CommandID] != nil })
 }
 
 func mustJSONB(b *testing.B, v any) string {

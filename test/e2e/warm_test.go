@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -100,7 +101,7 @@ func (w *warmE2E) run(t *testing.T, typ string, payload any) prp.CommandResultPa
 	require.NoError(t, err)
 	cmd, err := w.c.core.QueueCommand(prp.Command{Type: typ, Payload: b})
 	require.NotEmpty(t, cmd.CommandID, "queue %s: %v", typ, err)
-	s := w.c.wait(t, func(s prp.CoreSnapshot) bool { return s.Results[cmd.CommandID] != nil })
+	s := w.c.wait(t, func(s control.Snapshot) bool { return s.Results[cmd.CommandID] != nil })
 	var res prp.CommandResultPayload
 	require.NoError(t, json.Unmarshal(s.Results[cmd.CommandID], &res))
 	return res
@@ -116,7 +117,7 @@ func (w *warmE2E) warmUp(t *testing.T) {
 	w.pid = pidOf(t, res.Result)
 	require.NotNil(t, w.pid)
 	require.Equal(t, "completed", w.run(t, "turn.start", map[string]any{"text": "echo hello"}).Status)
-	w.c.wait(t, func(s prp.CoreSnapshot) bool {
+	w.c.wait(t, func(s control.Snapshot) bool {
 		return countType(decodeEvents(t, s.Events), "run.terminal") == 1 && s.AckedSourceSeq == int64(len(s.Events))
 	})
 }
@@ -160,7 +161,7 @@ func (w *warmE2E) finishOnSameAgent(t *testing.T) {
 	before := countType(decodeEvents(t, w.c.core.Snapshot().Events), "run.terminal")
 	res := w.run(t, "turn.start", map[string]any{"text": "echo again"})
 	require.Equal(t, "completed", res.Status, string(res.Result))
-	w.c.wait(t, func(s prp.CoreSnapshot) bool {
+	w.c.wait(t, func(s control.Snapshot) bool {
 		return countType(decodeEvents(t, s.Events), "run.terminal") == before+1
 	})
 	res = w.run(t, "session.open", map[string]any{"reuse": "same_session"})
@@ -183,7 +184,7 @@ func TestPRP24_WarmAttachE2E(t *testing.T) {
 	w.warmUp(t)
 	attach, err := w.c.core.QueueCommand(prp.Command{Type: prp.CommandRunAttach, Payload: mustJSON(t, w.attachPayload())})
 	require.NoError(t, err)
-	s := w.c.wait(t, func(s prp.CoreSnapshot) bool { return s.Identity == warmNext && s.Warm == nil })
+	s := w.c.wait(t, func(s control.Snapshot) bool { return s.Identity == warmNext && s.Warm == nil })
 	require.Len(t, s.Epochs, 1)
 	require.NotNil(t, s.Epochs[0].Results[attach.CommandID])
 	w.finishOnSameAgent(t)
@@ -210,7 +211,7 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 //	activated     activated                              new              completed (old epoch)
 //
 // Where the core acknowledged the receipt but saw no activation, it
-// settles forward (prp.Core.SettleWarmForward) before minting the ticket.
+// settles forward (control.Core.SettleWarmForward) before minting the ticket.
 // In every case the relaunched runner holds exactly that identity, the
 // next turn runs on the same agent process (no session/new or
 // session/load), the attach is never applied twice, and each identity's
@@ -239,7 +240,7 @@ func TestWarmAttachCrashMatrix(t *testing.T) {
 			}
 			t.Logf("kill at %s: next ticket for the %s identity", point, got)
 			w.start(t, s.Identity, "")
-			w.c.wait(t, func(s prp.CoreSnapshot) bool { return countType(decodeEvents(t, s.Events), "runner.reconciled") == 1 })
+			w.c.wait(t, func(s control.Snapshot) bool { return countType(decodeEvents(t, s.Events), "runner.reconciled") == 1 })
 
 			if got == "old" {
 				res := w.run(t, "session.snapshot", map[string]any{}) // behind the re-delivered attach
@@ -320,7 +321,7 @@ func TestPRP24_WarmAttachE2EListen(t *testing.T) {
 				run = s.Warm.NewIdentity.RunID
 			}
 			if w.c.core.Connect(ctx, "ws://"+a+prp.ConnectPath(run)) == nil {
-				_ = w.c.core.Wait(ctx, func(s prp.CoreSnapshot) bool { return !s.Connected })
+				_ = w.c.core.Wait(ctx, func(s control.Snapshot) bool { return !s.Connected })
 			}
 			select {
 			case <-ctx.Done():
@@ -338,7 +339,7 @@ func TestPRP24_WarmAttachE2EListen(t *testing.T) {
 		"listenAddress": host, "listenPort": portNum, "listenPath": prp.ConnectPath(warmNext.RunID)}
 	attach, err := w.c.core.QueueCommand(prp.Command{Type: prp.CommandRunAttach, Payload: mustJSON(t, payload)})
 	require.NoError(t, err)
-	s := w.c.wait(t, func(s prp.CoreSnapshot) bool { return s.Identity == warmNext && s.Warm == nil })
+	s := w.c.wait(t, func(s control.Snapshot) bool { return s.Identity == warmNext && s.Warm == nil })
 	require.Len(t, s.Epochs, 1)
 	require.NotNil(t, s.Epochs[0].Results[attach.CommandID])
 	w.finishOnSameAgent(t)

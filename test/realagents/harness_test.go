@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -52,7 +53,7 @@ type rig struct {
 
 func newRig(t *testing.T, spec agentSpec, agentDir string) *rig {
 	t.Helper()
-	core := prptest.NewCore(t, prp.CoreConfig{Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest})
+	core := prptest.NewCore(t, control.Config{Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest})
 	core.WaitBound = agentBound
 	r := &rig{t: t, core: core, url: core.ServeLoopback(), dir: filepath.Join(t.TempDir(), "state"), home: t.TempDir()}
 	r.record = filepath.Join(t.TempDir(), "fakellm.ndjson")
@@ -201,7 +202,7 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func (r *rig) wait(cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
+func (r *rig) wait(cond func(s control.Snapshot) bool) control.Snapshot {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), agentBound)
 	defer cancel()
@@ -220,7 +221,7 @@ func (r *rig) queue(typ string, payload any) string {
 
 func (r *rig) result(id string) prp.CommandResultPayload {
 	r.t.Helper()
-	s := r.wait(func(s prp.CoreSnapshot) bool { return s.Results[id] != nil })
+	s := r.wait(func(s control.Snapshot) bool { return s.Results[id] != nil })
 	var res prp.CommandResultPayload
 	require.NoError(r.t, json.Unmarshal(s.Results[id], &res))
 	return res
@@ -239,7 +240,7 @@ func (r *rig) events() []prptest.Event { return prptest.DecodeEvents(r.t, r.core
 // waitCount waits until n events of type typ are committed.
 func (r *rig) waitCount(typ string, n int) []prptest.Event {
 	r.t.Helper()
-	s := r.wait(func(s prp.CoreSnapshot) bool {
+	s := r.wait(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(r.t, s.Events), typ)) >= n
 	})
 	return prptest.DecodeEvents(r.t, s.Events)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // DefaultWaitBound bounds each wait of a Core unless WaitBound is set. Inside
@@ -22,9 +23,9 @@ const DefaultWaitBound = 10 * time.Second
 // Transport carries the upgrade.
 const pipeHost = "127.0.0.1:1"
 
-// Core is a real prp.Core for one registration (the far side of the
+// Core is a real control.Core for one registration (the far side of the
 // protocol), plus a test's ways to reach and observe it. The embedded
-// prp.Core keeps its whole API (QueueCommand, Ping, Revoke, DropCurrent,
+// control.Core keeps its whole API (QueueCommand, Ping, Revoke, DropCurrent,
 // SendRaw, Snapshot, Wait, ...).
 //
 // Reach it over Transport with PipeURL from inside a synctest bubble, or
@@ -34,22 +35,33 @@ const pipeHost = "127.0.0.1:1"
 // the core, then the transport, then the loopback server, and waits for
 // their goroutines.
 type Core struct {
-	*prp.Core
+	*control.Core
 	// WaitBound bounds WaitFor and WaitResult; 0 means DefaultWaitBound.
 	WaitBound time.Duration
 
-	t     testing.TB
-	runID string
-	tr    *Transport
+	t    testing.TB
+	cfg  control.Config
+	tr   *Transport
+	user func(kind string, payload any) (any, error) // cfg.Outbound as the test gave it
+
+	// mu guards tamperAcks and tamperWelcomes: the receipts still to send
+	// inexact in a command_result_ack and in an activated welcome
+	// (TamperWarmReceipts). The core's Outbound hook reads them on its
+	// sending goroutines.
+	mu                         sync.Mutex
+	tamperAcks, tamperWelcomes int
 
 	srvOnce sync.Once
 	srv     *httptest.Server
 }
 
 // NewCore returns a core for cfg, closed by t's cleanup.
-func NewCore(t testing.TB, cfg prp.CoreConfig) *Core {
+func NewCore(t testing.TB, cfg control.Config) *Core {
 	t.Helper()
-	c := &Core{Core: prp.NewCore(cfg), t: t, runID: cfg.Identity.RunID}
+	c := &Core{t: t, user: cfg.Outbound}
+	cfg.Outbound = c.outbound
+	c.cfg = cfg
+	c.Core = control.NewCore(cfg)
 	c.tr = NewTransport(c.Core)
 	t.Cleanup(func() {
 		c.Core.Close()
@@ -66,14 +78,14 @@ func (c *Core) Transport() *Transport { return c.tr }
 
 // PipeURL is a connect URL for the dial route when the upgrade rides
 // Transport: it passes the runner's URL checks and is never dialled.
-func (c *Core) PipeURL() string { return "ws://" + pipeHost + prp.ConnectPath(c.runID) }
+func (c *Core) PipeURL() string { return "ws://" + pipeHost + prp.ConnectPath(c.cfg.Identity.RunID) }
 
 // ServeLoopback serves the core on a loopback httptest server (started on
 // the first call) and returns the ws:// connect URL of its dial route. Not
 // for use inside a synctest bubble: a socket is not in the bubble.
 func (c *Core) ServeLoopback() string {
 	c.srvOnce.Do(func() { c.srv = httptest.NewServer(c.Core) })
-	return "ws://" + strings.TrimPrefix(c.srv.URL, "http://") + prp.ConnectPath(c.runID)
+	return "ws://" + strings.TrimPrefix(c.srv.URL, "http://") + prp.ConnectPath(c.cfg.Identity.RunID)
 }
 
 // Ticket mints a one-use bootstrap ticket.
@@ -95,12 +107,12 @@ func (c *Core) bound() time.Duration {
 
 // WaitFor waits, bounded, until cond holds of the core's state and returns
 // the snapshot that satisfied it.
-func (c *Core) WaitFor(cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
+func (c *Core) WaitFor(cond func(s control.Snapshot) bool) control.Snapshot {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), c.bound())
 	defer cancel()
-	var got prp.CoreSnapshot
-	if err := c.Wait(ctx, func(s prp.CoreSnapshot) bool {
+	var got control.Snapshot
+	if err := c.Wait(ctx, func(s control.Snapshot) bool {
 		if cond(s) {
 			got = s
 			return true
@@ -116,7 +128,7 @@ func (c *Core) WaitFor(cond func(s prp.CoreSnapshot) bool) prp.CoreSnapshot {
 // command the journal refused fails the test: when the immediate delivery
 // fails because the current connection is going away (a runner that just
 // exited), the command stays journaled as pending and the next connection's
-// welcome carries it (prp.Core.QueueCommand).
+// welcome carries it (control.Core.QueueCommand).
 func (c *Core) Queue(typ, payload string) prp.Command {
 	c.t.Helper()
 	cmd, err := c.QueueCommand(prp.Command{Type: typ, Payload: json.RawMessage(payload)})
@@ -129,7 +141,7 @@ func (c *Core) Queue(typ, payload string) prp.Command {
 // WaitResult waits, bounded, for the result of command id and decodes it.
 func (c *Core) WaitResult(id string) prp.CommandResultPayload {
 	c.t.Helper()
-	s := c.WaitFor(func(s prp.CoreSnapshot) bool { return s.Results[id] != nil })
+	s := c.WaitFor(func(s control.Snapshot) bool { return s.Results[id] != nil })
 	var p prp.CommandResultPayload
 	if err := json.Unmarshal(s.Results[id], &p); err != nil {
 		c.t.Fatalf("decode result of %s: %v", id, err)
@@ -141,4 +153,143 @@ func (c *Core) WaitResult(id string) prp.CommandResultPayload {
 func (c *Core) Events() []Event {
 	c.t.Helper()
 	return DecodeEvents(c.t, c.Snapshot().Events)
+}
+
+// TamperWarmReceipts makes the next acks receipts the core sends in a
+// command_result_ack, and the next welcomes in an activated welcome,
+// differ from the real one in one bound field under the same
+// transitionId, as a faulty or hostile core's would: the runner must
+// refuse an inexact receipt.
+func (c *Core) TamperWarmReceipts(acks, welcomes int) {
+	c.mu.Lock()
+	c.tamperAcks, c.tamperWelcomes = acks, welcomes
+	c.mu.Unlock()
+}
+
+// outbound is the core's control.Config.Outbound: it makes a receipt
+// inexact while TamperWarmReceipts asks for it, then hands the payload to
+// the test's own hook, if any.
+func (c *Core) outbound(kind string, payload any) (any, error) {
+	switch p := payload.(type) {
+	case prp.CommandResultAckPayload:
+		if len(p.WarmTransition) > 0 && c.take(&c.tamperAcks) {
+			p.WarmTransition = c.tamper(p.WarmTransition)
+			payload = p
+		}
+	case prp.WelcomePayload:
+		if len(p.WarmTransition) > 0 && c.take(&c.tamperWelcomes) {
+			p.WarmTransition = c.tamper(p.WarmTransition)
+			payload = p
+		}
+	}
+	if c.user != nil {
+		return c.user(kind, payload)
+	}
+	return payload, nil
+}
+
+// take spends one of *left, guarded by c.mu; it reports whether one was left.
+func (c *Core) take(left *int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *left <= 0 {
+		return false
+	}
+	*left--
+	return true
+}
+
+// tamper is the receipt raw with its lease expiry one millisecond off.
+func (c *Core) tamper(raw json.RawMessage) json.RawMessage {
+	r, err := prp.DecodeWarmTransition(raw)
+	if err != nil {
+		c.t.Errorf("tamper warm receipt: %v", err)
+		return raw
+	}
+	r.LeaseExpiresAtUnixMs++
+	return r.Marshal()
+}
+
+// SettleWarmForward is the server's recovery when the runner died inside
+// a transition whose receipt the core acknowledged (the crash table of
+// the warm rotation): the acknowledgement committed the core to the new
+// identity, and no activation can come from the dead runner. The new
+// identity takes the registration over as warm_transition_activated makes
+// it: the old epoch is archived, the commands queued inside the transition
+// start the new journal, and the next ticket authenticates as the new
+// identity (the runner, relaunched under it, rolls its state forward). It
+// reports whether a transition was pending; without one the identity stays.
+//
+// It settles through the protocol, standing in for the dead runner: it
+// re-keys the receipt's lease to a token of its own
+// (MemoryCredentialStore.AddLease), authenticates as the new identity with
+// the receipt's transitionId over the Transport, sends
+// warm_transition_activated, waits for the core to activate, and hangs up.
+// The core counts that connection among its Authentications; it is gone
+// when SettleWarmForward returns.
+func (c *Core) SettleWarmForward() bool {
+	c.t.Helper()
+	s := c.Snapshot()
+	if s.Warm == nil {
+		return false
+	}
+	r := *s.Warm
+	lease, ok := c.Store().LeaseState(r.LeaseID, time.Now())
+	if !ok {
+		c.t.Fatalf("settle warm transition: the receipt's lease %s is expired or revoked", r.LeaseID)
+	}
+	lease.Token = "lease_prptest_settle_" + strings.TrimPrefix(r.TransitionID, "sha256:")
+	c.Store().AddLease(lease)
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.bound())
+	defer cancel()
+	fail := func(what string, err error) {
+		c.t.Helper()
+		c.t.Fatalf("settle warm transition: %s: %v", what, err)
+	}
+	d, err := prp.NewDialer(ctx, prp.DialerConfig{URL: "ws://" + pipeHost + prp.ConnectPath(r.NewIdentity.RunID), Transport: c.tr})
+	if err != nil {
+		fail("dialer", err)
+	}
+	peer, err := d.DialPeer(ctx)
+	if err != nil {
+		fail("dial", err)
+	}
+	h := prp.ClientHandshake{
+		Identity: r.NewIdentity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
+		Lease: &lease, WarmTransitionID: r.TransitionID, WarmReceipt: &r,
+	}
+	sess, _, err := h.Run(ctx, peer)
+	if err != nil {
+		_ = peer.Close()
+		fail("handshake", err)
+	}
+	// net.Pipe is synchronous: read (and drop) what the core sends, so that
+	// its writer never blocks on this connection.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			if _, err := peer.ReadMsg(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { _ = peer.Close(); <-drained }()
+	env, err := sess.NewControl(prp.KindWarmTransitionActivated, prp.WarmTransitionActivatedPayload{TransitionID: r.TransitionID})
+	if err != nil {
+		fail("activation envelope", err)
+	}
+	frame, err := sess.SealEnvelope(env)
+	if err != nil {
+		fail("seal activation", err)
+	}
+	if err := peer.WriteMsg(ctx, frame); err != nil {
+		fail("send activation", err)
+	}
+	c.WaitFor(func(s control.Snapshot) bool { return s.Warm == nil && s.Identity == r.NewIdentity })
+	_ = peer.Close()
+	<-drained
+	c.WaitFor(func(s control.Snapshot) bool { return s.Connections == 0 })
+	return true
 }

@@ -14,7 +14,7 @@ type Event struct {
 	Payload       json.RawMessage `json:"payload"`
 }
 
-// DecodeEvents decodes committed event envelopes (prp.CoreSnapshot.Events),
+// DecodeEvents decodes committed event envelopes (control.Snapshot.Events),
 // failing t on a malformed one.
 func DecodeEvents(t testing.TB, raw []json.RawMessage) []Event {
 	t.Helper()

@@ -1,20 +1,21 @@
 // Package prptest holds the in-memory fixtures other packages' tests use to
-// run a runner against a real prp.Core without sockets, so that a runner and
-// its core share one testing/synctest bubble and every lease, idle, lifetime
-// and reconnect timer takes simulated time.
+// run a runner against a real control.Core without sockets, so that a
+// runner and its core share one testing/synctest bubble and every lease,
+// idle, lifetime and reconnect timer takes simulated time.
 //
 //   - Transport is an http.RoundTripper that serves each request with an
 //     http.Handler over net.Pipe. Pass it as prp.DialerConfig.Transport (the
 //     runner's runner.Options.Transport) and the dialer's upgrade reaches the
 //     handler without TCP.
-//   - Core is a prp.Core for one registration, reachable over a Transport
+//   - Core is a control.Core for one registration, reachable over a Transport
 //     (inside a bubble) or over a loopback httptest server (for a runnerd in
 //     another process), with bounded waits and decoded events.
 //
-// prp.Core itself stays in package prp: it is a production type (prpctl
-// drives a real runnerd with it). Package prp's own in-package tests keep
-// their unexported pipe fixtures (pipe_test.go): they reach unexported
-// fields, and importing prptest from package prp would be an import cycle.
+// control.Core itself is a production type in package control (prpctl
+// drives a real runnerd with it); this package adds only what tests need.
+// Package prp's own in-package tests keep their unexported pipe fixtures
+// (pipe_test.go): they reach unexported fields, and importing prptest from
+// package prp would be an import cycle.
 package prptest
 
 import (
@@ -35,7 +36,7 @@ var ErrClosed = errors.New("prptest: transport closed")
 // An upgrade (101 Switching Protocols) hands the client the pipe's other
 // end as the response body, the shape coder/websocket's dialer expects;
 // any other answer closes the pipe. The handler keeps running after the
-// upgrade on its own goroutine (prp.Core authenticates on the hijacked
+// upgrade on its own goroutine (control.Core authenticates on the hijacked
 // connection), which Close waits for.
 //
 // A Transport is safe for concurrent use. net.Pipe is synchronous: a write
@@ -44,6 +45,7 @@ var ErrClosed = errors.New("prptest: transport closed")
 type Transport struct {
 	h http.Handler
 
+	// mu guards closed and conns: RoundTrip adds pipes while Close ends them.
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{} // both ends of every pipe still open
@@ -104,7 +106,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // Close refuses further round trips, closes both ends of every open pipe
 // and waits for the handler goroutines to return. Close the handler's own
-// long-lived work first (prp.Core.Close): Close waits only for ServeHTTP.
+// long-lived work first (control.Core.Close): Close waits only for ServeHTTP.
 func (t *Transport) Close() {
 	t.mu.Lock()
 	t.closed = true

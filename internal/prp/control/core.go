@@ -1,6 +1,8 @@
-package prp
+package control
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
@@ -23,11 +23,11 @@ import (
 const (
 	// DefaultTicketTTL is the bootstrap ticket TTL the core mints with (LT uses 60 s; CP allows 1–60 s).
 	DefaultTicketTTL = 60 * time.Second
-	// maxCoreCommands bounds the core journal (CP: 500 commands).
-	maxCoreCommands = 500
+	// MaxCommands bounds the core journal (CP: 500 commands).
+	MaxCommands = 500
 	// coreHandshakeTimeout bounds the core half of one handshake: three
 	// messages, each within AuthMessageTimeout (R-transport AUTH_TIMEOUT).
-	coreHandshakeTimeout = 3 * AuthMessageTimeout
+	coreHandshakeTimeout = 3 * prp.AuthMessageTimeout
 	// isoMillisLayout is JavaScript's Date.prototype.toISOString.
 	isoMillisLayout = "2006-01-02T15:04:05.000Z"
 )
@@ -42,21 +42,31 @@ var (
 	ErrCommandResult = errors.New("command result does not match the journal")
 	// ErrLeaseNotUsable: the connection's lease expired or was revoked (scenario 27).
 	ErrLeaseNotUsable = errors.New("connection lease expired or revoked")
-	// ErrJournalFull: more than maxCoreCommands commands queued.
+	// ErrJournalFull: more than MaxCommands commands queued.
 	ErrJournalFull = errors.New("core command journal full")
 )
 
-// CoreConfig configures the core (controller) half.
-type CoreConfig struct {
-	Identity                    Identity
+// errSuperseded ends a connection replaced by a newer authenticated one
+// (newest wins).
+var errSuperseded = errors.New("superseded by a newer connection")
+
+// Config configures the core (controller) half.
+type Config struct {
+	Identity                    prp.Identity
 	RunnerVersion, RunnerDigest string
 	Store                       *MemoryCredentialStore // nil: a new one
 	LeaseTTL                    time.Duration          // 0: DefaultLeaseTTL
 	TicketTTL                   time.Duration          // 0: DefaultTicketTTL
-	MaxFrameBytes               int                    // announced in the welcome; 0: DefaultCoreMaxFrameBytes
+	MaxFrameBytes               int                    // announced in the welcome; 0: DefaultMaxFrameBytes
 	PingInterval                time.Duration          // WebSocket Ping when idle; 0: DefaultPingInterval
 	SilenceTimeout              time.Duration          // 0: DefaultSilenceTimeout
 	Logger                      *slog.Logger
+	// Outbound, when set, sees every control envelope's payload before
+	// the core sends it (the welcome included) and returns the payload to
+	// send; an error drops the connection instead, as a lost reply would.
+	// It runs on the sending goroutine and must not block or call the Core.
+	// Fault injection and observation: the core does not depend on it.
+	Outbound func(kind string, payload any) (any, error)
 }
 
 // Core is the controller half of PRP used by tests and prpctl: it mints
@@ -65,21 +75,25 @@ type CoreConfig struct {
 // ACKs and keeps the newest authenticated connection (prp.md §3–§8).
 // Safe for concurrent use.
 type Core struct {
-	cfg   CoreConfig
+	cfg   Config
 	store *MemoryCredentialStore
 	log   *slog.Logger
 
+	// mu guards every field below but wg, and the fields of the coreConns
+	// and coreCommands the core holds that say so. Helpers that need it
+	// held end in Locked. It is never held across a send: a send only
+	// queues on a link, and links never call back into the core.
 	mu sync.Mutex
 	// identity is the registration the runner authenticates as; a warm
 	// rotation replaces it (cfg.Identity is only the first one).
-	identity Identity
+	identity prp.Identity
 	// warm is the pending warm transition (prp.md §9.5): set when the
 	// run.attach result is admitted, cleared by warm_transition_activated.
 	warm *coreWarm
 	// next journals the commands queued while a transition is pending:
 	// they belong to the new identity's journal and wait for activation.
 	next     []*coreCommand
-	epochs   []CoreEpoch
+	epochs   []Epoch
 	conns    map[*coreConn]struct{}
 	current  *coreConn
 	connSeq  int
@@ -93,45 +107,47 @@ type Core struct {
 	pongs    int
 	auths    int
 	renewals int
-	// dropRenewReplies makes the next n lease_renew requests be applied but
-	// answered by dropping the connection: a lost lease_renewed (tests).
-	dropRenewReplies int
-	// tamperAcks and tamperWelcomes make the next receipts sent in a
-	// command_result_ack or an activated welcome inexact (TamperWarmReceipts).
-	tamperAcks, tamperWelcomes int
-	changed                    chan struct{}
-	closed                     bool
-	wg                         sync.WaitGroup
+	changed  chan struct{} // closed and replaced by notifyLocked
+	closed   bool
+	// wg counts the dispatch goroutines: Add under mu once closed is
+	// known false, so Close (which sets closed first) waits for them all.
+	wg sync.WaitGroup
 }
 
+// coreCommand is one journaled command. Its fields are guarded by
+// Core.mu; cmd and raw change only when prepareWarm moves a command that
+// was never delivered into the new identity's journal.
 type coreCommand struct {
-	cmd    Command
+	cmd    prp.Command
 	raw    json.RawMessage
 	result json.RawMessage // canonical command_result payload once settled
 }
 
 // coreWarm is the core half of a pending warm transition.
 type coreWarm struct {
-	receipt WarmTransition
+	receipt prp.WarmTransition
 	// activating: a connection authenticated with the receipt's
 	// warmTransitionId and got the "activated" welcome.
 	activating bool
 }
 
-// CoreEpoch is an archived authority epoch: the journal and events of one
+// Epoch is an archived authority epoch: the journal and events of one
 // identity before a warm rotation replaced it (server: authority-epochs/).
-type CoreEpoch struct {
-	Identity       Identity
+type Epoch struct {
+	Identity       prp.Identity
 	AckedSourceSeq int64
 	Events         []json.RawMessage
 	Results        map[string]json.RawMessage
-	Receipt        WarmTransition // the transition that ended the epoch
+	Receipt        prp.WarmTransition // the transition that ended the epoch
 }
 
+// coreConn is one authenticated connection. l, sess and lease are fixed
+// at authentication; fenced, replayOnly and activation are guarded by
+// Core.mu.
 type coreConn struct {
-	l     *link
-	sess  *Session
-	lease Lease
+	l     *prp.Link
+	sess  *prp.Session
+	lease prp.Lease
 	// fenced: runner.suspend or runner.shutdown was sent on this connection;
 	// it gets no lease_renewed and no further command (prp.md §13.1).
 	fenced bool
@@ -141,11 +157,11 @@ type coreConn struct {
 	// connection; the old authority sends it nothing more (CP replayOnly).
 	replayOnly bool
 	// activation is the receipt this connection authenticated to activate.
-	activation *WarmTransition
+	activation *prp.WarmTransition
 }
 
 // NewCore returns a core for one runner registration.
-func NewCore(cfg CoreConfig) *Core {
+func NewCore(cfg Config) *Core {
 	if cfg.Store == nil {
 		cfg.Store = NewMemoryCredentialStore()
 	}
@@ -177,7 +193,7 @@ func (c *Core) notifyLocked() {
 }
 
 // Wait blocks until cond (evaluated under the core's lock) holds or ctx ends.
-func (c *Core) Wait(ctx context.Context, cond func(s CoreSnapshot) bool) error {
+func (c *Core) Wait(ctx context.Context, cond func(s Snapshot) bool) error {
 	for {
 		c.mu.Lock()
 		ok := cond(c.snapshotLocked())
@@ -194,8 +210,8 @@ func (c *Core) Wait(ctx context.Context, cond func(s CoreSnapshot) bool) error {
 	}
 }
 
-// CoreSnapshot is what a test observes of the core.
-type CoreSnapshot struct {
+// Snapshot is what a test observes of the core.
+type Snapshot struct {
 	AckedSourceSeq  int64
 	Events          []json.RawMessage
 	Results         map[string]json.RawMessage // by commandId; shared, read-only
@@ -203,30 +219,33 @@ type CoreSnapshot struct {
 	Renewals        int // lease_renew requests applied
 	Authentications int
 	Connected       bool
-	ConnectionID    string
-	Lease           Lease // the current connection's lease (no token)
+	// Connections counts the authenticated connections the core holds: a
+	// superseded one until its link has ended (newest wins).
+	Connections  int
+	ConnectionID string
+	Lease        prp.Lease // the current connection's lease (no token)
 	// Identity is the registration the runner authenticates as now.
-	Identity Identity
+	Identity prp.Identity
 	// Warm is the pending warm transition's receipt; WarmActivating says a
 	// connection authenticated to activate it.
-	Warm           *WarmTransition
+	Warm           *prp.WarmTransition
 	WarmActivating bool
 	// Epochs are the identities a warm rotation replaced, oldest first.
-	Epochs []CoreEpoch
+	Epochs []Epoch
 }
 
 // Snapshot returns the observable state.
-func (c *Core) Snapshot() CoreSnapshot {
+func (c *Core) Snapshot() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.snapshotLocked()
 }
 
-func (c *Core) snapshotLocked() CoreSnapshot {
-	s := CoreSnapshot{
+func (c *Core) snapshotLocked() Snapshot {
+	s := Snapshot{
 		AckedSourceSeq: c.acked, Events: c.events[:len(c.events):len(c.events)], // append-only: safe to share
 		Results: c.results, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
-		Identity: c.identity, Epochs: c.epochs[:len(c.epochs):len(c.epochs)],
+		Identity: c.identity, Epochs: c.epochs[:len(c.epochs):len(c.epochs)], Connections: len(c.conns),
 	}
 	if c.warm != nil {
 		r := c.warm.receipt
@@ -243,51 +262,51 @@ func (c *Core) snapshotLocked() CoreSnapshot {
 // ConnectPath(runId); anything else gets 400 (prp.md §1.1).
 func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
-	paths := []string{ConnectPath(c.identity.RunID)}
+	paths := []string{prp.ConnectPath(c.identity.RunID)}
 	if c.warm != nil { // the new run dials its own route (prp.md §1.1)
-		paths = append(paths, ConnectPath(c.warm.receipt.NewIdentity.RunID))
+		paths = append(paths, prp.ConnectPath(c.warm.receipt.NewIdentity.RunID))
 	}
 	c.mu.Unlock()
 	if r.Method != http.MethodGet || !slices.Contains(paths, r.RequestURI) {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
-	act := newActivity()
-	ws, err := websocket.Accept(w, r, acceptOptions(act))
+	p, err := prp.AcceptPeer(w, r)
 	if err != nil {
 		return
 	}
-	c.serve(context.Background(), newWSConn(ws, act, MaxMaxFrameBytes), act)
+	_ = c.serve(context.Background(), p) // a refused runner is logged by serve and retries
 }
 
 // Connect is the listen-target mode: the core dials the runner's listener
 // (ws:// to loopback in tests) and returns once the handshake has ended.
 func (c *Core) Connect(ctx context.Context, url string) error {
-	d, err := NewDialer(ctx, DialerConfig{URL: url})
+	d, err := prp.NewDialer(ctx, prp.DialerConfig{URL: url})
 	if err != nil {
 		return err
 	}
 	defer d.CloseIdle()
-	return c.connectWith(ctx, d)
+	return c.ConnectWith(ctx, d)
 }
 
-func (c *Core) connectWith(ctx context.Context, d *Dialer) error {
-	act := newActivity()
-	ws, err := d.dial(ctx, act, MaxMaxFrameBytes)
+// ConnectWith is Connect through a Dialer the caller built (its transport,
+// CA bundle and timeouts).
+func (c *Core) ConnectWith(ctx context.Context, d *prp.Dialer) error {
+	p, err := d.DialPeer(ctx)
 	if err != nil {
 		return err
 	}
-	return c.serve(ctx, ws, act)
+	return c.serve(ctx, p)
 }
 
 // serve authenticates one connection and, on success, makes it current
 // (closing every other: newest wins) and starts its dispatch goroutine.
-func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
+func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		_ = ws.Close()
-		return ErrConnClosed
+		return prp.ErrConnClosed
 	}
 	c.connSeq++
 	connID := "connection_" + strconv.Itoa(c.connSeq)
@@ -295,18 +314,19 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	c.mu.Lock()
 	ident := c.identity
 	c.mu.Unlock()
-	h := CoreHandshake{
+	h := Handshake{
 		Identity: ident, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
 		Store: c.store, LeaseTTL: c.cfg.LeaseTTL, MaxFrameBytes: c.cfg.MaxFrameBytes, ConnectionID: connID,
+		Outbound:       c.cfg.Outbound,
 		AckedSourceSeq: func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
 	}
-	h.Warm = func(id string) (WarmTransition, bool) {
+	h.Warm = func(id string) (prp.WarmTransition, bool) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.warm == nil || c.warm.receipt.TransitionID != id {
-			return WarmTransition{}, false
+			return prp.WarmTransition{}, false
 		}
-		return tamperLocked(c.warm.receipt, &c.tamperWelcomes), true
+		return c.warm.receipt, true
 	}
 	var inWelcome *coreCommand // the pending command the welcome carries
 	h.PendingCommands = func() []json.RawMessage {
@@ -330,21 +350,21 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 		return err
 	}
 	cc := &coreConn{sess: sess, lease: hello.Lease, activation: hello.Warm}
-	cc.l = startLink(ws, act, sess, linkConfig{
+	cc.l = ws.StartLink(sess, prp.LinkConfig{
 		PingInterval: c.cfg.PingInterval, SilenceTimeout: c.cfg.SilenceTimeout,
-		Inspect: func(pt []byte) (frameAction, any, error) {
-			act, err := c.inspect(cc, pt)
+		Inspect: func(pt []byte) (prp.FrameAction, any, error) {
+			a, err := c.inspect(cc, pt)
 			// handle needs the raw plaintext (events are compared byte for
 			// byte after canonicalisation): hand off a copy the reader never touches.
-			return act, bytes.Clone(pt), err
+			return a, bytes.Clone(pt), err
 		},
 		Logger: c.log,
 	})
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		cc.l.close(nil)
-		return ErrConnClosed
+		cc.l.Close()
+		return prp.ErrConnClosed
 	}
 	var old []*coreConn
 	for o := range c.conns {
@@ -352,8 +372,8 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	}
 	if cc.activation != nil && (c.warm == nil || c.warm.receipt.TransitionID != cc.activation.TransitionID) {
 		c.mu.Unlock()
-		cc.l.close(nil)
-		return fmt.Errorf("serve runner: %w: transition settled during the handshake", ErrWarmTransition)
+		cc.l.Close()
+		return fmt.Errorf("serve runner: %w: transition settled during the handshake", prp.ErrWarmTransition)
 	}
 	if cc.activation != nil {
 		c.warm.activating = true
@@ -371,7 +391,7 @@ func (c *Core) serve(ctx context.Context, ws *wsConn, act *activity) error {
 	}
 	c.mu.Unlock()
 	for _, o := range old {
-		o.l.fail(errSuperseded) // newest wins (CP, prp.md §6.1)
+		o.l.Fail(errSuperseded) // newest wins (CP, prp.md §6.1)
 	}
 	if missed != nil {
 		_ = c.sendCommand(cc, missed) // a failure ends cc; its dispatch cleans up
@@ -395,15 +415,15 @@ func (c *Core) lowestPendingLocked() *coreCommand {
 // inspect runs in the core's reader goroutine: pongs are counted as they
 // arrive, not after the backlog of events ahead of them is committed, so
 // ping latency measures the runner and the wire, not this core's queue.
-func (c *Core) inspect(cc *coreConn, pt []byte) (frameAction, error) {
+func (c *Core) inspect(cc *coreConn, pt []byte) (prp.FrameAction, error) {
 	if !bytes.Contains(pt, []byte(`"kind":"pong"`)) { // cheap sniff; confirmed below
-		return frameForward, nil
+		return prp.FrameForward, nil
 	}
-	env, err := DecodeEnvelope(pt)
-	if err != nil || env.Kind != KindPong {
-		return frameForward, nil // dispatch rejects or handles it
+	env, err := prp.DecodeEnvelope(pt)
+	if err != nil || env.Kind != prp.KindPong {
+		return prp.FrameForward, nil // dispatch rejects or handles it
 	}
-	if err := ValidateRunnerEnvelope(env, cc.sess); err != nil {
+	if err := prp.ValidateRunnerEnvelope(env, cc.sess); err != nil {
 		return 0, err
 	}
 	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
@@ -413,13 +433,13 @@ func (c *Core) inspect(cc *coreConn, pt []byte) (frameAction, error) {
 	c.pongs++
 	c.notifyLocked()
 	c.mu.Unlock()
-	return frameConsumed, nil
+	return prp.FrameConsumed, nil
 }
 
 // dispatch handles one connection's inbound envelopes until it ends.
 func (c *Core) dispatch(cc *coreConn) {
 	defer func() {
-		cc.l.close(nil)
+		cc.l.Close()
 		c.mu.Lock()
 		delete(c.conns, cc)
 		if c.current == cc {
@@ -429,22 +449,22 @@ func (c *Core) dispatch(cc *coreConn) {
 		c.mu.Unlock()
 	}()
 	for {
-		v, err := cc.l.recv(context.Background())
+		v, err := cc.l.Recv(context.Background())
 		if err != nil {
 			return
 		}
 		if err := c.handle(cc, v.([]byte)); err != nil {
 			c.log.Warn("closing runner connection", "err", err)
-			cc.l.fail(err)
+			cc.l.Fail(err)
 			return
 		}
 		// ACKs are cumulative: one after a burst of events acknowledges it all.
-		if cc.ackOwed && cc.l.pending() == 0 {
+		if cc.ackOwed && cc.l.Pending() == 0 {
 			cc.ackOwed = false
 			c.mu.Lock()
 			acked := c.acked
 			c.mu.Unlock()
-			if err := c.sendOn(cc, KindAck, "", AckPayload{AckedSourceSeq: acked}); err != nil {
+			if err := c.sendOn(cc, prp.KindAck, "", prp.AckPayload{AckedSourceSeq: acked}); err != nil {
 				return
 			}
 		}
@@ -452,23 +472,23 @@ func (c *Core) dispatch(cc *coreConn) {
 }
 
 func (c *Core) handle(cc *coreConn, pt []byte) error {
-	env, err := DecodeEnvelope(pt)
+	env, err := prp.DecodeEnvelope(pt)
 	if err != nil {
 		return err
 	}
-	if err := ValidateRunnerEnvelope(env, cc.sess); err != nil {
+	if err := prp.ValidateRunnerEnvelope(env, cc.sess); err != nil {
 		return err
 	}
 	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
 		return ErrLeaseNotUsable // every later frame, lease_renew included (scenario 27)
 	}
 	switch env.Kind {
-	case KindEvent:
+	case prp.KindEvent:
 		return c.admitEvent(cc, pt, env)
-	case KindCommandResult:
+	case prp.KindCommandResult:
 		return c.admitResult(cc, env)
-	case KindLeaseRenew:
-		var p LeaseRenewPayload
+	case prp.KindLeaseRenew:
+		var p prp.LeaseRenewPayload
 		if err := env.DecodePayload(&p); err != nil {
 			return err
 		}
@@ -484,17 +504,10 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 		}
 		c.mu.Lock()
 		c.renewals++
-		drop := c.dropRenewReplies > 0
-		if drop {
-			c.dropRenewReplies--
-		}
 		c.notifyLocked()
 		c.mu.Unlock()
-		if drop {
-			return errors.New("lease_renewed reply dropped (test)")
-		}
-		return c.sendOn(cc, KindLeaseRenewed, "lease_renewed_"+strconv.FormatInt(p.ConnectionLeaseExpiresAtUnixMs, 10), r)
-	case KindWarmTransitionActivated:
+		return c.sendOn(cc, prp.KindLeaseRenewed, "lease_renewed_"+strconv.FormatInt(p.ConnectionLeaseExpiresAtUnixMs, 10), r)
+	case prp.KindWarmTransitionActivated:
 		return c.activate(cc, env)
 	}
 	return nil
@@ -505,8 +518,8 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 // identity's journal and events are archived, the new identity starts a
 // fresh one (the commands queued meanwhile), and the next command follows
 // the ack.
-func (c *Core) activate(cc *coreConn, env *Envelope) error {
-	var p WarmTransitionActivatedPayload
+func (c *Core) activate(cc *coreConn, env *prp.Envelope) error {
+	var p prp.WarmTransitionActivatedPayload
 	if err := env.DecodePayload(&p); err != nil {
 		return err
 	}
@@ -514,10 +527,10 @@ func (c *Core) activate(cc *coreConn, env *Envelope) error {
 	if cc.activation == nil || c.warm == nil || p.TransitionID != c.warm.receipt.TransitionID ||
 		cc.activation.TransitionID != p.TransitionID {
 		c.mu.Unlock()
-		return fmt.Errorf("activate warm transition: %w: not this connection's transition", ErrWarmTransition)
+		return fmt.Errorf("activate warm transition: %w: not this connection's transition", prp.ErrWarmTransition)
 	}
 	r := c.warm.receipt
-	c.epochs = append(c.epochs, CoreEpoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
+	c.epochs = append(c.epochs, Epoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
 	c.identity = r.NewIdentity
 	c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
 	c.commands, c.next, c.warm = c.next, nil, nil
@@ -525,8 +538,8 @@ func (c *Core) activate(cc *coreConn, env *Envelope) error {
 	c.notifyLocked()
 	next := c.lowestPendingLocked()
 	c.mu.Unlock()
-	if err := c.sendOn(cc, KindWarmTransitionActivatedAck, "activation_ack_"+r.TransitionID,
-		WarmTransitionActivatedPayload{TransitionID: r.TransitionID}); err != nil {
+	if err := c.sendOn(cc, prp.KindWarmTransitionActivatedAck, "activation_ack_"+r.TransitionID,
+		prp.WarmTransitionActivatedPayload{TransitionID: r.TransitionID}); err != nil {
 		return err
 	}
 	if next != nil {
@@ -535,64 +548,11 @@ func (c *Core) activate(cc *coreConn, env *Envelope) error {
 	return nil
 }
 
-// TamperWarmReceipts makes the next acks receipts this core sends in a
-// command_result_ack, and the next welcomes in an activated welcome,
-// differ from the real one in one bound field under the same
-// transitionId, as a faulty or hostile core's would (tests: the runner
-// must refuse an inexact receipt).
-func (c *Core) TamperWarmReceipts(acks, welcomes int) {
-	c.mu.Lock()
-	c.tamperAcks, c.tamperWelcomes = acks, welcomes
-	c.mu.Unlock()
-}
-
-// tamperLocked is r as it goes out: inexact while *left lasts. c.mu held.
-func tamperLocked(r WarmTransition, left *int) WarmTransition {
-	if *left > 0 {
-		*left--
-		r.LeaseExpiresAtUnixMs++
-	}
-	return r
-}
-
-// SettleWarmForward is the server's recovery when the runner died inside
-// a transition whose receipt this core acknowledged (issue 15's crash
-// table): the acknowledgement committed the core to the new identity, and
-// the lease the receipt binds died with the runner, so no activation can
-// come. The new identity takes the registration over as
-// warm_transition_activated would have made it: the old epoch is
-// archived, the commands queued inside the transition start the new
-// journal, and the next ticket authenticates as the new identity (the
-// runner, relaunched under it, rolls its state forward). It reports
-// whether a transition was pending; without one the identity stays.
-func (c *Core) SettleWarmForward() bool {
-	c.mu.Lock()
-	if c.warm == nil {
-		c.mu.Unlock()
-		return false
-	}
-	r := c.warm.receipt
-	c.epochs = append(c.epochs, CoreEpoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
-	c.identity = r.NewIdentity
-	c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
-	c.commands, c.next, c.warm = c.next, nil, nil
-	old := make([]*coreConn, 0, len(c.conns))
-	for o := range c.conns {
-		old = append(old, o)
-	}
-	c.notifyLocked()
-	c.mu.Unlock()
-	for _, o := range old {
-		o.l.fail(errSuperseded) // the old authority is done
-	}
-	return true
-}
-
 // admitEvent applies CP #event: sourceSeq = acked+1 commits and ACKs; a
 // duplicate must byte-match after canonicalisation and is re-ACKed. The
 // ACK itself is sent by dispatch once the burst is drained; CP sends one per
 // event, which the runner's cumulative cursor makes equivalent.
-func (c *Core) admitEvent(cc *coreConn, pt []byte, env *Envelope) error {
+func (c *Core) admitEvent(cc *coreConn, pt []byte, env *prp.Envelope) error {
 	var p struct {
 		SourceSeq int64 `json:"sourceSeq"`
 	}
@@ -603,9 +563,9 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *Envelope) error {
 	activating := cc.activation != nil
 	c.mu.Unlock()
 	if activating {
-		return fmt.Errorf("admit event: %w: event before warm_transition_activated", ErrWarmTransition)
+		return fmt.Errorf("admit event: %w: event before warm_transition_activated", prp.ErrWarmTransition)
 	}
-	canon, err := Canonical(json.RawMessage(pt))
+	canon, err := prp.Canonical(json.RawMessage(pt))
 	if err != nil {
 		return err
 	}
@@ -630,12 +590,12 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *Envelope) error {
 	return nil
 }
 
-func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
-	var p CommandResultPayload
+func (c *Core) admitResult(cc *coreConn, env *prp.Envelope) error {
+	var p prp.CommandResultPayload
 	if err := env.DecodePayload(&p); err != nil {
 		return err
 	}
-	canon, err := Canonical(env.Payload)
+	canon, err := prp.Canonical(env.Payload)
 	if err != nil {
 		return err
 	}
@@ -661,7 +621,7 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 			return c.ackWarm(cc, p, warm.receipt) // a replayed attach result gets its receipt again
 		}
 		return nil // an identical duplicate is counted, nothing more
-	case cmd.cmd.Type == CommandRunAttach && p.Status == "completed":
+	case cmd.cmd.Type == prp.CommandRunAttach && p.Status == "completed":
 		c.mu.Unlock()
 		return c.prepareWarm(cc, cmd, env.Payload, canon, p)
 	}
@@ -673,7 +633,7 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 	next := c.lowestPendingLocked()
 	c.mu.Unlock()
 	if isTerminalCommand(p.CommandType) {
-		return c.sendOn(cc, KindCommandResultAck, "", CommandResultAckPayload{
+		return c.sendOn(cc, prp.KindCommandResultAck, "", prp.CommandResultAckPayload{
 			CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: int64(p.ControllerSeq), Status: p.Status,
 		})
 	}
@@ -690,23 +650,23 @@ func (c *Core) admitResult(cc *coreConn, env *Envelope) error {
 // from the command, the result, the committed cursor and the lease this
 // connection holds, records the transition, and acknowledges the result
 // with the receipt. From then on this connection is replay-only.
-func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessage, canon []byte, p CommandResultPayload) error {
+func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessage, canon []byte, p prp.CommandResultPayload) error {
 	lease, ok := c.store.LeaseState(cc.lease.ID, time.Now())
 	if !ok {
 		return ErrLeaseNotUsable
 	}
-	wire := Command{Raw: cmd.raw, Type: cmd.cmd.Type, CommandID: cmd.cmd.CommandID, ControllerSeq: cmd.cmd.ControllerSeq, Payload: cmd.cmd.Payload}
+	wire := prp.Command{Raw: cmd.raw, Type: cmd.cmd.Type, CommandID: cmd.cmd.CommandID, ControllerSeq: cmd.cmd.ControllerSeq, Payload: cmd.cmd.Payload}
 	c.mu.Lock()
 	if cc.sess.Version < 2 {
 		c.mu.Unlock()
-		return fmt.Errorf("prepare warm transition: %w: PRP v1 connection", ErrWarmTransition)
+		return fmt.Errorf("prepare warm transition: %w: PRP v1 connection", prp.ErrWarmTransition)
 	}
-	in := WarmTransitionInput{
+	in := prp.WarmTransitionInput{
 		Old: c.identity, Command: &wire, Result: payload, OldAckedSourceSeq: c.acked,
 		RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest, Lease: lease,
 	}
 	c.mu.Unlock()
-	r, err := NewWarmTransition(in)
+	r, err := prp.NewWarmTransition(in)
 	if err != nil {
 		return err
 	}
@@ -742,11 +702,8 @@ func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessa
 	return c.ackWarm(cc, p, r)
 }
 
-func (c *Core) ackWarm(cc *coreConn, p CommandResultPayload, r WarmTransition) error {
-	c.mu.Lock()
-	r = tamperLocked(r, &c.tamperAcks)
-	c.mu.Unlock()
-	return c.sendOn(cc, KindCommandResultAck, "", CommandResultAckPayload{
+func (c *Core) ackWarm(cc *coreConn, p prp.CommandResultPayload, r prp.WarmTransition) error {
+	return c.sendOn(cc, prp.KindCommandResultAck, "", prp.CommandResultAckPayload{
 		CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: int64(p.ControllerSeq), Status: p.Status,
 		WarmTransition: r.Marshal(),
 	})
@@ -766,7 +723,7 @@ func (c *Core) sendCommand(cc *coreConn, cmd *coreCommand) error {
 		cc.fenced = true
 	}
 	c.mu.Unlock()
-	return c.sendOn(cc, KindCommand, "", json.RawMessage(cmd.raw))
+	return c.sendOn(cc, prp.KindCommand, "", json.RawMessage(cmd.raw))
 }
 
 // sendOn builds a core control envelope (envelopeId, sentAt) and queues it on cc.
@@ -775,11 +732,18 @@ func (c *Core) sendOn(cc *coreConn, kind, envelopeID string, payload any) error 
 	if err != nil {
 		return err
 	}
-	return cc.l.send(context.Background(), b)
+	return cc.l.Send(context.Background(), b)
 }
 
 // buildOn builds a core control envelope for cc.
 func (c *Core) buildOn(cc *coreConn, kind, envelopeID string, payload any) ([]byte, error) {
+	if c.cfg.Outbound != nil {
+		p, err := c.cfg.Outbound(kind, payload)
+		if err != nil {
+			return nil, fmt.Errorf("send %s: %w", kind, err)
+		}
+		payload = p
+	}
 	env, err := cc.sess.NewControl(kind, payload)
 	if err != nil {
 		return nil, err
@@ -792,22 +756,22 @@ func (c *Core) buildOn(cc *coreConn, kind, envelopeID string, payload any) ([]by
 	c.mu.Unlock()
 	env.EnvelopeID = envelopeID
 	env.SentAt = time.Now().UTC().Format(isoMillisLayout)
-	return MarshalEnvelope(env)
+	return prp.MarshalEnvelope(env)
 }
 
 // QueueCommand journals a command: controllerSeq is assigned, and
 // commandId, schema and issuedAt default as CP queueCommand does. It is
 // delivered at once when it is the lowest pending command and a runner is
 // connected.
-func (c *Core) QueueCommand(cmd Command) (Command, error) {
+func (c *Core) QueueCommand(cmd prp.Command) (prp.Command, error) {
 	c.mu.Lock()
 	journal := &c.commands
 	if c.warm != nil {
 		journal = &c.next // the new identity's journal, delivered after activation
 	}
-	if len(*journal) >= maxCoreCommands {
+	if len(*journal) >= MaxCommands {
 		c.mu.Unlock()
-		return Command{}, ErrJournalFull
+		return prp.Command{}, ErrJournalFull
 	}
 	cmd.ControllerSeq = uint64(len(*journal) + 1)
 	c.issued++
@@ -829,7 +793,7 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 	raw, err := jsonenc.Marshal(cmd)
 	if err != nil {
 		c.mu.Unlock()
-		return Command{}, fmt.Errorf("queue command: %w", err)
+		return prp.Command{}, fmt.Errorf("queue command: %w", err)
 	}
 	cc := &coreCommand{cmd: cmd, raw: raw}
 	*journal = append(*journal, cc)
@@ -850,46 +814,57 @@ func (c *Core) QueueCommand(cmd Command) (Command, error) {
 func (c *Core) Ping(ctx context.Context) error {
 	cur := c.cur()
 	if cur == nil {
-		return ErrNotConnected
+		return prp.ErrNotConnected
 	}
-	b, err := c.buildOn(cur, KindPing, "", struct{}{})
+	b, err := c.buildOn(cur, prp.KindPing, "", struct{}{})
 	if err != nil {
 		return err
 	}
-	return cur.l.sendPriority(b)
+	return cur.l.SendPriority(b)
+}
+
+// PingWebSocket sends a WebSocket Ping on the current connection and waits
+// for its Pong: a liveness probe below PRP, which the runner's WebSocket
+// layer answers whatever its PRP side is doing (prp.md §4).
+func (c *Core) PingWebSocket(ctx context.Context) error {
+	cur := c.cur()
+	if cur == nil {
+		return prp.ErrNotConnected
+	}
+	return cur.l.PingWebSocket(ctx)
 }
 
 // Revoke revokes the current lease at epoch and tells the runner.
 func (c *Core) Revoke(epoch int64) error {
 	cur := c.cur()
 	if cur == nil {
-		return ErrNotConnected
+		return prp.ErrNotConnected
 	}
 	p, err := c.store.Revoke(cur.lease.ID, epoch)
 	if err != nil {
 		return err
 	}
-	return c.sendOn(cur, KindRevoke, "", p)
+	return c.sendOn(cur, prp.KindRevoke, "", p)
 }
 
 // SendRaw queues a core envelope built by the caller on the current
 // connection (tests of malformed or mismatched frames).
-func (c *Core) SendRaw(ctx context.Context, build func(s *Session) ([]byte, error)) error {
+func (c *Core) SendRaw(ctx context.Context, build func(s *prp.Session) ([]byte, error)) error {
 	cur := c.cur()
 	if cur == nil {
-		return ErrNotConnected
+		return prp.ErrNotConnected
 	}
 	b, err := build(cur.sess)
 	if err != nil {
 		return err
 	}
-	return cur.l.send(ctx, b)
+	return cur.l.Send(ctx, b)
 }
 
 // DropCurrent drops the current connection as a network failure would.
 func (c *Core) DropCurrent() {
 	if cur := c.cur(); cur != nil {
-		cur.l.fail(ErrConnClosed)
+		cur.l.Fail(prp.ErrConnClosed)
 	}
 }
 
@@ -909,7 +884,7 @@ func (c *Core) Close() {
 	}
 	c.mu.Unlock()
 	for _, cc := range all {
-		cc.l.fail(ErrConnClosed)
+		cc.l.Fail(prp.ErrConnClosed)
 	}
 	c.wg.Wait()
 }

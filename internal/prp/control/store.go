@@ -1,6 +1,8 @@
-package prp
+package control
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -21,8 +23,6 @@ var (
 	// ErrLeaseRenewMismatch: lease_renew stated an epoch or expiry the core
 	// does not hold; the core closes the connection (spec §5).
 	ErrLeaseRenewMismatch = errors.New("lease renewal does not match the held lease")
-	// ErrRevokeEpoch: a revocation must advance the epoch.
-	ErrRevokeEpoch = errors.New("revocation epoch must advance")
 )
 
 // MemoryCredentialStore is an in-memory CredentialStore for the core half
@@ -32,6 +32,8 @@ type MemoryCredentialStore struct {
 	// Rand supplies ticket and lease tokens; nil means crypto/rand.
 	Rand io.Reader
 
+	// mu guards tickets and leases and the records in them; helpers that
+	// need it held end in Locked.
 	mu      sync.Mutex
 	tickets map[string]*ticketRecord // by credential id
 	leases  map[string]*leaseRecord  // by credential id
@@ -45,7 +47,7 @@ type ticketRecord struct {
 
 type leaseRecord struct {
 	authKey [32]byte
-	lease   Lease // Token always empty
+	lease   prp.Lease // Token always empty
 	revoked bool
 }
 
@@ -81,14 +83,31 @@ func (m *MemoryCredentialStore) IssueTicket(ttl time.Duration, now time.Time) (s
 func (m *MemoryCredentialStore) AddTicket(token string, expiresAt time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.tickets[CredentialID(token)] = &ticketRecord{authKey: AuthKey(token), expiresAtUnixMs: expiresAt.UnixMilli()}
+	m.tickets[prp.CredentialID(token)] = &ticketRecord{authKey: prp.AuthKey(token), expiresAtUnixMs: expiresAt.UnixMilli()}
+}
+
+// AddLease registers lease l under its Token, replacing any lease with the
+// same id (whose token then stops authenticating), as AddTicket registers a
+// given bootstrap token: for a caller that stands in for the runner holding
+// the lease. The store keeps the token's auth key, not the token.
+func (m *MemoryCredentialStore) AddLease(l prp.Lease) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, r := range m.leases {
+		if r.lease.ID == l.ID {
+			delete(m.leases, id)
+		}
+	}
+	token := l.Token
+	l.Token = ""
+	m.leases[prp.CredentialID(token)] = &leaseRecord{authKey: prp.AuthKey(token), lease: l}
 }
 
 // TicketUsed reports whether the ticket was consumed (tests).
 func (m *MemoryCredentialStore) TicketUsed(token string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t := m.tickets[CredentialID(token)]
+	t := m.tickets[prp.CredentialID(token)]
 	return t != nil && t.used
 }
 
@@ -98,11 +117,11 @@ func (m *MemoryCredentialStore) Lookup(credentialID string, now time.Time) (Cred
 	defer m.mu.Unlock()
 	ms := now.UnixMilli()
 	if t := m.tickets[credentialID]; t != nil && !t.used && t.expiresAtUnixMs > ms {
-		return Credential{ID: credentialID, Kind: CredentialBootstrap, AuthKey: t.authKey, ExpiresAtUnixMs: t.expiresAtUnixMs}, nil
+		return Credential{ID: credentialID, Kind: prp.CredentialBootstrap, AuthKey: t.authKey, ExpiresAtUnixMs: t.expiresAtUnixMs}, nil
 	}
 	if l := m.leases[credentialID]; l != nil && !l.revoked && l.lease.ExpiresAtUnixMs > ms {
 		return Credential{
-			ID: credentialID, Kind: CredentialLease, AuthKey: l.authKey, ExpiresAtUnixMs: l.lease.ExpiresAtUnixMs,
+			ID: credentialID, Kind: prp.CredentialLease, AuthKey: l.authKey, ExpiresAtUnixMs: l.lease.ExpiresAtUnixMs,
 			LeaseID: l.lease.ID, RevocationEpoch: l.lease.RevocationEpoch, ProtocolVersion: l.lease.ProtocolVersion,
 		}, nil
 	}
@@ -111,45 +130,46 @@ func (m *MemoryCredentialStore) Lookup(credentialID string, now time.Time) (Cred
 
 // Admit implements CredentialStore: the ticket is consumed and the lease
 // created under one lock, so two proofs cannot both spend one ticket.
-func (m *MemoryCredentialStore) Admit(cred Credential, version int, ttl time.Duration, now time.Time) (Lease, error) {
+func (m *MemoryCredentialStore) Admit(cred Credential, version int, ttl time.Duration, now time.Time) (prp.Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ms := now.UnixMilli()
 	switch cred.Kind {
-	case CredentialBootstrap:
+	case prp.CredentialBootstrap:
 		t := m.tickets[cred.ID]
 		if t == nil || t.used || t.expiresAtUnixMs <= ms || t.authKey != cred.AuthKey {
-			return Lease{}, ErrCredentialRejected
+			return prp.Lease{}, ErrCredentialRejected
 		}
 		leaseUUID, err := randomUUID(m.rand())
 		if err != nil {
-			return Lease{}, err
+			return prp.Lease{}, err
 		}
 		tokenUUID, err := randomUUID(m.rand())
 		if err != nil {
-			return Lease{}, err
+			return prp.Lease{}, err
 		}
 		t.used = true
 		token := "lease_" + tokenUUID
-		l := Lease{
+		l := prp.Lease{
 			ID: "connection_lease_" + leaseUUID, ExpiresAtUnixMs: ms + ttl.Milliseconds(),
 			ProtocolVersion: version, RenewalVersion: leaseRenewalVersion,
 		}
-		m.leases[CredentialID(token)] = &leaseRecord{authKey: AuthKey(token), lease: l}
+		m.leases[prp.CredentialID(token)] = &leaseRecord{authKey: prp.AuthKey(token), lease: l}
 		l.Token = token
 		return l, nil
-	case CredentialLease:
+	case prp.CredentialLease:
 		r := m.leases[cred.ID]
 		if r == nil || r.revoked || r.lease.ExpiresAtUnixMs <= ms || r.authKey != cred.AuthKey ||
 			r.lease.ExpiresAtUnixMs != cred.ExpiresAtUnixMs || r.lease.RevocationEpoch != cred.RevocationEpoch {
-			return Lease{}, ErrCredentialRejected
+			return prp.Lease{}, ErrCredentialRejected
 		}
 		return r.lease, nil
 	}
-	return Lease{}, ErrCredentialRejected
+	return prp.Lease{}, ErrCredentialRejected
 }
 
-func (m *MemoryCredentialStore) byLeaseID(leaseID string) *leaseRecord {
+// byLeaseIDLocked finds a lease record by lease id; m.mu held.
+func (m *MemoryCredentialStore) byLeaseIDLocked(leaseID string) *leaseRecord {
 	for _, r := range m.leases {
 		if r.lease.ID == leaseID {
 			return r
@@ -161,12 +181,12 @@ func (m *MemoryCredentialStore) byLeaseID(leaseID string) *leaseRecord {
 // LeaseState returns the lease (without token) and whether it is usable at
 // now: known, unrevoked and unexpired. The core checks this before every
 // frame (spec §5, scenario 27).
-func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (Lease, bool) {
+func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (prp.Lease, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.byLeaseID(leaseID)
+	r := m.byLeaseIDLocked(leaseID)
 	if r == nil {
-		return Lease{}, false
+		return prp.Lease{}, false
 	}
 	return r.lease, !r.revoked && r.lease.ExpiresAtUnixMs > now.UnixMilli()
 }
@@ -176,22 +196,22 @@ func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (Lease
 // stated expiry equal to the recorded one extends it to max(recorded,
 // now+ttl); an older one (a retry after a lost reply) changes nothing. It
 // returns the payload of the lease_renewed reply.
-func (m *MemoryCredentialStore) RenewLease(leaseID string, req LeaseRenewPayload, ttl time.Duration, now time.Time) (LeaseRenewedPayload, error) {
+func (m *MemoryCredentialStore) RenewLease(leaseID string, req prp.LeaseRenewPayload, ttl time.Duration, now time.Time) (prp.LeaseRenewedPayload, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.byLeaseID(leaseID)
+	r := m.byLeaseIDLocked(leaseID)
 	ms := now.UnixMilli()
 	if r == nil || r.revoked || r.lease.ExpiresAtUnixMs <= ms {
-		return LeaseRenewedPayload{}, ErrLeaseUnknown
+		return prp.LeaseRenewedPayload{}, ErrLeaseUnknown
 	}
 	stated := req.ConnectionLeaseExpiresAtUnixMs
 	if req.ConnectionLeaseRevocationEpoch != r.lease.RevocationEpoch || stated <= 0 || stated > r.lease.ExpiresAtUnixMs {
-		return LeaseRenewedPayload{}, ErrLeaseRenewMismatch
+		return prp.LeaseRenewedPayload{}, ErrLeaseRenewMismatch
 	}
 	if stated == r.lease.ExpiresAtUnixMs {
 		r.lease.ExpiresAtUnixMs = max(r.lease.ExpiresAtUnixMs, ms+ttl.Milliseconds())
 	}
-	return LeaseRenewedPayload{
+	return prp.LeaseRenewedPayload{
 		PreviousExpiresAtUnixMs:        stated,
 		ConnectionLeaseExpiresAtUnixMs: r.lease.ExpiresAtUnixMs,
 		ConnectionLeaseRevocationEpoch: r.lease.RevocationEpoch,
@@ -200,16 +220,16 @@ func (m *MemoryCredentialStore) RenewLease(leaseID string, req LeaseRenewPayload
 
 // Revoke marks the lease revoked at a new epoch, which must exceed the
 // current one; it returns the revoke payload to send.
-func (m *MemoryCredentialStore) Revoke(leaseID string, epoch int64) (RevokePayload, error) {
+func (m *MemoryCredentialStore) Revoke(leaseID string, epoch int64) (prp.RevokePayload, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.byLeaseID(leaseID)
+	r := m.byLeaseIDLocked(leaseID)
 	if r == nil {
-		return RevokePayload{}, ErrLeaseUnknown
+		return prp.RevokePayload{}, ErrLeaseUnknown
 	}
 	if epoch <= r.lease.RevocationEpoch {
-		return RevokePayload{}, ErrRevokeEpoch
+		return prp.RevokePayload{}, prp.ErrRevokeEpoch
 	}
 	r.lease.RevocationEpoch, r.revoked = epoch, true
-	return RevokePayload{RevocationEpoch: epoch}, nil
+	return prp.RevokePayload{RevocationEpoch: epoch}, nil
 }

@@ -1,6 +1,8 @@
-package prp
+package control
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,7 +28,7 @@ type memMsgConn struct {
 	closed chan struct{}
 	once   *sync.Once
 
-	mu   sync.Mutex
+	mu   sync.Mutex // guards sent: WriteMsg and the test's reads race
 	sent [][]byte
 }
 
@@ -93,7 +95,7 @@ func (c *memMsgConn) sentMsg(i int) []byte {
 	return c.sent[i]
 }
 
-var testIdentity = Identity{
+var testIdentity = prp.Identity{
 	RunnerInstanceID: "runner_1", EnvironmentLeaseID: "env_lease_1", RunID: "run_1",
 	NormalizedSessionID: "session_1", TurnID: "turn_1", ItemID: "item_1",
 }
@@ -104,10 +106,10 @@ const (
 )
 
 type handshakeResult struct {
-	runner      *Session
-	welcome     *Welcome
+	runner      *prp.Session
+	welcome     *prp.Welcome
 	runnerErr   error
-	core        *Session
+	core        *prp.Session
 	hello       *Hello
 	coreErr     error
 	runnerConn  *memMsgConn
@@ -116,7 +118,7 @@ type handshakeResult struct {
 }
 
 // runBoth runs both halves against each other over an in-memory pipe.
-func runBoth(t *testing.T, client *ClientHandshake, core *CoreHandshake) handshakeResult {
+func runBoth(t *testing.T, client *prp.ClientHandshake, core *Handshake) handshakeResult {
 	t.Helper()
 	rc, cc := newMemPipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -138,15 +140,34 @@ func runBoth(t *testing.T, client *ClientHandshake, core *CoreHandshake) handsha
 	return res
 }
 
-func newCore(store CredentialStore) *CoreHandshake {
-	return &CoreHandshake{
+// decodeChallenge decodes an auth_challenge message and returns its
+// payload and the bytes it signs: the canonical JSON of the payload as
+// sent, without serverProof (spec §2.2).
+func decodeChallenge(t *testing.T, msg []byte) (prp.ChallengePayload, []byte) {
+	t.Helper()
+	var env struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	require.NoError(t, json.Unmarshal(msg, &env))
+	var ch prp.ChallengePayload
+	require.NoError(t, json.Unmarshal(env.Payload, &ch))
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(env.Payload, &fields))
+	delete(fields, "serverProof")
+	signing, err := prp.Canonical(fields)
+	require.NoError(t, err)
+	return ch, signing
+}
+
+func newCore(store CredentialStore) *Handshake {
+	return &Handshake{
 		Identity: testIdentity, RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest,
 		Store: store, ConnectionID: "connection_1",
 	}
 }
 
-func newClient() *ClientHandshake {
-	return &ClientHandshake{Identity: testIdentity, RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}
+func newClient() *prp.ClientHandshake {
+	return &prp.ClientHandshake{Identity: testIdentity, RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}
 }
 
 func bootstrap(t *testing.T) (*MemoryCredentialStore, handshakeResult) {
@@ -181,17 +202,17 @@ func TestPRP07_BootstrapHoldsLease(t *testing.T) {
 	assert.True(t, strings.HasPrefix(w.Lease.ID, "connection_lease_"))
 	assert.Equal(t, res.hello.Lease.ID, w.Lease.ID)
 	assert.Empty(t, res.hello.Lease.Token, "the core returns no token")
-	assert.Equal(t, ProtocolVersion, w.Lease.ProtocolVersion)
+	assert.Equal(t, prp.ProtocolVersion, w.Lease.ProtocolVersion)
 	assert.Equal(t, 1, w.Lease.RenewalVersion)
 	assert.Equal(t, "connection_1", w.ConnectionID)
 	assert.Equal(t, "welcome_1", w.EnvelopeID)
-	assert.Equal(t, DefaultCoreMaxFrameBytes, w.MaxFrameBytes)
+	assert.Equal(t, DefaultMaxFrameBytes, w.MaxFrameBytes)
 	assert.True(t, w.HasAckedSourceSeq)
 	assert.Equal(t, res.core.ID, res.runner.ID)
-	assert.Equal(t, CredentialBootstrap, res.hello.CredentialKind)
+	assert.Equal(t, prp.CredentialBootstrap, res.hello.CredentialKind)
 
 	// The lease token authenticates a lease credential at the store.
-	cred, err := store.Lookup(CredentialID(w.Lease.Token), time.Now())
+	cred, err := store.Lookup(prp.CredentialID(w.Lease.Token), time.Now())
 	require.NoError(t, err)
 	assert.Equal(t, w.Lease.ID, cred.LeaseID)
 
@@ -199,25 +220,25 @@ func TestPRP07_BootstrapHoldsLease(t *testing.T) {
 }
 
 // exchangeControl sends a control envelope each way and checks it.
-func exchangeControl(t *testing.T, runner, core *Session) {
+func exchangeControl(t *testing.T, runner, core *prp.Session) {
 	t.Helper()
-	ping, err := core.NewControl(KindPing, map[string]any{})
+	ping, err := core.NewControl(prp.KindPing, map[string]any{})
 	require.NoError(t, err)
 	frame, err := core.SealEnvelope(ping)
 	require.NoError(t, err)
 	env, err := runner.OpenEnvelope(frame)
 	require.NoError(t, err)
-	require.NoError(t, ValidateControlIdentity(env, runner))
-	assert.Equal(t, KindPing, env.Kind)
+	require.NoError(t, prp.ValidateControlIdentity(env, runner))
+	assert.Equal(t, prp.KindPing, env.Kind)
 
-	pong, err := runner.NewControl(KindPong, PongPayload{Lifecycle: "ready"})
+	pong, err := runner.NewControl(prp.KindPong, prp.PongPayload{Lifecycle: "ready"})
 	require.NoError(t, err)
 	frame, err = runner.SealEnvelope(pong)
 	require.NoError(t, err)
 	env, err = core.OpenEnvelope(frame)
 	require.NoError(t, err)
-	require.NoError(t, ValidateRunnerEnvelope(env, core))
-	var p PongPayload
+	require.NoError(t, prp.ValidateRunnerEnvelope(env, core))
+	var p prp.PongPayload
 	require.NoError(t, env.DecodePayload(&p))
 	assert.Equal(t, "ready", p.Lifecycle)
 }
@@ -238,12 +259,12 @@ func TestPRP08_LeaseReconnect(t *testing.T) {
 	require.NoError(t, res.coreErr)
 
 	var hello struct {
-		Version int          `json:"version"`
-		Payload HelloPayload `json:"payload"`
+		Version int              `json:"version"`
+		Payload prp.HelloPayload `json:"payload"`
 	}
 	require.NoError(t, json.Unmarshal(res.runnerConn.sentMsg(0), &hello))
-	assert.Equal(t, CredentialLease, hello.Payload.CredentialKind)
-	assert.Equal(t, CredentialID(lease.Token), hello.Payload.CredentialID)
+	assert.Equal(t, prp.CredentialLease, hello.Payload.CredentialKind)
+	assert.Equal(t, prp.CredentialID(lease.Token), hello.Payload.CredentialID)
 	assert.False(t, res.welcome.Bootstrapped)
 	assert.Equal(t, lease, res.welcome.Lease, "same lease, same token, same expiry")
 	assert.Equal(t, "connection_2", res.runner.ConnectionID)
@@ -253,8 +274,8 @@ func TestPRP08_LeaseReconnect(t *testing.T) {
 		c := newClient()
 		c.Lease = &lease
 		res := runBoth(t, c, newCore(leakyStore{store}))
-		require.ErrorIs(t, res.runnerErr, ErrWelcomeRejected)
-		assert.NotErrorIs(t, res.runnerErr, ErrTicketConsumed, "a lease reconnect is retryable")
+		require.ErrorIs(t, res.runnerErr, prp.ErrWelcomeRejected)
+		assert.NotErrorIs(t, res.runnerErr, prp.ErrTicketConsumed, "a lease reconnect is retryable")
 		assert.NotContains(t, res.runnerErr.Error(), "lease_evil")
 	})
 }
@@ -263,7 +284,7 @@ func TestPRP08_LeaseReconnect(t *testing.T) {
 // reconnect, which the core half then puts into the welcome.
 type leakyStore struct{ *MemoryCredentialStore }
 
-func (s leakyStore) Admit(cred Credential, version int, ttl time.Duration, now time.Time) (Lease, error) {
+func (s leakyStore) Admit(cred Credential, version int, ttl time.Duration, now time.Time) (prp.Lease, error) {
 	l, err := s.MemoryCredentialStore.Admit(cred, version, ttl, now)
 	l.Token = "lease_evil"
 	return l, err
@@ -281,13 +302,13 @@ func TestPRP47_VersionNegotiation(t *testing.T) {
 		Payload  map[string]any `json:"payload"`
 	}
 	require.NoError(t, json.Unmarshal(res.runnerConn.sentMsg(0), &hello))
-	assert.Equal(t, Protocol, hello.Protocol)
+	assert.Equal(t, prp.Protocol, hello.Protocol)
 	assert.Equal(t, 2, hello.Version)
-	assert.Equal(t, KindAuthHello, hello.Kind)
+	assert.Equal(t, prp.KindAuthHello, hello.Kind)
 	assert.EqualValues(t, 1, hello.Payload["protocolMin"])
 	assert.EqualValues(t, 2, hello.Payload["protocolMax"])
 	assert.EqualValues(t, 1, hello.Payload["warmTransitionVersion"])
-	assert.Equal(t, CredentialBootstrap, hello.Payload["credentialKind"])
+	assert.Equal(t, prp.CredentialBootstrap, hello.Payload["credentialKind"])
 	assert.Contains(t, hello.Payload, "resume")
 	assert.Len(t, hello.Payload["clientNonce"], 64)
 	assert.Equal(t, 2, res.runner.Version)
@@ -301,7 +322,7 @@ func TestPRP47_VersionNegotiation(t *testing.T) {
 		// A lease pinned to v1 makes the core select 1, as an older core does.
 		ticket := "ticket-v1"
 		store.AddTicket(ticket, time.Now().Add(5*time.Second))
-		cred, err := store.Lookup(CredentialID(ticket), time.Now())
+		cred, err := store.Lookup(prp.CredentialID(ticket), time.Now())
 		require.NoError(t, err)
 		v1, err := store.Admit(cred, 1, time.Minute, time.Now())
 		require.NoError(t, err)
@@ -319,19 +340,19 @@ func TestPRP47_VersionNegotiation(t *testing.T) {
 		// A lease never upgrades: holding the v2 pin, a v1 challenge fails.
 		v1.ProtocolVersion = 2
 		res = runBoth(t, c, newCore(store))
-		require.ErrorIs(t, res.runnerErr, ErrChallengeRejected)
+		require.ErrorIs(t, res.runnerErr, prp.ErrChallengeRejected)
 	})
 
 	t.Run("core refuses ranges without overlap", func(t *testing.T) {
 		for _, r := range [][2]int{{3, 4}, {0, 0}, {2, 1}} {
 			core := newCore(store)
-			p := &HelloPayload{ProtocolMin: r[0], ProtocolMax: r[1], Identity: testIdentity,
+			p := &prp.HelloPayload{ProtocolMin: r[0], ProtocolMax: r[1], Identity: testIdentity,
 				RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}
-			_, err := core.checkHello(p, Credential{Kind: CredentialBootstrap}, testIdentity)
-			assert.ErrorIs(t, err, ErrHelloRejected, "%v", r)
+			_, err := core.checkHello(p, Credential{Kind: prp.CredentialBootstrap}, testIdentity)
+			assert.ErrorIs(t, err, prp.ErrHelloRejected, "%v", r)
 		}
-		v, err := newCore(store).checkHello(&HelloPayload{ProtocolMin: 1, ProtocolMax: 1, Identity: testIdentity,
-			RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}, Credential{Kind: CredentialBootstrap}, testIdentity)
+		v, err := newCore(store).checkHello(&prp.HelloPayload{ProtocolMin: 1, ProtocolMax: 1, Identity: testIdentity,
+			RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest}, Credential{Kind: prp.CredentialBootstrap}, testIdentity)
 		require.NoError(t, err)
 		assert.Equal(t, 1, v, "min(2, protocolMax)")
 	})
@@ -345,7 +366,7 @@ func TestPRP09_SecureFrameRejections(t *testing.T) {
 	_, res := bootstrap(t)
 	type pair struct {
 		name           string
-		sender, opener *Session
+		sender, opener *prp.Session
 	}
 	for _, p := range []pair{{"core to runner", res.core, res.runner}, {"runner to core", res.runner, res.core}} {
 		t.Run(p.name, func(t *testing.T) {
@@ -368,20 +389,20 @@ func TestPRP09_SecureFrameRejections(t *testing.T) {
 				frame []byte
 				want  error
 			}{
-				{"replayed counter", frame, ErrFrameCounter},
-				{"counter ahead", withCounter(fmt.Sprint(f.Counter + 1)), ErrFrameCounter},
-				{"tampered ciphertext", flipHexDigit(next, len(next)-5), ErrFrameAuth},
-				{"tampered tag only", flipHexDigit(next, len(next)-3), ErrFrameAuth},
-				{"uppercase hex", bytes.ToUpper(next), ErrPlaintextFrame},
-				{"bad hex digit", bytes.Replace(next, []byte(`"ciphertext":"`), []byte(`"ciphertext":"zz`), 1), ErrFrameMalformed},
-				{"odd hex", bytes.Replace(next, []byte(`"}`), []byte(`0"}`), 1), ErrFrameMalformed},
-				{"short ciphertext", []byte(fmt.Sprintf(`{"schema":%q,"counter":%d,"ciphertext":"00"}`, SecureFrameSchema, f.Counter)), ErrFrameMalformed},
-				{"plaintext envelope", []byte(`{"protocol":"paperclip.runner","version":2,"kind":"ping","payload":{}}`), ErrPlaintextFrame},
-				{"not JSON", []byte(`ping`), ErrFrameMalformed},
-				{"counter as string", []byte(`{"schema":"paperclip.runner.secure-frame.v1","counter":"1","ciphertext":"00"}`), ErrFrameMalformed},
-				{"negative counter", withCounter("-1"), ErrFrameMalformed},
-				{"fractional counter", withCounter(fmt.Sprint(f.Counter) + ".0"), ErrFrameMalformed},
-				{"counter beyond 2^53-1", withCounter("9007199254740992"), ErrFrameMalformed},
+				{"replayed counter", frame, prp.ErrFrameCounter},
+				{"counter ahead", withCounter(fmt.Sprint(f.Counter + 1)), prp.ErrFrameCounter},
+				{"tampered ciphertext", flipHexDigit(next, len(next)-5), prp.ErrFrameAuth},
+				{"tampered tag only", flipHexDigit(next, len(next)-3), prp.ErrFrameAuth},
+				{"uppercase hex", bytes.ToUpper(next), prp.ErrPlaintextFrame},
+				{"bad hex digit", bytes.Replace(next, []byte(`"ciphertext":"`), []byte(`"ciphertext":"zz`), 1), prp.ErrFrameMalformed},
+				{"odd hex", bytes.Replace(next, []byte(`"}`), []byte(`0"}`), 1), prp.ErrFrameMalformed},
+				{"short ciphertext", []byte(fmt.Sprintf(`{"schema":%q,"counter":%d,"ciphertext":"00"}`, prp.SecureFrameSchema, f.Counter)), prp.ErrFrameMalformed},
+				{"plaintext envelope", []byte(`{"protocol":"paperclip.runner","version":2,"kind":"ping","payload":{}}`), prp.ErrPlaintextFrame},
+				{"not JSON", []byte(`ping`), prp.ErrFrameMalformed},
+				{"counter as string", []byte(`{"schema":"paperclip.runner.secure-frame.v1","counter":"1","ciphertext":"00"}`), prp.ErrFrameMalformed},
+				{"negative counter", withCounter("-1"), prp.ErrFrameMalformed},
+				{"fractional counter", withCounter(fmt.Sprint(f.Counter) + ".0"), prp.ErrFrameMalformed},
+				{"counter beyond 2^53-1", withCounter("9007199254740992"), prp.ErrFrameMalformed},
 			}
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
@@ -389,16 +410,16 @@ func TestPRP09_SecureFrameRejections(t *testing.T) {
 					// receiving state, since a failure poisons the direction.
 					fresh := *p.opener
 					_, err := fresh.Open(c.frame)
-					require.ErrorIs(t, err, ErrSecureFrame)
+					require.ErrorIs(t, err, prp.ErrSecureFrame)
 					assert.ErrorIs(t, err, c.want)
 					_, err = fresh.Open(next)
-					assert.ErrorIs(t, err, ErrSecureFrame, "fail closed: the genuine next frame is refused too")
+					assert.ErrorIs(t, err, prp.ErrSecureFrame, "fail closed: the genuine next frame is refused too")
 					assert.NotContains(t, err.Error(), string(next[len(next)-20:]), "no frame bytes in errors")
 				})
 			}
 			// Semantics-preserving variants of the genuine frame are fine:
 			// other key order, whitespace, unknown members.
-			reordered := fmt.Sprintf(`{ "ciphertext" : %q, "counter" : %d, "extra": true, "schema": %q }`, f.Ciphertext, f.Counter, SecureFrameSchema)
+			reordered := fmt.Sprintf(`{ "ciphertext" : %q, "counter" : %d, "extra": true, "schema": %q }`, f.Ciphertext, f.Counter, prp.SecureFrameSchema)
 			pt, err := p.opener.Open([]byte(reordered))
 			require.NoError(t, err)
 			assert.Equal(t, `{"n":1}`, string(pt))
@@ -420,61 +441,61 @@ func flipHexDigit(frame []byte, i int) []byte {
 // connection, lease or version differs is refused (spec §15 scenario 10).
 func TestPRP10_ControlIdentityMismatch(t *testing.T) {
 	_, res := bootstrap(t)
-	mutations := map[string]func(*Envelope){
-		"runId":             func(e *Envelope) { e.RunID = "run_other" },
-		"runnerInstanceId":  func(e *Envelope) { e.RunnerInstanceID = "runner_other" },
-		"turnId":            func(e *Envelope) { e.TurnID = "" },
-		"connectionId":      func(e *Envelope) { e.ConnectionID = "connection_9" },
-		"connectionLeaseId": func(e *Envelope) { e.ConnectionLeaseID = "connection_lease_other" },
-		"version":           func(e *Envelope) { e.Version = 1 },
-		"protocol":          func(e *Envelope) { e.Protocol = "paperclip.other" },
+	mutations := map[string]func(*prp.Envelope){
+		"runId":             func(e *prp.Envelope) { e.RunID = "run_other" },
+		"runnerInstanceId":  func(e *prp.Envelope) { e.RunnerInstanceID = "runner_other" },
+		"turnId":            func(e *prp.Envelope) { e.TurnID = "" },
+		"connectionId":      func(e *prp.Envelope) { e.ConnectionID = "connection_9" },
+		"connectionLeaseId": func(e *prp.Envelope) { e.ConnectionLeaseID = "connection_lease_other" },
+		"version":           func(e *prp.Envelope) { e.Version = 1 },
+		"protocol":          func(e *prp.Envelope) { e.Protocol = "paperclip.other" },
 	}
 	for name, mutate := range mutations {
 		t.Run(name, func(t *testing.T) {
-			env, err := res.core.NewControl(KindAck, AckPayload{AckedSourceSeq: 1})
+			env, err := res.core.NewControl(prp.KindAck, prp.AckPayload{AckedSourceSeq: 1})
 			require.NoError(t, err)
 			mutate(env)
 			frame, err := res.core.SealEnvelope(env)
 			require.NoError(t, err)
 			got, err := res.runner.OpenEnvelope(frame)
 			if err != nil {
-				require.ErrorIs(t, err, ErrMalformedEnvelope) // protocol checked at decode
+				require.ErrorIs(t, err, prp.ErrMalformedEnvelope) // protocol checked at decode
 				return
 			}
-			assert.ErrorIs(t, ValidateControlIdentity(got, res.runner), ErrControlIdentity)
+			assert.ErrorIs(t, prp.ValidateControlIdentity(got, res.runner), prp.ErrControlIdentity)
 		})
 	}
 	t.Run("runner kind from the core", func(t *testing.T) {
-		env, err := res.core.NewControl(KindEvent, map[string]any{})
+		env, err := res.core.NewControl(prp.KindEvent, map[string]any{})
 		require.NoError(t, err)
-		assert.ErrorIs(t, ValidateControlIdentity(env, res.runner), ErrMalformedEnvelope)
+		assert.ErrorIs(t, prp.ValidateControlIdentity(env, res.runner), prp.ErrMalformedEnvelope)
 	})
 	t.Run("core side: lease_renew needs the full binding", func(t *testing.T) {
-		env, err := res.runner.NewControl(KindLeaseRenew, LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: 1})
+		env, err := res.runner.NewControl(prp.KindLeaseRenew, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: 1})
 		require.NoError(t, err)
-		require.NoError(t, ValidateRunnerEnvelope(env, res.core))
+		require.NoError(t, prp.ValidateRunnerEnvelope(env, res.core))
 		env.ConnectionID = ""
-		assert.ErrorIs(t, ValidateRunnerEnvelope(env, res.core), ErrControlIdentity)
-		ev := NewEventEnvelope(KindEvent, res.runner.Version, testIdentity, json.RawMessage(`{}`))
-		assert.NoError(t, ValidateRunnerEnvelope(ev, res.core), "events carry no connection ids")
+		assert.ErrorIs(t, prp.ValidateRunnerEnvelope(env, res.core), prp.ErrControlIdentity)
+		ev := prp.NewEventEnvelope(prp.KindEvent, res.runner.Version, testIdentity, json.RawMessage(`{}`))
+		assert.NoError(t, prp.ValidateRunnerEnvelope(ev, res.core), "events carry no connection ids")
 		ev.RunID = "run_other"
-		assert.ErrorIs(t, ValidateRunnerEnvelope(ev, res.core), ErrControlIdentity)
+		assert.ErrorIs(t, prp.ValidateRunnerEnvelope(ev, res.core), prp.ErrControlIdentity)
 	})
 }
 
 // fakeCore answers one auth_hello with a challenge built by the real core
 // logic for token, then mutated, like a stray or broken listener peer.
-func fakeCore(ctx context.Context, t *testing.T, c *memMsgConn, token string, mutate func(*ChallengePayload), badProof bool) {
+func fakeCore(ctx context.Context, t *testing.T, c *memMsgConn, token string, mutate func(*prp.ChallengePayload), badProof bool) {
 	msg, err := c.ReadMsg(ctx)
 	if err != nil {
 		return
 	}
-	hello, err := parseHello(msg)
+	hello, err := prp.ParseAuthHello(msg)
 	if !assert.NoError(t, err) {
 		return
 	}
-	key := AuthKey(token)
-	ch := ChallengePayload{
+	key := prp.AuthKey(token)
+	ch := prp.ChallengePayload{
 		CredentialID: hello.CredentialID, CredentialKind: hello.CredentialKind, ClientNonce: hello.ClientNonce,
 		ServerNonce: "6f1c2b7e-9d3a-4c5b-8e2f-1a0b9c8d7e6f", Identity: hello.Identity,
 		RunnerVersion: hello.RunnerVersion, RunnerDigest: hello.RunnerDigest, SelectedVersion: 2,
@@ -484,15 +505,15 @@ func fakeCore(ctx context.Context, t *testing.T, c *memMsgConn, token string, mu
 	if mutate != nil {
 		mutate(&ch)
 	}
-	signing, err := Canonical(ch)
+	signing, err := prp.Canonical(ch)
 	if !assert.NoError(t, err) {
 		return
 	}
-	ch.ServerProof = serverProof(key[:], signing)
+	ch.ServerProof = prp.ServerProof(key[:], signing)
 	if badProof {
-		ch.ServerProof = serverProof(make([]byte, 32), signing)
+		ch.ServerProof = prp.ServerProof(make([]byte, 32), signing)
 	}
-	_ = writeAuth(ctx, c, ch.SelectedVersion, KindAuthChallenge, ch)
+	_ = prp.WriteAuth(ctx, c, ch.SelectedVersion, prp.KindAuthChallenge, ch)
 	// Then hang up, whatever the runner does.
 	_, _ = c.ReadMsg(ctx)
 	c.Close()
@@ -510,23 +531,23 @@ func TestPRP04_BogusChallengeKeepsTicket(t *testing.T) {
 	leaseID := "connection_lease_x"
 	other := "wt_other"
 	bogus := map[string]struct {
-		mutate   func(*ChallengePayload)
+		mutate   func(*prp.ChallengePayload)
 		badProof bool
 		want     error
 	}{
-		"wrong server proof":      {nil, true, ErrServerProof},
-		"wrong client nonce":      {func(c *ChallengePayload) { c.ClientNonce = "00" }, false, ErrChallengeRejected},
-		"wrong credential id":     {func(c *ChallengePayload) { c.CredentialID = CredentialID("other") }, false, ErrChallengeRejected},
-		"wrong kind":              {func(c *ChallengePayload) { c.CredentialKind = CredentialLease }, false, ErrChallengeRejected},
-		"other run":               {func(c *ChallengePayload) { c.RunID = "run_2" }, false, ErrChallengeRejected},
-		"other runner digest":     {func(c *ChallengePayload) { c.RunnerDigest = "sha256:00" }, false, ErrChallengeRejected},
-		"empty server nonce":      {func(c *ChallengePayload) { c.ServerNonce = "" }, false, ErrChallengeRejected},
-		"version 3":               {func(c *ChallengePayload) { c.SelectedVersion = 3 }, false, ErrChallengeRejected},
-		"version 0":               {func(c *ChallengePayload) { c.SelectedVersion = 0 }, false, ErrChallengeRejected},
-		"expired credential":      {func(c *ChallengePayload) { c.CredentialExpiresAtUnixMs = past }, false, ErrChallengeRejected},
-		"lease id on a bootstrap": {func(c *ChallengePayload) { c.CredentialLeaseID = &leaseID }, false, ErrChallengeRejected},
-		"epoch on a bootstrap":    {func(c *ChallengePayload) { c.RevocationEpoch = 1 }, false, ErrChallengeRejected},
-		"unsolicited warm id":     {func(c *ChallengePayload) { c.WarmTransitionID = &other }, false, ErrChallengeRejected},
+		"wrong server proof":      {nil, true, prp.ErrServerProof},
+		"wrong client nonce":      {func(c *prp.ChallengePayload) { c.ClientNonce = "00" }, false, prp.ErrChallengeRejected},
+		"wrong credential id":     {func(c *prp.ChallengePayload) { c.CredentialID = prp.CredentialID("other") }, false, prp.ErrChallengeRejected},
+		"wrong kind":              {func(c *prp.ChallengePayload) { c.CredentialKind = prp.CredentialLease }, false, prp.ErrChallengeRejected},
+		"other run":               {func(c *prp.ChallengePayload) { c.RunID = "run_2" }, false, prp.ErrChallengeRejected},
+		"other runner digest":     {func(c *prp.ChallengePayload) { c.RunnerDigest = "sha256:00" }, false, prp.ErrChallengeRejected},
+		"empty server nonce":      {func(c *prp.ChallengePayload) { c.ServerNonce = "" }, false, prp.ErrChallengeRejected},
+		"version 3":               {func(c *prp.ChallengePayload) { c.SelectedVersion = 3 }, false, prp.ErrChallengeRejected},
+		"version 0":               {func(c *prp.ChallengePayload) { c.SelectedVersion = 0 }, false, prp.ErrChallengeRejected},
+		"expired credential":      {func(c *prp.ChallengePayload) { c.CredentialExpiresAtUnixMs = past }, false, prp.ErrChallengeRejected},
+		"lease id on a bootstrap": {func(c *prp.ChallengePayload) { c.CredentialLeaseID = &leaseID }, false, prp.ErrChallengeRejected},
+		"epoch on a bootstrap":    {func(c *prp.ChallengePayload) { c.RevocationEpoch = 1 }, false, prp.ErrChallengeRejected},
+		"unsolicited warm id":     {func(c *prp.ChallengePayload) { c.WarmTransitionID = &other }, false, prp.ErrChallengeRejected},
 	}
 	for name, b := range bogus {
 		t.Run(name, func(t *testing.T) {
@@ -541,8 +562,8 @@ func TestPRP04_BogusChallengeKeepsTicket(t *testing.T) {
 			rc.Close()
 			wg.Wait()
 			require.ErrorIs(t, err, b.want)
-			assert.NotErrorIs(t, err, ErrTicketConsumed, "retryable with the same ticket")
-			assert.Equal(t, []string{KindAuthHello}, rc.sentKinds(), "no auth_response sent")
+			assert.NotErrorIs(t, err, prp.ErrTicketConsumed, "retryable with the same ticket")
+			assert.Equal(t, []string{prp.KindAuthHello}, rc.sentKinds(), "no auth_response sent")
 			assert.NotContains(t, err.Error(), ticket)
 		})
 	}
@@ -561,7 +582,7 @@ func TestPRP04_BogusChallengeKeepsTicket(t *testing.T) {
 // scenario 5, §2.4).
 func TestPRP05_FailClosedAfterAuthResponse(t *testing.T) {
 	store := NewMemoryCredentialStore()
-	dropAfter := func(t *testing.T, c *ClientHandshake, reads int) error {
+	dropAfter := func(t *testing.T, c *prp.ClientHandshake, reads int) error {
 		rc, cc := newMemPipe()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -586,10 +607,10 @@ func TestPRP05_FailClosedAfterAuthResponse(t *testing.T) {
 
 	err = dropAfter(t, c, 1) // after reading auth_hello, before the challenge
 	require.Error(t, err)
-	assert.NotErrorIs(t, err, ErrTicketConsumed)
+	assert.NotErrorIs(t, err, prp.ErrTicketConsumed)
 
 	err = dropAfter(t, c, 2) // after reading auth_response, before welcome
-	require.ErrorIs(t, err, ErrTicketConsumed)
+	require.ErrorIs(t, err, prp.ErrTicketConsumed)
 	assert.Contains(t, err.Error(), "bootstrap connection failed closed; provide a fresh one-use ticket")
 	assert.NotContains(t, err.Error(), ticket)
 	assert.True(t, store.TicketUsed(ticket), "the core did consume it")
@@ -602,7 +623,7 @@ func TestPRP05_FailClosedAfterAuthResponse(t *testing.T) {
 	c.Lease = &lease
 	err = dropAfter(t, c, 2)
 	require.Error(t, err)
-	assert.NotErrorIs(t, err, ErrTicketConsumed)
+	assert.NotErrorIs(t, err, prp.ErrTicketConsumed)
 	assert.NotContains(t, err.Error(), lease.Token)
 }
 
@@ -648,7 +669,7 @@ func TestPRP06_AuthIONearDeadline(t *testing.T) {
 		start = time.Now()
 		_, _, err = c.Run(context.Background(), rc)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Equal(t, AuthMessageTimeout, time.Since(start))
+		assert.Equal(t, prp.AuthMessageTimeout, time.Since(start))
 	})
 	synctest.Test(t, func(t *testing.T) {
 		// The core's challenge expires after AuthChallengeTTL.
@@ -660,8 +681,8 @@ func TestPRP06_AuthIONearDeadline(t *testing.T) {
 		var wg sync.WaitGroup
 		var coreErr error
 		wg.Go(func() { _, _, coreErr = newCore(store).Run(context.Background(), cc) })
-		_ = writeAuth(context.Background(), rc, 2, KindAuthHello, HelloPayload{
-			CredentialID: CredentialID(ticket), ClientNonce: "n", ProtocolMin: 1, ProtocolMax: 2,
+		_ = prp.WriteAuth(context.Background(), rc, 2, prp.KindAuthHello, prp.HelloPayload{
+			CredentialID: prp.CredentialID(ticket), ClientNonce: "n", ProtocolMin: 1, ProtocolMax: 2,
 			Identity: testIdentity, RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest,
 		})
 		wg.Wait()
@@ -676,7 +697,7 @@ func TestPRP06_AuthIONearDeadline(t *testing.T) {
 func TestLeaseRenewalLostReply(t *testing.T) {
 	store, res := bootstrap(t)
 	lease := res.welcome.Lease
-	renewed, err := store.RenewLease(lease.ID, LeaseRenewPayload{
+	renewed, err := store.RenewLease(lease.ID, prp.LeaseRenewPayload{
 		ConnectionLeaseExpiresAtUnixMs: lease.ExpiresAtUnixMs, ConnectionLeaseRevocationEpoch: 0,
 	}, 2*time.Minute, time.Now())
 	require.NoError(t, err)
@@ -686,7 +707,7 @@ func TestLeaseRenewalLostReply(t *testing.T) {
 	held := lease
 	c.Lease = &held
 	r := runBoth(t, c, newCore(store))
-	require.ErrorIs(t, r.runnerErr, ErrChallengeRejected, "a later expiry without an outstanding renewal")
+	require.ErrorIs(t, r.runnerErr, prp.ErrChallengeRejected, "a later expiry without an outstanding renewal")
 
 	c.RenewalOutstanding = true
 	r = runBoth(t, c, newCore(store))
@@ -696,16 +717,16 @@ func TestLeaseRenewalLostReply(t *testing.T) {
 
 	c.WarmTransitionID = "wt_1"
 	r = runBoth(t, c, newCore(store))
-	require.ErrorIs(t, r.runnerErr, ErrChallengeRejected, "not during a warm transition")
+	require.ErrorIs(t, r.runnerErr, prp.ErrChallengeRejected, "not during a warm transition")
 
 	// A retried renewal with the older stated expiry replays the recorded one.
-	again, err := store.RenewLease(lease.ID, LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: lease.ExpiresAtUnixMs}, 2*time.Minute, time.Now().Add(time.Second))
+	again, err := store.RenewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: lease.ExpiresAtUnixMs}, 2*time.Minute, time.Now().Add(time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, renewed.ConnectionLeaseExpiresAtUnixMs, again.ConnectionLeaseExpiresAtUnixMs)
 	assert.Equal(t, lease.ExpiresAtUnixMs, again.PreviousExpiresAtUnixMs)
-	_, err = store.RenewLease(lease.ID, LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs + 1}, time.Minute, time.Now())
+	_, err = store.RenewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs + 1}, time.Minute, time.Now())
 	assert.ErrorIs(t, err, ErrLeaseRenewMismatch)
-	_, err = store.RenewLease(lease.ID, LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs, ConnectionLeaseRevocationEpoch: 3}, time.Minute, time.Now())
+	_, err = store.RenewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs, ConnectionLeaseRevocationEpoch: 3}, time.Minute, time.Now())
 	assert.ErrorIs(t, err, ErrLeaseRenewMismatch)
 }
 
@@ -721,11 +742,11 @@ func TestExpiredOrRevokedLease(t *testing.T) {
 	c.Lease = &expired
 	rc, _ := newMemPipe()
 	_, _, err := c.Run(context.Background(), rc)
-	require.ErrorIs(t, err, ErrLeaseExpired)
+	require.ErrorIs(t, err, prp.ErrLeaseExpired)
 	assert.Empty(t, rc.sentKinds(), "nothing sent")
 
 	_, err = store.Revoke(lease.ID, 0)
-	require.ErrorIs(t, err, ErrRevokeEpoch)
+	require.ErrorIs(t, err, prp.ErrRevokeEpoch)
 	rev, err := store.Revoke(lease.ID, 1)
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, rev.RevocationEpoch)
@@ -753,9 +774,8 @@ func TestPRP50_ChallengeWithHTMLCharacters(t *testing.T) {
 	require.NoError(t, res.runnerErr)
 	require.NoError(t, res.coreErr)
 
-	ch, err := parseChallenge(res.coreConn.sentMsg(0))
-	require.NoError(t, err)
-	assert.Contains(t, string(ch.signing), `"runnerVersion":"1.0.0-<rc>&x`+"\u2028"+`"`)
+	ch, signing := decodeChallenge(t, res.coreConn.sentMsg(0))
+	assert.Contains(t, string(signing), `"runnerVersion":"1.0.0-<rc>&x`+"\u2028"+`"`)
 	goJSON, err := json.Marshal(ch.RunnerVersion)
 	require.NoError(t, err)
 	assert.Contains(t, string(goJSON), `\u003c`, "encoding/json would have escaped it")
@@ -773,20 +793,19 @@ func TestClientProofRejected(t *testing.T) {
 	var wg sync.WaitGroup
 	var coreErr error
 	wg.Go(func() { _, _, coreErr = newCore(store).Run(ctx, cc); cc.Close() })
-	require.NoError(t, writeAuth(ctx, rc, 2, KindAuthHello, HelloPayload{
-		CredentialID: CredentialID(ticket), ClientNonce: "n", ProtocolMin: 1, ProtocolMax: 2,
+	require.NoError(t, prp.WriteAuth(ctx, rc, 2, prp.KindAuthHello, prp.HelloPayload{
+		CredentialID: prp.CredentialID(ticket), ClientNonce: "n", ProtocolMin: 1, ProtocolMax: 2,
 		Identity: testIdentity, RunnerVersion: testRunnerVersion, RunnerDigest: testRunnerDigest,
 	}))
 	msg, err := rc.ReadMsg(ctx)
 	require.NoError(t, err)
-	ch, err := parseChallenge(msg)
-	require.NoError(t, err)
-	require.NoError(t, writeAuth(ctx, rc, 2, KindAuthResponse, AuthResponsePayload{
+	ch, _ := decodeChallenge(t, msg)
+	require.NoError(t, prp.WriteAuth(ctx, rc, 2, prp.KindAuthResponse, prp.AuthResponsePayload{
 		CredentialID: ch.CredentialID, ClientNonce: "n", ServerNonce: ch.ServerNonce,
 		ClientProof: strings.Repeat("0", 64),
 	}))
 	wg.Wait()
-	require.ErrorIs(t, coreErr, ErrClientProof)
+	require.ErrorIs(t, coreErr, prp.ErrClientProof)
 	assert.False(t, store.TicketUsed(ticket))
 }
 
@@ -809,11 +828,11 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 
 func TestHandshakeErrorsAreTyped(t *testing.T) {
 	// Unsupported core kinds and malformed envelopes are one sentinel.
-	_, err := DecodeEnvelope([]byte(`{"protocol":"paperclip.runner","kind":"ack","payload":[]}`))
-	assert.ErrorIs(t, err, ErrMalformedEnvelope)
-	_, err = DecodeEnvelope([]byte(`{"protocol":"paperclip.runner","kind":"ack"}`))
-	assert.ErrorIs(t, err, ErrMalformedEnvelope)
-	assert.True(t, errors.Is(ErrFrameAuth, ErrSecureFrame))
+	_, err := prp.DecodeEnvelope([]byte(`{"protocol":"paperclip.runner","kind":"ack","payload":[]}`))
+	assert.ErrorIs(t, err, prp.ErrMalformedEnvelope)
+	_, err = prp.DecodeEnvelope([]byte(`{"protocol":"paperclip.runner","kind":"ack"}`))
+	assert.ErrorIs(t, err, prp.ErrMalformedEnvelope)
+	assert.True(t, errors.Is(prp.ErrFrameAuth, prp.ErrSecureFrame))
 }
 
 // TestCoreRefusesHello: the core half refuses a hello that does not match
@@ -822,13 +841,13 @@ func TestCoreRefusesHello(t *testing.T) {
 	store := NewMemoryCredentialStore()
 	ticket, err := store.IssueTicket(10*time.Second, time.Now())
 	require.NoError(t, err)
-	cases := map[string]func(c *ClientHandshake, core *CoreHandshake){
-		"other identity": func(c *ClientHandshake, _ *CoreHandshake) { c.Identity.ItemID = "item_2" },
-		"other digest":   func(c *ClientHandshake, _ *CoreHandshake) { c.RunnerDigest = "sha256:bb" },
-		"other version":  func(c *ClientHandshake, _ *CoreHandshake) { c.RunnerVersion = "0.9" },
-		"unknown ticket": func(c *ClientHandshake, _ *CoreHandshake) { c.Ticket = "bootstrap_unknown" },
-		"admission denied": func(_ *ClientHandshake, core *CoreHandshake) {
-			core.BeforeAdmit = func(context.Context, *HelloPayload) error { return errors.New("busy") }
+	cases := map[string]func(c *prp.ClientHandshake, core *Handshake){
+		"other identity": func(c *prp.ClientHandshake, _ *Handshake) { c.Identity.ItemID = "item_2" },
+		"other digest":   func(c *prp.ClientHandshake, _ *Handshake) { c.RunnerDigest = "sha256:bb" },
+		"other version":  func(c *prp.ClientHandshake, _ *Handshake) { c.RunnerVersion = "0.9" },
+		"unknown ticket": func(c *prp.ClientHandshake, _ *Handshake) { c.Ticket = "bootstrap_unknown" },
+		"admission denied": func(_ *prp.ClientHandshake, core *Handshake) {
+			core.BeforeAdmit = func(context.Context, *prp.HelloPayload) error { return errors.New("busy") }
 		},
 	}
 	for name, mutate := range cases {
@@ -846,8 +865,8 @@ func TestCoreRefusesHello(t *testing.T) {
 	c := newClient()
 	c.Ticket = ticket
 	core := newCore(store)
-	var admitted *HelloPayload
-	core.BeforeAdmit = func(_ context.Context, h *HelloPayload) error { admitted = h; return nil }
+	var admitted *prp.HelloPayload
+	core.BeforeAdmit = func(_ context.Context, h *prp.HelloPayload) error { admitted = h; return nil }
 	res := runBoth(t, c, core)
 	require.NoError(t, res.runnerErr)
 	require.NotNil(t, admitted)
@@ -855,107 +874,9 @@ func TestCoreRefusesHello(t *testing.T) {
 	require.NotNil(t, admitted.Resume)
 }
 
-// TestWelcomeChecks: every check of the welcome (spec §3.1, R-transport
-// validate_welcome), applied to variants of a genuine welcome.
-func TestWelcomeChecks(t *testing.T) {
-	expiry := time.Now().Add(time.Minute).UnixMilli()
-	genuine := func() map[string]any {
-		return map[string]any{
-			"protocol": Protocol, "version": 2, "envelopeId": "welcome_1", "kind": KindWelcome,
-			"runnerInstanceId": testIdentity.RunnerInstanceID, "environmentLeaseId": testIdentity.EnvironmentLeaseID,
-			"runId": testIdentity.RunID, "normalizedSessionId": testIdentity.NormalizedSessionID,
-			"turnId": testIdentity.TurnID, "itemId": testIdentity.ItemID,
-			"connectionId": "connection_1", "connectionLeaseId": "lease_a", "sentAt": "2026-01-01T00:00:00.000Z",
-			"payload": map[string]any{
-				"selectedVersion": 2, "heartbeatIntervalMs": 250, "connectionLeaseRenewalVersion": 1,
-				"connectionLeaseId": "lease_a", "connectionLeaseToken": "lease_tok",
-				"connectionLeaseExpiresAt": isoMillis(expiry), "connectionLeaseExpiresAtUnixMs": expiry,
-				"connectionLeaseRevocationEpoch": 0,
-				"leaseBinding": map[string]any{
-					"runnerInstanceId": testIdentity.RunnerInstanceID, "environmentLeaseId": testIdentity.EnvironmentLeaseID,
-					"runId": testIdentity.RunID, "normalizedSessionId": testIdentity.NormalizedSessionID, "protocolVersion": 2,
-				},
-				"maxFrameBytes": 4194304, "maxBatchEvents": 100, "ackedSourceSeq": 7,
-				"pendingCommands": []any{map[string]any{"commandId": "command_prp_00000001"}},
-			},
-		}
-	}
-	ch := &challenge{ChallengePayload: ChallengePayload{SelectedVersion: 2, CredentialExpiresAtUnixMs: expiry}}
-	c := newClient()
-	check := func(m map[string]any, kind string) (*Welcome, error) {
-		b, err := json.Marshal(m)
-		require.NoError(t, err)
-		return c.checkWelcome(b, ch, kind)
-	}
-	w, err := check(genuine(), CredentialBootstrap)
-	require.NoError(t, err)
-	assert.Equal(t, "lease_tok", w.Lease.Token)
-	assert.Equal(t, 4194304, w.MaxFrameBytes)
-	assert.EqualValues(t, 7, w.AckedSourceSeq)
-	assert.Len(t, w.PendingCommands, 1)
-
-	payload := func(m map[string]any) map[string]any { return m["payload"].(map[string]any) }
-	bad := map[string]func(m map[string]any){
-		"kind":                 func(m map[string]any) { m["kind"] = KindCommand },
-		"version":              func(m map[string]any) { m["version"] = 1 },
-		"identity":             func(m map[string]any) { m["runId"] = "run_2" },
-		"no connectionId":      func(m map[string]any) { delete(m, "connectionId") },
-		"no payload":           func(m map[string]any) { delete(m, "payload") },
-		"selectedVersion":      func(m map[string]any) { payload(m)["selectedVersion"] = 1 },
-		"payload lease id":     func(m map[string]any) { payload(m)["connectionLeaseId"] = "lease_b" },
-		"no expiry":            func(m map[string]any) { delete(payload(m), "connectionLeaseExpiresAtUnixMs") },
-		"no epoch":             func(m map[string]any) { delete(payload(m), "connectionLeaseRevocationEpoch") },
-		"expired lease":        func(m map[string]any) { payload(m)["connectionLeaseExpiresAtUnixMs"] = 1 },
-		"no token":             func(m map[string]any) { delete(payload(m), "connectionLeaseToken") },
-		"empty token":          func(m map[string]any) { payload(m)["connectionLeaseToken"] = "" },
-		"binding run":          func(m map[string]any) { payload(m)["leaseBinding"].(map[string]any)["runId"] = "run_2" },
-		"binding version":      func(m map[string]any) { payload(m)["leaseBinding"].(map[string]any)["protocolVersion"] = 1 },
-		"command not object":   func(m map[string]any) { payload(m)["pendingCommands"] = []any{"x"} },
-		"expiry is a string":   func(m map[string]any) { payload(m)["connectionLeaseExpiresAtUnixMs"] = "1" },
-		"identity is a number": func(m map[string]any) { m["turnId"] = 1 },
-	}
-	for name, mutate := range bad {
-		t.Run(name, func(t *testing.T) {
-			m := genuine()
-			mutate(m)
-			_, err := check(m, CredentialBootstrap)
-			require.ErrorIs(t, err, ErrWelcomeRejected)
-			assert.NotContains(t, err.Error(), "lease_tok")
-		})
-	}
-
-	t.Run("lease reconnect", func(t *testing.T) {
-		held := Lease{ID: "lease_a", Token: "held", ExpiresAtUnixMs: expiry}
-		c.Lease = &held
-		m := genuine()
-		delete(payload(m), "connectionLeaseToken")
-		w, err := check(m, CredentialLease)
-		require.NoError(t, err)
-		assert.Empty(t, w.Lease.Token, "Run fills in the held token")
-		payload(m)["connectionLeaseToken"] = nil
-		_, err = check(m, CredentialLease)
-		require.NoError(t, err, "null is absent")
-		for name, mutate := range map[string]func(m map[string]any){
-			"token": func(m map[string]any) { payload(m)["connectionLeaseToken"] = "new" },
-			"other lease": func(m map[string]any) {
-				m["connectionLeaseId"] = "lease_b"
-				payload(m)["connectionLeaseId"] = "lease_b"
-			},
-			"other epoch":  func(m map[string]any) { payload(m)["connectionLeaseRevocationEpoch"] = 1 },
-			"other expiry": func(m map[string]any) { payload(m)["connectionLeaseExpiresAtUnixMs"] = expiry + 1 },
-		} {
-			m := genuine()
-			delete(payload(m), "connectionLeaseToken")
-			mutate(m)
-			_, err := check(m, CredentialLease)
-			assert.ErrorIs(t, err, ErrWelcomeRejected, name)
-		}
-	})
-}
-
 // mutateConn corrupts the nth message written through it.
 type mutateConn struct {
-	MsgConn
+	prp.MsgConn
 	n      int
 	writes int
 	mutate func([]byte) []byte
@@ -987,7 +908,7 @@ func TestTamperedWelcomeFailsClosed(t *testing.T) {
 	c.Ticket = ticket
 	_, _, err = c.Run(ctx, rc)
 	wg.Wait()
-	require.ErrorIs(t, err, ErrTicketConsumed)
-	require.ErrorIs(t, err, ErrFrameAuth)
+	require.ErrorIs(t, err, prp.ErrTicketConsumed)
+	require.ErrorIs(t, err, prp.ErrFrameAuth)
 	assert.True(t, store.TicketUsed(ticket))
 }

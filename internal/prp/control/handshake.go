@@ -1,6 +1,8 @@
-package prp
+package control
 
 import (
+	"github.com/pcrunner/pcrunner/internal/prp"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -16,12 +18,12 @@ const (
 	// AuthChallengeTTL bounds how long a challenge stays answerable (CP
 	// authChallengeTtlMs); credential expiry bounds it too.
 	AuthChallengeTTL = 5 * time.Second
-	// DefaultLeaseTTL is the connection lease TTL when CoreHandshake.LeaseTTL
+	// DefaultLeaseTTL is the connection lease TTL when Handshake.LeaseTTL
 	// is zero (CP connectionLeaseTtlMs default).
 	DefaultLeaseTTL = 60 * time.Second
-	// DefaultCoreMaxFrameBytes is the welcome's maxFrameBytes when
-	// CoreHandshake.MaxFrameBytes is zero (CP maxFrameBytes, older cores).
-	DefaultCoreMaxFrameBytes = 1 << 20
+	// DefaultMaxFrameBytes is the welcome's maxFrameBytes when
+	// Handshake.MaxFrameBytes is zero (CP maxFrameBytes, older cores).
+	DefaultMaxFrameBytes = 1 << 20
 	// welcomeMaxBatchEvents and welcomeHeartbeatIntervalMs are constants in
 	// CP's welcome; runnerd ignores the heartbeat.
 	welcomeMaxBatchEvents      = 100
@@ -33,9 +35,7 @@ const (
 
 // Core-side handshake failures. The core closes the connection on each.
 var (
-	ErrHelloRejected      = errors.New("auth hello rejected")
 	ErrCredentialRejected = errors.New("credential unknown, used, expired or revoked")
-	ErrClientProof        = errors.New("auth response rejected")
 	ErrChallengeExpired   = errors.New("auth challenge expired")
 )
 
@@ -63,32 +63,32 @@ type CredentialStore interface {
 	// creates a lease pinned to version with the given TTL, returning it
 	// with its Token (the only time the token leaves the store). For a lease
 	// it returns the lease without a token.
-	Admit(cred Credential, version int, ttl time.Duration, now time.Time) (Lease, error)
+	Admit(cred Credential, version int, ttl time.Duration, now time.Time) (prp.Lease, error)
 }
 
 // Hello is what the core learned from an authenticated runner.
 type Hello struct {
-	HelloPayload
+	prp.HelloPayload
 	// Lease is the connection's lease (without its token).
-	Lease Lease
+	Lease prp.Lease
 	// Warm is the receipt of the warm transition this connection activates, if any.
-	Warm *WarmTransition
+	Warm *prp.WarmTransition
 }
 
-// CoreHandshake runs the core (controller) half of the handshake: the
+// Handshake runs the core (controller) half of the handshake: the
 // checks of CP #authorizeHello and #authResponse, version selection (§2.5),
 // and the welcome. It is a value for one connection.
-type CoreHandshake struct {
+type Handshake struct {
 	// Identity, RunnerVersion and RunnerDigest are the registration the
 	// runner must match.
-	Identity                    Identity
+	Identity                    prp.Identity
 	RunnerVersion, RunnerDigest string
 	Store                       CredentialStore
 	// LeaseTTL is the TTL of a lease created on bootstrap; 0 means
 	// DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// MaxFrameBytes is announced in the welcome; 0 means
-	// DefaultCoreMaxFrameBytes.
+	// DefaultMaxFrameBytes.
 	MaxFrameBytes int
 	// ConnectionID names this connection (connection_<n> in CP); empty means
 	// a random one.
@@ -106,24 +106,27 @@ type CoreHandshake struct {
 	// the credential is re-validated and consumed (CP
 	// beforeAuthenticatedConnection); an error refuses the connection and
 	// leaves a ticket unused.
-	BeforeAdmit func(ctx context.Context, hello *HelloPayload) error
+	BeforeAdmit func(ctx context.Context, hello *prp.HelloPayload) error
 	// Warm looks up the pending warm transition an auth_hello names by
 	// warmTransitionId (prp.md §9.5). A hello naming one authenticates the
 	// receipt's new identity with the receipt's lease, gets no pending
 	// command, and its welcome carries the receipt with phase "activated".
 	// Not found: such a hello is refused. Nil: the id is only echoed
 	// (handshake tests).
-	Warm func(transitionID string) (WarmTransition, bool)
+	Warm func(transitionID string) (prp.WarmTransition, bool)
+	// Outbound, when set, sees the welcome's payload before it is sealed
+	// and returns the payload to send (Config.Outbound).
+	Outbound func(kind string, payload any) (any, error)
 }
 
-func (h *CoreHandshake) now() time.Time {
+func (h *Handshake) now() time.Time {
 	if h.Now != nil {
 		return h.Now()
 	}
 	return time.Now()
 }
 
-func (h *CoreHandshake) rand() io.Reader {
+func (h *Handshake) rand() io.Reader {
 	if h.Rand != nil {
 		return h.Rand
 	}
@@ -133,21 +136,21 @@ func (h *CoreHandshake) rand() io.Reader {
 // Run runs the core half on c. On any error the caller closes the
 // connection; a ticket is consumed only by Store.Admit, after the client
 // proof validated.
-func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, error) {
-	msg, err := readAuth(ctx, c)
+func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hello, error) {
+	msg, err := prp.ReadAuth(ctx, c)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: read auth_hello: %w", err)
 	}
-	hello, err := parseHello(msg)
+	hello, err := prp.ParseAuthHello(msg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
 	expect := h.Identity
-	var warm *WarmTransition
+	var warm *prp.WarmTransition
 	if hello.WarmTransitionID != nil && h.Warm != nil {
 		w, ok := h.Warm(*hello.WarmTransitionID)
 		if !ok {
-			return nil, nil, fmt.Errorf("core handshake: %w: unknown warm transition", ErrHelloRejected)
+			return nil, nil, fmt.Errorf("core handshake: %w: unknown warm transition", prp.ErrHelloRejected)
 		}
 		expect, warm = w.NewIdentity, &w
 	}
@@ -156,8 +159,8 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
-	if warm != nil && (cred.Kind != CredentialLease || cred.LeaseID != warm.LeaseID) {
-		return nil, nil, fmt.Errorf("core handshake: %w: a warm activation reconnects with the receipt's lease", ErrHelloRejected)
+	if warm != nil && (cred.Kind != prp.CredentialLease || cred.LeaseID != warm.LeaseID) {
+		return nil, nil, fmt.Errorf("core handshake: %w: a warm activation reconnects with the receipt's lease", prp.ErrHelloRejected)
 	}
 	selected, err := h.checkHello(hello, cred, expect)
 	if err != nil {
@@ -168,28 +171,28 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: server nonce: %w", err)
 	}
-	ch := ChallengePayload{
+	ch := prp.ChallengePayload{
 		CredentialID: cred.ID, CredentialKind: cred.Kind, ClientNonce: hello.ClientNonce, ServerNonce: serverNonce,
 		Identity: hello.Identity, RunnerVersion: hello.RunnerVersion, RunnerDigest: hello.RunnerDigest,
 		SelectedVersion:           selected,
 		CredentialExpiresAt:       isoMillis(cred.ExpiresAtUnixMs),
 		CredentialExpiresAtUnixMs: cred.ExpiresAtUnixMs,
 	}
-	if cred.Kind == CredentialLease {
+	if cred.Kind == prp.CredentialLease {
 		id := cred.LeaseID
 		ch.CredentialLeaseID, ch.RevocationEpoch = &id, cred.RevocationEpoch
 	}
-	if hello.WarmTransitionVersion != nil && *hello.WarmTransitionVersion == warmTransitionVersion {
+	if hello.WarmTransitionVersion != nil && *hello.WarmTransitionVersion == prp.WarmTransitionVersion {
 		ch.WarmTransitionVersion = hello.WarmTransitionVersion
 	}
 	ch.WarmTransitionID = hello.WarmTransitionID
-	signing, err := Canonical(ch)
+	signing, err := prp.Canonical(ch)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: sign challenge: %w", err)
 	}
-	ch.ServerProof = serverProof(cred.AuthKey[:], signing)
+	ch.ServerProof = prp.ServerProof(cred.AuthKey[:], signing)
 	deadline := min(cred.ExpiresAtUnixMs, now.Add(AuthChallengeTTL).UnixMilli())
-	if err := writeAuth(ctx, c, selected, KindAuthChallenge, ch); err != nil {
+	if err := prp.WriteAuth(ctx, c, selected, prp.KindAuthChallenge, ch); err != nil {
 		return nil, nil, fmt.Errorf("core handshake: send auth_challenge: %w", err)
 	}
 
@@ -203,14 +206,13 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	if now.UnixMilli() >= deadline {
 		return nil, nil, fmt.Errorf("core handshake: %w", ErrChallengeExpired)
 	}
-	resp, err := parseAuthResponse(msg, selected)
+	resp, err := prp.ParseAuthResponse(msg, selected)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
-	want := clientProofBytes(cred.AuthKey[:], signing, ch.ServerProof)
 	if resp.CredentialID != cred.ID || resp.ClientNonce != hello.ClientNonce || resp.ServerNonce != serverNonce ||
-		!verifyHexMAC(want, resp.ClientProof) {
-		return nil, nil, fmt.Errorf("core handshake: %w", ErrClientProof)
+		!prp.VerifyClientProof(cred.AuthKey[:], signing, ch.ServerProof, resp.ClientProof) {
+		return nil, nil, fmt.Errorf("core handshake: %w", prp.ErrClientProof)
 	}
 	if h.BeforeAdmit != nil {
 		if err := h.BeforeAdmit(ctx, hello); err != nil {
@@ -225,7 +227,8 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 		return nil, nil, fmt.Errorf("core handshake: admit: %w", err)
 	}
 
-	sess, err := newSession(RoleCore, cred.AuthKey[:], signing, ch.ServerProof, hex.EncodeToString(want[:]))
+	// The proof verified, so it is exactly the lowercase hex of the expected MAC.
+	sess, err := prp.NewCoreSession(cred.AuthKey[:], signing, ch.ServerProof, resp.ClientProof)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
@@ -249,7 +252,7 @@ func (h *CoreHandshake) Run(ctx context.Context, c MsgConn) (*Session, *Hello, e
 	return sess, &Hello{HelloPayload: *hello, Lease: lease, Warm: warm}, nil
 }
 
-func (h *CoreHandshake) leaseTTL() time.Duration {
+func (h *Handshake) leaseTTL() time.Duration {
 	if h.LeaseTTL > 0 {
 		return h.LeaseTTL
 	}
@@ -258,27 +261,27 @@ func (h *CoreHandshake) leaseTTL() time.Duration {
 
 // checkHello applies CP #authorizeHello and selects the version: the lease's
 // pinned version for a lease, else min(ProtocolVersion, protocolMax).
-func (h *CoreHandshake) checkHello(p *HelloPayload, cred Credential, expect Identity) (int, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
+func (h *Handshake) checkHello(p *prp.HelloPayload, cred Credential, expect prp.Identity) (int, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", prp.ErrHelloRejected, what) }
 	if p.Identity != expect {
 		return 0, bad("identity does not match the registration")
 	}
 	if p.RunnerVersion != h.RunnerVersion || p.RunnerDigest != h.RunnerDigest {
 		return 0, bad("runner version or digest does not match")
 	}
-	if p.ProtocolMin > ProtocolVersion || p.ProtocolMax < ProtocolMinVersion || p.ProtocolMin > p.ProtocolMax {
+	if p.ProtocolMin > prp.ProtocolVersion || p.ProtocolMax < prp.ProtocolMinVersion || p.ProtocolMin > p.ProtocolMax {
 		return 0, bad("no common protocol version")
 	}
-	if cred.Kind == CredentialLease {
+	if cred.Kind == prp.CredentialLease {
 		if cred.ProtocolVersion < p.ProtocolMin || cred.ProtocolVersion > p.ProtocolMax {
 			return 0, bad("lease version outside the offered range")
 		}
 		return cred.ProtocolVersion, nil
 	}
-	return min(ProtocolVersion, p.ProtocolMax), nil
+	return min(prp.ProtocolVersion, p.ProtocolMax), nil
 }
 
-func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time, hello *HelloPayload, warm *WarmTransition) ([]byte, error) {
+func (h *Handshake) sealWelcome(s *prp.Session, lease prp.Lease, now time.Time, hello *prp.HelloPayload, warm *prp.WarmTransition) ([]byte, error) {
 	pending := []json.RawMessage{}
 	if h.PendingCommands != nil && warm == nil {
 		if pc := h.PendingCommands(); pc != nil {
@@ -291,16 +294,16 @@ func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time, hell
 	}
 	maxFrame := h.MaxFrameBytes
 	if maxFrame == 0 {
-		maxFrame = DefaultCoreMaxFrameBytes
+		maxFrame = DefaultMaxFrameBytes
 	}
 	renewal := leaseRenewalVersion
 	expiry, epoch := lease.ExpiresAtUnixMs, lease.RevocationEpoch
-	p := WelcomePayload{
+	p := prp.WelcomePayload{
 		SelectedVersion: s.Version, HeartbeatIntervalMs: welcomeHeartbeatIntervalMs,
 		ConnectionLeaseRenewalVersion: &renewal, ConnectionLeaseID: lease.ID,
 		ConnectionLeaseExpiresAt: isoMillis(expiry), ConnectionLeaseExpiresAtUnixMs: &expiry,
 		ConnectionLeaseRevocationEpoch: &epoch,
-		LeaseBinding: &LeaseBinding{
+		LeaseBinding: &prp.LeaseBinding{
 			RunnerInstanceID: s.Identity.RunnerInstanceID, EnvironmentLeaseID: s.Identity.EnvironmentLeaseID,
 			RunID: s.Identity.RunID, NormalizedSessionID: s.Identity.NormalizedSessionID, ProtocolVersion: s.Version,
 		},
@@ -311,13 +314,20 @@ func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time, hell
 		tok := lease.Token
 		p.ConnectionLeaseToken = &tok
 	}
-	if v := hello.WarmTransitionVersion; v != nil && *v == warmTransitionVersion {
+	if v := hello.WarmTransitionVersion; v != nil && *v == prp.WarmTransitionVersion {
 		p.WarmTransitionVersion = v // CP echoes the capability it will honour
 	}
 	if warm != nil {
-		p.WarmTransition, p.WarmTransitionPhase = warm.Marshal(), WarmPhaseActivated
+		p.WarmTransition, p.WarmTransitionPhase = warm.Marshal(), prp.WarmPhaseActivated
 	}
-	env, err := s.NewControl(KindWelcome, p)
+	var payload any = p
+	if h.Outbound != nil {
+		var err error
+		if payload, err = h.Outbound(prp.KindWelcome, p); err != nil {
+			return nil, fmt.Errorf("send welcome: %w", err)
+		}
+	}
+	env, err := s.NewControl(prp.KindWelcome, payload)
 	if err != nil {
 		return nil, err
 	}
@@ -326,69 +336,9 @@ func (h *CoreHandshake) sealWelcome(s *Session, lease Lease, now time.Time, hell
 	return s.SealEnvelope(env)
 }
 
-// parseHello parses an auth_hello envelope; version must be a supported one.
-func parseHello(msg []byte) (*HelloPayload, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrHelloRejected, what) }
-	supported := func(v int64) bool { return v >= ProtocolMinVersion && v <= ProtocolVersion }
-	_, pl, err := parseAuthEnvelope(msg, KindAuthHello, supported, bad)
-	if err != nil {
-		return nil, err
-	}
-	r := fieldReader{obj: pl}
-	p := &HelloPayload{
-		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
-		ProtocolMin: int(r.int("protocolMin")), ProtocolMax: int(r.int("protocolMax")),
-		Identity: r.identity(), RunnerVersion: r.str("runnerVersion"), RunnerDigest: r.str("runnerDigest"),
-	}
-	// The reference core ignores credentialKind and resume; read them when
-	// present, for the caller.
-	p.CredentialKind, _ = pl.member("credentialKind").goString()
-	if v, ok := pl.member("warmTransitionVersion").safeInt(); ok {
-		n := int(v)
-		p.WarmTransitionVersion = &n
-	}
-	if s, ok := pl.member("warmTransitionId").goString(); ok {
-		p.WarmTransitionID = &s
-	}
-	if rv := pl.member("resume"); rv != nil && rv.kind == jsonObject {
-		rr := fieldReader{obj: rv}
-		p.Resume = &Resume{
-			LastControllerCommandSeq: rr.int("lastControllerCommandSeq"),
-			NextSourceEventSeq:       rr.int("nextSourceEventSeq"),
-			AckedSourceSeq:           rr.int("ackedSourceSeq"),
-		}
-		if rr.err != "" {
-			p.Resume = nil
-		}
-	}
-	if r.err != "" {
-		return nil, bad(r.err)
-	}
-	return p, nil
-}
-
-// parseAuthResponse parses an auth_response envelope at the selected version.
-func parseAuthResponse(msg []byte, version int) (*AuthResponsePayload, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrClientProof, what) }
-	selected := func(v int64) bool { return v == int64(version) }
-	_, pl, err := parseAuthEnvelope(msg, KindAuthResponse, selected, bad)
-	if err != nil {
-		return nil, err
-	}
-	r := fieldReader{obj: pl}
-	p := &AuthResponsePayload{
-		CredentialID: r.str("credentialId"), ClientNonce: r.str("clientNonce"),
-		ServerNonce: r.str("serverNonce"), ClientProof: r.str("clientProof"),
-	}
-	if r.err != "" {
-		return nil, bad(r.err)
-	}
-	return p, nil
-}
-
 // writeMsg sends one message within AuthMessageTimeout.
-func writeMsg(ctx context.Context, c MsgConn, b []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, AuthMessageTimeout)
+func writeMsg(ctx context.Context, c prp.MsgConn, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, prp.AuthMessageTimeout)
 	defer cancel()
 	return c.WriteMsg(ctx, b)
 }
