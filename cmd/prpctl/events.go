@@ -1,13 +1,13 @@
 package main
 
-// Script steps that follow the run's events: waitEvent and resolve (issue
-// 13 item 6), so a person can drive a real agent without sleeps or guessed
-// ids.
+// Script steps that follow the run's events: waitEvent and resolve, so a
+// person can drive a real agent without sleeps or guessed ids.
 
 import (
 	"encoding/json"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 

@@ -632,7 +632,7 @@ func (c *Core) admitResult(cc *coreConn, env *prp.Envelope) error {
 	c.notifyLocked()
 	next := c.lowestPendingLocked()
 	c.mu.Unlock()
-	if isTerminalCommand(p.CommandType) {
+	if prp.IsTerminalCommand(p.CommandType) {
 		return c.sendOn(cc, prp.KindCommandResultAck, "", prp.CommandResultAckPayload{
 			CommandID: p.CommandID, CommandType: p.CommandType, ControllerSeq: int64(p.ControllerSeq), Status: p.Status,
 		})
@@ -709,8 +709,6 @@ func (c *Core) ackWarm(cc *coreConn, p prp.CommandResultPayload, r prp.WarmTrans
 	})
 }
 
-func isTerminalCommand(t string) bool { return t == "runner.suspend" || t == "runner.shutdown" }
-
 // sendCommand delivers a command on cc and raises the terminal fence for
 // runner.suspend and runner.shutdown.
 func (c *Core) sendCommand(cc *coreConn, cmd *coreCommand) error {
@@ -719,7 +717,7 @@ func (c *Core) sendCommand(cc *coreConn, cmd *coreCommand) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if isTerminalCommand(cmd.cmd.Type) {
+	if prp.IsTerminalCommand(cmd.cmd.Type) {
 		cc.fenced = true
 	}
 	c.mu.Unlock()
