@@ -43,7 +43,7 @@ const (
 
 // Warm kill points: the phase boundaries of a rotation where the crash
 // matrix SIGKILLs runnerd (issue 15). warmKillPoint is a no-op except in
-// runnerd_testhook builds (warm_testhook_linux.go).
+// testhooks builds (warm_testhook_linux.go).
 const (
 	killPrepared    = "prepared"    // the prepared write is durable; no result sent
 	killResultSent  = "result-sent" // the result is queued on the old connection

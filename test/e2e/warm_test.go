@@ -62,7 +62,7 @@ func newWarmE2E(t *testing.T) *warmE2E {
 	dir := stateDir(t)
 	meta := filepath.Join(t.TempDir(), "meta.ndjson")
 	return &warmE2E{
-		c: c, bin: testbin.Path(t, "runnerd", "runnerd_testhook"), dir: dir, meta: meta,
+		c: c, bin: testbin.Path(t, "runnerd", testbin.HooksTag), dir: dir, meta: meta,
 		args: runnerdArgs(dir, "--connect-url", c.connectURL(), "--pcwrap-path", testbin.Path(t, "pcwrap")),
 		provider: map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t),
 			"args": []string{"--record-meta", meta}, "cwd": t.TempDir(), "model": "fake-model"},
