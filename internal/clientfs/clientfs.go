@@ -113,7 +113,7 @@ type WriteResult struct{}
 // invalid-params *Error.
 func DecodeRead(raw json.RawMessage) (ReadRequest, error) {
 	var r ReadRequest
-	if err := decodeParams(raw, &r); err != nil {
+	if err := DecodeParams(raw, &r); err != nil {
 		return ReadRequest{}, invalid("read text file: params are not a valid request")
 	}
 	if r.SessionID == "" || r.Path == "" {
@@ -130,7 +130,7 @@ func DecodeWrite(raw json.RawMessage) (WriteRequest, error) {
 		Path      string  `json:"path"`
 		Content   *string `json:"content"`
 	}
-	if err := decodeParams(raw, &w); err != nil {
+	if err := DecodeParams(raw, &w); err != nil {
 		return WriteRequest{}, invalid("write text file: params are not a valid request")
 	}
 	if w.SessionID == "" || w.Path == "" || w.Content == nil {
@@ -139,8 +139,11 @@ func DecodeWrite(raw json.RawMessage) (WriteRequest, error) {
 	return WriteRequest{SessionID: w.SessionID, Path: w.Path, Content: *w.Content}, nil
 }
 
-// decodeParams accepts exactly one JSON object.
-func decodeParams(raw json.RawMessage, v any) error {
+// DecodeParams decodes the params of an ACP client method, here and in
+// internal/terminal, into v: exactly one JSON object, nothing after it. The
+// error never quotes the params; callers answer it with their own
+// invalid-params *Error.
+func DecodeParams(raw json.RawMessage, v any) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return errors.New("params are not an object")

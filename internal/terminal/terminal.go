@@ -9,13 +9,12 @@
 package terminal
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/clientfs"
 )
 
 // ACP client methods (agent-client-protocol schema).
@@ -123,7 +122,7 @@ type (
 // (tools.md §8), an absolute cwd if any, a limit in [0, MaxOutputByteLimit].
 func DecodeCreate(raw json.RawMessage) (CreateRequest, error) {
 	var r CreateRequest
-	if err := decodeParams(raw, &r); err != nil {
+	if err := clientfs.DecodeParams(raw, &r); err != nil {
 		return CreateRequest{}, invalid("create terminal: params are not a valid request")
 	}
 	if r.SessionID == "" || r.Command == "" {
@@ -161,29 +160,13 @@ func DecodeCreate(raw json.RawMessage) (CreateRequest, error) {
 // release.
 func DecodeRequest(raw json.RawMessage) (Request, error) {
 	var r Request
-	if err := decodeParams(raw, &r); err != nil {
+	if err := clientfs.DecodeParams(raw, &r); err != nil {
 		return Request{}, invalid("terminal request: params are not a valid request")
 	}
 	if r.SessionID == "" || r.TerminalID == "" {
 		return Request{}, invalid("terminal request: sessionId and terminalId are required")
 	}
 	return r, nil
-}
-
-// decodeParams accepts exactly one JSON object.
-func decodeParams(raw json.RawMessage, v any) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return errors.New("params are not an object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after params")
-	}
-	return nil
 }
 
 // keepTail appends p to tail and keeps at most limit bytes of the end,
