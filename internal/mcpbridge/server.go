@@ -114,6 +114,7 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error // set once, inside closeOnce
 
+	// mu guards closed, pending and npending.
 	mu       sync.Mutex
 	closed   bool                                 // guarded by mu
 	pending  map[string]map[*pendingCall]struct{} // by JSON-RPC id (compact bytes); guarded by mu

@@ -54,6 +54,8 @@ type Emitter struct {
 	events   bool
 	log      *slog.Logger
 
+	// mu guards closed and the closing of ch: an emit sends on ch holding
+	// it shared, Close closes ch holding it exclusively.
 	mu     sync.RWMutex
 	closed bool
 	ch     chan queued

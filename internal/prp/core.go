@@ -69,6 +69,7 @@ type Core struct {
 	store *MemoryCredentialStore
 	log   *slog.Logger
 
+	// mu guards every field below but wg.
 	mu sync.Mutex
 	// identity is the registration the runner authenticates as; a warm
 	// rotation replaces it (cfg.Identity is only the first one).

@@ -32,6 +32,7 @@ type MemoryCredentialStore struct {
 	// Rand supplies ticket and lease tokens; nil means crypto/rand.
 	Rand io.Reader
 
+	// mu guards tickets and leases.
 	mu      sync.Mutex
 	tickets map[string]*ticketRecord // by credential id
 	leases  map[string]*leaseRecord  // by credential id

@@ -28,6 +28,7 @@ const (
 type peerSet struct {
 	max int
 
+	// mu guards order and each member peer's elem.
 	mu    sync.Mutex
 	order list.List // of *peer; guarded by mu
 }

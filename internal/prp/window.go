@@ -35,6 +35,7 @@ const (
 // which frames or their order. The reader reports ACKs (ack), the writer
 // asks for room (admit) and records what it wrote (sent).
 type sendWindow struct {
+	// mu guards acked, inflight, bytes and open.
 	mu       sync.Mutex
 	acked    int64
 	inflight []windowEntry // events written and not yet ACKed, in send order

@@ -126,6 +126,7 @@ func credentialValues(environ []string) []string {
 // diagLog is one bounded, redacted file: whole lines are redacted and
 // appended; safe for concurrent use.
 type diagLog struct {
+	// mu guards f, size, partial and err.
 	mu      sync.Mutex
 	f       *os.File
 	size    int64

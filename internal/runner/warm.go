@@ -59,6 +59,7 @@ var warmKillPoint = func(point string) {}
 // a time: mu is held across each step (a store write and a send), since
 // the ACK path (dispatch goroutine) and the timers both drive them.
 type warm struct {
+	// mu serialises the rotation steps; guards the fields below.
 	mu sync.Mutex
 	// welcomeVersion is the current connection's welcome
 	// warmTransitionVersion (0 when the core offered none).

@@ -69,9 +69,9 @@ type WriterOptions struct {
 // serialized: file N's rename completes before file N+1 is started. A Writer
 // is safe for concurrent use.
 type Writer struct {
-	mu   sync.Mutex
-	dir  *os.File // held stdin/ directory; nil after Close
-	next int64    // sequence number of the next file
+	mu   sync.Mutex // serialises the files; guards dir and next
+	dir  *os.File   // held stdin/ directory; nil after Close
+	next int64      // sequence number of the next file
 	opts WriterOptions
 }
 

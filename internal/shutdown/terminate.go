@@ -39,7 +39,7 @@ type Terminator struct {
 	// doneC is closed when Terminate first runs.
 	doneC chan struct{}
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards group, done, timer, killed and stopped
 	group   Signaler
 	done    bool
 	timer   *time.Timer

@@ -30,6 +30,7 @@ type Feeder struct {
 	w       io.WriteCloser
 	onDrain func()
 
+	// mu guards queue, queued, ended, dropped and closed; cond waits on it.
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   [][]byte

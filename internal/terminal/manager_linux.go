@@ -72,7 +72,7 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards terms
 	terms map[string]*term
 }
 
@@ -92,6 +92,7 @@ type term struct {
 	// never replaces a newer one.
 	pmu sync.Mutex
 
+	// mu guards tail, truncated, exit, waiters, consumed and released.
 	mu        sync.Mutex
 	tail      []byte
 	truncated bool

@@ -44,6 +44,7 @@ var ErrClosed = errors.New("prptest: transport closed")
 type Transport struct {
 	h http.Handler
 
+	// mu guards closed and conns.
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{} // both ends of every pipe still open
