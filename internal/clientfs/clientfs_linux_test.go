@@ -432,7 +432,7 @@ func TestOpenat2Fallback(t *testing.T) {
 }
 
 // BenchmarkRead1MiB: fs/read_text_file of a 1 MiB file inside cwd next to
-// a plain os.ReadFile of it (issue 12: aim ≤ 2×).
+// a plain os.ReadFile of it (aim: ≤ 2×).
 func BenchmarkRead1MiB(b *testing.B) {
 	dir := b.TempDir()
 	p := filepath.Join(dir, "f.txt")

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// parseMessageJSON is the general path ParseMessage had before the
-// one-pass decoder, kept as its oracle: encoding/json with object
+// parseMessageJSON is the general path, the one-pass decoder's
+// oracle: encoding/json with object
 // semantics (a map keeps keys case-sensitive and lets the last duplicate
 // win, as JavaScript does), not an Unmarshal into a struct, which matches
 // keys case-insensitively.

@@ -483,7 +483,7 @@ func TestArgumentsVerbatim(t *testing.T) {
 }
 
 // TestIdleServerRunsOneGoroutine: an idle bridge costs one goroutine, the
-// listener's Serve loop (issue 10: no goroutine per session beyond it).
+// listener's Serve loop (no goroutine per session beyond it).
 func TestIdleServerRunsOneGoroutine(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	s, err := Listen(Config{Handler: echo})

@@ -44,8 +44,8 @@ type queued struct {
 // that a data frame emitted while nothing is queued or being written is
 // written by the emitting pump itself: a line the child writes while
 // pcwrap is idle then reaches its file without a goroutine hand-off (a
-// wake-up of the emitter measured ~40-80 µs on the agent path, issue 14
-// item 3). Control frames (Emit) always queue, so a caller that must not
+// wake-up of the emitter measured ~40-80 µs on the agent
+// path). Control frames (Emit) always queue, so a caller that must not
 // block on a slow consumer (shutdown's ack) never writes.
 type Emitter struct {
 	stdout   io.Writer

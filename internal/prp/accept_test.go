@@ -68,7 +68,7 @@ func startStrays(t *testing.T, r *simRig, kind strayKind, n int) (stop func()) {
 // core's bootstrap handshake must not wait for any of them: it
 // authenticates in one round trip, which over in-memory pipes in a synctest
 // bubble takes no simulated time (prp.md §1.2: a stray peer MUST NOT
-// disturb; before the fix each stray held the bootstrap slot for its
+// disturb; a stray holding the bootstrap slot would delay it by its
 // 2 s auth bound). The ticket is used once, by the core.
 func TestPRP04_StrayPeersDoNotStarveBootstrap(t *testing.T) {
 	for _, kind := range []strayKind{straySilent, straySlow, strayGarbage} {
@@ -140,7 +140,7 @@ func TestPRP04_TwoProversSerialize(t *testing.T) {
 
 // BenchmarkListenBootstrapWithStrays measures, over loopback, how long the
 // core's bootstrap takes while 0, 2 or 50 silent stray peers hold upgraded
-// connections that took auth_hello (issue 9 item 1 asks for these figures).
+// connections that took auth_hello.
 //
 //	go test -run '^$' -bench BenchmarkListenBootstrapWithStrays -benchtime 20x ./internal/prp/
 func BenchmarkListenBootstrapWithStrays(b *testing.B) {

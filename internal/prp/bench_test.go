@@ -100,7 +100,7 @@ func BenchmarkRoundTripCommand(b *testing.B) {
 // from the ping's arrival at the runner's reader to its pong leaving the
 // writer; "e2e" figures add both directions of the wire and the core's own
 // reader, queued behind the flood in one TCP stream, which the runner's
-// send window (window.go) bounds. Target: e2e p99 < 5 ms (issue 14 item 6).
+// send window (window.go) bounds. Target: e2e p99 < 5 ms.
 // Prints p50/p99 in µs.
 func BenchmarkPingDuringEventFlood(b *testing.B) {
 	const floodEvents = 10000

@@ -557,8 +557,7 @@ func tamperLocked(r WarmTransition, left *int) WarmTransition {
 }
 
 // SettleWarmForward is the server's recovery when the runner died inside
-// a transition whose receipt this core acknowledged (issue 15's crash
-// table): the acknowledgement committed the core to the new identity, and
+// a transition whose receipt this core acknowledged (prp.md §9.5): the acknowledgement committed the core to the new identity, and
 // the lease the receipt binds died with the runner, so no activation can
 // come. The new identity takes the registration over as
 // warm_transition_activated would have made it: the old epoch is

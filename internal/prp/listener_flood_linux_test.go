@@ -17,8 +17,8 @@ import (
 )
 
 const (
-	// floodConns is the flood of issue 9 item 2: about 1,500 half-open
-	// connections exhausted runnerd's descriptors at --nofile=1024.
+	// floodConns is a flood that, unbounded, exhausts runnerd's
+	// descriptors at --nofile=1024: about 1,500 half-open connections.
 	floodConns = 1500
 	// floodFDOverhead is what the test process holds besides the listener's
 	// tracked peers: the listening socket, the core's and the runner's ends
@@ -74,7 +74,7 @@ func countFDs(t *testing.T) int {
 // that stops by itself); halfway through, the real core connects and
 // bootstraps. The listener evicts the oldest silent peers, so this
 // process's descriptors stay under maxUnauthenticatedPeers plus a fixed
-// overhead (issue 9 item 2), and the core authenticates without waiting
+// overhead, and the core authenticates without waiting
 // behind any stray: in less than the 2 s a stray could hold it for. The
 // eviction is logged, rate-limited, with the peer's address and no secret.
 func TestPRP_ListenerFloodKeepsFDsBounded(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Send window bounds (issue 14 item 6: a pong must not wait behind a flood).
+// Send window bounds (a pong must not wait behind a flood).
 const (
 	// maxUnackedEventBytes bounds the sealed bytes of events written but not
 	// yet ACKed on one connection. A pong leaves the writer ahead of queued

@@ -262,7 +262,7 @@ func (a *agentExec) handlers() map[string]Handler {
 		"session.close":   withCtx(a.m.CloseSession),
 		"session.destroy": withCtx(a.m.Destroy),
 		"request.resolve": resolve,
-		// tools.md §3 items 4–6; it was command_not_implemented before.
+		// tools.md §3 items 4–6.
 		"semantic_tool.result": toolResult,
 	}
 }

@@ -175,7 +175,7 @@ func (r *loop) execute(ctx context.Context, cmd *prp.Command) (state.CommandResu
 	return res, nil
 }
 
-// warmAttachReady is session.snapshot's warmAttachReady (issue 15, prp.md
+// warmAttachReady is session.snapshot's warmAttachReady (prp.md
 // §9.5): the provider is idle (agent.Manager.WarmReady: a live agent with
 // an open session, no active turn, no pending runtime request, no
 // unsettled tool call; no rotation under way) and the whole outbox is

@@ -12,7 +12,7 @@ import (
 
 // TestHelpListsAgentEnvironment: --help's AGENT ENVIRONMENT section names
 // every variable the allowlist passes and every one it never passes, so
-// the documentation cannot fall behind the code (issue 13 item 5).
+// the documentation cannot fall behind the code.
 func TestHelpListsAgentEnvironment(t *testing.T) {
 	_, sec, ok := strings.Cut(Help, "\nAGENT ENVIRONMENT\n")
 	require.True(t, ok, "no AGENT ENVIRONMENT section in Help")

@@ -19,7 +19,7 @@ const (
 	DiagnosticsStderrName = "runnerd.stderr.log"
 	// DiagnosticsPreviousSuffix names the previous process's file
 	// (runnerd.stderr.log.1): one generation is kept, so a restart after a
-	// crash does not erase the crashed life's log (issue 9).
+	// crash does not erase the crashed life's log.
 	DiagnosticsPreviousSuffix = ".1"
 )
 

@@ -53,7 +53,7 @@ func TestDiagnosticsRedactedAndPrivate(t *testing.T) {
 
 // TestDiagnosticsRedactProxyUserinfo: a proxy URL's user:password never
 // reaches the diagnostics files, whether the URL or only the password is
-// printed (issue 13 item 5).
+// printed.
 func TestDiagnosticsRedactProxyUserinfo(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "diag")
 	d, err := OpenDiagnostics(dir, []string{"HTTPS_PROXY=http://bob:proxy-pass-0123@proxy:3128", "NO_PROXY=localhost"})

@@ -8,7 +8,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// goalHandlers are the PRP v2 session goal commands (issue 12 item 4) and
+// goalHandlers are the PRP v2 session goal commands and
 // the commands the ACP provider answers rejected
 // {code: provider_command_unavailable}, as the reference's ACPX executor
 // does.

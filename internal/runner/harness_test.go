@@ -25,8 +25,8 @@ const waitBound = 10 * time.Second
 
 // stopBound bounds a RunLoop's return after its context is cancelled: above
 // the runner's own bounded agent shutdown (agentShutdownWait), with room
-// for a loaded machine; waitBound alone was within 4 s of it and a goal
-// test timed out once under load.
+// for a loaded machine; waitBound alone would leave 4 s beyond it, too
+// little for a goal test under load.
 const stopBound = agentShutdownWait + waitBound
 
 // testIdentity is the registration the fake core and the runner share.

@@ -24,7 +24,7 @@ import (
 // (prp.md §9.5 steps 1 and 3: "≤2 s").
 const warmWait = 2 * time.Second
 
-// run.attach refusals (issue 15). Each is journaled as rejected: the
+// run.attach refusals (prp.md §9.5). Each is journaled as rejected: the
 // attach had no effect and the old run keeps working.
 const (
 	// CodeWarmAttachIncompatible: the live provider session cannot serve
@@ -42,7 +42,7 @@ const (
 )
 
 // Warm kill points: the phase boundaries of a rotation where the crash
-// matrix SIGKILLs runnerd (issue 15). warmKillPoint is a no-op except in
+// matrix SIGKILLs runnerd. warmKillPoint is a no-op except in
 // testhooks builds (warm_testhook_linux.go).
 const (
 	killPrepared    = "prepared"    // the prepared write is durable; no result sent
@@ -104,7 +104,7 @@ func (r *loop) beginAttach(ctx context.Context, cmd *prp.Command) error {
 	return r.tryPrepareLocked(ctx)
 }
 
-// checkAttach applies issue 15's checks, in order: PRP v2 with
+// checkAttach applies run.attach's checks, in order: PRP v2 with
 // warmTransitionVersion 1; the identity rules; the connection, checked
 // like the flags (prp.md §1.2, §1.3, the --ca-bundle-path rules); the
 // provider session's compatibility and quiescence.

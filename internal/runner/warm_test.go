@@ -308,7 +308,7 @@ func warmTestCatalog(t *testing.T) []byte {
 // TestWarmAttachNeedsV2WithWarmVersion: run.attach on a PRP v1 connection,
 // or on a v2 one whose welcome offered no warmTransitionVersion, is
 // refused warm_attach_unsupported before any effect (prp.md §9.5), and the
-// old run keeps working. (It was command_not_implemented before issue 15.)
+// old run keeps working.
 func TestWarmAttachNeedsV2WithWarmVersion(t *testing.T) {
 	for name, tc := range map[string]struct {
 		maxVersion int

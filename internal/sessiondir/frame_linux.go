@@ -14,7 +14,7 @@ func WriteEventFile(eventsfd int, seq int64, body []byte) error {
 // after each one opens the next file's unnamed inode ahead (O_TMPFILE,
 // tmpfile_linux.go), so a frame's own path is a write, a link under the
 // temporary name and the rename: the inode allocation (70-150 µs here)
-// happens while the writer is idle (issue 14 item 3). The inode made
+// happens while the writer is idle. The inode made
 // ahead has no name until its frame comes, so there is nothing to swap
 // meanwhile and nothing left behind by a crash. One goroutine uses it at
 // a time.

@@ -285,7 +285,7 @@ func (d *Dir) WriteChild(rec ChildRecord) error {
 // name, both relative to dirfd, so name only ever appears complete.
 func writeAtomic(dirfd int, name, tmp string, body []byte) error {
 	// Created filled under tmp (tmpfile_linux.go); a stale tmp left by a
-	// crash is overwritten by name as before.
+	// crash is overwritten by name.
 	if createFilled(dirfd, tmp, body, 0o600) == nil {
 		return publishTmp(dirfd, tmp, name)
 	}

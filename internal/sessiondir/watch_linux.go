@@ -14,11 +14,11 @@ import (
 // watchMask is what a queue directory watch asks the kernel for: the
 // events by which a queue file can appear (spec §6.3: create,
 // close-write, moved-to) and the removal or move of the directory itself.
-// fsnotify, which the readers used before, always adds IN_MODIFY,
-// IN_DELETE, IN_MOVED_FROM and IN_ATTRIB: each 64 KiB stdin or event file
-// then woke its reader four or five times (the writer's temporary file
-// created and written, the rename's two halves, and the reader's own
-// unlink), and every wake-up was a directory scan.
+// fsnotify always adds IN_MODIFY, IN_DELETE, IN_MOVED_FROM and IN_ATTRIB:
+// with it each 64 KiB stdin or event file would wake its reader four or
+// five times (the writer's temporary file created and written, the
+// rename's two halves, and the reader's own unlink), and every wake-up is
+// a directory scan.
 const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO |
 	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
 

@@ -1,5 +1,5 @@
 // Package terminal is runnerd's side of ACP's client terminals (tools.md
-// §8, issue 12 item 2): terminal/create|output|wait_for_exit|kill|release.
+// §8): terminal/create|output|wait_for_exit|kill|release.
 // Each terminal is a pcwrap process session of its own under
 // <state-dir>/process-sessions/<terminalId>/, started with the keep-group
 // option, so it survives a runnerd restart, is killed as a process group,
@@ -35,7 +35,7 @@ func IsMethod(method string) bool {
 	return false
 }
 
-// Bounds (tools.md §8 and issue 12).
+// Bounds (tools.md §8).
 const (
 	// DefaultOutputByteLimit is the tail kept when create names no limit
 	// (tools.md §8: 64 KiB).

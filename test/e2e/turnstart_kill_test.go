@@ -21,7 +21,7 @@ import (
 
 // Bounds of the turn.start kill test.
 const (
-	// turnStartKills is the number of SIGKILLed turn.starts (the issue: 50).
+	// turnStartKills is the number of SIGKILLed turn.starts (required: 50).
 	turnStartKills = 50
 	// turnStartPublishPauseMs holds each prompt between the write that
 	// records it and its rename (the testhooks build), so a kill

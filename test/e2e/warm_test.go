@@ -199,7 +199,7 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 
 // TestWarmAttachCrashMatrix kills runnerd with SIGKILL at each phase
 // boundary of a rotation, then relaunches it with a fresh ticket under the
-// identity the core knows, as the server does (issue 15's table):
+// identity the core knows, as the server does (prp.md §9.5):
 //
 //	kill point    core state at the kill                 next ticket for  attach outcome
 //	prepared      result never sent; attach pending      old              execution_indeterminate (replayed)
