@@ -89,7 +89,7 @@ func TestParseMessage(t *testing.T) {
 		assert.Equal(t, tc.want, got, tc.in)
 	}
 	_, err := ParseMessage(nil)
-	assert.True(t, errors.Is(err, ErrEmptyStdinFile))
+	assert.True(t, errors.Is(err, errEmptyStdinFile))
 	assert.Equal(t, "stdin file is empty", err.Error())
 }
 

@@ -19,7 +19,7 @@ import (
 // keys case-insensitively.
 func parseMessageJSON(content []byte) (Message, error) {
 	if len(content) == 0 {
-		return Message{}, ErrEmptyStdinFile
+		return Message{}, errEmptyStdinFile
 	}
 	var raw json.RawMessage
 	if err := json.Unmarshal(content, &raw); err != nil {

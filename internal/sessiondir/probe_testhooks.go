@@ -27,8 +27,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestHooks reports whether this build honours the test-hook env vars.
-const TestHooks = true
+// testHooks reports whether this build honours the test-hook env vars.
+const testHooks = true
 
 func btimeOf(path string, st *unix.Statx_t) int64 {
 	for _, kv := range strings.Split(os.Getenv("PCWRAP_TEST_FAKE_BTIME"), ";") {

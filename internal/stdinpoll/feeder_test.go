@@ -37,7 +37,7 @@ func TestFeederDropUnblocksAndDiscards(t *testing.T) {
 	defer r.Close()
 	drained := make(chan struct{}, 1)
 	f := NewFeeder(w, func() { drained <- struct{}{} })
-	big := make([]byte, MaxQueuedBytes) // far above the pipe buffer: the write blocks
+	big := make([]byte, maxQueuedBytes) // far above the pipe buffer: the write blocks
 	f.Write(big)
 	f.Write([]byte("x"))
 	f.Drop()
@@ -116,7 +116,7 @@ func (feedHandler) Error(string)     {}
 // synctest's clock only moves when everything is blocked, so any pause
 // for a tick shows as elapsed time.
 func TestFeederBacklogWakesReaderWithoutTick(t *testing.T) {
-	const files, size = 512, MaxQueuedBytes / 128
+	const files, size = 512, maxQueuedBytes / 128
 	dir := t.TempDir()
 	chunk := strings.Repeat("x", size)
 	for i := int64(1); i <= files; i++ {

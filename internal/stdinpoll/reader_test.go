@@ -121,7 +121,7 @@ func TestReaderUnreadableKinds(t *testing.T) {
 		"oversized": func(t *testing.T, p string) {
 			f, err := os.Create(p)
 			require.NoError(t, err)
-			require.NoError(t, f.Truncate(MaxFileBytes+1))
+			require.NoError(t, f.Truncate(maxFileBytes+1))
 			require.NoError(t, f.Close())
 		},
 	}
