@@ -11,7 +11,7 @@ build:
 test:
 	./scripts/test
 
-# WARM=1 adds the warm-rotation part (run.attach, issue 15).
+# WARM=1 adds the warm-rotation part (run.attach, prp.md §9.5).
 demo:
 	./scripts/demo
 	@if [ -n "$(WARM)" ]; then ./scripts/demo-warm; fi

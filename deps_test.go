@@ -50,7 +50,7 @@ var indirectOK = map[string]bool{
 	"github.com/stretchr/objx":        true,
 	"github.com/google/go-cmp":        true,
 	"github.com/dlclark/regexp2":      true,
-	// go-sdk's own dependencies (test only, issue 10).
+	// go-sdk's own dependencies (test only).
 	"github.com/google/jsonschema-go":    true,
 	"github.com/segmentio/asm":           true,
 	"github.com/segmentio/encoding":      true,
@@ -83,7 +83,7 @@ func TestDependencySetIsPinned(t *testing.T) {
 // TestProductionBinariesImportNoTestModules checks that the shipped binaries
 // link only the runtime dependency set, not test-only modules.
 func TestProductionBinariesImportNoTestModules(t *testing.T) {
-	// jsonschema and regexp2 are runtime now: runnerd validates tool catalogs (issue 10).
+	// jsonschema and regexp2 are runtime dependencies: runnerd validates tool catalogs.
 	testOnly := []string{"github.com/stretchr/testify", "go.uber.org/goleak", "golang.org/x/mod",
 		"github.com/modelcontextprotocol/go-sdk"}
 	for _, name := range cmdNames(t) {

@@ -180,8 +180,8 @@ func FuzzDebugArgs(f *testing.F) {
 
 // send names a missing or non-session DIR in plain words, without the
 // counter's internals, and leaves nothing behind in a directory that is
-// not a session (issue 9: "lock seq counter: open session dir", and a
-// stray .pcwrap-stdin-seq).
+// not a session (no "lock seq counter: open session dir", no stray
+// .pcwrap-stdin-seq).
 func TestDebugSendClearErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "gone")
 	code, _, errOut := debug(t, "", "send", "--session-dir", missing, "x")

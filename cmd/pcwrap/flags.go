@@ -13,7 +13,7 @@ import (
 )
 
 // Exit statuses of the CLI itself (spec §2.5); the wrapper's own
-// (pcwrap.ExitFailure, pcwrap.ExitSpawn) and a child's exit code pass
+// (pcwrap.ExitFailure and its spawn-failure status) and a child's exit code pass
 // through unchanged.
 const (
 	exitFailure = pcwrap.ExitFailure

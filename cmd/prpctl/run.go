@@ -190,6 +190,7 @@ func isLifecycleFlag(a string) bool { return strings.HasPrefix(a, "--lifecycle-m
 
 // out writes JSON lines to stdout; safe for concurrent use.
 type out struct {
+	// mu serialises whole lines on w.
 	mu sync.Mutex
 	w  io.Writer
 }

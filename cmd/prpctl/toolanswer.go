@@ -43,6 +43,7 @@ type toolCore interface {
 // toolAnswerer holds the results per operationId and queues one command per
 // semantic_tool.input it sees.
 type toolAnswerer struct {
+	// mu guards results, failures, answered and queued.
 	mu       sync.Mutex
 	results  map[string]json.RawMessage   // standing answer per operation
 	failures map[string][]json.RawMessage // isError answers, each used once, before results

@@ -31,7 +31,7 @@ func main() {
 	os.Exit(code)
 }
 
-// testHook, set only in builds with the runnerd_testhook tag, runs after the
+// testHook, set only in builds with the testhooks tag, runs after the
 // command line is accepted and before runner.Run; done=true ends the process
 // with code instead of running the runner.
 var testHook func(stdout, stderr io.Writer) (code int, done bool)

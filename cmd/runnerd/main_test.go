@@ -262,7 +262,7 @@ func TestServerLaunchArgvAccepted(t *testing.T) {
 // runnerd's /proc/<pid>/environ. The ticket appears in neither, while other
 // variables pass through untouched.
 func TestTicketNeverReachesChildren(t *testing.T) {
-	bin := testbin.Path(t, "runnerd", "runnerd_testhook")
+	bin := testbin.Path(t, "runnerd", testbin.HooksTag)
 	env := []string{config.BootstrapTicketEnv + "=" + secretTicket, "PCRUNNER_TESTHOOK_EXEC=1", "OTHER_VAR=kept"}
 	r := runBin(t, bin, env, serverLaunchArgv(t.TempDir())...)
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)

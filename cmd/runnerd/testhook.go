@@ -1,4 +1,4 @@
-//go:build runnerd_testhook
+//go:build testhooks
 
 package main
 

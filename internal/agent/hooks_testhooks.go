@@ -1,4 +1,4 @@
-//go:build runnerdtesthooks
+//go:build testhooks
 
 package agent
 

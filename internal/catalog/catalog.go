@@ -31,22 +31,22 @@ const (
 	// MaxOperations is the most operations a catalog holds (§1,
 	// MAX_AUTHORIZED_TOOLS).
 	MaxOperations = 256
-	// MaxOperationIDLen bounds operationId in bytes (§1; validate_stable_id's
+	// maxOperationIDLen bounds operationId in bytes (§1; validate_stable_id's
 	// 160).
-	MaxOperationIDLen = 160
-	// MaxDescription bounds a description in UTF-8 bytes (§1,
+	maxOperationIDLen = 160
+	// maxDescription bounds a description in UTF-8 bytes (§1,
 	// MAX_DESCRIPTION_BYTES).
-	MaxDescription = 16 << 10
-	// ListedDescription is where tools/list cuts a description, in UTF-16
+	maxDescription = 16 << 10
+	// listedDescription is where tools/list cuts a description, in UTF-16
 	// code units as the reference bridge's slice counts (§2).
-	ListedDescription = 4096
-	// PatternTimeout bounds one ECMAScript pattern match (§1).
-	PatternTimeout = 100 * time.Millisecond
-	// MaxInputBytes bounds a tool call's encoded arguments (§3 item 2).
-	MaxInputBytes = 480 << 10
-	// MaxSchemaBytes bounds one encoded input or response schema
+	listedDescription = 4096
+	// patternTimeout bounds one ECMAScript pattern match (§1).
+	patternTimeout = 100 * time.Millisecond
+	// maxInputBytes bounds a tool call's encoded arguments (§3 item 2).
+	maxInputBytes = 480 << 10
+	// maxSchemaBytes bounds one encoded input or response schema
 	// (provider_bridge.rs MAX_SCHEMA_BYTES).
-	MaxSchemaBytes = 512 << 10
+	maxSchemaBytes = 512 << 10
 )
 
 // schemaVersion is authorizedTools.schemaVersion and every operation's
@@ -62,8 +62,8 @@ type Operation struct {
 	ResponseSchema json.RawMessage `json:"responseSchema"`
 }
 
-// Tool is one tools/list entry.
-type Tool struct {
+// tool is one tools/list entry.
+type tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
@@ -74,8 +74,8 @@ type Tool struct {
 type Catalog struct {
 	digest string
 	ops    map[string]*compiledOp // reserved names excluded
-	tools  []Tool                 // tools/list, reserved tools last
-	// flat maps a FlatName that differs from its id back to the id; a
+	tools  []tool                 // tools/list, reserved tools last
+	// flat maps a flatName that differs from its id back to the id; a
 	// flat name that another id, or another id's flat name, also gives is
 	// left out (ambiguous).
 	flat map[string]string
@@ -96,8 +96,8 @@ type digestEntry struct {
 // Parse validates run.prepare's authorizedTools (nil, empty or JSON null: the
 // empty catalog) per tools.md §1: schema and version, at most MaxOperations
 // operations with unique ids matching ^[A-Za-z0-9][A-Za-z0-9_.:-]*$ of at most
-// MaxOperationIDLen bytes, version 1, a non-empty description of at most
-// MaxDescription bytes, object schemas of at most MaxSchemaBytes that compile
+// maxOperationIDLen bytes, version 1, a non-empty description of at most
+// maxDescription bytes, object schemas of at most maxSchemaBytes that compile
 // on their own; then catalogDigest against Digest (a mismatch names both
 // digests). A catalog operation named FinishTool or BlockTool counts in the
 // digest but is dropped from Tools and Resolve (and its schemas are not
@@ -162,8 +162,8 @@ func parseEntry(i int, item json.RawMessage) (digestEntry, error) {
 		return digestEntry{}, fmt.Errorf("parse catalog: operation %d is not a JSON object", i)
 	}
 	var id string
-	if json.Unmarshal(m["operationId"], &id) != nil || !ValidOperationID(id) {
-		return digestEntry{}, fmt.Errorf("parse catalog: operation %d has no valid operationId (^[A-Za-z0-9][A-Za-z0-9_.:-]*$, at most %d bytes)", i, MaxOperationIDLen)
+	if json.Unmarshal(m["operationId"], &id) != nil || !validOperationID(id) {
+		return digestEntry{}, fmt.Errorf("parse catalog: operation %d has no valid operationId (^[A-Za-z0-9][A-Za-z0-9_.:-]*$, at most %d bytes)", i, maxOperationIDLen)
 	}
 	if !isOne(m["version"]) {
 		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: version is not 1", id)
@@ -175,16 +175,16 @@ func parseEntry(i int, item json.RawMessage) (digestEntry, error) {
 	if desc == "" {
 		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: description is empty", id)
 	}
-	if len(desc) > MaxDescription {
-		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: description is longer than %d bytes", id, MaxDescription)
+	if len(desc) > maxDescription {
+		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: description is longer than %d bytes", id, maxDescription)
 	}
 	for _, name := range []string{"inputSchema", "responseSchema"} {
 		s := bytes.TrimSpace(m[name])
 		if len(s) == 0 || s[0] != '{' {
 			return digestEntry{}, fmt.Errorf("parse catalog: operation %q: %s is not a JSON object", id, name)
 		}
-		if len(s) > MaxSchemaBytes {
-			return digestEntry{}, fmt.Errorf("parse catalog: operation %q: %s is larger than %d bytes", id, name, MaxSchemaBytes)
+		if len(s) > maxSchemaBytes {
+			return digestEntry{}, fmt.Errorf("parse catalog: operation %q: %s is larger than %d bytes", id, name, maxSchemaBytes)
 		}
 	}
 	return digestEntry{
@@ -216,18 +216,18 @@ func build(entries []digestEntry, digest string) (*Catalog, error) {
 		c.ops[e.id] = &compiledOp{input: in, response: out}
 		var desc string
 		_ = json.Unmarshal(e.description, &desc) // checked by parseEntry
-		c.tools = append(c.tools, Tool{Name: e.id, Description: cutUTF16(desc, ListedDescription), InputSchema: compactOrSelf(e.in)})
+		c.tools = append(c.tools, tool{Name: e.id, Description: cutUTF16(desc, listedDescription), InputSchema: compactOrSelf(e.in)})
 	}
 	c.tools = append(c.tools, reservedTools()...)
 	c.flat = flatNames(c.ops)
 	return c, nil
 }
 
-// FlatName is operation id as a model API that allows only [A-Za-z0-9_-]
+// flatName is operation id as a model API that allows only [A-Za-z0-9_-]
 // in tool names must see it (OpenAI's Responses API; Codex refuses any
 // other dynamic tool name): every other byte becomes '_'. Resolve maps it
 // back when exactly one operation gives it.
-func FlatName(id string) string {
+func flatName(id string) string {
 	b := []byte(id)
 	for i, ch := range b {
 		if !isAlnum(ch) && ch != '_' && ch != '-' {
@@ -237,10 +237,10 @@ func FlatName(id string) string {
 	return string(b)
 }
 
-// FlatNameOf is FlatName(id) when Resolve maps it back to id; ok is false
+// FlatNameOf is flatName(id) when Resolve maps it back to id; ok is false
 // for an id whose flat name is ambiguous.
 func (c *Catalog) FlatNameOf(id string) (string, bool) {
-	f := FlatName(id)
+	f := flatName(id)
 	if f == id {
 		return f, true
 	}
@@ -251,7 +251,7 @@ func flatNames(ops map[string]*compiledOp) map[string]string {
 	flat := map[string]string{}
 	ambiguous := map[string]bool{}
 	for id := range ops {
-		f := FlatName(id)
+		f := flatName(id)
 		if f == id {
 			continue
 		}
@@ -367,14 +367,14 @@ func (c *Catalog) Resolve(name string) (operationID string, ok bool) {
 }
 
 // Tools lists what tools/list returns: the catalog operations sorted by id
-// (description cut to ListedDescription UTF-16 units), then FinishTool and
+// (description cut to listedDescription UTF-16 units), then FinishTool and
 // BlockTool. The slice is a copy; the InputSchema bytes are shared and must
 // not be modified.
-func (c *Catalog) Tools() []Tool { return slices.Clone(c.tools) }
+func (c *Catalog) Tools() []tool { return slices.Clone(c.tools) }
 
-// ValidOperationID reports whether id is a valid operationId (§1).
-func ValidOperationID(id string) bool {
-	if id == "" || len(id) > MaxOperationIDLen || !isAlnum(id[0]) {
+// validOperationID reports whether id is a valid operationId (§1).
+func validOperationID(id string) bool {
+	if id == "" || len(id) > maxOperationIDLen || !isAlnum(id[0]) {
 		return false
 	}
 	for i := 1; i < len(id); i++ {

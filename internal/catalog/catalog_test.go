@@ -90,11 +90,11 @@ func TestParseRefuses(t *testing.T) {
 		{"257 ops", catalogJSON(t, many), "257 operations"},
 		{"bad id", catalogJSON(t, []Operation{op("-bad", `{}`)}), "operation 0 has no valid operationId"},
 		{"id with space", catalogJSON(t, []Operation{op("a b", `{}`)}), "no valid operationId"},
-		{"long id", catalogJSON(t, []Operation{op(strings.Repeat("a", MaxOperationIDLen+1), `{}`)}), "no valid operationId"},
+		{"long id", catalogJSON(t, []Operation{op(strings.Repeat("a", maxOperationIDLen+1), `{}`)}), "no valid operationId"},
 		{"duplicate", catalogJSON(t, []Operation{good, good}), `"tasks.get" appears twice`},
 		{"op version", catalogJSON(t, []Operation{{OperationID: "x", Version: 2, Description: "d", InputSchema: json.RawMessage(`{}`), ResponseSchema: json.RawMessage(`{}`)}}), `"x": version is not 1`},
 		{"empty description", catalogJSON(t, []Operation{{OperationID: "x", Version: 1, InputSchema: json.RawMessage(`{}`), ResponseSchema: json.RawMessage(`{}`)}}), "description is empty"},
-		{"long description", catalogJSON(t, []Operation{{OperationID: "x", Version: 1, Description: strings.Repeat("é", MaxDescription/2+1), InputSchema: json.RawMessage(`{}`), ResponseSchema: json.RawMessage(`{}`)}}), "description is longer"},
+		{"long description", catalogJSON(t, []Operation{{OperationID: "x", Version: 1, Description: strings.Repeat("é", maxDescription/2+1), InputSchema: json.RawMessage(`{}`), ResponseSchema: json.RawMessage(`{}`)}}), "description is longer"},
 		{"schema not object", catalogJSON(t, []Operation{op("x", `true`)}), `"x": inputSchema is not a JSON object`},
 		{"schema not compiling", catalogJSON(t, []Operation{op("x", `{"type":"TOPSECRET"}`)}), `"x": inputSchema does not compile: it is not valid against its metaschema`},
 		{"bad pattern", catalogJSON(t, []Operation{op("x", `{"type":"string","pattern":"(TOPSECRET"}`)}), `"x": inputSchema does not compile`},
@@ -208,20 +208,20 @@ func TestResolve(t *testing.T) {
 
 func TestToolsCutsDescription(t *testing.T) {
 	long := op("long", `{ "type" : "object" }`)
-	long.Description = strings.Repeat("a", ListedDescription-1) + "😀tail"
+	long.Description = strings.Repeat("a", listedDescription-1) + "😀tail"
 	c := mustParse(t, []Operation{long})
 	tl := c.Tools()[0]
-	if tl.Description != strings.Repeat("a", ListedDescription-1) {
+	if tl.Description != strings.Repeat("a", listedDescription-1) {
 		t.Fatalf("cut description has %d bytes", len(tl.Description))
 	}
 	if string(tl.InputSchema) != `{"type":"object"}` {
 		t.Fatalf("listed schema %s", tl.InputSchema)
 	}
 	fin := c.Tools()[1]
-	if fin.Name != FinishTool || fin.Description != FinishDescription {
+	if fin.Name != FinishTool || fin.Description != finishDescription {
 		t.Fatalf("finish tool %+v", fin)
 	}
-	if c.Tools()[2].Description != BlockDescription {
+	if c.Tools()[2].Description != blockDescription {
 		t.Fatal("block description")
 	}
 }
@@ -310,7 +310,7 @@ func TestValidateResult(t *testing.T) {
 			t.Errorf("ValidateResult(%s) = %q, want %q", tc.result, got, tc.want)
 		}
 	}
-	if err := c.ValidateCallResult("t", "c2", json.RawMessage(`{"ok":true,"operationId":"t","callId":"c1","result":{"id":1}}`)); err == nil {
+	if err := c.validateCallResult("t", "c2", json.RawMessage(`{"ok":true,"operationId":"t","callId":"c1","result":{"id":1}}`)); err == nil {
 		t.Error("ValidateCallResult accepted another call's envelope")
 	}
 }

@@ -78,7 +78,7 @@ func FuzzNormalizeResult(f *testing.F) {
 		}
 		var r struct{ ReportedWorkDisposition string }
 		_ = json.Unmarshal(out, &r)
-		if (tool == BlockTool) != (r.ReportedWorkDisposition == DispositionBlocked) {
+		if (tool == BlockTool) != (r.ReportedWorkDisposition == dispositionBlocked) {
 			t.Fatalf("%s accepted disposition %q", tool, r.ReportedWorkDisposition)
 		}
 	})
@@ -123,13 +123,13 @@ func FuzzCheckInput(f *testing.F) {
 }
 
 // FuzzServerFeedback: never panics; the text is valid UTF-8 and at most
-// MaxFeedback UTF-16 units.
+// maxFeedback UTF-16 units.
 func FuzzServerFeedback(f *testing.F) {
 	f.Add([]byte(`{"success":false,"contentItems":[{"type":"inputText","text":"Add evidence."}]}`))
 	f.Add([]byte(`{"success":false,"contentItems":[{"type":"inputText","text":"\ud83d\ude00"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := ServerFeedback(data)
-		if !utf8.ValidString(s) || len(utf16.Encode([]rune(s))) > MaxFeedback || s == "" {
+		if !utf8.ValidString(s) || len(utf16.Encode([]rune(s))) > maxFeedback || s == "" {
 			t.Fatalf("feedback %q", s)
 		}
 	})

@@ -41,9 +41,9 @@ var (
 	}
 )
 
-// maxInputText bounds the arguments' text before parsing (4 x MaxInputBytes,
+// maxInputText bounds the arguments' text before parsing (4 x maxInputBytes,
 // above mcpbridge's 1 MiB body bound).
-const maxInputText = 4 * MaxInputBytes
+const maxInputText = 4 * maxInputBytes
 
 // asciiLower lowers ASCII letters only, keeping every byte offset.
 func asciiLower(s string) string {
@@ -60,7 +60,7 @@ func asciiLower(s string) string {
 }
 
 // CheckInput applies §3 item 2 to a tool call's arguments: the encoded JSON
-// (canonical, as the server measures and digests it) over MaxInputBytes, a
+// (canonical, as the server measures and digests it) over maxInputBytes, a
 // value the server's canonical JSON refuses, or anything the server's
 // redactor would flag (a sensitive key name, a Bearer token, an
 // sk_/pk_/pcgw_/ghp_/github_pat_ token, a JWT-shaped string, a URL query
@@ -73,7 +73,7 @@ func CheckInput(args json.RawMessage) error {
 	// Text this large is refused before it is parsed; only whitespace could
 	// make its canonical form fit, and the bridge's body bound is below it.
 	if len(args) > maxInputText {
-		return fmt.Errorf("input is larger than %d bytes of JSON", MaxInputBytes)
+		return fmt.Errorf("input is larger than %d bytes of JSON", maxInputBytes)
 	}
 	canon, err := prp.Canonical(args)
 	switch {
@@ -81,8 +81,8 @@ func CheckInput(args json.RawMessage) error {
 		return fmt.Errorf("input is nested deeper than %d levels or holds more than %d values", prp.MaxCanonicalDepth, prp.MaxCanonicalNodes)
 	case err != nil:
 		return errors.New("input is not valid JSON")
-	case len(canon) > MaxInputBytes:
-		return fmt.Errorf("input is larger than %d bytes of JSON", MaxInputBytes)
+	case len(canon) > maxInputBytes:
+		return fmt.Errorf("input is larger than %d bytes of JSON", maxInputBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(canon))
 	dec.UseNumber()

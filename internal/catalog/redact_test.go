@@ -75,10 +75,10 @@ func TestCheckInput(t *testing.T) {
 }
 
 func TestCheckInputSize(t *testing.T) {
-	pad := MaxInputBytes - len(`{"s":""}`)
+	pad := maxInputBytes - len(`{"s":""}`)
 	at := `{"s":"` + strings.Repeat("a", pad) + `"}`
 	if err := CheckInput(json.RawMessage(at)); err != nil {
-		t.Fatalf("input of exactly %d bytes: %v", MaxInputBytes, err)
+		t.Fatalf("input of exactly %d bytes: %v", maxInputBytes, err)
 	}
 	over := `{"s":"` + strings.Repeat("a", pad+1) + `"}`
 	if err := CheckInput(json.RawMessage(over)); err == nil || !strings.Contains(err.Error(), "larger than") {

@@ -16,35 +16,35 @@ import (
 // Run result names and bounds (tools.md §4; the share's result.schema.json,
 // paperclip.run_result.v1).
 const (
-	// RunResultSchema is the run result's schema name.
-	RunResultSchema = "paperclip.run_result.v1"
-	// MaxSummary bounds summary in characters (code points, as JSON Schema
+	// runResultSchema is the run result's schema name.
+	runResultSchema = "paperclip.run_result.v1"
+	// maxSummary bounds summary in characters (code points, as JSON Schema
 	// counts; runner-core MAX_COMPLETION_SUMMARY_CHARS).
-	MaxSummary = 12_000
-	// MaxFeedback is where ServerFeedback cuts the server's text (§4), in
+	maxSummary = 12_000
+	// maxFeedback is where ServerFeedback cuts the server's text (§4), in
 	// UTF-16 units.
-	MaxFeedback = 2000
-	// DefaultFeedback is the rejected-result text when the server gave none
+	maxFeedback = 2000
+	// defaultFeedback is the rejected-result text when the server gave none
 	// (§4).
-	DefaultFeedback = "Paperclip semantic operation failed"
-	// FinishDescription and BlockDescription are the reserved tools'
+	defaultFeedback = "Paperclip semantic operation failed"
+	// finishDescription and blockDescription are the reserved tools'
 	// tools/list descriptions (§4).
-	FinishDescription = "Return the semantic completion result."
-	BlockDescription  = "Return the semantic blocked result."
+	finishDescription = "Return the semantic completion result."
+	blockDescription  = "Return the semantic blocked result."
 )
 
 // Dispositions of a run result (result.schema.json reportedWorkDisposition).
 const (
-	DispositionDone        = "done"
-	DispositionBlocked     = "blocked"
-	DispositionNeedsReview = "needs_review"
-	DispositionYielded     = "yielded"
+	dispositionDone        = "done"
+	dispositionBlocked     = "blocked"
+	dispositionNeedsReview = "needs_review"
+	dispositionYielded     = "yielded"
 )
 
 // The aliases §4 normalises.
 var (
 	schemaAliases      = map[string]bool{FinishTool: true, "paperclip_paperclip_finish": true, "paperclip_finish.v1": true}
-	dispositionAliases = map[string]string{"completed": DispositionDone, "complete": DispositionDone}
+	dispositionAliases = map[string]string{"completed": dispositionDone, "complete": dispositionDone}
 	criterionAliases   = map[string]string{
 		"pass": "satisfied", "passed": "satisfied", "complete": "satisfied", "completed": "satisfied",
 		"fail": "not_satisfied", "failed": "not_satisfied", "incomplete": "not_satisfied",
@@ -92,15 +92,15 @@ func keysOf(m map[string]string) []string {
 func resultSchema(input bool, tool string) jobj {
 	criterionStatus := []string{"satisfied", "not_satisfied", "unknown"}
 	verificationStatus := []string{"passed", "failed", "not_run"}
-	disposition := []string{DispositionDone, DispositionBlocked, DispositionNeedsReview, DispositionYielded}
-	schemaProp := jobj{"const": RunResultSchema}
+	disposition := []string{dispositionDone, dispositionBlocked, dispositionNeedsReview, dispositionYielded}
+	schemaProp := jobj{"const": runResultSchema}
 	if input {
 		criterionStatus = append(criterionStatus, keysOf(criterionAliases)...)
 		verificationStatus = append(verificationStatus, keysOf(verificationAliases)...)
-		schemaProp = oneOfValues(RunResultSchema, FinishTool, "paperclip_paperclip_finish", "paperclip_finish.v1")
-		disposition = []string{DispositionDone, DispositionNeedsReview, DispositionYielded, "completed", "complete"}
+		schemaProp = oneOfValues(runResultSchema, FinishTool, "paperclip_paperclip_finish", "paperclip_finish.v1")
+		disposition = []string{dispositionDone, dispositionNeedsReview, dispositionYielded, "completed", "complete"}
 		if tool == BlockTool {
-			disposition = []string{DispositionBlocked}
+			disposition = []string{dispositionBlocked}
 		}
 	}
 	owner := jobj{"type": "object", "additionalProperties": true}
@@ -110,7 +110,7 @@ func resultSchema(input bool, tool string) jobj {
 	props := jobj{
 		"schema":                  schemaProp,
 		"reportedWorkDisposition": oneOfValues(disposition...),
-		"summary":                 jobj{"type": "string", "minLength": 1, "maxLength": MaxSummary},
+		"summary":                 jobj{"type": "string", "minLength": 1, "maxLength": maxSummary},
 		"completionClaim": openObject([]string{"contractRevision", "objectiveSatisfied", "criteria", "remainingWork"}, jobj{
 			"contractRevision":   nonEmptyString(),
 			"objectiveSatisfied": jobj{"type": "boolean"},
@@ -170,15 +170,15 @@ func resultSchema(input bool, tool string) jobj {
 		// here); agents' model APIs differ in what $schema they take.
 		s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
 	}
-	s["allOf"] = []any{when(DispositionBlocked, "blocker"), when(DispositionYielded, "continuation")}
+	s["allOf"] = []any{when(dispositionBlocked, "blocker"), when(dispositionYielded, "continuation")}
 	return s
 }
 
 var (
-	reservedOnce = sync.OnceValue(func() []Tool {
-		return []Tool{
-			{Name: FinishTool, Description: FinishDescription, InputSchema: mustJSON(resultSchema(true, FinishTool))},
-			{Name: BlockTool, Description: BlockDescription, InputSchema: mustJSON(resultSchema(true, BlockTool))},
+	reservedOnce = sync.OnceValue(func() []tool {
+		return []tool{
+			{Name: FinishTool, Description: finishDescription, InputSchema: mustJSON(resultSchema(true, FinishTool))},
+			{Name: BlockTool, Description: blockDescription, InputSchema: mustJSON(resultSchema(true, BlockTool))},
 		}
 	})
 	runResultOnce = sync.OnceValues(func() (*jsonschema.Schema, error) {
@@ -187,7 +187,7 @@ var (
 	})
 )
 
-func reservedTools() []Tool { return reservedOnce() }
+func reservedTools() []tool { return reservedOnce() }
 
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
@@ -197,10 +197,10 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// RunResultSchemaJSON is the run result schema NormalizeResult validates
+// runResultSchemaJSON is the run result schema NormalizeResult validates
 // against (written from §4's field list; tests check it agrees with the
 // share's result.schema.json).
-func RunResultSchemaJSON() json.RawMessage { return mustJSON(resultSchema(false, "")) }
+func runResultSchemaJSON() json.RawMessage { return mustJSON(resultSchema(false, "")) }
 
 // NormalizeResult is §4 for FinishTool and BlockTool: it normalises the
 // aliases (schema, disposition, criterion and verification status) and the
@@ -246,9 +246,9 @@ func NormalizeResult(tool string, input json.RawMessage) (json.RawMessage, error
 	}
 	disp, _ := m["reportedWorkDisposition"].(string)
 	switch {
-	case tool == BlockTool && disp != DispositionBlocked:
+	case tool == BlockTool && disp != dispositionBlocked:
 		return nil, errors.New(`at "/reportedWorkDisposition": paperclip_block reports only "blocked"`)
-	case tool == FinishTool && disp == DispositionBlocked:
+	case tool == FinishTool && disp == dispositionBlocked:
 		return nil, errors.New(`at "/reportedWorkDisposition": "blocked" is reported through paperclip_block`)
 	}
 	return canon, nil
@@ -257,9 +257,9 @@ func NormalizeResult(tool string, input json.RawMessage) (json.RawMessage, error
 // normalize rewrites m's aliases and defaults in place (§4).
 func normalize(m map[string]any) {
 	if s, ok := m["schema"]; !ok || s == nil {
-		m["schema"] = RunResultSchema
+		m["schema"] = runResultSchema
 	} else if str, ok := s.(string); ok && schemaAliases[str] {
-		m["schema"] = RunResultSchema
+		m["schema"] = runResultSchema
 	}
 	if d, ok := m["reportedWorkDisposition"].(string); ok {
 		if to, ok := dispositionAliases[d]; ok {
@@ -310,24 +310,24 @@ func jsonType(v any) string {
 }
 
 // ServerFeedback is §4's rejected-result text: result.contentItems[0].text,
-// cut to MaxFeedback UTF-16 units, when result is {success: false,
+// cut to maxFeedback UTF-16 units, when result is {success: false,
 // contentItems: [{type: "inputText", text}]} with a non-empty text; else
-// DefaultFeedback.
+// defaultFeedback.
 func ServerFeedback(result json.RawMessage) string {
 	// Member names match exactly (encoding/json's struct decoding would
 	// also take "SUCCESS").
 	var r map[string]json.RawMessage
 	if json.Unmarshal(result, &r) != nil || string(bytes.TrimSpace(r["success"])) != "false" {
-		return DefaultFeedback
+		return defaultFeedback
 	}
 	var items []map[string]json.RawMessage
 	if json.Unmarshal(r["contentItems"], &items) != nil || len(items) == 0 {
-		return DefaultFeedback
+		return defaultFeedback
 	}
 	var typ, text string
 	if json.Unmarshal(items[0]["type"], &typ) != nil || typ != "inputText" ||
 		json.Unmarshal(items[0]["text"], &text) != nil || text == "" {
-		return DefaultFeedback
+		return defaultFeedback
 	}
-	return cutUTF16(text, MaxFeedback)
+	return cutUTF16(text, maxFeedback)
 }

@@ -47,7 +47,7 @@ func TestNormalizeResultAliases(t *testing.T) {
 		"v2":          ver[1].(map[string]any)["status"],
 		"reasonCode":  ver[1].(map[string]any)["reasonCode"],
 	}
-	want := map[string]any{"schema": RunResultSchema, "disposition": "done", "c1": "satisfied", "c2": "not_satisfied", "v1": "passed", "v2": "not_run", "reasonCode": "n/a"}
+	want := map[string]any{"schema": runResultSchema, "disposition": "done", "c1": "satisfied", "c2": "not_satisfied", "v1": "passed", "v2": "not_run", "reasonCode": "n/a"}
 	for k, w := range want {
 		if checks[k] != w {
 			t.Errorf("%s = %v, want %v", k, checks[k], w)
@@ -67,7 +67,7 @@ func TestNormalizeResultAliases(t *testing.T) {
 	if !bytes.HasPrefix(out, []byte(`{"artifacts":[],"attentionRequests":[],"completionClaim":`)) {
 		t.Fatalf("not canonical: %.80s", out)
 	}
-	for _, alias := range []string{FinishTool, "paperclip_paperclip_finish", "paperclip_finish.v1", RunResultSchema} {
+	for _, alias := range []string{FinishTool, "paperclip_paperclip_finish", "paperclip_finish.v1", runResultSchema} {
 		in := strings.Replace(finishBase, `{"reportedWorkDisposition"`, `{"schema":"`+alias+`","reportedWorkDisposition"`, 1)
 		if _, err := NormalizeResult(FinishTool, json.RawMessage(in)); err != nil {
 			t.Errorf("schema alias %s: %v", alias, err)
@@ -89,7 +89,7 @@ func TestNormalizeResultRefuses(t *testing.T) {
 		{BlockTool, set(blockBase, `"blocked"`, `"done"`), `paperclip_block reports only "blocked"`},
 		{FinishTool, set(finishBase, `"completed"`, `"yielded"`), `at the root: missing property "continuation"`},
 		{FinishTool, set(finishBase, `"Did it."`, `""`), `at "/summary": length must be >= 1`},
-		{FinishTool, set(finishBase, `"Did it."`, `"`+strings.Repeat("x", MaxSummary+1)+`"`), `at "/summary": length must be <= 12000`},
+		{FinishTool, set(finishBase, `"Did it."`, `"`+strings.Repeat("x", maxSummary+1)+`"`), `at "/summary": length must be <= 12000`},
 		{FinishTool, set(finishBase, `"pass"`, `"SECRETSTATUS"`), `at "/completionClaim/criteria/0/status": value is not one of the allowed values`},
 		{FinishTool, set(finishBase, `"completed"`, `"unknown"`), `at "/reportedWorkDisposition": value is not one of the allowed values`},
 		{FinishTool, set(finishBase, `{"reportedWorkDisposition"`, `{"schema":"v2","reportedWorkDisposition"`), `at "/schema": value is not the allowed constant`},
@@ -258,20 +258,20 @@ func TestReservedInputSchemasCompile(t *testing.T) {
 }
 
 func TestServerFeedback(t *testing.T) {
-	long := strings.Repeat("é", MaxFeedback+5)
+	long := strings.Repeat("é", maxFeedback+5)
 	cases := []struct{ result, want string }{
 		{`{"success":false,"contentItems":[{"type":"inputText","text":"Add evidence."}]}`, "Add evidence."},
-		{`{"success":false,"contentItems":[{"type":"inputText","text":"` + long + `"}]}`, strings.Repeat("é", MaxFeedback)},
-		{`{"success":true,"contentItems":[{"type":"inputText","text":"x"}]}`, DefaultFeedback},
-		{`{"success":false,"contentItems":[{"type":"image","text":"x"}]}`, DefaultFeedback},
-		{`{"success":false,"contentItems":[]}`, DefaultFeedback},
-		{`{"success":false}`, DefaultFeedback},
-		{`{"error":"x"}`, DefaultFeedback},
-		{`{"SUCCESS":false,"contentItems":[{"type":"inputText","text":"x"}]}`, DefaultFeedback},
-		{`{"success":false,"contentItems":[{"type":"inputText","text":7}]}`, DefaultFeedback},
-		{`{"success":false,"contentItems":[{"type":"inputText"}]}`, DefaultFeedback},
-		{`"text"`, DefaultFeedback},
-		{``, DefaultFeedback},
+		{`{"success":false,"contentItems":[{"type":"inputText","text":"` + long + `"}]}`, strings.Repeat("é", maxFeedback)},
+		{`{"success":true,"contentItems":[{"type":"inputText","text":"x"}]}`, defaultFeedback},
+		{`{"success":false,"contentItems":[{"type":"image","text":"x"}]}`, defaultFeedback},
+		{`{"success":false,"contentItems":[]}`, defaultFeedback},
+		{`{"success":false}`, defaultFeedback},
+		{`{"error":"x"}`, defaultFeedback},
+		{`{"SUCCESS":false,"contentItems":[{"type":"inputText","text":"x"}]}`, defaultFeedback},
+		{`{"success":false,"contentItems":[{"type":"inputText","text":7}]}`, defaultFeedback},
+		{`{"success":false,"contentItems":[{"type":"inputText"}]}`, defaultFeedback},
+		{`"text"`, defaultFeedback},
+		{``, defaultFeedback},
 	}
 	for _, tc := range cases {
 		if got := ServerFeedback(json.RawMessage(tc.result)); got != tc.want {

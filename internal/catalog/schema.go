@@ -28,7 +28,7 @@ func (noLoader) Load(string) (any, error) { return nil, errOutsideRef }
 
 // ecmaRegexp is a pattern compiled as an ECMAScript regular expression with
 // the u flag (the server compiles patterns with Ajv, whose unicodeRegExp
-// option is on by default), bounded by PatternTimeout. A match that
+// option is on by default), bounded by patternTimeout. A match that
 // times out counts as no match: the input is refused rather than waited on.
 type ecmaRegexp struct{ re *regexp2.Regexp }
 
@@ -44,7 +44,7 @@ func compileECMAScript(s string) (jsonschema.Regexp, error) {
 	if err != nil {
 		return nil, err
 	}
-	re.MatchTimeout = PatternTimeout
+	re.MatchTimeout = patternTimeout
 	return ecmaRegexp{re}, nil
 }
 

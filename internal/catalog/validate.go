@@ -40,9 +40,9 @@ func (c *Catalog) ValidateResult(operationID string, result json.RawMessage) err
 	return c.validateResult(operationID, "", false, result)
 }
 
-// ValidateCallResult is ValidateResult that also requires an envelope's
+// validateCallResult is ValidateResult that also requires an envelope's
 // callId to be callID.
-func (c *Catalog) ValidateCallResult(operationID, callID string, result json.RawMessage) error {
+func (c *Catalog) validateCallResult(operationID, callID string, result json.RawMessage) error {
 	return c.validateResult(operationID, callID, true, result)
 }
 

@@ -8,7 +8,7 @@
 //     (openat2 RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS, or Go's os.Root where
 //     openat2 is unavailable): `..`, an absolute symlink or a relative
 //     symlink that leaves the root is an error, never a silent re-root.
-//   - A read answers at most MaxResponseBytes of encoded result, else a
+//   - A read answers at most maxResponseBytes of encoded result, else a
 //     clear error; it stops reading past the bound, so memory stays bounded
 //     whatever the file's size.
 //   - A write is atomic: a temporary file in the target's directory (opened
@@ -44,12 +44,12 @@ const (
 
 // Bounds.
 const (
-	// MaxResponseBytes bounds the encoded result of a read, {"content":…}
+	// maxResponseBytes bounds the encoded result of a read, {"content":…}
 	// (tools.md §8: the encoded response ≤ 8 MiB, under the ACP 10 MiB
 	// line limit). envelopeReserve of it is kept for the JSON-RPC envelope
 	// around the result (jsonrpc, id), so the whole line stays ≤ 8 MiB for
 	// any id shorter than that reserve.
-	MaxResponseBytes = 8 << 20
+	maxResponseBytes = 8 << 20
 	envelopeReserve  = 1 << 10
 	// maxPathBytes is Linux PATH_MAX: a longer path cannot be opened.
 	maxPathBytes = 4096
@@ -63,13 +63,13 @@ const (
 )
 
 // maxResultBytes is what the encoded result may take.
-const maxResultBytes = MaxResponseBytes - envelopeReserve
+const maxResultBytes = maxResponseBytes - envelopeReserve
 
 // The JSON-RPC error codes and the refusal type are acpx's, shared with
 // the other client-side handlers.
 const (
-	CodeInvalidParams    = acpx.CodeInvalidParams
-	CodeInternalError    = acpx.CodeInternalError
+	codeInvalidParams    = acpx.CodeInvalidParams
+	codeInternalError    = acpx.CodeInternalError
 	CodeResourceNotFound = acpx.CodeResourceNotFound
 )
 
@@ -94,8 +94,8 @@ type ReadRequest struct {
 	Limit     *uint32 `json:"limit,omitempty"`
 }
 
-// ReadResult is fs/read_text_file's result.
-type ReadResult struct {
+// readResult is fs/read_text_file's result.
+type readResult struct {
 	Content string `json:"content"`
 }
 
@@ -113,7 +113,7 @@ type WriteResult struct{}
 // invalid-params *Error.
 func DecodeRead(raw json.RawMessage) (ReadRequest, error) {
 	var r ReadRequest
-	if err := decodeParams(raw, &r); err != nil {
+	if err := DecodeParams(raw, &r); err != nil {
 		return ReadRequest{}, invalid("read text file: params are not a valid request")
 	}
 	if r.SessionID == "" || r.Path == "" {
@@ -130,7 +130,7 @@ func DecodeWrite(raw json.RawMessage) (WriteRequest, error) {
 		Path      string  `json:"path"`
 		Content   *string `json:"content"`
 	}
-	if err := decodeParams(raw, &w); err != nil {
+	if err := DecodeParams(raw, &w); err != nil {
 		return WriteRequest{}, invalid("write text file: params are not a valid request")
 	}
 	if w.SessionID == "" || w.Path == "" || w.Content == nil {
@@ -139,8 +139,11 @@ func DecodeWrite(raw json.RawMessage) (WriteRequest, error) {
 	return WriteRequest{SessionID: w.SessionID, Path: w.Path, Content: *w.Content}, nil
 }
 
-// decodeParams accepts exactly one JSON object.
-func decodeParams(raw json.RawMessage, v any) error {
+// DecodeParams decodes the params of an ACP client method, here and in
+// internal/terminal, into v: exactly one JSON object, nothing after it. The
+// error never quotes the params; callers answer it with their own
+// invalid-params *Error.
+func DecodeParams(raw json.RawMessage, v any) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return errors.New("params are not an object")
@@ -156,30 +159,30 @@ func decodeParams(raw json.RawMessage, v any) error {
 }
 
 // Read serves fs/read_text_file.
-func Read(r Roots, req ReadRequest) (ReadResult, error) {
+func Read(r Roots, req ReadRequest) (readResult, error) {
 	const op = "read text file"
 	root, rel, err := r.locate(op, req.Path)
 	if err != nil {
-		return ReadResult{}, err
+		return readResult{}, err
 	}
 	f, err := openFile(root, rel)
 	if err != nil {
-		return ReadResult{}, pathError(op, req.Path, err)
+		return readResult{}, pathError(op, req.Path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return ReadResult{}, pathError(op, req.Path, err)
+		return readResult{}, pathError(op, req.Path, err)
 	}
 	if fi.IsDir() {
-		return ReadResult{}, pathError(op, req.Path, errIsDir)
+		return readResult{}, pathError(op, req.Path, errIsDir)
 	}
 	if !fi.Mode().IsRegular() {
-		return ReadResult{}, pathError(op, req.Path, errNotRegular)
+		return readResult{}, pathError(op, req.Path, errNotRegular)
 	}
 	whole := (req.Line == nil || *req.Line <= 1) && req.Limit == nil
 	if whole && fi.Size() > maxResultBytes {
-		return ReadResult{}, tooLarge(req.Path)
+		return readResult{}, tooLarge(req.Path)
 	}
 	var b []byte
 	if whole {
@@ -189,23 +192,23 @@ func Read(r Roots, req ReadRequest) (ReadResult, error) {
 	}
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
-			return ReadResult{}, tooLarge(req.Path)
+			return readResult{}, tooLarge(req.Path)
 		}
-		return ReadResult{}, pathError(op, req.Path, err)
+		return readResult{}, pathError(op, req.Path, err)
 	}
 	if encodedResultLen(b) > maxResultBytes {
-		return ReadResult{}, tooLarge(req.Path)
+		return readResult{}, tooLarge(req.Path)
 	}
 	// b is never touched again: share its bytes instead of copying up to
 	// 8 MiB (as strings.Builder does).
-	return ReadResult{Content: unsafe.String(unsafe.SliceData(b), len(b))}, nil
+	return readResult{Content: unsafe.String(unsafe.SliceData(b), len(b))}, nil
 }
 
 // Write serves fs/write_text_file.
 func Write(r Roots, req WriteRequest) error {
 	const op = "write text file"
 	if r.ReadOnly {
-		return &Error{Code: CodeInternalError, Message: op + ": " + quote(req.Path) + ": refused: the session's permission mode deny-all forbids writes"}
+		return &Error{Code: codeInternalError, Message: op + ": " + quote(req.Path) + ": refused: the session's permission mode deny-all forbids writes"}
 	}
 	root, rel, err := r.locate(op, req.Path)
 	if err != nil {
@@ -288,10 +291,10 @@ var failureCodes = []struct {
 	err  error
 	code int
 }{
-	{errEscape, CodeInvalidParams}, {errLoop, CodeInvalidParams}, {errSymlink, CodeInvalidParams},
-	{errIsDir, CodeInvalidParams}, {errNotRegular, CodeInvalidParams},
+	{errEscape, codeInvalidParams}, {errLoop, codeInvalidParams}, {errSymlink, codeInvalidParams},
+	{errIsDir, codeInvalidParams}, {errNotRegular, codeInvalidParams},
 	{errNotFound, CodeResourceNotFound}, {errNotDir, CodeResourceNotFound},
-	{errDenied, CodeInternalError}, {errRace, CodeInternalError}, {errMoved, CodeInternalError},
+	{errDenied, codeInternalError}, {errRace, codeInternalError}, {errMoved, codeInternalError},
 }
 
 // pathError maps a resolution or I/O failure to an ACP error naming the
@@ -308,7 +311,7 @@ func pathError(op, path string, err error) error {
 			return &Error{Code: f.code, Message: msg + f.err.Error()}
 		}
 	}
-	return &Error{Code: CodeInternalError, Message: msg + errnoText(err)}
+	return &Error{Code: codeInternalError, Message: msg + errnoText(err)}
 }
 
 // errnoText names a syscall failure by its errno only.
@@ -321,11 +324,11 @@ func errnoText(err error) string {
 }
 
 func tooLarge(path string) error {
-	return invalid("read text file: " + quote(path) + ": the content exceeds the " + strconv.Itoa(MaxResponseBytes>>20) +
+	return invalid("read text file: " + quote(path) + ": the content exceeds the " + strconv.Itoa(maxResponseBytes>>20) +
 		" MiB response limit; read a range with line and limit")
 }
 
-func invalid(msg string) error { return &Error{Code: CodeInvalidParams, Message: msg} }
+func invalid(msg string) error { return &Error{Code: codeInvalidParams, Message: msg} }
 
 // quote renders the agent's path for a message; it was bounded by locate
 // or is shown only up to maxPathBytes.
@@ -444,7 +447,7 @@ const resultOverhead = len(`{"content":""}`)
 const maxEscape = 6
 
 // encodedResultLen bounds from above the length encoding/json gives
-// ReadResult{Content: string(b)} (HTML escaping on, as json.Marshal does).
+// readResult{Content: string(b)} (HTML escaping on, as json.Marshal does).
 // Content short enough that even six bytes per byte fits is not scanned.
 func encodedResultLen(b []byte) int {
 	if len(b)*maxEscape+resultOverhead <= maxResultBytes {

@@ -143,7 +143,7 @@ func TestTools12_ReadEscapesRefused(t *testing.T) {
 		} {
 			_, err := read(f.roots, p)
 			e := rpcErr(t, err)
-			require.Equal(t, CodeInvalidParams, e.Code, "%s: %s", p, e.Message)
+			require.Equal(t, codeInvalidParams, e.Code, "%s: %s", p, e.Message)
 			require.Contains(t, e.Message, quote(p), "the message names the path as given")
 		}
 		got, err := read(f.roots, f.cwd+"/in-link")
@@ -164,7 +164,7 @@ func TestReadAdditionalRoot(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, secret, got)
 	_, err = read(r, filepath.Dir(f.cwd)+"/other")
-	require.Equal(t, CodeInvalidParams, rpcErr(t, err).Code)
+	require.Equal(t, codeInvalidParams, rpcErr(t, err).Code)
 }
 
 // TestReadErrors: a missing file is resource not found; a directory and a
@@ -176,7 +176,7 @@ func TestReadErrors(t *testing.T) {
 		require.Equal(t, CodeResourceNotFound, rpcErr(t, err).Code)
 		_, err = read(f.roots, f.cwd+"/sub")
 		e := rpcErr(t, err)
-		require.Equal(t, CodeInvalidParams, e.Code)
+		require.Equal(t, codeInvalidParams, e.Code)
 		require.Contains(t, e.Message, "is a directory")
 		require.NoError(t, unix.Mkfifo(filepath.Join(f.cwd, "fifo"), 0o644))
 		_, err = read(f.roots, f.cwd+"/fifo")
@@ -198,7 +198,7 @@ func TestTools12_ReadHugeFile(t *testing.T) {
 
 	_, err = read(f.roots, p)
 	e := rpcErr(t, err)
-	require.Equal(t, CodeInvalidParams, e.Code)
+	require.Equal(t, codeInvalidParams, e.Code)
 	require.Contains(t, e.Message, "exceeds the 8 MiB response limit")
 
 	one := uint32(1)
@@ -270,7 +270,7 @@ func TestTools12_WriteDenyAll(t *testing.T) {
 	r.ReadOnly = true
 	err := write(r, f.cwd+"/new.txt", "x")
 	e := rpcErr(t, err)
-	require.Equal(t, CodeInternalError, e.Code)
+	require.Equal(t, codeInternalError, e.Code)
 	require.Contains(t, e.Message, "deny-all")
 	require.NoFileExists(t, filepath.Join(f.cwd, "new.txt"))
 	_, err = read(r, f.cwd+"/sub/ok.txt")
@@ -292,7 +292,7 @@ func TestWriteEscapesRefused(t *testing.T) {
 			"/tmp/pcrunner-clientfs-never",
 		} {
 			e := rpcErr(t, write(f.roots, p, "x"))
-			require.Equal(t, CodeInvalidParams, e.Code, "%s: %s", p, e.Message)
+			require.Equal(t, codeInvalidParams, e.Code, "%s: %s", p, e.Message)
 		}
 		entries, err := os.ReadDir(f.outside)
 		require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestWriteDirectoryMovedOut(t *testing.T) {
 	testHookBeforeRename = func() { _ = os.Rename(filepath.Join(f.cwd, "sub"), moved) }
 	defer func() { testHookBeforeRename = nil }()
 	e := rpcErr(t, write(f.roots, f.cwd+"/sub/new.txt", "payload"))
-	require.Equal(t, CodeInternalError, e.Code)
+	require.Equal(t, codeInternalError, e.Code)
 	require.Contains(t, e.Message, "moved out")
 	entries, err := os.ReadDir(moved)
 	require.NoError(t, err)
@@ -393,7 +393,7 @@ func TestWriteRacingRenames(t *testing.T) {
 			}
 			var e *Error
 			require.True(t, errors.As(err, &e))
-			require.Contains(t, []int{CodeInvalidParams, CodeResourceNotFound, CodeInternalError}, e.Code, e.Message)
+			require.Contains(t, []int{codeInvalidParams, CodeResourceNotFound, codeInternalError}, e.Code, e.Message)
 		}
 		require.NoError(t, stdin.Close())
 		require.True(t, out.Scan(), "the racer reports its swaps")
@@ -424,7 +424,7 @@ func TestOpenat2Fallback(t *testing.T) {
 			require.Equal(t, "inside\n", got)
 			require.False(t, useOpenat2.Load(), "the fallback sticks")
 			_, err = read(f.roots, f.cwd+"/rel-link")
-			require.Equal(t, CodeInvalidParams, rpcErr(t, err).Code)
+			require.Equal(t, codeInvalidParams, rpcErr(t, err).Code)
 			require.NoError(t, write(f.roots, f.cwd+"/new/x.txt", "x"))
 			require.Equal(t, 1, calls, "openat2 is not tried again")
 		})
@@ -432,7 +432,7 @@ func TestOpenat2Fallback(t *testing.T) {
 }
 
 // BenchmarkRead1MiB: fs/read_text_file of a 1 MiB file inside cwd next to
-// a plain os.ReadFile of it (issue 12: aim ≤ 2×).
+// a plain os.ReadFile of it (aim: ≤ 2×).
 func BenchmarkRead1MiB(b *testing.B) {
 	dir := b.TempDir()
 	p := filepath.Join(dir, "f.txt")

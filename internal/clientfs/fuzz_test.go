@@ -17,7 +17,7 @@ func FuzzDecodeRead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		r, err := DecodeRead(json.RawMessage(raw))
 		if err != nil {
-			if e, ok := err.(*Error); !ok || e.Code != CodeInvalidParams {
+			if e, ok := err.(*Error); !ok || e.Code != codeInvalidParams {
 				t.Fatalf("decode error %v is not invalid params", err)
 			}
 			return
@@ -37,7 +37,7 @@ func FuzzDecodeWrite(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		w, err := DecodeWrite(json.RawMessage(raw))
 		if err != nil {
-			if e, ok := err.(*Error); !ok || e.Code != CodeInvalidParams {
+			if e, ok := err.(*Error); !ok || e.Code != codeInvalidParams {
 				t.Fatalf("decode error %v is not invalid params", err)
 			}
 			return

@@ -7,7 +7,7 @@ import (
 )
 
 // Standard base64 with wider steps than encoding/base64, whose one-byte
-// table lookups were about 40% of pcwrap's CPU time per 64 KiB round trip
+// table lookups take about 40% of pcwrap's CPU time per 64 KiB round trip
 // (a stdin file decoded, a data frame encoded). The output is exactly
 // encoding/base64.StdEncoding's (FuzzBase64 checks); partial blocks and
 // anything unusual are left to encoding/base64.

@@ -82,11 +82,11 @@ func (f Frame) AppendJSON(dst []byte) []byte {
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `"type":`...)
-	dst = AppendJSString(dst, f.Type)
+	dst = appendJSString(dst, f.Type)
 	switch f.Type {
 	case FrameData:
 		dst = append(dst, `,"stream":`...)
-		dst = AppendJSString(dst, f.Stream)
+		dst = appendJSString(dst, f.Stream)
 		dst = append(dst, `,"data":"`...)
 		// Room for the characters and the closing '"}' without zeroing
 		// it first (the encoder writes every byte of it): clearing 87 KiB
@@ -108,11 +108,11 @@ func (f Frame) AppendJSON(dst []byte) []byte {
 		if f.Signal == "" {
 			dst = append(dst, "null"...)
 		} else {
-			dst = AppendJSString(dst, f.Signal)
+			dst = appendJSString(dst, f.Signal)
 		}
 	case FrameError:
 		dst = append(dst, `,"message":`...)
-		dst = AppendJSString(dst, f.Message)
+		dst = appendJSString(dst, f.Message)
 	}
 	return append(dst, '}')
 }
@@ -259,11 +259,11 @@ func parseDataFast(b, dst []byte) (Frame, bool) {
 
 // Message is one stdin-queue message (spec §6.1).
 
-// AppendJSString appends s as JSON.stringify quotes a string: only '"',
+// appendJSString appends s as JSON.stringify quotes a string: only '"',
 // '\\' and control characters are escaped (short forms where JavaScript
 // has them, else \u00xx), no HTML escaping, U+2028/U+2029 verbatim.
 // Invalid UTF-8 becomes U+FFFD, as decoding it to a JS string would.
-func AppendJSString(dst []byte, s string) []byte {
+func appendJSString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {

@@ -89,7 +89,7 @@ func TestParseMessage(t *testing.T) {
 		assert.Equal(t, tc.want, got, tc.in)
 	}
 	_, err := ParseMessage(nil)
-	assert.True(t, errors.Is(err, ErrEmptyStdinFile))
+	assert.True(t, errors.Is(err, errEmptyStdinFile))
 	assert.Equal(t, "stdin file is empty", err.Error())
 }
 
@@ -217,7 +217,7 @@ func TestParseFrameIntoReusesDst(t *testing.T) {
 
 // TestDataFrameReusedBuffer: a data frame appended to a reused buffer
 // holding older, longer bytes is the same as one appended to nil (the
-// encoder no longer clears the room it writes into).
+// encoder writes over that room without clearing it first).
 func TestDataFrameReusedBuffer(t *testing.T) {
 	data := bytes.Repeat([]byte("\x00\xffhello"), 9000)
 	f := Frame{Seq: 7, Type: FrameData, Stream: StreamStderr, Data: data}

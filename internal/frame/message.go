@@ -13,8 +13,8 @@ const (
 	MsgShutdown = "shutdown"
 )
 
-// ErrEmptyStdinFile is the read failure of an empty stdin file (§6.3).
-var ErrEmptyStdinFile = errors.New("stdin file is empty")
+// errEmptyStdinFile is the read failure of an empty stdin file (§6.3).
+var errEmptyStdinFile = errors.New("stdin file is empty")
 
 // Message is one stdin-queue message (spec §6.1).
 type Message struct {
@@ -33,7 +33,7 @@ type Message struct {
 // message followed by "\n" (§6.1).
 func (m Message) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `{"type":`...)
-	dst = AppendJSString(dst, m.Type)
+	dst = appendJSString(dst, m.Type)
 	if m.Type == MsgStdin {
 		dst = append(dst, `,"data":"`...)
 		// Room without zeroing it first, as in Frame.AppendJSON: the
@@ -49,7 +49,7 @@ func (m Message) AppendJSON(dst []byte) []byte {
 }
 
 // ParseMessage decodes the whole content of a stdin-queue file as
-// JSON.parse would. Empty content is ErrEmptyStdinFile. Any JSON value
+// JSON.parse would. Empty content is errEmptyStdinFile. Any JSON value
 // parses; values that are not a known message come back with the type they
 // carry (or "") and are to be ignored. The result never aliases content.
 // Errors never quote the content
@@ -64,7 +64,7 @@ func ParseMessage(content []byte) (Message, error) {
 // and zeroing one per file. The result never aliases content.
 func ParseMessageInto(content, dst []byte) (Message, error) {
 	if len(content) == 0 {
-		return Message{}, ErrEmptyStdinFile
+		return Message{}, errEmptyStdinFile
 	}
 	return decodeMessage(content, dst)
 }

@@ -12,14 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// parseMessageJSON is the general path ParseMessage had before the
-// one-pass decoder, kept as its oracle: encoding/json with object
+// parseMessageJSON is the general path, the one-pass decoder's
+// oracle: encoding/json with object
 // semantics (a map keeps keys case-sensitive and lets the last duplicate
 // win, as JavaScript does), not an Unmarshal into a struct, which matches
 // keys case-insensitively.
 func parseMessageJSON(content []byte) (Message, error) {
 	if len(content) == 0 {
-		return Message{}, ErrEmptyStdinFile
+		return Message{}, errEmptyStdinFile
 	}
 	var raw json.RawMessage
 	if err := json.Unmarshal(content, &raw); err != nil {

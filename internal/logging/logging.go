@@ -11,19 +11,19 @@ import (
 	"log/slog"
 )
 
-// ComponentKey is the attribute key that names the logging component.
-const ComponentKey = "component"
+// componentKey is the attribute key that names the logging component.
+const componentKey = "component"
 
 // componentSep joins a parent component to a child's.
 const componentSep = "."
 
-// New returns a logger on h whose component attributes join (NewHandler).
-func New(h slog.Handler) *slog.Logger { return slog.New(NewHandler(h)) }
+// New returns a logger on h whose component attributes join (newHandler).
+func New(h slog.Handler) *slog.Logger { return slog.New(newHandler(h)) }
 
-// NewHandler wraps h so that a top-level "component" attribute given to
+// newHandler wraps h so that a top-level "component" attribute given to
 // WithAttrs (slog.Logger.With) is joined to the component already set,
 // rather than added again. Everything else passes through to h unchanged.
-func NewHandler(h slog.Handler) slog.Handler {
+func newHandler(h slog.Handler) slog.Handler {
 	if c, ok := h.(*handler); ok {
 		return c
 	}
@@ -61,7 +61,7 @@ func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	if h.groups == 0 {
 		rest = make([]slog.Attr, 0, len(attrs))
 		for _, a := range attrs {
-			if a.Key != ComponentKey {
+			if a.Key != componentKey {
 				rest = append(rest, a)
 				continue
 			}
@@ -100,7 +100,7 @@ func (h *handler) WithGroup(name string) slog.Handler {
 func (h *handler) rebuild() {
 	b := h.base
 	if h.component != "" {
-		b = b.WithAttrs([]slog.Attr{slog.String(ComponentKey, h.component)})
+		b = b.WithAttrs([]slog.Attr{slog.String(componentKey, h.component)})
 	}
 	for _, s := range h.after {
 		if s.group != "" {

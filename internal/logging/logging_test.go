@@ -49,10 +49,10 @@ func TestComponentJoined(t *testing.T) {
 	l.Info("hello", "n", 1)
 	line := buf.Bytes()
 	keys := keysOf(t, line)
-	require.Equal(t, 1, count(keys, ComponentKey), "line %s", line)
+	require.Equal(t, 1, count(keys, componentKey), "line %s", line)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(line, &m))
-	require.Equal(t, "runnerd.agent.acpx", m[ComponentKey])
+	require.Equal(t, "runnerd.agent.acpx", m[componentKey])
 	require.EqualValues(t, 7, m["pid"])
 	require.Equal(t, "s1", m["session"])
 	require.EqualValues(t, 1, m["n"])
@@ -62,7 +62,7 @@ func TestComponentJoined(t *testing.T) {
 	root.Info("parent")
 	m = nil
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
-	require.Equal(t, "runnerd", m[ComponentKey])
+	require.Equal(t, "runnerd", m[componentKey])
 	require.NotContains(t, m, "pid")
 }
 
@@ -75,7 +75,7 @@ func TestComponentInsideGroup(t *testing.T) {
 	l.Info("m")
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
-	require.Equal(t, "prp", m[ComponentKey])
+	require.Equal(t, "prp", m[componentKey])
 	require.Equal(t, map[string]any{"component": "x"}, m["peer"])
 }
 
@@ -89,6 +89,6 @@ func TestTextHandler(t *testing.T) {
 
 // TestNewHandlerIdempotent: wrapping twice does not double the work.
 func TestNewHandlerIdempotent(t *testing.T) {
-	h := NewHandler(slog.DiscardHandler)
-	require.Same(t, h, NewHandler(h))
+	h := newHandler(slog.DiscardHandler)
+	require.Same(t, h, newHandler(h))
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The issue's target for a tool call round trip (issue 10, Performance):
+// The target for a tool call round trip:
 // p50 < 2 ms, p99 < 10 ms. The benchmarks print p50/p99 per op; they do
 // not assert them (STYLE.md: figures, never a timed assertion).
 //

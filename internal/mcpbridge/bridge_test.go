@@ -388,19 +388,19 @@ func TestRestartKeepsPortSecretSession(t *testing.T) {
 	status, _, _ := post(t, c, s2, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
 	require.Equal(t, http.StatusOK, status)
 
-	// Listening again on a port in use is ErrPortTaken.
+	// Listening again on a port in use is errPortTaken.
 	_, err = Listen(Config{Port: port, Handler: echo})
-	require.ErrorIs(t, err, ErrPortTaken)
+	require.ErrorIs(t, err, errPortTaken)
 }
 
 // TestPortTakenByOtherProcess: a port held by another listener is
-// ErrPortTaken.
+// errPortTaken.
 func TestPortTakenByOtherProcess(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
 	_, err = Listen(Config{Port: ln.Addr().(*net.TCPAddr).Port, Handler: echo})
-	require.True(t, errors.Is(err, ErrPortTaken), "%v", err)
+	require.True(t, errors.Is(err, errPortTaken), "%v", err)
 }
 
 // TestListenRefusesBadConfig: no handler, a port out of range, a secret or
@@ -416,11 +416,11 @@ func TestListenRefusesBadConfig(t *testing.T) {
 		_, err := Listen(cfg)
 		require.Error(t, err)
 	}
-	require.Len(t, NewSecret(), 43) // 32 bytes base64url, unpadded
-	require.NotEqual(t, NewSecret(), NewSecret())
+	require.Len(t, newSecret(), 43) // 32 bytes base64url, unpadded
+	require.NotEqual(t, newSecret(), newSecret())
 }
 
-// TestTooManyPending: with MaxPending calls waiting, one more gets the tool
+// TestTooManyPending: with maxPending calls waiting, one more gets the tool
 // error without reaching the Handler; after they end, calls pass again.
 func TestTooManyPending(t *testing.T) {
 	b := newBlocker()
@@ -428,14 +428,14 @@ func TestTooManyPending(t *testing.T) {
 	defer b.releaseAll()
 	c := rawClient(t)
 	var wg sync.WaitGroup
-	bodies := make(chan string, MaxPending)
-	for i := range MaxPending {
+	bodies := make(chan string, maxPending)
+	for i := range maxPending {
 		wg.Go(func() {
 			_, _, body := post(t, c, s, callBody(i+1, "x", `{}`), nil)
 			bodies <- body
 		})
 	}
-	for range MaxPending {
+	for range maxPending {
 		recv(t, b.entered, "handler entry")
 	}
 	status, _, body := post(t, c, s, callBody(100, "x", `{}`), nil)
@@ -444,7 +444,7 @@ func TestTooManyPending(t *testing.T) {
 	require.Empty(t, b.entered)
 	b.releaseAll()
 	wg.Wait()
-	for range MaxPending {
+	for range maxPending {
 		require.Contains(t, <-bodies, `"text":"released"`)
 	}
 	status, _, body = post(t, c, s, callBody(101, "x", `{}`), nil)
@@ -452,15 +452,15 @@ func TestTooManyPending(t *testing.T) {
 	require.Contains(t, body, `"text":"released"`)
 }
 
-// TestBodyAtLimitIsRead: a body of exactly MaxBody bytes is read (the bound
+// TestBodyAtLimitIsRead: a body of exactly maxBody bytes is read (the bound
 // is "over 1 MiB").
 func TestBodyAtLimitIsRead(t *testing.T) {
 	s, _ := startServer(t, Config{Handler: handlerFunc(func(context.Context, Call) Result { return Result{Text: "ok"} })})
 	c := rawClient(t)
 	head := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":"`
 	tail := `"}}}`
-	body := head + strings.Repeat("x", MaxBody-len(head)-len(tail)) + tail
-	require.Len(t, body, MaxBody)
+	body := head + strings.Repeat("x", maxBody-len(head)-len(tail)) + tail
+	require.Len(t, body, maxBody)
 	status, _, resp := post(t, c, s, body, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, resp, `"text":"ok"`)
@@ -483,7 +483,7 @@ func TestArgumentsVerbatim(t *testing.T) {
 }
 
 // TestIdleServerRunsOneGoroutine: an idle bridge costs one goroutine, the
-// listener's Serve loop (issue 10: no goroutine per session beyond it).
+// listener's Serve loop (no goroutine per session beyond it).
 func TestIdleServerRunsOneGoroutine(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	s, err := Listen(Config{Handler: echo})

@@ -15,7 +15,7 @@ type admission int
 const (
 	admitted    admission = iota
 	admitClosed           // the server is closing: the call is cancelled
-	admitFull             // MaxPending calls already wait
+	admitFull             // maxPending calls already wait
 )
 
 // admit registers a pending call, or says why not.
@@ -25,7 +25,7 @@ func (s *Server) admit(id string, pc *pendingCall) admission {
 	if s.closed {
 		return admitClosed
 	}
-	if s.npending >= MaxPending {
+	if s.npending >= maxPending {
 		return admitFull
 	}
 	calls := s.pending[id]

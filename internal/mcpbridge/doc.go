@@ -4,7 +4,7 @@
 // ping, tools/list and the notifications itself and hands every well-formed
 // tools/call to a Handler.
 //
-// The server is hand-written (lead's decision, issue 10): the surface is
+// The server is hand-written: the surface is
 // small, the answers must be the spec's bytes, the port, secret and session
 // id survive a hot restart, and no goroutine runs per session beyond the
 // listener's Serve loop (net/http's per-connection goroutines aside).

@@ -18,7 +18,7 @@ const (
 
 // Fixed answers (tools.md §2), encoded once.
 var (
-	initializeResult = json.RawMessage(`{"protocolVersion":"` + ProtocolVersion +
+	initializeResult = json.RawMessage(`{"protocolVersion":"` + protocolVersion +
 		`","capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"paperclip-runner","version":"1"}}`)
 	emptyResult = json.RawMessage(`{}`)
 	// defaultInputSchema stands in for a tool without one: MCP requires an

@@ -15,8 +15,8 @@ const (
 	codeInternalError  = -32603
 )
 
-// ProtocolVersion is the one MCP revision the bridge speaks (tools.md §2).
-const ProtocolVersion = "2025-03-26"
+// protocolVersion is the one MCP revision the bridge speaks (tools.md §2).
+const protocolVersion = "2025-03-26"
 
 // msgKind says what a decoded JSON-RPC message is.
 type msgKind int

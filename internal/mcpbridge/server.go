@@ -23,30 +23,30 @@ import (
 
 // Bounds of tools.md §2 and our own, each named for its source.
 const (
-	// MaxBody is the largest request body read (tools.md §2: over 1 MiB → 413).
-	MaxBody = 1 << 20
-	// ReadHeaderTimeout bounds a request's header read (tools.md §2).
-	ReadHeaderTimeout = 10 * time.Second
-	// MaxHeaderBytes bounds a request's header block (tools.md §2).
-	MaxHeaderBytes = 16 << 10
-	// IdleTimeout closes a keep-alive connection left idle (tools.md §2).
-	IdleTimeout = 30 * time.Second
-	// MaxPending is the number of tools/call answers one server waits for at
+	// maxBody is the largest request body read (tools.md §2: over 1 MiB → 413).
+	maxBody = 1 << 20
+	// readHeaderTimeout bounds a request's header read (tools.md §2).
+	readHeaderTimeout = 10 * time.Second
+	// maxHeaderBytes bounds a request's header block (tools.md §2).
+	maxHeaderBytes = 16 << 10
+	// idleTimeout closes a keep-alive connection left idle (tools.md §2).
+	idleTimeout = 30 * time.Second
+	// maxPending is the number of tools/call answers one server waits for at
 	// once (tools.md §2: at most 32 calls pending per session; the server is
 	// per session).
-	MaxPending = 32
-	// CloseTimeout bounds Close's wait for in-flight exchanges once their
+	maxPending = 32
+	// closeTimeout bounds Close's wait for in-flight exchanges once their
 	// calls are cancelled; after it the connections are cut (ours: a
 	// hot restart must not hang on a slow handler).
-	CloseTimeout = 2 * time.Second
-	// Path is the one MCP endpoint (tools.md §2: URL http://127.0.0.1:<port>/mcp).
-	Path = "/mcp"
+	closeTimeout = 2 * time.Second
+	// path is the one MCP endpoint (tools.md §2: URL http://127.0.0.1:<port>/mcp).
+	path = "/mcp"
 )
 
-// ErrPortTaken is Listen's error when Config.Port is already in use (the
+// errPortTaken is Listen's error when Config.Port is already in use (the
 // hot restart's persisted port, tools.md §2: the turn then ends with
 // tool_bridge_lost).
-var ErrPortTaken = errors.New("listen mcp bridge: port taken")
+var errPortTaken = errors.New("listen mcp bridge: port taken")
 
 // Handler runs the tools/call the bridge cannot answer alone (it answers
 // initialize, ping, tools/list, notifications itself, and refuses bad names
@@ -80,7 +80,7 @@ type Result struct {
 	IsError bool
 }
 
-// Tool is one tools/list entry. It has catalog.Tool's fields and JSON, so
+// Tool is one tools/list entry. It has the catalog's tool fields and JSON, so
 // that this package needs nothing from internal/catalog; the caller converts.
 type Tool struct {
 	Name        string          `json:"name"`
@@ -91,7 +91,7 @@ type Tool struct {
 // Config is what Listen needs.
 type Config struct {
 	Port      int           // 0: pick a free port; else listen on exactly this port (hot restart)
-	Secret    string        // "" → NewSecret(); else printable ASCII
+	Secret    string        // "" → newSecret(); else printable ASCII
 	SessionID string        // "" → a fresh id; persisted ones are passed back after a restart
 	Tools     func() []Tool // tools/list, asked at each call; nil → no tools
 	Handler   Handler       // tools/call; required
@@ -114,14 +114,15 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error // set once, inside closeOnce
 
+	// mu guards closed, pending and npending.
 	mu       sync.Mutex
 	closed   bool                                 // guarded by mu
 	pending  map[string]map[*pendingCall]struct{} // by JSON-RPC id (compact bytes); guarded by mu
 	npending int                                  // guarded by mu
 }
 
-// NewSecret returns 32 random bytes, base64url without padding (tools.md §2).
-func NewSecret() string { return randomToken(32) }
+// newSecret returns 32 random bytes, base64url without padding (tools.md §2).
+func newSecret() string { return randomToken(32) }
 
 // newSessionID returns a fresh Mcp-Session-Id: 16 random bytes base64url,
 // visible ASCII as MCP requires.
@@ -135,7 +136,7 @@ func randomToken(n int) string {
 
 // Listen starts a bridge on 127.0.0.1 (never another address) and serves it
 // until Close. With Config.Port set it listens on exactly that port or
-// returns ErrPortTaken.
+// returns errPortTaken.
 func Listen(cfg Config) (*Server, error) {
 	if cfg.Handler == nil {
 		return nil, errors.New("listen mcp bridge: no handler")
@@ -144,7 +145,7 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, errors.New("listen mcp bridge: port out of range")
 	}
 	if cfg.Secret == "" {
-		cfg.Secret = NewSecret()
+		cfg.Secret = newSecret()
 	}
 	if cfg.SessionID == "" {
 		cfg.SessionID = newSessionID()
@@ -162,14 +163,14 @@ func Listen(cfg Config) (*Server, error) {
 	ln, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, ErrPortTaken
+			return nil, errPortTaken
 		}
 		return nil, fmt.Errorf("listen mcp bridge: %w", err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	s := &Server{
 		port:      port,
-		url:       "http://127.0.0.1:" + strconv.Itoa(port) + Path,
+		url:       "http://127.0.0.1:" + strconv.Itoa(port) + path,
 		secret:    cfg.Secret,
 		secretSum: sha256.Sum256([]byte(cfg.Secret)),
 		sessionID: cfg.SessionID,
@@ -182,9 +183,9 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	s.http = &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: ReadHeaderTimeout,
-		MaxHeaderBytes:    MaxHeaderBytes,
-		IdleTimeout:       IdleTimeout,
+		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		IdleTimeout:       idleTimeout,
 		// net/http's own messages (accept errors, bad requests) carry no
 		// header values or bodies.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
@@ -221,7 +222,7 @@ func (s *Server) Secret() string { return s.secret }
 func (s *Server) SessionID() string { return s.sessionID }
 
 // Close stops the listener, cancels every pending call's ctx, and waits at
-// most CloseTimeout for the exchanges in flight before cutting their
+// most closeTimeout for the exchanges in flight before cutting their
 // connections. The port is free for a new Listen when Close returns.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
@@ -233,7 +234,7 @@ func (s *Server) Close() error {
 			}
 		}
 		s.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
 		if err := s.http.Shutdown(ctx); err != nil {
 			// A handler ignored its cancelled ctx: cut the connections.
@@ -257,7 +258,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusUnauthorized, "bearer")
 		return
 	}
-	if r.URL.Path != Path {
+	if r.URL.Path != path {
 		s.refuse(w, http.StatusNotFound, "path")
 		return
 	}
@@ -274,11 +275,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusNotFound, "session id")
 		return
 	}
-	if r.ContentLength > MaxBody {
+	if r.ContentLength > maxBody {
 		s.refuse(w, http.StatusRequestEntityTooLarge, "body size")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

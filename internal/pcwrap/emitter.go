@@ -15,7 +15,7 @@ import (
 // eventRetryInterval paces retries of a failed event-file write (the
 // host's 100 ms poll interval). A full or read-only filesystem pauses the
 // output instead of losing it: the emitter retries until the write
-// succeeds or pcwrap shuts down (FailFast), and meanwhile the pumps, and
+// succeeds or pcwrap shuts down (failFast), and meanwhile the pumps, and
 // so the child's writes, block. Shutdown stays possible, since reading
 // and deleting stdin files needs no space.
 const eventRetryInterval = 100 * time.Millisecond
@@ -27,38 +27,40 @@ const eventRetryInterval = 100 * time.Millisecond
 // 10 MiB peak-RSS target.
 const emitQueue = 8
 
-// freeBufs bounds the free list of data buffers (DataBuffer): the queue's
+// freeBufs bounds the free list of data buffers (dataBuffer): the queue's
 // worth plus one per pump in flight.
 const freeBufs = emitQueue + 4
 
-// queued is one frame in the channel; owned marks Data as a DataBuffer
+// queued is one frame in the channel; owned marks Data as a dataBuffer
 // buffer to recycle once written.
 type queued struct {
 	f     frame.Frame
 	owned bool
 }
 
-// Emitter writes frames in emission order (spec §7): as event files
+// emitter writes frames in emission order (spec §7): as event files
 // (§7.2) or as stdout lines with seq first (§7.3). One counter from 1
 // numbers all frames. Frames go through a queue to one goroutine, except
 // that a data frame emitted while nothing is queued or being written is
 // written by the emitting pump itself: a line the child writes while
 // pcwrap is idle then reaches its file without a goroutine hand-off (a
-// wake-up of the emitter measured ~40-80 µs on the agent path, issue 14
-// item 3). Control frames (Emit) always queue, so a caller that must not
+// wake-up of the emitter measured ~40-80 µs on the agent
+// path). Control frames (Emit) always queue, so a caller that must not
 // block on a slow consumer (shutdown's ack) never writes.
-type Emitter struct {
+type emitter struct {
 	stdout   io.Writer
 	eventsfd int
 	files    *sessiondir.EventFiles // events mode
 	events   bool
 	log      *slog.Logger
 
+	// mu guards closed and the closing of ch: an emit sends on ch holding
+	// it shared, Close closes ch holding it exclusively.
 	mu     sync.RWMutex
 	closed bool
 	ch     chan queued
 	done   chan struct{}
-	free   chan []byte // recycled data buffers (DataBuffer, EmitData)
+	free   chan []byte // recycled data buffers (dataBuffer, emitData)
 
 	brokenOnce sync.Once
 	broken     chan struct{}
@@ -75,18 +77,18 @@ type Emitter struct {
 	buf  []byte
 }
 
-// NewStdoutEmitter writes frames as JSON lines to w, one Write per line.
-func NewStdoutEmitter(w io.Writer, log *slog.Logger) *Emitter {
-	return newEmitter(&Emitter{stdout: w, log: log})
+// newStdoutEmitter writes frames as JSON lines to w, one Write per line.
+func newStdoutEmitter(w io.Writer, log *slog.Logger) *emitter {
+	return newEmitter(&emitter{stdout: w, log: log})
 }
 
-// NewEventsEmitter writes frames as event files in the held events dir.
-func NewEventsEmitter(events *os.File, log *slog.Logger) *Emitter {
+// newEventsEmitter writes frames as event files in the held events dir.
+func newEventsEmitter(events *os.File, log *slog.Logger) *emitter {
 	fd := int(events.Fd())
-	return newEmitter(&Emitter{eventsfd: fd, files: sessiondir.NewEventFiles(fd), events: true, log: log})
+	return newEmitter(&emitter{eventsfd: fd, files: sessiondir.NewEventFiles(fd), events: true, log: log})
 }
 
-func newEmitter(e *Emitter) *Emitter {
+func newEmitter(e *emitter) *emitter {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -101,12 +103,12 @@ func newEmitter(e *Emitter) *Emitter {
 
 // Emit queues f. It blocks only while the queue is full; after Close it
 // drops f.
-func (e *Emitter) Emit(f frame.Frame) { e.emit(queued{f: f}) }
+func (e *emitter) Emit(f frame.Frame) { e.emit(queued{f: f}) }
 
-// DataBuffer returns a buffer of size bytes to read child output into and
-// hand to EmitData: a recycled one when one is free, so a pump does not
+// dataBuffer returns a buffer of size bytes to read child output into and
+// hand to emitData: a recycled one when one is free, so a pump does not
 // allocate and zero a fresh buffer per read.
-func (e *Emitter) DataBuffer(size int) []byte {
+func (e *emitter) dataBuffer(size int) []byte {
 	select {
 	case b := <-e.free:
 		if cap(b) >= size {
@@ -117,11 +119,11 @@ func (e *Emitter) DataBuffer(size int) []byte {
 	return make([]byte, size)
 }
 
-// EmitData emits a data frame of b and takes b over: its storage is
-// reused by DataBuffer once the frame is written, so the caller must not
+// emitData emits a data frame of b and takes b over: its storage is
+// reused by dataBuffer once the frame is written, so the caller must not
 // touch b again. The frame is the same as Emit(DataFrame(stream, b)), but
-// when nothing is queued the caller writes it (see Emitter).
-func (e *Emitter) EmitData(stream string, b []byte) {
+// when nothing is queued the caller writes it (see emitter).
+func (e *emitter) emitData(stream string, b []byte) {
 	q := queued{f: frame.DataFrame(stream, b), owned: true}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -142,7 +144,7 @@ func (e *Emitter) EmitData(stream string, b []byte) {
 	e.ch <- q
 }
 
-func (e *Emitter) emit(q queued) {
+func (e *emitter) emit(q queued) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
@@ -154,13 +156,13 @@ func (e *Emitter) emit(q queued) {
 
 // Broken is closed when a stdout write failed (EPIPE: the reader went
 // away); the caller runs terminate(). Later frames are discarded.
-func (e *Emitter) Broken() <-chan struct{} { return e.broken }
+func (e *emitter) Broken() <-chan struct{} { return e.broken }
 
-// FailFast stops write retries (pcwrap is shutting down).
-func (e *Emitter) FailFast() { e.fastOnce.Do(func() { close(e.fast) }) }
+// failFast stops write retries (pcwrap is shutting down).
+func (e *emitter) failFast() { e.fastOnce.Do(func() { close(e.fast) }) }
 
 // Close flushes the queued frames and stops the goroutine.
-func (e *Emitter) Close() {
+func (e *emitter) Close() {
 	e.mu.Lock()
 	if !e.closed {
 		e.closed = true
@@ -170,7 +172,7 @@ func (e *Emitter) Close() {
 	<-e.done
 }
 
-func (e *Emitter) loop() {
+func (e *emitter) loop() {
 	defer close(e.done)
 	if e.files != nil {
 		defer func() {
@@ -189,7 +191,7 @@ func (e *Emitter) loop() {
 
 // writeLocked writes q unless stdout broke, then recycles its buffer.
 // e.wmu held.
-func (e *Emitter) writeLocked(q queued) {
+func (e *emitter) writeLocked(q queued) {
 	if !e.dead {
 		e.dead = e.write(q.f)
 	}
@@ -202,7 +204,7 @@ func (e *Emitter) writeLocked(q queued) {
 }
 
 // write writes one frame; it reports whether stdout broke.
-func (e *Emitter) write(f frame.Frame) (dead bool) {
+func (e *emitter) write(f frame.Frame) (dead bool) {
 	if e.events {
 		e.writeEvent(f)
 		return false
@@ -221,7 +223,7 @@ func (e *Emitter) write(f frame.Frame) (dead bool) {
 // writeEvent publishes f under the next seq, retrying a failed write
 // until it succeeds or pcwrap shuts down; only then is a frame lost, and
 // a lost frame does not use up its seq.
-func (e *Emitter) writeEvent(f frame.Frame) {
+func (e *emitter) writeEvent(f frame.Frame) {
 	f.Seq = 0 // event bodies never carry seq (§7.2)
 	e.buf = append(f.AppendJSON(e.buf[:0]), '\n')
 	seq := e.seq + 1
@@ -257,7 +259,7 @@ func (e *Emitter) writeEvent(f frame.Frame) {
 	}
 }
 
-func (e *Emitter) isFast() bool {
+func (e *emitter) isFast() bool {
 	select {
 	case <-e.fast:
 		return true

@@ -21,7 +21,7 @@ import (
 
 func TestStdoutEmitterLines(t *testing.T) {
 	var buf syncbuf.Buffer
-	e := NewStdoutEmitter(&buf, nil)
+	e := newStdoutEmitter(&buf, nil)
 	e.Emit(frame.DataFrame(frame.StreamStdout, []byte("x")))
 	e.Emit(frame.ErrorFrame("boom <&>"))
 	e.Emit(frame.ShutdownAckFrame())
@@ -49,7 +49,7 @@ func (w *failWriter) Write([]byte) (int, error) {
 // without another write.
 func TestStdoutEmitterBroken(t *testing.T) {
 	w := &failWriter{}
-	e := NewStdoutEmitter(w, nil)
+	e := newStdoutEmitter(w, nil)
 	e.Emit(frame.ShutdownAckFrame())
 	select {
 	case <-e.Broken():
@@ -72,7 +72,7 @@ func TestEventsEmitterFiles(t *testing.T) {
 	f, err := os.Open(dir)
 	require.NoError(t, err)
 	defer f.Close()
-	e := NewEventsEmitter(f, nil)
+	e := newEventsEmitter(f, nil)
 	code := 0
 	e.Emit(frame.DataFrame(frame.StreamStderr, []byte("e")))
 	e.Emit(frame.ExitFrame(&code, ""))
@@ -96,8 +96,8 @@ func TestEventsEmitterNoFollowAndFailFast(t *testing.T) {
 	f, err := os.Open(dir)
 	require.NoError(t, err)
 	defer f.Close()
-	e := NewEventsEmitter(f, nil)
-	e.FailFast()
+	e := newEventsEmitter(f, nil)
+	e.failFast()
 	e.Emit(frame.ShutdownAckFrame())
 	e.Close()
 	b, err := os.ReadFile(target)
@@ -106,7 +106,7 @@ func TestEventsEmitterNoFollowAndFailFast(t *testing.T) {
 }
 
 // A failed event write pauses the output and retries: the frame lands
-// once the obstacle is gone, under its own seq. FailFast ends the retries.
+// once the obstacle is gone, under its own seq. failFast ends the retries.
 func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 	dir := t.TempDir()
 	// A non-empty directory at the event's name makes its rename fail.
@@ -116,7 +116,7 @@ func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	var logs syncbuf.Buffer
-	e := NewEventsEmitter(f, slog.New(slog.NewTextHandler(&logs, nil)))
+	e := newEventsEmitter(f, slog.New(slog.NewTextHandler(&logs, nil)))
 	e.Emit(frame.ShutdownAckFrame())
 	waitUntil(t, func() bool { return strings.Contains(logs.String(), "output paused, retrying") })
 	require.NoError(t, os.RemoveAll(blocker))
@@ -125,13 +125,13 @@ func TestEventsEmitterPausesUntilWritableOrShutdown(t *testing.T) {
 		return err == nil && string(b) == `{"type":"shutdownAck"}`+"\n"
 	})
 
-	// Now every write fails for good (ENOENT): only FailFast ends it.
+	// Now every write fails for good (ENOENT): only failFast ends it.
 	require.NoError(t, os.RemoveAll(dir))
 	e.Emit(frame.ShutdownAckFrame())
 	waitUntil(t, func() bool { return strings.Count(logs.String(), "output paused, retrying") == 2 })
 	closed := make(chan struct{})
 	go func() { e.Close(); close(closed) }()
-	e.FailFast()
+	e.failFast()
 	select {
 	case <-closed:
 	case <-time.After(emitterBound):
@@ -151,21 +151,21 @@ func waitUntil(t *testing.T, cond func() bool) {
 	}
 }
 
-// EmitData writes the same frame as Emit(DataFrame(...)) and hands its
-// buffer back through DataBuffer once written, in both modes.
+// emitData writes the same frame as Emit(DataFrame(...)) and hands its
+// buffer back through dataBuffer once written, in both modes.
 func TestEmitDataRecyclesBuffers(t *testing.T) {
 	var buf syncbuf.Buffer
-	e := NewStdoutEmitter(&buf, nil)
+	e := newStdoutEmitter(&buf, nil)
 	seen := map[*byte]bool{}
 	for i := range 200 {
-		b := e.DataBuffer(8)
+		b := e.dataBuffer(8)
 		require.Len(t, b, 8)
 		seen[&b[:1][0]] = true
 		n := copy(b, []byte{'a' + byte(i%26)})
-		e.EmitData(frame.StreamStderr, b[:n])
+		e.emitData(frame.StreamStderr, b[:n])
 	}
 	e.Close() // every frame written, so every buffer offered back
-	again := e.DataBuffer(8)
+	again := e.dataBuffer(8)
 	assert.True(t, seen[&again[:1][0]], "a written buffer comes back")
 	lines := bytes.Split(bytes.TrimSuffix([]byte(buf.String()), []byte("\n")), []byte("\n"))
 	require.Len(t, lines, 200)
@@ -178,10 +178,10 @@ func TestEmitDataRecyclesBuffers(t *testing.T) {
 	d, err := sessiondir.Open(session, true)
 	require.NoError(t, err)
 	defer d.Close()
-	ev := NewEventsEmitter(d.Events, nil)
-	b := ev.DataBuffer(3)
+	ev := newEventsEmitter(d.Events, nil)
+	b := ev.dataBuffer(3)
 	copy(b, "abc")
-	ev.EmitData(frame.StreamStdout, b)
+	ev.emitData(frame.StreamStdout, b)
 	ev.Close()
 	body, err := os.ReadFile(filepath.Join(session, sessiondir.EventsDir, sessiondir.SeqName(1)))
 	require.NoError(t, err)
@@ -199,9 +199,9 @@ func TestEventsEmitterLossAfterRemovalIsQuiet(t *testing.T) {
 		require.NoError(t, err)
 		defer f.Close()
 		var logs syncbuf.Buffer
-		e := NewEventsEmitter(f, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		e := newEventsEmitter(f, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 		prepare(dir)
-		e.FailFast()
+		e.failFast()
 		e.Emit(frame.ExitFrame(nil, "SIGTERM"))
 		e.Close() // the frame was handled: written or given up
 		return logs.String()
@@ -225,15 +225,15 @@ func TestEventsEmitterLossAfterRemovalIsQuiet(t *testing.T) {
 // idle emitter) or queued it.
 func TestEmitterOrderWithInlineWrites(t *testing.T) {
 	var buf syncbuf.Buffer
-	e := NewStdoutEmitter(&buf, nil)
+	e := newStdoutEmitter(&buf, nil)
 	const n = 2000
 	done := make(chan struct{})
 	for _, stream := range []string{frame.StreamStdout, frame.StreamStderr} {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range n {
-				b := e.DataBuffer(8)
-				e.EmitData(stream, b[:copy(b, strconv.Itoa(i))])
+				b := e.dataBuffer(8)
+				e.emitData(stream, b[:copy(b, strconv.Itoa(i))])
 				if i%100 == 0 {
 					e.Emit(frame.ErrorFrame(stream + " " + strconv.Itoa(i)))
 				}

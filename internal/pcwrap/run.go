@@ -19,7 +19,7 @@ import (
 // passes through unchanged.
 const (
 	ExitFailure = 1   // setup failure, payload, refusal, child killed by a signal
-	ExitSpawn   = 127 // the child could not be spawned
+	exitSpawn   = 127 // the child could not be spawned
 )
 
 // Config is one run of the wrapper. Environ, Stdout, Stderr and Logger

@@ -51,7 +51,7 @@ type session struct {
 	cfg  Config
 	env  env
 	sd   *sessiondir.Dir
-	out  *Emitter
+	out  *emitter
 	term *shutdown.Terminator
 	// keepGroup is the keep-group option (sessiondir.EnvKeepGroup).
 	keepGroup bool
@@ -76,7 +76,7 @@ func setup(cfg Config) (s *session, code int, ok bool) {
 	s = &session{cfg: cfg, env: e}
 	events := mode == sessiondir.OutputEvents
 	if !events {
-		s.out = NewStdoutEmitter(cfg.Stdout, cfg.Logger)
+		s.out = newStdoutEmitter(cfg.Stdout, cfg.Logger)
 	}
 	sd, err := sessiondir.Open(dir, events)
 	if err != nil {
@@ -84,7 +84,7 @@ func setup(cfg Config) (s *session, code int, ok bool) {
 	}
 	s.sd = sd
 	if events {
-		s.out = NewEventsEmitter(sd.Events, cfg.Logger)
+		s.out = newEventsEmitter(sd.Events, cfg.Logger)
 	}
 	grace := sessiondir.ParseTuning(e.get(sessiondir.EnvGraceMS), shutdown.DefaultGrace.Milliseconds())
 	if grace > maxGraceMS {
@@ -135,7 +135,7 @@ func (s *session) refuse(dir string, events bool, err error) int {
 		// the session dir itself is sound.
 		if ev, eerr := sessiondir.OpenEvents(dir); eerr == nil {
 			defer ev.Close()
-			s.out = NewEventsEmitter(ev, s.cfg.Logger)
+			s.out = newEventsEmitter(ev, s.cfg.Logger)
 			return s.fail(msg, ExitFailure)
 		}
 	}
@@ -146,7 +146,7 @@ func (s *session) refuse(dir string, events bool, err error) int {
 	if errors.Is(err, sessiondir.ErrSymlink) {
 		if ev, eerr := sessiondir.OpenEventsBehindLink(dir); eerr == nil {
 			defer ev.Close()
-			out := NewEventsEmitter(ev, s.cfg.Logger)
+			out := newEventsEmitter(ev, s.cfg.Logger)
 			out.Emit(frame.ErrorFrame(msg))
 			out.Close()
 		}
@@ -170,7 +170,7 @@ func (s *session) fail(msg string, code int) int {
 // beginShutdown is terminate()'s first step (§8.1 step 1): stop retrying
 // output writes and close the child's stdin.
 func (s *session) beginShutdown() {
-	s.out.FailFast()
+	s.out.failFast()
 	s.feedMu.Lock()
 	if s.feeder != nil {
 		s.feeder.Drop()

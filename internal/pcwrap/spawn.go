@@ -143,13 +143,13 @@ func (s *session) spawn() (*child, int, bool) {
 	}
 	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env))
 	if err != nil {
-		code := ExitSpawn
+		code := exitSpawn
 		fmt.Fprintf(s.cfg.Stderr, "pcwrap: cannot spawn %s: %s (%s)\n", p.Command, spawnReason(err), spawnErrno(err))
 		s.out.Emit(frame.ErrorFrame(fmt.Sprintf("spawn %s %s", p.Command, spawnErrno(err))))
 		s.out.Emit(frame.ExitFrame(&code, ""))
 		s.out.Emit(frame.ShutdownAckFrame())
 		s.out.Close()
-		return nil, ExitSpawn, false
+		return nil, exitSpawn, false
 	}
 	s.feedMu.Lock()
 	s.feeder = ch.feeder

@@ -128,7 +128,7 @@ func (s *session) newReader(verifier *sessiondir.Verifier, feeder *stdinpoll.Fee
 type handler struct {
 	feeder *stdinpoll.Feeder
 	term   *shutdown.Terminator
-	out    *Emitter
+	out    *emitter
 }
 
 func (h handler) Stdin(b []byte)   { h.feeder.Write(b) }
@@ -140,12 +140,12 @@ func (h handler) Error(msg string) { h.out.Emit(frame.ErrorFrame(msg)) }
 // one data frame per read. Each read goes into a buffer of the largest
 // frame taken from the emitter's free list and is handed over without a
 // copy; the emitter recycles it once the frame is written.
-func pump(f *os.File, stream string, out *Emitter) {
+func pump(f *os.File, stream string, out *emitter) {
 	for {
-		buf := out.DataBuffer(pipeRead)
+		buf := out.dataBuffer(pipeRead)
 		n, err := f.Read(buf)
 		if n > 0 {
-			out.EmitData(stream, buf[:n])
+			out.emitData(stream, buf[:n])
 		}
 		if err != nil {
 			return

@@ -53,15 +53,15 @@ type Spec struct {
 	Tuning []string
 }
 
-// Launched is a started pcwrap. The caller reaps Cmd.
-type Launched struct {
+// launched is a started pcwrap. The caller reaps Cmd.
+type launched struct {
 	UUID string
 	Dir  string
 	Cmd  *exec.Cmd
 }
 
-// NewUUID returns a random UUID v4.
-func NewUUID() (string, error) {
+// newUUID returns a random UUID v4.
+func newUUID() (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("read random: %w", err)
@@ -87,8 +87,8 @@ func StderrPath(stateDir, uuid string) string {
 // own session (acp.md §3.1): stdin and stdout /dev/null, stderr appended to
 // <uuid>.stderr, events output mode, the payload inline or in command.b64.
 // The caller reaps Cmd.
-func Launch(spec Spec) (*Launched, error) {
-	uuid, err := NewUUID()
+func Launch(spec Spec) (*launched, error) {
+	uuid, err := newUUID()
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func Launch(spec Spec) (*Launched, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start pcwrap: %w", err)
 	}
-	return &Launched{UUID: uuid, Dir: dir, Cmd: cmd}, nil
+	return &launched{UUID: uuid, Dir: dir, Cmd: cmd}, nil
 }
 
 // WrapperAlive reports whether a pcwrap still holds the session's
@@ -277,7 +277,7 @@ func ParseChildRecord(b []byte) (ChildRecord, error) {
 	return rec, nil
 }
 
-// ParseUUID checks that s is a lower-case UUID as NewUUID makes, so it
+// ParseUUID checks that s is a lower-case UUID as newUUID makes, so it
 // can name a file or directory under the state dir.
 func ParseUUID(s string) (string, error) {
 	if len(s) != 36 {

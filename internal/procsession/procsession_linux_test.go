@@ -7,7 +7,7 @@ import (
 )
 
 func TestUUIDRoundTrip(t *testing.T) {
-	u, err := NewUUID()
+	u, err := newUUID()
 	require.NoError(t, err)
 	got, err := ParseUUID(u)
 	require.NoError(t, err)

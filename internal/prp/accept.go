@@ -10,7 +10,7 @@ import (
 // maxConcurrentHandshakes bounds listener peers authenticating at once. It
 // equals the listener's bound on unauthenticated connections, so a peer the
 // listener admitted never waits for a slot behind strays: each handshake's
-// first half runs at once (issue 9 item 1).
+// first half runs at once.
 const maxConcurrentHandshakes = maxUnauthenticatedPeers
 
 // acceptLoop authenticates listener peers, each in its own goroutine, so a

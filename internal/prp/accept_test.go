@@ -69,7 +69,7 @@ func startStrays(t *testing.T, r *simRig, kind strayKind, n int) (stop func()) {
 // core's bootstrap handshake must not wait for any of them: it
 // authenticates in one round trip, which over in-memory pipes in a synctest
 // bubble takes no simulated time (prp.md §1.2: a stray peer MUST NOT
-// disturb; before the fix each stray held the bootstrap slot for its
+// disturb; a stray holding the bootstrap slot would delay it by its
 // 2 s auth bound). The ticket is used once, by the core.
 func TestPRP04_StrayPeersDoNotStarveBootstrap(t *testing.T) {
 	for _, kind := range []strayKind{straySilent, straySlow, strayGarbage} {

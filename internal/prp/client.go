@@ -112,6 +112,8 @@ type Client struct {
 	log *slog.Logger
 	clk clock.Clock
 
+	// mu guards identity through current below; leaseKick and fatal are
+	// fixed by NewClient.
 	mu sync.Mutex
 	// identity is the identity authenticated as; a warm rotation replaces
 	// it (BeginWarmActivation). dialer likewise (a new connectUrl).

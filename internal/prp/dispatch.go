@@ -35,6 +35,7 @@ import (
 // dispatcher hands the newest connection to the dispatch goroutine without
 // ever blocking the supervisor.
 type dispatcher struct {
+	// mu guards conn and gen.
 	mu   sync.Mutex
 	conn *Conn
 	gen  int
@@ -177,6 +178,7 @@ type queuedCommand struct {
 // command_result_ack wait. It holds at most maxInboundQueue commands: the
 // core keeps one command in flight, so more is a flooding peer.
 type commandQueue struct {
+	// mu guards items, running, closed and inflight.
 	mu       sync.Mutex
 	items    []*queuedCommand
 	running  *queuedCommand // popped, not yet settled

@@ -12,9 +12,9 @@ import (
 // ten times faster); the tails, and CPUs without AVX2, use the tables.
 //
 // Both table directions are lookups: per byte they cost a few loads and
-// stores, which amd64 runs in parallel, while the SWAR forms they replaced
-// (64-bit constants, multiplies, lane shuffles) were ALU-bound and measured
-// about twice as slow.
+// stores, which amd64 runs in parallel, while SWAR forms (64-bit
+// constants, multiplies, lane shuffles) are ALU-bound and measured about
+// twice as slow.
 
 // hexDigitPairs[b] is the two lowercase hex digits of b, the first in the
 // low byte, so that a little-endian store writes them in order.

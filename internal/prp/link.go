@@ -136,14 +136,17 @@ type link struct {
 	// frame and keeps nothing of it.
 	fbuf []byte
 
-	sendq    chan []byte
-	pingMu   sync.Mutex
-	pingAt   []time.Time // arrival of each PRP ping still owed a pong
+	sendq chan []byte
+	// pingMu guards pingAt.
+	pingMu sync.Mutex
+	pingAt []time.Time // arrival of each PRP ping still owed a pong
+	// prioMu guards prioQ.
 	prioMu   sync.Mutex
 	prioQ    [][]byte // control frames that must not wait behind queued events (lease_renew)
 	pongKick chan struct{}
 	pinging  atomic.Bool
 
+	// inMu guards inbox.
 	inMu      sync.Mutex
 	inbox     []any // decoded frames, owned by whoever takes them
 	inKick    chan struct{}

@@ -59,6 +59,7 @@ type Listener struct {
 	wg     sync.WaitGroup // the Serve goroutine
 	log    *slog.Logger
 
+	// hmu guards shutdown, so no handlers.Add follows Close's handlers.Wait.
 	hmu      sync.Mutex
 	shutdown bool
 	handlers sync.WaitGroup // ServeHTTP calls; hijacked ones are not tracked by http.Server

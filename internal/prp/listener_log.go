@@ -26,6 +26,7 @@ const peerLogInterval = 10 * time.Second
 type peerLog struct {
 	clk clock.Clock
 
+	// mu guards kinds.
 	mu    sync.Mutex
 	kinds map[string]*peerLogKind // by message; guarded by mu
 }

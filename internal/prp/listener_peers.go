@@ -10,8 +10,8 @@ import (
 // maxUnauthenticatedPeers bounds the listener's connections that have not
 // authenticated yet (TCP accepted, upgrading or in the handshake). A flood
 // of half-open connections must not take the descriptors the state store
-// needs: with runnerd at `prlimit --nofile=1024` about 1,500 of them made the
-// next state save fail with EMFILE (issue 9 item 2). 256 stays far below that
+// needs: with runnerd at `prlimit --nofile=1024` about 1,500 of them make the
+// next state save fail with EMFILE. 256 stays far below that
 // limit and far above what the core needs (one connection per reconnect,
 // plus the preview proxy's retries).
 const maxUnauthenticatedPeers = 256
@@ -28,6 +28,7 @@ const (
 type peerSet struct {
 	max int
 
+	// mu guards order and each member peer's elem.
 	mu    sync.Mutex
 	order list.List // of *peer; guarded by mu
 }

@@ -143,7 +143,7 @@ type CommandResultAckPayload struct {
 	CommandID   string `json:"commandId"`
 	CommandType string `json:"commandType"`
 	// ControllerSeq stays signed: an ACK naming a negative seq matches no
-	// result and is ignored, as it always was, rather than failing decode.
+	// result and is ignored rather than failing decode.
 	ControllerSeq  int64           `json:"controllerSeq"`
 	Status         string          `json:"status"`
 	WarmTransition json.RawMessage `json:"warmTransition,omitempty"`

@@ -11,8 +11,8 @@ import (
 
 // benchFrameBytes is the plaintext size of the throughput targets: sealing
 // 64 KiB frames at ≥ 0.5× the throughput of a bare AES-256-GCM seal of the
-// same bytes, and opening them at ≥ 0.8× a bare AES-256-GCM open (issue 14
-// item 5), measured in the same run. The figures are
+// same bytes, and opening them at ≥ 0.8× a bare AES-256-GCM open,
+// measured in the same run. The figures are
 // BenchmarkSealOpenRatio's seal/bare and open/bare:
 //
 //	go test -run '^$' -bench 'SealOpenRatio' -benchtime 2s -count 3 ./internal/prp
@@ -152,7 +152,7 @@ func BenchmarkBareAESGCMOpen64K(b *testing.B) {
 	}
 }
 
-// BenchmarkSealOpenRatio measures the issue's targets as ratios within one
+// BenchmarkSealOpenRatio measures the targets as ratios within one
 // run: every iteration does a bare AES-256-GCM seal of 64 KiB, a seal of the
 // same bytes, an Open of that frame and a bare AES-256-GCM open of the bare
 // ciphertext, each timed on its own, so noise from a shared machine lands on
@@ -163,7 +163,7 @@ func BenchmarkBareAESGCMOpen64K(b *testing.B) {
 // seal/bare is bare seal time over seal time, open/bare is bare open time
 // over open time (the two bare operations cost about the same on amd64, but
 // a bare Open is the honest baseline for Open). The targets are seal/bare ≥
-// 0.5 and open/bare ≥ 0.8 (issue 14 item 5).
+// 0.5 and open/bare ≥ 0.8.
 //
 // seal/bare and open/bare divide total times. A process preempted in the
 // middle of one timed call charges that call alone, so on a busy machine

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Send window bounds (issue 14 item 6: a pong must not wait behind a flood).
+// Send window bounds (a pong must not wait behind a flood).
 const (
 	// maxUnackedEventBytes bounds the sealed bytes of events written but not
 	// yet ACKed on one connection. A pong leaves the writer ahead of queued
@@ -35,6 +35,7 @@ const (
 // which frames or their order. The reader reports ACKs (ack), the writer
 // asks for room (admit) and records what it wrote (sent).
 type sendWindow struct {
+	// mu guards acked, inflight, bytes and open.
 	mu       sync.Mutex
 	acked    int64
 	inflight []windowEntry // events written and not yet ACKed, in send order

@@ -25,7 +25,7 @@ func windowed(events [][]byte) int {
 	return n
 }
 
-// TestLinkWindowPacesEventsByAck (issue 14 item 6): a burst of events holds
+// TestLinkWindowPacesEventsByAck: a burst of events holds
 // at most maxUnackedEventBytes of the wire ahead of a pong. The writer
 // stops at the window, a ping arriving meanwhile is answered at once, each
 // ACK lets the next events go, and a core that stops ACKing gets the rest

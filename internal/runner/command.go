@@ -229,11 +229,12 @@ func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.Com
 	return res, err
 }
 
-// warmAttachReady is session.snapshot's warmAttachReady (prp.md §9.5): the provider is idle (agent.Manager.WarmReady: a live agent with
-// an open session, no active turn, no pending runtime request, no
-// unsettled tool call; no rotation under way) and the whole outbox is
-// acknowledged, since run.attach waits for exactly that before it rotates. The pending snapshot result
-// itself is not an event, so it does not count.
+// warmAttachReady is session.snapshot's warmAttachReady (prp.md §9.5):
+// the provider is idle (agent.Manager.WarmReady: a live agent with an open
+// session, no active turn, no pending runtime request, no unsettled tool
+// call; no rotation under way) and the whole outbox is acknowledged, since
+// run.attach waits for exactly that before it rotates. The pending
+// snapshot result itself is not an event, so it does not count.
 func warmAttachReady(providerIdle bool, sum state.Summary) bool {
 	return providerIdle && sum.AckedSourceSeq == sum.HighestSourceSeq
 }

@@ -6,6 +6,7 @@ import "sync"
 // prp.md §8.5): wait returns a channel that the next fire closes. The ACK
 // path fires it on prp.Client's ack routine, which no command blocks.
 type drainSignal struct {
+	// mu guards ch.
 	mu sync.Mutex
 	ch chan struct{}
 }

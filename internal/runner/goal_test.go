@@ -48,7 +48,7 @@ type goalView struct {
 // goalCommand runs one goal command to completion and checks what the
 // issue asks of it: a completed projection result, then exactly two new
 // P0 events: session.capabilities.updated, then wantEvent carrying the
-// result as its payload. Result and payloads validate against the issue's
+// result as its payload. Result and payloads validate against the required
 // field list (the share has no session-goal schema) and every envelope
 // against the reference v2 event schema.
 func goalCommand(t *testing.T, h *harness, schemas *prpschema.Set, typ, payload, wantEvent string) goalView {
@@ -195,7 +195,7 @@ func TestGoalRefusals(t *testing.T) {
 			h.agentRun()
 			h.prepareFake(flags...)
 			require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
-			// An agent that advertised no extension opens as before; one
+			// An agent that advertised no extension opens normally; one
 			// that advertised an unusable one reports it unsupported.
 			atOpen := map[string]int{"subset": 1, "none": 0}[name]
 			v := goalCommand(t, h, schemas, "session.goal.get", `{}`, agent.EventGoalSnapshot)

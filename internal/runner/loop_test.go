@@ -27,13 +27,13 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 		require.Equal(t, "completed", p.Status)
 		require.JSONEq(t, `{"activeProviderTurnId":null,"warmAttachReady":false}`, string(p.Result))
 
-		// The ACP provider answers it as the reference does (issue 12 item 4).
+		// The ACP provider answers it as the reference does.
 		turn := h.queue("session.budget.increase", `{}`)
 		p = h.waitResult(turn.CommandID)
 		require.Equal(t, "rejected", p.Status)
 		require.Equal(t, agent.CodeProviderCommandUnavailable, resultCodeOf(t, p))
 
-		// codex binds now (issue 11); a kind still unknown fails.
+		// codex binds; a kind runnerd does not know fails.
 		prep := h.queue("run.prepare", `{"provider":{"kind":"claude_managed"}}`)
 		p = h.waitResult(prep.CommandID)
 		require.Equal(t, "failed", p.Status, "scenario 51")
@@ -85,7 +85,7 @@ func TestLoopListenMode(t *testing.T) {
 
 // TestWarmAttachReadyNeedsDrainedOutbox: session.snapshot reports
 // warmAttachReady only for an idle provider and a fully acknowledged
-// outbox (issue 15).
+// outbox (prp.md §9.5).
 func TestWarmAttachReadyNeedsDrainedOutbox(t *testing.T) {
 	require.True(t, warmAttachReady(true, state.Summary{AckedSourceSeq: 4, HighestSourceSeq: 4}))
 	require.False(t, warmAttachReady(true, state.Summary{AckedSourceSeq: 3, HighestSourceSeq: 4}), "an unacknowledged event")

@@ -115,8 +115,8 @@ func payloadMap(t *testing.T, e prptest.Event) map[string]any {
 // instructions and model reach session/new._meta as {systemPrompt:
 // {append}, claudeCode: {options: {model}}}, and the same _meta reaches
 // session/load and session/resume when the session is re-opened (tools.md
-// §5; §9 scenario 8 says session/load has none, but §5 and issue 10 say
-// the same _meta on load and resume: issue 10 wins). The instructions
+// §5, which the requirements confirm over §9 scenario 8's "none on
+// session/load"). The instructions
 // never enter the prompt or runner-state.json; they and the runtime
 // context live in side files, and no secret of runtimeContext.mcp reaches
 // the disk.
@@ -495,8 +495,8 @@ func TestToolsS7_CommandResults(t *testing.T) {
 // TestToolsS7_TurnStartAfterDeliberateStop: a turn.start after an
 // interrupt of a running turn, a turn.stop or a session.close, without a
 // new session.open, is rejected {code:"session_not_open"} and emits no
-// event: no loss sequence (tools.md §7; issue 13's second defect, where it
-// failed as a channel loss with turn.failed). An interrupt between turns
+// event: no loss sequence (tools.md §7; in
+// particular not a channel loss with turn.failed). An interrupt between turns
 // (already_settled) leaves the session open. After session.open turns work
 // again.
 func TestToolsS7_TurnStartAfterDeliberateStop(t *testing.T) {

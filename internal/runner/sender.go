@@ -23,8 +23,10 @@ type sender struct {
 	store *state.Store
 	id    prp.Identity
 
+	// writeMu orders the writers across Conn.Send; guards no field.
 	writeMu sync.Mutex
 
+	// mu guards the fields below; never held across a send.
 	mu          sync.Mutex
 	conn        *prp.Conn // current connection; nil while disconnected
 	version     int       // its PRP version

@@ -19,7 +19,7 @@ import (
 // core: fakeacp's MCP client calls a catalog tool through the bridge it got
 // in session/new, semantic_tool.input reaches the core with the run
 // identity as correlation, the core's semantic_tool.result command is
-// delivered (it was command_not_implemented), the agent quotes the result,
+// delivered (not command_not_implemented), the agent quotes the result,
 // and every event validates against the reference event schema; a repeat
 // of the result is a duplicate; an unknown call is
 // semantic_tool_not_pending; the bridge's secret is nowhere in the events

@@ -43,8 +43,8 @@ const (
 )
 
 // Warm kill points: the phase boundaries of a rotation where the crash
-// matrix (test/e2e) SIGKILLs runnerd. warmKillPoint is a no-op except in
-// runnerd_testhook builds (warm_testhook_linux.go).
+// matrix SIGKILLs runnerd. warmKillPoint is a no-op except in
+// testhooks builds (warm_testhook_linux.go).
 const (
 	killPrepared    = "prepared"    // the prepared write is durable; no result sent
 	killResultSent  = "result-sent" // the result is queued on the old connection

@@ -26,16 +26,16 @@ const ackPollInterval = 100 * time.Millisecond
 
 // Errors of the client half.
 var (
-	// ErrClientSymlink: a session control path is a symbolic link.
-	ErrClientSymlink = errors.New("refusing a symbolic link on a process session control path")
-	// ErrClientNotDir: a session control path is not a directory.
-	ErrClientNotDir = errors.New("a process session control path is not a directory")
+	// errClientSymlink: a session control path is a symbolic link.
+	errClientSymlink = errors.New("refusing a symbolic link on a process session control path")
+	// errClientNotDir: a session control path is not a directory.
+	errClientNotDir = errors.New("a process session control path is not a directory")
 	// ErrSessionGone: the session directory (or events/) was removed or
 	// replaced while a reader held it open.
 	ErrSessionGone = errors.New("process session directory vanished")
-	// ErrNotSessionDir: a directory given as a session dir holds no
+	// errNotSessionDir: a directory given as a session dir holds no
 	// stdin/ queue, so nothing may be written into it.
-	ErrNotSessionDir = errors.New("not a process session directory (it has no stdin/ directory)")
+	errNotSessionDir = errors.New("not a process session directory (it has no stdin/ directory)")
 	// ErrShutdownNotAcked: Stop saw no shutdownAck within its wait; the
 	// directory was removed anyway.
 	ErrShutdownNotAcked = errors.New("the wrapper did not acknowledge shutdown within 3000ms")
@@ -44,7 +44,7 @@ var (
 // CheckSendTarget reports whether sessionDir is a session directory a
 // host-side writer (pcwrap send) may use, before anything is created in it:
 // it must exist, be a directory and no symlink, and hold stdin/. A missing
-// directory wraps os.ErrNotExist, one without stdin/ ErrNotSessionDir, so
+// directory wraps os.ErrNotExist, one without stdin/ errNotSessionDir, so
 // the caller can say which in plain words.
 func CheckSendTarget(sessionDir string) error {
 	root, err := openControlDir(sessionDir, "")
@@ -58,7 +58,7 @@ func CheckSendTarget(sessionDir string) error {
 	d, err := openControlDir(sessionDir, StdinDir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%s: %w", sessionDir, ErrNotSessionDir)
+			return fmt.Errorf("%s: %w", sessionDir, errNotSessionDir)
 		}
 		return fmt.Errorf("check session dir: %w", err)
 	}
@@ -241,7 +241,7 @@ func tailWith(ctx context.Context, fs EventFS, out io.Writer, opts EventReaderOp
 	r := NewEventReader(opts)
 	var werr error
 	print := func(ev Event) error {
-		if _, err := out.Write(TailLine(ev)); err != nil {
+		if _, err := out.Write(tailLine(ev)); err != nil {
 			werr = fmt.Errorf("write event line: %w", err)
 			return ErrStopReading
 		}
@@ -260,7 +260,7 @@ func tailWith(ctx context.Context, fs EventFS, out io.Writer, opts EventReaderOp
 	// the shutdownAck) and end. A stop may have removed the directory
 	// meanwhile: the session ended normally, so that is no error.
 	if _, err := r.Cycle(func(ev Event) error {
-		if _, err := out.Write(TailLine(ev)); err != nil {
+		if _, err := out.Write(tailLine(ev)); err != nil {
 			return ErrStopReading
 		}
 		return nil
@@ -270,10 +270,10 @@ func tailWith(ctx context.Context, fs EventFS, out io.Writer, opts EventReaderOp
 	return nil
 }
 
-// TailLine returns the event as one stdout-mode line: the file's JSON
+// tailLine returns the event as one stdout-mode line: the file's JSON
 // object with "seq" inserted first, then a newline. The body's own bytes are
 // kept, so the line shows exactly what pcwrap wrote.
-func TailLine(ev Event) []byte {
+func tailLine(ev Event) []byte {
 	body := bytes.TrimSpace(ev.Raw)
 	line := make([]byte, 0, len(body)+24)
 	line = append(line, `{"seq":`...)

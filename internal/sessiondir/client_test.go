@@ -112,7 +112,7 @@ func TestStopRefusesSymlinkedSession(t *testing.T) {
 	link := filepath.Join(t.TempDir(), "link")
 	require.NoError(t, os.Symlink(real, link))
 	err := Stop(context.Background(), link, StopOptions{AckWait: time.Millisecond})
-	require.ErrorIs(t, err, ErrClientSymlink)
+	require.ErrorIs(t, err, errClientSymlink)
 	assert.DirExists(t, filepath.Join(real, StdinDir))
 	assert.Empty(t, dirNames(t, filepath.Join(real, StdinDir)))
 }

@@ -2,19 +2,19 @@ package sessiondir
 
 import "golang.org/x/sys/unix"
 
-// WriteEventFile publishes one event file in events/ (spec §7.2): the body
+// writeEventFile publishes one event file in events/ (spec §7.2): the body
 // is written to <name>.tmp relative to the held fd without following
 // links, then renamed, so a consumer only ever sees complete files.
-func WriteEventFile(eventsfd int, seq int64, body []byte) error {
+func writeEventFile(eventsfd int, seq int64, body []byte) error {
 	name := SeqName(seq)
 	return writeAtomic(eventsfd, name, name+TmpSuffix, body)
 }
 
-// EventFiles publishes event files in sequence as WriteEventFile does, and
+// EventFiles publishes event files in sequence as writeEventFile does, and
 // after each one opens the next file's unnamed inode ahead (O_TMPFILE,
 // tmpfile_linux.go), so a frame's own path is a write, a link under the
 // temporary name and the rename: the inode allocation (70-150 µs here)
-// happens while the writer is idle (issue 14 item 3). The inode made
+// happens while the writer is idle. The inode made
 // ahead has no name until its frame comes, so there is nothing to swap
 // meanwhile and nothing left behind by a crash. One goroutine uses it at
 // a time.

@@ -7,9 +7,9 @@ import (
 	"syscall"
 )
 
-// Identity is what pins a control directory (spec §5.1): device, inode
+// identity is what pins a control directory (spec §5.1): device, inode
 // and birth time in nanoseconds (0 when the filesystem reports none).
-type Identity struct {
+type identity struct {
 	Dev   uint64
 	Ino   uint64
 	Btime int64
@@ -23,9 +23,9 @@ var (
 	ErrNotDir = errors.New("A process session control path is not a directory.")
 )
 
-// LostReason is the reason of the latch message of §5.3 for a stat error
+// lostReason is the reason of the latch message of §5.3 for a stat error
 // of a control path.
-func LostReason(err error) string {
+func lostReason(err error) string {
 	var errno syscall.Errno
 	switch {
 	case errors.Is(err, ErrSymlink):
@@ -42,21 +42,21 @@ func LostReason(err error) string {
 	return "lstat failed"
 }
 
-// Latch is the identity-lost latch of §5.3: set once, never cleared.
-type Latch struct{ lost atomic.Bool }
+// latch is the identity-lost latch of §5.3: set once, never cleared.
+type latch struct{ lost atomic.Bool }
 
-// Set latches; it reports whether this call was the first.
-func (l *Latch) Set() bool { return l.lost.CompareAndSwap(false, true) }
+// set latches; it reports whether this call was the first.
+func (l *latch) set() bool { return l.lost.CompareAndSwap(false, true) }
 
 // Lost reports whether the latch is set.
-func (l *Latch) Lost() bool { return l.lost.Load() }
+func (l *latch) Lost() bool { return l.lost.Load() }
 
 // Verifier re-checks both control paths against their captured identity
 // before every scan of stdin/ (spec §5.3).
 type Verifier struct {
 	SessionPath, StdinPath string
-	Session, Stdin         Identity
-	latch                  Latch
+	Session, Stdin         identity
+	latch                  latch
 	csession, cstdin       []byte // NUL-terminated paths, built once
 }
 
@@ -75,7 +75,7 @@ func (e *LostError) Error() string { return "process session identity lost" }
 // show) and compares them with the captured identity. It returns nil while
 // the identity holds and a *LostError once anything failed, forever after:
 // the latch is never cleared. Verify is called from one goroutine (the
-// stdin reader); Lost and Latch are safe from any.
+// stdin reader); Lost and latch are safe from any.
 func (v *Verifier) Verify() error {
 	if v.latch.Lost() {
 		return &LostError{}
@@ -86,22 +86,22 @@ func (v *Verifier) Verify() error {
 	for _, c := range [2]struct {
 		path  string
 		cpath []byte
-		want  Identity
+		want  identity
 	}{{v.SessionPath, v.csession, v.Session}, {v.StdinPath, v.cstdin, v.Stdin}} {
 		got, err := rawStatIdentity(c.path, c.cpath)
 		if err != nil {
-			return &LostError{First: v.latch.Set(), Message: fmt.Sprintf("Latching on a lost process session identity: %s. Terminating.", LostReason(err))}
+			return &LostError{First: v.latch.set(), Message: fmt.Sprintf("Latching on a lost process session identity: %s. Terminating.", lostReason(err))}
 		}
 		if got != c.want {
-			return &LostError{First: v.latch.Set()}
+			return &LostError{First: v.latch.set()}
 		}
 	}
 	return nil
 }
 
-// Lost reports whether the latch is set.
-func (v *Verifier) Lost() bool { return v.latch.Lost() }
+// lost reports whether the latch is set.
+func (v *Verifier) lost() bool { return v.latch.Lost() }
 
 // Latch sets the latch from outside (a vanished stdin listing, §6.3 step 2);
 // it reports whether this call was the first.
-func (v *Verifier) Latch() bool { return v.latch.Set() }
+func (v *Verifier) Latch() bool { return v.latch.set() }

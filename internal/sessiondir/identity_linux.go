@@ -8,26 +8,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StatIdentity returns the identity of a control directory path without
+// statIdentity returns the identity of a control directory path without
 // following a final symlink: statx(AT_SYMLINK_NOFOLLOW,
 // STATX_BASIC_STATS|STATX_BTIME). A symlink is ErrSymlink, anything but a
 // directory ErrNotDir; btime is 0 when STATX_BTIME is not returned.
-func StatIdentity(path string) (Identity, error) {
+func statIdentity(path string) (identity, error) {
 	var st unix.Statx_t
 	if err := statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, &st); err != nil {
-		return Identity{}, fmt.Errorf("statx: %w", err)
+		return identity{}, fmt.Errorf("statx: %w", err)
 	}
 	return identityOf(path, &st)
 }
 
-// rawStatIdentity is StatIdentity for the 50 ms verification path: the
+// rawStatIdentity is statIdentity for the 50 ms verification path: the
 // path is pre-encoded (no allocation) and statx is issued as a raw
 // syscall. A regular syscall wakes the Go runtime's sysmon from its deep
 // sleep and resets it to 20 µs polling, about fifty extra wake-ups per
 // tick, which alone would blow the idle CPU budget (5 s < 10 ms). statx of
 // a directory does not block for long; the reference's own check is a
 // synchronous lstat on its only thread.
-func rawStatIdentity(path string, cpath []byte) (Identity, error) {
+func rawStatIdentity(path string, cpath []byte) (identity, error) {
 	var st unix.Statx_t
 	cwd := unix.AT_FDCWD // a variable: the negative constant does not convert
 	for {
@@ -37,7 +37,7 @@ func rawStatIdentity(path string, cpath []byte) (Identity, error) {
 			continue
 		}
 		if e != 0 {
-			return Identity{}, fmt.Errorf("statx: %w", e)
+			return identity{}, fmt.Errorf("statx: %w", e)
 		}
 		break
 	}
@@ -46,15 +46,15 @@ func rawStatIdentity(path string, cpath []byte) (Identity, error) {
 
 // identityOf is the identity of a statx result for path: a directory's
 // (dev, ino, btime), or ErrSymlink / ErrNotDir.
-func identityOf(path string, st *unix.Statx_t) (Identity, error) {
+func identityOf(path string, st *unix.Statx_t) (identity, error) {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
-		return Identity{}, ErrSymlink
+		return identity{}, ErrSymlink
 	case unix.S_IFDIR:
 	default:
-		return Identity{}, ErrNotDir
+		return identity{}, ErrNotDir
 	}
-	return Identity{
+	return identity{
 		Dev:   unix.Mkdev(st.Dev_major, st.Dev_minor),
 		Ino:   st.Ino,
 		Btime: btimeOf(path, st),

@@ -19,14 +19,14 @@ func TestStatIdentityKinds(t *testing.T) {
 	link := filepath.Join(root, "l")
 	require.NoError(t, os.Symlink(dir, link))
 
-	id, err := StatIdentity(dir)
+	id, err := statIdentity(dir)
 	require.NoError(t, err)
 	assert.NotZero(t, id.Ino)
-	_, err = StatIdentity(link)
+	_, err = statIdentity(link)
 	assert.ErrorIs(t, err, ErrSymlink)
-	_, err = StatIdentity(file)
+	_, err = statIdentity(file)
 	assert.ErrorIs(t, err, ErrNotDir)
-	_, err = StatIdentity(filepath.Join(root, "missing"))
+	_, err = statIdentity(filepath.Join(root, "missing"))
 	assert.ErrorIs(t, err, syscall.ENOENT)
 }
 
@@ -44,7 +44,7 @@ func TestLostReason(t *testing.T) {
 		{os.ErrClosed, "lstat failed"},
 	}
 	for _, tc := range cases {
-		assert.Equal(t, tc.want, LostReason(tc.err), "%v", tc.err)
+		assert.Equal(t, tc.want, lostReason(tc.err), "%v", tc.err)
 	}
 }
 
@@ -55,9 +55,9 @@ func TestVerifierLatchNeverClears(t *testing.T) {
 	require.NoError(t, os.MkdirAll(stdin, 0o700))
 	v := &Verifier{SessionPath: sess, StdinPath: stdin}
 	var err error
-	v.Session, err = StatIdentity(sess)
+	v.Session, err = statIdentity(sess)
 	require.NoError(t, err)
-	v.Stdin, err = StatIdentity(stdin)
+	v.Stdin, err = statIdentity(stdin)
 	require.NoError(t, err)
 	require.NoError(t, v.Verify())
 
@@ -77,7 +77,7 @@ func TestVerifierLatchNeverClears(t *testing.T) {
 	err = v.Verify()
 	require.ErrorAs(t, err, &le)
 	assert.False(t, le.First)
-	assert.True(t, v.Lost())
+	assert.True(t, v.lost())
 }
 
 func TestVerifierStatErrorMessage(t *testing.T) {
@@ -86,8 +86,8 @@ func TestVerifierStatErrorMessage(t *testing.T) {
 	stdin := filepath.Join(sess, StdinDir)
 	require.NoError(t, os.MkdirAll(stdin, 0o700))
 	v := &Verifier{SessionPath: sess, StdinPath: stdin}
-	v.Session, _ = StatIdentity(sess)
-	v.Stdin, _ = StatIdentity(stdin)
+	v.Session, _ = statIdentity(sess)
+	v.Stdin, _ = statIdentity(stdin)
 	require.NoError(t, os.RemoveAll(sess))
 	var le *LostError
 	require.ErrorAs(t, v.Verify(), &le)

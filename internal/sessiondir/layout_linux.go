@@ -9,10 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxCommandFileBytes bounds a staged command.b64 (§2.3). The host stages
+// maxCommandFileBytes bounds a staged command.b64 (§2.3). The host stages
 // payloads above 64 KiB of base64; 16 MiB is far above any real launch
 // env and keeps a hostile file from exhausting memory.
-const MaxCommandFileBytes = 16 << 20
+const maxCommandFileBytes = 16 << 20
 
 // dirMode is the mode of directories pcwrap creates (spec §4: 0700).
 const dirMode = 0o700
@@ -152,18 +152,18 @@ func (d *Dir) Close() {
 // captures both identities (spec §5.1). The error's text is the exact
 // message: a *ProbeError's own line, else the identity error.
 func (d *Dir) Capture() (*Verifier, error) {
-	if err := Probe(int(d.Session.Fd()), LabelSessionDir, d.Path); err != nil {
+	if err := probe(int(d.Session.Fd()), labelSessionDir, d.Path); err != nil {
 		return nil, err
 	}
-	if err := Probe(int(d.Stdin.Fd()), LabelStdinDir, d.StdinPath); err != nil {
+	if err := probe(int(d.Stdin.Fd()), labelStdinDir, d.StdinPath); err != nil {
 		return nil, err
 	}
 	v := &Verifier{SessionPath: d.Path, StdinPath: d.StdinPath}
 	var err error
-	if v.Session, err = StatIdentity(d.Path); err != nil {
+	if v.Session, err = statIdentity(d.Path); err != nil {
 		return nil, identityErr(err)
 	}
-	if v.Stdin, err = StatIdentity(d.StdinPath); err != nil {
+	if v.Stdin, err = statIdentity(d.StdinPath); err != nil {
 		return nil, identityErr(err)
 	}
 	return v, nil
@@ -199,18 +199,18 @@ func (d *Dir) ReadCommandFile() (b []byte, found bool, err error) {
 	}
 	f := os.NewFile(uintptr(fd), CommandFile)
 	defer f.Close()
-	b, err = ReadRegular(int(f.Fd()), MaxCommandFileBytes, nil)
+	b, err = ReadRegular(int(f.Fd()), maxCommandFileBytes, nil)
 	return b, true, err
 }
 
 // ErrTooLarge: a control file is above its size cap.
 var ErrTooLarge = errors.New("file exceeds its size limit")
 
-// ErrNotRegular: a control file is not a regular file.
-var ErrNotRegular = errors.New("not a regular file")
+// errNotRegular: a control file is not a regular file.
+var errNotRegular = errors.New("not a regular file")
 
 // ReadRegular reads all of the open descriptor fd, which must be a
-// regular file of at most max bytes (ErrNotRegular, ErrTooLarge
+// regular file of at most max bytes (errNotRegular, ErrTooLarge
 // otherwise), and leaves it open. It reads into buf's storage when that
 // is large enough (the result aliases buf then), else into a new buffer.
 // It is the one bounded control-file read: it takes a raw descriptor
@@ -224,7 +224,7 @@ func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 		return nil, fmt.Errorf("fstat: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, ErrNotRegular
+		return nil, errNotRegular
 	}
 	if st.Size > max {
 		return nil, ErrTooLarge
@@ -285,7 +285,7 @@ func (d *Dir) WriteChild(rec ChildRecord) error {
 // name, both relative to dirfd, so name only ever appears complete.
 func writeAtomic(dirfd int, name, tmp string, body []byte) error {
 	// Created filled under tmp (tmpfile_linux.go); a stale tmp left by a
-	// crash is overwritten by name as before.
+	// crash is overwritten by name.
 	if createFilled(dirfd, tmp, body, 0o600) == nil {
 		return publishTmp(dirfd, tmp, name)
 	}

@@ -142,7 +142,7 @@ func TestReadRegularBounds(t *testing.T) {
 	require.NoError(t, err)
 	defer d.Close()
 	_, err = ReadRegular(int(d.Fd()), 5, nil)
-	assert.ErrorIs(t, err, ErrNotRegular)
+	assert.ErrorIs(t, err, errNotRegular)
 }
 
 func TestParseTuning(t *testing.T) {
@@ -173,7 +173,7 @@ func TestReadRegularRawFD(t *testing.T) {
 	assert.Equal(t, "12345", string(b))
 	assert.Same(t, &buf[:1][0], &b[0], "read into buf")
 	_, err = read(dir, 5, nil)
-	assert.ErrorIs(t, err, ErrNotRegular)
+	assert.ErrorIs(t, err, errNotRegular)
 	// A file longer than its stat size (as if it grew while read): /proc
 	// files stat as empty.
 	want, err := os.ReadFile("/proc/self/cmdline")

@@ -12,8 +12,8 @@ const (
 
 // Labels of the two probed control paths (spec §5.1).
 const (
-	LabelSessionDir = "sessionDir"
-	LabelStdinDir   = "stdinDir"
+	labelSessionDir = "sessionDir"
+	labelStdinDir   = "stdinDir"
 )
 
 // ProbeError is a failed birth-time probe; its Error is the exact stderr

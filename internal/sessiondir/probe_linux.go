@@ -16,13 +16,13 @@ func ProbeName(pid int, n int64) string {
 	return ProbePrefix + strconv.Itoa(pid) + "-" + strconv.FormatInt(n, 10)
 }
 
-// Probe runs the birth-time probe of spec §5.2 on the directory held by
+// probe runs the birth-time probe of spec §5.2 on the directory held by
 // dirfd (path is only for messages and test hooks). It rejects a birth
 // time that moves when the directory is written, i.e. one copied from
 // ctime. The probe file is created exclusively without following links,
 // its identity is taken from the open fd, and it is removed only if a
 // final lstat still shows that identity: a peer's replacement stays.
-func Probe(dirfd int, label, path string) error {
+func probe(dirfd int, label, path string) error {
 	n := probeCounter.Add(1)
 	fail := func(reason string) error { return &ProbeError{Label: label, Path: path, Reason: reason} }
 

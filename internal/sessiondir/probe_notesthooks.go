@@ -1,4 +1,4 @@
-//go:build !pcwraptesthooks
+//go:build !testhooks
 
 package sessiondir
 
@@ -14,5 +14,5 @@ func hookProbeFstat(_ int64, fd int, st *unix.Stat_t) error { return unix.Fstat(
 
 func hookProbeLastCheck(int64, int, string) {}
 
-// TestHooks reports whether this build honours the test-hook env vars.
-const TestHooks = false
+// testHooks reports whether this build honours the test-hook env vars.
+const testHooks = false

@@ -18,11 +18,11 @@ func openDir(t *testing.T, p string) *os.File {
 }
 
 func TestProbePassesAndCleansUp(t *testing.T) {
-	if TestHooks {
+	if testHooks {
 		t.Skip("hook build")
 	}
 	dir := t.TempDir()
-	require.NoError(t, Probe(int(openDir(t, dir).Fd()), LabelSessionDir, dir))
+	require.NoError(t, probe(int(openDir(t, dir).Fd()), labelSessionDir, dir))
 	ents, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	assert.Empty(t, ents, "the probe file is removed after a verified identity")
@@ -37,7 +37,7 @@ func TestProbeRefusesPreplantedPath(t *testing.T) {
 	for n := next; n < next+1; n++ {
 		require.NoError(t, os.Symlink(target, filepath.Join(dir, ProbeName(os.Getpid(), n))))
 	}
-	err := Probe(int(openDir(t, dir).Fd()), LabelStdinDir, dir)
+	err := probe(int(openDir(t, dir).Fd()), labelStdinDir, dir)
 	var pe *ProbeError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, "Refusing to trust the process session control path stdinDir ("+dir+"): its probe file could not be created exclusively (the path may already exist). This filesystem or kernel gives no usable creation time. Terminating.", err.Error())

@@ -1,9 +1,9 @@
-//go:build pcwraptesthooks
+//go:build testhooks
 
 package sessiondir
 
 // Test hooks for the identity and probe code, compiled only with
-// -tags pcwraptesthooks (spec §2.2 "test hook"). They stand in for the
+// -tags testhooks (spec §2.2 "test hook"). They stand in for the
 // reference's Node preloads. Each is driven by one environment variable:
 //
 //	PCWRAP_TEST_FAKE_BTIME=<path>=zero|ctime[;<path>=…]
@@ -27,8 +27,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestHooks reports whether this build honours the test-hook env vars.
-const TestHooks = true
+// testHooks reports whether this build honours the test-hook env vars.
+const testHooks = true
 
 func btimeOf(path string, st *unix.Statx_t) int64 {
 	for _, kv := range strings.Split(os.Getenv("PCWRAP_TEST_FAKE_BTIME"), ";") {

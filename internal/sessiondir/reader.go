@@ -14,22 +14,22 @@ import (
 	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
-// EventPollInterval is the host's event poll period (spec §9.3, §11:
+// eventPollInterval is the host's event poll period (spec §9.3, §11:
 // 100 ms, re-armed after each cycle).
-const EventPollInterval = 100 * time.Millisecond
+const eventPollInterval = 100 * time.Millisecond
 
-// MaxFailedCycles is how many consecutive failed poll cycles the tolerant
+// maxFailedCycles is how many consecutive failed poll cycles the tolerant
 // reader accepts before the failure is fatal (spec §9.3, PR #10213).
-const MaxFailedCycles = 5
+const maxFailedCycles = 5
 
 // maxEventFileBytes bounds one event file read. pcwrap reads at most
 // 64 KiB per data frame, which base64 makes ~87 KiB; 1 MiB leaves room for
 // a long error message and refuses a runaway planted file.
 const maxEventFileBytes = 1 << 20
 
-// ErrPollFailed is returned by EventReader.Run after MaxFailedCycles
+// errPollFailed is returned by EventReader.Run after maxFailedCycles
 // consecutive failed cycles; the error wraps the last cycle's failure.
-var ErrPollFailed = errors.New("ACP process session bridge poll failed")
+var errPollFailed = errors.New("ACP process session bridge poll failed")
 
 // ErrStopReading may be returned by a Deliver callback to end Run after the
 // current file (which counts as delivered) without an error.
@@ -38,8 +38,8 @@ var ErrStopReading = errors.New("stop reading events")
 // errNotObject: an event body must be one JSON object (spec §7.2).
 var errNotObject = errors.New("event file is not a JSON object")
 
-// ErrEventFileTooLarge is the read failure of an event file over the bound.
-var ErrEventFileTooLarge = errors.New("event file too large")
+// errEventFileTooLarge is the read failure of an event file over the bound.
+var errEventFileTooLarge = errors.New("event file too large")
 
 // EventFS is the small filesystem the reader works through: the events/
 // directory of one session. Tests wrap it to inject failures; DirFS is the
@@ -79,7 +79,7 @@ type EventReaderOptions struct {
 	// on a session another consumer drains). The watermark still prevents
 	// a second delivery.
 	Keep bool
-	// Interval overrides EventPollInterval (tests).
+	// Interval overrides eventPollInterval (tests).
 	Interval time.Duration
 	// Logger receives the poll-failure and removal warnings (default
 	// slog.Default()).
@@ -91,12 +91,12 @@ type EventReaderOptions struct {
 	DataBuffer func() []byte
 	// ReuseRaw: Event.Raw is valid only until deliver returns, and the
 	// next file is read into the same storage (with an FS that implements
-	// EventReadIntoFS, as DirFS does). Frame.Data never aliases Raw.
+	// eventReadIntoFS, as DirFS does). Frame.Data never aliases Raw.
 	ReuseRaw bool
 }
 
-// EventReadIntoFS is an EventFS that can read into the caller's storage.
-type EventReadIntoFS interface {
+// eventReadIntoFS is an EventFS that can read into the caller's storage.
+type eventReadIntoFS interface {
 	EventFS
 	// ReadInto is Read into buf's storage when it is large enough (the
 	// result aliases buf then).
@@ -110,7 +110,7 @@ type EventReadIntoFS interface {
 // cycle; it is retried next cycle. A cycle that failed is logged as
 // "ACP process session bridge poll failed: <reason> (attempt N/5)"; a cycle
 // that succeeds resets the count; the fifth consecutive failure ends Run
-// with ErrPollFailed. A delivered-sequence watermark guarantees that a file
+// with errPollFailed. A delivered-sequence watermark guarantees that a file
 // whose removal failed is never delivered twice.
 //
 // Delivery happens before removal: a Deliver callback that commits the
@@ -128,7 +128,7 @@ type EventReader struct {
 // NewEventReader returns a reader; call Run to start it.
 func NewEventReader(opts EventReaderOptions) *EventReader {
 	if opts.Interval <= 0 {
-		opts.Interval = EventPollInterval
+		opts.Interval = eventPollInterval
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -142,7 +142,7 @@ func (r *EventReader) Delivered() int64 { return r.delivered }
 
 // Run polls until ctx is done (returning ctx's error), deliver returns
 // ErrStopReading (nil), deliver returns another error for the fifth
-// consecutive cycle, or five consecutive cycles fail (ErrPollFailed).
+// consecutive cycle, or five consecutive cycles fail (errPollFailed).
 // deliver is called from Run's goroutine only, in sequence order.
 func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error {
 	var wake <-chan struct{}
@@ -189,7 +189,7 @@ func (r *EventReader) Run(ctx context.Context, deliver func(Event) error) error 
 // Cycle runs one poll cycle: it delivers the files present, in order, up to
 // the first failure. stop reports that deliver asked to stop; err is
 // non-nil only when the failure was the fatal fifth in a row
-// (ErrPollFailed) or the directory is gone (ErrSessionGone, not retried).
+// (errPollFailed) or the directory is gone (ErrSessionGone, not retried).
 // Run calls Cycle; it is exported for consumers that drive their own loop.
 func (r *EventReader) Cycle(deliver func(Event) error) (stop bool, err error) {
 	stop, cerr := r.cycle(deliver)
@@ -201,10 +201,10 @@ func (r *EventReader) Cycle(deliver func(Event) error) (stop bool, err error) {
 		return stop, nil
 	}
 	r.failed++
-	r.opts.Logger.Warn(fmt.Sprintf("%v: %v (attempt %d/%d)", ErrPollFailed, cerr, r.failed, MaxFailedCycles),
+	r.opts.Logger.Warn(fmt.Sprintf("%v: %v (attempt %d/%d)", errPollFailed, cerr, r.failed, maxFailedCycles),
 		"attempt", r.failed)
-	if r.failed >= MaxFailedCycles {
-		return false, fmt.Errorf("%w: %w", ErrPollFailed, cerr)
+	if r.failed >= maxFailedCycles {
+		return false, fmt.Errorf("%w: %w", errPollFailed, cerr)
 	}
 	return false, nil
 }
@@ -275,7 +275,7 @@ const keepRawBuf = 128 << 10
 
 // read reads one event file, into the last file's storage with ReuseRaw.
 func (r *EventReader) read(name string) ([]byte, error) {
-	fs, ok := r.opts.FS.(EventReadIntoFS)
+	fs, ok := r.opts.FS.(eventReadIntoFS)
 	if !r.opts.ReuseRaw || !ok {
 		return r.opts.FS.Read(name)
 	}

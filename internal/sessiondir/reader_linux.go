@@ -76,7 +76,7 @@ func (d *DirFS) Read(name string) ([]byte, error) {
 	return readAt(d.dir, name, maxEventFileBytes, nil)
 }
 
-// ReadInto implements EventReadIntoFS.
+// ReadInto implements eventReadIntoFS.
 func (d *DirFS) ReadInto(name string, buf []byte) ([]byte, error) {
 	return readAt(d.dir, name, maxEventFileBytes, buf)
 }
@@ -102,7 +102,7 @@ func readAt(dir *os.File, name string, limit int64, buf []byte) ([]byte, error) 
 	defer unix.Close(fd)
 	b, err := ReadRegular(fd, limit, buf)
 	if errors.Is(err, ErrTooLarge) {
-		return nil, ErrEventFileTooLarge
+		return nil, errEventFileTooLarge
 	}
 	return b, err
 }

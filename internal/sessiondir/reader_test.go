@@ -149,13 +149,13 @@ func TestPcwrap46_ReadNeverSucceedsIsFatalAfterFive(t *testing.T) {
 		c := consume(t, d, func(fs EventFS) EventFS {
 			return &faultFS{EventFS: fs, readFail: func(name string, _ int) bool { return name == SeqName(2) }}
 		})
-		require.ErrorIs(t, c.err, ErrPollFailed)
+		require.ErrorIs(t, c.err, errPollFailed)
 		assert.Contains(t, c.err.Error(), "000000000002.json")
 		assert.Equal(t, "EARLY\n", c.out.String())
 		assert.Equal(t, 1, c.exitCode)
 		assert.Equal(t, []string{"(attempt 1/5)", "(attempt 2/5)", "(attempt 3/5)", "(attempt 4/5)", "(attempt 5/5)"},
 			attempts(c.logs.String()))
-		assert.Equal(t, 4*EventPollInterval, time.Since(start), "one attempt per poll period")
+		assert.Equal(t, 4*eventPollInterval, time.Since(start), "one attempt per poll period")
 		assert.FileExists(t, filepath.Join(d, EventsDir, SeqName(2)), "an undelivered file is never removed")
 	})
 }
@@ -186,7 +186,7 @@ func TestPcwrap48_ListingFailuresCountConsecutively(t *testing.T) {
 		c := consume(t, d, func(fs EventFS) EventFS {
 			return &faultFS{EventFS: fs, listFail: func(n int) bool { return n != 3 }}
 		})
-		require.ErrorIs(t, c.err, ErrPollFailed)
+		require.ErrorIs(t, c.err, errPollFailed)
 		assert.ErrorContains(t, c.err, "simulated event listing failure")
 		assert.Equal(t, 1, c.exitCode)
 		assert.Equal(t, "x", c.out.String())
@@ -366,7 +366,7 @@ func FuzzEventReader(f *testing.F) {
 		delivered := 0
 		_, err = r.Cycle(func(ev Event) error {
 			delivered++
-			line := TailLine(ev)
+			line := tailLine(ev)
 			assert.True(t, bytes.HasPrefix(line, []byte(`{"seq":1`)) && bytes.HasSuffix(line, []byte("\n")))
 			return nil
 		})

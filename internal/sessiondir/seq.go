@@ -20,15 +20,15 @@ const seqLockRetry = 10 * time.Millisecond
 // maxCounterBytes bounds the counter file read: 20 digits hold any int64.
 const maxCounterBytes = 64
 
-// ErrBadSeqCounter reports a .pcwrap-stdin-seq that does not hold a decimal
+// errBadSeqCounter reports a .pcwrap-stdin-seq that does not hold a decimal
 // number. Nothing is written to the queue while it is unreadable.
-var ErrBadSeqCounter = errors.New("stdin sequence counter file is not a decimal number")
+var errBadSeqCounter = errors.New("stdin sequence counter file is not a decimal number")
 
-// SeqCounter is the exclusive, flock'd hold on a session's
+// seqCounter is the exclusive, flock'd hold on a session's
 // .pcwrap-stdin-seq. While it is held no other pcwrap send/stop picks a
 // sequence number for the session. Use Store as a Writer's Reserve hook so
 // the counter moves before each file is started.
-type SeqCounter struct {
+type seqCounter struct {
 	f    *os.File
 	last int64
 }
@@ -37,7 +37,7 @@ type SeqCounter struct {
 // sessionDir, refusing symlinks. The last-used number is the counter's
 // value, or, when it is absent or behind, the highest numbered file still in
 // stdin/ (spec §10), so a number is never handed out twice.
-func LockSeqCounter(ctx context.Context, sessionDir string) (*SeqCounter, error) {
+func LockSeqCounter(ctx context.Context, sessionDir string) (*seqCounter, error) {
 	dir, err := openControlDir(sessionDir, "")
 	if err != nil {
 		return nil, fmt.Errorf("lock seq counter: %w", err)
@@ -47,7 +47,7 @@ func LockSeqCounter(ctx context.Context, sessionDir string) (*SeqCounter, error)
 	if err != nil {
 		return nil, fmt.Errorf("lock seq counter: %w", err)
 	}
-	c := &SeqCounter{f: f}
+	c := &seqCounter{f: f}
 	if err := c.lock(ctx); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock seq counter: %w", err)
@@ -66,7 +66,7 @@ func LockSeqCounter(ctx context.Context, sessionDir string) (*SeqCounter, error)
 	return c, nil
 }
 
-func (c *SeqCounter) lock(ctx context.Context) error {
+func (c *seqCounter) lock(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, seqLockWait)
 	defer cancel()
 	t := time.NewTicker(seqLockRetry)
@@ -84,7 +84,7 @@ func (c *SeqCounter) lock(ctx context.Context) error {
 	}
 }
 
-func (c *SeqCounter) read() (int64, error) {
+func (c *seqCounter) read() (int64, error) {
 	buf := make([]byte, maxCounterBytes)
 	n, err := c.f.ReadAt(buf, 0)
 	if err != nil && n == 0 && !isEOF(err) {
@@ -96,16 +96,16 @@ func (c *SeqCounter) read() (int64, error) {
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {
-		return 0, ErrBadSeqCounter
+		return 0, errBadSeqCounter
 	}
 	return v, nil
 }
 
 // Next returns the number the next file should get.
-func (c *SeqCounter) Next() int64 { return c.last + 1 }
+func (c *seqCounter) Next() int64 { return c.last + 1 }
 
 // Store records seq as used. It fits WriterOptions.Reserve.
-func (c *SeqCounter) Store(seq int64) error {
+func (c *seqCounter) Store(seq int64) error {
 	b := []byte(strconv.FormatInt(seq, 10))
 	if err := c.f.Truncate(0); err != nil {
 		return fmt.Errorf("store seq counter: %w", err)
@@ -118,7 +118,7 @@ func (c *SeqCounter) Store(seq int64) error {
 }
 
 // Close releases the lock.
-func (c *SeqCounter) Close() error {
+func (c *seqCounter) Close() error {
 	return c.f.Close() // closing the only descriptor drops the flock
 }
 

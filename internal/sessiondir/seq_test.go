@@ -48,7 +48,7 @@ func TestSeqCounterRejectsGarbage(t *testing.T) {
 		d := newSession(t)
 		require.NoError(t, os.WriteFile(filepath.Join(d, SeqFile), []byte(content), 0o600))
 		_, err := LockSeqCounter(context.Background(), d)
-		require.ErrorIs(t, err, ErrBadSeqCounter, content)
+		require.ErrorIs(t, err, errBadSeqCounter, content)
 	}
 }
 
@@ -73,7 +73,7 @@ func TestSeqCounterRefusesSymlink(t *testing.T) {
 	require.NoError(t, os.WriteFile(target, []byte("5"), 0o600))
 	require.NoError(t, os.Symlink(target, filepath.Join(d, SeqFile)))
 	_, err := LockSeqCounter(context.Background(), d)
-	require.ErrorIs(t, err, ErrClientSymlink)
+	require.ErrorIs(t, err, errClientSymlink)
 	b, _ := os.ReadFile(target)
 	assert.Equal(t, "5", string(b))
 }
@@ -93,7 +93,7 @@ func FuzzSeqCounter(f *testing.F) {
 		require.NoError(t, os.WriteFile(filepath.Join(d, SeqFile), []byte(content), 0o600))
 		c, err := LockSeqCounter(context.Background(), d)
 		if err != nil {
-			require.ErrorIs(t, err, ErrBadSeqCounter)
+			require.ErrorIs(t, err, errBadSeqCounter)
 			return
 		}
 		defer c.Close()

@@ -6,16 +6,16 @@ import (
 	"unicode/utf8"
 )
 
-// SeqDigits is the zero-padded width of queue and event file names (§6.2).
-const SeqDigits = 12
+// seqDigits is the zero-padded width of queue and event file names (§6.2).
+const seqDigits = 12
 
 // SeqName returns the queue/event file name of seq: the decimal number
-// left-padded with zeros to SeqDigits, plus ".json", exactly like
+// left-padded with zeros to seqDigits, plus ".json", exactly like
 // String(seq).padStart(12, "0") + ".json".
 func SeqName(seq int64) string {
 	s := strconv.FormatInt(seq, 10)
-	if len(s) < SeqDigits {
-		pad := "000000000000"[:SeqDigits-len(s)]
+	if len(s) < seqDigits {
+		pad := "000000000000"[:seqDigits-len(s)]
 		s = pad + s
 	}
 	return s + JSONSuffix

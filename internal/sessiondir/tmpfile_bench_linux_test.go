@@ -29,7 +29,7 @@ func BenchmarkEventFile(b *testing.B) {
 			defer noTmpfile.Store(false)
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				if err := WriteEventFile(dfd, 1, body); err != nil {
+				if err := writeEventFile(dfd, 1, body); err != nil {
 					b.Fatal(err)
 				}
 				if err := unix.Unlinkat(dfd, SeqName(1), 0); err != nil {

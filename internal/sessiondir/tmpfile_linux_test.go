@@ -73,7 +73,7 @@ func TestWriteEventFileOverStaleTemp(t *testing.T) {
 	d, err := os.Open(dir)
 	require.NoError(t, err)
 	defer d.Close()
-	require.NoError(t, WriteEventFile(int(d.Fd()), 1, []byte("{}\n")))
+	require.NoError(t, writeEventFile(int(d.Fd()), 1, []byte("{}\n")))
 	b, err := os.ReadFile(filepath.Join(dir, name))
 	require.NoError(t, err)
 	assert.Equal(t, "{}\n", string(b))

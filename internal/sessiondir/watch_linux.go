@@ -14,11 +14,11 @@ import (
 // watchMask is what a queue directory watch asks the kernel for: the
 // events by which a queue file can appear (spec §6.3: create,
 // close-write, moved-to) and the removal or move of the directory itself.
-// fsnotify, which the readers used before, always adds IN_MODIFY,
-// IN_DELETE, IN_MOVED_FROM and IN_ATTRIB: each 64 KiB stdin or event file
-// then woke its reader four or five times (the writer's temporary file
-// created and written, the rename's two halves, and the reader's own
-// unlink), and every wake-up was a directory scan.
+// fsnotify always adds IN_MODIFY, IN_DELETE, IN_MOVED_FROM and IN_ATTRIB:
+// with it each 64 KiB stdin or event file would wake its reader four or
+// five times (the writer's temporary file created and written, the
+// rename's two halves, and the reader's own unlink), and every wake-up is
+// a directory scan.
 const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO |
 	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
 
@@ -29,11 +29,11 @@ var jsonSuffix = []byte(JSONSuffix)
 // longest name (NAME_MAX 255), so a burst drains in one read.
 const watchReadBuf = 64 * (unix.SizeofInotifyEvent + unix.NAME_MAX + 1)
 
-// QueueWatch is an inotify watch on a queue directory (stdin/ or
+// queueWatch is an inotify watch on a queue directory (stdin/ or
 // events/). Its goroutine turns the events that matter into one pending
 // wake-up on C; C is closed when the watch can no longer deliver (the
 // reader's polling alone goes on).
-type QueueWatch struct {
+type queueWatch struct {
 	C    <-chan struct{}
 	c    chan struct{}
 	f    *os.File // the inotify descriptor, read through the netpoller
@@ -46,8 +46,8 @@ type QueueWatch struct {
 
 // WatchQueue watches the directory at the first of paths that can be
 // watched (pcwrap passes /proc/self/fd/<held fd> first, so a later swap
-// of the path cannot redirect the watch). every: see QueueWatch.
-func WatchQueue(every bool, paths ...string) (*QueueWatch, error) {
+// of the path cannot redirect the watch). every: see queueWatch.
+func WatchQueue(every bool, paths ...string) (*queueWatch, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("inotify init: %w", err)
@@ -63,15 +63,15 @@ func WatchQueue(every bool, paths ...string) (*QueueWatch, error) {
 		return nil, fmt.Errorf("inotify watch: %w", err)
 	}
 	c := make(chan struct{}, 1)
-	w := &QueueWatch{C: c, c: c, f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), every: every}
+	w := &queueWatch{C: c, c: c, f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), every: every}
 	go w.loop()
 	return w, nil
 }
 
 // Overflows returns how many queue overflows the watch has seen.
-func (w *QueueWatch) Overflows() int64 { return w.overflows.Load() }
+func (w *queueWatch) Overflows() int64 { return w.overflows.Load() }
 
-func (w *QueueWatch) loop() {
+func (w *queueWatch) loop() {
 	defer close(w.done)
 	defer close(w.c)
 	buf := make([]byte, watchReadBuf)
@@ -95,7 +95,7 @@ func (w *QueueWatch) loop() {
 // can be a queue file (ending in ".json"; the writers' temporary names
 // never do), a queue overflow (after which only a full rescan is safe;
 // every scan is full), or anything that happened to stdin/ itself.
-func (w *QueueWatch) matters(buf []byte) bool {
+func (w *queueWatch) matters(buf []byte) bool {
 	scan := false
 	for len(buf) >= unix.SizeofInotifyEvent {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[0]))
@@ -122,7 +122,7 @@ func (w *QueueWatch) matters(buf []byte) bool {
 }
 
 // Close stops the watch and waits for its goroutine.
-func (w *QueueWatch) Close() {
+func (w *queueWatch) Close() {
 	w.f.Close()
 	<-w.done
 }

@@ -47,13 +47,13 @@ func TestQueueWatchMatters(t *testing.T) {
 		{"a name of 16 characters", rawEvent(unix.IN_CREATE, "0000000001.json."), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var w QueueWatch
+			var w queueWatch
 			if got := w.matters(c.buf); got != c.want {
 				t.Fatalf("matters = %v, want %v", got, c.want)
 			}
 		})
 	}
-	w := QueueWatch{every: true}
+	w := queueWatch{every: true}
 	if !w.matters(rawEvent(unix.IN_CREATE, "x.tmp")) || w.Overflows() != 1 {
 		t.Fatalf("every: want a wake-up counted as an overflow, got %d", w.Overflows())
 	}
@@ -118,7 +118,7 @@ func FuzzQueueWatchMatters(f *testing.F) {
 			}
 			rest = rest[unix.SizeofInotifyEvent+n:]
 		}
-		var w QueueWatch
+		var w queueWatch
 		if got := w.matters(b); got != want {
 			t.Fatalf("matters(%x) = %v, want %v", b, got, want)
 		}

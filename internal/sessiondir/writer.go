@@ -12,14 +12,14 @@ import (
 	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
-// ErrSeqTaken reports that a stdin-queue file with the sequence number the
+// errSeqTaken reports that a stdin-queue file with the sequence number the
 // writer was about to use already exists. The writer never overwrites it:
 // another writer is active on the session, or the caller's durable counter
 // is behind (spec §6.4: a writer MUST NOT reuse a sequence number).
-var ErrSeqTaken = errors.New("stdin sequence number already used")
+var errSeqTaken = errors.New("stdin sequence number already used")
 
-// ErrWriterClosed is returned by writes after Close.
-var ErrWriterClosed = errors.New("stdin writer closed")
+// errWriterClosed is returned by writes after Close.
+var errWriterClosed = errors.New("stdin writer closed")
 
 // tmpSuffix ends every temporary sibling; it never ends in ".json", so the
 // reader (spec §6.2) never lists a half-written file.
@@ -69,9 +69,9 @@ type WriterOptions struct {
 // serialized: file N's rename completes before file N+1 is started. A Writer
 // is safe for concurrent use.
 type Writer struct {
-	mu   sync.Mutex
-	dir  *os.File // held stdin/ directory; nil after Close
-	next int64    // sequence number of the next file
+	mu   sync.Mutex // serialises the files; guards dir and next
+	dir  *os.File   // held stdin/ directory; nil after Close
+	next int64      // sequence number of the next file
 	opts WriterOptions
 }
 
@@ -152,7 +152,7 @@ func (w *Writer) writeBody(body []byte) (int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dir == nil {
-		return 0, fmt.Errorf("write stdin file: %w", ErrWriterClosed)
+		return 0, fmt.Errorf("write stdin file: %w", errWriterClosed)
 	}
 	seq := w.next
 	if w.opts.Reserve != nil {
@@ -189,10 +189,10 @@ func (w *Writer) StageStdin(data []byte, seq int64) (Staged, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dir == nil {
-		return Staged{}, fmt.Errorf("stage stdin file: %w", ErrWriterClosed)
+		return Staged{}, fmt.Errorf("stage stdin file: %w", errWriterClosed)
 	}
 	if seq < w.next {
-		return Staged{}, fmt.Errorf("stage stdin file %s: %w", SeqName(seq), ErrSeqTaken)
+		return Staged{}, fmt.Errorf("stage stdin file %s: %w", SeqName(seq), errSeqTaken)
 	}
 	tmp, err := stage(w.dir, SeqName(seq), body)
 	if err != nil {
@@ -209,7 +209,7 @@ func (w *Writer) Publish(s Staged) (int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dir == nil {
-		return 0, fmt.Errorf("publish stdin file: %w", ErrWriterClosed)
+		return 0, fmt.Errorf("publish stdin file: %w", errWriterClosed)
 	}
 	if s.Seq != w.next {
 		return 0, fmt.Errorf("publish stdin file %s: next is %s", SeqName(s.Seq), SeqName(w.next))
@@ -226,31 +226,31 @@ func (w *Writer) Discard(s Staged) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dir == nil {
-		return fmt.Errorf("discard stdin file: %w", ErrWriterClosed)
+		return fmt.Errorf("discard stdin file: %w", errWriterClosed)
 	}
 	return removeStaged(w.dir, s.Tmp)
 }
 
-// Delivery is where a staged file stands after a restart (prp.md §7.2
+// delivery is where a staged file stands after a restart (prp.md §7.2
 // item 8).
-type Delivery int
+type delivery int
 
 // Deliveries of a staged file.
 const (
-	// Published: the final name is present, or both names are gone (pcwrap
+	// published: the final name is present, or both names are gone (pcwrap
 	// consumed it).
-	Published Delivery = iota + 1
+	published delivery = iota + 1
 	// Unpublished: the temporary file is still there; it never reached
 	// the queue.
 	Unpublished
 )
 
 // Locate reports whether a staged file was published.
-func (w *Writer) Locate(s Staged) (Delivery, error) {
+func (w *Writer) Locate(s Staged) (delivery, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dir == nil {
-		return 0, fmt.Errorf("locate stdin file: %w", ErrWriterClosed)
+		return 0, fmt.Errorf("locate stdin file: %w", errWriterClosed)
 	}
 	tmp, err := present(w.dir, s.Tmp)
 	if err != nil {
@@ -259,7 +259,7 @@ func (w *Writer) Locate(s Staged) (Delivery, error) {
 	if tmp {
 		return Unpublished, nil
 	}
-	return Published, nil
+	return published, nil
 }
 
 // tmpName returns a fresh temporary sibling name for final.

@@ -48,9 +48,9 @@ func symlinkCause(dirfd int, name string, err error) error {
 func controlPathError(op string, err error) error {
 	switch {
 	case errors.Is(err, unix.ELOOP):
-		return fmt.Errorf("%s: %w", op, ErrClientSymlink)
+		return fmt.Errorf("%s: %w", op, errClientSymlink)
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%s: %w", op, ErrClientNotDir)
+		return fmt.Errorf("%s: %w", op, errClientNotDir)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
@@ -130,7 +130,7 @@ func present(dir *os.File, name string) (bool, error) {
 }
 
 // renameNoReplace renames old to new inside one directory and fails with
-// ErrSeqTaken if new exists. Filesystems without RENAME_NOREPLACE get the
+// errSeqTaken if new exists. Filesystems without RENAME_NOREPLACE get the
 // equivalent link+unlink, which is just as exclusive.
 func renameNoReplace(dfd int, old, new string) error {
 	err := unix.Renameat2(dfd, old, dfd, new, unix.RENAME_NOREPLACE)
@@ -141,12 +141,12 @@ func renameNoReplace(dfd int, old, new string) error {
 			return nil
 		}
 		if errors.Is(err, unix.EEXIST) {
-			return ErrSeqTaken
+			return errSeqTaken
 		}
 		return fmt.Errorf("linkat: %w", err)
 	}
 	if errors.Is(err, unix.EEXIST) {
-		return ErrSeqTaken
+		return errSeqTaken
 	}
 	if err != nil {
 		return fmt.Errorf("renameat2: %w", err)

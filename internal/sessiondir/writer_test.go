@@ -98,7 +98,7 @@ func TestWriterNeverReplacesExistingFile(t *testing.T) {
 	defer w.Close()
 
 	_, err = w.Stdin(context.Background(), []byte("mine"))
-	require.ErrorIs(t, err, ErrSeqTaken)
+	require.ErrorIs(t, err, errSeqTaken)
 	b, err := os.ReadFile(existing)
 	require.NoError(t, err)
 	assert.Equal(t, `{"type":"stdin","data":"b3RoZXI="}`, string(b), "the earlier file is intact")
@@ -115,7 +115,7 @@ func TestWriterRefusesSymlinks(t *testing.T) {
 		require.NoError(t, os.MkdirAll(d, 0o700))
 		require.NoError(t, os.Symlink(elsewhere, filepath.Join(d, StdinDir)))
 		_, err := OpenWriter(d, 1, WriterOptions{})
-		require.ErrorIs(t, err, ErrClientSymlink)
+		require.ErrorIs(t, err, errClientSymlink)
 		assert.Empty(t, dirNames(t, elsewhere))
 	})
 	t.Run("session dir", func(t *testing.T) {
@@ -123,14 +123,14 @@ func TestWriterRefusesSymlinks(t *testing.T) {
 		link := filepath.Join(t.TempDir(), "link")
 		require.NoError(t, os.Symlink(real, link))
 		_, err := OpenWriter(link, 1, WriterOptions{})
-		require.ErrorIs(t, err, ErrClientSymlink)
+		require.ErrorIs(t, err, errClientSymlink)
 	})
 	t.Run("not a directory", func(t *testing.T) {
 		d := filepath.Join(t.TempDir(), "s")
 		require.NoError(t, os.MkdirAll(d, 0o700))
 		require.NoError(t, os.WriteFile(filepath.Join(d, StdinDir), nil, 0o600))
 		_, err := OpenWriter(d, 1, WriterOptions{})
-		require.ErrorIs(t, err, ErrClientNotDir)
+		require.ErrorIs(t, err, errClientNotDir)
 	})
 	t.Run("missing", func(t *testing.T) {
 		_, err := OpenWriter(filepath.Join(t.TempDir(), "nope"), 1, WriterOptions{})
@@ -210,7 +210,7 @@ func TestWriterClosedAndCancelled(t *testing.T) {
 	require.NoError(t, w.Close())
 	require.NoError(t, w.Close())
 	_, err = w.StdinEnd(context.Background())
-	require.ErrorIs(t, err, ErrWriterClosed)
+	require.ErrorIs(t, err, errWriterClosed)
 	assert.Empty(t, dirNames(t, filepath.Join(d, StdinDir)))
 }
 
@@ -316,18 +316,18 @@ func TestWriterStagesThenPublishes(t *testing.T) {
 	require.Equal(t, []string{"000000000001.json", "000000000002.json"}, dirNames(t, stdin))
 	loc, err = w.Locate(s)
 	require.NoError(t, err)
-	require.Equal(t, Published, loc)
+	require.Equal(t, published, loc)
 	require.NoError(t, os.Remove(filepath.Join(stdin, "000000000002.json"))) // pcwrap consumed it
 	loc, err = w.Locate(s)
 	require.NoError(t, err)
-	require.Equal(t, Published, loc)
+	require.Equal(t, published, loc)
 
 	s, err = w.StageStdin([]byte("never"), 3)
 	require.NoError(t, err)
 	require.NoError(t, w.Discard(s))
 	require.Equal(t, []string{"000000000001.json"}, dirNames(t, stdin))
 	_, err = w.StageStdin([]byte("x"), 1)
-	require.ErrorIs(t, err, ErrSeqTaken)
+	require.ErrorIs(t, err, errSeqTaken)
 }
 
 // TestWriterWriteBody: a body the caller encoded is published as is,

@@ -22,7 +22,7 @@ import (
 type Group struct {
 	cmd *exec.Cmd
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards reaped and state
 	reaped bool
 	state  *os.ProcessState
 

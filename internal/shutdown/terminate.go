@@ -14,10 +14,10 @@ import (
 // DefaultGrace is the SIGTERM→SIGKILL grace (spec §2.2, §11: 3000 ms).
 const DefaultGrace = 3000 * time.Millisecond
 
-// Signaler delivers a signal to the child's process group; it reports
+// signaler delivers a signal to the child's process group; it reports
 // false when nothing was sent (the leader was already reaped, or the
 // kernel refused).
-type Signaler interface {
+type signaler interface {
 	Signal(sig syscall.Signal) bool
 }
 
@@ -39,8 +39,8 @@ type Terminator struct {
 	// doneC is closed when Terminate first runs.
 	doneC chan struct{}
 
-	mu      sync.Mutex
-	group   Signaler
+	mu      sync.Mutex // guards group, done, timer, killed and stopped
+	group   signaler
 	done    bool
 	timer   *time.Timer
 	killed  bool
@@ -60,7 +60,7 @@ func New(grace time.Duration, begin, ack func()) *Terminator {
 // ran, the group gets its SIGTERM and SIGKILL timer here, so a signal
 // that raced with the spawn still ends the child; Attach then reports
 // false.
-func (t *Terminator) Attach(g Signaler) bool {
+func (t *Terminator) Attach(g signaler) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.group = g
@@ -126,7 +126,7 @@ func (t *Terminator) Terminate() {
 }
 
 // armLocked arms the SIGKILL timer unless Stop already ran.
-func (t *Terminator) armLocked(g Signaler) {
+func (t *Terminator) armLocked(g signaler) {
 	if t.stopped {
 		return
 	}

@@ -19,7 +19,7 @@ var benchEvent = Event{Type: "item.delta", Priority: P1, Payload: json.RawMessag
 // one event per Update (each a full state write: one data sync of the
 // spare, swap, one directory sync) and the file discipline alone with the
 // same syscalls on two same-size files (disciplineFloor). Metrics: fsync/s,
-// append/s, append/fsync (issue 14 target: >= 0.45), floor/fsync and
+// append/s, append/fsync (target: >= 0.45), floor/fsync and
 // append/floor.
 //
 //	go test -run '^$' -bench DurableAppend -benchtime 200x ./internal/state
@@ -60,8 +60,8 @@ func BenchmarkDurableAppend(b *testing.B) {
 	}
 	// Each iteration runs the three in a rotating order, so each follows
 	// each of the others equally often: a sync right after another one
-	// finds the device's cache just flushed, and a fixed order favoured
-	// whichever came second.
+	// finds the device's cache just flushed, and a fixed order would favour
+	// whichever comes second.
 	ops := []func(){rawSync, appendOne, func() { floor.write(b) }}
 	var took [3]time.Duration
 	b.ResetTimer()

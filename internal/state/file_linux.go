@@ -27,7 +27,7 @@ const (
 	// writeAttempts bounds the tries of one state write that fails with a
 	// transient error (EMFILE, ENFILE, EINTR, EAGAIN) before the store
 	// poisons itself: a descriptor shortage from a burst of listener
-	// connections clears as the listener sheds them (issue 9 item 2).
+	// connections clears as the listener sheds them.
 	writeAttempts = 6
 	// writeRetryBase is the first pause between attempts; it doubles, so
 	// the pauses total 10+20+40+80+160 = 310 ms, inside the 2 s upgrade
@@ -193,7 +193,7 @@ func (d *dirHandle) read(limit int64) ([]byte, error) {
 // metadata needed to read it back, which for a file created and written
 // here is its size and block allocation; it skips only timestamps, which
 // nothing reads. The directory entry is made durable by the directory
-// fsync after the rename, as before (neither sync covers the other).
+// fsync after the rename (neither sync covers the other).
 //
 // A transient failure (transientWriteErr) is retried up to writeAttempts
 // times with doubling pauses; each failed attempt has removed its temp

@@ -26,8 +26,8 @@ func faultN(op string, n int64, errno error, calls *atomic.Int64) func(string) e
 }
 
 // TestStateWriteRetriesTransientErrors: a state write that meets a
-// transient error (EMFILE, ENFILE, EINTR, EAGAIN; issue 9 item 2 saw
-// "openat state temp file: too many open files" kill runnerd) is retried
+// transient error (EMFILE, ENFILE, EINTR, EAGAIN: "openat state temp file: too many
+// open files" must not kill runnerd) is retried
 // within writeAttempts and succeeds: the store stays usable, the state is
 // durable, no temp file is left.
 func TestStateWriteRetriesTransientErrors(t *testing.T) {

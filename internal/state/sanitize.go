@@ -40,7 +40,7 @@ var secretPattern = regexp.MustCompile(
 // redactSecrets is secretPattern.ReplaceAllString(s, Redacted) with a
 // prefilter: every alternative of the pattern starts with a literal, and
 // text holding none of them is returned as it is without running the
-// pattern (most of the cost of sanitising a delta, issue 14 item 4).
+// pattern (most of the cost of sanitising a delta).
 func redactSecrets(s string) string {
 	if !mayHoldSecret(s) {
 		return s
@@ -81,7 +81,7 @@ func mayHoldSecret(s string) bool {
 }
 
 // keySeparators are dropped before a key is compared with the secret
-// names (one replacer: building one per key was most of the cost of
+// names (one replacer: building one per key would be most of the cost of
 // sanitising an event).
 var keySeparators = strings.NewReplacer("-", "", "_", "")
 

@@ -124,6 +124,8 @@ type Store struct {
 	sum atomic.Pointer[Summary] // derived from cur
 
 	gate struct {
+		// mu guards everSent and pin, so a seq is a sender's or coalescing's,
+		// never both.
 		mu       sync.Mutex
 		everSent uint64 // highest seq handed to a sender; never decreases
 		pin      uint64 // seq being coalesced by an in-flight Update (0: none)

@@ -166,7 +166,7 @@ func (tx *Tx) CompleteWarmTransition(transitionID string) error {
 }
 
 // recoverWarm settles, at load, a warm transition a crash cut short
-// (issue 15's crash table), so the process that resumes holds exactly one
+// (prp.md §9.5), so the process that resumes holds exactly one
 // identity. The lease the receipt binds died with the process, so the
 // rotation cannot finish as §9.5 runs it; which identity goes on is the
 // core's knowledge, and the server launches runnerd under it (as):

@@ -151,7 +151,7 @@ func TestWarmTransitionIdentityRules(t *testing.T) {
 	require.NoError(t, s.Update(func(tx *Tx) error { return tx.PrepareWarmTransition(r, cmd.Raw, res) }))
 }
 
-// TestWarmTransitionRecovery is the state half of issue 15's crash table:
+// TestWarmTransitionRecovery is the state half of the warm crash table:
 // a process killed inside a rotation is relaunched under the identity the
 // core knows, and the state settles to exactly that one. "prepared" as the
 // old identity: the attach is execution_indeterminate and the old cursors

@@ -5,12 +5,12 @@ import (
 	"sync"
 )
 
-// MaxQueuedBytes is how many bytes may wait for the child's stdin before
+// maxQueuedBytes is how many bytes may wait for the child's stdin before
 // the reader leaves further files on disk (backpressure instead of
 // unbounded memory). 512 KiB is 8 pipe buffers: enough to keep a fast
 // child busy (the files left on disk are the rest of the queue), small
 // enough for the 10 MiB peak-RSS target.
-const MaxQueuedBytes = 512 << 10
+const maxQueuedBytes = 512 << 10
 
 // freeBufs bounds the Feeder's free list of written payload buffers
 // (Buffer): a few are enough to keep the reader from allocating and
@@ -30,6 +30,7 @@ type Feeder struct {
 	w       io.WriteCloser
 	onDrain func()
 
+	// mu guards queue, queued, ended, dropped and closed; cond waits on it.
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   [][]byte
@@ -42,7 +43,7 @@ type Feeder struct {
 }
 
 // NewFeeder starts the writer goroutine for w. onDrain, if set, is called
-// (from the writer goroutine) when the queue falls below MaxQueuedBytes
+// (from the writer goroutine) when the queue falls below maxQueuedBytes
 // after having been full.
 func NewFeeder(w io.WriteCloser, onDrain func()) *Feeder {
 	f := &Feeder{w: w, onDrain: onDrain, done: make(chan struct{}), free: make(chan []byte, freeBufs)}
@@ -85,11 +86,11 @@ func (f *Feeder) SetOnDrain(fn func()) {
 	f.onDrain = fn
 }
 
-// Full reports whether MaxQueuedBytes or more wait for the child.
+// Full reports whether maxQueuedBytes or more wait for the child.
 func (f *Feeder) Full() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.queued >= MaxQueuedBytes
+	return f.queued >= maxQueuedBytes
 }
 
 // End closes the child's stdin once the queued bytes are written.
@@ -153,11 +154,11 @@ func (f *Feeder) loop() {
 		// Full is judged now, not before the write: the reader may have
 		// filled the queue (and stopped, waiting for onDrain) while the
 		// write was in flight.
-		wasFull := f.queued >= MaxQueuedBytes
+		wasFull := f.queued >= maxQueuedBytes
 		if !f.dropped {
 			f.queued -= len(b)
 		}
-		if fn := f.onDrain; wasFull && f.queued < MaxQueuedBytes && fn != nil {
+		if fn := f.onDrain; wasFull && f.queued < maxQueuedBytes && fn != nil {
 			f.mu.Unlock()
 			fn()
 			f.mu.Lock()

@@ -37,7 +37,7 @@ func TestFeederDropUnblocksAndDiscards(t *testing.T) {
 	defer r.Close()
 	drained := make(chan struct{}, 1)
 	f := NewFeeder(w, func() { drained <- struct{}{} })
-	big := make([]byte, MaxQueuedBytes) // far above the pipe buffer: the write blocks
+	big := make([]byte, maxQueuedBytes) // far above the pipe buffer: the write blocks
 	f.Write(big)
 	f.Write([]byte("x"))
 	f.Drop()
@@ -110,13 +110,13 @@ func (feedHandler) Error(string)     {}
 
 // A backlog of 512 files present before launch, four times what the
 // feeder queues, is consumed with no tick-length pause: every drain
-// wakes the reader (issue 9 item 7). The feeder judged "was full" before
-// its write, so when the reader filled the queue during that write the
-// wake-up was lost and the reader waited for the next 50 ms tick.
+// wakes the reader. A feeder that judged "was full" before its write
+// would lose the wake-up when the reader filled the queue during that
+// write, and the reader would wait for the next 50 ms tick.
 // synctest's clock only moves when everything is blocked, so any pause
 // for a tick shows as elapsed time.
 func TestFeederBacklogWakesReaderWithoutTick(t *testing.T) {
-	const files, size = 512, MaxQueuedBytes / 128
+	const files, size = 512, maxQueuedBytes / 128
 	dir := t.TempDir()
 	chunk := strings.Repeat("x", size)
 	for i := int64(1); i <= files; i++ {

@@ -23,7 +23,7 @@ import (
 // TickInterval is the pause after a tick scan before the next (spec §6.3, §11).
 const TickInterval = 50 * time.Millisecond
 
-// IdleTickInterval spaces tick scans while the queue is empty and inotify
+// idleTickInterval spaces tick scans while the queue is empty and inotify
 // is live (beyond the reference: each wake-up of the Go runtime costs a
 // handful of context switches, and 100 of them would exceed the 10 ms
 // CPU budget for 5 idle seconds). An inotify event, an overflow or Kick
@@ -31,16 +31,16 @@ const TickInterval = 50 * time.Millisecond
 // the retry budget is still spent at 50 ms per tick and give-up timing is
 // unchanged. The identity check then runs at least every 500 ms; removal
 // of stdin/ also arrives as an inotify event.
-const IdleTickInterval = 500 * time.Millisecond
+const idleTickInterval = 500 * time.Millisecond
 
 // DefaultMaxRetries is the retry budget in tick scans (spec §2.2, §11).
 const DefaultMaxRetries = 100
 
-// MaxFileBytes caps one stdin file. The host writes one ACP line per file;
+// maxFileBytes caps one stdin file. The host writes one ACP line per file;
 // 16 MiB holds a prompt with several inline images while keeping pcwrap's
 // memory bounded. A larger file is unreadable: retried, then dropped with
 // a message that names the cap, never the content.
-const MaxFileBytes = 16 << 20
+const maxFileBytes = 16 << 20
 
 // Handler receives the effects of the queue, in file order, from the
 // reader goroutine. Calls must not block for long.
@@ -193,7 +193,7 @@ func (r *Reader) Run(ctx context.Context) {
 			r.Scan(true)
 			idle = watching && !r.pending()
 			if idle {
-				tick.Reset(IdleTickInterval)
+				tick.Reset(idleTickInterval)
 			} else {
 				tick.Reset(TickInterval)
 			}

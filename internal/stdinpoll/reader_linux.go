@@ -21,13 +21,13 @@ func (r *Reader) read(name string) (frame.Message, error) {
 	if err != nil {
 		return frame.Message{}, fmt.Errorf("open: %s", errText(err))
 	}
-	b, err := sessiondir.ReadRegular(fd, MaxFileBytes, r.filebuf)
+	b, err := sessiondir.ReadRegular(fd, maxFileBytes, r.filebuf)
 	unix.Close(fd)
 	if cap(b) <= keepFileBuf {
 		r.filebuf = b[:0] // reuse: ParseMessage copies what it keeps
 	}
 	if errors.Is(err, sessiondir.ErrTooLarge) {
-		return frame.Message{}, fmt.Errorf("stdin file exceeds the %d-byte limit", MaxFileBytes)
+		return frame.Message{}, fmt.Errorf("stdin file exceeds the %d-byte limit", maxFileBytes)
 	}
 	if err != nil {
 		return frame.Message{}, err

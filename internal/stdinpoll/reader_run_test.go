@@ -60,10 +60,10 @@ func publish(t *testing.T, dir string, seq int64, body string) {
 // still given up after its tick budget.
 func TestRunDeliversAfterIdle(t *testing.T) {
 	dir, rec := runReader(t, false, 3)
-	time.Sleep(IdleTickInterval + 100*time.Millisecond) // fall idle
+	time.Sleep(idleTickInterval + 100*time.Millisecond) // fall idle
 	publish(t, dir, 1, data("a"))
 	assert.Eventually(t, func() bool { return len(rec.snapshot()) == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(IdleTickInterval + 100*time.Millisecond)
+	time.Sleep(idleTickInterval + 100*time.Millisecond)
 	publish(t, dir, 3, data("c"))
 	assert.Eventually(t, func() bool { return len(rec.snapshot()) == 3 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, []string{"stdin:a", "error:Advanced past missing stdin files 2 to 2 after 3 retries.", "stdin:c"}, rec.snapshot())

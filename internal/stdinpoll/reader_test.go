@@ -121,7 +121,7 @@ func TestReaderUnreadableKinds(t *testing.T) {
 		"oversized": func(t *testing.T, p string) {
 			f, err := os.Create(p)
 			require.NoError(t, err)
-			require.NoError(t, f.Truncate(MaxFileBytes+1))
+			require.NoError(t, f.Truncate(maxFileBytes+1))
 			require.NoError(t, f.Close())
 		},
 	}
@@ -291,9 +291,9 @@ func (c *countingHandler) Stdin(b []byte) {
 
 // Only regular files are queue files: a directory, a symlink or a fifo
 // named like one is not listed (as in the events reader), so it is a gap
-// (given up after the tick budget) and never jams the queue. Issue 9
-// item 3: a directory named 000000000001.json could neither be read nor
-// removed, and every later scan stopped at it again.
+// (given up after the tick budget) and never jams the queue: a directory named 000000000001.json can be
+// neither read nor removed, so a scan that listed it would stop at it
+// every time.
 func TestReaderNonRegularEntriesAreNotQueueFiles(t *testing.T) {
 	cases := map[string]func(t *testing.T, path string){
 		"directory": func(t *testing.T, p string) { require.NoError(t, os.Mkdir(p, 0o700)) },
@@ -323,7 +323,7 @@ func TestReaderNonRegularEntriesAreNotQueueFiles(t *testing.T) {
 
 // A dropped file that cannot be removed still advances the queue and is
 // reported once: later scans skip it instead of retrying it as a late
-// file and dropping it again every 5 s (issue 9 item 3).
+// file and dropping it again every 5 s.
 func TestReaderUndeletableDropReportedOnce(t *testing.T) {
 	fx := newFixture(t, 2)
 	stuck := sessiondir.SeqName(1)
@@ -351,8 +351,8 @@ func TestReaderUndeletableDropReportedOnce(t *testing.T) {
 
 // A name with 20 or more digits orders as the reference's parseInt gives
 // it (a JavaScript number) and never wraps the counter: after it, the
-// host's next files are late files, processed at once (issue 9 item 4;
-// an int64 counter wrapped to -2^63 and stalled 5 s behind a bogus gap).
+// host's next files are late files, processed at once (an int64 counter
+// would wrap to -2^63 and stall 5 s behind a bogus gap).
 func TestReaderHugeSeqNameDoesNotWrap(t *testing.T) {
 	fx := newFixture(t, 2)
 	require.NoError(t, os.WriteFile(filepath.Join(fx.dir, "99999999999999999999.json"), []byte(data("huge")), 0o600))

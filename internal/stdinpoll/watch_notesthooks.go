@@ -1,4 +1,4 @@
-//go:build !pcwraptesthooks
+//go:build !testhooks
 
 package stdinpoll
 

@@ -1,8 +1,8 @@
-//go:build pcwraptesthooks
+//go:build testhooks
 
 package stdinpoll
 
-// Test hooks, compiled only with -tags pcwraptesthooks:
+// Test hooks, compiled only with -tags testhooks:
 //
 //	PCWRAP_TEST_NO_INOTIFY=1
 //	    no inotify watch: tick scans alone drive the queue (scenario 58).

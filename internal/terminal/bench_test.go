@@ -17,7 +17,7 @@ func reportLatency(b *testing.B, samples []time.Duration) {
 }
 
 // BenchmarkTerminalTrue: terminal/create of `true` until wait_for_exit
-// answers (issue 12, performance), then release; compare with
+// answers, then release; compare with
 // BenchmarkExecTrue in the same run.
 func BenchmarkTerminalTrue(b *testing.B) {
 	h := &harness{state: b.TempDir(), answers: make(chan answer, 64), pcwrap: testbin.Path(b, "pcwrap")}

@@ -22,7 +22,7 @@ func FuzzDecodeCreate(f *testing.F) {
 		if r.SessionID == "" || r.Command == "" {
 			t.Fatal("accepted a request without sessionId or command")
 		}
-		if l := r.OutputByteLimit; l != nil && (*l < 0 || *l > MaxOutputByteLimit) {
+		if l := r.OutputByteLimit; l != nil && (*l < 0 || *l > maxOutputByteLimit) {
 			t.Fatal("accepted an out-of-range limit")
 		}
 		for _, e := range r.Env {
@@ -78,7 +78,7 @@ func FuzzParseTail(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(tm.tail) > tm.limit || tm.limit > MaxOutputByteLimit || len(tm.waiters) > maxWaiters {
+		if len(tm.tail) > tm.limit || tm.limit > maxOutputByteLimit || len(tm.waiters) > maxWaiters {
 			t.Fatal("accepted a tail file out of its bounds")
 		}
 	})

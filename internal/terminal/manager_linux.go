@@ -35,7 +35,7 @@ const (
 	// releaseWait bounds how long a release waits for the terminal's
 	// pcwrap to end after its shutdown: the kill grace, then pcwrap's own
 	// drain bound (pcwrap-protocol.md §8.1: 500 ms) and a margin.
-	releaseWait = KillGraceMS*time.Millisecond + 3*time.Second
+	releaseWait = killGraceMS*time.Millisecond + 3*time.Second
 	// goneCheck paces the release's check that pcwrap ended.
 	goneCheck = 20 * time.Millisecond
 	// maxHeaderBytes bounds the header line of a tail file (ids and a
@@ -46,7 +46,7 @@ const (
 	// maxIDBytes bounds a JSON-RPC id kept for a deferred answer.
 	maxIDBytes = 256
 	// maxTailFileBytes bounds the read of a tail file at adoption.
-	maxTailFileBytes = maxHeaderBytes + 1 + MaxOutputByteLimit
+	maxTailFileBytes = maxHeaderBytes + 1 + maxOutputByteLimit
 )
 
 // Config configures a Manager.
@@ -72,7 +72,7 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards terms
 	terms map[string]*term
 }
 
@@ -92,6 +92,7 @@ type term struct {
 	// never replaces a newer one.
 	pmu sync.Mutex
 
+	// mu guards tail, truncated, exit, waiters, consumed and released.
 	mu        sync.Mutex
 	tail      []byte
 	truncated bool
@@ -136,8 +137,8 @@ func (m *Manager) tailPath(id string) string { return filepath.Join(m.dir(), id+
 // when the request names none; env is the base environment, the agent's
 // allowlist (acp.md §2.2), which create's env overlays through the
 // payload (tools.md §8).
-func (m *Manager) Create(req CreateRequest, cwd string, env []string) (CreateResult, error) {
-	limit := DefaultOutputByteLimit
+func (m *Manager) Create(req CreateRequest, cwd string, env []string) (createResult, error) {
+	limit := defaultOutputByteLimit
 	if req.OutputByteLimit != nil {
 		limit = int(*req.OutputByteLimit)
 	}
@@ -146,8 +147,8 @@ func (m *Manager) Create(req CreateRequest, cwd string, env []string) (CreateRes
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.terms) >= MaxOpen {
-		return CreateResult{}, &Error{Code: CodeInvalidParams, Message: "create terminal: the session already has 16 open terminals"}
+	if len(m.terms) >= maxOpen {
+		return createResult{}, &Error{Code: codeInvalidParams, Message: "create terminal: the session already has 16 open terminals"}
 	}
 	var penv map[string]string
 	if len(req.Env) > 0 {
@@ -157,19 +158,19 @@ func (m *Manager) Create(req CreateRequest, cwd string, env []string) (CreateRes
 		}
 	}
 	if err := os.MkdirAll(m.dir(), 0o700); err != nil {
-		return CreateResult{}, fmt.Errorf("create terminal: mkdir: %w", err)
+		return createResult{}, fmt.Errorf("create terminal: mkdir: %w", err)
 	}
 	l, err := procsession.Launch(procsession.Spec{
 		StateDir: m.cfg.StateDir, Pcwrap: m.cfg.Pcwrap,
 		Argv: append([]string{req.Command}, req.Args...), Cwd: cwd,
 		Env: env, PayloadEnv: penv,
 		Tuning: []string{
-			sessiondir.EnvGraceMS + "=" + strconv.Itoa(KillGraceMS),
+			sessiondir.EnvGraceMS + "=" + strconv.Itoa(killGraceMS),
 			sessiondir.EnvKeepGroup + "=1",
 		},
 	})
 	if err != nil {
-		return CreateResult{}, fmt.Errorf("create terminal: %w", err)
+		return createResult{}, fmt.Errorf("create terminal: %w", err)
 	}
 	t := &term{id: l.UUID, sessionID: req.SessionID, dir: l.Dir, limit: limit, pcwrapDone: make(chan struct{})}
 	// Reaps our child; ends when pcwrap does. Not in wg: a Close leaves
@@ -183,11 +184,11 @@ func (m *Manager) Create(req CreateRequest, cwd string, env []string) (CreateRes
 		// stop it now rather than leak it.
 		m.log.Warn("persist terminal", "err", err)
 		m.startCleanup(t)
-		return CreateResult{}, fmt.Errorf("create terminal: %w", err)
+		return createResult{}, fmt.Errorf("create terminal: %w", err)
 	}
 	m.terms[t.id] = t
 	m.startReader(t)
-	return CreateResult{TerminalID: t.id}, nil
+	return createResult{TerminalID: t.id}, nil
 }
 
 // lookup finds an open terminal of sessionID.
@@ -202,14 +203,14 @@ func (m *Manager) lookup(req Request) (*term, error) {
 }
 
 // Output is terminal/output.
-func (m *Manager) Output(req Request) (OutputResult, error) {
+func (m *Manager) Output(req Request) (outputResult, error) {
 	t, err := m.lookup(req)
 	if err != nil {
-		return OutputResult{}, err
+		return outputResult{}, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return OutputResult{Output: string(t.tail), Truncated: t.truncated, ExitStatus: t.exit}, nil
+	return outputResult{Output: string(t.tail), Truncated: t.truncated, ExitStatus: t.exit}, nil
 }
 
 // WaitForExit is terminal/wait_for_exit: when the command already exited
@@ -246,7 +247,7 @@ func (m *Manager) WaitForExit(req Request, id json.RawMessage) (st ExitStatus, d
 }
 
 // Kill is terminal/kill: TERM to the command's process group, KILL after
-// KillGraceMS (pcwrap's terminate()); the terminal stays for output.
+// killGraceMS (pcwrap's terminate()); the terminal stays for output.
 func (m *Manager) Kill(req Request) error {
 	t, err := m.lookup(req)
 	if err != nil {
@@ -257,7 +258,7 @@ func (m *Manager) Kill(req Request) error {
 	}
 	if err := procsession.StopWrapper(t.dir); err != nil {
 		m.log.Warn("kill terminal", "err", err)
-		return &Error{Code: CodeInternalError, Message: "kill terminal: the terminal did not take the request"}
+		return &Error{Code: codeInternalError, Message: "kill terminal: the terminal did not take the request"}
 	}
 	return nil
 }
@@ -477,7 +478,7 @@ func parseTail(id string, b []byte) (*term, error) {
 	hb, tail, ok := bytes.Cut(b, []byte{'\n'})
 	var h header
 	if !ok || len(hb) > maxHeaderBytes || json.Unmarshal(hb, &h) != nil || h.ID != id || h.Limit < 0 ||
-		h.Limit > MaxOutputByteLimit || len(tail) > h.Limit || h.Consumed < 0 || len(h.Waiters) > maxWaiters {
+		h.Limit > maxOutputByteLimit || len(tail) > h.Limit || h.Consumed < 0 || len(h.Waiters) > maxWaiters {
 		return nil, errors.New("read terminal tail: malformed")
 	}
 	return &term{id: id, sessionID: h.SessionID, limit: h.Limit, tail: tail, truncated: h.Truncated,

@@ -1,5 +1,5 @@
 // Package terminal is runnerd's side of ACP's client terminals (tools.md
-// §8, issue 12 item 2): terminal/create|output|wait_for_exit|kill|release.
+// §8): terminal/create|output|wait_for_exit|kill|release.
 // Each terminal is a pcwrap process session of its own under
 // <state-dir>/process-sessions/<terminalId>/, started with the keep-group
 // option, so it survives a runnerd restart, is killed as a process group,
@@ -9,13 +9,12 @@
 package terminal
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/clientfs"
 )
 
 // ACP client methods (agent-client-protocol schema).
@@ -24,32 +23,32 @@ const (
 	MethodOutput      = "terminal/output"
 	MethodWaitForExit = "terminal/wait_for_exit"
 	MethodKill        = "terminal/kill"
-	MethodRelease     = "terminal/release"
+	methodRelease     = "terminal/release"
 )
 
 // IsMethod reports whether method is one of the terminal methods.
 func IsMethod(method string) bool {
 	switch method {
-	case MethodCreate, MethodOutput, MethodWaitForExit, MethodKill, MethodRelease:
+	case MethodCreate, MethodOutput, MethodWaitForExit, MethodKill, methodRelease:
 		return true
 	}
 	return false
 }
 
-// Bounds (tools.md §8 and issue 12).
+// Bounds (tools.md §8).
 const (
-	// DefaultOutputByteLimit is the tail kept when create names no limit
+	// defaultOutputByteLimit is the tail kept when create names no limit
 	// (tools.md §8: 64 KiB).
-	DefaultOutputByteLimit = 64 << 10
-	// MaxOutputByteLimit caps outputByteLimit (tools.md §8: 1 MiB).
-	MaxOutputByteLimit = 1 << 20
-	// MaxOpen is the number of terminals a session may hold open
+	defaultOutputByteLimit = 64 << 10
+	// maxOutputByteLimit caps outputByteLimit (tools.md §8: 1 MiB).
+	maxOutputByteLimit = 1 << 20
+	// maxOpen is the number of terminals a session may hold open
 	// (tools.md §8: 16).
-	MaxOpen = 16
-	// KillGraceMS is kill's TERM→KILL grace, given to the terminal's
+	maxOpen = 16
+	// killGraceMS is kill's TERM→KILL grace, given to the terminal's
 	// pcwrap as PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS (tools.md §8:
 	// 1,500 ms).
-	KillGraceMS = 1500
+	killGraceMS = 1500
 	// maxArgs and maxEnv bound a create request's lists (beyond: the ACP
 	// line limit already bounds the bytes; these bound the work per
 	// request and the staged payload).
@@ -60,19 +59,19 @@ const (
 // The JSON-RPC error codes and the refusal type are acpx's, shared with
 // the other client-side handlers.
 const (
-	CodeInvalidParams    = acpx.CodeInvalidParams
-	CodeInternalError    = acpx.CodeInternalError
+	codeInvalidParams    = acpx.CodeInvalidParams
+	codeInternalError    = acpx.CodeInternalError
 	CodeResourceNotFound = acpx.CodeResourceNotFound
 )
 
 // Error is a refused request (acpx.ClientError).
 type Error = acpx.ClientError
 
-func invalid(msg string) error  { return &Error{Code: CodeInvalidParams, Message: msg} }
+func invalid(msg string) error  { return &Error{Code: codeInvalidParams, Message: msg} }
 func notFound(msg string) error { return &Error{Code: CodeResourceNotFound, Message: msg} }
 
-// EnvVariable is one entry of create's env.
-type EnvVariable struct {
+// envVariable is one entry of create's env.
+type envVariable struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 }
@@ -82,13 +81,13 @@ type CreateRequest struct {
 	SessionID       string        `json:"sessionId"`
 	Command         string        `json:"command"`
 	Args            []string      `json:"args,omitempty"`
-	Env             []EnvVariable `json:"env,omitempty"`
+	Env             []envVariable `json:"env,omitempty"`
 	Cwd             string        `json:"cwd,omitempty"`
 	OutputByteLimit *int64        `json:"outputByteLimit,omitempty"`
 }
 
-// CreateResult is terminal/create's result.
-type CreateResult struct {
+// createResult is terminal/create's result.
+type createResult struct {
 	TerminalID string `json:"terminalId"`
 }
 
@@ -105,8 +104,8 @@ type ExitStatus struct {
 	Signal   *string `json:"signal"`
 }
 
-// OutputResult is terminal/output's result.
-type OutputResult struct {
+// outputResult is terminal/output's result.
+type outputResult struct {
 	Output     string      `json:"output"`
 	Truncated  bool        `json:"truncated"`
 	ExitStatus *ExitStatus `json:"exitStatus,omitempty"`
@@ -120,10 +119,10 @@ type (
 
 // DecodeCreate decodes and checks terminal/create's params: a command
 // without NUL, env names that are valid and do not start with PAPERCLIP_
-// (tools.md §8), an absolute cwd if any, a limit in [0, MaxOutputByteLimit].
+// (tools.md §8), an absolute cwd if any, a limit in [0, maxOutputByteLimit].
 func DecodeCreate(raw json.RawMessage) (CreateRequest, error) {
 	var r CreateRequest
-	if err := decodeParams(raw, &r); err != nil {
+	if err := clientfs.DecodeParams(raw, &r); err != nil {
 		return CreateRequest{}, invalid("create terminal: params are not a valid request")
 	}
 	if r.SessionID == "" || r.Command == "" {
@@ -151,7 +150,7 @@ func DecodeCreate(raw json.RawMessage) (CreateRequest, error) {
 	if r.Cwd != "" && !strings.HasPrefix(r.Cwd, "/") {
 		return CreateRequest{}, invalid("create terminal: cwd is not an absolute path")
 	}
-	if l := r.OutputByteLimit; l != nil && (*l < 0 || *l > MaxOutputByteLimit) {
+	if l := r.OutputByteLimit; l != nil && (*l < 0 || *l > maxOutputByteLimit) {
 		return CreateRequest{}, invalid("create terminal: outputByteLimit is outside 0..1048576")
 	}
 	return r, nil
@@ -161,29 +160,13 @@ func DecodeCreate(raw json.RawMessage) (CreateRequest, error) {
 // release.
 func DecodeRequest(raw json.RawMessage) (Request, error) {
 	var r Request
-	if err := decodeParams(raw, &r); err != nil {
+	if err := clientfs.DecodeParams(raw, &r); err != nil {
 		return Request{}, invalid("terminal request: params are not a valid request")
 	}
 	if r.SessionID == "" || r.TerminalID == "" {
 		return Request{}, invalid("terminal request: sessionId and terminalId are required")
 	}
 	return r, nil
-}
-
-// decodeParams accepts exactly one JSON object.
-func decodeParams(raw json.RawMessage, v any) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return errors.New("params are not an object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after params")
-	}
-	return nil
 }
 
 // keepTail appends p to tail and keeps at most limit bytes of the end,

@@ -63,7 +63,7 @@ func (h *harness) create(script string) string {
 	return res.TerminalID
 }
 
-func (h *harness) output(id string) OutputResult {
+func (h *harness) output(id string) outputResult {
 	h.t.Helper()
 	out, err := h.m.Output(Request{SessionID: sess, TerminalID: id})
 	require.NoError(h.t, err)
@@ -284,13 +284,13 @@ func TestTools12_TerminalLimit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	var ids []string
-	for range MaxOpen {
+	for range maxOpen {
 		ids = append(ids, h.create(`sleep 300`))
 	}
 	_, err := h.m.Create(CreateRequest{SessionID: sess, Command: "true"}, h.state, h.env())
 	var te *Error
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, CodeInvalidParams, te.Code)
+	assert.Equal(t, codeInvalidParams, te.Code)
 	require.NoError(t, h.m.Release(Request{SessionID: sess, TerminalID: ids[0]}))
 	h.create(`true`)
 }
@@ -302,7 +302,7 @@ func TestTerminalEnvAndCwd(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
 	res, err := h.m.Create(CreateRequest{SessionID: sess, Command: "sh", Args: []string{"-c", `echo "$FOO:$(pwd)"`},
-		Env: []EnvVariable{{Name: "FOO", Value: "bar"}}, Cwd: dir}, h.state, h.env())
+		Env: []envVariable{{Name: "FOO", Value: "bar"}}, Cwd: dir}, h.state, h.env())
 	require.NoError(t, err)
 	h.waitExit(res.TerminalID, 1)
 	assert.Equal(t, "bar:"+dir+"\n", h.output(res.TerminalID).Output)
@@ -310,7 +310,7 @@ func TestTerminalEnvAndCwd(t *testing.T) {
 	_, err = DecodeCreate(json.RawMessage(`{"sessionId":"s","command":"sh","env":[{"name":"PAPERCLIP_X","value":"1"}]}`))
 	var te *Error
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, CodeInvalidParams, te.Code)
+	assert.Equal(t, codeInvalidParams, te.Code)
 	_, err = h.m.Output(Request{SessionID: "other", TerminalID: res.TerminalID})
 	require.ErrorAs(t, err, &te)
 	assert.Equal(t, CodeResourceNotFound, te.Code, "another session's terminal is unknown")

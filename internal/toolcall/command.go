@@ -16,9 +16,9 @@ var stableID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
 // digestPattern is a content digest.
 var digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 
-// ResultCommand is the payload of the semantic_tool.result command
+// resultCommand is the payload of the semantic_tool.result command
 // (tools.md §3 item 4). Either Input or InputDigest may name the input.
-type ResultCommand struct {
+type resultCommand struct {
 	CallID          string          `json:"callId"`
 	OperationID     string          `json:"operationId"`
 	Input           json.RawMessage `json:"input,omitempty"`
@@ -33,63 +33,63 @@ type ResultCommand struct {
 	ResultDigest string `json:"-"`
 }
 
-// ErrMalformedCommand is a semantic_tool.result payload runnerd cannot
+// errMalformedCommand is a semantic_tool.result payload runnerd cannot
 // read; its wrapped text names the field, never a value.
-var ErrMalformedCommand = errors.New("malformed semantic_tool.result")
+var errMalformedCommand = errors.New("malformed semantic_tool.result")
 
 // DecodeResultCommand reads and checks a semantic_tool.result payload. An
 // input given in place of inputDigest is reduced to its digest.
-func DecodeResultCommand(payload json.RawMessage) (ResultCommand, error) {
-	var c ResultCommand
+func DecodeResultCommand(payload json.RawMessage) (resultCommand, error) {
+	var c resultCommand
 	if err := json.Unmarshal(payload, &c); err != nil {
-		return ResultCommand{}, fmt.Errorf("%w: not a JSON object", ErrMalformedCommand)
+		return resultCommand{}, fmt.Errorf("%w: not a JSON object", errMalformedCommand)
 	}
 	for _, f := range []struct{ name, v string }{{"callId", c.CallID}, {"operationId", c.OperationID}} {
 		if len(f.v) == 0 || len(f.v) > maxStableID || !stableID.MatchString(f.v) {
-			return ResultCommand{}, fmt.Errorf("%w: %s is missing or not a stable id", ErrMalformedCommand, f.name)
+			return resultCommand{}, fmt.Errorf("%w: %s is missing or not a stable id", errMalformedCommand, f.name)
 		}
 	}
 	if len(c.Result) == 0 {
-		return ResultCommand{}, fmt.Errorf("%w: result is missing", ErrMalformedCommand)
+		return resultCommand{}, fmt.Errorf("%w: result is missing", errMalformedCommand)
 	}
-	d, err := Digest(c.Result)
+	d, err := digest(c.Result)
 	if err != nil {
-		return ResultCommand{}, fmt.Errorf("%w: result cannot be digested", ErrMalformedCommand)
+		return resultCommand{}, fmt.Errorf("%w: result cannot be digested", errMalformedCommand)
 	}
 	c.ResultDigest = d
 	if len(c.Input) > 0 && string(c.Input) != "null" {
-		d, err := Digest(c.Input)
+		d, err := digest(c.Input)
 		if err != nil {
-			return ResultCommand{}, fmt.Errorf("%w: input cannot be digested", ErrMalformedCommand)
+			return resultCommand{}, fmt.Errorf("%w: input cannot be digested", errMalformedCommand)
 		}
 		if c.InputDigest != "" && c.InputDigest != d {
-			return ResultCommand{}, fmt.Errorf("%w: input and inputDigest disagree", ErrMalformedCommand)
+			return resultCommand{}, fmt.Errorf("%w: input and inputDigest disagree", errMalformedCommand)
 		}
 		c.InputDigest = d
 	}
 	if c.InputDigest != "" && !digestPattern.MatchString(c.InputDigest) {
-		return ResultCommand{}, fmt.Errorf("%w: inputDigest is not a sha256 digest", ErrMalformedCommand)
+		return resultCommand{}, fmt.Errorf("%w: inputDigest is not a sha256 digest", errMalformedCommand)
 	}
 	return c, nil
 }
 
 // Outcome returns the command's result as an Outcome.
-func (c ResultCommand) Outcome() Outcome {
+func (c resultCommand) Outcome() Outcome {
 	return Outcome{Result: c.Result, IsError: c.IsError, Digest: c.ResultDigest}
 }
 
-// Verdict is what a semantic_tool.result command does (tools.md §3 items
+// verdict is what a semantic_tool.result command does (tools.md §3 items
 // 4–5).
-type Verdict int
+type verdict int
 
 // Verdicts.
 const (
 	// Deliver: the call is pending with its agent waiting; emit the
 	// result event, settle the call, answer the agent: "delivered".
-	Deliver Verdict = iota + 1
-	// Record: the call is detached; record the result for a re-call,
+	Deliver verdict = iota + 1
+	// record: the call is detached; record the result for a re-call,
 	// emit the result event: "detached".
-	Record
+	record
 	// Duplicate: the same result was already taken; no event, no
 	// redelivery: "duplicate".
 	Duplicate
@@ -101,10 +101,10 @@ const (
 	NotPending
 )
 
-// Decision is the table's answer to a command.
-type Decision struct {
-	Verdict Verdict
-	// Call is the matched unsettled call (Deliver, Record, and Duplicate
+// decision is the table's answer to a command.
+type decision struct {
+	Verdict verdict
+	// Call is the matched unsettled call (Deliver, record, and Duplicate
 	// or Conflict of a detached call with a recorded result).
 	Call *Call
 	// Reason is a fixed text for Conflict and NotPending.
@@ -112,35 +112,35 @@ type Decision struct {
 }
 
 // Decide matches cmd to the table. It changes nothing: the caller
-// validates, then applies the decision (Settle, Record) in the write that
+// validates, then applies the decision (Settle, record) in the write that
 // records the command's outcome. waiting reports whether the agent still
 // waits on a pending call (its HTTP request is alive).
-func (t *Table) Decide(cmd ResultCommand, waiting func(callID string) bool) Decision {
+func (t *Table) Decide(cmd resultCommand, waiting func(callID string) bool) decision {
 	c := t.Find(cmd.CallID)
 	if c == nil {
-		s, ok := t.FindSettled(cmd.CallID)
+		s, ok := t.findSettled(cmd.CallID)
 		switch {
 		case !ok:
-			return Decision{Verdict: NotPending, Reason: "no semantic tool call is pending under that callId"}
+			return decision{Verdict: NotPending, Reason: "no semantic tool call is pending under that callId"}
 		case s.OperationID == cmd.OperationID && s.ResultDigest == cmd.ResultDigest && s.IsError == cmd.IsError:
-			return Decision{Verdict: Duplicate}
+			return decision{Verdict: Duplicate}
 		default:
-			return Decision{Verdict: Conflict, Reason: "a different result was already delivered for that callId"}
+			return decision{Verdict: Conflict, Reason: "a different result was already delivered for that callId"}
 		}
 	}
 	switch {
 	case c.OperationID != cmd.OperationID:
-		return Decision{Verdict: Conflict, Call: c, Reason: "the callId is pending for another operationId"}
+		return decision{Verdict: Conflict, Call: c, Reason: "the callId is pending for another operationId"}
 	case cmd.InputDigest != "" && cmd.InputDigest != c.InputDigest:
-		return Decision{Verdict: Conflict, Call: c, Reason: "the input does not match the pending call's input"}
+		return decision{Verdict: Conflict, Call: c, Reason: "the input does not match the pending call's input"}
 	case c.Recorded != nil && c.Recorded.Digest == cmd.ResultDigest && c.Recorded.IsError == cmd.IsError:
-		return Decision{Verdict: Duplicate, Call: c}
+		return decision{Verdict: Duplicate, Call: c}
 	case c.Recorded != nil:
-		return Decision{Verdict: Conflict, Call: c, Reason: "a different result was already recorded for that callId"}
+		return decision{Verdict: Conflict, Call: c, Reason: "a different result was already recorded for that callId"}
 	case c.State == Pending && waiting != nil && waiting(c.CallID):
-		return Decision{Verdict: Deliver, Call: c}
+		return decision{Verdict: Deliver, Call: c}
 	default:
-		return Decision{Verdict: Record, Call: c}
+		return decision{Verdict: record, Call: c}
 	}
 }
 
@@ -150,11 +150,11 @@ func StatusResult(status, callID string) json.RawMessage {
 }
 
 // Status returns the command status word of a completed verdict.
-func (v Verdict) Status() string {
+func (v verdict) Status() string {
 	switch v {
 	case Deliver:
 		return "delivered"
-	case Record:
+	case record:
 		return "detached"
 	case Duplicate:
 		return "duplicate"

@@ -12,14 +12,14 @@ import (
 const (
 	EventInput    = prp.EventSemanticToolInput
 	EventResult   = prp.EventSemanticToolResult
-	PayloadSchema = "paperclip.prp.semantic_tool.v1"
+	payloadSchema = "paperclip.prp.semantic_tool.v1"
 )
 
 // Result codes of the semantic_tool.result event and command (tools.md §3
 // items 4–5).
 const (
-	CodeSucceeded      = "semantic_tool_succeeded"
-	CodeFailed         = "semantic_tool_failed"
+	codeSucceeded      = "semantic_tool_succeeded"
+	codeFailed         = "semantic_tool_failed"
 	CodeResultConflict = "semantic_tool_result_conflict"
 	CodeNotPending     = "semantic_tool_not_pending"
 )
@@ -42,7 +42,7 @@ func (c Correlation) value() map[string]any {
 // canonical input is input (tools.md §3 item 3).
 func InputPayload(c *Call, corr Correlation, input json.RawMessage) map[string]any {
 	return map[string]any{"semantic_tool": map[string]any{
-		"schema":         PayloadSchema,
+		"schema":         payloadSchema,
 		"schemaVersion":  1,
 		"phase":          "input",
 		"operationId":    c.OperationID,
@@ -65,12 +65,12 @@ func ResultPayload(c *Call, corr Correlation, o Outcome) map[string]any {
 	if r := receipt(c, corr, o.Result); r != nil {
 		return map[string]any{"semantic_tool": r}
 	}
-	outcome, code := "succeeded", CodeSucceeded
+	outcome, code := "succeeded", codeSucceeded
 	if o.IsError {
-		outcome, code = "failed", CodeFailed
+		outcome, code = "failed", codeFailed
 	}
 	return map[string]any{"semantic_tool": map[string]any{
-		"schema":         PayloadSchema,
+		"schema":         payloadSchema,
 		"schemaVersion":  1,
 		"phase":          "result",
 		"operationId":    c.OperationID,
@@ -107,12 +107,12 @@ func receipt(c *Call, corr Correlation, result json.RawMessage) json.RawMessage 
 		CallID      string          `json:"callId"`
 		Correlation json.RawMessage `json:"correlation"`
 	}
-	if json.Unmarshal(r.ResultReceipt, &head) != nil || head.Schema != PayloadSchema || head.Phase != "result" ||
+	if json.Unmarshal(r.ResultReceipt, &head) != nil || head.Schema != payloadSchema || head.Phase != "result" ||
 		head.OperationID != c.OperationID || head.CallID != c.CallID {
 		return nil
 	}
-	got, err1 := Digest(head.Correlation)
-	want, err2 := Digest(mustJSON(corr.value()))
+	got, err1 := digest(head.Correlation)
+	want, err2 := digest(mustJSON(corr.value()))
 	if err1 != nil || err2 != nil || got != want {
 		return nil
 	}

@@ -20,40 +20,40 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// MaxSettled bounds the settled calls kept for duplicate and conflict
+// maxSettled bounds the settled calls kept for duplicate and conflict
 // answers (tools.md §3 item 5). The table rides in every agent-path state
 // write, so it stays small (128 × ~170 bytes ≈ 22 KiB): a core resends a
 // result for a recent call; one older than the last 128 settled is
 // answered "not pending".
-const MaxSettled = 128
+const maxSettled = 128
 
-// MaxPending bounds the calls pending per session (tools.md §2: at most 32
+// maxPending bounds the calls pending per session (tools.md §2: at most 32
 // calls pending per session; the bridge enforces it, the table refuses a
 // 33rd as a second line).
-const MaxPending = 32
+const maxPending = 32
 
-// MaxUnsettled bounds the unsettled calls kept (pending and detached): a
+// maxUnsettled bounds the unsettled calls kept (pending and detached): a
 // detached call whose result never comes would otherwise stay for the
 // run's life. Past it the oldest detached call is forgotten (a result for
 // it is then "not pending").
-const MaxUnsettled = 4 * MaxPending
+const maxUnsettled = 4 * maxPending
 
 // callIDBytes is the random part of a callId: 16 bytes make a collision
 // across the run's life (agent and runnerd restarts included) negligible
 // without any durable counter to keep in step.
 const callIDBytes = 16
 
-// State is where a call is in its life.
-type State string
+// state is where a call is in its life.
+type state string
 
 // Call states.
 const (
 	// Pending: the agent waits on its HTTP request for the answer.
-	Pending State = "pending"
-	// Detached: the agent's request went away (connection closed, runnerd
+	Pending state = "pending"
+	// detached: the agent's request went away (connection closed, runnerd
 	// restart, notifications/cancelled, a stopped turn); the result is
 	// recorded, not delivered, and a re-call in the same turn takes it.
-	Detached State = "detached"
+	detached state = "detached"
 )
 
 // Identity is the agent side of a call: the MCP session, the JSON-RPC id
@@ -71,8 +71,8 @@ func SessionKey(sessionID string) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// Same reports whether two identities name the same agent request.
-func (a Identity) Same(b Identity) bool {
+// same reports whether two identities name the same agent request.
+func (a Identity) same(b Identity) bool {
 	return a.SessionKey == b.SessionKey && a.Process == b.Process && string(a.RequestID) == string(b.RequestID)
 }
 
@@ -96,7 +96,7 @@ type Call struct {
 	// TurnID is the provider turn the call was made in.
 	TurnID string   `json:"turnId"`
 	Agent  Identity `json:"agent"`
-	State  State    `json:"state"`
+	State  state    `json:"state"`
 	// Recorded is the result of a detached call until a re-call takes it.
 	Recorded *Outcome `json:"recorded,omitempty"`
 	// Input is the canonical input of a paperclip_finish/paperclip_block
@@ -105,8 +105,8 @@ type Call struct {
 	Input json.RawMessage `json:"input,omitempty"`
 }
 
-// Settled is a call whose result reached the agent.
-type Settled struct {
+// settled is a call whose result reached the agent.
+type settled struct {
 	CallID       string `json:"callId"`
 	OperationID  string `json:"operationId"`
 	ResultDigest string `json:"resultDigest"`
@@ -117,12 +117,12 @@ type Settled struct {
 type Table struct {
 	// Calls are the unsettled calls in creation order.
 	Calls []*Call `json:"calls"`
-	// Settled is the bounded history, oldest first (MaxSettled).
-	Settled []Settled `json:"settled"`
+	// Settled is the bounded history, oldest first (maxSettled).
+	Settled []settled `json:"settled"`
 }
 
-// ErrTooManyPending is a new call while MaxPending calls are pending.
-var ErrTooManyPending = errors.New("too many pending calls")
+// errTooManyPending is a new call while maxPending calls are pending.
+var errTooManyPending = errors.New("too many pending calls")
 
 // NewCallID returns a fresh run-unique callId.
 func NewCallID() string {
@@ -131,12 +131,12 @@ func NewCallID() string {
 	return "call_" + hex.EncodeToString(b[:])
 }
 
-// Clone returns a deep copy, for the immutable snapshot a commit stores.
-func (t *Table) Clone() *Table {
+// clone returns a deep copy, for the immutable snapshot a commit stores.
+func (t *Table) clone() *Table {
 	if t == nil {
 		return nil
 	}
-	out := &Table{Calls: make([]*Call, len(t.Calls)), Settled: append([]Settled(nil), t.Settled...)}
+	out := &Table{Calls: make([]*Call, len(t.Calls)), Settled: append([]settled(nil), t.Settled...)}
 	for i, c := range t.Calls {
 		cc := *c
 		cc.Input = append(json.RawMessage(nil), c.Input...)
@@ -160,20 +160,20 @@ func (t *Table) Find(callID string) *Call {
 	return nil
 }
 
-// FindSettled returns the settled history entry of callID.
-func (t *Table) FindSettled(callID string) (Settled, bool) {
+// findSettled returns the settled history entry of callID.
+func (t *Table) findSettled(callID string) (settled, bool) {
 	for i := len(t.Settled) - 1; i >= 0; i-- {
 		if t.Settled[i].CallID == callID {
 			return t.Settled[i], true
 		}
 	}
-	return Settled{}, false
+	return settled{}, false
 }
 
 // ByIdentity returns the unsettled call the agent request id names.
 func (t *Table) ByIdentity(id Identity) *Call {
 	for _, c := range t.Calls {
-		if c.Agent.Same(id) {
+		if c.Agent.same(id) {
 			return c
 		}
 	}
@@ -184,7 +184,7 @@ func (t *Table) ByIdentity(id Identity) *Call {
 // item 1): same turn, same operation, same canonical-argument digest.
 func (t *Table) Reattachable(turnID, operationID, inputDigest string) *Call {
 	for _, c := range t.Calls {
-		if c.State == Detached && c.TurnID == turnID && c.OperationID == operationID && c.InputDigest == inputDigest {
+		if c.State == detached && c.TurnID == turnID && c.OperationID == operationID && c.InputDigest == inputDigest {
 			return c
 		}
 	}
@@ -199,12 +199,12 @@ func (t *Table) Add(c *Call) error {
 			n++
 		}
 	}
-	if n >= MaxPending {
-		return ErrTooManyPending
+	if n >= maxPending {
+		return errTooManyPending
 	}
-	if len(t.Calls) >= MaxUnsettled {
+	if len(t.Calls) >= maxUnsettled {
 		for i, x := range t.Calls {
-			if x.State == Detached {
+			if x.State == detached {
 				t.Calls = append(t.Calls[:i:i], t.Calls[i+1:]...)
 				break
 			}
@@ -222,9 +222,9 @@ func (t *Table) Settle(callID string, o Outcome) {
 			continue
 		}
 		t.Calls = append(t.Calls[:i:i], t.Calls[i+1:]...)
-		t.Settled = append(t.Settled, Settled{CallID: c.CallID, OperationID: c.OperationID, ResultDigest: o.Digest, IsError: o.IsError})
-		if over := len(t.Settled) - MaxSettled; over > 0 {
-			t.Settled = append([]Settled(nil), t.Settled[over:]...)
+		t.Settled = append(t.Settled, settled{CallID: c.CallID, OperationID: c.OperationID, ResultDigest: o.Digest, IsError: o.IsError})
+		if over := len(t.Settled) - maxSettled; over > 0 {
+			t.Settled = append([]settled(nil), t.Settled[over:]...)
 		}
 		return
 	}
@@ -233,7 +233,7 @@ func (t *Table) Settle(callID string, o Outcome) {
 // Detach marks callID detached: its agent request is gone.
 func (t *Table) Detach(callID string) {
 	if c := t.Find(callID); c != nil {
-		c.State = Detached
+		c.State = detached
 	}
 }
 
@@ -244,17 +244,17 @@ func (t *Table) DetachAll() bool {
 	changed := false
 	for _, c := range t.Calls {
 		if c.State == Pending {
-			c.State = Detached
+			c.State = detached
 			changed = true
 		}
 	}
 	return changed
 }
 
-// Digest is the semantic content digest: "sha256:" + hex(sha256(canonical
+// digest is the semantic content digest: "sha256:" + hex(sha256(canonical
 // JSON)), with the reference-exact canonical JSON (prp.md §2.2), as the
 // server's digestPaperclipSemanticContent recomputes it.
-func Digest(v json.RawMessage) (string, error) {
+func digest(v json.RawMessage) (string, error) {
 	c, err := prp.Canonical(v)
 	if err != nil {
 		return "", fmt.Errorf("digest semantic content: %w", err)
@@ -279,7 +279,7 @@ func CanonicalInput(args json.RawMessage) (json.RawMessage, string, error) {
 // in its turn to take (tools.md §3 items 1, 5).
 func (t *Table) Record(callID string, o Outcome) {
 	if c := t.Find(callID); c != nil {
-		c.State = Detached
+		c.State = detached
 		c.Recorded = &o
 	}
 }
@@ -307,6 +307,6 @@ func (t *Table) Restore(c Call, o Outcome) {
 	if t.Find(c.CallID) != nil {
 		return
 	}
-	c.State, c.Recorded = Detached, &o
+	c.State, c.Recorded = detached, &o
 	t.Calls = append(t.Calls, &c)
 }

@@ -61,7 +61,7 @@ func TestPayloadsMatchFieldLists(t *testing.T) {
 	require.Equal(t, "sha256:"+hex.EncodeToString(sum[:]), inner["content"].(map[string]any)["digest"])
 
 	res := json.RawMessage(`{"ok":true,"value":{"id":"c1"}}`)
-	d, err := Digest(res)
+	d, err := digest(res)
 	require.NoError(t, err)
 	for _, isErr := range []bool{false, true} {
 		out := ResultPayload(c, corr, Outcome{Result: res, IsError: isErr, Digest: d})
@@ -118,7 +118,7 @@ func TestResultReceiptVerbatim(t *testing.T) {
 	require.Equal(t, "operation_"+c.CallID, p["semantic_tool"].(map[string]any)["operationReceiptId"])
 }
 
-func cmd(t *testing.T, s string) ResultCommand {
+func cmd(t *testing.T, s string) resultCommand {
 	t.Helper()
 	c, err := DecodeResultCommand(json.RawMessage(s))
 	require.NoError(t, err)
@@ -144,9 +144,9 @@ func TestDecide(t *testing.T) {
 	// The agent stops waiting: the result is recorded.
 	waiting[c.CallID] = false
 	first := cmd(t, base+`}`)
-	require.Equal(t, Record, tb.Decide(first, w).Verdict)
+	require.Equal(t, record, tb.Decide(first, w).Verdict)
 	tb.Record(c.CallID, first.Outcome())
-	require.Equal(t, Detached, c.State)
+	require.Equal(t, detached, c.State)
 	require.Equal(t, Duplicate, tb.Decide(cmd(t, base+`}`), w).Verdict)
 	require.Equal(t, Conflict, tb.Decide(cmd(t, `{"callId":"`+c.CallID+`","operationId":"issue.comment","result":{"ok":false}}`), w).Verdict)
 	require.Same(t, c, tb.Reattachable("pturn-1", "issue.comment", c.InputDigest))
@@ -159,42 +159,42 @@ func TestDecide(t *testing.T) {
 	require.Equal(t, Conflict, tb.Decide(cmd(t, base[:len(base)-len("false")]+`true}`), w).Verdict)
 }
 
-// TestTableBounds: at most MaxPending pending calls; the settled history
-// keeps MaxSettled entries; callIds do not repeat; the table survives JSON.
+// TestTableBounds: at most maxPending pending calls; the settled history
+// keeps maxSettled entries; callIds do not repeat; the table survives JSON.
 func TestTableBounds(t *testing.T) {
 	var tb Table
 	seen := map[string]bool{}
-	for i := 0; i < MaxPending; i++ {
+	for i := 0; i < maxPending; i++ {
 		c, _ := newCall(t, `{}`)
 		require.False(t, seen[c.CallID])
 		seen[c.CallID] = true
 		require.NoError(t, tb.Add(c))
 	}
 	c, _ := newCall(t, `{}`)
-	require.ErrorIs(t, tb.Add(c), ErrTooManyPending)
+	require.ErrorIs(t, tb.Add(c), errTooManyPending)
 	require.True(t, tb.DetachAll())
 	require.NoError(t, tb.Add(c))
-	for i := 0; i < MaxUnsettled; i++ {
+	for i := 0; i < maxUnsettled; i++ {
 		x, _ := newCall(t, `{}`)
 		require.NoError(t, tb.Add(x))
 		tb.Detach(x.CallID)
 	}
-	require.Len(t, tb.Calls, MaxUnsettled, "the oldest detached calls are forgotten")
+	require.Len(t, tb.Calls, maxUnsettled, "the oldest detached calls are forgotten")
 	require.NotNil(t, tb.Find(c.CallID), "a pending call is never forgotten")
 	tb.Calls = tb.Calls[:0]
 	require.NoError(t, tb.Add(c))
 
-	for i := 0; i < MaxSettled+10; i++ {
+	for i := 0; i < maxSettled+10; i++ {
 		x, _ := newCall(t, `{}`)
 		tb.Calls = append(tb.Calls, x)
 		tb.Settle(x.CallID, Outcome{Digest: "d"})
 	}
-	require.Len(t, tb.Settled, MaxSettled)
+	require.Len(t, tb.Settled, maxSettled)
 	b, err := json.Marshal(tb)
 	require.NoError(t, err)
 	var back Table
 	require.NoError(t, json.Unmarshal(b, &back))
-	require.Equal(t, tb.Clone(), &back)
+	require.Equal(t, tb.clone(), &back)
 	require.NotContains(t, string(b), `"s"`, "the MCP session id is kept as a digest only")
 }
 
@@ -207,10 +207,10 @@ func TestDecodeResultCommand(t *testing.T) {
 		`{"callId":"` + strings.Repeat("c", 241) + `","operationId":"o","result":{}}`,
 	} {
 		_, err := DecodeResultCommand(json.RawMessage(bad))
-		require.ErrorIs(t, err, ErrMalformedCommand, bad)
+		require.ErrorIs(t, err, errMalformedCommand, bad)
 	}
 	c := cmd(t, `{"callId":"c","operationId":"o","result":{"b":1,"a":2},"input":{"z":1}}`)
-	want, err := Digest(json.RawMessage(`{"a":2,"b":1}`))
+	want, err := digest(json.RawMessage(`{"a":2,"b":1}`))
 	require.NoError(t, err)
 	require.Equal(t, want, c.ResultDigest)
 	require.True(t, digestPattern.MatchString(c.InputDigest))
@@ -223,7 +223,7 @@ func FuzzDecodeResultCommand(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeResultCommand(b)
 		if err != nil {
-			require.ErrorIs(t, err, ErrMalformedCommand)
+			require.ErrorIs(t, err, errMalformedCommand)
 			return
 		}
 		require.True(t, stableID.MatchString(c.CallID))

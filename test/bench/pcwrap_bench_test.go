@@ -43,9 +43,9 @@ import (
 
 const (
 	latencySamples  = 2000             // stdin round trips per latency run
-	latencyBytes    = 54               // base64 72 bytes: a 99-byte stdin file, the issue's "100-byte file"
+	latencyBytes    = 54               // base64 72 bytes: a 99-byte stdin file, the target's "100-byte file"
 	startSamples    = 50               // launches per start-time run
-	throughputTotal = 32 << 20         // bytes per throughput run (issue text)
+	throughputTotal = 32 << 20         // bytes per throughput run (the target's size)
 	throughputChunk = 64 << 10         // bytes per stdin file (issue text)
 	idleWindow      = 5 * time.Second  // idle CPU window (issue text)
 	opTimeout       = 30 * time.Second // bound on any one wait in a run
@@ -589,7 +589,7 @@ const spacedPairs = 5
 // BenchmarkSpacedJSON: the one-way throughput of BenchmarkThroughput with
 // the stdin files in JSON.stringify's compact form and in Python
 // json.dumps's default spaced form, alternated spacedPairs times in the
-// same run. It reports the median of each and spaced/compact (issue 14:
+// same run. It reports the median of each and spaced/compact (target:
 // spaced within 10% of compact), for throughput and for MB per CPU-second
 // of pcwrap.
 func BenchmarkSpacedJSON(b *testing.B) {

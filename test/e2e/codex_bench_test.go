@@ -17,7 +17,7 @@ import (
 // written by the agent until its event is committed at the core, for a
 // Codex app-server (item/agentMessage/delta) and for an ACP agent
 // (agent_message_chunk): each stamps the line as it writes it, 20 ms
-// apart (per-message overhead, not throughput). Issue 11: the Codex path
+// apart (per-message overhead, not throughput). The Codex path
 // must not be more than 10% slower. Figures only; nothing asserts a time.
 func BenchmarkCodexVsACPMessageOnWire(b *testing.B) {
 	for _, kind := range []string{"acp", "codex"} {
@@ -90,7 +90,7 @@ func newBenchRig(b *testing.B, kind string) *agentRig {
 // BenchmarkCodexTenThousandDeltasOnWire: one Codex turn of 10,000
 // item/agentMessage/delta notifications; the core receives them all, in
 // order, coalesced into fewer P2 events, while a ping every 10 ms is timed
-// until its pong (issue 11: p99 within 5 ms). Figures only.
+// until its pong (target: p99 within 5 ms). Figures only.
 func BenchmarkCodexTenThousandDeltasOnWire(b *testing.B) {
 	tenThousandOnWire(b, newBenchRig(b, "codex"), "chunks 10000", "codex 10,000 deltas in one turn")
 }

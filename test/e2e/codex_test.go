@@ -84,8 +84,8 @@ func TestCodex03_TurnEndToEnd(t *testing.T) {
 
 // Codex hot-restart bounds.
 const (
-	// codexRestartRuns is the number of seeded SIGKILL rounds (issue 11:
-	// 20, as TestACP20_HotRestart).
+	// codexRestartRuns is the number of seeded SIGKILL rounds (20,
+	// as TestACP20_HotRestart).
 	codexRestartRuns = 20
 	codexRestartMs   = 400
 	codexChunks      = 2000

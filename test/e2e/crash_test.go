@@ -23,7 +23,7 @@ import (
 
 // Crash test bounds.
 const (
-	// crashKills is the minimum number of SIGKILLs in one run (the issue: at least 50).
+	// crashKills is the minimum number of SIGKILLs in one run (required: at least 50).
 	crashKills = 50
 	// crashBatch bounds the commands queued before each life, so kills land
 	// mid-script; 50 lives stay well under the core's 500-command journal.

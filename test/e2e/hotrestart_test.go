@@ -16,7 +16,7 @@ import (
 
 // Hot-restart test bounds.
 const (
-	// hotRestartRuns is the number of kill-and-relaunch rounds (the issue:
+	// hotRestartRuns is the number of kill-and-relaunch rounds (required:
 	// at least 20).
 	hotRestartRuns = 20
 	// hotRestartTurnMs bounds one turn's sleep; the kill lands anywhere in

@@ -12,7 +12,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-// TestPrpctlResolveAndWaitEvent (issue 13 item 6): a script with no sleeps
+// TestPrpctlResolveAndWaitEvent: a script with no sleeps
 // drives a manual-permission turn: resolve answers the runtime request the
 // agent raised (allow → the agent's allow_once option), waitEvent holds
 // session.close until the turn's run.terminal.

@@ -28,7 +28,7 @@ func terminalTail(dir string) string {
 // waits in terminal/wait_for_exit for a command that is still running;
 // the restarted runnerd adopts the terminal, the pending wait is answered
 // when the command exits, and terminal/output then returns what the
-// command printed before and after the kill (tools.md §8, issue 12).
+// command printed before and after the kill (tools.md §8).
 func TestTools12_TerminalRunnerdSIGKILL(t *testing.T) {
 	r := newAgentRig(t)
 	proc := r.start(t)

@@ -21,10 +21,10 @@ import (
 
 // Bounds of the turn.start kill test.
 const (
-	// turnStartKills is the number of SIGKILLed turn.starts (the issue: 50).
+	// turnStartKills is the number of SIGKILLed turn.starts (required: 50).
 	turnStartKills = 50
 	// turnStartPublishPauseMs holds each prompt between the write that
-	// records it and its rename (the runnerdtesthooks build), so a kill
+	// records it and its rename (the testhooks build), so a kill
 	// can land exactly there.
 	turnStartPublishPauseMs = 150
 	// turnStartBound bounds the whole test.
@@ -60,7 +60,7 @@ func TestTurnStartResultAfterKill(t *testing.T) {
 	t.Setenv("PCRUNNER_TEST_PAUSE_BEFORE_PUBLISH_MS", strconv.Itoa(turnStartPublishPauseMs))
 
 	r := newAgentRig(t)
-	r.bin = testbin.Path(t, "runnerd", "runnerdtesthooks")
+	r.bin = testbin.Path(t, "runnerd", testbin.HooksTag)
 	transcript := filepath.Join(t.TempDir(), "wire.ndjson")
 	proc := r.start(t)
 	r.prepare(t, "--transcript", transcript)

@@ -13,7 +13,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-// Warm rotation benchmark bounds (issue 15, Performance).
+// Warm rotation benchmark bounds.
 const (
 	// warmBenchRotations is how many rotations one runnerd makes in a row.
 	warmBenchRotations = 20
@@ -21,7 +21,7 @@ const (
 	// makes; each costs the fake agent's 2 s initialize delay.
 	coldBenchStarts = 3
 	// benchInitDelayMs is fakeacp's initialize delay: the low end of the
-	// 0.5–9 s cold starts measured for the five real agents (issue 15).
+	// 0.5–9 s cold starts measured for the five real agents.
 	benchInitDelayMs = "2000"
 )
 
@@ -30,7 +30,7 @@ const (
 // attach, delivered after activation), and until the core acknowledged
 // warm_transition_activated, next to a cold session.open + turn.start
 // against the same fake agent (fakeacp --init-delay-ms 2000) in the same
-// run. Figures only; the issue's target is warm ≤ 10% of cold.
+// run. Figures only; the target is warm ≤ 10% of cold.
 //
 //	go test -run '^$' -bench BenchmarkWarmAttachVsCold -benchtime 1x ./test/e2e/
 func BenchmarkWarmAttachVsCold(b *testing.B) {

@@ -63,7 +63,7 @@ func newWarmE2E(t *testing.T) *warmE2E {
 	dir := stateDir(t)
 	meta := filepath.Join(t.TempDir(), "meta.ndjson")
 	return &warmE2E{
-		c: c, bin: testbin.Path(t, "runnerd", "runnerd_testhook"), dir: dir, meta: meta,
+		c: c, bin: testbin.Path(t, "runnerd", testbin.HooksTag), dir: dir, meta: meta,
 		args: runnerdArgs(dir, "--connect-url", c.connectURL(), "--pcwrap-path", testbin.Path(t, "pcwrap")),
 		provider: map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t),
 			"args": []string{"--record-meta", meta}, "cwd": t.TempDir(), "model": "fake-model"},
@@ -200,7 +200,7 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 
 // TestWarmAttachCrashMatrix kills runnerd with SIGKILL at each phase
 // boundary of a rotation, then relaunches it with a fresh ticket under the
-// identity the core knows, as the server does (issue 15's table):
+// identity the core knows, as the server does (prp.md §9.5):
 //
 //	kill point    core state at the kill                 next ticket for  attach outcome
 //	prepared      result never sent; attach pending      old              execution_indeterminate (replayed)

@@ -1,6 +1,6 @@
 package main
 
-// The MCP side of fakeacp (tools.md §2, §9; issue 10 item 8): the agent
+// The MCP side of fakeacp (tools.md §2, §9): the agent
 // advertises mcpCapabilities.http on request, remembers the mcpServers its
 // session/new, session/load and session/resume carry, and its prompt
 // scripts call tools on the entry named "paperclip" through the official

@@ -105,7 +105,7 @@ func resolveTool(name string, offered []string) string {
 
 // shellArgs are the arguments each shell tool takes. Codex's calls ask for
 // escalated sandbox permissions, so that Codex asks permission and does not
-// try a sandbox the test machine lacks (issue 13).
+// try a sandbox the test machine lacks.
 func shellArgs(tool, cmd string) json.RawMessage {
 	const why = "fakellm shell call"
 	var v any

@@ -1,5 +1,5 @@
 // Command fakellm is a deterministic fake model server for running real
-// coding agents offline in pcrunner's tests (issue 13). It listens on
+// coding agents offline in pcrunner's tests. It listens on
 // 127.0.0.1 only, speaks four provider APIs with their real streaming wire
 // formats, and exits by itself.
 //

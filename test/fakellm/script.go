@@ -15,7 +15,7 @@ import (
 const directiveMarker = "FAKELLM:"
 
 // Bounds of the slow directive: 1000 chunks of at most 10 s keep a
-// mistyped script from holding a test for hours (issue 13 asks for
+// mistyped script from holding a test for hours (the tests use
 // 40 chunks x 250 ms).
 const (
 	maxSlowChunks = 1000

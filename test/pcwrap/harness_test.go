@@ -32,7 +32,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // hookTag selects the test-hook build of pcwrap.
-const hookTag = "pcwraptesthooks"
+const hookTag = testbin.HooksTag
 
 // waitBound bounds every wait on pcwrap in these tests; the scenarios'
 // own bounds (4 s, 10 s) are tighter where they matter.

@@ -297,7 +297,7 @@ func TestPcwrap55_GroupKilledAfterGrace(t *testing.T) {
 	})
 }
 
-// orphanRuns is how often the detached-grandchild shutdown runs (issue 9:
+// orphanRuns is how often the detached-grandchild shutdown runs (required:
 // 100 shutdowns, zero survivors). Each takes about one 200 ms grace.
 const orphanRuns = 100
 

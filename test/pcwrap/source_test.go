@@ -96,7 +96,7 @@ func TestPcwrap21_SourceInvariants(t *testing.T) {
 }
 
 // TestProductionBuildHasNoTestHooks: the hook env vars exist only in the
-// pcwraptesthooks build.
+// testhooks build.
 func TestProductionBuildHasNoTestHooks(t *testing.T) {
 	t.Parallel()
 	prod, err := os.ReadFile(testbin.Path(t, "pcwrap"))

@@ -43,7 +43,7 @@ const codexModel = "gpt-5"
 // semantic_tool.result); turn.interrupt mid-stream; a re-open
 // on the live app-server and another turn; session.close, a re-open
 // (thread/resume in a new app-server) and another turn; a SIGKILL of runnerd mid-turn with
-// the app-server re-adopted and a further turn (issue 13 precisions).
+// the app-server re-adopted and a further turn.
 // Permission cases apply to codex-acp only. Every committed event
 // validates against the reference schemas and no process is left behind.
 func TestRealCodexAppServer(t *testing.T) {

@@ -19,7 +19,7 @@ const inNetnsEnv = "PCRUNNER_REALAGENTS_IN_NETNS"
 // (`unshare -n` as root, `unshare -rn` otherwise) and returns its exit
 // code. Real agents try to reach the internet (model lists, plugin stats,
 // updates); inside the namespace only loopback exists, so no address but
-// 127.0.0.0/8 can be reached (issue 13 item 4). It returns an error, and
+// 127.0.0.0/8 can be reached. It returns an error, and
 // runs nothing, when no namespace can be made here.
 func reexecInNetns() (int, error) {
 	unshare, err := exec.LookPath("unshare")

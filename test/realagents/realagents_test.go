@@ -1,8 +1,7 @@
 // Package realagents runs the real coding agents (pinned in
 // test/realagents/npm/*/package-lock.json, installed by .ci/run) through
 // runnerd and pcwrap against test/fakellm, offline: the test binary
-// re-executes itself in a network namespace that has only loopback
-// (issue 13 items 2-4).
+// re-executes itself in a network namespace that has only loopback.
 package realagents
 
 import (
@@ -27,7 +26,7 @@ import (
 )
 
 // requireEnv makes a missing namespace or agent fail instead of skip, so a
-// green CI is never vacuous (.ci/run sets it; issue 13 precisions).
+// green CI is never vacuous (.ci/run sets it).
 const requireEnv = "PCRUNNER_REQUIRE_REAL_AGENTS"
 
 // agentsDirEnv names the folder holding one installed npm prefix per
@@ -39,7 +38,7 @@ const agentsDirEnv = "PCRUNNER_AGENTS_DIR"
 const onlyEnv = "PCRUNNER_REAL_AGENTS"
 
 // maxParallelAgents keeps CI affordable on 2 cores: at most two agents
-// run at once (issue 13 precisions).
+// run at once.
 const maxParallelAgents = 2
 
 // netnsProblem is why the tests cannot run offline here ("" when they can).
@@ -349,9 +348,9 @@ func TestTools13_ClaudeBridgeTool(t *testing.T) {
 
 // TestRealAgentCodexShimGroupKill: codex-acp runs further processes under
 // its Node entry point (with the pinned 1.6.2, the codex app-server through
-// @openai/codex's own Node shim and its native binary; the older 0.16.0's
-// shim ran its native binary with spawnSync and orphaned it when only the
-// shim died: issue 13 defects). pcwrap kills the agent's whole process
+// @openai/codex's own Node shim and its native binary; a shim that runs
+// its native binary with spawnSync, as 0.16.0's does, orphans it when
+// only the shim dies). pcwrap kills the agent's whole process
 // group when its leader exits, so when only the leader is SIGKILLed,
 // nothing with the session's HOME outlives it.
 func TestRealAgentCodexShimGroupKill(t *testing.T) {
@@ -391,7 +390,7 @@ func TestRealAgentCodexShimGroupKill(t *testing.T) {
 
 // validateEvents checks every committed event against the reference
 // schema of its envelope version (v2: the session goal events, whose
-// payloads have no reference schema but the issue's field lists).
+// payloads have no reference schema but the required field lists).
 func validateEvents(t *testing.T, schemas *prpschema.Set, raw []json.RawMessage) {
 	t.Helper()
 	for _, b := range raw {

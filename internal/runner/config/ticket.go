@@ -63,7 +63,7 @@ func NewBootstrapTicket(value string) (*BootstrapTicket, error) {
 // Whatever the outcome, afterwards the variable is gone: from os.Environ (so
 // no child inherits it) and, on Linux, its value is also overwritten in the
 // process's initial environment block, so /proc/<pid>/environ — readable by
-// every process of the same user, agents included — no longer shows it.
+// every process of the same user, agents included — does not show it.
 // It returns (nil, nil) when the variable is absent; an empty or oversize
 // value is ErrBootstrapTicketInvalid. (The Go runtime keeps its own private
 // copy of the start-up environment; that copy never leaves the process.)

@@ -2,9 +2,9 @@ package prpschema
 
 // The share lacks prp/v2/session-goal.schema.json, which the v2 event
 // schema refers to for session.goal.* and session.capabilities.updated.
-// runnerd emits those events (issue 12 item 4), so besides the v2 event
+// runnerd emits those events, so besides the v2 event
 // schema (which sees an open stand-in), tests validate the payloads and
-// results against the fields the issue lists for the
+// results against the fields required of the
 // paperclip.session_goal.snapshot.v1 projection: one missing a field, or
 // carrying one more, fails.
 
@@ -12,7 +12,7 @@ package prpschema
 const goalFieldsID = "https://pcrunner.invalid/schemas/session-goal-fields.schema.json"
 
 // goalFields is the projection, its sessionGoals capability block and its
-// goal snapshot, from issue 12's precisions.
+// goal snapshot, as required.
 var goalFields = map[string]any{
 	"$schema": "https://json-schema.org/draft/2020-12/schema",
 	"$id":     goalFieldsID,

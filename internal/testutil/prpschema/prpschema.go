@@ -38,7 +38,7 @@ type Set struct {
 	EventV1, EventV2, Usage, Request *jsonschema.Schema
 	// GoalProjection is the session goal projection (a session.goal.*
 	// result and event payload) and GoalCapabilities the payload of
-	// session.capabilities.updated, from the field list (goal.go):
+	// session.capabilities.updated, from the required field list (goal.go):
 	// the share has no schema for them.
 	GoalProjection, GoalCapabilities *jsonschema.Schema
 	// GoalSchemaMissing reports that the share lacks the reference

@@ -10,7 +10,7 @@ import (
 
 // Buffer is a mutex-guarded bytes.Buffer. The zero value is ready to use.
 type Buffer struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards b
 	b  bytes.Buffer
 }
 

@@ -16,6 +16,11 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/sharedtest"
 )
 
+// HooksTag is the one build tag that compiles the test hooks of runnerd and
+// pcwrap (the files whose //go:build line names it); binaries built without
+// it carry none.
+const HooksTag = "testhooks"
+
 var (
 	mu    sync.Mutex
 	built = map[string]string{}
