@@ -16,12 +16,13 @@ import (
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
 func init() {
-	drivers[DriverCodex] = func(m *Manager) Driver { return &codexDriver{m: m, c: codexapp.New(m.cl)} }
+	drivers[DriverCodex] = func(m *Manager) Driver { return &codexDriver{m: m, c: codexapp.New(m.cl.Core)} }
 }
 
 // CodexHomeDir holds the isolated CODEX_HOME of each session under the
@@ -45,12 +46,12 @@ type codexDriver struct {
 
 func (d *codexDriver) KeepsRunning() bool { return true }
 
-func (d *codexDriver) Feed(p []byte) ([]acpx.Inbound, error) {
+func (d *codexDriver) Feed(p []byte) ([]provider.Inbound, error) {
 	d.c.Mapper = d.m.mapper
 	return d.c.Feed(p)
 }
 
-func (d *codexDriver) Prompt(turnID, text string) (acpx.Call, error) {
+func (d *codexDriver) Prompt(turnID, text string) (provider.Call, error) {
 	return d.c.TurnStart(turnID, text)
 }
 
@@ -91,7 +92,7 @@ func (d *codexDriver) Open(ctx context.Context, o OpenSession) error {
 	tools := m.codexToolsLocked()
 	m.mu.Unlock()
 	if err != nil {
-		return acpx.NewFailure(acpx.ClassAgentDisconnected, err)
+		return provider.NewFailure(provider.ClassAgentDisconnected, err)
 	}
 	b := o.Binding
 	instr, err := codexInstructions(m.cfg.StateDir, b)
@@ -110,7 +111,7 @@ func (d *codexDriver) Open(ctx context.Context, o OpenSession) error {
 		if changed {
 			return &CommandError{Code: CodeToolCatalogChanged, Message: "the run's tool catalog differs from the one the Codex thread started with"}
 		}
-		if _, err = o.Call(func() (acpx.Call, error) {
+		if _, err = o.Call(func() (provider.Call, error) {
 			return d.c.ThreadResume(codexapp.ThreadResumeParams{Cwd: b.Cwd, Model: model, ApprovalPolicy: codexApprovalNever, DeveloperInstructions: instr})
 		}); err != nil {
 			return err
@@ -118,7 +119,7 @@ func (d *codexDriver) Open(ctx context.Context, o OpenSession) error {
 		_, err = o.Call(d.c.ThreadRead)
 		return err
 	}
-	if _, err = o.Call(func() (acpx.Call, error) {
+	if _, err = o.Call(func() (provider.Call, error) {
 		return d.c.ThreadStart(codexapp.ThreadStartParams{Cwd: b.Cwd, Model: model, ApprovalPolicy: codexApprovalNever,
 			DynamicTools: tools, DeveloperInstructions: instr, Sandbox: codexSandbox})
 	}); err != nil {
@@ -174,7 +175,7 @@ func codexInstructions(stateDir string, b *Binding) (*string, error) {
 
 // HandleRequest answers Codex's requests (codex.md §4): item/tool/call
 // through the semantic tool flow, anything else -32601. m.mu held.
-func (d *codexDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+func (d *codexDriver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte, bool) {
 	if (in.Method == codexapp.MethodRequestUserInput || isCodexApproval(in.Method)) && d.runtimeRequestsFullLocked() {
 		// codex.md §2: at most MaxPendingRuntimeRequests open at once.
 		if l, err := d.c.RespondError(in.ID, -32000, "too many pending runtime requests"); err == nil {
@@ -205,7 +206,7 @@ func (d *codexDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bo
 		return nil, d.rearmOneLocked(string(in.ID), r), true
 	}
 	var p codexapp.ToolCallParams
-	refuse := func(text string) ([]acpx.Event, [][]byte, bool) {
+	refuse := func(text string) ([]provider.Event, [][]byte, bool) {
 		l, err := d.c.Respond(in.ID, codexapp.ToolAnswer(codexInvalidToolCall+text, true))
 		if err != nil {
 			return nil, nil, true
@@ -277,7 +278,7 @@ func (d *codexDriver) rearmLocked() [][]byte {
 
 // rearmOneLocked re-arms the Codex request key linked to call r.ItemID.
 // m.mu held.
-func (d *codexDriver) rearmOneLocked(key string, r acpx.AgentRequest) [][]byte {
+func (d *codexDriver) rearmOneLocked(key string, r provider.AgentRequest) [][]byte {
 	m := d.m
 	var lines [][]byte
 	tb := m.tableLocked()
@@ -323,7 +324,7 @@ func (d *codexDriver) await(w *toolWaiter, id json.RawMessage) {
 			}
 			return
 		}
-		if err := m.commitThenWriteLocked(nil, [][]byte{line}); err != nil && !errors.Is(err, acpx.ErrWrite) {
+		if err := m.commitThenWriteLocked(nil, [][]byte{line}); err != nil && !errors.Is(err, provider.ErrWrite) {
 			m.log.Error("answer codex tool call", "err", err)
 		}
 	case <-m.ctx.Done():
@@ -403,10 +404,10 @@ func (m *Manager) codexSession() string {
 // steerer is a driver that can steer a running turn (Codex's turn/steer;
 // ACP v1 cannot).
 type steerer interface {
-	Steer(text string) (acpx.Call, error)
+	Steer(text string) (provider.Call, error)
 }
 
-func (d *codexDriver) Steer(text string) (acpx.Call, error) { return d.c.Steer(text) }
+func (d *codexDriver) Steer(text string) (provider.Call, error) { return d.c.Steer(text) }
 
 // SteerTurn is turn.steer (codex.md §3): turn/steer with the active turn's
 // id, waiting (bounded) for Codex's answer; a driver that cannot steer
@@ -434,7 +435,7 @@ func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
 	}
 	t := m.cfg.Clock.NewTimer(codexapp.RequestTimeout)
 	defer t.Stop()
-	if _, err := m.call(context.Background(), t.C(), func(*acpx.Client) (acpx.Call, error) { return s.Steer(p.Text) }); err != nil {
+	if _, err := m.call(context.Background(), t.C(), func(*acpx.Client) (provider.Call, error) { return s.Steer(p.Text) }); err != nil {
 		if errors.Is(err, errDeadline) {
 			return nil, failed("the provider did not answer turn/steer in time")
 		}
@@ -470,7 +471,7 @@ type userInputParams struct {
 // questionLocked surfaces item/tool/requestUserInput as a
 // runtime_request.created of type input carrying a question set
 // (codex.md §4). A malformed one gets -32602. m.mu held.
-func (d *codexDriver) questionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+func (d *codexDriver) questionLocked(in provider.Inbound) ([]provider.Event, [][]byte, bool) {
 	m := d.m
 	var p userInputParams
 	if json.Unmarshal(in.Params, &p) != nil || len(p.Questions) == 0 || len(p.Questions) > maxQuestions {
@@ -522,7 +523,7 @@ func (d *codexDriver) questionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, b
 		request["turnId"] = turn
 	}
 	m.cl.SetRuntimeRequest(in.ID, rrID, itemID, nil)
-	return []acpx.Event{{EventType: "runtime_request.created", Priority: acpx.P0, TurnID: turn, ItemID: itemID,
+	return []provider.Event{{EventType: "runtime_request.created", Priority: provider.P0, TurnID: turn, ItemID: itemID,
 		Payload: map[string]any{"request": request}}}, nil, true
 }
 
@@ -530,7 +531,7 @@ func (d *codexDriver) questionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, b
 // paperclip.question_response.v1 answers become {answers: {<questionId>:
 // {answers: [string]}}} (codex.md §4). Answers are written to Codex only:
 // never to state, events or logs. m.mu held.
-func (m *Manager) answerQuestionLocked(commandID string, id json.RawMessage, req acpx.AgentRequest, payload json.RawMessage) (json.RawMessage, error) {
+func (m *Manager) answerQuestionLocked(commandID string, id json.RawMessage, req provider.AgentRequest, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		RequestID string `json:"requestId"`
 		Response  struct {
@@ -580,7 +581,7 @@ func (m *Manager) answerQuestionLocked(commandID string, id json.RawMessage, req
 	if p.Response.Outcome == "cancelled" {
 		action = "cancel"
 	}
-	evs := m.mapper.RequestResolved(acpx.RuntimeRequestOf(req), action)
+	evs := m.mapper.RequestResolved(provider.RuntimeRequestOf(req), action)
 	result, _ := json.Marshal(map[string]any{"status": "delivered", "requestId": p.RequestID})
 	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
@@ -590,15 +591,15 @@ func (m *Manager) answerQuestionLocked(commandID string, id json.RawMessage, req
 
 // closeQuestionsLocked ends every open Codex question with status and
 // reason. m.mu held.
-func (m *Manager) closeQuestionsLocked(status, reason string) []acpx.Event {
-	var evs []acpx.Event
+func (m *Manager) closeQuestionsLocked(status, reason string) []provider.Event {
+	var evs []provider.Event
 	w := m.cl.Wire()
 	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
 		r := w.AgentRequests[key]
 		if (r.Method != codexapp.MethodRequestUserInput && !isCodexApproval(r.Method)) || r.RuntimeRequestID == "" {
 			continue
 		}
-		evs = append(evs, m.mapper.RequestClosed(acpx.RuntimeRequestOf(r), status, reason)...)
+		evs = append(evs, m.mapper.RequestClosed(provider.RuntimeRequestOf(r), status, reason)...)
 		m.cl.ForgetAgentRequest(json.RawMessage(key))
 	}
 	return evs
@@ -631,7 +632,7 @@ func isCodexApproval(method string) bool {
 // exactly as an ACP permission request (tools.md §6: acpx.DecidePermission):
 // answered at once, or surfaced as runtime_request.created until
 // request.resolve. With approvalPolicy never Codex should not ask. m.mu held.
-func (d *codexDriver) approvalLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+func (d *codexDriver) approvalLocked(in provider.Inbound) ([]provider.Event, [][]byte, bool) {
 	m := d.m
 	var p approvalParams
 	_ = json.Unmarshal(in.Params, &p) // every field is optional here
@@ -642,23 +643,23 @@ func (d *codexDriver) approvalLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, b
 	if p.Command != nil && *p.Command != "" {
 		title = *p.Command
 	}
-	req := acpx.PermissionRequest{SessionID: d.c.ThreadID(),
-		ToolCall: acpx.PermissionToolCall{ToolCallID: p.ItemID, Title: title, Kind: kind},
-		Options: []acpx.PermissionOption{
-			{OptionID: codexAccept, Name: "Allow", Kind: acpx.OptionAllowOnce},
-			{OptionID: codexAcceptForSession, Name: "Allow for the session", Kind: acpx.OptionAllowAlways},
-			{OptionID: codexDecline, Name: "Decline", Kind: acpx.OptionRejectOnce},
+	req := provider.PermissionRequest{SessionID: d.c.ThreadID(),
+		ToolCall: provider.PermissionToolCall{ToolCallID: p.ItemID, Title: title, Kind: kind},
+		Options: []provider.PermissionOption{
+			{OptionID: codexAccept, Name: "Allow", Kind: provider.OptionAllowOnce},
+			{OptionID: codexAcceptForSession, Name: "Allow for the session", Kind: provider.OptionAllowAlways},
+			{OptionID: codexDecline, Name: "Decline", Kind: provider.OptionRejectOnce},
 		}}
-	mode := acpx.ApproveAll
+	mode := provider.ApproveAll
 	if m.st.Binding != nil {
 		mode = m.st.Binding.PermissionMode
 	}
-	if acpx.DecidePermission(mode, req) == acpx.DecideAsk {
+	if provider.DecidePermission(mode, req) == provider.DecideAsk {
 		rr, evs := m.mapper.PermissionRequest(m.cl.Map(), in.TurnID, in.ID, req)
 		m.cl.SetRuntimeRequest(in.ID, rr.ID, rr.ItemID, rr.Choices)
 		return evs, nil, true
 	}
-	o := acpx.PickOption(req, acpx.DecidePermission(mode, req) == acpx.DecideAllow)
+	o := provider.PickOption(req, provider.DecidePermission(mode, req) == provider.DecideAllow)
 	l, err := d.c.Respond(in.ID, map[string]any{"decision": codexDecision(o)})
 	if err != nil {
 		return nil, nil, true
@@ -666,7 +667,7 @@ func (d *codexDriver) approvalLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, b
 	return nil, [][]byte{l}, true
 }
 
-func codexDecision(o acpx.PermissionOutcome) string {
+func codexDecision(o provider.PermissionOutcome) string {
 	if o.Outcome != "selected" || o.OptionID == "" {
 		return codexCancel
 	}
@@ -675,7 +676,7 @@ func codexDecision(o acpx.PermissionOutcome) string {
 
 // respondPermissionLocked answers a pending permission-shaped request with
 // outcome o in its own protocol. m.mu held.
-func (m *Manager) respondPermissionLocked(id json.RawMessage, req acpx.AgentRequest, o acpx.PermissionOutcome) ([]byte, error) {
+func (m *Manager) respondPermissionLocked(id json.RawMessage, req provider.AgentRequest, o provider.PermissionOutcome) ([]byte, error) {
 	if d, ok := m.driverLocked().(*codexDriver); ok && isCodexApproval(req.Method) {
 		return d.c.Respond(id, map[string]any{"decision": codexDecision(o)})
 	}

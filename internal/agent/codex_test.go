@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -73,7 +73,7 @@ func methodsIn(tr []map[string]any) []string {
 	return out
 }
 
-func validateAll(t *testing.T, evs []acpx.Event) {
+func validateAll(t *testing.T, evs []provider.Event) {
 	t.Helper()
 	s := prpschema.Load(t)
 	for i, e := range evs {
@@ -88,7 +88,7 @@ func validateAll(t *testing.T, evs []acpx.Event) {
 }
 
 // eventEnvelope wraps an event the way runnerd's outbox does.
-func eventEnvelope(seq int, ev acpx.Event) map[string]any {
+func eventEnvelope(seq int, ev provider.Event) map[string]any {
 	env := map[string]any{
 		"schema": "paperclip.prp.event.v1", "sourceEventId": fmt.Sprintf("event_runner-1_%016d", seq),
 		"sourceSeq": seq, "sourceInstanceId": "runner-1", "sourceKind": "runner", "runId": "run-1",
@@ -420,7 +420,7 @@ func TestCodexResume(t *testing.T) {
 	}
 	n := len(r.sink.waitEvent(t, "session.resumed"))
 	r.turn("two")
-	evs := since(r.sink.waitFor(t, "second terminal", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") == 2 }), n)
+	evs := since(r.sink.waitFor(t, "second terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 }), n)
 	validateAll(t, evs)
 
 	_, err = r.m.CloseSession(ctx)
@@ -444,13 +444,13 @@ func TestCodexStartupFaults(t *testing.T) {
 		r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 500 * time.Millisecond } })
 		r.prepareCodex(nil, "--hang-on-initialize")
 		ce := r.openErr()
-		require.Equal(t, string(acpx.ClassSessionHandshakeTimeout), ce.Code)
+		require.Equal(t, string(provider.ClassSessionHandshakeTimeout), ce.Code)
 	})
 	t.Run("early exit", func(t *testing.T) {
 		r := newRig(t)
 		r.prepareCodex(nil, "--exit-early", "3")
 		ce := r.openErr()
-		require.Equal(t, string(acpx.ClassAgentStartupExitNonzero), ce.Code)
+		require.Equal(t, string(provider.ClassAgentStartupExitNonzero), ce.Code)
 	})
 	t.Run("some junk", func(t *testing.T) {
 		r := newRig(t)
@@ -461,7 +461,7 @@ func TestCodexStartupFaults(t *testing.T) {
 	})
 	t.Run("too much junk", func(t *testing.T) {
 		r := newRig(t)
-		r.prepareCodex(nil, "--junk", strconv.Itoa(acpx.MaxConsecutiveBadLines))
+		r.prepareCodex(nil, "--junk", strconv.Itoa(provider.MaxConsecutiveBadLines))
 		ce := r.openErr()
 		require.NotEmpty(t, ce.Code)
 		_, evs := r.sink.snapshot()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // Driver is the wire protocol of one provider session: the only part of
@@ -28,10 +29,10 @@ type Driver interface {
 	// initialize exchange and the session call) through o.Call.
 	Open(ctx context.Context, o OpenSession) error
 	// Feed decodes provider stdout bytes into messages, in order.
-	Feed(p []byte) ([]acpx.Inbound, error)
+	Feed(p []byte) ([]provider.Inbound, error)
 	// Prompt encodes the request that starts turn turnID with text and
 	// marks the turn active.
-	Prompt(turnID, text string) (acpx.Call, error)
+	Prompt(turnID, text string) (provider.Call, error)
 	// Cancel returns the lines that interrupt the active turn.
 	Cancel() ([][]byte, error)
 	// KeepsRunning reports whether an interrupted turn leaves the
@@ -41,7 +42,7 @@ type Driver interface {
 	// HandleRequest answers a provider request before the Manager's
 	// shared handling (ACP permissions, client fs, -32601); handled is
 	// false to leave it to that handling.
-	HandleRequest(in acpx.Inbound) (evs []acpx.Event, lines [][]byte, handled bool)
+	HandleRequest(in provider.Inbound) (evs []provider.Event, lines [][]byte, handled bool)
 }
 
 // OpenSession is what Driver.Open gets.
@@ -50,7 +51,7 @@ type OpenSession struct {
 	Resume  bool
 	// Call writes the request mk encodes (after the commit that covers
 	// it) and waits for its answer, the agent's end or the open bound.
-	Call func(mk func() (acpx.Call, error)) (acpx.Inbound, error)
+	Call func(mk func() (provider.Call, error)) (provider.Inbound, error)
 }
 
 // Driver names of Binding.Driver.
@@ -82,12 +83,16 @@ var drivers = map[string]func(*Manager) Driver{}
 // acpDriver is ACP (acp.md): the acpx client core.
 type acpDriver struct{ m *Manager }
 
-func (d acpDriver) Feed(p []byte) ([]acpx.Inbound, error)         { return d.m.cl.Feed(p) }
-func (d acpDriver) Prompt(turnID, text string) (acpx.Call, error) { return d.m.cl.Prompt(turnID, text) }
-func (d acpDriver) Cancel() ([][]byte, error)                     { return d.m.cl.Cancel() }
-func (d acpDriver) KeepsRunning() bool                            { return false }
+func (d acpDriver) Feed(p []byte) ([]provider.Inbound, error) { return d.m.cl.Feed(p) }
+func (d acpDriver) Prompt(turnID, text string) (provider.Call, error) {
+	return d.m.cl.Prompt(turnID, text)
+}
+func (d acpDriver) Cancel() ([][]byte, error) { return d.m.cl.Cancel() }
+func (d acpDriver) KeepsRunning() bool        { return false }
 
-func (d acpDriver) HandleRequest(acpx.Inbound) ([]acpx.Event, [][]byte, bool) { return nil, nil, false }
+func (d acpDriver) HandleRequest(provider.Inbound) ([]provider.Event, [][]byte, bool) {
+	return nil, nil, false
+}
 
 // Open is initialize, then session/new, resume or load with the bridge
 // in mcpServers (acp.md §4.1, tools.md §2).
@@ -103,24 +108,24 @@ func (d acpDriver) Open(ctx context.Context, o OpenSession) error {
 	servers := m.mcpServersLocked(caps)
 	m.mu.Unlock()
 	if !o.Resume {
-		_, err := o.Call(func() (acpx.Call, error) { return m.cl.NewSession(o.Binding.Cwd, servers) })
+		_, err := o.Call(func() (provider.Call, error) { return m.cl.NewSession(o.Binding.Cwd, servers) })
 		return err
 	}
 	var err error
 	switch {
 	case caps.SessionCapabilities.Resume != nil:
-		_, err = o.Call(func() (acpx.Call, error) { return m.cl.ResumeSession(servers) })
+		_, err = o.Call(func() (provider.Call, error) { return m.cl.ResumeSession(servers) })
 	case caps.LoadSession:
-		_, err = o.Call(func() (acpx.Call, error) { return m.cl.LoadSession(servers) })
+		_, err = o.Call(func() (provider.Call, error) { return m.cl.LoadSession(servers) })
 	default:
-		err = acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
+		err = provider.NewFailure(provider.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
 	}
 	return err
 }
 
 // openCall is OpenSession.Call over m.call.
-func (m *Manager) openCall(ctx context.Context, deadline <-chan time.Time) func(mk func() (acpx.Call, error)) (acpx.Inbound, error) {
-	return func(mk func() (acpx.Call, error)) (acpx.Inbound, error) {
-		return m.call(ctx, deadline, func(*acpx.Client) (acpx.Call, error) { return mk() })
+func (m *Manager) openCall(ctx context.Context, deadline <-chan time.Time) func(mk func() (provider.Call, error)) (provider.Inbound, error) {
+	return func(mk func() (provider.Call, error)) (provider.Inbound, error) {
+		return m.call(ctx, deadline, func(*acpx.Client) (provider.Call, error) { return mk() })
 	}
 }

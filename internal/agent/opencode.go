@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/opencode"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 func init() {
@@ -85,7 +86,7 @@ func (d *openCodeDriver) KeepsRunning() bool { return true }
 
 // Feed reads stdout only for the listening line; OpenCode's output is
 // its event stream. m.mu held.
-func (d *openCodeDriver) Feed(p []byte) ([]acpx.Inbound, error) {
+func (d *openCodeDriver) Feed(p []byte) ([]provider.Inbound, error) {
 	if d.conn != nil || d.stdout == nil && len(p) == 0 {
 		return nil, nil
 	}
@@ -115,14 +116,14 @@ func (d *openCodeDriver) Open(ctx context.Context, o OpenSession) error {
 	p := m.proc
 	m.mu.Unlock()
 	if p == nil {
-		return acpx.NewFailure(acpx.ClassAgentDisconnected, nil)
+		return provider.NewFailure(provider.ClassAgentDisconnected, nil)
 	}
 	t := time.NewTimer(opencode.StartTimeout)
 	defer t.Stop()
 	select {
 	case <-d.listening:
 	case <-p.ended:
-		return acpx.NewFailure(acpx.ClassAgentStartupExitNonzero, errors.New("opencode server exited before it listened"))
+		return provider.NewFailure(provider.ClassAgentStartupExitNonzero, errors.New("opencode server exited before it listened"))
 	case <-t.C:
 		return errDeadline
 	case <-ctx.Done():
@@ -133,13 +134,13 @@ func (d *openCodeDriver) Open(ctx context.Context, o OpenSession) error {
 	m.mu.Unlock()
 	cl, err := opencode.NewClient(r.URL, r.Password)
 	if err != nil {
-		return acpx.NewFailure(acpx.ClassACPSessionInitFailed, err)
+		return provider.NewFailure(provider.ClassACPSessionInitFailed, err)
 	}
 	conn := opencode.NewConn(cl, r.State, d.commit)
 	sid, err := conn.Open(ctx, "")
 	if err != nil {
 		cl.Close()
-		return acpx.NewFailure(acpx.ClassACPSessionInitFailed, err)
+		return provider.NewFailure(provider.ClassACPSessionInitFailed, err)
 	}
 	m.mu.Lock()
 	m.cl.Live().ACPSessionID = sid
@@ -194,7 +195,7 @@ func (d *openCodeDriver) startLocked(cl *opencode.Client, conn *opencode.Conn) {
 // commit is the event stream's sink: the messages go through the
 // Manager's shared handling and are committed with the state they leave
 // in one durable write.
-func (d *openCodeDriver) commit(st opencode.State, in []acpx.Inbound) {
+func (d *openCodeDriver) commit(st opencode.State, in []provider.Inbound) {
 	m := d.m
 	m.mu.Lock()
 	var wakes []func()
@@ -211,10 +212,10 @@ func (d *openCodeDriver) commit(st opencode.State, in []acpx.Inbound) {
 	r := readOpenCodeRecord(m.cl)
 	r.State = st
 	writeOpenCodeRecord(m.cl, r)
-	var evs []acpx.Event
+	var evs []provider.Event
 	var lines [][]byte
 	for _, x := range in {
-		if x.Kind == acpx.KindTurnSettled {
+		if x.Kind == provider.KindTurnSettled {
 			m.cl.Wire().Turn = nil
 		}
 		e, l, w := m.handleInbound(p, x)
@@ -223,7 +224,7 @@ func (d *openCodeDriver) commit(st opencode.State, in []acpx.Inbound) {
 			wakes = append(wakes, w)
 		}
 	}
-	if err := m.commitThenWriteLocked(evs, lines); err != nil && !errors.Is(err, acpx.ErrWrite) {
+	if err := m.commitThenWriteLocked(evs, lines); err != nil && !errors.Is(err, provider.ErrWrite) {
 		m.log.Error("commit opencode events", "err", err)
 	}
 }
@@ -231,16 +232,16 @@ func (d *openCodeDriver) commit(st opencode.State, in []acpx.Inbound) {
 // Prompt marks the turn active; prompt_async is sent once the commit
 // that records turn.started is durable (the caller holds m.mu until
 // then). A refused prompt fails the turn. m.mu held.
-func (d *openCodeDriver) Prompt(turnID, text string) (acpx.Call, error) {
+func (d *openCodeDriver) Prompt(turnID, text string) (provider.Call, error) {
 	m := d.m
 	if d.conn == nil {
-		return acpx.Call{}, acpx.ErrNoSession
+		return provider.Call{}, provider.ErrNoSession
 	}
 	w := m.cl.Wire()
 	if w.Turn != nil {
-		return acpx.Call{}, acpx.ErrTurnActive
+		return provider.Call{}, provider.ErrTurnActive
 	}
-	w.Turn = &acpx.TurnState{ID: turnID}
+	w.Turn = &provider.TurnState{ID: turnID}
 	m.cl.Live().Prompted = true
 	pr := opencode.Prompt{Text: text}
 	if b := m.st.Binding; b != nil {
@@ -259,12 +260,12 @@ func (d *openCodeDriver) Prompt(turnID, text string) (acpx.Call, error) {
 		m.mu.Unlock()
 		if err := conn.Prompt(m.ctx, turnID, pr); err != nil {
 			m.log.Warn("opencode prompt refused", "err", err)
-			out := acpx.TurnOutcome{TurnID: turnID, StopReason: acpx.StopEndTurn,
-				Err: acpx.NewFailure(acpx.ClassTurnFailed, errors.New("opencode refused the prompt"))}
-			d.commit(conn.State(), []acpx.Inbound{{Kind: acpx.KindTurnSettled, TurnID: turnID, Outcome: &out, Err: out.Err}})
+			out := provider.TurnOutcome{TurnID: turnID, StopReason: provider.StopEndTurn,
+				Err: provider.NewFailure(provider.ClassTurnFailed, errors.New("opencode refused the prompt"))}
+			d.commit(conn.State(), []provider.Inbound{{Kind: provider.KindTurnSettled, TurnID: turnID, Outcome: &out, Err: out.Err}})
 		}
 	}()
-	return acpx.Call{}, nil
+	return provider.Call{}, nil
 }
 
 // Cancel aborts the turn over HTTP; the server keeps running and the
@@ -272,14 +273,14 @@ func (d *openCodeDriver) Prompt(turnID, text string) (acpx.Call, error) {
 func (d *openCodeDriver) Cancel() ([][]byte, error) {
 	m := d.m
 	if d.conn == nil || m.cl.Wire().Turn == nil {
-		return nil, acpx.ErrNoTurn
+		return nil, provider.ErrNoTurn
 	}
 	m.cl.Wire().Turn.CancelRequested = true
 	conn := d.conn
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		if err := conn.Cancel(m.ctx); err != nil && !errors.Is(err, acpx.ErrNoTurn) {
+		if err := conn.Cancel(m.ctx); err != nil && !errors.Is(err, provider.ErrNoTurn) {
 			m.log.Warn("opencode abort failed", "err", err)
 		}
 	}()
@@ -291,7 +292,7 @@ func (d *openCodeDriver) Cancel() ([][]byte, error) {
 // ACP one; the session's permission mode answers it at once, or it
 // becomes a PRP runtime request that request.resolve answers (Resolve
 // asks answerLocked). The answer goes back over HTTP. m.mu held.
-func (d *openCodeDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte, bool) {
+func (d *openCodeDriver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte, bool) {
 	m := d.m
 	var id string
 	if d.conn == nil || in.Permission == nil || json.Unmarshal(in.ID, &id) != nil {
@@ -299,31 +300,31 @@ func (d *openCodeDriver) HandleRequest(in acpx.Inbound) ([]acpx.Event, [][]byte,
 	}
 	w := m.cl.Wire()
 	if w.AgentRequests == nil {
-		w.AgentRequests = map[string]acpx.AgentRequest{}
+		w.AgentRequests = map[string]provider.AgentRequest{}
 	}
-	w.AgentRequests[string(in.ID)] = acpx.AgentRequest{Method: acpx.MethodRequestPermission, TurnID: in.TurnID}
-	mode := acpx.ApproveAll
+	w.AgentRequests[string(in.ID)] = provider.AgentRequest{Method: provider.MethodRequestPermission, TurnID: in.TurnID}
+	mode := provider.ApproveAll
 	if b := m.st.Binding; b != nil {
 		mode = b.PermissionMode
 	}
-	dec := acpx.DecidePermission(mode, *in.Permission)
-	if dec == acpx.DecideAsk {
+	dec := provider.DecidePermission(mode, *in.Permission)
+	if dec == provider.DecideAsk {
 		evs, _, _ := m.permissionLocked(in)
 		return evs, nil, true
 	}
 	m.cl.ForgetAgentRequest(in.ID)
-	d.replyAfterCommitLocked(id, acpx.PickOption(*in.Permission, dec == acpx.DecideAllow))
+	d.replyAfterCommitLocked(id, provider.PickOption(*in.Permission, dec == provider.DecideAllow))
 	return nil, nil, true
 }
 
 // answerer is a driver that answers a resolved runtime request itself
 // instead of writing a line to the agent's stdin.
 type answerer interface {
-	answerLocked(id json.RawMessage, o acpx.PermissionOutcome)
+	answerLocked(id json.RawMessage, o provider.PermissionOutcome)
 }
 
 // answerLocked sends request.resolve's answer over HTTP. m.mu held.
-func (d *openCodeDriver) answerLocked(id json.RawMessage, o acpx.PermissionOutcome) {
+func (d *openCodeDriver) answerLocked(id json.RawMessage, o provider.PermissionOutcome) {
 	var pid string
 	if d.conn == nil || json.Unmarshal(id, &pid) != nil {
 		return
@@ -333,7 +334,7 @@ func (d *openCodeDriver) answerLocked(id json.RawMessage, o acpx.PermissionOutco
 
 // replyAfterCommitLocked replies once the commit in progress (the caller
 // holds m.mu through it) is durable; a cancelled outcome rejects.
-func (d *openCodeDriver) replyAfterCommitLocked(id string, o acpx.PermissionOutcome) {
+func (d *openCodeDriver) replyAfterCommitLocked(id string, o provider.PermissionOutcome) {
 	m := d.m
 	option := ""
 	if o.Outcome == "selected" {

@@ -33,7 +33,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // ACP method names served here (acp.md §1.2).
@@ -68,13 +68,13 @@ const maxResultBytes = MaxResponseBytes - envelopeReserve
 // The JSON-RPC error codes and the refusal type are acpx's, shared with
 // the other client-side handlers.
 const (
-	CodeInvalidParams    = acpx.CodeInvalidParams
-	CodeInternalError    = acpx.CodeInternalError
-	CodeResourceNotFound = acpx.CodeResourceNotFound
+	CodeInvalidParams    = provider.CodeInvalidParams
+	CodeInternalError    = provider.CodeInternalError
+	CodeResourceNotFound = provider.CodeResourceNotFound
 )
 
 // Error is a refused request (acpx.ClientError).
-type Error = acpx.ClientError
+type Error = provider.ClientError
 
 // Roots are the directories a session may touch: its cwd and the
 // additionalDirectories it was opened with. ReadOnly refuses every write

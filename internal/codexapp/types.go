@@ -14,8 +14,8 @@
 // below are all runnerd needs.
 //
 // The client keeps its durable state (request table, partial line, active
-// turn, thread id) in the acpx.Client record the agent Manager persists,
-// and turns app-server messages into the acpx.Inbound model, so the
+// turn, thread id) in the provider.Core record the agent Manager persists,
+// and turns app-server messages into the provider.Inbound model, so the
 // Manager's shared mapping, commit path and tool flow apply unchanged.
 package codexapp
 

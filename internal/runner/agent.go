@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/agent"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -115,7 +116,7 @@ func (a *agentExec) stop(orderly bool) {
 
 // Commit implements agent.Sink: the record and the events in one durable
 // write, then a send of what is committed.
-func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event, out *agent.CommandOutcome) error {
+func (a *agentExec) Commit(st agent.Stored, evs []provider.Event, out *agent.CommandOutcome) error {
 	events, err := stateEvents(evs)
 	if err != nil {
 		return err
@@ -189,7 +190,7 @@ var exactPayload = map[string]bool{
 // identity). Deltas carry CoalesceKey = itemId: the outbox merges
 // consecutive deltas of one item into one unsent P2 event (prp.md §8.1,
 // §9.3), in this commit or a later one.
-func stateEvents(evs []acpx.Event) ([]state.Event, error) {
+func stateEvents(evs []provider.Event) ([]state.Event, error) {
 	out := make([]state.Event, 0, len(evs))
 	for _, e := range evs {
 		p := make(map[string]any, len(e.Payload)+2)

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // ACP client methods (agent-client-protocol schema).
@@ -60,13 +60,13 @@ const (
 // The JSON-RPC error codes and the refusal type are acpx's, shared with
 // the other client-side handlers.
 const (
-	CodeInvalidParams    = acpx.CodeInvalidParams
-	CodeInternalError    = acpx.CodeInternalError
-	CodeResourceNotFound = acpx.CodeResourceNotFound
+	CodeInvalidParams    = provider.CodeInvalidParams
+	CodeInternalError    = provider.CodeInternalError
+	CodeResourceNotFound = provider.CodeResourceNotFound
 )
 
 // Error is a refused request (acpx.ClientError).
-type Error = acpx.ClientError
+type Error = provider.ClientError
 
 func invalid(msg string) error  { return &Error{Code: CodeInvalidParams, Message: msg} }
 func notFound(msg string) error { return &Error{Code: CodeResourceNotFound, Message: msg} }
