@@ -9,11 +9,11 @@
 // commit → delete, acp.md §3.3); the record (next stdin sequence, request
 // ids) is committed before any line it covers is written (acp.md §3.2).
 //
-// Drivers (the seam for a second wire protocol, driver.go): the Manager is
-// protocol-neutral except for a Driver, chosen by Binding.Driver
-// (DriverACP "", DriverCodex or DriverOpenCode; a new one registers its constructor in
-// the drivers map from an init in its own file, as codex.go does). A
-// driver keeps its durable state in the Manager's *acpx.Client record
+// Drivers (the seam for another wire protocol, provider.Driver): the
+// Manager is protocol-neutral except for a Driver, made by Config.Drivers
+// for Binding.Driver (DriverACP "", DriverCodex or DriverOpenCode; the
+// runner lists one constructor per kind). A driver keeps its durable
+// state in the Manager's *acpx.Client record
 // (acpx.Client.Wire: request table, partial line, active turn with
 // TurnState.ProviderTurnID; acpx.Client.Live: session id) and implements
 // Open (handshake through OpenSession.Call), Feed (stdout bytes →
@@ -180,6 +180,9 @@ type Config struct {
 	StateDir string
 	// Pcwrap is the pcwrap binary (see FindPcwrap).
 	Pcwrap string
+	// Drivers makes the driver of each Binding.Driver kind; it holds
+	// DriverACP at least, the driver of every other kind.
+	Drivers map[string]provider.NewDriver
 	// OpenCodeExecutable is the opencode binary for kind opencode
 	// (codex.md §6: a runnerd flag, else "opencode" on PATH).
 	OpenCodeExecutable string
@@ -262,7 +265,7 @@ type Manager struct {
 	goalCall int64         // the unanswered _session/goal request id (goal.go); 0 when none
 	tools    toolState
 	// drv is the driver of cl (driverLocked); drvCl the client it wraps.
-	drv   Driver
+	drv   provider.Driver
 	drvCl *acpx.Client
 }
 
@@ -908,7 +911,9 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	m.mu.Lock()
 	d := m.driverLocked()
 	m.mu.Unlock()
-	return d.Open(ctx, OpenSession{Binding: b, Resume: resume, Call: m.openCall(ctx, deadline)})
+	return d.Open(ctx, provider.OpenSession{Cwd: b.Cwd, Model: b.Model, CatalogDigest: b.CatalogDigest, Resume: resume,
+		Instructions: func() (*string, error) { return codexInstructions(m.cfg.StateDir, b) },
+		Call:         m.openCall(ctx, deadline)})
 }
 
 // call sends one request and waits for its answer, the agent's exit, the

@@ -21,8 +21,9 @@ import (
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
-func init() {
-	drivers[DriverCodex] = func(m *Manager) Driver { return &codexDriver{m: m, c: codexapp.New(m.cl.Core)} }
+// NewCodexDriver is Codex's app-server driver (codex.md).
+func NewCodexDriver(h provider.Host) provider.Driver {
+	return &codexDriver{m: managerOf(h), c: codexapp.New(h.Core())}
 }
 
 // CodexHomeDir holds the isolated CODEX_HOME of each session under the
@@ -79,7 +80,7 @@ func (d *codexDriver) Cancel() ([][]byte, error) {
 
 // Open is initialize, initialized, then thread/start with the catalog as
 // dynamicTools, or thread/resume (codex.md §2–§3).
-func (d *codexDriver) Open(ctx context.Context, o OpenSession) error {
+func (d *codexDriver) Open(ctx context.Context, o provider.OpenSession) error {
 	m := d.m
 	if _, err := o.Call(d.c.Initialize); err != nil {
 		return err
@@ -94,25 +95,24 @@ func (d *codexDriver) Open(ctx context.Context, o OpenSession) error {
 	if err != nil {
 		return provider.NewFailure(provider.ClassAgentDisconnected, err)
 	}
-	b := o.Binding
-	instr, err := codexInstructions(m.cfg.StateDir, b)
+	instr, err := o.Instructions()
 	if err != nil {
 		m.log.Error("instructions unavailable", "err", err)
 		return failed("the run's instructions could not be read")
 	}
 	var model *string
-	if b.Model != "" {
-		model = &b.Model
+	if o.Model != "" {
+		model = &o.Model
 	}
 	if o.Resume {
 		m.mu.Lock()
-		changed := m.st.ThreadCatalogDigest != b.CatalogDigest
+		changed := m.st.ThreadCatalogDigest != o.CatalogDigest
 		m.mu.Unlock()
 		if changed {
 			return &CommandError{Code: CodeToolCatalogChanged, Message: "the run's tool catalog differs from the one the Codex thread started with"}
 		}
 		if _, err = o.Call(func() (provider.Call, error) {
-			return d.c.ThreadResume(codexapp.ThreadResumeParams{Cwd: b.Cwd, Model: model, ApprovalPolicy: codexApprovalNever, DeveloperInstructions: instr})
+			return d.c.ThreadResume(codexapp.ThreadResumeParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: codexApprovalNever, DeveloperInstructions: instr})
 		}); err != nil {
 			return err
 		}
@@ -120,13 +120,13 @@ func (d *codexDriver) Open(ctx context.Context, o OpenSession) error {
 		return err
 	}
 	if _, err = o.Call(func() (provider.Call, error) {
-		return d.c.ThreadStart(codexapp.ThreadStartParams{Cwd: b.Cwd, Model: model, ApprovalPolicy: codexApprovalNever,
+		return d.c.ThreadStart(codexapp.ThreadStartParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: codexApprovalNever,
 			DynamicTools: tools, DeveloperInstructions: instr, Sandbox: codexSandbox})
 	}); err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.st.ThreadCatalogDigest = b.CatalogDigest // the open's commit records it
+	m.st.ThreadCatalogDigest = o.CatalogDigest // the open's commit records it
 	m.mu.Unlock()
 	return nil
 }

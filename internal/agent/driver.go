@@ -3,56 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
-
-// Driver is the wire protocol of one provider session: the only part of
-// the Manager that depends on whether the agent speaks ACP, Codex's
-// app-server protocol or another one. Everything else is shared by every
-// driver: pcwrap supervision and hot restart, the durable record (the
-// acpx.Record with its request table and mapping state), the one commit
-// path, the cold-start gate and bounds, loss detection, runtime requests
-// and the semantic tool flow.
-//
-// A driver keeps its durable state in the Manager's *acpx.Client (its
-// Record, request table and active turn: acpx.Client.Wire), so a restart
-// resumes it with the record. It turns the provider's stdout into the
-// acpx.Inbound model the Manager consumes (responses, requests, session
-// updates mapped by acpx.Mapper, settled turns, and acpx.KindEvents for
-// events only that protocol has). Its methods run with the Manager's
-// mutex held, except Open.
-type Driver interface {
-	// Open runs the handshake of a freshly launched process (the
-	// initialize exchange and the session call) through o.Call.
-	Open(ctx context.Context, o OpenSession) error
-	// Feed decodes provider stdout bytes into messages, in order.
-	Feed(p []byte) ([]provider.Inbound, error)
-	// Prompt encodes the request that starts turn turnID with text and
-	// marks the turn active.
-	Prompt(turnID, text string) (provider.Call, error)
-	// Cancel returns the lines that interrupt the active turn.
-	Cancel() ([][]byte, error)
-	// KeepsRunning reports whether an interrupted turn leaves the
-	// provider process and its session running (Codex: codex.md §3);
-	// false stops the agent after every cancel (ACP: acp.md §4.4).
-	KeepsRunning() bool
-	// HandleRequest answers a provider request before the Manager's
-	// shared handling (ACP permissions, client fs, -32601); handled is
-	// false to leave it to that handling.
-	HandleRequest(in provider.Inbound) (evs []provider.Event, lines [][]byte, handled bool)
-}
-
-// OpenSession is what Driver.Open gets.
-type OpenSession struct {
-	Binding *Binding
-	Resume  bool
-	// Call writes the request mk encodes (after the commit that covers
-	// it) and waits for its answer, the agent's end or the open bound.
-	Call func(mk func() (provider.Call, error)) (provider.Inbound, error)
-}
 
 // Driver names of Binding.Driver.
 const (
@@ -62,23 +18,35 @@ const (
 	DriverOpenCode = "opencode_server"
 )
 
-// driverLocked returns the driver of the bound provider. m.mu held.
-func (m *Manager) driverLocked() Driver {
+// driverLocked returns the driver of the bound provider: Config.Drivers
+// by Binding.Driver, ACP's for an unknown kind or before a binding.
+// m.mu held.
+func (m *Manager) driverLocked() provider.Driver {
 	if m.drv != nil && m.drvCl == m.cl {
 		return m.drv
 	}
-	m.drv, m.drvCl = acpDriver{m}, m.cl
+	kind := DriverACP
 	if b := m.st.Binding; b != nil && m.cl != nil {
-		if f, ok := drivers[b.Driver]; ok {
-			m.drv = f(m)
+		if _, ok := m.cfg.Drivers[b.Driver]; ok {
+			kind = b.Driver
 		}
 	}
+	m.drv, m.drvCl = m.cfg.Drivers[kind](host{m}), m.cl
 	return m.drv
 }
 
-// drivers are the non-ACP drivers by Binding.Driver; each file that adds
-// one registers it in an init.
-var drivers = map[string]func(*Manager) Driver{}
+// host is the Manager as its drivers see it (provider.Host).
+type host struct{ m *Manager }
+
+func (h host) Core() *provider.Core { return h.m.cl.Core }
+func (h host) Logger() *slog.Logger { return h.m.log }
+
+// managerOf is the Manager behind a host: the drivers of this package
+// reach it directly.
+func managerOf(h provider.Host) *Manager { return h.(host).m }
+
+// NewACPDriver is ACP's driver (acp.md).
+func NewACPDriver(h provider.Host) provider.Driver { return acpDriver{managerOf(h)} }
 
 // acpDriver is ACP (acp.md): the acpx client core.
 type acpDriver struct{ m *Manager }
@@ -96,7 +64,7 @@ func (d acpDriver) HandleRequest(provider.Inbound) ([]provider.Event, [][]byte, 
 
 // Open is initialize, then session/new, resume or load with the bridge
 // in mcpServers (acp.md §4.1, tools.md §2).
-func (d acpDriver) Open(ctx context.Context, o OpenSession) error {
+func (d acpDriver) Open(ctx context.Context, o provider.OpenSession) error {
 	m := d.m
 	if _, err := o.Call(m.cl.Initialize); err != nil {
 		return err
@@ -108,7 +76,7 @@ func (d acpDriver) Open(ctx context.Context, o OpenSession) error {
 	servers := m.mcpServersLocked(caps)
 	m.mu.Unlock()
 	if !o.Resume {
-		_, err := o.Call(func() (provider.Call, error) { return m.cl.NewSession(o.Binding.Cwd, servers) })
+		_, err := o.Call(func() (provider.Call, error) { return m.cl.NewSession(o.Cwd, servers) })
 		return err
 	}
 	var err error
@@ -123,7 +91,7 @@ func (d acpDriver) Open(ctx context.Context, o OpenSession) error {
 	return err
 }
 
-// openCall is OpenSession.Call over m.call.
+// openCall is provider.OpenSession.Call over m.call.
 func (m *Manager) openCall(ctx context.Context, deadline <-chan time.Time) func(mk func() (provider.Call, error)) (provider.Inbound, error) {
 	return func(mk func() (provider.Call, error)) (provider.Inbound, error) {
 		return m.call(ctx, deadline, func(*acpx.Client) (provider.Call, error) { return mk() })

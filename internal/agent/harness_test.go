@@ -168,10 +168,17 @@ type rig struct {
 	turns int    // turn.start commands issued
 }
 
+// testDrivers are the drivers runnerd runs (internal/runner lists them).
+var testDrivers = map[string]provider.NewDriver{
+	DriverACP:      NewACPDriver,
+	DriverCodex:    NewCodexDriver,
+	DriverOpenCode: NewOpenCodeDriver,
+}
+
 // testBounds are short bounds so fault scenarios finish in seconds.
 func testConfig(t testing.TB, sink *memSink, stateDir string) Config {
 	return Config{
-		StateDir: stateDir, Pcwrap: testbin.Path(t, "pcwrap"), Sink: sink,
+		StateDir: stateDir, Pcwrap: testbin.Path(t, "pcwrap"), Sink: sink, Drivers: testDrivers,
 		Environ:     []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
 		ResumeBound: 10 * time.Second,
 		ColdBound:   func(string) time.Duration { return 10 * time.Second },

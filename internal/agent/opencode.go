@@ -12,10 +12,9 @@ import (
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
-func init() {
-	drivers[DriverOpenCode] = func(m *Manager) Driver {
-		return &openCodeDriver{m: m, listening: make(chan struct{})}
-	}
+// NewOpenCodeDriver is OpenCode's server driver (codex.md §6).
+func NewOpenCodeDriver(h provider.Host) provider.Driver {
+	return &openCodeDriver{m: managerOf(h), listening: make(chan struct{})}
 }
 
 // openCodeCommand is the executable of kind opencode: the descriptor's
@@ -110,7 +109,7 @@ func (d *openCodeDriver) Feed(p []byte) ([]provider.Inbound, error) {
 
 // Open waits for the listening line (the cold bound, opencode.StartTimeout
 // at most), creates the OpenCode session and starts the event stream.
-func (d *openCodeDriver) Open(ctx context.Context, o OpenSession) error {
+func (d *openCodeDriver) Open(ctx context.Context, o provider.OpenSession) error {
 	m := d.m
 	m.mu.Lock()
 	p := m.proc
@@ -206,7 +205,7 @@ func (d *openCodeDriver) commit(st opencode.State, in []provider.Inbound) {
 		}
 	}()
 	p := m.proc
-	if p == nil || m.cl == nil || m.driverLocked() != Driver(d) {
+	if p == nil || m.cl == nil || m.driverLocked() != provider.Driver(d) {
 		return
 	}
 	r := readOpenCodeRecord(m.cl)

@@ -48,6 +48,11 @@ func newAgentExec(r *loop) (*agentExec, error) {
 	a := &agentExec{r: r, ctx: context.Background()}
 	a.m = agent.NewManager(agent.Config{
 		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, OpenCodeExecutable: r.cfg.OpenCodeExecutable,
+		Drivers: map[string]provider.NewDriver{
+			agent.DriverACP:      agent.NewACPDriver,
+			agent.DriverCodex:    agent.NewCodexDriver,
+			agent.DriverOpenCode: agent.NewOpenCodeDriver,
+		},
 		Environ: os.Environ(), Sink: a,
 		Logger: r.log, Stderr: os.Stderr, Clock: r.clk,
 		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,

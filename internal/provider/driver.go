@@ -1,0 +1,69 @@
+package provider
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Driver is the wire protocol of one provider session: the only part of
+// the agent supervisor that depends on whether the agent speaks ACP,
+// Codex's app-server protocol or another one. Everything else is the
+// supervisor's and shared by every driver: pcwrap supervision and hot
+// restart, the durable Record with its request table, the one commit
+// path, the cold-start gate and bounds, loss detection, runtime requests
+// and the semantic tool flow.
+//
+// A driver keeps its durable state in the host's Core (its Record, request
+// table and active turn: Core.Wire), so a restart resumes it with the
+// record. It turns the provider's output into the Inbound model the
+// supervisor consumes (responses, requests, session updates mapped by
+// Mapper, settled turns, and KindEvents for events only that protocol
+// has). Its methods run with the host's lock held, except Open.
+type Driver interface {
+	// Open runs the handshake of a freshly launched process (the
+	// initialize exchange and the session call) through o.Call.
+	Open(ctx context.Context, o OpenSession) error
+	// Feed decodes provider stdout bytes into messages, in order.
+	Feed(p []byte) ([]Inbound, error)
+	// Prompt encodes the request that starts turn turnID with text and
+	// marks the turn active.
+	Prompt(turnID, text string) (Call, error)
+	// Cancel returns the lines that interrupt the active turn.
+	Cancel() ([][]byte, error)
+	// KeepsRunning reports whether an interrupted turn leaves the
+	// provider process and its session running (Codex: codex.md §3);
+	// false stops the agent after every cancel (ACP: acp.md §4.4).
+	KeepsRunning() bool
+	// HandleRequest answers a provider request before the supervisor's
+	// shared handling (ACP permissions, client fs, -32601); handled is
+	// false to leave it to that handling.
+	HandleRequest(in Inbound) (evs []Event, lines [][]byte, handled bool)
+}
+
+// OpenSession is what Driver.Open gets: the bound run's launch and the
+// one way to send a request during the handshake.
+type OpenSession struct {
+	// Cwd, Model and CatalogDigest are the run's binding (session.open).
+	Cwd, Model, CatalogDigest string
+	Resume                    bool
+	// Instructions reads the run's instructions (nil: none); an error
+	// means they could not be read.
+	Instructions func() (*string, error)
+	// Call writes the request mk encodes (after the commit that covers
+	// it) and waits for its answer, the agent's end or the open bound.
+	Call func(mk func() (Call, error)) (Inbound, error)
+}
+
+// NewDriver makes the driver of one session over its host. The runner
+// hands the supervisor one per driver kind.
+type NewDriver func(h Host) Driver
+
+// Host is what a driver may use of the supervisor that runs it. Core is
+// valid only while the host's lock is held: inside a Driver method other
+// than Open.
+type Host interface {
+	// Core is the session's durable record and request table.
+	Core() *Core
+	// Logger is the session's logger.
+	Logger() *slog.Logger
+}
