@@ -27,16 +27,17 @@
 // bounds, loss detection and runtime requests stay shared.
 //
 // A driver whose provider talks beside the pcwrap stdio (DriverOpenCode:
-// HTTP + SSE on loopback, opencode.go) reads only its listening line from
-// stdout, keeps its own durable state in acpx.Record.Driver, feeds what
-// its channel brings through handleInbound and the one commit path (its
-// state in the same write), and reopens that channel when Start re-adopts
-// the process (the adopter interface).
+// HTTP + SSE on loopback, internal/opencode) reads only its listening line
+// from stdout, keeps its own durable state in provider.Record.Driver, feeds
+// what its channel brings through provider.Host.Deliver (handleInbound and
+// the one commit path, its state in the same write), and reopens that
+// channel when Start re-adopts the process (provider.Adopter).
 package agent
 
 import (
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 
 	"context"
@@ -360,8 +361,8 @@ func (m *Manager) Start() error {
 		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
-	if a, ok := m.driverLocked().(adopter); ok {
-		a.adoptLocked() // a driver with a channel beside stdio reopens it
+	if a, ok := m.driverLocked().(provider.Adopter); ok {
+		a.Adopt() // a driver with a channel beside stdio reopens it
 	}
 	if evs := m.restartBridgeLocked(p); len(evs) > 0 || m.st.Tools != nil {
 		if err := m.persistLocked(evs, nil); err != nil {
@@ -698,7 +699,7 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			return nil, failed("provider descriptor approvalPolicy must be never for kind opencode")
 		}
 		d.Agent = "opencode"
-		d.Command, d.Args = openCodeCommand(d.Command), openCodeServeArgs()
+		d.Command, d.Args = opencode.Command, opencode.ServeArgs()
 		if d.PermissionMode == "" {
 			d.PermissionMode = string(provider.ApproveAll)
 		}
@@ -770,7 +771,7 @@ func kindName(k string) string {
 }
 
 // errDeadline is the open bound firing.
-var errDeadline = errors.New("deadline")
+var errDeadline = provider.ErrDeadline
 
 // Open runs session.open commandID (acp.md §4.1): adopt a live agent,
 // resume a reusable record, or start cold. The write that records the
@@ -874,7 +875,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	var childEnv map[string]string
 	var ocPassword string
 	if b.Driver == DriverOpenCode {
-		if ocPassword, childEnv, err = openCodeChildEnv(); err != nil {
+		if ocPassword, childEnv, err = opencode.ChildEnv(); err != nil {
 			return provider.NewFailure(provider.ClassAgentSpawnFailed, err)
 		}
 	}
@@ -895,7 +896,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
 	if ocPassword != "" {
-		setOpenCodePassword(m.cl, ocPassword) // durable with the launch, 0600 state only
+		opencode.SetPassword(m.cl.Core, ocPassword) // durable with the launch, 0600 state only
 	}
 	m.advertiseLocked(b, resume)
 	m.cl.SetSessionMeta(meta)
@@ -1254,8 +1255,8 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 		return nil, failed("no agent request is pending under that requestId")
 	}
 	lines := [][]byte{line}
-	if a, ok := m.driverLocked().(answerer); ok {
-		a.answerLocked(id, o) // over its own channel, after this commit
+	if a, ok := m.driverLocked().(provider.Answerer); ok {
+		a.Answer(id, o) // over its own channel, after this commit
 		lines = nil
 	}
 	evs := m.mapper.RequestResolved(rr, action)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
@@ -40,6 +41,85 @@ type host struct{ m *Manager }
 
 func (h host) Core() *provider.Core { return h.m.cl.Core }
 func (h host) Logger() *slog.Logger { return h.m.log }
+
+func (h host) Mapper() provider.Mapper { return h.m.mapper }
+func (h host) Clock() clock.Clock      { return h.m.cfg.Clock }
+
+func (h host) Binding() (provider.Binding, bool) {
+	m := h.m
+	b := m.st.Binding
+	if b == nil {
+		return provider.Binding{}, false
+	}
+	return provider.Binding{Model: b.Model, PermissionMode: b.PermissionMode,
+		Instructions: func() (*string, error) { return codexInstructions(m.cfg.StateDir, b) }}, true
+}
+
+func (h host) WithLock(fn func()) {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	fn()
+}
+
+func (h host) ProcessEnded() <-chan struct{} {
+	h.m.mu.Lock()
+	p := h.m.proc
+	h.m.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.ended
+}
+
+func (h host) Go(fn func(ctx context.Context)) {
+	m := h.m
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn(m.ctx)
+	}()
+}
+
+func (h host) AfterCommit(fn func(ctx context.Context)) {
+	m := h.m
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.mu.Lock() // the caller holds it until its commit is durable
+		m.mu.Unlock()
+		fn(m.ctx)
+	}()
+}
+
+func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) error {
+	m := h.m
+	m.mu.Lock()
+	var wakes []func()
+	defer func() {
+		m.mu.Unlock()
+		for _, w := range wakes {
+			w()
+		}
+	}()
+	p := m.proc
+	if p == nil || m.cl == nil || m.driverLocked() != d {
+		return nil
+	}
+	record()
+	var evs []provider.Event
+	var lines [][]byte
+	for _, x := range in {
+		if x.Kind == provider.KindTurnSettled {
+			m.cl.Wire().Turn = nil
+		}
+		e, l, w := m.handleInbound(p, x)
+		evs, lines = append(evs, e...), append(lines, l...)
+		if w != nil {
+			wakes = append(wakes, w)
+		}
+	}
+	return m.commitThenWriteLocked(evs, lines)
+}
 
 // managerOf is the Manager behind a host: the drivers of this package
 // reach it directly.

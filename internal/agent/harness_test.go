@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -172,7 +173,7 @@ type rig struct {
 var testDrivers = map[string]provider.NewDriver{
 	DriverACP:      NewACPDriver,
 	DriverCodex:    NewCodexDriver,
-	DriverOpenCode: NewOpenCodeDriver,
+	DriverOpenCode: opencode.NewDriver,
 }
 
 // testBounds are short bounds so fault scenarios finish in seconds.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -67,7 +68,7 @@ func TestOpenCode01_ColdOpenTurn(t *testing.T) {
 	require.Equal(t, 1, count(evs, "tool.execution.completed"), "%v", types(evs))
 
 	r.m.mu.Lock()
-	rec := readOpenCodeRecord(r.m.cl)
+	rec := opencode.ReadRecord(r.m.cl.Core)
 	r.m.mu.Unlock()
 	require.Len(t, rec.Password, 43)
 	require.True(t, strings.HasPrefix(rec.URL, "http://127.0.0.1:"))

@@ -2,7 +2,11 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // Driver is the wire protocol of one provider session: the only part of
@@ -58,12 +62,67 @@ type OpenSession struct {
 // hands the supervisor one per driver kind.
 type NewDriver func(h Host) Driver
 
-// Host is what a driver may use of the supervisor that runs it. Core is
-// valid only while the host's lock is held: inside a Driver method other
-// than Open.
+// Host is what a driver may use of the supervisor that runs it. Methods
+// marked "lock held" are called only with the host's lock held: inside a
+// Driver method other than Open, or inside WithLock. The others take the
+// lock themselves when they need it, so a driver never holds it across
+// its own I/O.
 type Host interface {
-	// Core is the session's durable record and request table.
+	// Core is the session's durable record and request table. Lock held.
 	Core() *Core
+	// Mapper maps the session's updates to PRP events. Lock held.
+	Mapper() Mapper
+	// Binding is the run's binding; false before run.prepare. Lock held.
+	Binding() (Binding, bool)
 	// Logger is the session's logger.
 	Logger() *slog.Logger
+	// Clock is the supervisor's clock: every driver timer comes from it.
+	Clock() clock.Clock
+	// WithLock runs fn with the lock held.
+	WithLock(fn func())
+	// ProcessEnded is closed when the live provider process is gone; nil
+	// when none runs.
+	ProcessEnded() <-chan struct{}
+	// Go runs fn in a goroutine the supervisor owns and waits for at its
+	// shutdown; ctx ends then.
+	Go(fn func(ctx context.Context))
+	// AfterCommit is Go, with fn starting once the commit in progress is
+	// durable: a driver method (lock held) calls it so that what fn sends
+	// follows the events that method's caller commits.
+	AfterCommit(fn func(ctx context.Context))
+	// Deliver hands messages that arrive beside the provider's stdout (an
+	// HTTP event stream) to the supervisor's shared handling: if d is
+	// still the session's driver and its process lives, record runs (to
+	// put the driver's own state in the record), a settled turn is taken
+	// off the wire, and the events, lines and record are committed in one
+	// durable write. It takes the lock.
+	Deliver(d Driver, record func(), in []Inbound) error
 }
+
+// Binding is what a driver reads of the run's binding (run.prepare).
+type Binding struct {
+	Model          string
+	PermissionMode PermissionMode
+	// Instructions reads the run's instructions (nil: none); an error
+	// means they could not be read.
+	Instructions func() (*string, error)
+}
+
+// Adopter is a driver whose provider talks beside the pcwrap stdio and
+// must reopen that channel when the supervisor re-adopts a live process.
+type Adopter interface {
+	// Adopt reopens the channel. Lock held.
+	Adopt()
+}
+
+// Answerer is a driver that answers a resolved runtime request over its
+// own channel instead of a line on the agent's stdin.
+type Answerer interface {
+	// Answer sends outcome o for agent request id once the commit in
+	// progress is durable. Lock held.
+	Answer(id json.RawMessage, o PermissionOutcome)
+}
+
+// ErrDeadline is a bound's expiry while a driver waits for its provider
+// (the open bound of session.open).
+var ErrDeadline = errors.New("deadline")

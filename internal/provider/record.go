@@ -44,7 +44,7 @@ type Record struct {
 
 	// Driver is the durable state of a driver that keeps more than the
 	// line stream (OpenCode: its server URL, password and the per-part
-	// emission record, agent/opencode.go); nil for ACP and Codex. It
+	// emission record, opencode.Record); nil for ACP and Codex. It
 	// holds a secret: the record is state, never logged.
 	Driver json.RawMessage `json:"driver,omitempty"`
 

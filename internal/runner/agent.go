@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/agent"
+	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -51,7 +52,7 @@ func newAgentExec(r *loop) (*agentExec, error) {
 		Drivers: map[string]provider.NewDriver{
 			agent.DriverACP:      agent.NewACPDriver,
 			agent.DriverCodex:    agent.NewCodexDriver,
-			agent.DriverOpenCode: agent.NewOpenCodeDriver,
+			agent.DriverOpenCode: opencode.NewDriver,
 		},
 		Environ: os.Environ(), Sink: a,
 		Logger: r.log, Stderr: os.Stderr, Clock: r.clk,
