@@ -10,7 +10,7 @@ import (
 const ProtocolVersion = 1
 
 // InitializeParams is the initialize request. clientCapabilities is what
-// the session record holds (Client.SetClientCapabilities, issue 12 item 3).
+// the session record holds (Client.SetClientCapabilities).
 type InitializeParams struct {
 	ProtocolVersion    int                         `json:"protocolVersion"`
 	ClientCapabilities provider.ClientCapabilities `json:"clientCapabilities"`

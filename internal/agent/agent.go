@@ -152,10 +152,10 @@ type Binding struct {
 	Driver string `json:"driver,omitempty"`
 	// NoClientFS turns off the fs.readTextFile/writeTextFile advertisement
 	// (descriptor provider.clientCapabilities.fs: false, for agents that
-	// misbehave with it; issue 12 item 3). Absent means advertised.
+	// misbehave with it). Absent means advertised.
 	NoClientFS bool `json:"noClientFs,omitempty"`
 	// NoClientTerminal turns off the terminal advertisement (descriptor
-	// provider.clientCapabilities.terminal: false; issue 12 item 3).
+	// provider.clientCapabilities.terminal: false).
 	NoClientTerminal bool `json:"noClientTerminal,omitempty"`
 }
 
@@ -254,6 +254,8 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// mu guards every field below: the runner's calls, the event reader
+	// and the drivers (through host) take it.
 	mu       sync.Mutex
 	st       Stored
 	cl       *acpx.Client // nil without a session record

@@ -8,7 +8,7 @@ import (
 )
 
 // advertiseLocked records the client capabilities the next initialize
-// advertises (issue 12 item 3): fs unless the descriptor turned it off. A
+// advertises: fs unless the descriptor turned it off. A
 // resumed session keeps what its record says it was promised, so the
 // agent's contract never changes under it. m.mu held.
 func (m *Manager) advertiseLocked(b *Binding, resume bool) {
@@ -25,7 +25,7 @@ func (m *Manager) advertiseLocked(b *Binding, resume bool) {
 
 // clientFSLocked answers fs/read_text_file and fs/write_text_file when the
 // session's record says initialize advertised them; ok is false for any
-// other request, which then gets -32601 as before. The answer is made
+// other request, which then gets -32601 like any unknown method. The answer is made
 // here, in stream order, so it is committed with the event file that
 // carried the request (a restart re-reads and re-answers an uncommitted
 // one; a write is idempotent). m.mu held.

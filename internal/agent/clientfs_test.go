@@ -94,7 +94,7 @@ func TestTools12_WriteDenyAllThroughAgent(t *testing.T) {
 }
 
 // TestClientFSSwitchOff: provider.clientCapabilities.fs false advertises
-// no fs capability, records that, and fs/* gets -32601 as before; a
+// no fs capability, records that, and fs/* gets -32601 like any unknown method; a
 // non-boolean switch fails run.prepare.
 func TestClientFSSwitchOff(t *testing.T) {
 	r := newRig(t)

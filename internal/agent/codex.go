@@ -422,7 +422,7 @@ func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
 	}
 	m.mu.Unlock()
 	if s == nil {
-		return m.Steer() // ACP: refused whatever the payload, as before
+		return m.Steer() // ACP v1 cannot steer: refused whatever the payload
 	}
 	var p struct {
 		Text string `json:"text"`

@@ -294,8 +294,7 @@ func TestCodex01_Prepare(t *testing.T) {
 }
 
 // TestCodexUnknownKindNamesIt: a kind still unknown fails
-// command_execution_failed with a message naming the kind (issue 11 item
-// 4); a kind that is not a plain name is not echoed.
+// command_execution_failed with a message naming the kind; a kind that is not a plain name is not echoed.
 func TestCodexUnknownKindNamesIt(t *testing.T) {
 	for kind, want := range map[string]string{
 		"claude_managed": `"claude_managed"`, "aws_agentcore": `"aws_agentcore"`, "cursor_cloud": `"cursor_cloud"`,

@@ -14,7 +14,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
-// GoalCommand selects a PRP v2 session.goal.* command (issue 12 item 4).
+// GoalCommand selects a PRP v2 session.goal.* command.
 type GoalCommand int
 
 // Goal commands.
@@ -116,7 +116,7 @@ func decodeGoalPayload(cmd GoalCommand, payload json.RawMessage) (goalPayload, e
 	return p, nil
 }
 
-// Goal runs session.goal.get, .set or .clear commandID (issue 12 item 4):
+// Goal runs session.goal.get, .set or .clear commandID:
 // get answers the recorded snapshot; set and clear send _session/goal
 // when the agent's initialize advertised the action, wait for its answer
 // (the agent publishes its new snapshot before it), and answer the

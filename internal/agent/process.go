@@ -188,7 +188,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 		defer w.Close()
 		wake = w.C
 	}
-	tick := time.NewTicker(eventPoll)
+	tick := m.cfg.Clock.NewTicker(eventPoll)
 	defer tick.Stop()
 	deliver := func(ev sessiondir.Event) error { return m.deliver(ctx, p, ev, ev.Seq < lfs.last) }
 	for {
@@ -209,7 +209,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 			if !ok {
 				wake = nil // the watch ended: the poll alone goes on
 			}
-		case <-tick.C:
+		case <-tick.C():
 			if !p.alive() {
 				// pcwrap is gone: take what it left, then it is a loss
 				// unless its exit frame was among them.
@@ -629,7 +629,7 @@ func (m *Manager) endTurnLocked(p *process) []provider.Event {
 func (m *Manager) waitGone(p *process) {
 	t := m.cfg.Clock.NewTimer(m.cfg.StopWait)
 	defer t.Stop()
-	tick := time.NewTicker(stopCheck)
+	tick := m.cfg.Clock.NewTicker(stopCheck)
 	defer tick.Stop()
 	for p.alive() {
 		select {
@@ -637,7 +637,7 @@ func (m *Manager) waitGone(p *process) {
 			m.log.Warn("pcwrap did not exit within the stop wait; removing its session directory")
 			return
 		case <-p.pcwrapDone:
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

@@ -55,7 +55,7 @@ func TestTerminalReleasedAtSessionEnd(t *testing.T) {
 }
 
 // TestClientTerminalSwitchOff: provider.clientCapabilities.terminal false
-// advertises terminal: false, and terminal/* gets -32601 as before; a
+// advertises terminal: false, and terminal/* gets -32601 like any unknown method; a
 // non-boolean switch fails run.prepare.
 func TestClientTerminalSwitchOff(t *testing.T) {
 	r := newRig(t)

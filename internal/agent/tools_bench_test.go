@@ -109,7 +109,7 @@ func percentiles(b *testing.B, name string, samples []time.Duration) {
 // handler commits the call and its semantic_tool.input (a durable state
 // write), the fake core answers at once with semantic_tool.result (a second
 // durable write) and the answer goes back to the client. Next to it, in
-// the same run, a bare loopback HTTP request. Figures only (issue 10: p50
+// the same run, a bare loopback HTTP request. Figures only (the target: p50
 // under 2 ms, p99 under 10 ms on the dev machine).
 //
 //	go test -run XXX -bench BenchmarkToolRoundTrip ./internal/agent/

@@ -36,8 +36,8 @@ type Conn struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	mu sync.Mutex
-	st State // guarded by mu
+	mu sync.Mutex // guards st
+	st State      // guarded by mu
 }
 
 // NewConn returns a Conn resuming st (zero for a new session).

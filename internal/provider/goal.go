@@ -15,7 +15,7 @@ import (
 // claude-agent-acp): the agent advertises it in the initialize result's
 // top-level _meta.goal, is driven by the _session/goal request and
 // publishes its snapshot in session_info_update._meta.goal (null once
-// cleared). runnerd maps PRP v2 session.goal.* onto it (issue 12 item 4).
+// cleared). runnerd maps PRP v2 session.goal.* onto it.
 const (
 	// MethodSessionGoal is the extension's control method.
 	MethodSessionGoal = "_session/goal"
@@ -236,7 +236,7 @@ func cutRunes(s string, n int) string {
 
 // GoalProjection is the paperclip.session_goal.snapshot.v1 object: the
 // result of session.goal.* and the payload of session.goal.snapshot,
-// .updated and .cleared (issue 12 item 4; the reference's
+// .updated and .cleared (the reference's
 // acpxGoalProjection and goal_control).
 type GoalProjection struct {
 	Schema       string          `json:"schema"`

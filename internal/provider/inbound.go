@@ -9,7 +9,7 @@ import (
 const (
 	// MaxLineBytes bounds one stdout line: the Go SDK's 10 MiB scanner max.
 	MaxLineBytes = 10 << 20
-	// MaxConsecutiveBadLines fails the session (value from a closed acpx PR).
+	// MaxConsecutiveBadLines fails the session (the value an acpx pull request proposes).
 	MaxConsecutiveBadLines = 10
 )
 

@@ -66,13 +66,13 @@ type Conn struct {
 	clock clock.Clock
 	w     io.Writer
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards cl, waiters, turn and err
 	cl      *acpx.Client
 	waiters map[int64]chan provider.Inbound
 	turn    chan provider.TurnOutcome
 	err     error
 
-	writeMu sync.Mutex
+	writeMu sync.Mutex // serialises writes to w, so lines never interleave
 	inbox   chan provider.Inbound
 	done    chan struct{}
 }
