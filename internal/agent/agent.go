@@ -212,23 +212,16 @@ const (
 	eventPoll = 100 * time.Millisecond
 )
 
-// Result codes the executor returns (acp.md §6 classes reuse acpx.Class).
+// Result codes the executor returns (acp.md §6 classes reuse provider.Class).
 const (
-	CodeCommandExecutionFailed = "command_execution_failed"
+	CodeCommandExecutionFailed = provider.CodeCommandExecutionFailed
 )
 
-// CommandError is a failed command with a protocol-named code; its Message
-// is a fixed text, never provider output. Rejected marks a refusal before
-// any effect: the command result's status is rejected, not failed.
-type CommandError struct {
-	Code     string
-	Message  string
-	Rejected bool
-}
+// CommandError is a failed command (provider.CommandError): drivers
+// return it too, so it is the model's type.
+type CommandError = provider.CommandError
 
-func (e *CommandError) Error() string { return e.Message }
-
-func failed(msg string) error { return &CommandError{Code: CodeCommandExecutionFailed, Message: msg} }
+func failed(msg string) error { return provider.Failed(msg) }
 
 func classErr(err error) error {
 	var f *provider.Failure
@@ -371,8 +364,8 @@ func (m *Manager) Start() error {
 			return err
 		}
 	}
-	if d, ok := m.driverLocked().(*codexDriver); ok && m.st.Tools != nil {
-		if lines := d.rearmLocked(); len(lines) > 0 || len(m.tools.waiters) > 0 {
+	if d, ok := m.driverLocked().(provider.Rearmer); ok && m.st.Tools != nil {
+		if lines := d.Rearm(); len(lines) > 0 || len(m.tools.waiters) > 0 {
 			if err := m.commitThenWriteLocked(nil, lines); err != nil && !errors.Is(err, provider.ErrWrite) {
 				return err
 			}
@@ -684,7 +677,7 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 	case "acpx":
 	case "codex":
 		// codex.md §1: the reference accepts only approvalPolicy never.
-		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexapp.ApprovalNever {
 			return nil, failed("provider descriptor approvalPolicy must be never for kind codex")
 		}
 		d.Agent = "codex"
@@ -697,7 +690,7 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 	case "opencode":
 		// codex.md §6: runnerd speaks OpenCode's server API itself and
 		// ignores command/args (they name the reference's Node facade).
-		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexapp.ApprovalNever {
 			return nil, failed("provider descriptor approvalPolicy must be never for kind opencode")
 		}
 		d.Agent = "opencode"
@@ -869,7 +862,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	env = modelEnv(b.Agent, b.Model, env)
 	if b.Driver == DriverCodex {
-		if env, err = codexEnv(m.cfg.StateDir, m.codexSession(), m.cfg.Environ, env); err != nil {
+		if env, err = codexapp.Env(m.cfg.StateDir, m.codexSession(), m.cfg.Environ, env); err != nil {
 			m.log.Error("codex home unavailable", "err", err)
 			return provider.NewFailure(provider.ClassAgentSpawnFailed, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/catalog"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -426,7 +427,7 @@ func TestCodexResume(t *testing.T) {
 	require.NoError(t, err)
 	r.prepareCodexTools(catalogJSON(t, opComment, opNote), "--transcript", tr)
 	ce := r.openErr()
-	require.Equal(t, CodeToolCatalogChanged, ce.Code)
+	require.Equal(t, codexapp.CodeToolCatalogChanged, ce.Code)
 	validateTranscript(t, tr)
 }
 
@@ -597,35 +598,6 @@ func TestCodexStopTurn(t *testing.T) {
 	evs := r.sink.waitEvent(t, "harness.exited")
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	validateAll(t, evs)
-}
-
-// TestCodexHome: CODEX_HOME is <state>/codex-home/<session>/ (0700) with
-// config.toml (the allowlisted base URL) and auth.json (the key), both
-// 0600 (codex.md §2).
-func TestCodexHome(t *testing.T) {
-	dir := t.TempDir()
-	environ := []string{"OPENAI_BASE_URL=http://127.0.0.1:9/v1", "OPENAI_API_KEY=sk-test-123", "UNRELATED=x"}
-	env, err := codexEnv(dir, "sess/1", environ, []string{"PATH=/bin"})
-	require.NoError(t, err)
-	home := filepath.Join(dir, CodexHomeDir, "sess-1")
-	require.Contains(t, env, "CODEX_HOME="+home)
-	fi, err := os.Stat(home)
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
-	for _, f := range []string{"config.toml", "auth.json"} {
-		fi, err := os.Stat(filepath.Join(home, f))
-		require.NoError(t, err)
-		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
-	}
-	cfg, _ := os.ReadFile(filepath.Join(home, "config.toml"))
-	require.Contains(t, string(cfg), `base_url = "http://127.0.0.1:9/v1"`)
-	auth, _ := os.ReadFile(filepath.Join(home, "auth.json"))
-	require.JSONEq(t, `{"OPENAI_API_KEY":"sk-test-123"}`, string(auth))
-	// The auth secret wins over the keys.
-	_, err = codexEnv(dir, "s2", []string{"PAPERCLIP_ACPX_CODEX_AUTH_JSON_SECRET={\"tokens\":{}}", "OPENAI_API_KEY=k"}, nil)
-	require.NoError(t, err)
-	auth, _ = os.ReadFile(filepath.Join(dir, CodexHomeDir, "s2", "auth.json"))
-	require.JSONEq(t, `{"tokens":{}}`, string(auth))
 }
 
 // TestCodexCatalogBound: a catalog whose dynamicTools (catalog plus the

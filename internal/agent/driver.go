@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/mcpbridge"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
 // Driver names of Binding.Driver.
@@ -119,6 +122,66 @@ func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) e
 		}
 	}
 	return m.commitThenWriteLocked(evs, lines)
+}
+
+func (h host) CommitLocked(evs []provider.Event, lines [][]byte) error {
+	return h.m.commitThenWriteLocked(evs, lines)
+}
+
+func (h host) Catalog() *catalog.Catalog       { return h.m.tools.cat }
+func (h host) ThreadCatalogDigest() string     { return h.m.st.ThreadCatalogDigest }
+func (h host) SetThreadCatalogDigest(d string) { h.m.st.ThreadCatalogDigest = d }
+func (h host) ToolWaiting(callID string) bool  { _, busy := h.m.tools.waiters[callID]; return busy }
+
+func (h host) AdmitCall(call mcpbridge.Call) (provider.ToolWait, mcpbridge.Result) {
+	w, res := h.m.admitCallLocked(call)
+	if w == nil {
+		return nil, res // an untyped nil: the call is answered at once
+	}
+	return w, res
+}
+
+func (h host) RearmCall(callID string) (provider.ToolWait, *mcpbridge.Result) {
+	m := h.m
+	tb := m.tableLocked()
+	c := tb.Find(callID)
+	switch {
+	case c == nil:
+		return nil, nil
+	case c.Recorded != nil:
+		o := *c.Recorded
+		res := m.answerLocked(c, o)
+		tb.Settle(c.CallID, o)
+		return nil, &res
+	}
+	c.State = toolcall.Pending
+	return m.waitLocked(c.CallID), nil
+}
+
+func (h host) AwaitCall(tw provider.ToolWait, answer func(res mcpbridge.Result) ([]byte, error)) {
+	m := h.m
+	w := tw.(*toolWaiter)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		select {
+		case a := <-w.ch:
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			line, err := answer(a.res)
+			if err != nil {
+				if a.taken != nil { // the provider withdrew the request: keep the result for a re-call
+					m.tableLocked().Restore(a.call, *a.taken)
+					_ = m.commitThenWriteLocked(nil, nil)
+				}
+				return
+			}
+			if err := m.commitThenWriteLocked(nil, [][]byte{line}); err != nil && !errors.Is(err, provider.ErrWrite) {
+				m.log.Error("answer codex tool call", "err", err)
+			}
+		case <-m.ctx.Done():
+		}
+	}()
 }
 
 // managerOf is the Manager behind a host: the drivers of this package

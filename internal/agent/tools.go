@@ -19,9 +19,9 @@ import (
 // Tool errors the agent gets (tools.md §2–§4). They are fixed texts: never
 // a value from the arguments or the server.
 const (
-	TextNoTurn            = "No Paperclip turn is active."
-	TextIdentityConflict  = "Duplicate call identity conflict."
-	TextStopped           = "Paperclip stopped the active provider turn"
+	TextNoTurn            = provider.TextNoTurn
+	TextIdentityConflict  = provider.TextIdentityConflict
+	TextStopped           = provider.TextStopped
 	TextAlreadyAccepted   = "A result was already accepted for this turn"
 	TextNotRecorded       = "Paperclip could not record the tool call."
 	textInvalidInput      = "Invalid tool input: "
@@ -77,6 +77,9 @@ type toolWaiter struct {
 	callID string
 	ch     chan toolAnswer
 }
+
+// CallID is the call w waits for (provider.ToolWait).
+func (w *toolWaiter) CallID() string { return w.callID }
 
 // toolAnswer is what a waiter answers the agent. taken is set when the
 // answer settled the call: if the agent's request is gone by then, the

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/mcpbridge"
 )
 
 // Driver is the wire protocol of one provider session: the only part of
@@ -97,6 +99,71 @@ type Host interface {
 	// off the wire, and the events, lines and record are committed in one
 	// durable write. It takes the lock.
 	Deliver(d Driver, record func(), in []Inbound) error
+	// CommitLocked commits evs with the record, then writes lines to the
+	// provider's stdin. Lock held.
+	CommitLocked(evs []Event, lines [][]byte) error
+
+	// Catalog is the run's tool catalog; nil before run.prepare. Lock
+	// held.
+	Catalog() *catalog.Catalog
+	// ThreadCatalogDigest is the catalog digest the provider's thread
+	// started with (Codex: codex.md §3), kept in the supervisor's durable
+	// state. Lock held.
+	ThreadCatalogDigest() string
+	SetThreadCatalogDigest(digest string)
+
+	// The semantic tool flow (tools.md §3) for a provider that calls its
+	// tools as requests on its own channel (Codex's item/tool/call).
+
+	// AdmitCall takes a tool call into the durable call table: a nil
+	// ToolWait means res answers it at once. Lock held.
+	AdmitCall(call mcpbridge.Call) (w ToolWait, res mcpbridge.Result)
+	// ToolWaiting reports whether call callID is waited for already.
+	// Lock held.
+	ToolWaiting(callID string) bool
+	// RearmCall resumes call callID after a restart: res answers it now
+	// (its result was recorded meanwhile), w waits for it; neither means
+	// the call is gone. Lock held.
+	RearmCall(callID string) (w ToolWait, res *mcpbridge.Result)
+	// AwaitCall waits, in a goroutine the host owns, for w's result; then,
+	// lock held, answer makes the line that answers the provider and it is
+	// committed and written. If answer fails (the provider withdrew its
+	// request) a result that settled the call is kept for a re-call. At
+	// the host's shutdown it gives up: the call stays pending in the
+	// durable table.
+	AwaitCall(w ToolWait, answer func(res mcpbridge.Result) ([]byte, error))
+}
+
+// ToolWait is a tool call waiting for its result (Host.AdmitCall).
+type ToolWait interface {
+	CallID() string
+}
+
+// Steerer is a driver that can steer a running turn (Codex's turn/steer;
+// ACP v1 cannot). Lock held.
+type Steerer interface {
+	Steer(text string) (Call, error)
+}
+
+// Rearmer is a driver whose tool calls are provider requests: at a
+// re-adopt it waits again for each open one, returning the answers
+// ready now for the caller's commit. Lock held.
+type Rearmer interface {
+	Rearm() [][]byte
+}
+
+// QuestionAnswerer is a driver whose provider asks questions as requests
+// (Codex's item/tool/requestUserInput): AnswerQuestion is the line that
+// answers request id. Lock held.
+type QuestionAnswerer interface {
+	AnswerQuestion(id json.RawMessage, answers map[string]any) ([]byte, error)
+}
+
+// PermissionResponder is a driver with its own permission-shaped requests
+// (Codex's approvals): it answers request id with outcome o in its own
+// protocol; ok is false for a request it does not own. Lock held.
+type PermissionResponder interface {
+	RespondPermission(id json.RawMessage, req AgentRequest, o PermissionOutcome) (line []byte, ok bool, err error)
 }
 
 // Binding is what a driver reads of the run's binding (run.prepare).

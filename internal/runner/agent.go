@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/agent"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
@@ -51,7 +52,7 @@ func newAgentExec(r *loop) (*agentExec, error) {
 		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, OpenCodeExecutable: r.cfg.OpenCodeExecutable,
 		Drivers: map[string]provider.NewDriver{
 			agent.DriverACP:      agent.NewACPDriver,
-			agent.DriverCodex:    agent.NewCodexDriver,
+			agent.DriverCodex:    codexapp.NewDriver,
 			agent.DriverOpenCode: opencode.NewDriver,
 		},
 		Environ: os.Environ(), Sink: a,
