@@ -1,7 +1,7 @@
-// Package agent runs runnerd's ACP agent: one provider session under pcwrap
-// (acp.md §3–§5). It launches or re-adopts the pcwrap process session,
-// writes ACP lines as stdin files, consumes event files exactly once, drives
-// the acpx client core, detects channel loss and stops the agent.
+// Package agent supervises runnerd's provider session: one agent process
+// under pcwrap (acp.md §3–§5). It launches or re-adopts the pcwrap process
+// session, writes lines as stdin files, consumes event files exactly once,
+// detects channel loss and stops the agent.
 //
 // Durability contract: every state change goes through Sink.Commit, which
 // stores the Stored record and appends the PRP events in ONE durable write.
@@ -9,16 +9,16 @@
 // commit → delete, acp.md §3.3); the record (next stdin sequence, request
 // ids) is committed before any line it covers is written (acp.md §3.2).
 //
-// Drivers (the seam for another wire protocol, provider.Driver): the
-// Manager is protocol-neutral except for a Driver, made by Config.Drivers
-// for Binding.Driver (DriverACP "", DriverCodex or DriverOpenCode; the
-// runner lists one constructor per kind). A driver keeps its durable
-// state in the Manager's *acpx.Client record
-// (acpx.Client.Wire: request table, partial line, active turn with
-// TurnState.ProviderTurnID; acpx.Client.Live: session id) and implements
-// Open (handshake through OpenSession.Call), Feed (stdout bytes →
-// acpx.Inbound: KindResponse, KindRequest, KindUpdate mapped by
-// acpx.Mapper, KindTurnSettled, KindCancelRequest, and KindEvents for
+// Drivers (provider.Driver): the Manager knows a provider's wire protocol
+// only through its Driver, made by Config.Drivers for Binding.Driver
+// (DriverACP "", DriverCodex or DriverOpenCode; the runner lists one
+// constructor per kind) over a host (driver.go) that is the driver's only
+// way into the Manager. A driver keeps its durable state in the session's
+// provider.Core (Core.Wire: request table, partial line, active turn with
+// TurnState.ProviderTurnID; Core.Live: session id) and implements Open
+// (handshake through OpenSession.Call), Feed (stdout bytes →
+// provider.Inbound: KindResponse, KindRequest, KindUpdate mapped by
+// provider.Mapper, KindTurnSettled, KindCancelRequest, and KindEvents for
 // events only its protocol has), Prompt, Cancel, KeepsRunning (an
 // interrupt leaves the process running) and HandleRequest (provider
 // requests before the shared handling; the semantic tool flow is

@@ -39,7 +39,9 @@ func (m *Manager) driverLocked() provider.Driver {
 	return m.drv
 }
 
-// host is the Manager as its drivers see it (provider.Host).
+// host is the Manager as its drivers see it (provider.Host, acpx.Host):
+// the methods provider.Host marks "lock held" assume m.mu is held; the
+// others take it.
 type host struct{ m *Manager }
 
 func (h host) Core() *provider.Core { return h.m.cl.Core }
@@ -184,54 +186,10 @@ func (h host) AwaitCall(tw provider.ToolWait, answer func(res mcpbridge.Result) 
 	}()
 }
 
-// managerOf is the Manager behind a host: the drivers of this package
-// reach it directly.
-func managerOf(h provider.Host) *Manager { return h.(host).m }
+func (h host) Client() *acpx.Client { return h.m.cl }
 
-// NewACPDriver is ACP's driver (acp.md).
-func NewACPDriver(h provider.Host) provider.Driver { return acpDriver{managerOf(h)} }
-
-// acpDriver is ACP (acp.md): the acpx client core.
-type acpDriver struct{ m *Manager }
-
-func (d acpDriver) Feed(p []byte) ([]provider.Inbound, error) { return d.m.cl.Feed(p) }
-func (d acpDriver) Prompt(turnID, text string) (provider.Call, error) {
-	return d.m.cl.Prompt(turnID, text)
-}
-func (d acpDriver) Cancel() ([][]byte, error) { return d.m.cl.Cancel() }
-func (d acpDriver) KeepsRunning() bool        { return false }
-
-func (d acpDriver) HandleRequest(provider.Inbound) ([]provider.Event, [][]byte, bool) {
-	return nil, nil, false
-}
-
-// Open is initialize, then session/new, resume or load with the bridge
-// in mcpServers (acp.md §4.1, tools.md §2).
-func (d acpDriver) Open(ctx context.Context, o provider.OpenSession) error {
-	m := d.m
-	if _, err := o.Call(m.cl.Initialize); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	caps := m.cl.Capabilities()
-	// The bridge listens before the session line is written, and the
-	// commit that precedes that line records its port and secret.
-	servers := m.mcpServersLocked(caps)
-	m.mu.Unlock()
-	if !o.Resume {
-		_, err := o.Call(func() (provider.Call, error) { return m.cl.NewSession(o.Cwd, servers) })
-		return err
-	}
-	var err error
-	switch {
-	case caps.SessionCapabilities.Resume != nil:
-		_, err = o.Call(func() (provider.Call, error) { return m.cl.ResumeSession(servers) })
-	case caps.LoadSession:
-		_, err = o.Call(func() (provider.Call, error) { return m.cl.LoadSession(servers) })
-	default:
-		err = provider.NewFailure(provider.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
-	}
-	return err
+func (h host) MCPServers(caps provider.AgentCapabilities) []acpx.MCPServer {
+	return h.m.mcpServersLocked(caps)
 }
 
 // openCall is provider.OpenSession.Call over m.call.

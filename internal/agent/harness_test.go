@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
@@ -172,7 +173,7 @@ type rig struct {
 
 // testDrivers are the drivers runnerd runs (internal/runner lists them).
 var testDrivers = map[string]provider.NewDriver{
-	DriverACP:      NewACPDriver,
+	DriverACP:      acpx.NewDriver,
 	DriverCodex:    codexapp.NewDriver,
 	DriverOpenCode: opencode.NewDriver,
 }

@@ -51,7 +51,7 @@ func newAgentExec(r *loop) (*agentExec, error) {
 	a.m = agent.NewManager(agent.Config{
 		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, OpenCodeExecutable: r.cfg.OpenCodeExecutable,
 		Drivers: map[string]provider.NewDriver{
-			agent.DriverACP:      agent.NewACPDriver,
+			agent.DriverACP:      acpx.NewDriver,
 			agent.DriverCodex:    codexapp.NewDriver,
 			agent.DriverOpenCode: opencode.NewDriver,
 		},
