@@ -861,19 +861,14 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	env = modelEnv(b.Agent, b.Model, env)
-	if b.Driver == DriverCodex {
-		if env, err = codexapp.Env(m.cfg.StateDir, m.codexSession(), m.cfg.Environ, env); err != nil {
-			m.log.Error("codex home unavailable", "err", err)
+	ls := provider.Launch{StateDir: m.cfg.StateDir, Session: m.sessionName(), Environ: m.cfg.Environ, Env: env}
+	var record func(*provider.Core)
+	if d, ok := m.newDriver(b.Driver).(provider.Launcher); ok {
+		if record, err = d.Launch(&ls); err != nil {
 			return provider.NewFailure(provider.ClassAgentSpawnFailed, err)
 		}
 	}
-	var childEnv map[string]string
-	var ocPassword string
-	if b.Driver == DriverOpenCode {
-		if ocPassword, childEnv, err = opencode.ChildEnv(); err != nil {
-			return provider.NewFailure(provider.ClassAgentSpawnFailed, err)
-		}
-	}
+	env, childEnv := ls.Env, ls.ChildEnv
 	argv := append([]string{b.Command}, b.Args...)
 	if b.Driver == DriverOpenCode && m.cfg.OpenCodeExecutable != "" {
 		argv[0] = m.cfg.OpenCodeExecutable
@@ -890,8 +885,8 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		m.cl.ResetProcess()
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
-	if ocPassword != "" {
-		opencode.SetPassword(m.cl.Core, ocPassword) // durable with the launch, 0600 state only
+	if record != nil {
+		record(m.cl.Core) // durable with the launch
 	}
 	m.advertiseLocked(b, resume)
 	m.cl.SetSessionMeta(meta)
@@ -1217,7 +1212,7 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 	if !ok {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	if req.Method == codexapp.MethodRequestUserInput {
+	if d, ok := m.driverLocked().(provider.QuestionAnswerer); ok && d.IsQuestion(req.Method) {
 		return m.answerQuestionLocked(commandID, id, req, payload)
 	}
 	rr := provider.RuntimeRequestOf(req)

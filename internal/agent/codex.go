@@ -38,8 +38,9 @@ func codexInstructions(stateDir string, b *Binding) (*string, error) {
 	return &in, nil
 }
 
-// codexSession names the session's CODEX_HOME.
-func (m *Manager) codexSession() string {
+// sessionName is the PRP normalizedSessionId, "" when unknown: a driver
+// names per-session state with it (Codex: its CODEX_HOME).
+func (m *Manager) sessionName() string {
 	if c := m.correlation(); c != (toolcall.Correlation{}) {
 		return c.NormalizedSessionID
 	}
@@ -149,11 +150,15 @@ func (m *Manager) answerQuestionLocked(commandID string, id json.RawMessage, req
 // closeQuestionsLocked ends every open Codex question with status and
 // reason. m.mu held.
 func (m *Manager) closeQuestionsLocked(status, reason string) []provider.Event {
+	d, ok := m.driverLocked().(provider.RuntimeRequester)
+	if !ok {
+		return nil
+	}
 	var evs []provider.Event
 	w := m.cl.Wire()
 	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
 		r := w.AgentRequests[key]
-		if (r.Method != codexapp.MethodRequestUserInput && !codexapp.IsApproval(r.Method)) || r.RuntimeRequestID == "" {
+		if !d.OwnsRuntimeRequest(r.Method) || r.RuntimeRequestID == "" {
 			continue
 		}
 		evs = append(evs, m.mapper.RequestClosed(provider.RuntimeRequestOf(r), status, reason)...)

@@ -31,12 +31,19 @@ func (m *Manager) driverLocked() provider.Driver {
 	}
 	kind := DriverACP
 	if b := m.st.Binding; b != nil && m.cl != nil {
-		if _, ok := m.cfg.Drivers[b.Driver]; ok {
-			kind = b.Driver
-		}
+		kind = b.Driver
 	}
-	m.drv, m.drvCl = m.cfg.Drivers[kind](host{m}), m.cl
+	m.drv, m.drvCl = m.newDriver(kind), m.cl
 	return m.drv
+}
+
+// newDriver makes a driver of kind, ACP's for an unknown kind.
+func (m *Manager) newDriver(kind string) provider.Driver {
+	f, ok := m.cfg.Drivers[kind]
+	if !ok {
+		f = m.cfg.Drivers[DriverACP]
+	}
+	return f(host{m})
 }
 
 // host is the Manager as its drivers see it (provider.Host, acpx.Host):

@@ -17,7 +17,7 @@ import (
 
 // NewDriver is Codex's app-server driver (codex.md).
 func NewDriver(h provider.Host) provider.Driver {
-	return &driver{h: h, c: New(h.Core())}
+	return &driver{h: h}
 }
 
 // HomeDir holds the isolated CODEX_HOME of each session under the
@@ -37,19 +37,28 @@ const (
 // over the same pcwrap stdio, the same record and the same tool flow as
 // ACP, all reached through the host.
 type driver struct {
-	h provider.Host
-	c *Client
+	h  provider.Host
+	cc *Client
+}
+
+// client is the app-server client over the host's Core, made at first
+// use: a driver made only to shape a launch has no session yet.
+func (d *driver) client() *Client {
+	if d.cc == nil {
+		d.cc = New(d.h.Core())
+	}
+	return d.cc
 }
 
 func (d *driver) KeepsRunning() bool { return true }
 
 func (d *driver) Feed(p []byte) ([]provider.Inbound, error) {
-	d.c.Mapper = d.h.Mapper()
-	return d.c.Feed(p)
+	d.client().Mapper = d.h.Mapper()
+	return d.client().Feed(p)
 }
 
 func (d *driver) Prompt(turnID, text string) (provider.Call, error) {
-	return d.c.TurnStart(turnID, text)
+	return d.client().TurnStart(turnID, text)
 }
 
 func (d *driver) Cancel() ([][]byte, error) {
@@ -63,11 +72,11 @@ func (d *driver) Cancel() ([][]byte, error) {
 		if w.AgentRequests[key].Method != MethodToolCall {
 			continue
 		}
-		if l, err := d.c.Respond(json.RawMessage(key), ToolAnswer(provider.TextStopped, true)); err == nil {
+		if l, err := d.client().Respond(json.RawMessage(key), ToolAnswer(provider.TextStopped, true)); err == nil {
 			lines = append(lines, l)
 		}
 	}
-	more, err := d.c.Interrupt()
+	more, err := d.client().Interrupt()
 	if err != nil {
 		return nil, err
 	}
@@ -78,14 +87,14 @@ func (d *driver) Cancel() ([][]byte, error) {
 // dynamicTools, or thread/resume (codex.md §2–§3).
 func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 	h := d.h
-	if _, err := o.Call(d.c.Initialize); err != nil {
+	if _, err := o.Call(d.client().Initialize); err != nil {
 		return err
 	}
 	var err error
 	var tools []DynamicTool
 	h.WithLock(func() {
 		var line []byte
-		line, err = d.c.Initialized()
+		line, err = d.client().Initialized()
 		if err == nil {
 			err = h.CommitLocked(nil, [][]byte{line})
 		}
@@ -110,15 +119,15 @@ func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 			return &provider.CommandError{Code: CodeToolCatalogChanged, Message: "the run's tool catalog differs from the one the Codex thread started with"}
 		}
 		if _, err = o.Call(func() (provider.Call, error) {
-			return d.c.ThreadResume(ThreadResumeParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever, DeveloperInstructions: instr})
+			return d.client().ThreadResume(ThreadResumeParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever, DeveloperInstructions: instr})
 		}); err != nil {
 			return err
 		}
-		_, err = o.Call(d.c.ThreadRead)
+		_, err = o.Call(d.client().ThreadRead)
 		return err
 	}
 	if _, err = o.Call(func() (provider.Call, error) {
-		return d.c.ThreadStart(ThreadStartParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever,
+		return d.client().ThreadStart(ThreadStartParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever,
 			DynamicTools: tools, DeveloperInstructions: instr, Sandbox: codexSandbox})
 	}); err != nil {
 		return err
@@ -157,7 +166,7 @@ func (d *driver) toolsLocked() []DynamicTool {
 func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte, bool) {
 	if (in.Method == MethodRequestUserInput || IsApproval(in.Method)) && d.runtimeRequestsFullLocked() {
 		// codex.md §2: at most MaxPendingRuntimeRequests open at once.
-		if l, err := d.c.RespondError(in.ID, -32000, "too many pending runtime requests"); err == nil {
+		if l, err := d.client().RespondError(in.ID, -32000, "too many pending runtime requests"); err == nil {
 			return nil, [][]byte{l}, true
 		}
 		return nil, nil, true
@@ -169,7 +178,7 @@ func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte,
 		return d.approvalLocked(in)
 	}
 	if in.Method != MethodToolCall {
-		l, err := d.c.RespondError(in.ID, CodeMethodUnavailable, TextMethodUnavailable)
+		l, err := d.client().RespondError(in.ID, CodeMethodUnavailable, TextMethodUnavailable)
 		if err != nil {
 			return nil, nil, true
 		}
@@ -186,7 +195,7 @@ func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte,
 	}
 	var p ToolCallParams
 	refuse := func(text string) ([]provider.Event, [][]byte, bool) {
-		l, err := d.c.Respond(in.ID, ToolAnswer(codexInvalidToolCall+text, true))
+		l, err := d.client().Respond(in.ID, ToolAnswer(codexInvalidToolCall+text, true))
 		if err != nil {
 			return nil, nil, true
 		}
@@ -196,7 +205,7 @@ func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte,
 		return refuse("the call is malformed")
 	}
 	t := h.Core().Wire().Turn
-	if p.ThreadID != d.c.ThreadID() || t == nil || (t.ProviderTurnID != "" && p.TurnID != t.ProviderTurnID) {
+	if p.ThreadID != d.client().ThreadID() || t == nil || (t.ProviderTurnID != "" && p.TurnID != t.ProviderTurnID) {
 		return refuse("the call names another thread or turn")
 	}
 	cat := h.Catalog()
@@ -216,7 +225,7 @@ func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte,
 		if res.Text == provider.TextIdentityConflict {
 			return refuse("the callId was reused with other arguments")
 		}
-		l, err := d.c.Respond(in.ID, ToolAnswer(res.Text, res.IsError))
+		l, err := d.client().Respond(in.ID, ToolAnswer(res.Text, res.IsError))
 		if err != nil {
 			return nil, nil, true
 		}
@@ -261,11 +270,11 @@ func (d *driver) rearmOneLocked(key string, r provider.AgentRequest) [][]byte {
 	w, res := d.h.RearmCall(r.ItemID)
 	switch {
 	case w == nil && res == nil:
-		if l, err := d.c.Respond(json.RawMessage(key), ToolAnswer(provider.TextStopped, true)); err == nil {
+		if l, err := d.client().Respond(json.RawMessage(key), ToolAnswer(provider.TextStopped, true)); err == nil {
 			lines = append(lines, l)
 		}
 	case res != nil:
-		if l, err := d.c.Respond(json.RawMessage(key), ToolAnswer(res.Text, res.IsError)); err == nil {
+		if l, err := d.client().Respond(json.RawMessage(key), ToolAnswer(res.Text, res.IsError)); err == nil {
 			lines = append(lines, l)
 		}
 	default:
@@ -279,7 +288,7 @@ func (d *driver) rearmOneLocked(key string, r provider.AgentRequest) [][]byte {
 // stays pending in the durable table.
 func (d *driver) await(w provider.ToolWait, id json.RawMessage) {
 	d.h.AwaitCall(w, func(res mcpbridge.Result) ([]byte, error) {
-		return d.c.Respond(id, ToolAnswer(res.Text, res.IsError))
+		return d.client().Respond(id, ToolAnswer(res.Text, res.IsError))
 	})
 }
 
@@ -346,7 +355,7 @@ func safeName(s string) string {
 }
 
 // Steer is turn/steer of the active turn (provider.Steerer).
-func (d *driver) Steer(text string) (provider.Call, error) { return d.c.Steer(text) }
+func (d *driver) Steer(text string) (provider.Call, error) { return d.client().Steer(text) }
 
 // maxQuestions bounds one question set (question-set.schema.json).
 const maxQuestions = 64
@@ -376,7 +385,7 @@ func (d *driver) questionLocked(in provider.Inbound) ([]provider.Event, [][]byte
 	c := d.h.Core()
 	var p userInputParams
 	if json.Unmarshal(in.Params, &p) != nil || len(p.Questions) == 0 || len(p.Questions) > maxQuestions {
-		l, err := d.c.RespondError(in.ID, -32602, "invalid user input request")
+		l, err := d.client().RespondError(in.ID, -32602, "invalid user input request")
 		if err != nil {
 			return nil, nil, true
 		}
@@ -468,7 +477,7 @@ func (d *driver) approvalLocked(in provider.Inbound) ([]provider.Event, [][]byte
 	if p.Command != nil && *p.Command != "" {
 		title = *p.Command
 	}
-	req := provider.PermissionRequest{SessionID: d.c.ThreadID(),
+	req := provider.PermissionRequest{SessionID: d.client().ThreadID(),
 		ToolCall: provider.PermissionToolCall{ToolCallID: p.ItemID, Title: title, Kind: kind},
 		Options: []provider.PermissionOption{
 			{OptionID: codexAccept, Name: "Allow", Kind: provider.OptionAllowOnce},
@@ -485,7 +494,7 @@ func (d *driver) approvalLocked(in provider.Inbound) ([]provider.Event, [][]byte
 		return evs, nil, true
 	}
 	o := provider.PickOption(req, provider.DecidePermission(mode, req) == provider.DecideAllow)
-	l, err := d.c.Respond(in.ID, map[string]any{"decision": codexDecision(o)})
+	l, err := d.client().Respond(in.ID, map[string]any{"decision": codexDecision(o)})
 	if err != nil {
 		return nil, nil, true
 	}
@@ -514,7 +523,7 @@ func (d *driver) runtimeRequestsFullLocked() bool {
 // AnswerQuestion answers the pending item/tool/requestUserInput id with
 // answers (provider.QuestionAnswerer). Host lock held.
 func (d *driver) AnswerQuestion(id json.RawMessage, answers map[string]any) ([]byte, error) {
-	return d.c.Respond(id, map[string]any{"answers": answers})
+	return d.client().Respond(id, map[string]any{"answers": answers})
 }
 
 // RespondPermission answers a pending Codex approval with o's decision
@@ -524,6 +533,28 @@ func (d *driver) RespondPermission(id json.RawMessage, req provider.AgentRequest
 	if !IsApproval(req.Method) {
 		return nil, false, nil
 	}
-	line, err = d.c.Respond(id, map[string]any{"decision": codexDecision(o)})
+	line, err = d.client().Respond(id, map[string]any{"decision": codexDecision(o)})
 	return line, true, err
+}
+
+// IsQuestion is true for item/tool/requestUserInput
+// (provider.QuestionAnswerer).
+func (d *driver) IsQuestion(method string) bool { return method == MethodRequestUserInput }
+
+// OwnsRuntimeRequest is true for questions and approvals
+// (provider.RuntimeRequester).
+func (d *driver) OwnsRuntimeRequest(method string) bool {
+	return method == MethodRequestUserInput || IsApproval(method)
+}
+
+// Launch adds the isolated CODEX_HOME to the agent's environment
+// (provider.Launcher).
+func (d *driver) Launch(l *provider.Launch) (func(*provider.Core), error) {
+	env, err := Env(l.StateDir, l.Session, l.Environ, l.Env)
+	if err != nil {
+		d.h.Logger().Error("codex home unavailable", "err", err)
+		return nil, err
+	}
+	l.Env = env
+	return nil, nil
 }

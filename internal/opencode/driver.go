@@ -305,3 +305,15 @@ func (d *driver) replyAfterCommit(id string, o provider.PermissionOutcome) {
 		}
 	})
 }
+
+// Launch makes the session's password, handed to the opencode process
+// only, and records it with the launch (provider.Launcher): 0600 state,
+// never logged.
+func (d *driver) Launch(l *provider.Launch) (func(*provider.Core), error) {
+	pw, childEnv, err := ChildEnv()
+	if err != nil {
+		return nil, err
+	}
+	l.ChildEnv = childEnv
+	return func(c *provider.Core) { SetPassword(c, pw) }, nil
+}

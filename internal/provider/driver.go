@@ -153,10 +153,44 @@ type Rearmer interface {
 }
 
 // QuestionAnswerer is a driver whose provider asks questions as requests
-// (Codex's item/tool/requestUserInput): AnswerQuestion is the line that
-// answers request id. Lock held.
+// (Codex's item/tool/requestUserInput). Lock held.
 type QuestionAnswerer interface {
+	// IsQuestion reports whether an agent request of method is a question.
+	IsQuestion(method string) bool
+	// AnswerQuestion is the line that answers question request id.
 	AnswerQuestion(id json.RawMessage, answers map[string]any) ([]byte, error)
+}
+
+// RuntimeRequester is a driver whose provider makes runtime requests of
+// its own (Codex's questions and approvals); they close with the turn.
+// Lock held.
+type RuntimeRequester interface {
+	// OwnsRuntimeRequest reports whether an agent request of method is
+	// one of them.
+	OwnsRuntimeRequest(method string) bool
+}
+
+// Launch is what a driver may shape of its provider's launch.
+type Launch struct {
+	StateDir string
+	// Session is the PRP normalizedSessionId; "" when unknown.
+	Session string
+	// Environ is runnerd's environment; Env the agent's (an allowlist of
+	// Environ) and ChildEnv variables for the agent process only, never
+	// for pcwrap.
+	Environ  []string
+	Env      []string
+	ChildEnv map[string]string
+}
+
+// Launcher is a driver that shapes its provider's launch. Launch runs
+// without the lock, before the process starts, on a driver made for the
+// binding's kind that has no session yet (it must not use its host's
+// Core); record, when not nil, runs with the lock held on the session's
+// Core once the new launch is recorded there, so what it writes is
+// durable with the launch.
+type Launcher interface {
+	Launch(l *Launch) (record func(c *Core), err error)
 }
 
 // PermissionResponder is a driver with its own permission-shaped requests
