@@ -314,8 +314,8 @@ func (m *Manager) setMapper() {
 	_, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	m.mapper = provider.Mapper{Redactor: provider.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd,
 		ContractRevision: b.ContractRevision, CriterionIDs: b.CriterionIDs}
-	if b.Driver == DriverCodex {
-		m.mapper.Adapter, m.mapper.Driver = "codex", DriverCodex // codex.md §5
+	if d, ok := m.newDriver(b.Driver).(provider.EventNamer); ok {
+		m.mapper.Adapter, m.mapper.Driver = d.EventNames()
 	}
 }
 
@@ -626,8 +626,8 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.Driver == DriverCodex {
-		if err := checkCodexTools(cat); err != nil {
+	if d, ok := m.newDriver(b.Driver).(provider.CatalogChecker); ok {
+		if err := d.CheckCatalog(cat); err != nil {
 			return nil, err
 		}
 	}

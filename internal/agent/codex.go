@@ -10,8 +10,6 @@ import (
 	"strings"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
-	"github.com/pcrunner/pcrunner/internal/catalog"
-	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -71,7 +69,7 @@ func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
 	if turn == "" {
 		return nil, failed("no turn is active")
 	}
-	t := m.cfg.Clock.NewTimer(codexapp.RequestTimeout)
+	t := m.cfg.Clock.NewTimer(s.SteerBound())
 	defer t.Stop()
 	if _, err := m.call(context.Background(), t.C(), func(*acpx.Client) (provider.Call, error) { return s.Steer(p.Text) }); err != nil {
 		if errors.Is(err, errDeadline) {
@@ -176,22 +174,4 @@ func (m *Manager) respondPermissionLocked(id json.RawMessage, req provider.Agent
 		}
 	}
 	return m.cl.Respond(id, acpx.PermissionResponse{Outcome: o})
-}
-
-// checkCodexTools refuses at run.prepare a catalog whose dynamicTools
-// (catalog plus reserved tools) exceed Codex's bounds (codex.md §3: 256
-// tools, 4 MiB), rather than failing the later session.open.
-func checkCodexTools(cat *catalog.Catalog) error {
-	if cat == nil {
-		return nil
-	}
-	tools := cat.Tools()
-	if len(tools) > codexapp.MaxDynamicTools {
-		return failed(fmt.Sprintf("the tool catalog gives %d dynamic tools; Codex takes at most %d", len(tools), codexapp.MaxDynamicTools))
-	}
-	b, err := json.Marshal(tools)
-	if err != nil || len(b) > codexapp.MaxDynamicToolsBytes {
-		return failed("the tool catalog exceeds Codex's 4 MiB dynamicTools bound")
-	}
-	return nil
 }

@@ -9,17 +9,19 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
+	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
 // Driver names of Binding.Driver.
 const (
-	DriverACP   = ""                 // acp.md: the acpx agents
-	DriverCodex = "codex_app_server" // codex.md: codex app-server
+	DriverACP   = ""            // acp.md: the acpx agents
+	DriverCodex = codexapp.Kind // codex.md: codex app-server
 	// DriverOpenCode is OpenCode's HTTP + SSE server (codex.md §6).
-	DriverOpenCode = "opencode_server"
+	DriverOpenCode = opencode.Kind
 )
 
 // driverLocked returns the driver of the bound provider: Config.Drivers

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
-	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
@@ -431,18 +430,17 @@ func (m *Manager) handleInbound(p *process, in provider.Inbound) ([]provider.Eve
 		if l, err := m.cl.RespondError(in.ID, provider.CodeMethodNotFound, "method not found"); err == nil {
 			return nil, [][]byte{l}, nil
 		}
+	case provider.KindRequestResolved:
+		// The provider closed its own request: its runtime request is
+		// cancelled, nothing is answered (codex.md §4).
+		var evs []provider.Event
+		if r, ok := m.cl.AgentRequest(in.ID); ok && r.RuntimeRequestID != "" {
+			evs = m.mapper.RequestClosed(provider.RuntimeRequestOf(r), provider.RequestCancelled, reasonProviderResolved)
+		}
+		m.cl.ForgetAgentRequest(in.ID)
+		return evs, nil, nil
 	case provider.KindCancelRequest:
 		evs := m.withdrawnLocked(in.ID)
-		if in.Method == codexapp.NoteRequestResolved {
-			// Codex closed its own request: its runtime request is
-			// cancelled, nothing is answered (codex.md §4).
-			evs = nil
-			if r, ok := m.cl.AgentRequest(in.ID); ok && r.RuntimeRequestID != "" {
-				evs = m.mapper.RequestClosed(provider.RuntimeRequestOf(r), provider.RequestCancelled, reasonProviderResolved)
-			}
-			m.cl.ForgetAgentRequest(in.ID)
-			return evs, nil, nil
-		}
 		if l, err := m.cl.RespondError(in.ID, provider.CodeRequestCancelled, "request cancelled"); err == nil {
 			return evs, [][]byte{l}, nil
 		}

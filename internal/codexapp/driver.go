@@ -10,10 +10,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
+
+// Kind is the driver kind of a Codex binding (the runner's driver map).
+const Kind = "codex_app_server"
 
 // NewDriver is Codex's app-server driver (codex.md).
 func NewDriver(h provider.Host) provider.Driver {
@@ -558,3 +563,29 @@ func (d *driver) Launch(l *provider.Launch) (func(*provider.Core), error) {
 	l.Env = env
 	return nil, nil
 }
+
+// CheckCatalog refuses at run.prepare a catalog whose dynamicTools
+// (catalog plus reserved tools) exceed Codex's bounds (codex.md §3: 256
+// tools, 4 MiB), rather than failing the later session.open
+// (provider.CatalogChecker).
+func (d *driver) CheckCatalog(cat *catalog.Catalog) error {
+	if cat == nil {
+		return nil
+	}
+	tools := cat.Tools()
+	if len(tools) > MaxDynamicTools {
+		return provider.Failed(fmt.Sprintf("the tool catalog gives %d dynamic tools; Codex takes at most %d", len(tools), MaxDynamicTools))
+	}
+	b, err := json.Marshal(tools)
+	if err != nil || len(b) > MaxDynamicToolsBytes {
+		return provider.Failed("the tool catalog exceeds Codex's 4 MiB dynamicTools bound")
+	}
+	return nil
+}
+
+// EventNames are the adapter and driver Codex's PRP events name
+// (codex.md §5; provider.EventNamer).
+func (d *driver) EventNames() (adapter, driver string) { return "codex", Kind }
+
+// SteerBound bounds the wait for turn/steer's answer (provider.Steerer).
+func (d *driver) SteerBound() time.Duration { return RequestTimeout }

@@ -85,7 +85,7 @@ func (c *Client) notification(m Message) []provider.Inbound {
 		if _, ok := w.AgentRequests[key]; !ok {
 			return nil
 		}
-		return []provider.Inbound{{Kind: provider.KindCancelRequest, ID: json.RawMessage(key), Method: m.Method}}
+		return []provider.Inbound{{Kind: provider.KindRequestResolved, ID: json.RawMessage(key), Method: m.Method}}
 	}
 	w.LateUpdates++ // not mapped: counted, never forwarded
 	return nil

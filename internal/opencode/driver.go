@@ -9,6 +9,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
+// Kind is the driver kind of an OpenCode binding (the runner's driver
+// map).
+const Kind = "opencode_server"
+
 // Command is the executable of kind opencode: the descriptor's command
 // names the reference's Node facade, so it is ignored (codex.md §6); a
 // runnerd flag overrides it at launch.

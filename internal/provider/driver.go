@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/clock"
@@ -143,6 +144,22 @@ type ToolWait interface {
 // ACP v1 cannot). Lock held.
 type Steerer interface {
 	Steer(text string) (Call, error)
+	// SteerBound bounds the wait for the provider's answer.
+	SteerBound() time.Duration
+}
+
+// EventNamer is a driver whose PRP events name an adapter and a driver of
+// their own; the others name "acpx" and "acpx_runtime" (Mapper).
+type EventNamer interface {
+	EventNames() (adapter, driver string)
+}
+
+// CatalogChecker is a driver whose provider bounds the tool catalog:
+// run.prepare refuses a catalog it cannot take rather than failing the
+// later session.open. It runs without the lock on a driver that has no
+// session yet.
+type CatalogChecker interface {
+	CheckCatalog(cat *catalog.Catalog) error
 }
 
 // Rearmer is a driver whose tool calls are provider requests: at a

@@ -51,6 +51,10 @@ const (
 	// KindEvents carries events another wire protocol's driver mapped
 	// itself, for what ACP has no session update for (codex.md §5).
 	KindEvents
+	// KindRequestResolved is the provider closing one of its own pending
+	// requests (Codex's serverRequest/resolved, codex.md §4): its runtime
+	// request is cancelled and nothing is answered.
+	KindRequestResolved
 )
 
 // Inbound is one message from the agent, in stream order.
