@@ -187,7 +187,7 @@ func ToolAnswer(text string, isError bool) ToolCallResponse {
 }
 
 // Feed consumes app-server stdout bytes and returns the complete messages
-// in order, as acpx.Inbound. Bytes after the last newline stay in the
+// in order, as provider.Inbound. Bytes after the last newline stay in the
 // record. A stream failure (a line over MaxLineBytes, too many bad lines,
 // a response to an id never issued) is sticky.
 func (c *Client) Feed(p []byte) ([]provider.Inbound, error) {

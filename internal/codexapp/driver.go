@@ -467,7 +467,7 @@ func IsApproval(method string) bool {
 }
 
 // approvalLocked decides a Codex approval by the bound permission mode
-// exactly as an ACP permission request (tools.md §6: acpx.DecidePermission):
+// exactly as an ACP permission request (tools.md §6: provider.DecidePermission):
 // answered at once, or surfaced as runtime_request.created until
 // request.resolve. With approvalPolicy never Codex should not ask. Host
 // lock held.

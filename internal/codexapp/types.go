@@ -1,6 +1,6 @@
-// Package codexapp is runnerd's client of Codex's app-server protocol
-// (codex.md §1–§5): JSON-RPC lines over the agent's stdio, written by
-// hand from the protocol's own types.
+// Package codexapp is runnerd's Codex driver (driver.go) and its client of
+// Codex's app-server protocol (codex.md §1–§5): JSON-RPC lines over the
+// agent's stdio, written by hand from the protocol's own types.
 //
 // Pinned protocol: openai/codex, codex-rs/app-server-protocol (v2 types
 // in src/protocol/v2.rs; the generated schema in schema/json/

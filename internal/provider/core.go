@@ -66,7 +66,7 @@ func (c *Core) wire() *WireState { return &c.rec.Process.Wire }
 
 // Wire is the live line-stream state inside the record, for a driver of
 // another wire protocol that keeps its request table and active turn in
-// the same durable record (agent.Driver).
+// the same durable record (provider.Driver).
 func (c *Core) Wire() *WireState { return c.wire() }
 
 // Live is the live record itself (not a copy), for such a driver to record

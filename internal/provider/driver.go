@@ -62,7 +62,9 @@ type OpenSession struct {
 }
 
 // NewDriver makes the driver of one session over its host. The runner
-// hands the supervisor one per driver kind.
+// hands the supervisor one per driver kind. It must not use the host: the
+// supervisor also makes a driver without a session, to shape a launch or
+// check a binding (Launcher, CatalogChecker, EventNamer).
 type NewDriver func(h Host) Driver
 
 // Host is what a driver may use of the supervisor that runs it. Methods
