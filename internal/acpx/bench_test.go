@@ -3,12 +3,14 @@ package acpx
 import (
 	"strings"
 	"testing"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // BenchmarkFeed measures stdout decoding: session/update lines through
 // framing, JSON-RPC classification and update decoding.
 func BenchmarkFeed(b *testing.B) {
-	c := NewClient(Record{ACPSessionID: "s"}, ClientOptions{})
+	c := NewClient(provider.Record{ACPSessionID: "s"}, ClientOptions{})
 	if _, err := c.Prompt("turn-1", "x"); err != nil {
 		b.Fatal(err)
 	}
@@ -20,26 +22,6 @@ func BenchmarkFeed(b *testing.B) {
 		msgs, err := c.Feed(chunk)
 		if err != nil || len(msgs) != 64 {
 			b.Fatal(err, len(msgs))
-		}
-	}
-}
-
-// BenchmarkMapChunk measures mapping one message chunk to PRP events.
-func BenchmarkMapChunk(b *testing.B) {
-	mp := Mapper{Redactor: NewRedactor(testSecret), Provider: "claude", Cwd: "/w"}
-	st := &MapState{}
-	mp.TurnStarted(st, "turn-1")
-	u, err := DecodeSessionUpdate([]byte(`{"sessionUpdate":"agent_message_chunk","messageId":"m","content":{"type":"text","text":"` + strings.Repeat("x", 200) + `"}}`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		if i%256 == 0 { // keep the item text under MaxItemText
-			mp.TurnStarted(st, "turn-1")
-		}
-		if len(mp.Update(st, "turn-1", u)) == 0 {
-			b.Fatal("no event")
 		}
 	}
 }

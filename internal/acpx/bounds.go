@@ -32,12 +32,6 @@ const (
 	ColdStartGateMaxWait    = 10 * time.Minute
 )
 
-// StderrTail bounds the redacted stderr tail (reference runner).
-const (
-	StderrTailLines = 32
-	StderrTailBytes = 8 << 10
-)
-
 // agentCommands maps a known agent to its command and cold bound
 // (acp.md §2.1).
 var agentCommands = map[string]struct {

@@ -9,107 +9,15 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
-
-// Line-stream bounds (acp.md §3.3, §7).
-const (
-	// MaxLineBytes bounds one stdout line: the Go SDK's 10 MiB scanner max.
-	MaxLineBytes = 10 << 20
-	// MaxConsecutiveBadLines fails the session (value from a closed acpx PR).
-	MaxConsecutiveBadLines = 10
-)
-
-// Protocol-named line-stream failures. Each is a `rpc_failure` loss.
-var (
-	// ErrFrameExceeded is the literal text the server maps to
-	// provider_frame_too_large; runnerd writes it to its stderr.
-	ErrFrameExceeded = errors.New("stdout frame exceeded")
-	// ErrTooManyBadLines means MaxConsecutiveBadLines non-JSON-RPC lines.
-	ErrTooManyBadLines = errors.New("too many consecutive non-json-rpc stdout lines")
-	// ErrUnknownResponse is a response to an id runnerd never issued.
-	ErrUnknownResponse = errors.New("response to an unknown request id")
-)
-
-// Call-site errors.
-var (
-	ErrTurnActive       = errors.New("start turn: a turn is already active")
-	ErrNoSession        = errors.New("acp session not established")
-	ErrNoTurn           = errors.New("no active turn")
-	ErrUnknownAgentCall = errors.New("answer agent request: not pending")
-)
-
-// InboundKind tells what an Inbound carries.
-type InboundKind int
-
-// Inbound kinds.
-const (
-	// KindResponse answers one of runnerd's requests (not session/prompt).
-	KindResponse InboundKind = iota + 1
-	// KindRequest is an agent→client request runnerd must answer.
-	KindRequest
-	// KindUpdate is a session/update for the current session.
-	KindUpdate
-	// KindTurnSettled is the answer to the active turn's session/prompt.
-	KindTurnSettled
-	// KindCancelRequest is $/cancel_request for a pending agent request;
-	// runnerd answers that request with -32800.
-	KindCancelRequest
-	// KindEvents carries events another wire protocol's driver mapped
-	// itself, for what ACP has no session update for (codex.md §5).
-	KindEvents
-)
-
-// Inbound is one message from the agent, in stream order.
-type Inbound struct {
-	Kind InboundKind
-	// ID is the request id: runnerd's for responses, the agent's for
-	// requests and cancel requests.
-	ID       json.RawMessage
-	Method   string
-	Params   json.RawMessage
-	Result   json.RawMessage
-	RPCError *RPCError
-	// Err is the classified failure of a response or settled turn.
-	Err error
-
-	// Update is set for KindUpdate; TurnID names the turn it belongs to
-	// ("" for session-level updates outside a turn).
-	Update *SessionUpdate
-	TurnID string
-
-	// Permission is set for session/request_permission requests.
-	Permission *PermissionRequest
-
-	// Outcome is set for KindTurnSettled.
-	Outcome *TurnOutcome
-
-	// Events is set for KindEvents.
-	Events []Event
-}
-
-// TurnOutcome is how a turn ended.
-type TurnOutcome struct {
-	TurnID string
-	// StopReason is the agent's, or "cancelled" for every answer after a
-	// cancel (acp.md §4.4 step 3).
-	StopReason string
-	Cancelled  bool
-	Usage      *TokenUsage
-	// Err is non-nil when the prompt failed without a cancel.
-	Err error
-}
-
-// Call is an encoded outbound request.
-type Call struct {
-	ID   int64
-	Line []byte
-}
 
 // ClientOptions configures a Client.
 type ClientOptions struct {
 	Logger *slog.Logger
 	// Info is sent as clientInfo; Name and Title default to runnerd's.
-	Info Implementation
+	Info provider.Implementation
 }
 
 // Client is the transport-independent ACP client core. It is not safe for
@@ -117,9 +25,9 @@ type ClientOptions struct {
 // Conn's mutex). After every call that returns a line, the owner persists
 // Record() before writing the line.
 type Client struct {
-	rec    Record
+	*provider.Core
 	log    *slog.Logger
-	info   Implementation
+	info   provider.Implementation
 	failed error
 	// meta is the _meta of session/new, load and resume (tools.md §5). It
 	// is never recorded: the instructions may be a megabyte, and they live
@@ -132,21 +40,7 @@ type Client struct {
 func (c *Client) SetSessionMeta(meta json.RawMessage) { c.meta = meta }
 
 // NewClient resumes a client from rec (a zero Record starts fresh).
-func NewClient(rec Record, opts ClientOptions) *Client {
-	rec = rec.Clone()
-	if rec.Process == nil {
-		rec.Process = &ProcessRecord{}
-	}
-	w := &rec.Process.Wire
-	if w.NextRequestID < 1 {
-		w.NextRequestID = 1
-	}
-	if w.Pending == nil {
-		w.Pending = map[int64]PendingRequest{}
-	}
-	if w.AgentRequests == nil {
-		w.AgentRequests = map[string]AgentRequest{}
-	}
+func NewClient(rec provider.Record, opts ClientOptions) *Client {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -161,106 +55,95 @@ func NewClient(rec Record, opts ClientOptions) *Client {
 	if info.Version == "" {
 		info.Version = "1"
 	}
-	return &Client{rec: rec, log: log.With("component", "acpx"), info: info}
+	log = log.With("component", "acpx")
+	return &Client{Core: provider.NewCore(rec, log, dialect), log: log, info: info}
 }
 
-// Record returns a deep copy of the durable record.
-func (c *Client) Record() Record { return c.rec.Clone() }
+// dialect is ACP's JSON-RPC 2.0 (acp.md §1.4).
+var dialect = provider.Dialect{Version: provider.JSONRPCVersion, EscapeHTML: true}
 
-// Map is the mapping state inside the record: pass it to the Mapper so one
-// Record() holds wire and mapping state for the same durable write.
-func (c *Client) Map() *MapState { return &c.rec.Process.Map }
+func (c *Client) wire() *provider.WireState { return c.Wire() }
+
+// ResetProcess starts a clean line stream for a new agent process
+// (Core.ResetProcess) and clears the sticky stream failure.
+func (c *Client) ResetProcess() {
+	c.Core.ResetProcess()
+	c.failed = nil
+}
 
 // Err returns the sticky line-stream failure, if any.
 func (c *Client) Err() error { return c.failed }
 
-func (c *Client) wire() *WireState { return &c.rec.Process.Wire }
-
-// Wire is the live line-stream state inside the record, for a driver of
-// another wire protocol that keeps its request table and active turn in
-// the same durable record (agent.Driver).
-func (c *Client) Wire() *WireState { return c.wire() }
-
-// Live is the live record itself (not a copy), for such a driver to record
-// what its handshake negotiated (the session id, above all).
-func (c *Client) Live() *Record { return &c.rec }
-
 // Request encodes a request with the next durable id and records it pending.
-func (c *Client) Request(method string, params any, turnID string) (Call, error) {
-	w := c.wire()
-	id := w.NextRequestID
-	line, err := encodeLine(outRequest{JSONRPC: jsonrpcVersion, ID: id, Method: method, Params: params})
-	if err != nil {
-		return Call{}, err
-	}
-	w.NextRequestID++
-	w.Pending[id] = PendingRequest{Method: method, TurnID: turnID}
-	return Call{ID: id, Line: line}, nil
+func (c *Client) Request(method string, params any, turnID string) (provider.Call, error) {
+	return dialect.Request(c.wire(), method, params, turnID)
 }
 
 // Notify encodes a notification.
 func (c *Client) Notify(method string, params any) ([]byte, error) {
-	return encodeLine(outNotification{JSONRPC: jsonrpcVersion, Method: method, Params: params})
+	return dialect.Notify(method, params)
 }
 
 // Initialize encodes initialize, pinned to ACP v1 (acp.md §2.2), with the
 // recorded client capabilities.
-func (c *Client) Initialize() (Call, error) {
-	return c.Request(MethodInitialize, InitializeParams{ProtocolVersion: ProtocolVersion,
+func (c *Client) Initialize() (provider.Call, error) {
+	return c.Request(provider.MethodInitialize, InitializeParams{ProtocolVersion: ProtocolVersion,
 		ClientCapabilities: c.ClientCapabilities(), ClientInfo: c.info}, "")
 }
 
 // SetClientCapabilities records what the next initialize advertises.
-func (c *Client) SetClientCapabilities(caps ClientCapabilities) { c.rec.ClientCapabilities = &caps }
+func (c *Client) SetClientCapabilities(caps provider.ClientCapabilities) {
+	c.Live().ClientCapabilities = &caps
+}
 
 // ClientCapabilities returns what the record says initialize advertised
 // (all false when it holds none).
-func (c *Client) ClientCapabilities() ClientCapabilities {
-	if c.rec.ClientCapabilities == nil {
-		return ClientCapabilities{}
+func (c *Client) ClientCapabilities() provider.ClientCapabilities {
+	if c.Live().ClientCapabilities == nil {
+		return provider.ClientCapabilities{}
 	}
-	return *c.rec.ClientCapabilities
+	return *c.Live().ClientCapabilities
 }
 
 // NewSession encodes session/new and records the launch identity. cwd must
 // be absolute (acp.md §1.4). Server env values are sent, never recorded.
-func (c *Client) NewSession(cwd string, servers []MCPServer) (Call, error) {
+func (c *Client) NewSession(cwd string, servers []MCPServer) (provider.Call, error) {
 	if len(cwd) == 0 || cwd[0] != '/' {
-		return Call{}, fmt.Errorf("new session: cwd must be absolute")
+		return provider.Call{}, fmt.Errorf("new session: cwd must be absolute")
 	}
 	if servers == nil {
 		servers = []MCPServer{}
 	}
-	c.rec.Cwd = cwd
-	return c.Request(MethodSessionNew, NewSessionParams{Cwd: cwd, MCPServers: servers, Meta: c.meta}, "")
+	c.Live().Cwd = cwd
+	return c.Request(provider.MethodSessionNew, NewSessionParams{Cwd: cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // LoadSession encodes session/load for the recorded session; updates until
 // its answer are replay and are suppressed (acp.md §4.1 step 2).
-func (c *Client) LoadSession(servers []MCPServer) (Call, error) {
-	return c.resumeCall(MethodSessionLoad, servers)
+func (c *Client) LoadSession(servers []MCPServer) (provider.Call, error) {
+	return c.resumeCall(provider.MethodSessionLoad, servers)
 }
 
 // ResumeSession encodes session/resume for the recorded session.
-func (c *Client) ResumeSession(servers []MCPServer) (Call, error) {
-	return c.resumeCall(MethodSessionResume, servers)
+func (c *Client) ResumeSession(servers []MCPServer) (provider.Call, error) {
+	return c.resumeCall(provider.MethodSessionResume, servers)
 }
 
-func (c *Client) resumeCall(method string, servers []MCPServer) (Call, error) {
-	if c.rec.ACPSessionID == "" {
-		return Call{}, fmt.Errorf("%s: %w", method, ErrNoSession)
+func (c *Client) resumeCall(method string, servers []MCPServer) (provider.Call, error) {
+	if c.Live().ACPSessionID == "" {
+		return provider.Call{}, fmt.Errorf("%s: %w", method, provider.ErrNoSession)
 	}
 	if servers == nil {
 		servers = []MCPServer{}
 	}
-	return c.Request(method, LoadSessionParams{SessionID: c.rec.ACPSessionID, Cwd: c.rec.Cwd, MCPServers: servers, Meta: c.meta}, "")
+	return c.Request(method, LoadSessionParams{SessionID: c.Live().ACPSessionID, Cwd: c.Live().Cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // Capabilities decodes the negotiated agent capabilities.
-func (c *Client) Capabilities() AgentCapabilities {
-	var caps AgentCapabilities
-	if len(c.rec.AgentCapabilities) > 0 {
-		_ = json.Unmarshal(c.rec.AgentCapabilities, &caps)
+func (c *Client) Capabilities() provider.AgentCapabilities {
+	var caps provider.AgentCapabilities
+	if len(c.Live().AgentCapabilities) > 0 {
+		_ = json.Unmarshal(c.Live().AgentCapabilities, &caps)
 	}
 	return caps
 }
@@ -268,60 +151,36 @@ func (c *Client) Capabilities() AgentCapabilities {
 // Prompt starts turn turnID with one text block. Prompts are serialised per
 // session: while a turn is active it returns ErrTurnActive and sends
 // nothing (acp.md §4.3, scenario 14).
-func (c *Client) Prompt(turnID, text string) (Call, error) {
-	if c.rec.ACPSessionID == "" {
-		return Call{}, fmt.Errorf("start turn: %w", ErrNoSession)
+func (c *Client) Prompt(turnID, text string) (provider.Call, error) {
+	if c.Live().ACPSessionID == "" {
+		return provider.Call{}, fmt.Errorf("start turn: %w", provider.ErrNoSession)
 	}
 	w := c.wire()
 	if w.Turn != nil {
-		return Call{}, ErrTurnActive
+		return provider.Call{}, provider.ErrTurnActive
 	}
 	if w.Loss != "" {
-		return Call{}, &LostError{Reason: w.Loss}
+		return provider.Call{}, &provider.LostError{Reason: w.Loss}
 	}
-	call, err := c.Request(MethodSessionPrompt, PromptParams{
-		SessionID: c.rec.ACPSessionID,
-		Prompt:    []ContentBlock{{Type: "text", Text: text}},
+	call, err := c.Request(provider.MethodSessionPrompt, PromptParams{
+		SessionID: c.Live().ACPSessionID,
+		Prompt:    []provider.ContentBlock{{Type: "text", Text: text}},
 	}, turnID)
 	if err != nil {
-		return Call{}, err
+		return provider.Call{}, err
 	}
-	w.Turn = &TurnState{ID: turnID, PromptRequestID: call.ID}
-	c.rec.Prompted = true
+	w.Turn = &provider.TurnState{ID: turnID, PromptRequestID: call.ID}
+	c.Live().Prompted = true
 	return call, nil
 }
 
 // CloseSession encodes session/close (gated by sessionCapabilities.close;
 // session.destroy ignores a -32002 answer).
-func (c *Client) CloseSession() (Call, error) {
-	if c.rec.ACPSessionID == "" {
-		return Call{}, fmt.Errorf("close session: %w", ErrNoSession)
+func (c *Client) CloseSession() (provider.Call, error) {
+	if c.Live().ACPSessionID == "" {
+		return provider.Call{}, fmt.Errorf("close session: %w", provider.ErrNoSession)
 	}
-	return c.Request(MethodSessionClose, CancelParams{SessionID: c.rec.ACPSessionID}, "")
-}
-
-// LatchLoss records reason as the session's channel loss unless one is
-// already latched; it reports whether this call latched it. Only the first
-// loss counts (acp.md §5.1).
-func (c *Client) LatchLoss(reason LossReason) bool {
-	w := c.wire()
-	if w.Loss != "" {
-		return false
-	}
-	w.Loss = reason
-	c.log.Warn("agent channel lost", "lossReason", string(reason))
-	return true
-}
-
-// Loss returns the latched loss, or "".
-func (c *Client) Loss() LossReason { return c.wire().Loss }
-
-// ActiveTurn returns the active turn id, or "".
-func (c *Client) ActiveTurn() string {
-	if t := c.wire().Turn; t != nil {
-		return t.ID
-	}
-	return ""
+	return c.Request(provider.MethodSessionClose, CancelParams{SessionID: c.Live().ACPSessionID}, "")
 }
 
 // Cancel produces the lines of acp.md §4.4 step 2: session/cancel, then a
@@ -330,19 +189,19 @@ func (c *Client) ActiveTurn() string {
 func (c *Client) Cancel() ([][]byte, error) {
 	w := c.wire()
 	if w.Turn == nil {
-		return nil, ErrNoTurn
+		return nil, provider.ErrNoTurn
 	}
 	w.Turn.CancelRequested = true
-	line, err := c.Notify(MethodSessionCancel, CancelParams{SessionID: c.rec.ACPSessionID})
+	line, err := c.Notify(provider.MethodSessionCancel, CancelParams{SessionID: c.Live().ACPSessionID})
 	if err != nil {
 		return nil, err
 	}
 	lines := [][]byte{line}
-	for _, key := range sortedKeys(w.AgentRequests) {
-		if w.AgentRequests[key].Method != MethodRequestPermission {
+	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
+		if w.AgentRequests[key].Method != provider.MethodRequestPermission {
 			continue
 		}
-		l, err := c.Respond(json.RawMessage(key), PermissionResponse{Outcome: PermissionOutcome{Outcome: "cancelled"}})
+		l, err := c.Respond(json.RawMessage(key), PermissionResponse{Outcome: provider.PermissionOutcome{Outcome: "cancelled"}})
 		if err != nil {
 			return nil, err
 		}
@@ -351,112 +210,21 @@ func (c *Client) Cancel() ([][]byte, error) {
 	return lines, nil
 }
 
-// AbandonTurn settles the active turn locally (the agent is gone or the
-// cancel grace expired): the prompt id stays known, so its late answer is
-// dropped as stale rather than attributed to a later turn.
-func (c *Client) AbandonTurn() *TurnOutcome {
-	w := c.wire()
-	t := w.Turn
-	if t == nil {
-		return nil
-	}
-	w.Turn = nil
-	delete(w.Pending, t.PromptRequestID)
-	out := &TurnOutcome{TurnID: t.ID, StopReason: StopCancelled, Cancelled: t.CancelRequested}
-	if !t.CancelRequested {
-		out.StopReason = ""
-		out.Err = NewFailure(ClassAgentDisconnected, nil)
-	}
-	return out
-}
-
-// Respond answers the pending agent request id with result.
-func (c *Client) Respond(id json.RawMessage, result any) ([]byte, error) {
-	key := idKey(id)
-	if _, ok := c.wire().AgentRequests[key]; !ok {
-		return nil, ErrUnknownAgentCall
-	}
-	line, err := encodeLine(outResult{JSONRPC: jsonrpcVersion, ID: json.RawMessage(key), Result: result})
-	if err != nil {
-		return nil, err
-	}
-	delete(c.wire().AgentRequests, key)
-	return line, nil
-}
-
-// RespondError answers the pending agent request id with an error.
-func (c *Client) RespondError(id json.RawMessage, code int, message string) ([]byte, error) {
-	key := idKey(id)
-	if _, ok := c.wire().AgentRequests[key]; !ok {
-		return nil, ErrUnknownAgentCall
-	}
-	line, err := encodeLine(outError{JSONRPC: jsonrpcVersion, ID: json.RawMessage(key), Error: RPCError{Code: code, Message: message}})
-	if err != nil {
-		return nil, err
-	}
-	delete(c.wire().AgentRequests, key)
-	return line, nil
-}
-
-// SetRuntimeRequestID links a pending agent request to its PRP
-// runtime_request id, so a restarted runnerd can answer request.resolve.
-func (c *Client) SetRuntimeRequestID(id json.RawMessage, runtimeRequestID string) {
-	key := idKey(id)
-	if r, ok := c.wire().AgentRequests[key]; ok {
-		r.RuntimeRequestID = runtimeRequestID
-		c.wire().AgentRequests[key] = r
-	}
-}
-
-// SetRuntimeRequest links a pending agent request to its PRP runtime
-// request: id, tool call item and offered choices (tools.md §7).
-func (c *Client) SetRuntimeRequest(id json.RawMessage, runtimeRequestID, itemID string, choices map[string]string) {
-	key := idKey(id)
-	if r, ok := c.wire().AgentRequests[key]; ok {
-		r.RuntimeRequestID, r.ItemID, r.Choices = runtimeRequestID, itemID, choices
-		c.wire().AgentRequests[key] = r
-	}
-}
-
-// RuntimeRequestFor finds the pending agent request linked to a PRP
-// runtime_request id.
-func (c *Client) RuntimeRequestFor(runtimeRequestID string) (id json.RawMessage, r AgentRequest, ok bool) {
-	for key, r := range c.wire().AgentRequests {
-		if r.RuntimeRequestID == runtimeRequestID {
-			return json.RawMessage(key), r, true
-		}
-	}
-	return nil, AgentRequest{}, false
-}
-
-// AgentRequest returns the pending agent request id.
-func (c *Client) AgentRequest(id json.RawMessage) (AgentRequest, bool) {
-	r, ok := c.wire().AgentRequests[idKey(id)]
-	return r, ok
-}
-
-// ForgetAgentRequest drops a pending agent request without answering it
-// (the agent withdrew it, or its turn ended): a later request.resolve
-// finds nothing.
-func (c *Client) ForgetAgentRequest(id json.RawMessage) {
-	delete(c.wire().AgentRequests, idKey(id))
-}
-
 // Feed consumes agent stdout bytes and returns the complete messages in
 // order. Bytes after the last newline are kept in the record. A fatal
 // stream error (ErrFrameExceeded, ErrTooManyBadLines, ErrUnknownResponse)
 // is sticky; messages decoded before it are still returned.
-func (c *Client) Feed(p []byte) ([]Inbound, error) {
+func (c *Client) Feed(p []byte) ([]provider.Inbound, error) {
 	if c.failed != nil {
 		return nil, c.failed
 	}
 	w := c.wire()
-	var out []Inbound
+	var out []provider.Inbound
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
-			if len(w.PartialLine)+len(p) > MaxLineBytes {
-				return out, c.fail(ErrFrameExceeded)
+			if len(w.PartialLine)+len(p) > provider.MaxLineBytes {
+				return out, c.fail(provider.ErrFrameExceeded)
 			}
 			w.PartialLine = append(w.PartialLine, p...)
 			break
@@ -467,8 +235,8 @@ func (c *Client) Feed(p []byte) ([]Inbound, error) {
 			w.PartialLine = nil
 		}
 		p = p[i+1:]
-		if len(line) > MaxLineBytes {
-			return out, c.fail(ErrFrameExceeded)
+		if len(line) > provider.MaxLineBytes {
+			return out, c.fail(provider.ErrFrameExceeded)
 		}
 		msgs, err := c.handleLine(line)
 		out = append(out, msgs...)
@@ -481,7 +249,7 @@ func (c *Client) Feed(p []byte) ([]Inbound, error) {
 
 func (c *Client) fail(err error) error {
 	c.failed = err
-	c.LatchLoss(LossReasonOf(err))
+	c.LatchLoss(provider.LossReasonOf(err))
 	c.log.Error("acp stdout stream failed", "err", err)
 	return err
 }
@@ -492,26 +260,26 @@ func (c *Client) EndOfStream() error {
 	w := c.wire()
 	w.PartialLine = nil
 	// Whether busy or idle, the agent is gone: a later turn fails at once.
-	c.LatchLoss(LossProviderExit)
+	c.LatchLoss(provider.LossProviderExit)
 	if w.Turn != nil || len(w.Pending) > 0 {
-		return NewFailure(ClassAgentDisconnected, nil)
+		return provider.NewFailure(provider.ClassAgentDisconnected, nil)
 	}
 	return nil
 }
 
-func (c *Client) handleLine(line []byte) ([]Inbound, error) {
+func (c *Client) handleLine(line []byte) ([]provider.Inbound, error) {
 	w := c.wire()
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return nil, nil
 	}
-	m, err := decodeMessage(line)
+	m, err := provider.DecodeMessage(line)
 	if err != nil {
 		w.SkippedLines++
 		w.ConsecutiveBadLines++
 		c.log.Warn("skipped non-json-rpc stdout line", "bytes", len(line), "consecutive", w.ConsecutiveBadLines, "skipped", w.SkippedLines)
-		if w.ConsecutiveBadLines >= MaxConsecutiveBadLines {
-			return nil, ErrTooManyBadLines
+		if w.ConsecutiveBadLines >= provider.MaxConsecutiveBadLines {
+			return nil, provider.ErrTooManyBadLines
 		}
 		return nil, nil
 	}
@@ -526,46 +294,46 @@ func (c *Client) handleLine(line []byte) ([]Inbound, error) {
 	}
 }
 
-func (c *Client) handleRequest(m wireMessage) []Inbound {
+func (c *Client) handleRequest(m provider.WireMessage) []provider.Inbound {
 	w := c.wire()
-	key := idKey(m.ID)
-	in := Inbound{Kind: KindRequest, ID: json.RawMessage(key), Method: m.Method, Params: m.Params}
+	key := provider.IDKey(m.ID)
+	in := provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(key), Method: m.Method, Params: m.Params}
 	turnID := ""
 	if w.Turn != nil {
 		turnID = w.Turn.ID
 	}
-	if m.Method == MethodRequestPermission {
-		var p PermissionRequest
+	if m.Method == provider.MethodRequestPermission {
+		var p provider.PermissionRequest
 		if err := json.Unmarshal(m.Params, &p); err == nil {
 			in.Permission = &p
 		}
 	}
 	in.TurnID = turnID
-	w.AgentRequests[key] = AgentRequest{Method: m.Method, TurnID: turnID}
-	return []Inbound{in}
+	w.AgentRequests[key] = provider.AgentRequest{Method: m.Method, TurnID: turnID}
+	return []provider.Inbound{in}
 }
 
-func (c *Client) handleNotification(m wireMessage) []Inbound {
+func (c *Client) handleNotification(m provider.WireMessage) []provider.Inbound {
 	w := c.wire()
 	switch m.Method {
-	case MethodCancelRequest:
+	case provider.MethodCancelRequest:
 		var p CancelRequestParams
 		if json.Unmarshal(m.Params, &p) != nil || len(p.RequestID) == 0 {
 			return nil
 		}
-		key := idKey(p.RequestID)
+		key := provider.IDKey(p.RequestID)
 		if _, ok := w.AgentRequests[key]; !ok {
 			return nil // already answered: nothing to cancel
 		}
-		return []Inbound{{Kind: KindCancelRequest, ID: json.RawMessage(key), Method: w.AgentRequests[key].Method}}
-	case MethodSessionUpdate:
+		return []provider.Inbound{{Kind: provider.KindCancelRequest, ID: json.RawMessage(key), Method: w.AgentRequests[key].Method}}
+	case provider.MethodSessionUpdate:
 		var n SessionNotification
 		if json.Unmarshal(m.Params, &n) != nil {
 			w.SkippedLines++
 			c.log.Warn("skipped undecodable session/update")
 			return nil
 		}
-		u, err := DecodeSessionUpdate(n.Update)
+		u, err := provider.DecodeSessionUpdate(n.Update)
 		if err != nil {
 			w.SkippedLines++
 			c.log.Warn("skipped undecodable session/update")
@@ -575,7 +343,7 @@ func (c *Client) handleNotification(m wireMessage) []Inbound {
 			w.ReplayedUpdates++
 			return nil
 		}
-		if n.SessionID != c.rec.ACPSessionID || c.rec.ACPSessionID == "" {
+		if n.SessionID != c.Live().ACPSessionID || c.Live().ACPSessionID == "" {
 			w.LateUpdates++
 			c.log.Info("dropped session/update for another session", "kind", u.Kind)
 			return nil
@@ -586,9 +354,9 @@ func (c *Client) handleNotification(m wireMessage) []Inbound {
 				c.log.Info("dropped session/update outside a turn", "kind", u.Kind, "lateUpdates", w.LateUpdates)
 				return nil
 			}
-			return []Inbound{{Kind: KindUpdate, Method: m.Method, Update: &u}}
+			return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u}}
 		}
-		return []Inbound{{Kind: KindUpdate, Method: m.Method, Update: &u, TurnID: w.Turn.ID}}
+		return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u, TurnID: w.Turn.ID}}
 	default:
 		// Unknown notifications, extensions included, are ignored.
 		c.log.Debug("ignored notification", "method", safeMethod(m.Method))
@@ -599,7 +367,7 @@ func (c *Client) handleNotification(m wireMessage) []Inbound {
 // replaying reports a pending session/load: its updates are history.
 func (c *Client) replaying() bool {
 	for _, p := range c.wire().Pending {
-		if p.Method == MethodSessionLoad {
+		if p.Method == provider.MethodSessionLoad {
 			return true
 		}
 	}
@@ -610,13 +378,13 @@ func (c *Client) replaying() bool {
 // kinds (mode, config, commands, info) are valid between turns.
 func turnScoped(kind string) bool {
 	switch kind {
-	case UpdateCurrentMode, UpdateConfigOption, UpdateAvailableCommands, UpdateSessionInfo:
+	case provider.UpdateCurrentMode, provider.UpdateConfigOption, provider.UpdateAvailableCommands, provider.UpdateSessionInfo:
 		return false
 	}
 	return true
 }
 
-func (c *Client) handleResponse(m wireMessage) ([]Inbound, error) {
+func (c *Client) handleResponse(m provider.WireMessage) ([]provider.Inbound, error) {
 	w := c.wire()
 	if m.ID == nil {
 		// An error about a line the agent could not parse: we never send
@@ -627,7 +395,7 @@ func (c *Client) handleResponse(m wireMessage) ([]Inbound, error) {
 	}
 	id, err := strconv.ParseInt(string(m.ID), 10, 64)
 	if err != nil || id < 1 || id >= w.NextRequestID {
-		return nil, ErrUnknownResponse
+		return nil, provider.ErrUnknownResponse
 	}
 	p, ok := w.Pending[id]
 	if !ok {
@@ -636,82 +404,82 @@ func (c *Client) handleResponse(m wireMessage) ([]Inbound, error) {
 		return nil, nil
 	}
 	delete(w.Pending, id)
-	if t := w.Turn; p.Method == MethodSessionPrompt && t != nil && t.PromptRequestID == id {
+	if t := w.Turn; p.Method == provider.MethodSessionPrompt && t != nil && t.PromptRequestID == id {
 		return c.settleTurn(id, p, m), nil
 	}
-	in := Inbound{Kind: KindResponse, ID: m.ID, Method: p.Method, Result: m.Result, RPCError: m.Error}
+	in := provider.Inbound{Kind: provider.KindResponse, ID: m.ID, Method: p.Method, Result: m.Result, RPCError: m.Error}
 	if m.Error != nil {
 		in.Err = classifyRPCError(p.Method, m.Error)
 	} else {
 		in.Err = c.applyResult(p.Method, m.Result)
 	}
-	return []Inbound{in}, nil
+	return []provider.Inbound{in}, nil
 }
 
 // applyResult records what a handshake answer negotiated.
 func (c *Client) applyResult(method string, result json.RawMessage) error {
 	switch method {
-	case MethodInitialize:
+	case provider.MethodInitialize:
 		var r InitializeResult
 		if err := json.Unmarshal(result, &r); err != nil {
-			return NewFailure(ClassACPSessionInitFailed, err)
+			return provider.NewFailure(provider.ClassACPSessionInitFailed, err)
 		}
 		if r.ProtocolVersion != ProtocolVersion {
-			return NewFailure(ClassACPSessionInitFailed, fmt.Errorf("agent answered protocol version %d", r.ProtocolVersion))
+			return provider.NewFailure(provider.ClassACPSessionInitFailed, fmt.Errorf("agent answered protocol version %d", r.ProtocolVersion))
 		}
-		c.rec.ProtocolVersion = r.ProtocolVersion
-		c.rec.AgentCapabilities = r.AgentCapabilities
-		c.rec.AgentInfo = r.AgentInfo
+		c.Live().ProtocolVersion = r.ProtocolVersion
+		c.Live().AgentCapabilities = r.AgentCapabilities
+		c.Live().AgentInfo = r.AgentInfo
 		c.applyGoalCapability(r.Meta)
-	case MethodSessionNew:
+	case provider.MethodSessionNew:
 		var r SessionResult
 		if err := json.Unmarshal(result, &r); err != nil || r.SessionID == "" {
-			return NewFailure(ClassACPSessionInitFailed, errors.New("session/new answered without sessionId"))
+			return provider.NewFailure(provider.ClassACPSessionInitFailed, errors.New("session/new answered without sessionId"))
 		}
-		c.rec.ACPSessionID = r.SessionID
-		c.rec.AgentSessionID = r.Meta.AgentSessionID
-		c.rec.Prompted = false
-		c.rec.ResetOnNextEnsure = false
-	case MethodSessionLoad:
+		c.Live().ACPSessionID = r.SessionID
+		c.Live().AgentSessionID = r.Meta.AgentSessionID
+		c.Live().Prompted = false
+		c.Live().ResetOnNextEnsure = false
+	case provider.MethodSessionLoad:
 		var r SessionResult
 		if len(result) > 0 && json.Unmarshal(result, &r) == nil && r.Meta.AgentSessionID != "" {
-			c.rec.AgentSessionID = r.Meta.AgentSessionID
+			c.Live().AgentSessionID = r.Meta.AgentSessionID
 		}
 	}
 	return nil
 }
 
-func (c *Client) settleTurn(id int64, p PendingRequest, m wireMessage) []Inbound {
+func (c *Client) settleTurn(id int64, p provider.PendingRequest, m provider.WireMessage) []provider.Inbound {
 	w := c.wire()
 	t := w.Turn
 	w.Turn = nil
-	out := &TurnOutcome{TurnID: t.ID}
+	out := &provider.TurnOutcome{TurnID: t.ID}
 	var r PromptResult
 	switch {
 	case t.CancelRequested:
 		// cancelled, -32800, any error and even end_turn (a known adapter
 		// bug) settle as cancelled after a cancel (acp.md §4.4 step 3).
-		out.StopReason, out.Cancelled = StopCancelled, true
+		out.StopReason, out.Cancelled = provider.StopCancelled, true
 		if m.Error == nil && json.Unmarshal(m.Result, &r) == nil {
 			out.Usage = r.Usage
 		}
 	case m.Error != nil:
-		out.Err = classifyRPCError(MethodSessionPrompt, m.Error)
+		out.Err = classifyRPCError(provider.MethodSessionPrompt, m.Error)
 	case json.Unmarshal(m.Result, &r) != nil || r.StopReason == "":
-		out.Err = NewFailure(ClassTurnFailed, errors.New("prompt answered without stopReason"))
+		out.Err = provider.NewFailure(provider.ClassTurnFailed, errors.New("prompt answered without stopReason"))
 	default:
 		out.StopReason, out.Usage = r.StopReason, r.Usage
-		out.Cancelled = r.StopReason == StopCancelled
+		out.Cancelled = r.StopReason == provider.StopCancelled
 	}
-	return []Inbound{{Kind: KindTurnSettled, ID: m.ID, Method: p.Method, Outcome: out, Err: out.Err, RPCError: m.Error}}
+	return []provider.Inbound{{Kind: provider.KindTurnSettled, ID: m.ID, Method: p.Method, Outcome: out, Err: out.Err, RPCError: m.Error}}
 }
 
 // knownMethods are the method names that may be logged verbatim; any other
 // name is peer text and could carry anything.
 var knownMethods = map[string]bool{
-	MethodInitialize: true, MethodAuthenticate: true, MethodSessionNew: true, MethodSessionLoad: true,
-	MethodSessionResume: true, MethodSessionClose: true, MethodSessionPrompt: true, MethodSessionCancel: true,
-	MethodSessionUpdate: true, MethodRequestPermission: true, MethodCancelRequest: true,
+	provider.MethodInitialize: true, provider.MethodAuthenticate: true, provider.MethodSessionNew: true, provider.MethodSessionLoad: true,
+	provider.MethodSessionResume: true, provider.MethodSessionClose: true, provider.MethodSessionPrompt: true, provider.MethodSessionCancel: true,
+	provider.MethodSessionUpdate: true, provider.MethodRequestPermission: true, provider.MethodCancelRequest: true,
 }
 
 // safeMethod returns a loggable stand-in for an untrusted method name.
@@ -720,63 +488,4 @@ func safeMethod(m string) string {
 		return m
 	}
 	return "other(" + strconv.Itoa(len(m)) + " bytes)"
-}
-
-func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
-
-// ResetProcess forgets the line stream of an agent process that is gone
-// (stopped, exited or lost) so a new process starts a clean JSON-RPC
-// stream: request table, partial line, active turn and latched loss are
-// cleared. The mapping state stays, so item ids are never reused in the
-// record (acp.md §5).
-func (c *Client) ResetProcess() {
-	m := c.rec.Process.Map
-	m.Items, m.Order, m.LastMessage = nil, nil, ""
-	c.rec.Process = &ProcessRecord{Map: m, Wire: WireState{
-		NextRequestID: 1, Pending: map[int64]PendingRequest{}, AgentRequests: map[string]AgentRequest{},
-	}}
-	c.failed = nil
-}
-
-// SetLaunch records the launch identity compared by Record.Reusable.
-func (c *Client) SetLaunch(agent, command string, args []string, cwd string) {
-	c.rec.Agent, c.rec.Command, c.rec.Args, c.rec.Cwd = agent, command, append([]string(nil), args...), cwd
-}
-
-// MarkReset sets resetOnNextEnsure: the record is never reused.
-func (c *Client) MarkReset() { c.rec.ResetOnNextEnsure = true }
-
-// AgentRequestFor finds the pending agent request linked to a PRP
-// runtime_request id.
-func (c *Client) AgentRequestFor(runtimeRequestID string) (id json.RawMessage, turnID string, ok bool) {
-	for key, r := range c.wire().AgentRequests {
-		if r.RuntimeRequestID == runtimeRequestID {
-			return json.RawMessage(key), r.TurnID, true
-		}
-	}
-	return nil, "", false
-}
-
-// PendingPermissions lists the permission requests still waiting for an
-// answer, in id order (Cancel answers them {outcome:"cancelled"}).
-func (c *Client) PendingPermissions() []AgentRequest {
-	var out []AgentRequest
-	for _, key := range sortedKeys(c.wire().AgentRequests) {
-		if r := c.wire().AgentRequests[key]; r.Method == MethodRequestPermission {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// PendingPermissionIDs lists the agent request ids of PendingPermissions,
-// in the same order.
-func (c *Client) PendingPermissionIDs() []json.RawMessage {
-	var out []json.RawMessage
-	for _, key := range sortedKeys(c.wire().AgentRequests) {
-		if c.wire().AgentRequests[key].Method == MethodRequestPermission {
-			out = append(out, json.RawMessage(key))
-		}
-	}
-	return out
 }

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
 )
 
 // handshaken returns a client with an initialized session sess-1.
 func handshaken(t *testing.T) *Client {
 	t.Helper()
-	c := NewClient(Record{}, ClientOptions{})
+	c := NewClient(provider.Record{}, ClientOptions{})
 	call, err := c.Initialize()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, call.ID)
@@ -33,7 +34,7 @@ func handshaken(t *testing.T) *Client {
 	return c
 }
 
-func feed(t *testing.T, c *Client, lines ...string) []Inbound {
+func feed(t *testing.T, c *Client, lines ...string) []provider.Inbound {
 	t.Helper()
 	msgs, err := c.Feed([]byte(strings.Join(lines, "\n") + "\n"))
 	require.NoError(t, err)
@@ -46,7 +47,7 @@ func TestLinesSplitAcrossFeedsAndRestarts(t *testing.T) {
 	require.NoError(t, err)
 	line := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}` + "\n" +
 		fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn"}}`, call.ID) + "\n"
-	var got []Inbound
+	var got []provider.Inbound
 	for i := 0; i < len(line); i += 7 {
 		end := min(i+7, len(line))
 		msgs, err := c.Feed([]byte(line[i:end]))
@@ -55,15 +56,15 @@ func TestLinesSplitAcrossFeedsAndRestarts(t *testing.T) {
 		// A restart between any two reads resumes from the durable record.
 		b, err := json.Marshal(c.Record())
 		require.NoError(t, err)
-		var rec Record
+		var rec provider.Record
 		require.NoError(t, json.Unmarshal(b, &rec))
 		c = NewClient(rec, ClientOptions{})
 	}
 	require.Len(t, got, 2)
-	require.Equal(t, KindUpdate, got[0].Kind)
+	require.Equal(t, provider.KindUpdate, got[0].Kind)
 	require.Equal(t, "turn-1", got[0].TurnID)
-	require.Equal(t, KindTurnSettled, got[1].Kind)
-	require.Equal(t, StopEndTurn, got[1].Outcome.StopReason)
+	require.Equal(t, provider.KindTurnSettled, got[1].Kind)
+	require.Equal(t, provider.StopEndTurn, got[1].Outcome.StopReason)
 	require.Empty(t, c.Record().Process.Wire.PartialLine)
 	require.True(t, c.Record().Prompted)
 }
@@ -84,73 +85,73 @@ func TestIDsMonotonicAcrossRestart(t *testing.T) {
 func TestACP05_BadLines(t *testing.T) {
 	c := handshaken(t)
 	var lines []string
-	for i := 0; i < MaxConsecutiveBadLines-1; i++ {
+	for i := 0; i < provider.MaxConsecutiveBadLines-1; i++ {
 		lines = append(lines, "banner "+fmt.Sprint(i))
 	}
 	lines = append(lines, `{"jsonrpc":"2.0","method":"_ext/ping"}`)
 	feed(t, c, lines...)
 	w := c.Record().Process.Wire
-	require.EqualValues(t, MaxConsecutiveBadLines-1, w.SkippedLines)
+	require.EqualValues(t, provider.MaxConsecutiveBadLines-1, w.SkippedLines)
 	require.Zero(t, w.ConsecutiveBadLines)
 
 	var bad bytes.Buffer
-	for i := 0; i < MaxConsecutiveBadLines; i++ {
+	for i := 0; i < provider.MaxConsecutiveBadLines; i++ {
 		bad.WriteString("not json\n")
 	}
 	_, err := c.Feed(bad.Bytes())
-	require.ErrorIs(t, err, ErrTooManyBadLines)
-	require.Equal(t, LossRPCFailure, LossReasonOf(err))
+	require.ErrorIs(t, err, provider.ErrTooManyBadLines)
+	require.Equal(t, provider.LossRPCFailure, provider.LossReasonOf(err))
 	_, err = c.Feed([]byte(`{"jsonrpc":"2.0","method":"x"}` + "\n"))
-	require.ErrorIs(t, err, ErrTooManyBadLines, "a failed stream stays failed")
+	require.ErrorIs(t, err, provider.ErrTooManyBadLines, "a failed stream stays failed")
 }
 
 // TestACP05_HugeLine: a line over 10 MiB fails with the literal text
 // the server maps to provider_frame_too_large, with or without a newline.
 func TestACP05_HugeLine(t *testing.T) {
-	require.Equal(t, "stdout frame exceeded", ErrFrameExceeded.Error())
+	require.Equal(t, "stdout frame exceeded", provider.ErrFrameExceeded.Error())
 	c := handshaken(t)
 	chunk := bytes.Repeat([]byte("x"), 1<<20)
 	var err error
-	for i := 0; i <= MaxLineBytes/len(chunk) && err == nil; i++ {
+	for i := 0; i <= provider.MaxLineBytes/len(chunk) && err == nil; i++ {
 		_, err = c.Feed(chunk)
 	}
-	require.ErrorIs(t, err, ErrFrameExceeded)
+	require.ErrorIs(t, err, provider.ErrFrameExceeded)
 
 	c = handshaken(t)
-	big := append(bytes.Repeat([]byte("y"), MaxLineBytes+1), '\n')
+	big := append(bytes.Repeat([]byte("y"), provider.MaxLineBytes+1), '\n')
 	_, err = c.Feed(big)
-	require.ErrorIs(t, err, ErrFrameExceeded)
+	require.ErrorIs(t, err, provider.ErrFrameExceeded)
 
 	// Exactly at the limit is fine (and skipped as non-JSON).
 	c = handshaken(t)
-	_, err = c.Feed(append(bytes.Repeat([]byte("z"), MaxLineBytes), '\n'))
+	_, err = c.Feed(append(bytes.Repeat([]byte("z"), provider.MaxLineBytes), '\n'))
 	require.NoError(t, err)
 }
 
 // TestACP06_InitFailures: a version other than 1 and a session/new
 // error are acp_session_init_failed; -32000 is authentication_required.
 func TestACP06_InitFailures(t *testing.T) {
-	c := NewClient(Record{}, ClientOptions{})
+	c := NewClient(provider.Record{}, ClientOptions{})
 	_, err := c.Initialize()
 	require.NoError(t, err)
 	msgs := feed(t, c, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":2}}`)
-	require.Equal(t, ClassACPSessionInitFailed, ClassOf(msgs[0].Err))
+	require.Equal(t, provider.ClassACPSessionInitFailed, provider.ClassOf(msgs[0].Err))
 	require.NotContains(t, msgs[0].Err.Error(), "2", "the error carries fixed text only")
 
-	c = NewClient(Record{}, ClientOptions{})
+	c = NewClient(provider.Record{}, ClientOptions{})
 	_, err = c.NewSession("/w", nil)
 	require.NoError(t, err)
 	msgs = feed(t, c, `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"please log in with token sk-XYZ"}}`)
-	require.Equal(t, ClassAuthenticationRequired, ClassOf(msgs[0].Err))
+	require.Equal(t, provider.ClassAuthenticationRequired, provider.ClassOf(msgs[0].Err))
 	require.NotContains(t, msgs[0].Err.Error(), "sk-XYZ")
 
-	c = NewClient(Record{}, ClientOptions{})
+	c = NewClient(provider.Record{}, ClientOptions{})
 	_, err = c.NewSession("/w", nil)
 	require.NoError(t, err)
 	msgs = feed(t, c, `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom"}}`)
-	require.Equal(t, ClassACPSessionInitFailed, ClassOf(msgs[0].Err))
+	require.Equal(t, provider.ClassACPSessionInitFailed, provider.ClassOf(msgs[0].Err))
 
-	_, err = NewClient(Record{}, ClientOptions{}).NewSession("relative", nil)
+	_, err = NewClient(provider.Record{}, ClientOptions{}).NewSession("relative", nil)
 	require.Error(t, err)
 }
 
@@ -179,16 +180,16 @@ func TestACP12_LateAndStale(t *testing.T) {
 	)
 	require.Len(t, msgs, 3)
 	require.Equal(t, "turn-2", msgs[0].TurnID)
-	require.Equal(t, StopEndTurn, msgs[1].Outcome.StopReason)
-	require.Equal(t, KindUpdate, msgs[2].Kind, "session-level updates pass between turns")
+	require.Equal(t, provider.StopEndTurn, msgs[1].Outcome.StopReason)
+	require.Equal(t, provider.KindUpdate, msgs[2].Kind, "session-level updates pass between turns")
 	require.Empty(t, msgs[2].TurnID)
 	w := c.Record().Process.Wire
 	require.EqualValues(t, 1, w.StaleResponses)
 	require.EqualValues(t, 1, w.LateUpdates)
 
 	_, err = c.Feed([]byte(`{"jsonrpc":"2.0","id":999,"result":{}}` + "\n"))
-	require.ErrorIs(t, err, ErrUnknownResponse)
-	require.Equal(t, LossRPCFailure, LossReasonOf(err))
+	require.ErrorIs(t, err, provider.ErrUnknownResponse)
+	require.Equal(t, provider.LossRPCFailure, provider.LossReasonOf(err))
 }
 
 // TestACP14_PromptsSerialised: a second prompt while one is
@@ -199,7 +200,7 @@ func TestACP14_PromptsSerialised(t *testing.T) {
 	require.NoError(t, err)
 	before := c.Record().Process.Wire.NextRequestID
 	_, err = c.Prompt("turn-2", "echo x")
-	require.ErrorIs(t, err, ErrTurnActive)
+	require.ErrorIs(t, err, provider.ErrTurnActive)
 	require.Equal(t, before, c.Record().Process.Wire.NextRequestID, "no id consumed, nothing to write")
 }
 
@@ -220,31 +221,31 @@ func TestACP10_AnyAnswerAfterCancelIsCancelled(t *testing.T) {
 		msgs := feed(t, c, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,%s}`, call.ID, answer))
 		require.Len(t, msgs, 1, answer)
 		require.True(t, msgs[0].Outcome.Cancelled, answer)
-		require.Equal(t, StopCancelled, msgs[0].Outcome.StopReason)
-		require.Equal(t, EndInterrupted, SettlementOf(*msgs[0].Outcome, false).Ending)
-		require.Equal(t, EndCancelled, SettlementOf(*msgs[0].Outcome, true).Ending)
+		require.Equal(t, provider.StopCancelled, msgs[0].Outcome.StopReason)
+		require.Equal(t, provider.EndInterrupted, provider.SettlementOf(*msgs[0].Outcome, false).Ending)
+		require.Equal(t, provider.EndCancelled, provider.SettlementOf(*msgs[0].Outcome, true).Ending)
 	}
 }
 
 // TestACP11_PermissionPolicyAndCancel: the policy choice rule, and a
 // permission pending at cancel is answered {outcome:"cancelled"}.
 func TestACP11_PermissionPolicyAndCancel(t *testing.T) {
-	opts := []PermissionOption{
-		{OptionID: "ra", Kind: OptionRejectAlways}, {OptionID: "aa", Kind: OptionAllowAlways},
-		{OptionID: "ro", Kind: OptionRejectOnce}, {OptionID: "ao", Kind: OptionAllowOnce},
+	opts := []provider.PermissionOption{
+		{OptionID: "ra", Kind: provider.OptionRejectAlways}, {OptionID: "aa", Kind: provider.OptionAllowAlways},
+		{OptionID: "ro", Kind: provider.OptionRejectOnce}, {OptionID: "ao", Kind: provider.OptionAllowOnce},
 	}
-	edit := PermissionRequest{ToolCall: PermissionToolCall{Kind: "edit"}, Options: opts}
-	read := PermissionRequest{ToolCall: PermissionToolCall{Kind: "read"}, Options: opts}
-	require.Equal(t, PermissionOutcome{Outcome: "selected", OptionID: "ao"}, ChoosePermission(ApproveAll, edit))
-	require.Equal(t, PermissionOutcome{Outcome: "selected", OptionID: "ro"}, ChoosePermission(DenyAll, edit))
-	require.Equal(t, PermissionOutcome{Outcome: "selected", OptionID: "ao"}, ChoosePermission(ApproveReads, read))
-	require.Equal(t, PermissionOutcome{Outcome: "selected", OptionID: "ro"}, ChoosePermission(ApproveReads, edit))
-	require.Equal(t, PermissionOutcome{Outcome: "selected", OptionID: "aa"}, ChoosePermission(ApproveAll, PermissionRequest{Options: opts[:2]}))
-	require.Equal(t, PermissionOutcome{Outcome: "cancelled"}, ChoosePermission(DenyAll, PermissionRequest{Options: opts[1:2]}))
-	m, err := ParsePermissionMode("")
+	edit := provider.PermissionRequest{ToolCall: provider.PermissionToolCall{Kind: "edit"}, Options: opts}
+	read := provider.PermissionRequest{ToolCall: provider.PermissionToolCall{Kind: "read"}, Options: opts}
+	require.Equal(t, provider.PermissionOutcome{Outcome: "selected", OptionID: "ao"}, provider.ChoosePermission(provider.ApproveAll, edit))
+	require.Equal(t, provider.PermissionOutcome{Outcome: "selected", OptionID: "ro"}, provider.ChoosePermission(provider.DenyAll, edit))
+	require.Equal(t, provider.PermissionOutcome{Outcome: "selected", OptionID: "ao"}, provider.ChoosePermission(provider.ApproveReads, read))
+	require.Equal(t, provider.PermissionOutcome{Outcome: "selected", OptionID: "ro"}, provider.ChoosePermission(provider.ApproveReads, edit))
+	require.Equal(t, provider.PermissionOutcome{Outcome: "selected", OptionID: "aa"}, provider.ChoosePermission(provider.ApproveAll, provider.PermissionRequest{Options: opts[:2]}))
+	require.Equal(t, provider.PermissionOutcome{Outcome: "cancelled"}, provider.ChoosePermission(provider.DenyAll, provider.PermissionRequest{Options: opts[1:2]}))
+	m, err := provider.ParsePermissionMode("")
 	require.NoError(t, err)
-	require.Equal(t, ApproveAll, m)
-	_, err = ParsePermissionMode("yolo")
+	require.Equal(t, provider.ApproveAll, m)
+	_, err = provider.ParsePermissionMode("yolo")
 	require.Error(t, err)
 
 	c := handshaken(t)
@@ -262,7 +263,7 @@ func TestACP11_PermissionPolicyAndCancel(t *testing.T) {
 	require.JSONEq(t, `{"jsonrpc":"2.0","id":"p-1","result":{"outcome":{"outcome":"cancelled"}}}`, string(lines[1]))
 	require.Empty(t, c.Record().Process.Wire.AgentRequests)
 	_, err = c.Respond(json.RawMessage(`"p-1"`), nil)
-	require.ErrorIs(t, err, ErrUnknownAgentCall, "an answered request cannot be answered twice")
+	require.ErrorIs(t, err, provider.ErrUnknownAgentCall, "an answered request cannot be answered twice")
 }
 
 // TestACP18_CancelRequestSurfaces: $/cancel_request for a pending
@@ -276,8 +277,8 @@ func TestACP18_CancelRequestSurfaces(t *testing.T) {
 		`{"jsonrpc":"2.0","id":5,"method":"terminal/create","params":{"sessionId":"sess-1","command":"ls"}}`,
 		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":5}}`)
 	require.Len(t, msgs, 2)
-	require.Equal(t, KindCancelRequest, msgs[1].Kind)
-	line, err := c.RespondError(msgs[1].ID, CodeRequestCancelled, "request cancelled")
+	require.Equal(t, provider.KindCancelRequest, msgs[1].Kind)
+	line, err := c.RespondError(msgs[1].ID, provider.CodeRequestCancelled, "request cancelled")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"jsonrpc":"2.0","id":5,"error":{"code":-32800,"message":"request cancelled"}}`, string(line))
 	require.Empty(t, feed(t, c, `{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":5}}`))
@@ -308,13 +309,13 @@ func TestACP15_LoadReplaySuppressed(t *testing.T) {
 	call, err = c.LoadSession(nil)
 	require.NoError(t, err)
 	msgs = feed(t, c, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32002,"message":"nope"}}`, call.ID))
-	require.Equal(t, ClassSessionResumeRequired, ClassOf(msgs[0].Err))
+	require.Equal(t, provider.ClassSessionResumeRequired, provider.ClassOf(msgs[0].Err))
 }
 
 // TestACP16_NeverPromptedRecordIsDiscarded: reuse needs a prompt
 // history, no reset flag and the same launch.
 func TestACP16_NeverPromptedRecordIsDiscarded(t *testing.T) {
-	rec := Record{ACPSessionID: "s", Cwd: "/w", Command: "fakeacp", Args: []string{"--x"}}
+	rec := provider.Record{ACPSessionID: "s", Cwd: "/w", Command: "fakeacp", Args: []string{"--x"}}
 	require.False(t, rec.Reusable("/w", "fakeacp", []string{"--x"}))
 	rec.Prompted = true
 	require.True(t, rec.Reusable("/w", "fakeacp", []string{"--x"}))
@@ -333,7 +334,7 @@ func TestUnsupportedRequestsAndNotifications(t *testing.T) {
 		`{"jsonrpc":"2.0","error":{"code":-32700,"message":"parse"},"id":null}`)
 	require.Len(t, msgs, 1)
 	require.Equal(t, "fs/read_text_file", msgs[0].Method)
-	line, err := c.RespondError(msgs[0].ID, CodeMethodNotFound, "method not found")
+	line, err := c.RespondError(msgs[0].ID, provider.CodeMethodNotFound, "method not found")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"jsonrpc":"2.0","id":"fs-1","error":{"code":-32601,"message":"method not found"}}`, string(line))
 }
@@ -343,23 +344,23 @@ func TestEndOfStream(t *testing.T) {
 	_, err := c.Prompt("turn-1", "x")
 	require.NoError(t, err)
 	err = c.EndOfStream()
-	require.Equal(t, ClassAgentDisconnected, ClassOf(err))
-	require.Equal(t, LossProviderExit, LossReasonOf(err))
+	require.Equal(t, provider.ClassAgentDisconnected, provider.ClassOf(err))
+	require.Equal(t, provider.LossProviderExit, provider.LossReasonOf(err))
 	out := c.AbandonTurn()
-	require.Equal(t, ClassAgentDisconnected, ClassOf(out.Err))
+	require.Equal(t, provider.ClassAgentDisconnected, provider.ClassOf(out.Err))
 }
 
 func TestClassification(t *testing.T) {
-	require.Equal(t, ClassAgentSpawnFailed, ClassifyStartupExit(127, false, true, true).Class)
-	require.Equal(t, ClassAgentStartupExitNonzero, ClassifyStartupExit(1, false, true, true).Class)
-	require.Equal(t, ClassAgentStartupSignal, ClassifyStartupExit(0, true, false, true).Class)
-	require.Equal(t, ClassAgentStartupNoStderr, ClassifyStartupExit(1, false, false, false).Class)
-	require.Equal(t, Class("agent_startup_module_not_found"), ClassifySidecarCode("AGENT_STARTUP_FAILED.MODULE_NOT_FOUND"))
-	require.Equal(t, Class("session_handshake_timeout"), ClassifySidecarCode("ACPX_SESSION_HANDSHAKE_TIMEOUT"))
-	require.Equal(t, ClassUnclassified, ClassifySidecarCode("WHATEVER"))
-	f := HandshakeTimeout("/usr/local/bin/codex-acp --secret-arg", 30000)
+	require.Equal(t, provider.ClassAgentSpawnFailed, provider.ClassifyStartupExit(127, false, true, true).Class)
+	require.Equal(t, provider.ClassAgentStartupExitNonzero, provider.ClassifyStartupExit(1, false, true, true).Class)
+	require.Equal(t, provider.ClassAgentStartupSignal, provider.ClassifyStartupExit(0, true, false, true).Class)
+	require.Equal(t, provider.ClassAgentStartupNoStderr, provider.ClassifyStartupExit(1, false, false, false).Class)
+	require.Equal(t, provider.Class("agent_startup_module_not_found"), provider.ClassifySidecarCode("AGENT_STARTUP_FAILED.MODULE_NOT_FOUND"))
+	require.Equal(t, provider.Class("session_handshake_timeout"), provider.ClassifySidecarCode("ACPX_SESSION_HANDSHAKE_TIMEOUT"))
+	require.Equal(t, provider.ClassUnclassified, provider.ClassifySidecarCode("WHATEVER"))
+	f := provider.HandshakeTimeout("/usr/local/bin/codex-acp --secret-arg", 30000)
 	require.Equal(t, "ACP agent codex-acp did not complete ACP initialization within 30000ms", f.Message)
-	require.True(t, errors.Is(NewFailure(ClassTurnFailed, ErrWrite), ErrWrite))
+	require.True(t, errors.Is(provider.NewFailure(provider.ClassTurnFailed, provider.ErrWrite), provider.ErrWrite))
 	require.Equal(t, ColdOpenBoundSlow, OpenBound("claude", false))
 	require.Equal(t, ColdOpenBoundDefault, OpenBound("codex", false))
 	require.Equal(t, ColdOpenBoundDefault, OpenBound("custom", false))

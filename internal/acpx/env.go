@@ -17,8 +17,7 @@ var commonEnv = []string{
 var commonEnvPrefixes = []string{"LC_", "SSL_CERT_"}
 
 // agentConfigEnv are the non-credential variables each agent may see: the
-// model gateway's base URL and the agent's own config switches (issue 13
-// item 5; the names are the ones the agents read: Claude Code and the
+// model gateway's base URL and the agent's own config switches (the names are the ones the agents read: Claude Code and the
 // Anthropic SDK ANTHROPIC_BASE_URL, the OpenAI SDK OPENAI_BASE_URL, Gemini
 // CLI GOOGLE_GEMINI_BASE_URL, OpenCode its documented OPENCODE_CONFIG* and
 // OPENCODE_DISABLE_* switches). OpenCode talks to any provider, so it gets
@@ -56,7 +55,7 @@ const piCredentialBinding = "PAPERCLIP_ACPX_CREDENTIAL_BINDING"
 // neverPass are refused even when listed (also through Pi's binding): a
 // nested Claude refuses to start with CLAUDECODE set, and
 // OPENCODE_SERVER_PASSWORD guards an OpenCode server the agent must not
-// reach (issue 13).
+// reach.
 var neverPass = []string{"CLAUDECODE", "OPENCODE_SERVER_PASSWORD"}
 
 // AgentEnv builds the agent's environment from environ (KEY=VALUE

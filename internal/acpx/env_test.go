@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +35,7 @@ func TestAgentEnvAllowlist(t *testing.T) {
 		require.NotContains(t, kv, "TICKET")
 		require.NotContains(t, kv, "CLAUDECODE")
 	}
-	r := NewRedactor(secrets...)
+	r := provider.NewRedactor(secrets...)
 	require.Equal(t, "key="+redacted, r.String("key=pi-secret-value"))
 }
 
@@ -118,7 +119,7 @@ func TestAgentEnvProxyUserinfoRedacted(t *testing.T) {
 		"ANTHROPIC_BASE_URL=https://gw:p%40ss-w0rd-long@gateway.example/v1",
 		"HOME=/home/x@y", // not a URL variable: never treated as one
 	})
-	r := NewRedactor(secrets...)
+	r := provider.NewRedactor(secrets...)
 	for _, leak := range []string{
 		"proxy http://bob:hunter2secret@proxy:3128/ refused",
 		"auth bob:hunter2secret",

@@ -3,6 +3,8 @@ package acpx
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // FuzzFeed feeds arbitrary stdout bytes, split at an arbitrary point and
@@ -21,8 +23,8 @@ func FuzzFeed(f *testing.F) {
 		f.Add([]byte(s), uint8(3))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, split uint8) {
-		c := NewClient(Record{ACPSessionID: "s"}, ClientOptions{})
-		if _, err := c.Request(MethodInitialize, nil, ""); err != nil {
+		c := NewClient(provider.Record{ACPSessionID: "s"}, ClientOptions{})
+		if _, err := c.Request(provider.MethodInitialize, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Prompt("turn-1", "x"); err != nil {
@@ -33,74 +35,14 @@ func FuzzFeed(f *testing.F) {
 		c = NewClient(c.Record(), ClientOptions{})
 		_, err2 := c.Feed(data[cut:])
 		w := c.Record().Process.Wire
-		if len(w.PartialLine) > MaxLineBytes {
+		if len(w.PartialLine) > provider.MaxLineBytes {
 			t.Fatalf("partial line over the bound: %d", len(w.PartialLine))
 		}
-		if err1 == nil && err2 == nil && w.ConsecutiveBadLines >= MaxConsecutiveBadLines {
+		if err1 == nil && err2 == nil && w.ConsecutiveBadLines >= provider.MaxConsecutiveBadLines {
 			t.Fatal("bad-line bound not enforced")
 		}
 		if _, err := json.Marshal(c.Record()); err != nil {
 			t.Fatal(err)
-		}
-	})
-}
-
-// FuzzDecodeMessage checks the JSON-RPC classifier never accepts a message
-// that is not exactly one of request, notification or response.
-func FuzzDecodeMessage(f *testing.F) {
-	for _, s := range []string{
-		`{"jsonrpc":"2.0","id":1,"method":"m"}`,
-		`{"jsonrpc":"2.0","method":"m"}`,
-		`{"jsonrpc":"2.0","id":1,"result":null}`,
-		`{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":""}}`,
-		`{"jsonrpc":"1.0","id":1,"result":{}}`,
-		`{"jsonrpc":"2.0","id":{"x":1},"method":"m"}`,
-		`{"jsonrpc":"2.0","id":1.5,"result":{}} {}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, line []byte) {
-		m, err := decodeMessage(line)
-		if err != nil {
-			return
-		}
-		if m.JSONRPC != "2.0" {
-			t.Fatal("accepted a non-2.0 message")
-		}
-		if m.Method == "" && m.Result != nil && m.Error != nil {
-			t.Fatal("accepted a response with both result and error")
-		}
-		if m.ID != nil && !validID(m.ID) {
-			t.Fatal("accepted an invalid id")
-		}
-	})
-}
-
-// FuzzDecodeSessionUpdate maps arbitrary update objects; the mapper must
-// never panic and every event must carry a payload.
-func FuzzDecodeSessionUpdate(f *testing.F) {
-	for _, s := range []string{
-		`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}`,
-		`{"sessionUpdate":"tool_call","toolCallId":"c","title":"t","locations":[{"path":"/a/../b"}],"content":[{"type":"diff","path":"/w/x","newText":"n"}]}`,
-		`{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"failed","content":null}`,
-		`{"sessionUpdate":"plan","entries":[{"content":"a","priority":"x","status":"weird"}]}`,
-		`{"sessionUpdate":"usage_update","used":1,"size":2,"cost":{"amount":-1,"currency":"EUR"}}`,
-		`{"sessionUpdate":"session_info_update","title":null}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		u, err := DecodeSessionUpdate(raw)
-		if err != nil {
-			return
-		}
-		mp := Mapper{Cwd: "/w"}
-		st := &MapState{}
-		mp.TurnStarted(st, "turn-1")
-		for _, e := range append(mp.Update(st, "turn-1", u), mp.Settle(st, Settlement{TurnID: "turn-1", Ending: EndCompleted, StopReason: "end_turn"})...) {
-			if e.Payload == nil {
-				t.Fatalf("%s without payload", e.EventType)
-			}
 		}
 	})
 }

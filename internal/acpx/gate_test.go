@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // TestACP19_ColdStartGate: five concurrent cold opens → at most four
@@ -79,32 +80,13 @@ func testColdStartGate(t *testing.T) {
 	r.rel()
 }
 
-func TestStderrTailBoundedAndRedacted(t *testing.T) {
-	tail := &StderrTail{Redactor: NewRedactor(testSecret)}
-	for i := 0; i < 100; i++ {
-		fmt.Fprintf(tail, "line %d\n", i)
-	}
-	lines := strings.Split(tail.String(), "\n")
-	require.Len(t, lines, StderrTailLines)
-	require.Equal(t, "line 99", lines[len(lines)-1])
-
-	half := len(testSecret) / 2
-	_, _ = tail.Write([]byte("token=" + testSecret[:half]))
-	_, _ = tail.Write([]byte(testSecret[half:] + "\n"))
-	require.NotContains(t, tail.String(), testSecret)
-	require.Contains(t, tail.String(), "token="+redacted)
-
-	_, _ = tail.Write(bytes.Repeat([]byte("x"), 3*StderrTailBytes))
-	require.LessOrEqual(t, len(tail.String()), StderrTailBytes+StderrTailLines)
-}
-
 // TestSecretsNeverInLogs: whatever the agent sends (bad lines, error
 // texts, updates, requests), the client's log carries no payload bytes.
 func TestSecretsNeverInLogs(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	log := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c := NewClient(Record{}, ClientOptions{Logger: log})
+	c := NewClient(provider.Record{}, ClientOptions{Logger: log})
 	_, err := c.NewSession("/w", []MCPServer{{Type: MCPTransportHTTP, Name: "m", URL: "http://127.0.0.1:1/mcp", Headers: []HTTPHeader{{Name: "Authorization", Value: "Bearer " + testSecret}}}})
 	require.NoError(t, err)
 	require.NotContains(t, fmt.Sprint(c.Record()), testSecret, "env values never enter the record")
@@ -120,8 +102,8 @@ func TestSecretsNeverInLogs(t *testing.T) {
 	}, "\n") + "\n"
 	_, err = c.Feed([]byte(in))
 	require.NoError(t, err)
-	_, err = c.Feed([]byte(strings.Repeat(testSecret+"\n", MaxConsecutiveBadLines)))
-	require.ErrorIs(t, err, ErrTooManyBadLines)
+	_, err = c.Feed([]byte(strings.Repeat(testSecret+"\n", provider.MaxConsecutiveBadLines)))
+	require.ErrorIs(t, err, provider.ErrTooManyBadLines)
 	mu.Lock()
 	defer mu.Unlock()
 	require.NotEmpty(t, logs.String())
@@ -154,7 +136,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	mp.Update(&rec.Process.Map, "turn-1", upd(t, `{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}`))
 	b, err := json.Marshal(rec)
 	require.NoError(t, err)
-	var back Record
+	var back provider.Record
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, rec, back)
 	require.Equal(t, []byte(`{"jsonrpc":`), back.Process.Wire.PartialLine)

@@ -2,100 +2,18 @@ package acpx
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
 )
-
-// TestDecodeGoalMeta: the extension's snapshot decodes with its optional
-// members; null is a cleared goal; a snapshot without an objective, with
-// an unknown status or a negative count is refused; an oversized objective
-// is cut to 4000 characters on a rune boundary.
-func TestDecodeGoalMeta(t *testing.T) {
-	snap, present, err := DecodeGoalMeta(json.RawMessage(`{"goal":{"objective":" Ship it ","status":"active",` +
-		`"createdAt":1710000000000,"updatedAt":"2024-03-09T16:00:12Z","tokenBudget":null,"tokensUsed":42,` +
-		`"timeUsedSeconds":12,"iterations":3,"lastReason":"why","controlMethod":"_session/goal"},"other":1}`))
-	require.NoError(t, err)
-	require.True(t, present)
-	require.Equal(t, "Ship it", snap.Objective)
-	require.Equal(t, int64(1710000000000), *snap.CreatedAt)
-	require.Equal(t, int64(1710000012000), *snap.UpdatedAt, "an RFC 3339 timestamp reads as milliseconds")
-	require.Nil(t, snap.TokenBudget)
-	require.EqualValues(t, 42, *snap.TokensUsed)
-
-	snap, present, err = DecodeGoalMeta(json.RawMessage(`{"goal":null}`))
-	require.NoError(t, err)
-	require.True(t, present)
-	require.Nil(t, snap, "null: cleared")
-
-	_, present, err = DecodeGoalMeta(json.RawMessage(`{"title":"x"}`))
-	require.NoError(t, err)
-	require.False(t, present)
-
-	for name, bad := range map[string]string{
-		"no objective":   `{"goal":{"objective":"  ","status":"active"}}`,
-		"unknown status": `{"goal":{"objective":"x","status":"usageLimited"}}`,
-		"negative":       `{"goal":{"objective":"x","status":"active","tokensUsed":-1}}`,
-		"bad time":       `{"goal":{"objective":"x","status":"active","createdAt":"yesterday"}}`,
-		"not an object":  `{"goal":[1]}`,
-		"meta array":     `[]`,
-	} {
-		_, _, err := DecodeGoalMeta(json.RawMessage(bad))
-		require.ErrorIs(t, err, ErrGoalMeta, name)
-		require.NotContains(t, err.Error(), "usageLimited", "errors never carry peer text")
-	}
-
-	long := strings.Repeat("é", MaxGoalObjectiveChars+10)
-	b, _ := json.Marshal(map[string]any{"goal": map[string]any{"objective": long, "status": "paused"}})
-	snap, _, err = DecodeGoalMeta(b)
-	require.NoError(t, err)
-	require.Equal(t, MaxGoalObjectiveChars, utf8.RuneCountInString(snap.Objective))
-}
-
-// TestGoalProjection: the projection of a full extension lists its
-// actions in the extension's order and maps the snapshot (timeUsedSeconds
-// → elapsedSeconds, ISO timestamps, completedAt from updatedAt for a
-// complete goal); a subset without set (claude-agent-acp's clear alone)
-// or no extension is unsupported, with no goal.
-func TestGoalProjection(t *testing.T) {
-	full := &GoalCapability{Version: 1, ControlMethod: MethodSessionGoal, Actions: []string{"clear", "resume", "set", "pause", "clear", "stop"}}
-	ms := int64(1710000012000)
-	used := 3.5
-	g := GoalRecord{Capability: full, Snapshot: &GoalSnapshot{Objective: "x", Status: "complete", UpdatedAt: &ms, TimeUsedSeconds: &used}}
-	p := g.Project(4, true, "req")
-	require.Equal(t, GoalSnapshotSchema, p.Schema)
-	require.Equal(t, "available", p.SessionGoals.Availability)
-	require.Equal(t, []string{"set", "pause", "resume", "clear"}, p.SessionGoals.Actions)
-	require.False(t, p.SessionGoals.TokenBudgetControl)
-	require.Equal(t, "2024-03-09T16:00:12.000Z", *p.Goal.CompletedAt)
-	require.Equal(t, 3.5, *p.Goal.ElapsedSeconds)
-	require.False(t, p.WorkingNow, "a complete goal is not being worked on")
-	require.Equal(t, uint64(4), p.Revision)
-
-	for name, c := range map[string]*GoalCapability{
-		"subset":  {Version: 1, ControlMethod: MethodSessionGoal, Actions: []string{"clear"}},
-		"version": {Version: 2, ControlMethod: MethodSessionGoal, Actions: []string{"set", "clear"}},
-		"method":  {Version: 1, ControlMethod: "_codex/session/goal_control", Actions: []string{"set", "clear"}},
-		"none":    nil,
-	} {
-		g := GoalRecord{Capability: c, Snapshot: &GoalSnapshot{Objective: "x", Status: "active"}}
-		p := g.Project(1, true, "")
-		require.Equal(t, "unsupported", p.SessionGoals.Availability, name)
-		require.Empty(t, p.SessionGoals.Actions, name)
-		require.NotNil(t, p.SessionGoals.Actions, "an empty list, never null")
-		require.Equal(t, GoalReasonExtensionRequired, p.SessionGoals.ReasonCode, name)
-		require.Nil(t, p.Goal, name)
-		require.False(t, c.Allows(GoalClear), name)
-	}
-}
 
 // TestInitializeRecordsGoalCapability: initialize's top-level _meta.goal
 // lands in the record; a later initialize without it (a resumed session
 // on an agent that dropped it) clears it.
 func TestInitializeRecordsGoalCapability(t *testing.T) {
-	c := NewClient(Record{}, ClientOptions{})
+	c := NewClient(provider.Record{}, ClientOptions{})
 	call, err := c.Initialize()
 	require.NoError(t, err)
 	msgs, err := c.Feed([]byte(`{"jsonrpc":"2.0","id":` + jsonInt(call.ID) + `,"result":{"protocolVersion":1,"agentCapabilities":{},` +
@@ -104,7 +22,7 @@ func TestInitializeRecordsGoalCapability(t *testing.T) {
 	require.Len(t, msgs, 1)
 	require.True(t, c.Goal().Capability.Available())
 	rec := c.Record()
-	require.True(t, rec.Goal.Capability.Allows(GoalSet), "kept in the durable record")
+	require.True(t, rec.Goal.Capability.Allows(provider.GoalSet), "kept in the durable record")
 
 	call, err = c.Initialize()
 	require.NoError(t, err)
@@ -126,9 +44,9 @@ func FuzzDecodeGoalMeta(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	caps := &GoalCapability{Version: 1, ControlMethod: MethodSessionGoal, Actions: []string{"set", "clear"}}
+	caps := &provider.GoalCapability{Version: 1, ControlMethod: provider.MethodSessionGoal, Actions: []string{"set", "clear"}}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		snap, present, err := DecodeGoalMeta(b)
+		snap, present, err := provider.DecodeGoalMeta(b)
 		if err != nil {
 			if snap != nil {
 				t.Fatal("an error with a snapshot")
@@ -138,10 +56,10 @@ func FuzzDecodeGoalMeta(f *testing.F) {
 		if snap == nil {
 			return
 		}
-		if !present || snap.Objective == "" || utf8.RuneCountInString(snap.Objective) > MaxGoalObjectiveChars || !utf8.ValidString(snap.Objective) {
+		if !present || snap.Objective == "" || utf8.RuneCountInString(snap.Objective) > provider.MaxGoalObjectiveChars || !utf8.ValidString(snap.Objective) {
 			t.Fatalf("snapshot out of bounds: %+v", snap)
 		}
-		out, err := json.Marshal(GoalRecord{Capability: caps, Snapshot: snap}.Project(1, false, ""))
+		out, err := json.Marshal(provider.GoalRecord{Capability: caps, Snapshot: snap}.Project(1, false, ""))
 		if err != nil || !json.Valid(out) {
 			t.Fatalf("projection does not encode: %v", err)
 		}
@@ -156,8 +74,8 @@ func FuzzDecodeGoalCapability(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c := DecodeGoalCapability(b)
-		_ = GoalCaps(c)
-		_ = c.Allows(GoalSet)
+		c := provider.DecodeGoalCapability(b)
+		_ = provider.GoalCaps(c)
+		_ = c.Allows(provider.GoalSet)
 	})
 }

@@ -4,7 +4,7 @@ import "slices"
 
 // systemPromptIgnored are the agents found not to honour session/new's
 // _meta.systemPrompt (tools.md §5): test/realagents sends instructions to
-// each pinned real agent (issue 13) and looks for them in the requests its
+// each pinned real agent and looks for them in the requests its
 // model receives. Only Claude's adapter (claude-agent-acp 0.73.0, and
 // @zed-industries' 0.23.1) passes them on; codex-acp (1.6.2, and
 // @zed-industries' 0.16.0), Gemini CLI 0.61.0 (--acp), OpenCode 1.18.33

@@ -1,7 +1,7 @@
-// Package agent runs runnerd's ACP agent: one provider session under pcwrap
-// (acp.md §3–§5). It launches or re-adopts the pcwrap process session,
-// writes ACP lines as stdin files, consumes event files exactly once, drives
-// the acpx client core, detects channel loss and stops the agent.
+// Package agent supervises runnerd's provider session: one agent process
+// under pcwrap (acp.md §3–§5). It launches or re-adopts the pcwrap process
+// session, writes lines as stdin files, consumes event files exactly once,
+// detects channel loss and stops the agent.
 //
 // Durability contract: every state change goes through Sink.Commit, which
 // stores the Stored record and appends the PRP events in ONE durable write.
@@ -9,16 +9,16 @@
 // commit → delete, acp.md §3.3); the record (next stdin sequence, request
 // ids) is committed before any line it covers is written (acp.md §3.2).
 //
-// Drivers (the seam for a second wire protocol, driver.go): the Manager is
-// protocol-neutral except for a Driver, chosen by Binding.Driver
-// (DriverACP "", DriverCodex or DriverOpenCode; a new one registers its constructor in
-// the drivers map from an init in its own file, as codex.go does). A
-// driver keeps its durable state in the Manager's *acpx.Client record
-// (acpx.Client.Wire: request table, partial line, active turn with
-// TurnState.ProviderTurnID; acpx.Client.Live: session id) and implements
-// Open (handshake through OpenSession.Call), Feed (stdout bytes →
-// acpx.Inbound: KindResponse, KindRequest, KindUpdate mapped by
-// acpx.Mapper, KindTurnSettled, KindCancelRequest, and KindEvents for
+// Drivers (provider.Driver): the Manager knows a provider's wire protocol
+// only through its Driver, made by Config.Drivers for Binding.Driver
+// (DriverACP "", DriverCodex or DriverOpenCode; the runner lists one
+// constructor per kind) over a host (driver.go) that is the driver's only
+// way into the Manager. A driver keeps its durable state in the session's
+// provider.Core (Core.Wire: request table, partial line, active turn with
+// TurnState.ProviderTurnID; Core.Live: session id) and implements Open
+// (handshake through OpenSession.Call), Feed (stdout bytes →
+// provider.Inbound: KindResponse, KindRequest, KindUpdate mapped by
+// provider.Mapper, KindTurnSettled, KindCancelRequest, and KindEvents for
 // events only its protocol has), Prompt, Cancel, KeepsRunning (an
 // interrupt leaves the process running) and HandleRequest (provider
 // requests before the shared handling; the semantic tool flow is
@@ -27,16 +27,18 @@
 // bounds, loss detection and runtime requests stay shared.
 //
 // A driver whose provider talks beside the pcwrap stdio (DriverOpenCode:
-// HTTP + SSE on loopback, opencode.go) reads only its listening line from
-// stdout, keeps its own durable state in acpx.Record.Driver, feeds what
-// its channel brings through handleInbound and the one commit path (its
-// state in the same write), and reopens that channel when Start re-adopts
-// the process (the adopter interface).
+// HTTP + SSE on loopback, internal/opencode) reads only its listening line
+// from stdout, keeps its own durable state in provider.Record.Driver, feeds
+// what its channel brings through provider.Host.Deliver (handleInbound and
+// the one commit path, its state in the same write), and reopens that
+// channel when Start re-adopts the process (provider.Adopter).
 package agent
 
 import (
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/opencode"
+	"github.com/pcrunner/pcrunner/internal/provider"
 
 	"context"
 	"encoding/json"
@@ -63,12 +65,12 @@ type Stored struct {
 	// Binding is what run.prepare bound; nil before it.
 	Binding *Binding `json:"binding,omitempty"`
 	// Session is the ACP session record (acp.md §3.4); nil when none.
-	Session *acpx.Record `json:"session,omitempty"`
+	Session *provider.Record `json:"session,omitempty"`
 	// NextTurn numbers runnerd's providerTurnIds.
 	NextTurn uint64 `json:"nextTurn"`
 	// Loss is a channel loss latched on an agent that is gone; the next
 	// turn.start fails at once with it (acp.md §5.1).
-	Loss acpx.LossReason `json:"loss,omitempty"`
+	Loss provider.LossReason `json:"loss,omitempty"`
 	// Prompt is the staged prompt of the latest turn.start until its
 	// command result is recorded after the prompt's publication: a
 	// restart uses it to tell whether the prompt reached the agent
@@ -125,13 +127,13 @@ type CommandOutcome struct {
 
 // Binding is the provider descriptor bound by run.prepare (prp.md §7.6).
 type Binding struct {
-	Agent            string              `json:"agent"`
-	Command          string              `json:"command"`
-	Args             []string            `json:"args,omitempty"`
-	Cwd              string              `json:"cwd"`
-	PermissionMode   acpx.PermissionMode `json:"permissionMode"`
-	ProviderVersion  string              `json:"providerVersion,omitempty"`
-	ContractRevision string              `json:"contractRevision,omitempty"`
+	Agent            string                  `json:"agent"`
+	Command          string                  `json:"command"`
+	Args             []string                `json:"args,omitempty"`
+	Cwd              string                  `json:"cwd"`
+	PermissionMode   provider.PermissionMode `json:"permissionMode"`
+	ProviderVersion  string                  `json:"providerVersion,omitempty"`
+	ContractRevision string                  `json:"contractRevision,omitempty"`
 	// CriterionIDs are completionContract.criterionIds: one synthesised
 	// criterion each when a turn ends without an accepted result (tools.md §4).
 	CriterionIDs []string `json:"criterionIds,omitempty"`
@@ -150,10 +152,10 @@ type Binding struct {
 	Driver string `json:"driver,omitempty"`
 	// NoClientFS turns off the fs.readTextFile/writeTextFile advertisement
 	// (descriptor provider.clientCapabilities.fs: false, for agents that
-	// misbehave with it; issue 12 item 3). Absent means advertised.
+	// misbehave with it). Absent means advertised.
 	NoClientFS bool `json:"noClientFs,omitempty"`
 	// NoClientTerminal turns off the terminal advertisement (descriptor
-	// provider.clientCapabilities.terminal: false; issue 12 item 3).
+	// provider.clientCapabilities.terminal: false).
 	NoClientTerminal bool `json:"noClientTerminal,omitempty"`
 }
 
@@ -163,7 +165,7 @@ type Sink interface {
 	// durable write, then sends what it can. A non-nil outcome is recorded
 	// as its command's result in that same write; the command's result
 	// has not been sent yet.
-	Commit(st Stored, events []acpx.Event, outcome *CommandOutcome) error
+	Commit(st Stored, events []provider.Event, outcome *CommandOutcome) error
 	// Drained reports whether new provider output may be taken (prp.md
 	// §8.5: everything sent is acknowledged). It must not block.
 	Drained() bool
@@ -179,6 +181,9 @@ type Config struct {
 	StateDir string
 	// Pcwrap is the pcwrap binary (see FindPcwrap).
 	Pcwrap string
+	// Drivers makes the driver of each Binding.Driver kind; it holds
+	// DriverACP at least, the driver of every other kind.
+	Drivers map[string]provider.NewDriver
 	// OpenCodeExecutable is the opencode binary for kind opencode
 	// (codex.md §6: a runnerd flag, else "opencode" on PATH).
 	OpenCodeExecutable string
@@ -207,26 +212,19 @@ const (
 	eventPoll = 100 * time.Millisecond
 )
 
-// Result codes the executor returns (acp.md §6 classes reuse acpx.Class).
+// Result codes the executor returns (acp.md §6 classes reuse provider.Class).
 const (
-	CodeCommandExecutionFailed = "command_execution_failed"
+	CodeCommandExecutionFailed = provider.CodeCommandExecutionFailed
 )
 
-// CommandError is a failed command with a protocol-named code; its Message
-// is a fixed text, never provider output. Rejected marks a refusal before
-// any effect: the command result's status is rejected, not failed.
-type CommandError struct {
-	Code     string
-	Message  string
-	Rejected bool
-}
+// CommandError is a failed command (provider.CommandError): drivers
+// return it too, so it is the model's type.
+type CommandError = provider.CommandError
 
-func (e *CommandError) Error() string { return e.Message }
-
-func failed(msg string) error { return &CommandError{Code: CodeCommandExecutionFailed, Message: msg} }
+func failed(msg string) error { return provider.Failed(msg) }
 
 func classErr(err error) error {
-	var f *acpx.Failure
+	var f *provider.Failure
 	if errors.As(err, &f) {
 		return &CommandError{Code: string(f.Class), Message: f.Message}
 	}
@@ -249,19 +247,21 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// mu guards every field below: the runner's calls, the event reader
+	// and the drivers (through host) take it.
 	mu       sync.Mutex
 	st       Stored
 	cl       *acpx.Client // nil without a session record
-	mapper   acpx.Mapper
+	mapper   provider.Mapper
 	proc     *process // live pcwrap session; nil when none
 	terms    *terminal.Manager
-	waiters  map[int64]chan acpx.Inbound
+	waiters  map[int64]chan provider.Inbound
 	turnDone chan struct{} // closed when the active turn settles; see turnSettledLocked
 	byRun    bool          // the active cancel is run.cancel
 	goalCall int64         // the unanswered _session/goal request id (goal.go); 0 when none
 	tools    toolState
 	// drv is the driver of cl (driverLocked); drvCl the client it wraps.
-	drv   Driver
+	drv   provider.Driver
 	drvCl *acpx.Client
 }
 
@@ -293,7 +293,7 @@ func NewManager(cfg Config, st Stored) *Manager {
 	if cfg.Gate == nil {
 		cfg.Gate = acpx.NewColdStartGate(acpx.MaxConcurrentColdStarts, cfg.Clock)
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan acpx.Inbound{}}
+	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.terms = terminal.New(terminal.Config{StateDir: cfg.StateDir, Pcwrap: cfg.Pcwrap,
 		Answer: m.answerTerminalWait, Logger: cfg.Logger})
@@ -308,14 +308,14 @@ func NewManager(cfg Config, st Stored) *Manager {
 func (m *Manager) setMapper() {
 	b := m.st.Binding
 	if b == nil {
-		m.mapper = acpx.Mapper{}
+		m.mapper = provider.Mapper{}
 		return
 	}
 	_, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
-	m.mapper = acpx.Mapper{Redactor: acpx.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd,
+	m.mapper = provider.Mapper{Redactor: provider.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd,
 		ContractRevision: b.ContractRevision, CriterionIDs: b.CriterionIDs}
-	if b.Driver == DriverCodex {
-		m.mapper.Adapter, m.mapper.Driver = "codex", DriverCodex // codex.md §5
+	if d, ok := m.newDriver(b.Driver).(provider.EventNamer); ok {
+		m.mapper.Adapter, m.mapper.Driver = d.EventNames()
 	}
 }
 
@@ -347,7 +347,7 @@ func (m *Manager) Start() error {
 		// whether a staged prompt reached it cannot be known.
 		m.log.Warn("recorded process session is unusable; marking the agent gone", "err", err)
 		m.terms.ReleaseAll()
-		evs := m.goneLocked(acpx.LossTransportClosed)
+		evs := m.goneLocked(provider.LossTransportClosed)
 		var out *CommandOutcome
 		if pr != nil {
 			out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeIndeterminate,
@@ -356,17 +356,17 @@ func (m *Manager) Start() error {
 		return m.persistLocked(evs, out)
 	}
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
-	if a, ok := m.driverLocked().(adopter); ok {
-		a.adoptLocked() // a driver with a channel beside stdio reopens it
+	if a, ok := m.driverLocked().(provider.Adopter); ok {
+		a.Adopt() // a driver with a channel beside stdio reopens it
 	}
 	if evs := m.restartBridgeLocked(p); len(evs) > 0 || m.st.Tools != nil {
 		if err := m.persistLocked(evs, nil); err != nil {
 			return err
 		}
 	}
-	if d, ok := m.driverLocked().(*codexDriver); ok && m.st.Tools != nil {
-		if lines := d.rearmLocked(); len(lines) > 0 || len(m.tools.waiters) > 0 {
-			if err := m.commitThenWriteLocked(nil, lines); err != nil && !errors.Is(err, acpx.ErrWrite) {
+	if d, ok := m.driverLocked().(provider.Rearmer); ok && m.st.Tools != nil {
+		if lines := d.Rearm(); len(lines) > 0 || len(m.tools.waiters) > 0 {
+			if err := m.commitThenWriteLocked(nil, lines); err != nil && !errors.Is(err, provider.ErrWrite) {
 				return err
 			}
 		}
@@ -386,7 +386,7 @@ func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
 	staged := sessiondir.Staged{Seq: pr.Seq, Tmp: pr.Tmp}
 	loc, err := p.w.Locate(staged)
 	var out *CommandOutcome
-	var evs []acpx.Event
+	var evs []provider.Event
 	switch {
 	case err != nil:
 		m.log.Warn("cannot tell whether the prompt was queued", "err", err)
@@ -403,7 +403,7 @@ func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
 		p.w = w
 		if turn := m.cl.ActiveTurn(); turn != "" {
 			m.cl.AbandonTurn()
-			evs = m.mapper.ChannelLost(m.cl.Map(), turn, acpx.LossWriteError)
+			evs = m.mapper.ChannelLost(m.cl.Map(), turn, provider.LossWriteError)
 		}
 		out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeFailed,
 			Result: codeResult(CodePromptNotDelivered, "the prompt never reached the agent")}
@@ -453,7 +453,7 @@ func (m *Manager) Shutdown(ctx context.Context) {
 
 // persistLocked persists the stored record (with the live process fields)
 // and events in one write. m.mu held.
-func (m *Manager) persistLocked(events []acpx.Event, outcome *CommandOutcome) error {
+func (m *Manager) persistLocked(events []provider.Event, outcome *CommandOutcome) error {
 	st := m.st
 	if m.cl != nil {
 		rec := m.cl.Record()
@@ -490,7 +490,7 @@ func (m *Manager) persistLocked(events []acpx.Event, outcome *CommandOutcome) er
 // failed commit writes nothing. A failed write latches write_error,
 // commits the loss, and returns an error wrapping acpx.ErrWrite. m.mu
 // held.
-func (m *Manager) commitThenWriteLocked(events []acpx.Event, lines [][]byte) error {
+func (m *Manager) commitThenWriteLocked(events []provider.Event, lines [][]byte) error {
 	return m.commitThenWriteEffectLocked(events, lines, nil)
 }
 
@@ -511,7 +511,7 @@ type commandEffect struct {
 // reservation and the command's completed result; the prompt is published
 // (renamed) after the other lines. A restart that finds the temporary name
 // knows the prompt never reached the agent.
-func (m *Manager) commitThenWriteEffectLocked(events []acpx.Event, lines [][]byte, effect *commandEffect) error {
+func (m *Manager) commitThenWriteEffectLocked(events []provider.Event, lines [][]byte, effect *commandEffect) error {
 	p := m.proc
 	var wakes []func()
 	if p != nil && (len(p.bufEvents) > 0 || len(p.bufLines) > 0 || len(p.bufWakes) > 0) {
@@ -598,14 +598,14 @@ func (m *Manager) writeFailedLocked(p *process, err error, staged *sessiondir.St
 	m.log.Warn("stdin write failed", "err", err)
 	m.st.Prompt = nil
 	p.reserve = 0
-	evs := m.lostLocked(p, acpx.LossWriteError)
+	evs := m.lostLocked(p, provider.LossWriteError)
 	if cerr := m.persistLocked(evs, nil); cerr != nil {
 		return cerr
 	}
 	if staged != nil {
 		_ = p.w.Discard(*staged)
 	}
-	return fmt.Errorf("%w: %w", acpx.ErrWrite, err)
+	return fmt.Errorf("%w: %w", provider.ErrWrite, err)
 }
 
 // Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
@@ -626,8 +626,8 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.Driver == DriverCodex {
-		if err := checkCodexTools(cat); err != nil {
+	if d, ok := m.newDriver(b.Driver).(provider.CatalogChecker); ok {
+		if err := d.CheckCatalog(cat); err != nil {
 			return nil, err
 		}
 	}
@@ -677,7 +677,7 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 	case "acpx":
 	case "codex":
 		// codex.md §1: the reference accepts only approvalPolicy never.
-		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexapp.ApprovalNever {
 			return nil, failed("provider descriptor approvalPolicy must be never for kind codex")
 		}
 		d.Agent = "codex"
@@ -685,18 +685,18 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 			d.Command, d.Args = "codex", []string{"app-server"}
 		}
 		if d.PermissionMode == "" {
-			d.PermissionMode = string(acpx.ApproveAll) // approvalPolicy never: Codex asks nothing
+			d.PermissionMode = string(provider.ApproveAll) // approvalPolicy never: Codex asks nothing
 		}
 	case "opencode":
 		// codex.md §6: runnerd speaks OpenCode's server API itself and
 		// ignores command/args (they name the reference's Node facade).
-		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexApprovalNever {
+		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexapp.ApprovalNever {
 			return nil, failed("provider descriptor approvalPolicy must be never for kind opencode")
 		}
 		d.Agent = "opencode"
-		d.Command, d.Args = openCodeCommand(d.Command), openCodeServeArgs()
+		d.Command, d.Args = opencode.Command, opencode.ServeArgs()
 		if d.PermissionMode == "" {
-			d.PermissionMode = string(acpx.ApproveAll)
+			d.PermissionMode = string(provider.ApproveAll)
 		}
 	default:
 		return nil, failed("provider descriptor kind " + kindName(d.Kind) + " is not supported by this runner")
@@ -723,7 +723,7 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 	if !filepath.IsAbs(b.Cwd) {
 		return nil, failed("provider descriptor cwd is not absolute")
 	}
-	mode, err := acpx.ParsePermissionMode(d.PermissionMode)
+	mode, err := provider.ParsePermissionMode(d.PermissionMode)
 	if err != nil {
 		return nil, failed("provider descriptor permissionMode is not supported")
 	}
@@ -766,7 +766,7 @@ func kindName(k string) string {
 }
 
 // errDeadline is the open bound firing.
-var errDeadline = errors.New("deadline")
+var errDeadline = provider.ErrDeadline
 
 // Open runs session.open commandID (acp.md §4.1): adopt a live agent,
 // resume a reusable record, or start cold. The write that records the
@@ -781,7 +781,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 	// 1. Adopt.
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
-		evs := m.mapper.SessionOpened(rec, true, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs := m.mapper.SessionOpened(rec, true, provider.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		m.st.Closed = false
 		evs = append(evs, m.openGoalEventsLocked()...)
 		result := m.openResultLocked(true, rec, b)
@@ -824,7 +824,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		rec := m.cl.Record()
 		m.st.Loss = ""
 		m.st.Closed = false
-		evs := m.mapper.SessionOpened(rec, resume, acpx.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs := m.mapper.SessionOpened(rec, resume, provider.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		evs = append(evs, m.openGoalEventsLocked()...)
 		evs = append(evs, m.toolDiagnosticsLocked()...)
 		evs = append(evs, instructionsDiagnostics(b)...)
@@ -846,7 +846,7 @@ func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, 
 		return nil, cerr
 	}
 	if errors.Is(err, errDeadline) {
-		f := acpx.HandshakeTimeout(b.Command, bound.Milliseconds())
+		f := provider.HandshakeTimeout(b.Command, bound.Milliseconds())
 		return nil, &CommandError{Code: string(f.Class), Message: f.Message}
 	}
 	return nil, classErr(err)
@@ -861,19 +861,14 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	env = modelEnv(b.Agent, b.Model, env)
-	if b.Driver == DriverCodex {
-		if env, err = codexEnv(m.cfg.StateDir, m.codexSession(), m.cfg.Environ, env); err != nil {
-			m.log.Error("codex home unavailable", "err", err)
-			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
+	ls := provider.Launch{StateDir: m.cfg.StateDir, Session: m.sessionName(), Environ: m.cfg.Environ, Env: env}
+	var record func(*provider.Core)
+	if d, ok := m.newDriver(b.Driver).(provider.Launcher); ok {
+		if record, err = d.Launch(&ls); err != nil {
+			return provider.NewFailure(provider.ClassAgentSpawnFailed, err)
 		}
 	}
-	var childEnv map[string]string
-	var ocPassword string
-	if b.Driver == DriverOpenCode {
-		if ocPassword, childEnv, err = openCodeChildEnv(); err != nil {
-			return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
-		}
-	}
+	env, childEnv := ls.Env, ls.ChildEnv
 	argv := append([]string{b.Command}, b.Args...)
 	if b.Driver == DriverOpenCode && m.cfg.OpenCodeExecutable != "" {
 		argv[0] = m.cfg.OpenCodeExecutable
@@ -881,17 +876,17 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env, childEnv: childEnv})
 	if err != nil {
 		m.log.Error("agent launch failed", "err", err)
-		return acpx.NewFailure(acpx.ClassAgentSpawnFailed, err)
+		return provider.NewFailure(provider.ClassAgentSpawnFailed, err)
 	}
 	m.mu.Lock()
 	if m.cl == nil {
-		m.cl = acpx.NewClient(acpx.Record{}, acpx.ClientOptions{Logger: m.log})
+		m.cl = acpx.NewClient(provider.Record{}, acpx.ClientOptions{Logger: m.log})
 	} else {
 		m.cl.ResetProcess()
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
-	if ocPassword != "" {
-		setOpenCodePassword(m.cl, ocPassword) // durable with the launch, 0600 state only
+	if record != nil {
+		record(m.cl.Core) // durable with the launch
 	}
 	m.advertiseLocked(b, resume)
 	m.cl.SetSessionMeta(meta)
@@ -907,17 +902,19 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	m.mu.Lock()
 	d := m.driverLocked()
 	m.mu.Unlock()
-	return d.Open(ctx, OpenSession{Binding: b, Resume: resume, Call: m.openCall(ctx, deadline)})
+	return d.Open(ctx, provider.OpenSession{Cwd: b.Cwd, Model: b.Model, CatalogDigest: b.CatalogDigest, Resume: resume,
+		Instructions: func() (*string, error) { return codexInstructions(m.cfg.StateDir, b) },
+		Call:         m.openCall(ctx, deadline)})
 }
 
 // call sends one request and waits for its answer, the agent's exit, the
 // deadline or ctx.
-func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*acpx.Client) (acpx.Call, error)) (acpx.Inbound, error) {
+func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*acpx.Client) (provider.Call, error)) (provider.Inbound, error) {
 	m.mu.Lock()
 	p := m.proc
 	if p == nil {
 		m.mu.Unlock()
-		return acpx.Inbound{}, acpx.NewFailure(acpx.ClassAgentDisconnected, nil)
+		return provider.Inbound{}, provider.NewFailure(provider.ClassAgentDisconnected, nil)
 	}
 	if p.lost {
 		// Gone before the request was written: the same answer as when it
@@ -926,19 +923,19 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 		// about once in 50 runs of TestACP07 instead of agent_spawn_failed).
 		// lost implies ended is closed, both under m.mu.
 		m.mu.Unlock()
-		return acpx.Inbound{}, p.startupFailure()
+		return provider.Inbound{}, p.startupFailure()
 	}
 	call, err := mk(m.cl)
 	if err != nil {
 		m.mu.Unlock()
-		return acpx.Inbound{}, err
+		return provider.Inbound{}, err
 	}
-	ch := make(chan acpx.Inbound, 1)
+	ch := make(chan provider.Inbound, 1)
 	m.waiters[call.ID] = ch
 	err = m.commitThenWriteLocked(nil, [][]byte{call.Line})
 	m.mu.Unlock()
 	if err != nil {
-		return acpx.Inbound{}, acpx.NewFailure(acpx.ClassAgentDisconnected, err)
+		return provider.Inbound{}, provider.NewFailure(provider.ClassAgentDisconnected, err)
 	}
 	defer func() {
 		m.mu.Lock()
@@ -949,11 +946,11 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 	case in := <-ch:
 		return in, in.Err
 	case <-p.ended:
-		return acpx.Inbound{}, p.startupFailure()
+		return provider.Inbound{}, p.startupFailure()
 	case <-deadline:
-		return acpx.Inbound{}, errDeadline
+		return provider.Inbound{}, errDeadline
 	case <-ctx.Done():
-		return acpx.Inbound{}, fmt.Errorf("await agent answer: %w", ctx.Err())
+		return provider.Inbound{}, fmt.Errorf("await agent answer: %w", ctx.Err())
 	}
 }
 
@@ -994,13 +991,13 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 	}
 	loss := m.st.Loss
 	if m.proc == nil && loss == "" {
-		loss = acpx.LossProviderExit // the agent is gone: nothing can answer
+		loss = provider.LossProviderExit // the agent is gone: nothing can answer
 	}
-	var call acpx.Call
+	var call provider.Call
 	var err error
 	if loss == "" {
 		call, err = m.driverLocked().Prompt(turnID, p.Text)
-		var lost *acpx.LostError
+		var lost *provider.LostError
 		if errors.As(err, &lost) {
 			loss, err = lost.Reason, nil
 		}
@@ -1026,8 +1023,8 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 	m.byRun = false
 	result := jsonenc.MustMarshalEscaped(accepted)
 	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
-		if errors.Is(err, acpx.ErrWrite) {
-			accepted["lossReason"] = string(acpx.LossWriteError)
+		if errors.Is(err, provider.ErrWrite) {
+			accepted["lossReason"] = string(provider.LossWriteError)
 			return jsonenc.MustMarshalEscaped(accepted), nil
 		}
 		return nil, err
@@ -1067,7 +1064,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 		if t := m.lastTurnLocked(); t != "" {
 			res["providerTurnId"] = t
 		}
-		evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "stopped", forgetRequests)
+		evs, _ := m.closeRequestsLocked(provider.RequestCancelled, "stopped", forgetRequests)
 		m.st.Closed = m.cl != nil
 		err := m.commitThenWriteLocked(evs, nil)
 		m.mu.Unlock()
@@ -1082,7 +1079,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	m.stopToolCallsLocked() // tools.md §3 item 6
 	// Pending runtime requests are cancelled; the agent gets
 	// {outcome:"cancelled"} from Client.Cancel (acp.md §4.4 step 2).
-	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "interrupted", keepRequests)
+	evs, _ := m.closeRequestsLocked(provider.RequestCancelled, "interrupted", keepRequests)
 	lines, err := m.driverLocked().Cancel()
 	if err != nil {
 		m.mu.Unlock()
@@ -1100,7 +1097,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	done := m.turnSettledLocked()
 	werr := m.commitThenWriteLocked(evs, lines)
 	m.mu.Unlock()
-	if werr != nil && !errors.Is(werr, acpx.ErrWrite) {
+	if werr != nil && !errors.Is(werr, provider.ErrWrite) {
 		return nil, werr
 	}
 	if done != nil {
@@ -1125,7 +1122,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 	}
 	if m.cl.ActiveTurn() == turnID {
 		out := m.cl.AbandonTurn()
-		evs := m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*out, kind == RunCancel))
+		evs := m.mapper.Settle(m.cl.Map(), provider.SettlementOf(*out, kind == RunCancel))
 		m.closeTurnLocked()
 		if err := m.commitThenWriteLocked(evs, nil); err != nil {
 			m.mu.Unlock()
@@ -1146,7 +1143,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
 	m.mu.Lock()
 	m.stopToolCallsLocked() // tools.md §3 item 6; this commit records them detached
-	evs, _ := m.closeRequestsLocked(acpx.RequestCancelled, "session_closed", forgetRequests)
+	evs, _ := m.closeRequestsLocked(provider.RequestCancelled, "session_closed", forgetRequests)
 	m.st.Closed = m.cl != nil
 	err := m.commitThenWriteLocked(evs, nil)
 	m.mu.Unlock()
@@ -1174,7 +1171,7 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	m.cl = nil
 	m.st.Loss = ""
 	m.st.Closed = true
-	if err := m.commitThenWriteLocked([]acpx.Event{{EventType: "session.closed", Priority: acpx.P0,
+	if err := m.commitThenWriteLocked([]provider.Event{{EventType: "session.closed", Priority: provider.P0,
 		Payload: map[string]any{"reason": "destroyed"}}}, nil); err != nil {
 		return nil, err
 	}
@@ -1215,19 +1212,19 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 	if !ok {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	if req.Method == codexapp.MethodRequestUserInput {
+	if d, ok := m.driverLocked().(provider.QuestionAnswerer); ok && d.IsQuestion(req.Method) {
 		return m.answerQuestionLocked(commandID, id, req, payload)
 	}
-	rr := acpx.RuntimeRequestOf(req)
-	var o acpx.PermissionOutcome
+	rr := provider.RuntimeRequestOf(req)
+	var o provider.PermissionOutcome
 	var action string
 	if p.Resolution != nil && p.Resolution.Action != "" {
 		action = p.Resolution.Action
-		if o, ok = acpx.ActionOutcome(rr.Choices, action); !ok {
+		if o, ok = provider.ActionOutcome(rr.Choices, action); !ok {
 			return nil, failed("request.resolve action is not one of the request's choices")
 		}
 	} else {
-		o = acpx.PermissionOutcome{Outcome: "cancelled"}
+		o = provider.PermissionOutcome{Outcome: "cancelled"}
 		opt := p.Response.OptionID
 		if opt == "" && len(p.Response.Answers) > 0 {
 			opt = p.Response.Answers[0].OptionID
@@ -1235,21 +1232,21 @@ func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMe
 				opt = p.Response.Answers[0].Value
 			}
 		}
-		if act, isAction := rr.Choices[opt]; isAction && opt != acpx.ActionCancel {
+		if act, isAction := rr.Choices[opt]; isAction && opt != provider.ActionCancel {
 			opt = act // a choice key given as the option
 		}
-		if opt != "" && opt != acpx.ActionCancel && p.Response.Outcome != "cancelled" {
-			o = acpx.PermissionOutcome{Outcome: "selected", OptionID: opt}
+		if opt != "" && opt != provider.ActionCancel && p.Response.Outcome != "cancelled" {
+			o = provider.PermissionOutcome{Outcome: "selected", OptionID: opt}
 		}
-		action = acpx.ActionOf(rr.Choices, o)
+		action = provider.ActionOf(rr.Choices, o)
 	}
 	line, err := m.respondPermissionLocked(id, req, o)
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}
 	lines := [][]byte{line}
-	if a, ok := m.driverLocked().(answerer); ok {
-		a.answerLocked(id, o) // over its own channel, after this commit
+	if a, ok := m.driverLocked().(provider.Answerer); ok {
+		a.Answer(id, o) // over its own channel, after this commit
 		lines = nil
 	}
 	evs := m.mapper.RequestResolved(rr, action)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // TestACP01_02_ColdOpenEchoTurn: a cold session.open runs initialize
@@ -134,7 +134,7 @@ func TestFlowControl(t *testing.T) {
 	r.sink.mu.Lock()
 	r.sink.gate = make(chan struct{})
 	r.sink.mu.Unlock()
-	n := len(func() []acpx.Event { _, e := r.sink.snapshot(); return e }())
+	n := len(func() []provider.Event { _, e := r.sink.snapshot(); return e }())
 	r.turn("echo gated")
 	eventually(t, "output waiting in events/", func() bool {
 		ents, _ := os.ReadDir(dir + "/events")

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // stampSink records when each committed item.delta's stamps became durable.
@@ -19,7 +19,7 @@ type stampSink struct {
 	samples []time.Duration
 }
 
-func (s *stampSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error {
+func (s *stampSink) Commit(st Stored, evs []provider.Event, out *CommandOutcome) error {
 	if err := s.memSink.Commit(st, evs, out); err != nil {
 		return err
 	}
@@ -54,9 +54,9 @@ func BenchmarkAgentLineToCommit(b *testing.B) {
 	r.prepare()
 	r.open()
 	for b.Loop() {
-		before := count(func() []acpx.Event { _, e := r.sink.snapshot(); return e }(), "run.terminal")
+		before := count(func() []provider.Event { _, e := r.sink.snapshot(); return e }(), "run.terminal")
 		r.turn(fmt.Sprintf("stamp %d 2", n))
-		r.sink.waitFor(b, "turn end", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") > before })
+		r.sink.waitFor(b, "turn end", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") > before })
 	}
 	ss.mu.Lock()
 	s := append([]time.Duration(nil), ss.samples...)
@@ -89,7 +89,7 @@ func BenchmarkAgentTenThousandChunks(b *testing.B) {
 		_, before := r.sink.snapshot()
 		start := time.Now()
 		r.turn(fmt.Sprintf("chunks %d", n))
-		evs := r.sink.waitFor(b, "turn end", func(_ Stored, evs []acpx.Event) bool {
+		evs := r.sink.waitFor(b, "turn end", func(_ Stored, evs []provider.Event) bool {
 			return count(evs[len(before):], "run.terminal") > 0
 		})
 		took := time.Since(start)

@@ -6,9 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pcrunner/pcrunner/internal/acpx"
 )
 
 // prepareDesc binds fakeacp with flags and extra provider members.
@@ -29,7 +28,7 @@ func (r *rig) say(text string) string {
 	_, before := r.sink.snapshot()
 	n := count(before, "run.terminal")
 	turn := r.turn(text)
-	evs := r.sink.waitFor(r.t, "turn end", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") > n })
+	evs := r.sink.waitFor(r.t, "turn end", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") > n })
 	out := ""
 	for _, e := range evs {
 		if e.EventType == "item.delta" && e.TurnID == turn && e.Payload["kind"] == "assistant_message" {
@@ -74,7 +73,7 @@ func TestTools12_ClientFSThroughAgent(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(outside, "x"))
 
 	st, _ := r.sink.snapshot()
-	require.Equal(t, &acpx.ClientCapabilities{FS: acpx.FSCapabilities{ReadTextFile: true, WriteTextFile: true}, Terminal: true},
+	require.Equal(t, &provider.ClientCapabilities{FS: provider.FSCapabilities{ReadTextFile: true, WriteTextFile: true}, Terminal: true},
 		st.Session.ClientCapabilities, "the record holds what was advertised")
 	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true}`, r.say("caps"))
 }
@@ -95,7 +94,7 @@ func TestTools12_WriteDenyAllThroughAgent(t *testing.T) {
 }
 
 // TestClientFSSwitchOff: provider.clientCapabilities.fs false advertises
-// no fs capability, records that, and fs/* gets -32601 as before; a
+// no fs capability, records that, and fs/* gets -32601 like any unknown method; a
 // non-boolean switch fails run.prepare.
 func TestClientFSSwitchOff(t *testing.T) {
 	r := newRig(t)
@@ -105,7 +104,7 @@ func TestClientFSSwitchOff(t *testing.T) {
 	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":false,"writeTextFile":false},"terminal":true}`, r.say("caps"))
 	require.Contains(t, r.say("read "+r.cwd+"/a.txt"), "failed -32601: ")
 	st, _ := r.sink.snapshot()
-	require.Equal(t, &acpx.ClientCapabilities{Terminal: true}, st.Session.ClientCapabilities)
+	require.Equal(t, &provider.ClientCapabilities{Terminal: true}, st.Session.ClientCapabilities)
 
 	_, err := ParseDescriptor(json.RawMessage(`{"provider":{"kind":"acpx","agent":"claude","clientCapabilities":{"fs":"no"}}}`))
 	require.Error(t, err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/test/codexschema"
 )
 
@@ -56,7 +56,7 @@ func TestCodexTranscriptMatchesSchema(t *testing.T) {
 	in := r.waitInputs(1)
 	_, err = r.result("cmd-res-2", in[0], `{"id":"c-1"}`, false)
 	require.NoError(t, err)
-	evs = r.sink.waitFor(t, "input request", func(_ Stored, evs []acpx.Event) bool { return count(evs, "runtime_request.created") == 2 })
+	evs = r.sink.waitFor(t, "input request", func(_ Stored, evs []provider.Event) bool { return count(evs, "runtime_request.created") == 2 })
 	var ask map[string]any
 	for _, e := range evs {
 		if e.EventType == "runtime_request.created" {
@@ -83,7 +83,7 @@ func TestCodexTranscriptMatchesSchema(t *testing.T) {
 	require.NoError(t, err)
 	prepare("--hang-turn")
 	r.open()
-	r.sink.waitFor(t, "third session", func(_ Stored, evs []acpx.Event) bool { return count(evs, "session.started") == 2 })
+	r.sink.waitFor(t, "third session", func(_ Stored, evs []provider.Event) bool { return count(evs, "session.started") == 2 })
 	r.turn("hang")
 	eventually(t, "turn/started seen", func() bool {
 		r.m.mu.Lock()

@@ -13,8 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -73,7 +74,7 @@ func methodsIn(tr []map[string]any) []string {
 	return out
 }
 
-func validateAll(t *testing.T, evs []acpx.Event) {
+func validateAll(t *testing.T, evs []provider.Event) {
 	t.Helper()
 	s := prpschema.Load(t)
 	for i, e := range evs {
@@ -88,7 +89,7 @@ func validateAll(t *testing.T, evs []acpx.Event) {
 }
 
 // eventEnvelope wraps an event the way runnerd's outbox does.
-func eventEnvelope(seq int, ev acpx.Event) map[string]any {
+func eventEnvelope(seq int, ev provider.Event) map[string]any {
 	env := map[string]any{
 		"schema": "paperclip.prp.event.v1", "sourceEventId": fmt.Sprintf("event_runner-1_%016d", seq),
 		"sourceSeq": seq, "sourceInstanceId": "runner-1", "sourceKind": "runner", "runId": "run-1",
@@ -294,8 +295,7 @@ func TestCodex01_Prepare(t *testing.T) {
 }
 
 // TestCodexUnknownKindNamesIt: a kind still unknown fails
-// command_execution_failed with a message naming the kind (issue 11 item
-// 4); a kind that is not a plain name is not echoed.
+// command_execution_failed with a message naming the kind; a kind that is not a plain name is not echoed.
 func TestCodexUnknownKindNamesIt(t *testing.T) {
 	for kind, want := range map[string]string{
 		"claude_managed": `"claude_managed"`, "aws_agentcore": `"aws_agentcore"`, "cursor_cloud": `"cursor_cloud"`,
@@ -420,14 +420,14 @@ func TestCodexResume(t *testing.T) {
 	}
 	n := len(r.sink.waitEvent(t, "session.resumed"))
 	r.turn("two")
-	evs := since(r.sink.waitFor(t, "second terminal", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") == 2 }), n)
+	evs := since(r.sink.waitFor(t, "second terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 }), n)
 	validateAll(t, evs)
 
 	_, err = r.m.CloseSession(ctx)
 	require.NoError(t, err)
 	r.prepareCodexTools(catalogJSON(t, opComment, opNote), "--transcript", tr)
 	ce := r.openErr()
-	require.Equal(t, CodeToolCatalogChanged, ce.Code)
+	require.Equal(t, codexapp.CodeToolCatalogChanged, ce.Code)
 	validateTranscript(t, tr)
 }
 
@@ -444,13 +444,13 @@ func TestCodexStartupFaults(t *testing.T) {
 		r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 500 * time.Millisecond } })
 		r.prepareCodex(nil, "--hang-on-initialize")
 		ce := r.openErr()
-		require.Equal(t, string(acpx.ClassSessionHandshakeTimeout), ce.Code)
+		require.Equal(t, string(provider.ClassSessionHandshakeTimeout), ce.Code)
 	})
 	t.Run("early exit", func(t *testing.T) {
 		r := newRig(t)
 		r.prepareCodex(nil, "--exit-early", "3")
 		ce := r.openErr()
-		require.Equal(t, string(acpx.ClassAgentStartupExitNonzero), ce.Code)
+		require.Equal(t, string(provider.ClassAgentStartupExitNonzero), ce.Code)
 	})
 	t.Run("some junk", func(t *testing.T) {
 		r := newRig(t)
@@ -461,7 +461,7 @@ func TestCodexStartupFaults(t *testing.T) {
 	})
 	t.Run("too much junk", func(t *testing.T) {
 		r := newRig(t)
-		r.prepareCodex(nil, "--junk", strconv.Itoa(acpx.MaxConsecutiveBadLines))
+		r.prepareCodex(nil, "--junk", strconv.Itoa(provider.MaxConsecutiveBadLines))
 		ce := r.openErr()
 		require.NotEmpty(t, ce.Code)
 		_, evs := r.sink.snapshot()
@@ -598,35 +598,6 @@ func TestCodexStopTurn(t *testing.T) {
 	evs := r.sink.waitEvent(t, "harness.exited")
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	validateAll(t, evs)
-}
-
-// TestCodexHome: CODEX_HOME is <state>/codex-home/<session>/ (0700) with
-// config.toml (the allowlisted base URL) and auth.json (the key), both
-// 0600 (codex.md §2).
-func TestCodexHome(t *testing.T) {
-	dir := t.TempDir()
-	environ := []string{"OPENAI_BASE_URL=http://127.0.0.1:9/v1", "OPENAI_API_KEY=sk-test-123", "UNRELATED=x"}
-	env, err := codexEnv(dir, "sess/1", environ, []string{"PATH=/bin"})
-	require.NoError(t, err)
-	home := filepath.Join(dir, CodexHomeDir, "sess-1")
-	require.Contains(t, env, "CODEX_HOME="+home)
-	fi, err := os.Stat(home)
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
-	for _, f := range []string{"config.toml", "auth.json"} {
-		fi, err := os.Stat(filepath.Join(home, f))
-		require.NoError(t, err)
-		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
-	}
-	cfg, _ := os.ReadFile(filepath.Join(home, "config.toml"))
-	require.Contains(t, string(cfg), `base_url = "http://127.0.0.1:9/v1"`)
-	auth, _ := os.ReadFile(filepath.Join(home, "auth.json"))
-	require.JSONEq(t, `{"OPENAI_API_KEY":"sk-test-123"}`, string(auth))
-	// The auth secret wins over the keys.
-	_, err = codexEnv(dir, "s2", []string{"PAPERCLIP_ACPX_CODEX_AUTH_JSON_SECRET={\"tokens\":{}}", "OPENAI_API_KEY=k"}, nil)
-	require.NoError(t, err)
-	auth, _ = os.ReadFile(filepath.Join(dir, CodexHomeDir, "s2", "auth.json"))
-	require.JSONEq(t, `{"tokens":{}}`, string(auth))
 }
 
 // TestCodexCatalogBound: a catalog whose dynamicTools (catalog plus the

@@ -3,124 +3,207 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/catalog"
+	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
+	"github.com/pcrunner/pcrunner/internal/mcpbridge"
+	"github.com/pcrunner/pcrunner/internal/opencode"
+	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
-
-// Driver is the wire protocol of one provider session: the only part of
-// the Manager that depends on whether the agent speaks ACP, Codex's
-// app-server protocol or another one. Everything else is shared by every
-// driver: pcwrap supervision and hot restart, the durable record (the
-// acpx.Record with its request table and mapping state), the one commit
-// path, the cold-start gate and bounds, loss detection, runtime requests
-// and the semantic tool flow.
-//
-// A driver keeps its durable state in the Manager's *acpx.Client (its
-// Record, request table and active turn: acpx.Client.Wire), so a restart
-// resumes it with the record. It turns the provider's stdout into the
-// acpx.Inbound model the Manager consumes (responses, requests, session
-// updates mapped by acpx.Mapper, settled turns, and acpx.KindEvents for
-// events only that protocol has). Its methods run with the Manager's
-// mutex held, except Open.
-type Driver interface {
-	// Open runs the handshake of a freshly launched process (the
-	// initialize exchange and the session call) through o.Call.
-	Open(ctx context.Context, o OpenSession) error
-	// Feed decodes provider stdout bytes into messages, in order.
-	Feed(p []byte) ([]acpx.Inbound, error)
-	// Prompt encodes the request that starts turn turnID with text and
-	// marks the turn active.
-	Prompt(turnID, text string) (acpx.Call, error)
-	// Cancel returns the lines that interrupt the active turn.
-	Cancel() ([][]byte, error)
-	// KeepsRunning reports whether an interrupted turn leaves the
-	// provider process and its session running (Codex: codex.md §3);
-	// false stops the agent after every cancel (ACP: acp.md §4.4).
-	KeepsRunning() bool
-	// HandleRequest answers a provider request before the Manager's
-	// shared handling (ACP permissions, client fs, -32601); handled is
-	// false to leave it to that handling.
-	HandleRequest(in acpx.Inbound) (evs []acpx.Event, lines [][]byte, handled bool)
-}
-
-// OpenSession is what Driver.Open gets.
-type OpenSession struct {
-	Binding *Binding
-	Resume  bool
-	// Call writes the request mk encodes (after the commit that covers
-	// it) and waits for its answer, the agent's end or the open bound.
-	Call func(mk func() (acpx.Call, error)) (acpx.Inbound, error)
-}
 
 // Driver names of Binding.Driver.
 const (
-	DriverACP   = ""                 // acp.md: the acpx agents
-	DriverCodex = "codex_app_server" // codex.md: codex app-server
+	DriverACP   = ""            // acp.md: the acpx agents
+	DriverCodex = codexapp.Kind // codex.md: codex app-server
 	// DriverOpenCode is OpenCode's HTTP + SSE server (codex.md §6).
-	DriverOpenCode = "opencode_server"
+	DriverOpenCode = opencode.Kind
 )
 
-// driverLocked returns the driver of the bound provider. m.mu held.
-func (m *Manager) driverLocked() Driver {
+// driverLocked returns the driver of the bound provider: Config.Drivers
+// by Binding.Driver, ACP's for an unknown kind or before a binding.
+// m.mu held.
+func (m *Manager) driverLocked() provider.Driver {
 	if m.drv != nil && m.drvCl == m.cl {
 		return m.drv
 	}
-	m.drv, m.drvCl = acpDriver{m}, m.cl
+	kind := DriverACP
 	if b := m.st.Binding; b != nil && m.cl != nil {
-		if f, ok := drivers[b.Driver]; ok {
-			m.drv = f(m)
-		}
+		kind = b.Driver
 	}
+	m.drv, m.drvCl = m.newDriver(kind), m.cl
 	return m.drv
 }
 
-// drivers are the non-ACP drivers by Binding.Driver; each file that adds
-// one registers it in an init.
-var drivers = map[string]func(*Manager) Driver{}
-
-// acpDriver is ACP (acp.md): the acpx client core.
-type acpDriver struct{ m *Manager }
-
-func (d acpDriver) Feed(p []byte) ([]acpx.Inbound, error)         { return d.m.cl.Feed(p) }
-func (d acpDriver) Prompt(turnID, text string) (acpx.Call, error) { return d.m.cl.Prompt(turnID, text) }
-func (d acpDriver) Cancel() ([][]byte, error)                     { return d.m.cl.Cancel() }
-func (d acpDriver) KeepsRunning() bool                            { return false }
-
-func (d acpDriver) HandleRequest(acpx.Inbound) ([]acpx.Event, [][]byte, bool) { return nil, nil, false }
-
-// Open is initialize, then session/new, resume or load with the bridge
-// in mcpServers (acp.md §4.1, tools.md §2).
-func (d acpDriver) Open(ctx context.Context, o OpenSession) error {
-	m := d.m
-	if _, err := o.Call(m.cl.Initialize); err != nil {
-		return err
+// newDriver makes a driver of kind, ACP's for an unknown kind.
+func (m *Manager) newDriver(kind string) provider.Driver {
+	f, ok := m.cfg.Drivers[kind]
+	if !ok {
+		f = m.cfg.Drivers[DriverACP]
 	}
-	m.mu.Lock()
-	caps := m.cl.Capabilities()
-	// The bridge listens before the session line is written, and the
-	// commit that precedes that line records its port and secret.
-	servers := m.mcpServersLocked(caps)
-	m.mu.Unlock()
-	if !o.Resume {
-		_, err := o.Call(func() (acpx.Call, error) { return m.cl.NewSession(o.Binding.Cwd, servers) })
-		return err
-	}
-	var err error
-	switch {
-	case caps.SessionCapabilities.Resume != nil:
-		_, err = o.Call(func() (acpx.Call, error) { return m.cl.ResumeSession(servers) })
-	case caps.LoadSession:
-		_, err = o.Call(func() (acpx.Call, error) { return m.cl.LoadSession(servers) })
-	default:
-		err = acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
-	}
-	return err
+	return f(host{m})
 }
 
-// openCall is OpenSession.Call over m.call.
-func (m *Manager) openCall(ctx context.Context, deadline <-chan time.Time) func(mk func() (acpx.Call, error)) (acpx.Inbound, error) {
-	return func(mk func() (acpx.Call, error)) (acpx.Inbound, error) {
-		return m.call(ctx, deadline, func(*acpx.Client) (acpx.Call, error) { return mk() })
+// host is the Manager as its drivers see it (provider.Host, acpx.Host):
+// the methods provider.Host marks "lock held" assume m.mu is held; the
+// others take it.
+type host struct{ m *Manager }
+
+func (h host) Core() *provider.Core { return h.m.cl.Core }
+func (h host) Logger() *slog.Logger { return h.m.log }
+
+func (h host) Mapper() provider.Mapper { return h.m.mapper }
+func (h host) Clock() clock.Clock      { return h.m.cfg.Clock }
+
+func (h host) Binding() (provider.Binding, bool) {
+	m := h.m
+	b := m.st.Binding
+	if b == nil {
+		return provider.Binding{}, false
+	}
+	return provider.Binding{Model: b.Model, PermissionMode: b.PermissionMode,
+		Instructions: func() (*string, error) { return codexInstructions(m.cfg.StateDir, b) }}, true
+}
+
+func (h host) WithLock(fn func()) {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	fn()
+}
+
+func (h host) ProcessEnded() <-chan struct{} {
+	h.m.mu.Lock()
+	p := h.m.proc
+	h.m.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.ended
+}
+
+func (h host) Go(fn func(ctx context.Context)) {
+	m := h.m
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn(m.ctx)
+	}()
+}
+
+func (h host) AfterCommit(fn func(ctx context.Context)) {
+	m := h.m
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.mu.Lock() // the caller holds it until its commit is durable
+		m.mu.Unlock()
+		fn(m.ctx)
+	}()
+}
+
+func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) error {
+	m := h.m
+	m.mu.Lock()
+	var wakes []func()
+	defer func() {
+		m.mu.Unlock()
+		for _, w := range wakes {
+			w()
+		}
+	}()
+	p := m.proc
+	if p == nil || m.cl == nil || m.driverLocked() != d {
+		return nil
+	}
+	record()
+	var evs []provider.Event
+	var lines [][]byte
+	for _, x := range in {
+		if x.Kind == provider.KindTurnSettled {
+			m.cl.Wire().Turn = nil
+		}
+		e, l, w := m.handleInbound(p, x)
+		evs, lines = append(evs, e...), append(lines, l...)
+		if w != nil {
+			wakes = append(wakes, w)
+		}
+	}
+	return m.commitThenWriteLocked(evs, lines)
+}
+
+func (h host) CommitLocked(evs []provider.Event, lines [][]byte) error {
+	return h.m.commitThenWriteLocked(evs, lines)
+}
+
+func (h host) Catalog() *catalog.Catalog       { return h.m.tools.cat }
+func (h host) ThreadCatalogDigest() string     { return h.m.st.ThreadCatalogDigest }
+func (h host) SetThreadCatalogDigest(d string) { h.m.st.ThreadCatalogDigest = d }
+func (h host) ToolWaiting(callID string) bool  { _, busy := h.m.tools.waiters[callID]; return busy }
+
+func (h host) AdmitCall(call mcpbridge.Call) (provider.ToolWait, mcpbridge.Result) {
+	w, res := h.m.admitCallLocked(call)
+	if w == nil {
+		return nil, res // an untyped nil: the call is answered at once
+	}
+	return w, res
+}
+
+func (h host) RearmCall(callID string) (provider.ToolWait, *mcpbridge.Result) {
+	m := h.m
+	tb := m.tableLocked()
+	c := tb.Find(callID)
+	switch {
+	case c == nil:
+		return nil, nil
+	case c.Recorded != nil:
+		o := *c.Recorded
+		res := m.answerLocked(c, o)
+		tb.Settle(c.CallID, o)
+		return nil, &res
+	}
+	c.State = toolcall.Pending
+	return m.waitLocked(c.CallID), nil
+}
+
+func (h host) AwaitCall(tw provider.ToolWait, answer func(res mcpbridge.Result) ([]byte, error)) {
+	m := h.m
+	w := tw.(*toolWaiter)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		select {
+		case a := <-w.ch:
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			line, err := answer(a.res)
+			if err != nil {
+				if a.taken != nil { // the provider withdrew the request: keep the result for a re-call
+					m.tableLocked().Restore(a.call, *a.taken)
+					_ = m.commitThenWriteLocked(nil, nil)
+				}
+				return
+			}
+			if err := m.commitThenWriteLocked(nil, [][]byte{line}); err != nil && !errors.Is(err, provider.ErrWrite) {
+				m.log.Error("answer codex tool call", "err", err)
+			}
+		case <-m.ctx.Done():
+		}
+	}()
+}
+
+func (h host) Client() *acpx.Client { return h.m.cl }
+
+func (h host) MCPServers(caps provider.AgentCapabilities) []acpx.MCPServer {
+	return h.m.mcpServersLocked(caps)
+}
+
+// openCall is provider.OpenSession.Call over m.call.
+func (m *Manager) openCall(ctx context.Context, deadline <-chan time.Time) func(mk func() (provider.Call, error)) (provider.Inbound, error) {
+	return func(mk func() (provider.Call, error)) (provider.Inbound, error) {
+		return m.call(ctx, deadline, func(*acpx.Client) (provider.Call, error) { return mk() })
 	}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // TestAgentEnvThroughPcwrap: through pcwrap, the agent's process sees its
-// gateway, proxy and config variables (issue 13 item 5) and none of the
+// gateway, proxy and config variables and none of the
 // secret-looking variables on no list, nor OPENCODE_SERVER_PASSWORD.
 func TestAgentEnvThroughPcwrap(t *testing.T) {
 	pass := []string{

@@ -11,9 +11,10 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
-// GoalCommand selects a PRP v2 session.goal.* command (issue 12 item 4).
+// GoalCommand selects a PRP v2 session.goal.* command.
 type GoalCommand int
 
 // Goal commands.
@@ -78,13 +79,13 @@ const maxGoalRequestIDChars = 160
 func (p goalPayload) goalAction(cmd GoalCommand) string {
 	switch {
 	case cmd == GoalClear:
-		return acpx.GoalClear
+		return provider.GoalClear
 	case p.Objective != nil:
-		return acpx.GoalSet
+		return provider.GoalSet
 	case p.Status == "paused":
-		return acpx.GoalPause
+		return provider.GoalPause
 	}
-	return acpx.GoalResume
+	return provider.GoalResume
 }
 
 func decodeGoalPayload(cmd GoalCommand, payload json.RawMessage) (goalPayload, error) {
@@ -104,7 +105,7 @@ func decodeGoalPayload(cmd GoalCommand, payload json.RawMessage) (goalPayload, e
 		// v1 of the ACP goal extension negotiates no budget control.
 		return p, rejection(CodeGoalActionUnavailable, "the agent's goal extension does not support token budget control")
 	}
-	if o := p.Objective; o != nil && (strings.TrimSpace(*o) == "" || utf8.RuneCountInString(*o) > acpx.MaxGoalObjectiveChars) {
+	if o := p.Objective; o != nil && (strings.TrimSpace(*o) == "" || utf8.RuneCountInString(*o) > provider.MaxGoalObjectiveChars) {
 		return p, failed("session.goal.set objective must be 1 to 4000 characters, not blank")
 	}
 	switch p.Status {
@@ -115,7 +116,7 @@ func decodeGoalPayload(cmd GoalCommand, payload json.RawMessage) (goalPayload, e
 	return p, nil
 }
 
-// Goal runs session.goal.get, .set or .clear commandID (issue 12 item 4):
+// Goal runs session.goal.get, .set or .clear commandID:
 // get answers the recorded snapshot; set and clear send _session/goal
 // when the agent's initialize advertised the action, wait for its answer
 // (the agent publishes its new snapshot before it), and answer the
@@ -153,7 +154,7 @@ func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, p
 	}
 	t := m.cfg.Clock.NewTimer(GoalControlWait)
 	defer t.Stop()
-	_, err = m.call(ctx, t.C(), func(c *acpx.Client) (acpx.Call, error) {
+	_, err = m.call(ctx, t.C(), func(c *acpx.Client) (provider.Call, error) {
 		call, err := c.GoalControl(action, objective)
 		m.goalCall = call.ID // m.mu is held
 		return call, err
@@ -165,8 +166,8 @@ func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, p
 	case errors.Is(err, errDeadline):
 		return nil, failed(fmt.Sprintf("the agent did not answer the goal control within %s", GoalControlWait))
 	case err != nil:
-		var rpc *acpx.Failure
-		if errors.As(err, &rpc) && rpc.Class == acpx.ClassUnclassified {
+		var rpc *provider.Failure
+		if errors.As(err, &rpc) && rpc.Class == provider.ClassUnclassified {
 			return nil, failed("the agent refused the goal control")
 		}
 		return nil, classErr(err)
@@ -192,15 +193,15 @@ func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, p
 func (m *Manager) settleGoalLocked(action, objective string) {
 	s := m.cl.Goal().Snapshot
 	switch action {
-	case acpx.GoalClear:
+	case provider.GoalClear:
 		m.cl.SetGoalSnapshot(nil)
-	case acpx.GoalSet:
+	case provider.GoalSet:
 		if s == nil || s.Objective != objective {
-			m.cl.SetGoalSnapshot(&acpx.GoalSnapshot{Objective: objective, Status: "active"})
+			m.cl.SetGoalSnapshot(&provider.GoalSnapshot{Objective: objective, Status: "active"})
 		}
-	case acpx.GoalPause, acpx.GoalResume:
+	case provider.GoalPause, provider.GoalResume:
 		want := "paused"
-		if action == acpx.GoalResume {
+		if action == provider.GoalResume {
 			want = "active"
 		}
 		if s != nil && s.Status != want && (s.Status == "active" || s.Status == "paused") {
@@ -225,7 +226,7 @@ func (m *Manager) goalAnswerLocked(commandID, eventType, requestID string) (json
 
 // goalProjectionLocked advances the revision and projects the record.
 // m.mu held.
-func (m *Manager) goalProjectionLocked(requestID string) acpx.GoalProjection {
+func (m *Manager) goalProjectionLocked(requestID string) provider.GoalProjection {
 	rev := m.cl.NextGoalRevision()
 	return m.cl.Goal().Project(rev, m.cl.ActiveTurn() != "", requestID)
 }
@@ -236,16 +237,16 @@ var turnControls = map[string]any{"steering": false, "queuedFollowUp": false}
 
 // goalEvents are the two P0 events of a projection: the capabilities,
 // then the goal event.
-func goalEvents(proj acpx.GoalProjection, eventType string) []acpx.Event {
-	return []acpx.Event{
-		{EventType: EventCapabilitiesUpdated, Priority: acpx.P0,
+func goalEvents(proj provider.GoalProjection, eventType string) []provider.Event {
+	return []provider.Event{
+		{EventType: EventCapabilitiesUpdated, Priority: provider.P0,
 			Payload: map[string]any{"sessionGoals": proj.SessionGoals, "turnControls": turnControls}},
-		{EventType: eventType, Priority: acpx.P0, Payload: projectionPayload(proj)},
+		{EventType: eventType, Priority: provider.P0, Payload: projectionPayload(proj)},
 	}
 }
 
 // projectionPayload is the projection as an event payload map.
-func projectionPayload(proj acpx.GoalProjection) map[string]any {
+func projectionPayload(proj provider.GoalProjection) map[string]any {
 	var p map[string]any
 	_ = json.Unmarshal(jsonenc.MustMarshal(proj), &p)
 	return p
@@ -257,11 +258,11 @@ func projectionPayload(proj acpx.GoalProjection) map[string]any {
 // A malformed snapshot is dropped, leaving the recorded one. goalOnly
 // reports an update that carried nothing but the goal: it is not also a
 // session.updated. m.mu held.
-func (m *Manager) goalUpdateLocked(u acpx.SessionUpdate) (evs []acpx.Event, goalOnly bool) {
-	if u.Kind != acpx.UpdateSessionInfo || len(u.Meta) == 0 {
+func (m *Manager) goalUpdateLocked(u provider.SessionUpdate) (evs []provider.Event, goalOnly bool) {
+	if u.Kind != provider.UpdateSessionInfo || len(u.Meta) == 0 {
 		return nil, false
 	}
-	snap, present, err := acpx.DecodeGoalMeta(u.Meta)
+	snap, present, err := provider.DecodeGoalMeta(u.Meta)
 	if err != nil {
 		m.log.Info("dropped a malformed goal snapshot", "err", err)
 		return nil, false
@@ -278,7 +279,7 @@ func (m *Manager) goalUpdateLocked(u acpx.SessionUpdate) (evs []acpx.Event, goal
 	if snap == nil {
 		evt = EventGoalCleared
 	}
-	return []acpx.Event{{EventType: evt, Priority: acpx.P0, Payload: projectionPayload(m.goalProjectionLocked(""))}}, goalOnly
+	return []provider.Event{{EventType: evt, Priority: provider.P0, Payload: projectionPayload(m.goalProjectionLocked(""))}}, goalOnly
 }
 
 // openGoalEventsLocked are the goal events of a session.open, as the
@@ -286,7 +287,7 @@ func (m *Manager) goalUpdateLocked(u acpx.SessionUpdate) (evs []acpx.Event, goal
 // capabilities, then session.goal.snapshot. Only for an agent whose
 // initialize advertised the extension (usable or not), so an agent
 // without it opens with the events it always had. m.mu held.
-func (m *Manager) openGoalEventsLocked() []acpx.Event {
+func (m *Manager) openGoalEventsLocked() []provider.Event {
 	if m.cl.Goal().Capability == nil {
 		return nil
 	}

@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pcrunner/pcrunner/internal/acpx"
 )
 
 // goal runs one goal command on the rig's Manager and checks that the
 // result was recorded as completed in the same commit as its two events:
 // session.capabilities.updated, then wantEvent (prp.md §7.2 item 8).
-func (r *rig) goal(id string, cmd GoalCommand, payload, wantEvent string) acpx.GoalProjection {
+func (r *rig) goal(id string, cmd GoalCommand, payload, wantEvent string) provider.GoalProjection {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
@@ -25,7 +24,7 @@ func (r *rig) goal(id string, cmd GoalCommand, payload, wantEvent string) acpx.G
 	require.Equal(r.t, OutcomeCompleted, out.Status)
 	require.JSONEq(r.t, string(res), string(out.Result))
 	require.Equal(r.t, []string{EventCapabilitiesUpdated, wantEvent}, evs[len(evs)-2:])
-	var p acpx.GoalProjection
+	var p provider.GoalProjection
 	require.NoError(r.t, json.Unmarshal(res, &p))
 	return p
 }

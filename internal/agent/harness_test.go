@@ -17,6 +17,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
+	"github.com/pcrunner/pcrunner/internal/opencode"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -29,7 +32,7 @@ const testWait = 20 * time.Second
 type memSink struct {
 	mu      sync.Mutex
 	st      Stored
-	events  []acpx.Event
+	events  []provider.Event
 	commits int
 	changed chan struct{}
 	// gate, when set, is closed to open the flow-control gate.
@@ -42,7 +45,7 @@ type memSink struct {
 
 func newMemSink() *memSink { return &memSink{changed: make(chan struct{})} }
 
-func (s *memSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error {
+func (s *memSink) Commit(st Stored, evs []provider.Event, out *CommandOutcome) error {
 	b, err := json.Marshal(st) // the record must stay serialisable
 	if err != nil {
 		return err
@@ -57,7 +60,7 @@ func (s *memSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error
 
 // keep records a committed st (already a copy the Manager no longer
 // mutates), its events and outcome.
-func (s *memSink) keep(cp Stored, evs []acpx.Event, out *CommandOutcome) {
+func (s *memSink) keep(cp Stored, evs []provider.Event, out *CommandOutcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st = cp
@@ -100,20 +103,20 @@ func (s *memSink) DrainSignal() <-chan struct{} {
 
 var closedSignal = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (s *memSink) snapshot() (Stored, []acpx.Event) {
+func (s *memSink) snapshot() (Stored, []provider.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st, append([]acpx.Event(nil), s.events...)
+	return s.st, append([]provider.Event(nil), s.events...)
 }
 
 // waitFor waits until cond holds on the committed events.
-func (s *memSink) waitFor(t testing.TB, what string, cond func(st Stored, evs []acpx.Event) bool) []acpx.Event {
+func (s *memSink) waitFor(t testing.TB, what string, cond func(st Stored, evs []provider.Event) bool) []provider.Event {
 	t.Helper()
 	deadline := time.After(testWait)
 	for {
 		s.mu.Lock()
 		ch := s.changed
-		st, evs := s.st, append([]acpx.Event(nil), s.events...)
+		st, evs := s.st, append([]provider.Event(nil), s.events...)
 		s.mu.Unlock()
 		if cond(st, evs) {
 			return evs
@@ -126,12 +129,12 @@ func (s *memSink) waitFor(t testing.TB, what string, cond func(st Stored, evs []
 	}
 }
 
-func (s *memSink) waitEvent(t testing.TB, typ string) []acpx.Event {
+func (s *memSink) waitEvent(t testing.TB, typ string) []provider.Event {
 	t.Helper()
-	return s.waitFor(t, typ, func(_ Stored, evs []acpx.Event) bool { return count(evs, typ) > 0 })
+	return s.waitFor(t, typ, func(_ Stored, evs []provider.Event) bool { return count(evs, typ) > 0 })
 }
 
-func types(evs []acpx.Event) []string {
+func types(evs []provider.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
 		out[i] = e.EventType
@@ -139,7 +142,7 @@ func types(evs []acpx.Event) []string {
 	return out
 }
 
-func count(evs []acpx.Event, typ string) int {
+func count(evs []provider.Event, typ string) int {
 	n := 0
 	for _, e := range evs {
 		if e.EventType == typ {
@@ -149,7 +152,7 @@ func count(evs []acpx.Event, typ string) int {
 	return n
 }
 
-func since(evs []acpx.Event, n int) []acpx.Event { return evs[n:] }
+func since(evs []provider.Event, n int) []provider.Event { return evs[n:] }
 
 // fakeacpBin builds test/fakeacp once per test process.
 func fakeacpBin(t testing.TB) string {
@@ -168,10 +171,17 @@ type rig struct {
 	turns int    // turn.start commands issued
 }
 
+// testDrivers are the drivers runnerd runs (internal/runner lists them).
+var testDrivers = map[string]provider.NewDriver{
+	DriverACP:      acpx.NewDriver,
+	DriverCodex:    codexapp.NewDriver,
+	DriverOpenCode: opencode.NewDriver,
+}
+
 // testBounds are short bounds so fault scenarios finish in seconds.
 func testConfig(t testing.TB, sink *memSink, stateDir string) Config {
 	return Config{
-		StateDir: stateDir, Pcwrap: testbin.Path(t, "pcwrap"), Sink: sink,
+		StateDir: stateDir, Pcwrap: testbin.Path(t, "pcwrap"), Sink: sink, Drivers: testDrivers,
 		Environ:     []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
 		ResumeBound: 10 * time.Second,
 		ColdBound:   func(string) time.Duration { return 10 * time.Second },
@@ -243,7 +253,7 @@ func (r *rig) sessionDir() string {
 	return sessionPath(r.state, st.Session.Process.UUID)
 }
 
-func payloadOf(evs []acpx.Event, typ string) map[string]any {
+func payloadOf(evs []provider.Event, typ string) map[string]any {
 	for _, e := range evs {
 		if e.EventType == typ {
 			return e.Payload
@@ -310,7 +320,7 @@ func killWait(pid int) error {
 }
 
 // said joins the text of every item.delta.
-func said(evs []acpx.Event) string {
+func said(evs []provider.Event) string {
 	s := ""
 	for _, e := range evs {
 		if e.EventType == "item.delta" {

@@ -3,7 +3,7 @@
 package agent
 
 // Test hooks of the agent's durability step, compiled only with
-// -tags runnerdtesthooks, so a crash test can SIGKILL runnerd at an exact
+// -tags testhooks, so a crash test can SIGKILL runnerd at an exact
 // point. Each is driven by one environment variable:
 //
 //	PCRUNNER_TEST_PAUSE_BEFORE_PUBLISH_MS=<ms>

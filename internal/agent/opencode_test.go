@@ -8,7 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/opencode"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -61,13 +62,13 @@ func TestOpenCode01_ColdOpenTurn(t *testing.T) {
 
 	n += len(evs)
 	r.turn("FAKEOC: tool go test ./...")
-	all := r.sink.waitFor(t, "a second run.terminal", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") == 2 })
+	all := r.sink.waitFor(t, "a second run.terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 })
 	evs = since(all, n)
 	validateAll(t, evs)
 	require.Equal(t, 1, count(evs, "tool.execution.completed"), "%v", types(evs))
 
 	r.m.mu.Lock()
-	rec := readOpenCodeRecord(r.m.cl)
+	rec := opencode.ReadRecord(r.m.cl.Core)
 	r.m.mu.Unlock()
 	require.Len(t, rec.Password, 43)
 	require.True(t, strings.HasPrefix(rec.URL, "http://127.0.0.1:"))
@@ -95,7 +96,7 @@ func TestOpenCode02_Interrupt(t *testing.T) {
 	require.Equal(t, 1, count(evs, "turn.interrupted"), "%v", types(evs))
 	n += len(evs)
 	r.turn("FAKEOC: text still alive")
-	all := r.sink.waitFor(t, "a second run.terminal", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") == 2 })
+	all := r.sink.waitFor(t, "a second run.terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 })
 	require.Equal(t, "still alive", said(since(all, n)))
 }
 
@@ -127,7 +128,7 @@ func TestOpenCode03_RestartMidTurn(t *testing.T) {
 	r.open()
 	n := len(r.sink.waitEvent(t, "session.started"))
 	r.turn("FAKEOC: slow 60 20")
-	r.sink.waitFor(t, "some deltas", func(_ Stored, evs []acpx.Event) bool { return len(said(evs)) >= 20 })
+	r.sink.waitFor(t, "some deltas", func(_ Stored, evs []provider.Event) bool { return len(said(evs)) >= 20 })
 	dir := r.sessionDir()
 	pgid := agentPgid(t, dir)
 	r.m.Close()
@@ -160,7 +161,7 @@ func TestOpenCode04_Permission(t *testing.T) {
 		require.Zero(t, count(evs, "runtime_request.created"))
 		require.Equal(t, "completed", payloadOf(evs, "tool.execution.completed")["status"])
 	})
-	for _, tc := range []struct{ action, status string }{{acpx.ActionAccept, "completed"}, {acpx.ActionDecline, "failed"}} {
+	for _, tc := range []struct{ action, status string }{{provider.ActionAccept, "completed"}, {provider.ActionDecline, "failed"}} {
 		t.Run("manual-"+tc.action, func(t *testing.T) {
 			r := newOpenCodeRig(t)
 			r.prepareOpenCode("permissionMode", "manual")

@@ -4,24 +4,25 @@ import (
 	"encoding/json"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // permissionLocked answers a session/request_permission by the bound mode
 // (tools.md §6): allowed or rejected at once with no PRP event, or
 // surfaced as runtime_request.created and left pending until
 // request.resolve, a cancel, or the turn's end. m.mu held.
-func (m *Manager) permissionLocked(in acpx.Inbound) ([]acpx.Event, [][]byte, func()) {
-	mode := acpx.ApproveAll
+func (m *Manager) permissionLocked(in provider.Inbound) ([]provider.Event, [][]byte, func()) {
+	mode := provider.ApproveAll
 	if m.st.Binding != nil {
 		mode = m.st.Binding.PermissionMode
 	}
-	d := acpx.DecidePermission(mode, *in.Permission)
-	if d == acpx.DecideAsk {
+	d := provider.DecidePermission(mode, *in.Permission)
+	if d == provider.DecideAsk {
 		rr, evs := m.mapper.PermissionRequest(m.cl.Map(), in.TurnID, in.ID, *in.Permission)
 		m.cl.SetRuntimeRequest(in.ID, rr.ID, rr.ItemID, rr.Choices)
 		return evs, nil, nil
 	}
-	o := acpx.PickOption(*in.Permission, d == acpx.DecideAllow)
+	o := provider.PickOption(*in.Permission, d == provider.DecideAllow)
 	l, err := m.cl.Respond(in.ID, acpx.PermissionResponse{Outcome: o})
 	if err != nil {
 		return nil, nil, nil
@@ -52,21 +53,21 @@ const (
 // acpx.RequestExpired or RequestCancelled, replayAllowed false; end says
 // what happens to the agent requests. It returns the events and the
 // answer lines. m.mu held.
-func (m *Manager) closeRequestsLocked(status, reason string, end requestEnd) ([]acpx.Event, [][]byte) {
+func (m *Manager) closeRequestsLocked(status, reason string, end requestEnd) ([]provider.Event, [][]byte) {
 	if m.cl == nil {
 		return nil, nil
 	}
-	var evs []acpx.Event
+	var evs []provider.Event
 	var lines [][]byte
 	ids := m.cl.PendingPermissionIDs()
 	for i, r := range m.cl.PendingPermissions() {
 		if r.RuntimeRequestID == "" {
 			continue
 		}
-		evs = append(evs, m.mapper.RequestClosed(acpx.RuntimeRequestOf(r), status, reason)...)
+		evs = append(evs, m.mapper.RequestClosed(provider.RuntimeRequestOf(r), status, reason)...)
 		switch end {
 		case answerRequests:
-			if l, err := m.cl.Respond(ids[i], acpx.PermissionResponse{Outcome: acpx.PermissionOutcome{Outcome: "cancelled"}}); err == nil {
+			if l, err := m.cl.Respond(ids[i], acpx.PermissionResponse{Outcome: provider.PermissionOutcome{Outcome: "cancelled"}}); err == nil {
 				lines = append(lines, l)
 			}
 		case forgetRequests:
@@ -81,10 +82,10 @@ func (m *Manager) closeRequestsLocked(status, reason string, end requestEnd) ([]
 
 // withdrawnLocked expires the runtime request of an agent request the
 // agent cancelled itself ($/cancel_request). m.mu held.
-func (m *Manager) withdrawnLocked(id json.RawMessage) []acpx.Event {
+func (m *Manager) withdrawnLocked(id json.RawMessage) []provider.Event {
 	r, ok := m.cl.AgentRequest(id)
 	if !ok || r.RuntimeRequestID == "" {
 		return nil
 	}
-	return m.mapper.RequestClosed(acpx.RuntimeRequestOf(r), acpx.RequestExpired, reasonWithdrawn)
+	return m.mapper.RequestClosed(provider.RuntimeRequestOf(r), provider.RequestExpired, reasonWithdrawn)
 }

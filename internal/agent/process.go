@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
-	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -65,7 +65,7 @@ type process struct {
 	// bufEvents, bufLines and bufWakes are a batch: what files already
 	// fed produced, committed (and written, and woken) by the next commit.
 	// A backlog of files present in one listing costs one state write.
-	bufEvents []acpx.Event
+	bufEvents []provider.Event
 	bufLines  [][]byte
 	bufWakes  []func()
 	// reserve counts lines covered by the next commit but not yet written:
@@ -77,7 +77,7 @@ type process struct {
 	exitSeen              bool
 	exitCode              *int
 	signal                string
-	tail                  acpx.StderrTail
+	tail                  provider.StderrTail
 
 	endOnce    sync.Once
 	ended      chan struct{} // the agent is gone (exit frame or loss)
@@ -105,16 +105,16 @@ func (p *process) alive() bool {
 // §6). Read only after ended is closed.
 func (p *process) startupFailure() error {
 	if p.frameExceeded {
-		return acpx.NewFailure(acpx.ClassProviderFrameTooLarge, nil)
+		return provider.NewFailure(provider.ClassProviderFrameTooLarge, nil)
 	}
 	if !p.exitSeen {
-		return acpx.NewFailure(acpx.ClassAgentDisconnected, nil)
+		return provider.NewFailure(provider.ClassAgentDisconnected, nil)
 	}
 	code := -1
 	if p.exitCode != nil {
 		code = *p.exitCode
 	}
-	return acpx.ClassifyStartupExit(code, p.signal != "", true, p.tail.String() != "")
+	return provider.ClassifyStartupExit(code, p.signal != "", true, p.tail.String() != "")
 }
 
 // attachLocked opens the writer and starts the reader of a process
@@ -137,7 +137,7 @@ func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consume
 	p := &process{
 		uuid: uuid, dir: dir, w: w, consumed: int64(consumed),
 		ended: make(chan struct{}), readerDone: make(chan struct{}),
-		tail: acpx.StderrTail{Redactor: acpx.NewRedactor(secrets...)},
+		tail: provider.StderrTail{Redactor: provider.NewRedactor(secrets...)},
 	}
 	if cmd != nil {
 		p.pid = cmd.Process.Pid
@@ -187,7 +187,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 		defer w.Close()
 		wake = w.C
 	}
-	tick := time.NewTicker(eventPoll)
+	tick := m.cfg.Clock.NewTicker(eventPoll)
 	defer tick.Stop()
 	deliver := func(ev sessiondir.Event) error { return m.deliver(ctx, p, ev, ev.Seq < lfs.last) }
 	for {
@@ -198,7 +198,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 		if err != nil || stop || m.isLost(p) {
 			if err != nil && !m.isStopping(p) {
 				m.log.Warn("process session unreadable", "err", err)
-				m.loseAndCommit(p, acpx.LossTransportClosed)
+				m.loseAndCommit(p, provider.LossTransportClosed)
 			}
 			break
 		}
@@ -208,13 +208,13 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 			if !ok {
 				wake = nil // the watch ended: the poll alone goes on
 			}
-		case <-tick.C:
+		case <-tick.C():
 			if !p.alive() {
 				// pcwrap is gone: take what it left, then it is a loss
 				// unless its exit frame was among them.
 				_, _ = r.Cycle(deliver)
 				if !m.isEnded(p) && !m.isStopping(p) {
-					m.loseAndCommit(p, acpx.LossTransportClosed)
+					m.loseAndCommit(p, provider.LossTransportClosed)
 				}
 				m.mu.Lock()
 				p.lost = true
@@ -251,7 +251,7 @@ func (m *Manager) isEnded(p *process) bool {
 	}
 }
 
-func (m *Manager) loseAndCommit(p *process, reason acpx.LossReason) {
+func (m *Manager) loseAndCommit(p *process, reason provider.LossReason) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.commitThenWriteLocked(m.lostLocked(p, reason), nil); err != nil {
@@ -278,7 +278,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if p.mayDeferCommitLocked(out.stop, more) {
 		return nil
 	}
-	if err := m.commitThenWriteLocked(nil, nil); err != nil && !errors.Is(err, acpx.ErrWrite) {
+	if err := m.commitThenWriteLocked(nil, nil); err != nil && !errors.Is(err, provider.ErrWrite) {
 		return err
 	}
 	if out.stop {
@@ -291,7 +291,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 // lines to write after the commit, wakes to run, and whether it was the
 // last file (the child exited).
 type eventOutcome struct {
-	evs   []acpx.Event
+	evs   []provider.Event
 	lines [][]byte
 	wake  []func()
 	stop  bool
@@ -336,22 +336,22 @@ func (m *Manager) feedLocked(p *process, data []byte, out *eventOutcome) {
 		}
 	}
 	if ferr != nil {
-		if errors.Is(ferr, acpx.ErrFrameExceeded) {
+		if errors.Is(ferr, provider.ErrFrameExceeded) {
 			p.frameExceeded = true
-			fmt.Fprintln(m.cfg.Stderr, acpx.ErrFrameExceeded.Error())
+			fmt.Fprintln(m.cfg.Stderr, provider.ErrFrameExceeded.Error())
 		}
-		out.evs = append(out.evs, m.lostLocked(p, acpx.LossReasonOf(ferr))...)
+		out.evs = append(out.evs, m.lostLocked(p, provider.LossReasonOf(ferr))...)
 	}
 }
 
 // pcwrapErrorLocked reports a pcwrap error frame as a diagnostic, and as a
 // channel loss when its message says stdin input was lost.
-func (m *Manager) pcwrapErrorLocked(p *process, message string) []acpx.Event {
-	evs := []acpx.Event{{EventType: "harness.diagnostic", Priority: acpx.P1,
+func (m *Manager) pcwrapErrorLocked(p *process, message string) []provider.Event {
+	evs := []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P1,
 		Payload: map[string]any{"reasonCode": "pcwrap_error"}}}
 	for _, pre := range lostInputPrefixes {
 		if strings.HasPrefix(message, pre) {
-			evs = append(evs, m.lostLocked(p, acpx.LossOther)...)
+			evs = append(evs, m.lostLocked(p, provider.LossOther)...)
 		}
 	}
 	return evs
@@ -402,22 +402,22 @@ func (m *Manager) awaitDrained(ctx context.Context) error {
 
 // handleInbound maps one agent message to events, answer lines and a
 // waiter wake-up (run after the commit). m.mu held.
-func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]byte, func()) {
+func (m *Manager) handleInbound(p *process, in provider.Inbound) ([]provider.Event, [][]byte, func()) {
 	switch in.Kind {
-	case acpx.KindResponse:
+	case provider.KindResponse:
 		id, _ := strconv.ParseInt(string(in.ID), 10, 64)
 		if ch, ok := m.waiters[id]; ok {
 			delete(m.waiters, id)
 			return nil, nil, func() { ch <- in }
 		}
-	case acpx.KindRequest:
+	case provider.KindRequest:
 		if evs, lines, ok := m.driverLocked().HandleRequest(in); ok {
 			// Commit the file that carried the request now, with what the
 			// driver linked to it, so a restart never reads it again after
 			// its answer (a quiet file's commit may otherwise wait).
 			return evs, lines, func() {}
 		}
-		if in.Method == acpx.MethodRequestPermission && in.Permission != nil {
+		if in.Method == provider.MethodRequestPermission && in.Permission != nil {
 			return m.permissionLocked(in)
 		}
 		if l, ok := m.clientFSLocked(in); ok {
@@ -427,38 +427,37 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 			return nil, l, nil
 		}
 		// Not advertised, or no terminal capability (acp.md §2.2).
-		if l, err := m.cl.RespondError(in.ID, acpx.CodeMethodNotFound, "method not found"); err == nil {
+		if l, err := m.cl.RespondError(in.ID, provider.CodeMethodNotFound, "method not found"); err == nil {
 			return nil, [][]byte{l}, nil
 		}
-	case acpx.KindCancelRequest:
-		evs := m.withdrawnLocked(in.ID)
-		if in.Method == codexapp.NoteRequestResolved {
-			// Codex closed its own request: its runtime request is
-			// cancelled, nothing is answered (codex.md §4).
-			evs = nil
-			if r, ok := m.cl.AgentRequest(in.ID); ok && r.RuntimeRequestID != "" {
-				evs = m.mapper.RequestClosed(acpx.RuntimeRequestOf(r), acpx.RequestCancelled, reasonProviderResolved)
-			}
-			m.cl.ForgetAgentRequest(in.ID)
-			return evs, nil, nil
+	case provider.KindRequestResolved:
+		// The provider closed its own request: its runtime request is
+		// cancelled, nothing is answered (codex.md §4).
+		var evs []provider.Event
+		if r, ok := m.cl.AgentRequest(in.ID); ok && r.RuntimeRequestID != "" {
+			evs = m.mapper.RequestClosed(provider.RuntimeRequestOf(r), provider.RequestCancelled, reasonProviderResolved)
 		}
-		if l, err := m.cl.RespondError(in.ID, acpx.CodeRequestCancelled, "request cancelled"); err == nil {
+		m.cl.ForgetAgentRequest(in.ID)
+		return evs, nil, nil
+	case provider.KindCancelRequest:
+		evs := m.withdrawnLocked(in.ID)
+		if l, err := m.cl.RespondError(in.ID, provider.CodeRequestCancelled, "request cancelled"); err == nil {
 			return evs, [][]byte{l}, nil
 		}
 		return evs, nil, nil
-	case acpx.KindUpdate:
+	case provider.KindUpdate:
 		evs, goalOnly := m.goalUpdateLocked(*in.Update)
 		if !goalOnly {
 			evs = append(m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), evs...)
 		}
 		return evs, nil, nil
-	case acpx.KindEvents:
+	case provider.KindEvents:
 		return in.Events, nil, nil
-	case acpx.KindTurnSettled:
+	case provider.KindTurnSettled:
 		// A runtime request still open when its turn completes expires
 		// (tools.md §7); the agent gets a cancelled answer.
-		evs, lines := m.closeRequestsLocked(acpx.RequestExpired, reasonTurnCompleted, answerRequests)
-		evs = append(evs, m.mapper.Settle(m.cl.Map(), acpx.SettlementOf(*in.Outcome, m.byRun))...)
+		evs, lines := m.closeRequestsLocked(provider.RequestExpired, reasonTurnCompleted, answerRequests)
+		evs = append(evs, m.mapper.Settle(m.cl.Map(), provider.SettlementOf(*in.Outcome, m.byRun))...)
 		m.closeTurnLocked()
 		return evs, lines, nil
 	}
@@ -466,34 +465,34 @@ func (m *Manager) handleInbound(p *process, in acpx.Inbound) ([]acpx.Event, [][]
 }
 
 // exitedLocked maps pcwrap's exit frame (acp.md §5). m.mu held.
-func (m *Manager) exitedLocked(p *process) []acpx.Event {
+func (m *Manager) exitedLocked(p *process) []provider.Event {
 	defer p.end()
 	wasLost := p.lost
 	p.lost = true
-	var evs []acpx.Event
+	var evs []provider.Event
 	switch {
 	case p.quiet:
 	case p.stopping && m.cl != nil && m.cl.ActiveTurn() != "":
-		evs = append([]acpx.Event{exitedEvent(p)}, m.endTurnLocked(p)...)
+		evs = append([]provider.Event{exitedEvent(p)}, m.endTurnLocked(p)...)
 	case p.stopping, wasLost:
-		evs = []acpx.Event{exitedEvent(p)}
+		evs = []provider.Event{exitedEvent(p)}
 	case m.cl == nil || m.cl.Record().ACPSessionID == "":
 		// The handshake fails with a startup class; no provider event.
 	default:
 		turn := m.cl.ActiveTurn()
-		evs, _ = m.closeRequestsLocked(acpx.RequestExpired, reasonAgentLost, forgetRequests)
+		evs, _ = m.closeRequestsLocked(provider.RequestExpired, reasonAgentLost, forgetRequests)
 		m.cl.AbandonTurn()
 		_ = m.cl.EndOfStream()
 		evs = append(evs, m.mapper.AgentExited(m.cl.Map(), turn, p.exitCode, p.signal)...)
 		if turn == "" {
-			m.st.Loss = acpx.LossProviderExit
+			m.st.Loss = provider.LossProviderExit
 		}
 		m.closeTurnLocked()
 	}
 	return evs
 }
 
-func exitedEvent(p *process) acpx.Event {
+func exitedEvent(p *process) provider.Event {
 	pl := map[string]any{"exitCode": nil}
 	if p.exitCode != nil {
 		pl["exitCode"] = *p.exitCode
@@ -501,7 +500,7 @@ func exitedEvent(p *process) acpx.Event {
 	if p.signal != "" {
 		pl["signal"] = p.signal
 	}
-	return acpx.Event{EventType: "harness.exited", Priority: acpx.P0, Payload: pl}
+	return provider.Event{EventType: "harness.exited", Priority: provider.P0, Payload: pl}
 }
 
 // lostLocked latches a channel loss (acp.md §5.1): an active turn ends at
@@ -512,7 +511,7 @@ func exitedEvent(p *process) acpx.Event {
 // answer (the process or directory is gone, a write failed, or the stdout
 // stream is broken for good). A loss between turns fails the next turn.
 // m.mu held.
-func (m *Manager) lostLocked(p *process, reason acpx.LossReason) []acpx.Event {
+func (m *Manager) lostLocked(p *process, reason provider.LossReason) []provider.Event {
 	if p.lost {
 		return nil
 	}
@@ -522,7 +521,7 @@ func (m *Manager) lostLocked(p *process, reason acpx.LossReason) []acpx.Event {
 		return nil
 	}
 	m.cl.LatchLoss(reason)
-	evs, _ := m.closeRequestsLocked(acpx.RequestExpired, reasonAgentLost, forgetRequests)
+	evs, _ := m.closeRequestsLocked(provider.RequestExpired, reasonAgentLost, forgetRequests)
 	if t := m.cl.ActiveTurn(); t != "" {
 		m.cl.AbandonTurn()
 		m.closeTurnLocked()
@@ -535,8 +534,8 @@ func (m *Manager) lostLocked(p *process, reason acpx.LossReason) []acpx.Event {
 }
 
 // goneLocked marks a recorded agent gone without a live process. m.mu held.
-func (m *Manager) goneLocked(reason acpx.LossReason) []acpx.Event {
-	evs, _ := m.closeRequestsLocked(acpx.RequestExpired, reasonAgentLost, forgetRequests)
+func (m *Manager) goneLocked(reason provider.LossReason) []provider.Event {
+	evs, _ := m.closeRequestsLocked(provider.RequestExpired, reasonAgentLost, forgetRequests)
 	if t := m.cl.ActiveTurn(); t != "" {
 		m.cl.AbandonTurn()
 		evs = append(evs, m.mapper.ChannelLost(m.cl.Map(), t, reason)...)
@@ -608,7 +607,7 @@ func (m *Manager) finishProcess(p *process) {
 // endTurnLocked ends the active turn of an agent that is being stopped or
 // is gone: interrupted when runnerd stopped it (session.close, an orderly
 // runnerd stop), else the transport_closed loss sequence. m.mu held.
-func (m *Manager) endTurnLocked(p *process) []acpx.Event {
+func (m *Manager) endTurnLocked(p *process) []provider.Event {
 	if m.cl == nil || m.cl.ActiveTurn() == "" {
 		return nil
 	}
@@ -616,11 +615,11 @@ func (m *Manager) endTurnLocked(p *process) []acpx.Event {
 	defer m.closeTurnLocked()
 	if !p.stopping {
 		m.cl.AbandonTurn()
-		return m.mapper.ChannelLost(m.cl.Map(), turn, acpx.LossTransportClosed)
+		return m.mapper.ChannelLost(m.cl.Map(), turn, provider.LossTransportClosed)
 	}
 	out := m.cl.AbandonTurn()
-	s := acpx.SettlementOf(*out, false)
-	s.Ending, s.Class, s.Reason = acpx.EndInterrupted, "", "agent_stopped"
+	s := provider.SettlementOf(*out, false)
+	s.Ending, s.Class, s.Reason = provider.EndInterrupted, "", "agent_stopped"
 	return m.mapper.Settle(m.cl.Map(), s)
 }
 
@@ -628,7 +627,7 @@ func (m *Manager) endTurnLocked(p *process) []acpx.Event {
 func (m *Manager) waitGone(p *process) {
 	t := m.cfg.Clock.NewTimer(m.cfg.StopWait)
 	defer t.Stop()
-	tick := time.NewTicker(stopCheck)
+	tick := m.cfg.Clock.NewTicker(stopCheck)
 	defer tick.Stop()
 	for p.alive() {
 		select {
@@ -636,7 +635,7 @@ func (m *Manager) waitGone(p *process) {
 			m.log.Warn("pcwrap did not exit within the stop wait; removing its session directory")
 			return
 		case <-p.pcwrapDone:
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

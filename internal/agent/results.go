@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // openResult is session.open's result (tools.md §7): status started or
 // resumed (an adopted agent is resumed), the descriptor's identity, the
 // ACP session id as providerSessionId, the harness id (else the ACP id) as
 // sessionId, and the agent's pid (null when not known yet). m.mu held.
-func (m *Manager) openResultLocked(resumed bool, rec acpx.Record, b *Binding) json.RawMessage {
+func (m *Manager) openResultLocked(resumed bool, rec provider.Record, b *Binding) json.RawMessage {
 	status := "started"
 	if resumed {
 		status = "resumed"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -227,11 +228,11 @@ const diagInstructionsUnsupported = "instructions_unsupported"
 // instructionsDiagnostics is what session.open adds for a binding with
 // instructions and an agent that drops them (acpx.IgnoresSystemPrompt):
 // the instructions are never prepended to the prompt instead.
-func instructionsDiagnostics(b *Binding) []acpx.Event {
+func instructionsDiagnostics(b *Binding) []provider.Event {
 	if b == nil || b.InstructionsSide == "" || !acpx.IgnoresSystemPrompt(b.Agent) {
 		return nil
 	}
-	return []acpx.Event{{EventType: "harness.diagnostic", Priority: acpx.P1,
+	return []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P1,
 		Payload: map[string]any{"code": diagInstructionsUnsupported,
 			"message": "the agent does not honour _meta.systemPrompt; the run's instructions do not reach its model"}}}
 }

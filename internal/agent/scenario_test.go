@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
@@ -178,7 +178,7 @@ func TestACP05_StdoutBanner(t *testing.T) {
 			c.ColdBound = func(string) time.Duration { return hugeLineBound }
 		})
 		r.prepare("--huge-line-bytes", "11000000")
-		require.Equal(t, string(acpx.ClassProviderFrameTooLarge), r.openErrWithin(hugeLineBound).Code)
+		require.Equal(t, string(provider.ClassProviderFrameTooLarge), r.openErrWithin(hugeLineBound).Code)
 		require.Contains(t, stderr.String(), "stdout frame exceeded\n")
 		entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
 		require.Empty(t, entries, "the agent is stopped")
@@ -186,7 +186,7 @@ func TestACP05_StdoutBanner(t *testing.T) {
 
 	t.Run("too many", func(t *testing.T) {
 		r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 3 * time.Second } })
-		r.prepare("--stdout-banner", strconv.Itoa(acpx.MaxConsecutiveBadLines))
+		r.prepare("--stdout-banner", strconv.Itoa(provider.MaxConsecutiveBadLines))
 		ctx, cancel := context.WithTimeout(context.Background(), testWait)
 		defer cancel()
 		_, err := r.m.Open(ctx, "cmd-open")
@@ -204,7 +204,7 @@ func TestACP29_LossBetweenTurns(t *testing.T) {
 	require.NoError(t, syscall.Kill(-pgid, syscall.SIGKILL))
 	r.sink.waitEvent(t, "harness.exited")
 	eventually(t, "process forgotten", func() bool { st, _ := r.sink.snapshot(); return st.Session.Process == nil })
-	n := len(func() []acpx.Event { _, e := r.sink.snapshot(); return e }())
+	n := len(func() []provider.Event { _, e := r.sink.snapshot(); return e }())
 	r.turn("echo late")
 	_, evs := r.sink.snapshot()
 	evs = since(evs, n)

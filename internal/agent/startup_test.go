@@ -13,6 +13,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -86,7 +87,7 @@ func TestACP12_LateUpdates(t *testing.T) {
 	})
 	_, before := r.sink.snapshot()
 	r.turn("echo two")
-	evs := r.sink.waitFor(t, "second terminal", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") == 2 })
+	evs := r.sink.waitFor(t, "second terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 })
 	text := ""
 	for _, e := range since(evs, len(before)) {
 		if e.EventType == "item.delta" {
@@ -129,7 +130,7 @@ func TestACP15_ResumeByLoad(t *testing.T) {
 	_, evs := r.sink.snapshot()
 	require.Equal(t, []string{"harness.ready", "session.resumed"}, types(since(evs, len(before))), "replay is not forwarded")
 	r.turn("echo after")
-	r.sink.waitFor(t, "second terminal", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") == 2 })
+	r.sink.waitFor(t, "second terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 })
 
 	r2 := newRig(t)
 	r2.prepare("--supports-load-session", "--load-fail-code", "-32002")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 )
 
@@ -12,7 +13,7 @@ import (
 // other request. A wait_for_exit whose command still runs gets no line
 // here: answerTerminalWait writes it when the exit arrives, so the read
 // loop never blocks on a command. m.mu held.
-func (m *Manager) terminalLocked(in acpx.Inbound) ([][]byte, bool) {
+func (m *Manager) terminalLocked(in provider.Inbound) ([][]byte, bool) {
 	if !terminal.IsMethod(in.Method) || !m.cl.ClientCapabilities().Terminal {
 		return nil, false
 	}
@@ -56,7 +57,7 @@ func (m *Manager) terminalLocked(in acpx.Inbound) ([][]byte, bool) {
 }
 
 // checkTerminalSession refuses a request for another session than this one.
-func checkTerminalSession(rec acpx.Record, id string) error {
+func checkTerminalSession(rec provider.Record, id string) error {
 	if id != rec.ACPSessionID {
 		return &terminal.Error{Code: terminal.CodeResourceNotFound, Message: "unknown session"}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 )
 
@@ -41,7 +41,7 @@ func TestTerminalReleasedAtSessionEnd(t *testing.T) {
 	params, _ := json.Marshal(map[string]any{"sessionId": rec.ACPSessionID, "command": "sleep", "args": []string{"300"}})
 	// Handled as if the agent had sent it (no answer line: the client
 	// knows no such pending request).
-	_, ok := r.m.terminalLocked(acpx.Inbound{Kind: acpx.KindRequest, ID: json.RawMessage(`"t1"`), Method: terminal.MethodCreate, Params: params})
+	_, ok := r.m.terminalLocked(provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(`"t1"`), Method: terminal.MethodCreate, Params: params})
 	r.m.mu.Unlock()
 	require.True(t, ok)
 	require.Equal(t, 1, r.m.terms.Open())
@@ -55,7 +55,7 @@ func TestTerminalReleasedAtSessionEnd(t *testing.T) {
 }
 
 // TestClientTerminalSwitchOff: provider.clientCapabilities.terminal false
-// advertises terminal: false, and terminal/* gets -32601 as before; a
+// advertises terminal: false, and terminal/* gets -32601 like any unknown method; a
 // non-boolean switch fails run.prepare.
 func TestClientTerminalSwitchOff(t *testing.T) {
 	r := newRig(t)
@@ -96,7 +96,7 @@ func TestTools12_TerminalSurvivesRestart(t *testing.T) {
 	require.NoError(t, r.m.Start())
 	require.Equal(t, 1, r.m.terms.Open(), "the terminal is adopted")
 	require.NoError(t, os.WriteFile(gate, nil, 0o600))
-	evs := r.sink.waitFor(t, "turn end", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") > n })
+	evs := r.sink.waitFor(t, "turn end", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") > n })
 	out := ""
 	for _, e := range evs {
 		if e.EventType == "item.delta" && e.TurnID == turn && e.Payload["kind"] == "assistant_message" {

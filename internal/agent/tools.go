@@ -11,6 +11,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
@@ -18,9 +19,9 @@ import (
 // Tool errors the agent gets (tools.md §2–§4). They are fixed texts: never
 // a value from the arguments or the server.
 const (
-	TextNoTurn            = "No Paperclip turn is active."
-	TextIdentityConflict  = "Duplicate call identity conflict."
-	TextStopped           = "Paperclip stopped the active provider turn"
+	TextNoTurn            = provider.TextNoTurn
+	TextIdentityConflict  = provider.TextIdentityConflict
+	TextStopped           = provider.TextStopped
 	TextAlreadyAccepted   = "A result was already accepted for this turn"
 	TextNotRecorded       = "Paperclip could not record the tool call."
 	textInvalidInput      = "Invalid tool input: "
@@ -76,6 +77,9 @@ type toolWaiter struct {
 	callID string
 	ch     chan toolAnswer
 }
+
+// CallID is the call w waits for (provider.ToolWait).
+func (w *toolWaiter) CallID() string { return w.callID }
 
 // toolAnswer is what a waiter answers the agent. taken is set when the
 // answer settled the call: if the agent's request is gone by then, the
@@ -139,7 +143,7 @@ func (m *Manager) setCatalogLocked(cat *catalog.Catalog) { m.tools.cat = cat }
 // run has a catalog and the agent takes HTTP MCP servers (tools.md §2). The
 // bridge's port, secret and session id go into the record, which the
 // commit before the session line persists. m.mu held.
-func (m *Manager) mcpServersLocked(caps acpx.AgentCapabilities) []acpx.MCPServer {
+func (m *Manager) mcpServersLocked(caps provider.AgentCapabilities) []acpx.MCPServer {
 	m.tools.unsupported = false
 	if !caps.MCPCapabilities.HTTP {
 		m.tools.unsupported = m.tools.cat != nil && m.tools.cat.Len() > 0
@@ -220,11 +224,11 @@ func loopbackHost(h string) bool {
 // toolDiagnosticsLocked is what session.open adds: tool_bridge_unsupported
 // when the agent cannot take the bridge and the catalog is not empty
 // (tools.md §2). m.mu held.
-func (m *Manager) toolDiagnosticsLocked() []acpx.Event {
+func (m *Manager) toolDiagnosticsLocked() []provider.Event {
 	if !m.tools.unsupported {
 		return nil
 	}
-	return []acpx.Event{{EventType: "harness.diagnostic", Priority: acpx.P1,
+	return []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P1,
 		Payload: map[string]any{"code": diagBridgeUnsupported, "message": "the agent does not take HTTP MCP servers; the run's Paperclip tools are unavailable"}}}
 }
 
@@ -233,7 +237,7 @@ func (m *Manager) toolDiagnosticsLocked() []acpx.Event {
 // id the agent holds. Every call of the previous life is detached (its
 // HTTP request died with it). A taken port is the loss sequence, reason
 // other, with tool_bridge_lost (tools.md §2). m.mu held.
-func (m *Manager) restartBridgeLocked(p *process) []acpx.Event {
+func (m *Manager) restartBridgeLocked(p *process) []provider.Event {
 	if m.st.Tools != nil {
 		m.st.Tools.DetachAll()
 	}
@@ -249,9 +253,9 @@ func (m *Manager) restartBridgeLocked(p *process) []acpx.Event {
 	}
 	m.log.Error("the tool bridge cannot listen on its port again; ending the turn", "err", err)
 	m.st.Bridge = nil
-	evs := []acpx.Event{{EventType: "harness.diagnostic", Priority: acpx.P0,
+	evs := []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P0,
 		Payload: map[string]any{"code": diagBridgeLost, "message": "the tool bridge could not be restored on its port"}}}
-	return append(evs, m.lostLocked(p, acpx.LossOther)...)
+	return append(evs, m.lostLocked(p, provider.LossOther)...)
 }
 
 // takeBridgeLocked stops the open calls with the stop error and detaches
@@ -427,9 +431,9 @@ func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.R
 	}
 	// Durable before it is sent: the call and its P0 input event in one
 	// write (tools.md §3 item 3).
-	ev := acpx.Event{EventType: toolcall.EventInput, Priority: acpx.P0, Payload: toolcall.InputPayload(c, m.correlation(), input),
+	ev := provider.Event{EventType: toolcall.EventInput, Priority: provider.P0, Payload: toolcall.InputPayload(c, m.correlation(), input),
 		ExecutorID: toolcall.EventInput + ":" + c.CallID}
-	if err := m.commitThenWriteLocked([]acpx.Event{ev}, nil); err != nil {
+	if err := m.commitThenWriteLocked([]provider.Event{ev}, nil); err != nil {
 		m.log.Error("commit tool call", "err", err)
 		tb.Drop(c.CallID)
 		return nil, toolError(TextNotRecorded)
@@ -511,7 +515,7 @@ func (m *Manager) ToolResult(commandID string, payload json.RawMessage) (json.Ra
 		}
 	}
 	o := cmd.Outcome()
-	evs := []acpx.Event{{EventType: toolcall.EventResult, Priority: acpx.P0, Payload: toolcall.ResultPayload(c, m.correlation(), o),
+	evs := []provider.Event{{EventType: toolcall.EventResult, Priority: provider.P0, Payload: toolcall.ResultPayload(c, m.correlation(), o),
 		ExecutorID: toolcall.EventResult + ":" + c.CallID}}
 	var prevSemantic json.RawMessage
 	accepted := reserved(c.OperationID) && !o.IsError && m.cl != nil && m.proc != nil && c.TurnID == m.cl.ActiveTurn()

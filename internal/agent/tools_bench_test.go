@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -34,7 +34,7 @@ type coreSink struct {
 	mu     sync.Mutex
 }
 
-func (s *coreSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) error {
+func (s *coreSink) Commit(st Stored, evs []provider.Event, out *CommandOutcome) error {
 	if s.store != nil {
 		// The store serialised st as the runner's Sink does: keep it
 		// without the harness's JSON copy, which would double the cost
@@ -50,7 +50,7 @@ func (s *coreSink) Commit(st Stored, evs []acpx.Event, out *CommandOutcome) erro
 	return s.memSink.Commit(st, nil, out) // keep the record, not the events: the run is long
 }
 
-func (s *coreSink) durable(st Stored, evs []acpx.Event) error {
+func (s *coreSink) durable(st Stored, evs []provider.Event) error {
 	err := s.store.Update(func(tx *state.Tx) error {
 		if err := tx.SetRecord("acpAgent", st); err != nil {
 			return err
@@ -74,7 +74,7 @@ func (s *coreSink) durable(st Stored, evs []acpx.Event) error {
 	return err
 }
 
-func (s *coreSink) answer(evs []acpx.Event) {
+func (s *coreSink) answer(evs []provider.Event) {
 	for _, e := range evs {
 		if e.EventType != toolcall.EventInput {
 			continue
@@ -109,7 +109,7 @@ func percentiles(b *testing.B, name string, samples []time.Duration) {
 // handler commits the call and its semantic_tool.input (a durable state
 // write), the fake core answers at once with semantic_tool.result (a second
 // durable write) and the answer goes back to the client. Next to it, in
-// the same run, a bare loopback HTTP request. Figures only (issue 10: p50
+// the same run, a bare loopback HTTP request. Figures only (the target: p50
 // under 2 ms, p99 under 10 ms on the dev machine).
 //
 //	go test -run XXX -bench BenchmarkToolRoundTrip ./internal/agent/

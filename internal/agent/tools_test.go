@@ -21,6 +21,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
@@ -149,7 +150,7 @@ func awaitOutcome(t testing.TB, ch <-chan toolOutcome) toolOutcome {
 }
 
 // semantic returns the semantic_tool payloads of type typ.
-func semantic(evs []acpx.Event, typ string) []map[string]any {
+func semantic(evs []provider.Event, typ string) []map[string]any {
 	var out []map[string]any
 	for _, e := range evs {
 		if e.EventType == typ {
@@ -163,14 +164,14 @@ func semantic(evs []acpx.Event, typ string) []map[string]any {
 	return out
 }
 
-func semanticCount(evs []acpx.Event) int {
+func semanticCount(evs []provider.Event) int {
 	return count(evs, toolcall.EventInput) + count(evs, toolcall.EventResult)
 }
 
 // waitInputs waits for n semantic_tool.input events.
 func (r *rig) waitInputs(n int) []map[string]any {
 	r.t.Helper()
-	evs := r.sink.waitFor(r.t, fmt.Sprintf("%d semantic_tool.input", n), func(_ Stored, evs []acpx.Event) bool {
+	evs := r.sink.waitFor(r.t, fmt.Sprintf("%d semantic_tool.input", n), func(_ Stored, evs []provider.Event) bool {
 		return count(evs, toolcall.EventInput) >= n
 	})
 	return semantic(evs, toolcall.EventInput)
@@ -520,7 +521,7 @@ func TestTools05_HotRestartDeliversOnce(t *testing.T) {
 	require.Equal(t, before.Bridge.Port, st.Bridge.Port, "the same port")
 	require.Equal(t, before.Session.Process.UUID, st.Session.Process.UUID, "the same agent process session")
 	// The agent's repeat re-takes the call: it is pending again.
-	r.sink.waitFor(t, "the repeated call re-attached", func(st Stored, _ []acpx.Event) bool {
+	r.sink.waitFor(t, "the repeated call re-attached", func(st Stored, _ []provider.Event) bool {
 		return st.Tools != nil && len(st.Tools.Calls) == 1 && st.Tools.Calls[0].State == toolcall.Pending
 	})
 	res, err := r.result("cmd-res", in, `{"id":"c-restart"}`, false)
@@ -565,7 +566,7 @@ func TestToolsBridgeLostOnRestart(t *testing.T) {
 		}
 	}
 	require.Contains(t, codes, diagBridgeLost)
-	require.Contains(t, reasons, string(acpx.LossOther))
+	require.Contains(t, reasons, string(provider.LossOther))
 	require.Equal(t, 1, count(evs, "turn.failed"))
 }
 
@@ -696,12 +697,12 @@ func TestToolsBridgeOnLoad(t *testing.T) {
 	require.Nil(t, st.Bridge, "the bridge closed with the session")
 	res := r.open()
 	require.Contains(t, string(res), "resumed")
-	n := count(func() []acpx.Event { _, e := r.sink.snapshot(); return e }(), "run.terminal")
+	n := count(func() []provider.Event { _, e := r.sink.snapshot(); return e }(), "run.terminal")
 	r.turn(`mcp-servers mcp-call issue.comment {"body":"after load"}`)
 	in := r.waitInputs(1)[0]
 	_, err = r.result("cmd-res", in, `{"id":"c-load"}`, false)
 	require.NoError(t, err)
-	evs := r.sink.waitFor(t, "the second turn's end", func(_ Stored, evs []acpx.Event) bool { return count(evs, "run.terminal") > n })
+	evs := r.sink.waitFor(t, "the second turn's end", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") > n })
 	text := ""
 	for _, e := range evs {
 		if e.EventType == "item.delta" {

@@ -10,13 +10,13 @@ import (
 )
 
 // CodeWarmAttachIncompatible is run.attach's refusal when the live
-// provider session cannot serve the new run (issue 15): the descriptor,
+// provider session cannot serve the new run: the descriptor,
 // the catalog digest, the instructions or the model differ. The live agent cannot take a new catalog or new
 // instructions, so nothing else could make it serve them.
 const CodeWarmAttachIncompatible = "warm_attach_incompatible"
 
 // WarmReady reports whether the provider session can be handed to a new
-// run as it stands (session.snapshot's warmAttachReady, issue 15): a live
+// run as it stands (session.snapshot's warmAttachReady): a live
 // agent with an open ACP session, no active turn, no pending agent
 // request (runtime_request) and no unsettled semantic tool call. The
 // outbox half is the runner's.
@@ -36,8 +36,8 @@ func (m *Manager) warmReadyLocked() bool {
 	return m.st.Tools == nil || len(m.st.Tools.Calls) == 0
 }
 
-// WarmCompatible checks a run.attach payload against the bound run
-// (issue 15): the same provider descriptor (agent, command, args, cwd,
+// WarmCompatible checks a run.attach payload against the bound run:
+// the same provider descriptor (agent, command, args, cwd,
 // permission mode, provider version), the same catalogDigest, the same
 // instructions (compared by content address, as Binding.InstructionsSide
 // names them) and the same model. Quiescence is WarmReady's. It writes

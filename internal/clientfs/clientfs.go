@@ -33,7 +33,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // ACP method names served here (acp.md §1.2).
@@ -68,13 +68,13 @@ const maxResultBytes = maxResponseBytes - envelopeReserve
 // The JSON-RPC error codes and the refusal type are acpx's, shared with
 // the other client-side handlers.
 const (
-	codeInvalidParams    = acpx.CodeInvalidParams
-	codeInternalError    = acpx.CodeInternalError
-	CodeResourceNotFound = acpx.CodeResourceNotFound
+	codeInvalidParams    = provider.CodeInvalidParams
+	codeInternalError    = provider.CodeInternalError
+	CodeResourceNotFound = provider.CodeResourceNotFound
 )
 
-// Error is a refused request (acpx.ClientError).
-type Error = acpx.ClientError
+// Error is a refused request (provider.ClientError).
+type Error = provider.ClientError
 
 // Roots are the directories a session may touch: its cwd and the
 // additionalDirectories it was opened with. ReadOnly refuses every write

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // Call-site errors.
@@ -19,30 +19,34 @@ var (
 	ErrEarlyBound = errors.New("too much app-server output before the thread started")
 )
 
-// Client is the Codex app-server client core over an acpx.Client record:
+// Client is the Codex app-server client core over a provider.Core record:
 // the record's wire state is its request table and line buffer, its
 // session id the thread id, its active turn the turn. Not safe for
 // concurrent use; the owner persists the record before writing any line
 // a call returns (acp.md §3.2 holds here too).
 type Client struct {
-	cl     *acpx.Client
+	cl     *provider.Core
 	failed error
 	// early and earlyBytes count what arrived before the thread id.
 	early, earlyBytes int
 	// Mapper maps what ACP has no session update for (usage).
-	Mapper acpx.Mapper
+	Mapper provider.Mapper
 }
 
 // New returns the client over cl's record.
-func New(cl *acpx.Client) *Client { return &Client{cl: cl} }
+func New(cl *provider.Core) *Client { return &Client{cl: cl} }
 
-func (c *Client) wire() *acpx.WireState {
+// dialect is the app-server's JSON-RPC: no "jsonrpc" member (its
+// JSONRPCMessage has none), strings written without HTML escaping.
+var dialect = provider.Dialect{}
+
+func (c *Client) wire() *provider.WireState {
 	w := c.cl.Wire()
 	if w.Pending == nil {
-		w.Pending = map[int64]acpx.PendingRequest{}
+		w.Pending = map[int64]provider.PendingRequest{}
 	}
 	if w.AgentRequests == nil {
-		w.AgentRequests = map[string]acpx.AgentRequest{}
+		w.AgentRequests = map[string]provider.AgentRequest{}
 	}
 	if w.NextRequestID < 1 {
 		w.NextRequestID = 1
@@ -53,20 +57,16 @@ func (c *Client) wire() *acpx.WireState {
 // ThreadID is the thread id, "" before thread/start answered.
 func (c *Client) ThreadID() string { return c.cl.Live().ACPSessionID }
 
-func (c *Client) request(method string, params any, turnID string) (acpx.Call, error) {
-	w := c.wire()
-	id := w.NextRequestID
-	line, err := encodeLine(outRequest{ID: id, Method: method, Params: params})
+func (c *Client) request(method string, params any, turnID string) (provider.Call, error) {
+	call, err := dialect.Request(c.wire(), method, params, turnID)
 	if err != nil {
-		return acpx.Call{}, fmt.Errorf("encode %s: %w", method, err)
+		return provider.Call{}, fmt.Errorf("encode %s: %w", method, err)
 	}
-	w.NextRequestID++
-	w.Pending[id] = acpx.PendingRequest{Method: method, TurnID: turnID}
-	return acpx.Call{ID: id, Line: line}, nil
+	return call, nil
 }
 
 // Initialize is initialize (codex.md §2).
-func (c *Client) Initialize() (acpx.Call, error) {
+func (c *Client) Initialize() (provider.Call, error) {
 	return c.request(MethodInitialize, InitializeParams{
 		ClientInfo:   ClientInfo{Name: "paperclip-runnerd", Title: "Paperclip Runner", Version: "1"},
 		Capabilities: InitializeCapabilities{ExperimentalAPI: true},
@@ -75,13 +75,13 @@ func (c *Client) Initialize() (acpx.Call, error) {
 
 // Initialized is the notification that follows initialize's answer.
 func (c *Client) Initialized() ([]byte, error) {
-	return encodeLine(outNotification{Method: MethodInitialized})
+	return dialect.Notify(MethodInitialized, nil)
 }
 
 // ThreadStart is thread/start; the whole request is bounded.
-func (c *Client) ThreadStart(p ThreadStartParams) (acpx.Call, error) {
+func (c *Client) ThreadStart(p ThreadStartParams) (provider.Call, error) {
 	if len(p.DynamicTools) > MaxDynamicTools {
-		return acpx.Call{}, fmt.Errorf("thread start: %d dynamic tools exceed %d", len(p.DynamicTools), MaxDynamicTools)
+		return provider.Call{}, fmt.Errorf("thread start: %d dynamic tools exceed %d", len(p.DynamicTools), MaxDynamicTools)
 	}
 	if p.DynamicTools == nil {
 		p.DynamicTools = []DynamicTool{}
@@ -90,15 +90,15 @@ func (c *Client) ThreadStart(p ThreadStartParams) (acpx.Call, error) {
 	call, err := c.request(MethodThreadStart, p, "")
 	if err == nil && len(call.Line) > MaxThreadStartBytes {
 		delete(c.wire().Pending, call.ID)
-		return acpx.Call{}, fmt.Errorf("thread start: request of %d bytes exceeds %d", len(call.Line), MaxThreadStartBytes)
+		return provider.Call{}, fmt.Errorf("thread start: request of %d bytes exceeds %d", len(call.Line), MaxThreadStartBytes)
 	}
 	return call, err
 }
 
 // ThreadResume is thread/resume of the recorded thread.
-func (c *Client) ThreadResume(p ThreadResumeParams) (acpx.Call, error) {
+func (c *Client) ThreadResume(p ThreadResumeParams) (provider.Call, error) {
 	if c.ThreadID() == "" {
-		return acpx.Call{}, fmt.Errorf("thread resume: %w", ErrNoThread)
+		return provider.Call{}, fmt.Errorf("thread resume: %w", ErrNoThread)
 	}
 	p.ThreadID = c.ThreadID()
 	p.ExcludeTurns = true
@@ -106,41 +106,41 @@ func (c *Client) ThreadResume(p ThreadResumeParams) (acpx.Call, error) {
 }
 
 // ThreadRead is thread/read of the recorded thread, without its turns.
-func (c *Client) ThreadRead() (acpx.Call, error) {
+func (c *Client) ThreadRead() (provider.Call, error) {
 	if c.ThreadID() == "" {
-		return acpx.Call{}, fmt.Errorf("thread read: %w", ErrNoThread)
+		return provider.Call{}, fmt.Errorf("thread read: %w", ErrNoThread)
 	}
 	return c.request(MethodThreadRead, ThreadReadParams{ThreadID: c.ThreadID()}, "")
 }
 
 // TurnStart starts turn turnID (runnerd's providerTurnId) with one text
 // input and marks it active.
-func (c *Client) TurnStart(turnID, text string) (acpx.Call, error) {
+func (c *Client) TurnStart(turnID, text string) (provider.Call, error) {
 	w := c.wire()
 	if c.ThreadID() == "" {
-		return acpx.Call{}, fmt.Errorf("start turn: %w", ErrNoThread)
+		return provider.Call{}, fmt.Errorf("start turn: %w", ErrNoThread)
 	}
 	if w.Turn != nil {
-		return acpx.Call{}, acpx.ErrTurnActive
+		return provider.Call{}, provider.ErrTurnActive
 	}
 	if w.Loss != "" {
-		return acpx.Call{}, &acpx.LostError{Reason: w.Loss}
+		return provider.Call{}, &provider.LostError{Reason: w.Loss}
 	}
 	call, err := c.request(MethodTurnStart, TurnStartParams{ThreadID: c.ThreadID(), Cwd: c.cl.Live().Cwd,
 		Input: []UserInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, turnID)
 	if err != nil {
-		return acpx.Call{}, err
+		return provider.Call{}, err
 	}
-	w.Turn = &acpx.TurnState{ID: turnID, PromptRequestID: call.ID}
+	w.Turn = &provider.TurnState{ID: turnID, PromptRequestID: call.ID}
 	c.cl.Live().Prompted = true
 	return call, nil
 }
 
 // Steer is turn/steer of the active turn.
-func (c *Client) Steer(text string) (acpx.Call, error) {
+func (c *Client) Steer(text string) (provider.Call, error) {
 	t := c.wire().Turn
 	if t == nil || t.ProviderTurnID == "" {
-		return acpx.Call{}, ErrNoTurn
+		return provider.Call{}, ErrNoTurn
 	}
 	return c.request(MethodTurnSteer, TurnSteerParams{ThreadID: c.ThreadID(), ExpectedTurnID: t.ProviderTurnID,
 		Input: []UserInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, t.ID)
@@ -168,30 +168,12 @@ func (c *Client) Interrupt() ([][]byte, error) {
 
 // Respond answers the pending server request id with result.
 func (c *Client) Respond(id json.RawMessage, result any) ([]byte, error) {
-	key := compactID(id)
-	if _, ok := c.wire().AgentRequests[key]; !ok {
-		return nil, acpx.ErrUnknownAgentCall
-	}
-	line, err := encodeLine(outResult{ID: json.RawMessage(key), Result: result})
-	if err != nil {
-		return nil, err
-	}
-	delete(c.wire().AgentRequests, key)
-	return line, nil
+	return dialect.Respond(c.wire(), id, result)
 }
 
 // RespondError answers the pending server request id with an error.
 func (c *Client) RespondError(id json.RawMessage, code int, message string) ([]byte, error) {
-	key := compactID(id)
-	if _, ok := c.wire().AgentRequests[key]; !ok {
-		return nil, acpx.ErrUnknownAgentCall
-	}
-	line, err := encodeLine(outError{ID: json.RawMessage(key), Error: RPCError{Code: code, Message: message}})
-	if err != nil {
-		return nil, err
-	}
-	delete(c.wire().AgentRequests, key)
-	return line, nil
+	return dialect.RespondError(c.wire(), id, code, message)
 }
 
 // ToolAnswer is the item/tool/call answer for a result text (capped at
@@ -205,20 +187,20 @@ func ToolAnswer(text string, isError bool) ToolCallResponse {
 }
 
 // Feed consumes app-server stdout bytes and returns the complete messages
-// in order, as acpx.Inbound. Bytes after the last newline stay in the
+// in order, as provider.Inbound. Bytes after the last newline stay in the
 // record. A stream failure (a line over MaxLineBytes, too many bad lines,
 // a response to an id never issued) is sticky.
-func (c *Client) Feed(p []byte) ([]acpx.Inbound, error) {
+func (c *Client) Feed(p []byte) ([]provider.Inbound, error) {
 	if c.failed != nil {
 		return nil, c.failed
 	}
 	w := c.wire()
-	var out []acpx.Inbound
+	var out []provider.Inbound
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			if len(w.PartialLine)+len(p) > MaxLineBytes {
-				return out, c.fail(acpx.ErrFrameExceeded)
+				return out, c.fail(provider.ErrFrameExceeded)
 			}
 			w.PartialLine = append(w.PartialLine, p...)
 			break
@@ -230,7 +212,7 @@ func (c *Client) Feed(p []byte) ([]acpx.Inbound, error) {
 		}
 		p = p[i+1:]
 		if len(line) > MaxLineBytes {
-			return out, c.fail(acpx.ErrFrameExceeded)
+			return out, c.fail(provider.ErrFrameExceeded)
 		}
 		msgs, err := c.handleLine(line)
 		out = append(out, msgs...)
@@ -243,11 +225,11 @@ func (c *Client) Feed(p []byte) ([]acpx.Inbound, error) {
 
 func (c *Client) fail(err error) error {
 	c.failed = err
-	c.cl.LatchLoss(acpx.LossReasonOf(err))
+	c.cl.LatchLoss(provider.LossReasonOf(err))
 	return err
 }
 
-func (c *Client) handleLine(line []byte) ([]acpx.Inbound, error) {
+func (c *Client) handleLine(line []byte) ([]provider.Inbound, error) {
 	w := c.wire()
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
@@ -264,15 +246,15 @@ func (c *Client) handleLine(line []byte) ([]acpx.Inbound, error) {
 	if err != nil {
 		w.SkippedLines++
 		w.ConsecutiveBadLines++
-		if w.ConsecutiveBadLines >= acpx.MaxConsecutiveBadLines {
-			return nil, acpx.ErrTooManyBadLines
+		if w.ConsecutiveBadLines >= provider.MaxConsecutiveBadLines {
+			return nil, provider.ErrTooManyBadLines
 		}
 		return nil, nil
 	}
 	w.ConsecutiveBadLines = 0
 	switch kind {
 	case KindRequest:
-		key := compactID(m.ID)
+		key := provider.IDKey(m.ID)
 		turnID := ""
 		if w.Turn != nil {
 			turnID = w.Turn.ID
@@ -282,20 +264,20 @@ func (c *Client) handleLine(line []byte) ([]acpx.Inbound, error) {
 			// committed as consumed): keep what the record links to it.
 			turnID = r.TurnID
 		} else {
-			w.AgentRequests[key] = acpx.AgentRequest{Method: m.Method, TurnID: turnID}
+			w.AgentRequests[key] = provider.AgentRequest{Method: m.Method, TurnID: turnID}
 		}
-		return []acpx.Inbound{{Kind: acpx.KindRequest, ID: json.RawMessage(key), Method: m.Method, Params: m.Params, TurnID: turnID}}, nil
+		return []provider.Inbound{{Kind: provider.KindRequest, ID: json.RawMessage(key), Method: m.Method, Params: m.Params, TurnID: turnID}}, nil
 	case KindNotification:
 		return c.notification(m), nil
 	}
 	return c.response(m)
 }
 
-func (c *Client) response(m Message) ([]acpx.Inbound, error) {
+func (c *Client) response(m Message) ([]provider.Inbound, error) {
 	w := c.wire()
 	id, err := strconv.ParseInt(string(m.ID), 10, 64)
 	if err != nil || id < 1 || id >= w.NextRequestID {
-		return nil, acpx.ErrUnknownResponse
+		return nil, provider.ErrUnknownResponse
 	}
 	p, ok := w.Pending[id]
 	if !ok {
@@ -303,49 +285,49 @@ func (c *Client) response(m Message) ([]acpx.Inbound, error) {
 		return nil, nil
 	}
 	delete(w.Pending, id)
-	in := acpx.Inbound{Kind: acpx.KindResponse, ID: m.ID, Method: p.Method, Result: m.Result}
+	in := provider.Inbound{Kind: provider.KindResponse, ID: m.ID, Method: p.Method, Result: m.Result}
 	if m.Error != nil {
-		in.RPCError = &acpx.RPCError{Code: m.Error.Code, Message: m.Error.Message}
+		in.RPCError = &provider.RPCError{Code: m.Error.Code, Message: m.Error.Message}
 		in.Err = c.requestFailed(p, m.Error)
 		return c.settleOnFailedStart(p, id, in), nil
 	}
 	in.Err = c.apply(p, id, m.Result)
-	return []acpx.Inbound{in}, nil
+	return []provider.Inbound{in}, nil
 }
 
 // requestFailed classifies an error answer; its text is provider text and
 // stays out of the failure message.
-func (c *Client) requestFailed(p acpx.PendingRequest, e *RPCError) error {
+func (c *Client) requestFailed(p provider.PendingRequest, e *provider.RPCError) error {
 	switch p.Method {
 	case MethodInitialize, MethodThreadStart, MethodThreadResume:
-		return acpx.NewFailure(acpx.ClassACPSessionInitFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
+		return provider.NewFailure(provider.ClassACPSessionInitFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
 	}
-	return acpx.NewFailure(acpx.ClassTurnFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
+	return provider.NewFailure(provider.ClassTurnFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
 }
 
 // settleOnFailedStart ends the turn whose turn/start was refused: no
 // turn/completed will come for it.
-func (c *Client) settleOnFailedStart(p acpx.PendingRequest, id int64, in acpx.Inbound) []acpx.Inbound {
+func (c *Client) settleOnFailedStart(p provider.PendingRequest, id int64, in provider.Inbound) []provider.Inbound {
 	w := c.wire()
 	if t := w.Turn; p.Method == MethodTurnStart && t != nil && t.PromptRequestID == id {
 		w.Turn = nil
-		out := &acpx.TurnOutcome{TurnID: t.ID, Err: in.Err}
+		out := &provider.TurnOutcome{TurnID: t.ID, Err: in.Err}
 		if t.CancelRequested {
-			out = &acpx.TurnOutcome{TurnID: t.ID, StopReason: acpx.StopCancelled, Cancelled: true}
+			out = &provider.TurnOutcome{TurnID: t.ID, StopReason: provider.StopCancelled, Cancelled: true}
 		}
-		return []acpx.Inbound{in, {Kind: acpx.KindTurnSettled, Outcome: out, Err: out.Err}}
+		return []provider.Inbound{in, {Kind: provider.KindTurnSettled, Outcome: out, Err: out.Err}}
 	}
-	return []acpx.Inbound{in}
+	return []provider.Inbound{in}
 }
 
 // apply records what an answer negotiated.
-func (c *Client) apply(p acpx.PendingRequest, id int64, result json.RawMessage) error {
+func (c *Client) apply(p provider.PendingRequest, id int64, result json.RawMessage) error {
 	rec := c.cl.Live()
 	switch p.Method {
 	case MethodThreadStart, MethodThreadResume:
 		var r ThreadResponse
 		if err := json.Unmarshal(result, &r); err != nil || r.Thread.ID == "" {
-			return acpx.NewFailure(acpx.ClassACPSessionInitFailed, errors.New("thread answered without an id"))
+			return provider.NewFailure(provider.ClassACPSessionInitFailed, errors.New("thread answered without an id"))
 		}
 		if p.Method == MethodThreadStart {
 			rec.Prompted, rec.ResetOnNextEnsure = false, false

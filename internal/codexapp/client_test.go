@@ -6,11 +6,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 func TestThreadStartRecordsThreadID(t *testing.T) {
-	cl := acpx.NewClient(acpx.Record{}, acpx.ClientOptions{})
+	cl := provider.NewCore(provider.Record{}, nil, provider.Dialect{})
 	c := New(cl)
 	call, err := c.ThreadStart(ThreadStartParams{Cwd: "/w", ApprovalPolicy: "never", Sandbox: "danger-full-access"})
 	require.NoError(t, err)
@@ -26,20 +26,20 @@ func TestThreadStartRecordsThreadID(t *testing.T) {
 }
 
 func TestThreadStartBounds(t *testing.T) {
-	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
+	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
 	tools := make([]DynamicTool, MaxDynamicTools+1)
 	_, err := c.ThreadStart(ThreadStartParams{DynamicTools: tools})
 	require.Error(t, err)
 }
 
 func TestTurnLifecycle(t *testing.T) {
-	cl := acpx.NewClient(acpx.Record{ACPSessionID: "thr"}, acpx.ClientOptions{})
+	cl := provider.NewCore(provider.Record{ACPSessionID: "thr"}, nil, provider.Dialect{})
 	c := New(cl)
 	call, err := c.TurnStart("turn-1", "hi")
 	require.NoError(t, err)
 	_, err = c.TurnStart("turn-2", "again")
-	require.ErrorIs(t, err, acpx.ErrTurnActive)
-	feed := func(s string) []acpx.Inbound {
+	require.ErrorIs(t, err, provider.ErrTurnActive)
+	feed := func(s string) []provider.Inbound {
 		ins, err := c.Feed([]byte(s + "\n"))
 		require.NoError(t, err)
 		return ins
@@ -48,7 +48,7 @@ func TestTurnLifecycle(t *testing.T) {
 	require.Equal(t, "u-7", cl.Wire().Turn.ProviderTurnID)
 	ins := feed(`{"method":"item/agentMessage/delta","params":{"threadId":"thr","turnId":"u-7","itemId":"m","delta":"yo"}}`)
 	require.Len(t, ins, 1)
-	require.Equal(t, acpx.UpdateAgentMessageChunk, ins[0].Update.Kind)
+	require.Equal(t, provider.UpdateAgentMessageChunk, ins[0].Update.Kind)
 	require.Empty(t, feed(`{"method":"item/agentMessage/delta","params":{"threadId":"other","turnId":"u-7","itemId":"m","delta":"no"}}`))
 	require.Empty(t, feed(`{"method":"item/agentMessage/delta","params":{"threadId":"thr","turnId":"u-8","itemId":"m","delta":"no"}}`))
 	lines, err := c.Interrupt()
@@ -57,26 +57,26 @@ func TestTurnLifecycle(t *testing.T) {
 	require.Contains(t, string(lines[0]), `"turnId":"u-7"`)
 	ins = feed(`{"method":"turn/completed","params":{"threadId":"thr","turn":{"id":"u-7","status":"interrupted"}}}`)
 	require.Len(t, ins, 1)
-	require.Equal(t, acpx.KindTurnSettled, ins[0].Kind)
+	require.Equal(t, provider.KindTurnSettled, ins[0].Kind)
 	require.True(t, ins[0].Outcome.Cancelled)
 	require.Nil(t, cl.Wire().Turn)
 }
 
 func TestJunkLinesFailAfterTheBound(t *testing.T) {
-	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
-	for i := 0; i < acpx.MaxConsecutiveBadLines-1; i++ {
+	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
+	for i := 0; i < provider.MaxConsecutiveBadLines-1; i++ {
 		_, err := c.Feed([]byte("junk\n"))
 		require.NoError(t, err)
 	}
 	_, err := c.Feed([]byte("junk\n"))
-	require.ErrorIs(t, err, acpx.ErrTooManyBadLines)
+	require.ErrorIs(t, err, provider.ErrTooManyBadLines)
 }
 
 func TestLineBound(t *testing.T) {
-	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
+	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
 	big := make([]byte, MaxLineBytes+1)
 	_, err := c.Feed(big)
-	require.ErrorIs(t, err, acpx.ErrFrameExceeded)
+	require.ErrorIs(t, err, provider.ErrFrameExceeded)
 }
 
 func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
@@ -84,7 +84,7 @@ func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
 // TestEarlyBound: more than MaxEarlyMessages messages before the thread id
 // fail the stream; after thread/start nothing is counted.
 func TestEarlyBound(t *testing.T) {
-	c := New(acpx.NewClient(acpx.Record{}, acpx.ClientOptions{}))
+	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
 	note := []byte(`{"method":"configWarning","params":{}}` + "\n")
 	for i := 0; i < MaxEarlyMessages; i++ {
 		_, err := c.Feed(note)
@@ -93,7 +93,7 @@ func TestEarlyBound(t *testing.T) {
 	_, err := c.Feed(note)
 	require.ErrorIs(t, err, ErrEarlyBound)
 
-	c = New(acpx.NewClient(acpx.Record{ACPSessionID: "thr"}, acpx.ClientOptions{}))
+	c = New(provider.NewCore(provider.Record{ACPSessionID: "thr"}, nil, provider.Dialect{}))
 	for i := 0; i <= MaxEarlyMessages; i++ {
 		_, err := c.Feed(note)
 		require.NoError(t, err)

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // FuzzDecodeMessage: the app-server line decoder never panics, and what it
@@ -50,7 +50,7 @@ func FuzzNotificationMapper(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, line []byte, inTurn bool) {
-		cl := acpx.NewClient(acpx.Record{ACPSessionID: "thread-1"}, acpx.ClientOptions{})
+		cl := provider.NewCore(provider.Record{ACPSessionID: "thread-1"}, nil, provider.Dialect{})
 		c := New(cl)
 		if inTurn {
 			if _, err := c.TurnStart("turn-1", "go"); err != nil {
@@ -61,16 +61,16 @@ func FuzzNotificationMapper(f *testing.F) {
 		ins, _ := c.Feed(line)
 		for _, in := range ins {
 			switch in.Kind {
-			case acpx.KindUpdate:
+			case provider.KindUpdate:
 				if in.Update == nil {
 					t.Fatal("update without update")
 				}
 				_ = c.Mapper.Update(cl.Map(), in.TurnID, *in.Update)
-			case acpx.KindTurnSettled:
+			case provider.KindTurnSettled:
 				if in.Outcome == nil {
 					t.Fatal("settled without outcome")
 				}
-			case acpx.KindEvents:
+			case provider.KindEvents:
 				if len(in.Events) == 0 {
 					t.Fatal("no events")
 				}

@@ -4,24 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // Message is one decoded app-server line. The app-server omits
 // "jsonrpc":"2.0" (its JSONRPCMessage has no such member), so it is
 // accepted absent or "2.0".
 type Message struct {
-	ID     json.RawMessage `json:"id,omitempty"`
-	Method string          `json:"method,omitempty"`
-	Params json.RawMessage `json:"params,omitempty"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *RPCError       `json:"error,omitempty"`
-}
-
-// RPCError is a JSON-RPC error object.
-type RPCError struct {
-	Code    int             `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data,omitempty"`
+	ID     json.RawMessage    `json:"id,omitempty"`
+	Method string             `json:"method,omitempty"`
+	Params json.RawMessage    `json:"params,omitempty"`
+	Result json.RawMessage    `json:"result,omitempty"`
+	Error  *provider.RPCError `json:"error,omitempty"`
 }
 
 // Kinds of message.
@@ -81,44 +76,4 @@ func validID(id json.RawMessage) bool {
 		return json.Unmarshal(id, &n) == nil
 	}
 	return false
-}
-
-// compactID is an id's canonical text, the request table's key.
-func compactID(id json.RawMessage) string {
-	var b bytes.Buffer
-	if json.Compact(&b, id) != nil {
-		return string(id)
-	}
-	return b.String()
-}
-
-type outRequest struct {
-	ID     int64  `json:"id"`
-	Method string `json:"method"`
-	Params any    `json:"params,omitempty"`
-}
-
-type outNotification struct {
-	Method string `json:"method"`
-	Params any    `json:"params,omitempty"`
-}
-
-type outResult struct {
-	ID     json.RawMessage `json:"id"`
-	Result any             `json:"result"`
-}
-
-type outError struct {
-	ID    json.RawMessage `json:"id"`
-	Error RPCError        `json:"error"`
-}
-
-func encodeLine(v any) ([]byte, error) {
-	var b bytes.Buffer
-	e := json.NewEncoder(&b)
-	e.SetEscapeHTML(false)
-	if err := e.Encode(v); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil // Encode ends with the newline
 }

@@ -4,16 +4,16 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // notification maps one app-server notification (codex.md §5) to the
 // Inbound model: message and reasoning deltas, plans and tool items as the
-// ACP session updates acpx.Mapper already maps; turn/completed as a
+// ACP session updates provider.Mapper already maps; turn/completed as a
 // settled turn; usage, compaction and notices as KindEvents. Anything else
 // is dropped and counted (WireState.LateUpdates for another thread's or
 // turn's, SkippedLines for undecodable ones).
-func (c *Client) notification(m Message) []acpx.Inbound {
+func (c *Client) notification(m Message) []provider.Inbound {
 	w := c.wire()
 	turn := w.Turn
 	switch m.Method {
@@ -28,28 +28,28 @@ func (c *Client) notification(m Message) []acpx.Inbound {
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.Turn.ID) {
 			return nil
 		}
-		return []acpx.Inbound{c.settle(n.Turn)}
+		return []provider.Inbound{c.settle(n.Turn)}
 	case NoteAgentDelta, NoteReasoningDelta, NoteReasoningSummary:
 		var n DeltaNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {
 			return nil
 		}
-		kind := acpx.UpdateAgentMessageChunk
+		kind := provider.UpdateAgentMessageChunk
 		if m.Method != NoteAgentDelta {
-			kind = acpx.UpdateAgentThoughtChunk
+			kind = provider.UpdateAgentThoughtChunk
 		}
-		u := acpx.SessionUpdate{Kind: kind, MessageID: n.ItemID, Content: &acpx.ContentBlock{Type: "text", Text: n.Delta}}
-		return []acpx.Inbound{{Kind: acpx.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
+		u := provider.SessionUpdate{Kind: kind, MessageID: n.ItemID, Content: &provider.ContentBlock{Type: "text", Text: n.Delta}}
+		return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
 	case NotePlanUpdated:
 		var n PlanNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {
 			return nil
 		}
-		u := acpx.SessionUpdate{Kind: acpx.UpdatePlan, Entries: []acpx.PlanEntry{}}
+		u := provider.SessionUpdate{Kind: provider.UpdatePlan, Entries: []provider.PlanEntry{}}
 		for _, s := range n.Plan {
-			u.Entries = append(u.Entries, acpx.PlanEntry{Content: s.Step, Priority: "medium", Status: planStatus(s.Status)})
+			u.Entries = append(u.Entries, provider.PlanEntry{Content: s.Step, Priority: "medium", Status: planStatus(s.Status)})
 		}
-		return []acpx.Inbound{{Kind: acpx.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
+		return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
 	case NoteTokenUsage:
 		var n TokenUsageNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) {
@@ -60,7 +60,7 @@ func (c *Client) notification(m Message) []acpx.Inbound {
 			turnID = turn.ID
 		}
 		ev := c.Mapper.UsageReported(c.cl.Map(), turnID, tokens(n.TokenUsage.Total), tokens(n.TokenUsage.Last))
-		return []acpx.Inbound{{Kind: acpx.KindEvents, Method: m.Method, Events: []acpx.Event{ev}}}
+		return []provider.Inbound{{Kind: provider.KindEvents, Method: m.Method, Events: []provider.Event{ev}}}
 	case NoteItemStarted, NoteItemCompleted:
 		var n ItemNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {
@@ -71,21 +71,21 @@ func (c *Client) notification(m Message) []acpx.Inbound {
 		if turn == nil {
 			return nil
 		}
-		return []acpx.Inbound{{Kind: acpx.KindEvents, Method: m.Method, Events: []acpx.Event{c.compacted()}}}
+		return []provider.Inbound{{Kind: provider.KindEvents, Method: m.Method, Events: []provider.Event{c.compacted()}}}
 	case NoteError, NoteWarning, NoteDeprecation, NoteConfigWarning:
 		var n NoticeNotification
 		_ = json.Unmarshal(m.Params, &n) // every field is optional
-		return []acpx.Inbound{{Kind: acpx.KindEvents, Method: m.Method, Events: []acpx.Event{c.notice(m.Method, n)}}}
+		return []provider.Inbound{{Kind: provider.KindEvents, Method: m.Method, Events: []provider.Event{c.notice(m.Method, n)}}}
 	case NoteRequestResolved:
 		var n RequestResolvedNotification
 		if !c.decode(m, &n) || len(n.RequestID) == 0 {
 			return nil
 		}
-		key := compactID(n.RequestID)
+		key := provider.IDKey(n.RequestID)
 		if _, ok := w.AgentRequests[key]; !ok {
 			return nil
 		}
-		return []acpx.Inbound{{Kind: acpx.KindCancelRequest, ID: json.RawMessage(key), Method: m.Method}}
+		return []provider.Inbound{{Kind: provider.KindRequestResolved, ID: json.RawMessage(key), Method: m.Method}}
 	}
 	w.LateUpdates++ // not mapped: counted, never forwarded
 	return nil
@@ -131,43 +131,43 @@ func (c *Client) inTurn(providerTurnID string) bool {
 // settle ends the active turn by turn.status; after an interrupt every
 // status settles as cancelled (the mapper makes it turn.interrupted or,
 // for run.cancel, turn.cancelled). inProgress is a protocol error.
-func (c *Client) settle(t Turn) acpx.Inbound {
+func (c *Client) settle(t Turn) provider.Inbound {
 	w := c.wire()
 	ts := w.Turn
 	w.Turn = nil
 	delete(w.Pending, ts.PromptRequestID)
-	out := &acpx.TurnOutcome{TurnID: ts.ID}
+	out := &provider.TurnOutcome{TurnID: ts.ID}
 	switch {
 	case ts.CancelRequested || t.Status == TurnInterrupted:
-		out.StopReason, out.Cancelled = acpx.StopCancelled, true
+		out.StopReason, out.Cancelled = provider.StopCancelled, true
 	case t.Status == TurnCompleted:
-		out.StopReason = acpx.StopEndTurn
+		out.StopReason = provider.StopEndTurn
 	case t.Status == TurnFailed:
-		out.Err = acpx.NewFailure(acpx.ClassTurnFailed, nil)
+		out.Err = provider.NewFailure(provider.ClassTurnFailed, nil)
 	default:
-		out.Err = acpx.NewFailure(acpx.ClassTurnFailed, nil) // inProgress or unknown: a protocol error
+		out.Err = provider.NewFailure(provider.ClassTurnFailed, nil) // inProgress or unknown: a protocol error
 	}
-	return acpx.Inbound{Kind: acpx.KindTurnSettled, Method: NoteTurnCompleted, Outcome: out, Err: out.Err}
+	return provider.Inbound{Kind: provider.KindTurnSettled, Method: NoteTurnCompleted, Outcome: out, Err: out.Err}
 }
 
-func (c *Client) item(method string, it ThreadItem) []acpx.Inbound {
+func (c *Client) item(method string, it ThreadItem) []provider.Inbound {
 	switch it.Type {
 	case ItemCommandExecution, ItemMCPToolCall:
 		title, kind := it.Command, "execute"
 		if it.Type == ItemMCPToolCall {
 			title, kind = it.Server+"."+it.Tool, "other"
 		}
-		u := acpx.SessionUpdate{Kind: acpx.UpdateToolCall, ToolCallID: it.ID, Title: &title, ToolKind: kind, Status: "in_progress"}
+		u := provider.SessionUpdate{Kind: provider.UpdateToolCall, ToolCallID: it.ID, Title: &title, ToolKind: kind, Status: "in_progress"}
 		if method == NoteItemCompleted {
-			u.Kind, u.Status = acpx.UpdateToolCallUpdate, toolStatus(it.Status)
+			u.Kind, u.Status = provider.UpdateToolCallUpdate, toolStatus(it.Status)
 			if it.AggregatedOutput != nil {
-				u.ToolOutput = []acpx.ToolCallContent{{Type: "content", Content: &acpx.ContentBlock{Type: "text", Text: *it.AggregatedOutput}}}
+				u.ToolOutput = []provider.ToolCallContent{{Type: "content", Content: &provider.ContentBlock{Type: "text", Text: *it.AggregatedOutput}}}
 			}
 		}
-		return []acpx.Inbound{{Kind: acpx.KindUpdate, Method: method, Update: &u, TurnID: c.wire().Turn.ID}}
+		return []provider.Inbound{{Kind: provider.KindUpdate, Method: method, Update: &u, TurnID: c.wire().Turn.ID}}
 	case ItemContextCompaction:
 		if method == NoteItemCompleted {
-			return []acpx.Inbound{{Kind: acpx.KindEvents, Method: method, Events: []acpx.Event{c.compacted()}}}
+			return []provider.Inbound{{Kind: provider.KindEvents, Method: method, Events: []provider.Event{c.compacted()}}}
 		}
 	}
 	// Message and reasoning items are built from their deltas; other
@@ -189,15 +189,15 @@ func (c *Client) turnID() string {
 }
 
 // compacted is context.compacted (P1).
-func (c *Client) compacted() acpx.Event {
-	return acpx.Event{EventType: "context.compacted", Priority: acpx.P1, TurnID: c.turnID(), Payload: map[string]any{
+func (c *Client) compacted() provider.Event {
+	return provider.Event{EventType: "context.compacted", Priority: provider.P1, TurnID: c.turnID(), Payload: map[string]any{
 		"schema": "paperclip.context.compacted.v1", "compactionId": c.nextID("compaction"), "reason": "provider",
 		"preTokens": nil, "postTokens": nil, "sameSession": true}}
 }
 
 // notice is provider.notice.recorded (P0). The provider's text is never
 // forwarded: the summary names the notification only.
-func (c *Client) notice(method string, n NoticeNotification) acpx.Event {
+func (c *Client) notice(method string, n NoticeNotification) provider.Event {
 	severity, summary := "warning", "the provider reported a warning"
 	switch method {
 	case NoteError:
@@ -211,7 +211,7 @@ func (c *Client) notice(method string, n NoticeNotification) acpx.Event {
 	if c.turnID() != "" {
 		scope = "turn"
 	}
-	return acpx.Event{EventType: "provider.notice.recorded", Priority: acpx.P0, TurnID: c.turnID(), Payload: map[string]any{
+	return provider.Event{EventType: "provider.notice.recorded", Priority: provider.P0, TurnID: c.turnID(), Payload: map[string]any{
 		"schema": "paperclip.provider.notice.v1", "noticeId": c.nextID("notice"), "severity": severity,
 		"category": method, "scope": scope, "recoverable": method != NoteError || n.WillRetry,
 		"userActionable": false, "summary": summary}}
@@ -237,7 +237,7 @@ func toolStatus(s string) string {
 	return "in_progress"
 }
 
-func tokens(b TokenBreakdown) acpx.TokenUsage {
-	return acpx.TokenUsage{TotalTokens: b.TotalTokens, InputTokens: b.InputTokens, OutputTokens: b.OutputTokens,
+func tokens(b TokenBreakdown) provider.TokenUsage {
+	return provider.TokenUsage{TotalTokens: b.TotalTokens, InputTokens: b.InputTokens, OutputTokens: b.OutputTokens,
 		ThoughtTokens: b.ReasoningOutputTokens, CachedReadTokens: b.CachedInputTokens}
 }

@@ -1,6 +1,6 @@
-// Package codexapp is runnerd's client of Codex's app-server protocol
-// (codex.md §1–§5): JSON-RPC lines over the agent's stdio, written by
-// hand from the protocol's own types.
+// Package codexapp is runnerd's Codex driver (driver.go) and its client of
+// Codex's app-server protocol (codex.md §1–§5): JSON-RPC lines over the
+// agent's stdio, written by hand from the protocol's own types.
 //
 // Pinned protocol: openai/codex, codex-rs/app-server-protocol (v2 types
 // in src/protocol/v2.rs; the generated schema in schema/json/
@@ -14,8 +14,8 @@
 // below are all runnerd needs.
 //
 // The client keeps its durable state (request table, partial line, active
-// turn, thread id) in the acpx.Client record the agent Manager persists,
-// and turns app-server messages into the acpx.Inbound model, so the
+// turn, thread id) in the provider.Core record the agent Manager persists,
+// and turns app-server messages into the provider.Inbound model, so the
 // Manager's shared mapping, commit path and tool flow apply unchanged.
 package codexapp
 

@@ -11,6 +11,9 @@ const (
 	// the large one); 16 MiB mirrors the pending-request byte bound of
 	// codex.md §2.
 	MaxResponseBytes = 16 << 20
+	// StartTimeout bounds the wait for the listening line: the cold
+	// session.open bound (prp.md §10, codex.md §2: 30 s).
+	StartTimeout = 30 * time.Second
 	// RequestTimeout bounds every HTTP request but the event stream:
 	// codex.md §2, every request waits at most 30 s for its response.
 	RequestTimeout = 30 * time.Second

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // ErrStreamLost means the event stream could not be reopened within
@@ -19,7 +19,7 @@ var ErrStreamLost = errors.New("opencode event stream lost")
 // leave, from Conn.Run's goroutine only. The caller commits both in one
 // durable write (the events to the outbox, the state to the record):
 // that is what makes a replayed or recovered part exactly once in PRP.
-type Sink func(st State, in []acpx.Inbound)
+type Sink func(st State, in []provider.Inbound)
 
 // Conn drives one OpenCode session over a running server: the operations
 // an agent driver needs (open, prompt, cancel, answer a permission) and
@@ -36,8 +36,8 @@ type Conn struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	mu sync.Mutex
-	st State // guarded by mu
+	mu sync.Mutex // guards st
+	st State      // guarded by mu
 }
 
 // NewConn returns a Conn resuming st (zero for a new session).
@@ -113,11 +113,11 @@ func (c *Conn) Prompt(ctx context.Context, turnID string, p Prompt) error {
 	c.mu.Lock()
 	if c.st.SessionID == "" {
 		c.mu.Unlock()
-		return acpx.ErrNoSession
+		return provider.ErrNoSession
 	}
 	if c.st.TurnID != "" {
 		c.mu.Unlock()
-		return acpx.ErrTurnActive
+		return provider.ErrTurnActive
 	}
 	c.st.StartTurn(turnID)
 	sid := c.st.SessionID
@@ -139,7 +139,7 @@ func (c *Conn) Cancel(ctx context.Context) error {
 	c.mu.Lock()
 	if c.st.TurnID == "" {
 		c.mu.Unlock()
-		return acpx.ErrNoTurn
+		return provider.ErrNoTurn
 	}
 	c.st.MarkAborting()
 	sid := c.st.SessionID

@@ -9,9 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pcrunner/pcrunner/internal/acpx"
 )
 
 // TestOpenCodeAuth: the server takes only its per-session password
@@ -42,10 +41,10 @@ func TestOpenCodeTextTurn(t *testing.T) {
 	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{ProviderID: "fake", ModelID: "fake-model",
 		System: "be brief", Text: "FAKEOC: text alpha beta gamma"}))
 	in := col.waitFor(t, "settlement", settled)
-	require.Equal(t, "alpha beta gamma", textOf(in, acpx.UpdateAgentMessageChunk))
+	require.Equal(t, "alpha beta gamma", textOf(in, provider.UpdateAgentMessageChunk))
 	last := in[len(in)-1]
-	require.Equal(t, acpx.KindTurnSettled, last.Kind)
-	require.Equal(t, acpx.StopEndTurn, last.Outcome.StopReason)
+	require.Equal(t, provider.KindTurnSettled, last.Kind)
+	require.Equal(t, provider.StopEndTurn, last.Outcome.StopReason)
 	require.NotNil(t, last.Outcome.Usage)
 	require.Equal(t, int64(10), last.Outcome.Usage.InputTokens)
 	require.Equal(t, int64(3), last.Outcome.Usage.OutputTokens)
@@ -78,16 +77,16 @@ func TestOpenCodeTextTurn(t *testing.T) {
 
 	// The session is still usable: a second turn.
 	require.NoError(t, c.Prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: text again"}))
-	in = col.waitFor(t, "second settlement", func(in []acpx.Inbound) bool {
+	in = col.waitFor(t, "second settlement", func(in []provider.Inbound) bool {
 		n := 0
 		for _, m := range in {
-			if m.Kind == acpx.KindTurnSettled {
+			if m.Kind == provider.KindTurnSettled {
 				n++
 			}
 		}
 		return n == 2
 	})
-	require.Equal(t, "alpha beta gammaagain", textOf(in, acpx.UpdateAgentMessageChunk))
+	require.Equal(t, "alpha beta gammaagain", textOf(in, provider.UpdateAgentMessageChunk))
 }
 
 // TestOpenCodeToolTurn: a bash tool part becomes tool_call then its
@@ -108,7 +107,7 @@ func TestOpenCodeToolTurn(t *testing.T) {
 			require.Equal(t, "execute", e.Payload["operation"])
 		}
 	}
-	require.Equal(t, "done", textOf(in, acpx.UpdateAgentMessageChunk))
+	require.Equal(t, "done", textOf(in, provider.UpdateAgentMessageChunk))
 }
 
 // TestOpenCodePermission: permission.asked becomes a
@@ -123,9 +122,9 @@ func TestOpenCodePermission(t *testing.T) {
 			c, col, _ := newConn(t, srv)
 			require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: permission rm -rf build"}))
 			in := col.waitFor(t, "permission request", hasPermission)
-			var req acpx.Inbound
+			var req provider.Inbound
 			for _, m := range in {
-				if m.Kind == acpx.KindRequest {
+				if m.Kind == provider.KindRequest {
 					req = m
 				}
 			}
@@ -155,21 +154,21 @@ func TestOpenCodeAbort(t *testing.T) {
 	srv := startFake(t, "pw-abort")
 	c, col, _ := newConn(t, srv)
 	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: slow 1000 20"}))
-	col.waitFor(t, "the first delta", func(in []acpx.Inbound) bool { return textOf(in, acpx.UpdateAgentMessageChunk) != "" })
+	col.waitFor(t, "the first delta", func(in []provider.Inbound) bool { return textOf(in, provider.UpdateAgentMessageChunk) != "" })
 	require.NoError(t, c.Cancel(context.Background()))
 	in := col.waitFor(t, "settlement", settled)
 	last := in[len(in)-1]
 	require.True(t, last.Outcome.Cancelled)
-	require.Equal(t, acpx.StopCancelled, last.Outcome.StopReason)
+	require.Equal(t, provider.StopCancelled, last.Outcome.StopReason)
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.interrupted"), "%v", eventTypes(evs))
 	require.Equal(t, 1, count(mapEvents(t, "turn-1", in, true), "turn.cancelled"))
-	require.ErrorIs(t, c.Cancel(context.Background()), acpx.ErrNoTurn)
+	require.ErrorIs(t, c.Cancel(context.Background()), provider.ErrNoTurn)
 
 	require.NoError(t, c.Prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: text still here"}))
-	col.waitFor(t, "second turn", func(in []acpx.Inbound) bool {
-		return strings.HasSuffix(textOf(in, acpx.UpdateAgentMessageChunk), "still here")
+	col.waitFor(t, "second turn", func(in []provider.Inbound) bool {
+		return strings.HasSuffix(textOf(in, provider.UpdateAgentMessageChunk), "still here")
 	})
 }
 
@@ -182,7 +181,7 @@ func TestOpenCodeFailedTurn(t *testing.T) {
 	in := col.waitFor(t, "settlement", settled)
 	last := in[len(in)-1].Outcome
 	require.Error(t, last.Err)
-	require.Equal(t, acpx.ClassTurnFailed, acpx.ClassOf(last.Err))
+	require.Equal(t, provider.ClassTurnFailed, provider.ClassOf(last.Err))
 	require.NotContains(t, last.Err.Error(), "fakeopencode:", "the server's message stays out")
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)
@@ -201,10 +200,10 @@ func TestOpenCodePlanAndReasoning(t *testing.T) {
 	require.Equal(t, 1, count(evs, "plan.updated"), "%v", eventTypes(evs))
 
 	require.NoError(t, c.Prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: reasoning think hard"}))
-	in = col.waitFor(t, "second settlement", func(in []acpx.Inbound) bool {
-		return textOf(in, acpx.UpdateAgentThoughtChunk) == "think hard" && settled(in[len(in)-1:])
+	in = col.waitFor(t, "second settlement", func(in []provider.Inbound) bool {
+		return textOf(in, provider.UpdateAgentThoughtChunk) == "think hard" && settled(in[len(in)-1:])
 	})
-	require.Equal(t, "planneddone", textOf(in, acpx.UpdateAgentMessageChunk))
+	require.Equal(t, "planneddone", textOf(in, provider.UpdateAgentMessageChunk))
 }
 
 // TestOpenCodeDroppedStreamRecovers: the event stream drops mid-turn and
@@ -216,7 +215,7 @@ func TestOpenCodeDroppedStreamRecovers(t *testing.T) {
 	c, col, _ := newConn(t, srv)
 	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: drop one two three four"}))
 	in := col.waitFor(t, "settlement", settled)
-	require.Equal(t, "one two three four", textOf(in, acpx.UpdateAgentMessageChunk))
+	require.Equal(t, "one two three four", textOf(in, provider.UpdateAgentMessageChunk))
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"))
@@ -235,7 +234,7 @@ func TestOpenCodeRestartRecovers(t *testing.T) {
 	srv := startFake(t, "pw-restart")
 	c, col, stop := newConn(t, srv)
 	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: slow 40 10"}))
-	col.waitFor(t, "some deltas", func(in []acpx.Inbound) bool { return len(textOf(in, acpx.UpdateAgentMessageChunk)) >= 15 })
+	col.waitFor(t, "some deltas", func(in []provider.Inbound) bool { return len(textOf(in, provider.UpdateAgentMessageChunk)) >= 15 })
 	require.ErrorIs(t, stop(), context.Canceled)
 	before, st := col.snapshot() // what the Manager committed
 	require.NotEmpty(t, st.TurnID)
@@ -248,7 +247,7 @@ func TestOpenCodeRestartRecovers(t *testing.T) {
 	runConn(t, c2)
 	after := col2.waitFor(t, "settlement after the restart", settled)
 	all := append(before, after...)
-	require.Equal(t, strings.Repeat("slow ", 40), textOf(all, acpx.UpdateAgentMessageChunk))
+	require.Equal(t, strings.Repeat("slow ", 40), textOf(all, provider.UpdateAgentMessageChunk))
 	evs := mapEvents(t, "turn-1", all, false)
 	requireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", eventTypes(evs))
@@ -261,7 +260,7 @@ func TestOpenCodePromptRefused(t *testing.T) {
 	cl, err := NewClient(srv.url, srv.password)
 	require.NoError(t, err)
 	defer cl.Close()
-	c := NewConn(cl, State{SessionID: "ses_missing"}, func(State, []acpx.Inbound) {})
+	c := NewConn(cl, State{SessionID: "ses_missing"}, func(State, []provider.Inbound) {})
 	runConn(t, c)
 	err = c.Prompt(context.Background(), "turn-1", Prompt{Text: "x"})
 	var se *StatusError

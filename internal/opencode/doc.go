@@ -1,8 +1,9 @@
-// Package opencode is runnerd's client of the OpenCode server
-// (`opencode serve`, codex.md §6): its loopback HTTP API with HTTP basic
-// auth, the server-sent event stream, and the translation of OpenCode's
-// events into the acpx.Inbound model the agent Manager consumes, so the
-// PRP events come from the one acpx.Mapper every driver shares.
+// Package opencode is runnerd's OpenCode driver (driver.go) and its client
+// of the OpenCode server (`opencode serve`, codex.md §6): its loopback HTTP
+// API with HTTP basic auth, the server-sent event stream, and the
+// translation of OpenCode's events into the provider.Inbound model the
+// agent Manager consumes, so the PRP events come from the one
+// provider.Mapper every driver shares.
 //
 // Pinned API: opencode-ai 1.18.33 (the version the npm registry serves
 // here; codex.md §6 names 1.18.34, which it does not serve). The routes,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -66,7 +66,7 @@ func startFake(t *testing.T, password string) *fakeServer {
 // the Manager commits them.
 type collector struct {
 	mu    sync.Mutex
-	in    []acpx.Inbound
+	in    []provider.Inbound
 	st    State
 	batch int
 	wake  chan struct{}
@@ -74,7 +74,7 @@ type collector struct {
 
 func newCollector() *collector { return &collector{wake: make(chan struct{}, 1)} }
 
-func (c *collector) sink(st State, in []acpx.Inbound) {
+func (c *collector) sink(st State, in []provider.Inbound) {
 	c.mu.Lock()
 	c.in = append(c.in, in...)
 	c.st = st
@@ -86,14 +86,14 @@ func (c *collector) sink(st State, in []acpx.Inbound) {
 	}
 }
 
-func (c *collector) snapshot() ([]acpx.Inbound, State) {
+func (c *collector) snapshot() ([]provider.Inbound, State) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]acpx.Inbound(nil), c.in...), c.st.clone()
+	return append([]provider.Inbound(nil), c.in...), c.st.clone()
 }
 
 // waitFor waits until cond holds over what was collected.
-func (c *collector) waitFor(t *testing.T, what string, cond func([]acpx.Inbound) bool) []acpx.Inbound {
+func (c *collector) waitFor(t *testing.T, what string, cond func([]provider.Inbound) bool) []provider.Inbound {
 	t.Helper()
 	deadline := time.After(waitBound)
 	for {
@@ -109,28 +109,28 @@ func (c *collector) waitFor(t *testing.T, what string, cond func([]acpx.Inbound)
 	}
 }
 
-func settled(in []acpx.Inbound) bool {
+func settled(in []provider.Inbound) bool {
 	for _, m := range in {
-		if m.Kind == acpx.KindTurnSettled {
+		if m.Kind == provider.KindTurnSettled {
 			return true
 		}
 	}
 	return false
 }
 
-func hasPermission(in []acpx.Inbound) bool {
+func hasPermission(in []provider.Inbound) bool {
 	for _, m := range in {
-		if m.Kind == acpx.KindRequest {
+		if m.Kind == provider.KindRequest {
 			return true
 		}
 	}
 	return false
 }
 
-func textOf(in []acpx.Inbound, kind string) string {
+func textOf(in []provider.Inbound, kind string) string {
 	var b strings.Builder
 	for _, m := range in {
-		if m.Kind == acpx.KindUpdate && m.Update.Kind == kind && m.Update.Content != nil {
+		if m.Kind == provider.KindUpdate && m.Update.Kind == kind && m.Update.Content != nil {
 			b.WriteString(m.Update.Content.Text)
 		}
 	}
@@ -177,26 +177,26 @@ func newConn(t *testing.T, srv *fakeServer) (*Conn, *collector, func() error) {
 
 // mapEvents runs the messages through the acpx mapper as the Manager
 // does (turn.started first) and returns the PRP events.
-func mapEvents(t *testing.T, turnID string, in []acpx.Inbound, byRunCancel bool) []acpx.Event {
+func mapEvents(t *testing.T, turnID string, in []provider.Inbound, byRunCancel bool) []provider.Event {
 	t.Helper()
-	mp := acpx.Mapper{Redactor: acpx.NewRedactor(), Provider: "opencode", Cwd: "/work"}
-	ms := &acpx.MapState{}
+	mp := provider.Mapper{Redactor: provider.NewRedactor(), Provider: "opencode", Cwd: "/work"}
+	ms := &provider.MapState{}
 	evs := mp.TurnStarted(ms, turnID)
 	for _, m := range in {
 		switch m.Kind {
-		case acpx.KindUpdate:
+		case provider.KindUpdate:
 			evs = append(evs, mp.Update(ms, m.TurnID, *m.Update)...)
-		case acpx.KindRequest:
+		case provider.KindRequest:
 			_, e := mp.PermissionRequest(ms, m.TurnID, m.ID, *m.Permission)
 			evs = append(evs, e...)
-		case acpx.KindTurnSettled:
-			evs = append(evs, mp.Settle(ms, acpx.SettlementOf(*m.Outcome, byRunCancel))...)
+		case provider.KindTurnSettled:
+			evs = append(evs, mp.Settle(ms, provider.SettlementOf(*m.Outcome, byRunCancel))...)
 		}
 	}
 	return evs
 }
 
-func envelope(seq int, ev acpx.Event) map[string]any {
+func envelope(seq int, ev provider.Event) map[string]any {
 	env := map[string]any{
 		"schema": "paperclip.prp.event.v1", "sourceEventId": fmt.Sprintf("event_runner-1_%016d", seq),
 		"sourceSeq": seq, "sourceInstanceId": "runner-1", "sourceKind": "runner", "runId": "run-1",
@@ -214,7 +214,7 @@ func envelope(seq int, ev acpx.Event) map[string]any {
 
 // requireValidEvents validates every event against the reference
 // schemas, as the server does.
-func requireValidEvents(t *testing.T, evs []acpx.Event) {
+func requireValidEvents(t *testing.T, evs []provider.Event) {
 	t.Helper()
 	s := prpschema.Load(t)
 	for i, ev := range evs {
@@ -228,7 +228,7 @@ func requireValidEvents(t *testing.T, evs []acpx.Event) {
 	}
 }
 
-func eventTypes(evs []acpx.Event) []string {
+func eventTypes(evs []provider.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
 		out[i] = e.EventType
@@ -236,7 +236,7 @@ func eventTypes(evs []acpx.Event) []string {
 	return out
 }
 
-func count(evs []acpx.Event, typ string) int {
+func count(evs []provider.Event, typ string) int {
 	n := 0
 	for _, e := range evs {
 		if e.EventType == typ {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -103,14 +103,14 @@ func TestOpenCodeRealServer(t *testing.T) {
 	defer stop()
 
 	turns := 0
-	wait := func(what string) []acpx.Inbound {
+	wait := func(what string) []provider.Inbound {
 		t.Helper()
 		deadline := time.After(realTurnBound)
 		for {
 			in, _ := col.snapshot()
 			n := 0
 			for _, m := range in {
-				if m.Kind == acpx.KindTurnSettled {
+				if m.Kind == provider.KindTurnSettled {
 					n++
 				}
 			}
@@ -128,7 +128,7 @@ func TestOpenCodeRealServer(t *testing.T) {
 		System: "Answer briefly.", Text: "FAKELLM: text hello from the real server"}))
 	turns++
 	in := wait("the text turn")
-	require.Equal(t, "hello from the real server", textOf(in, acpx.UpdateAgentMessageChunk))
+	require.Equal(t, "hello from the real server", textOf(in, provider.UpdateAgentMessageChunk))
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", eventTypes(evs))

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // State is the translation's durable state: the caller keeps it in the
@@ -37,7 +37,7 @@ type State struct {
 	Finish    string `json:"finish,omitempty"`
 	ErrorName string `json:"errorName,omitempty"`
 	// Usage sums the turn's step-finish tokens.
-	Usage acpx.TokenUsage `json:"usage"`
+	Usage provider.TokenUsage `json:"usage"`
 	// Parts records what was emitted per message-part id of the active
 	// turn; Order lists them oldest first for the MaxTrackedParts bound.
 	Parts map[string]*PartState `json:"parts,omitempty"`
@@ -68,7 +68,7 @@ const methodRequestPermission = "session/request_permission"
 func (st *State) StartTurn(turnID string) {
 	st.TurnID, st.TurnUser, st.Assistant = turnID, "", nil
 	st.Busy, st.Idle, st.Aborting, st.Finish, st.ErrorName = false, false, false, "", ""
-	st.Usage = acpx.TokenUsage{}
+	st.Usage = provider.TokenUsage{}
 }
 
 // MarkAborting records that the active turn is being cancelled.
@@ -134,7 +134,7 @@ func (st *State) evict() {
 // permission as a session/request_permission request, and the turn's
 // idle as its settlement. Events of other sessions, outside a turn, or of
 // types runnerd does not map yield nothing.
-func Translate(st *State, ev Event) []acpx.Inbound {
+func Translate(st *State, ev Event) []provider.Inbound {
 	if st.TurnID == "" || len(ev.Properties) == 0 {
 		return nil
 	}
@@ -169,7 +169,7 @@ func Translate(st *State, ev Event) []acpx.Inbound {
 			st.ErrorName = p.Error.Name
 		}
 	case EventTodoUpdated:
-		return []acpx.Inbound{st.update(plan(p.Todos))}
+		return []provider.Inbound{st.update(plan(p.Todos))}
 	case EventPermissionAsked:
 		var pa PermissionAsked
 		if err := json.Unmarshal(ev.Properties, &pa); err != nil {
@@ -181,7 +181,7 @@ func Translate(st *State, ev Event) []acpx.Inbound {
 }
 
 // ask forwards a permission request once.
-func (st *State) ask(pa PermissionAsked) []acpx.Inbound {
+func (st *State) ask(pa PermissionAsked) []provider.Inbound {
 	if pa.ID == "" || pa.SessionID != st.SessionID || st.asked(pa.ID) {
 		return nil
 	}
@@ -189,7 +189,7 @@ func (st *State) ask(pa PermissionAsked) []acpx.Inbound {
 	if len(st.Asked) > MaxTrackedParts {
 		st.Asked = st.Asked[1:]
 	}
-	return []acpx.Inbound{st.permission(pa)}
+	return []provider.Inbound{st.permission(pa)}
 }
 
 // message tracks the turn's user and assistant messages.
@@ -218,7 +218,7 @@ func (st *State) message(m MessageInfo) {
 
 // fullPart maps a part's complete current state; recovered marks a part
 // read from the message list (an unfinished text part then resyncs).
-func (st *State) fullPart(pt Part, recovered bool) []acpx.Inbound {
+func (st *State) fullPart(pt Part, recovered bool) []provider.Inbound {
 	switch pt.Type {
 	case PartText, PartReasoning:
 		if pt.Synthetic {
@@ -227,7 +227,7 @@ func (st *State) fullPart(pt Part, recovered bool) []acpx.Inbound {
 		_, seen := st.Parts[pt.ID]
 		ps := st.part(pt.ID, pt.Type)
 		ps.Kind = pt.Type // a part first seen by a delta had no kind
-		var out []acpx.Inbound
+		var out []provider.Inbound
 		if !seen && pt.Text == "" {
 			out = append(out, st.chunk(pt.Type, pt.ID, "")) // opens the item
 		}
@@ -264,7 +264,7 @@ func (st *State) fullPart(pt Part, recovered bool) []acpx.Inbound {
 	return nil
 }
 
-func (st *State) delta(p sessionProps) []acpx.Inbound {
+func (st *State) delta(p sessionProps) []provider.Inbound {
 	if p.Field != "text" || p.Delta == "" || !st.isAssistant(p.MessageID) {
 		return nil
 	}
@@ -279,23 +279,23 @@ func (st *State) delta(p sessionProps) []acpx.Inbound {
 		return nil
 	}
 	ps.Emitted += len(p.Delta)
-	return []acpx.Inbound{st.chunk(ps.Kind, p.PartID, p.Delta)}
+	return []provider.Inbound{st.chunk(ps.Kind, p.PartID, p.Delta)}
 }
 
-func (st *State) chunk(kind, partID, text string) acpx.Inbound {
-	k := acpx.UpdateAgentMessageChunk
+func (st *State) chunk(kind, partID, text string) provider.Inbound {
+	k := provider.UpdateAgentMessageChunk
 	if kind == PartReasoning {
-		k = acpx.UpdateAgentThoughtChunk
+		k = provider.UpdateAgentThoughtChunk
 	}
-	return st.update(acpx.SessionUpdate{Kind: k, MessageID: partID,
-		Content: &acpx.ContentBlock{Type: "text", Text: text}})
+	return st.update(provider.SessionUpdate{Kind: k, MessageID: partID,
+		Content: &provider.ContentBlock{Type: "text", Text: text}})
 }
 
-func (st *State) update(u acpx.SessionUpdate) acpx.Inbound {
-	return acpx.Inbound{Kind: acpx.KindUpdate, Update: &u, TurnID: st.TurnID}
+func (st *State) update(u provider.SessionUpdate) provider.Inbound {
+	return provider.Inbound{Kind: provider.KindUpdate, Update: &u, TurnID: st.TurnID}
 }
 
-func (st *State) tool(pt Part) []acpx.Inbound {
+func (st *State) tool(pt Part) []provider.Inbound {
 	if pt.State == nil {
 		return nil
 	}
@@ -309,9 +309,9 @@ func (st *State) tool(pt Part) []acpx.Inbound {
 	if title == "" {
 		title = pt.Tool
 	}
-	u := acpx.SessionUpdate{Kind: acpx.UpdateToolCallUpdate, ToolCallID: pt.ID, Status: status}
+	u := provider.SessionUpdate{Kind: provider.UpdateToolCallUpdate, ToolCallID: pt.ID, Status: status}
 	if !seen {
-		u.Kind, u.ToolKind = acpx.UpdateToolCall, toolKind(pt.Tool)
+		u.Kind, u.ToolKind = provider.UpdateToolCall, toolKind(pt.Tool)
 		u.Locations = locations(pt.State.Input)
 	}
 	if title != "" {
@@ -325,14 +325,14 @@ func (st *State) tool(pt Part) []acpx.Inbound {
 	}
 	ps.ToolStatus = status
 	ps.Done = status == "completed" || status == "failed"
-	return []acpx.Inbound{st.update(u)}
+	return []provider.Inbound{st.update(u)}
 }
 
-func textContent(s string) []acpx.ToolCallContent {
+func textContent(s string) []provider.ToolCallContent {
 	if s == "" {
 		return nil
 	}
-	return []acpx.ToolCallContent{{Type: "content", Content: &acpx.ContentBlock{Type: "text", Text: s}}}
+	return []provider.ToolCallContent{{Type: "content", Content: &provider.ContentBlock{Type: "text", Text: s}}}
 }
 
 // toolStatus maps OpenCode's tool states to ACP's.
@@ -369,7 +369,7 @@ func toolKind(tool string) string {
 }
 
 // locations reads the file a tool names (filePath or path).
-func locations(input json.RawMessage) []acpx.ToolLocation {
+func locations(input json.RawMessage) []provider.ToolLocation {
 	var in struct {
 		FilePath string `json:"filePath"`
 		Path     string `json:"path"`
@@ -384,12 +384,12 @@ func locations(input json.RawMessage) []acpx.ToolLocation {
 	if p == "" {
 		return nil
 	}
-	return []acpx.ToolLocation{{Path: p}}
+	return []provider.ToolLocation{{Path: p}}
 }
 
 // plan maps todos to an ACP plan.
-func plan(todos []Todo) acpx.SessionUpdate {
-	u := acpx.SessionUpdate{Kind: acpx.UpdatePlan, Entries: []acpx.PlanEntry{}}
+func plan(todos []Todo) provider.SessionUpdate {
+	u := provider.SessionUpdate{Kind: provider.UpdatePlan, Entries: []provider.PlanEntry{}}
 	for _, t := range todos {
 		status := "pending"
 		switch t.Status {
@@ -403,7 +403,7 @@ func plan(todos []Todo) acpx.SessionUpdate {
 		case "high", "low":
 			prio = t.Priority
 		}
-		u.Entries = append(u.Entries, acpx.PlanEntry{Content: t.Content, Priority: prio, Status: status})
+		u.Entries = append(u.Entries, provider.PlanEntry{Content: t.Content, Priority: prio, Status: status})
 	}
 	return u
 }
@@ -411,24 +411,24 @@ func plan(todos []Todo) acpx.SessionUpdate {
 // permission maps permission.asked to the ACP request the Manager's
 // runtime-request flow handles; the request id is OpenCode's (a JSON
 // string), answered through ReplyFor.
-func (st *State) permission(pa PermissionAsked) acpx.Inbound {
+func (st *State) permission(pa PermissionAsked) provider.Inbound {
 	id, _ := json.Marshal(pa.ID)
 	title := pa.Permission
 	if len(pa.Patterns) > 0 {
 		title += ": " + strings.Join(pa.Patterns, " ")
 	}
-	req := &acpx.PermissionRequest{SessionID: st.SessionID,
-		ToolCall: acpx.PermissionToolCall{Title: title, Kind: toolKind(pa.Permission)},
-		Options: []acpx.PermissionOption{
-			{OptionID: ReplyOnce, Name: "Allow once", Kind: acpx.OptionAllowOnce},
-			{OptionID: ReplyAlways, Name: "Allow always", Kind: acpx.OptionAllowAlways},
-			{OptionID: ReplyReject, Name: "Reject", Kind: acpx.OptionRejectOnce},
+	req := &provider.PermissionRequest{SessionID: st.SessionID,
+		ToolCall: provider.PermissionToolCall{Title: title, Kind: toolKind(pa.Permission)},
+		Options: []provider.PermissionOption{
+			{OptionID: ReplyOnce, Name: "Allow once", Kind: provider.OptionAllowOnce},
+			{OptionID: ReplyAlways, Name: "Allow always", Kind: provider.OptionAllowAlways},
+			{OptionID: ReplyReject, Name: "Reject", Kind: provider.OptionRejectOnce},
 		}}
 	if pa.Tool != nil {
 		req.ToolCall.ToolCallID = pa.Tool.CallID
 	}
 	params, _ := json.Marshal(req)
-	return acpx.Inbound{Kind: acpx.KindRequest, ID: id, Method: methodRequestPermission,
+	return provider.Inbound{Kind: provider.KindRequest, ID: id, Method: methodRequestPermission,
 		Params: params, Permission: req, TurnID: st.TurnID}
 }
 
@@ -444,26 +444,26 @@ func ReplyFor(optionID string) string {
 
 // Settle ends the active turn (use it when the message list cannot be
 // read; Recover settles an idle turn itself).
-func Settle(st *State) []acpx.Inbound {
+func Settle(st *State) []provider.Inbound {
 	if st.TurnID == "" {
 		return nil
 	}
 	return st.settle()
 }
 
-func (st *State) settle() []acpx.Inbound {
-	out := acpx.TurnOutcome{TurnID: st.TurnID, StopReason: stopReason(st.Finish)}
-	if st.Usage != (acpx.TokenUsage{}) {
+func (st *State) settle() []provider.Inbound {
+	out := provider.TurnOutcome{TurnID: st.TurnID, StopReason: stopReason(st.Finish)}
+	if st.Usage != (provider.TokenUsage{}) {
 		u := st.Usage
 		out.Usage = &u
 	}
 	switch {
 	case st.Aborting || st.ErrorName == ErrorAborted:
-		out.StopReason, out.Cancelled = acpx.StopCancelled, true
+		out.StopReason, out.Cancelled = provider.StopCancelled, true
 	case st.ErrorName == "ProviderAuthError":
-		out.Err = acpx.NewFailure(acpx.ClassAuthenticationRequired, errors.New("opencode turn failed: "+st.ErrorName))
+		out.Err = provider.NewFailure(provider.ClassAuthenticationRequired, errors.New("opencode turn failed: "+st.ErrorName))
 	case st.ErrorName != "":
-		out.Err = acpx.NewFailure(acpx.ClassTurnFailed, errors.New("opencode turn failed: "+safeName(st.ErrorName)))
+		out.Err = provider.NewFailure(provider.ClassTurnFailed, errors.New("opencode turn failed: "+safeName(st.ErrorName)))
 	}
 	if st.TurnUser != "" {
 		st.LastUser = st.TurnUser
@@ -473,7 +473,7 @@ func (st *State) settle() []acpx.Inbound {
 	// event is matched to its assistant messages first), so a settled
 	// turn's record goes: the state stays one turn large.
 	st.Parts, st.Order, st.Asked = nil, nil, nil
-	return []acpx.Inbound{{Kind: acpx.KindTurnSettled, TurnID: out.TurnID, Outcome: &out, Err: out.Err}}
+	return []provider.Inbound{{Kind: provider.KindTurnSettled, TurnID: out.TurnID, Outcome: &out, Err: out.Err}}
 }
 
 // safeName keeps an error name to identifier characters (it is server
@@ -495,11 +495,11 @@ func safeName(s string) string {
 func stopReason(finish string) string {
 	switch finish {
 	case "length":
-		return acpx.StopMaxTokens
+		return provider.StopMaxTokens
 	case "content-filter":
-		return acpx.StopRefusal
+		return provider.StopRefusal
 	}
-	return acpx.StopEndTurn
+	return provider.StopEndTurn
 }
 
 // Recover rebuilds what the stream missed from the message list and the
@@ -508,7 +508,7 @@ func stopReason(finish string) string {
 // emitted, pending permission requests not yet forwarded, and the turn's end when the stream reported it idle, or the
 // status says idle and its last message is complete. Parts already
 // emitted in full yield nothing.
-func Recover(st *State, msgs []Message, status map[string]string, pending []PermissionAsked) []acpx.Inbound {
+func Recover(st *State, msgs []Message, status map[string]string, pending []PermissionAsked) []provider.Inbound {
 	if st.TurnID == "" {
 		return nil
 	}
@@ -520,7 +520,7 @@ func Recover(st *State, msgs []Message, status map[string]string, pending []Perm
 			}
 		}
 	}
-	var out []acpx.Inbound
+	var out []provider.Inbound
 	var last *MessageInfo
 	sorted := append([]Message(nil), msgs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Info.ID < sorted[j].Info.ID })

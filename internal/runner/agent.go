@@ -9,6 +9,9 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/agent"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
+	"github.com/pcrunner/pcrunner/internal/opencode"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -47,6 +50,11 @@ func newAgentExec(r *loop) (*agentExec, error) {
 	a := &agentExec{r: r, ctx: context.Background()}
 	a.m = agent.NewManager(agent.Config{
 		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, OpenCodeExecutable: r.cfg.OpenCodeExecutable,
+		Drivers: map[string]provider.NewDriver{
+			agent.DriverACP:      acpx.NewDriver,
+			agent.DriverCodex:    codexapp.NewDriver,
+			agent.DriverOpenCode: opencode.NewDriver,
+		},
 		Environ: os.Environ(), Sink: a,
 		Logger: r.log, Stderr: os.Stderr, Clock: r.clk,
 		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,
@@ -115,7 +123,7 @@ func (a *agentExec) stop(orderly bool) {
 
 // Commit implements agent.Sink: the record and the events in one durable
 // write, then a send of what is committed.
-func (a *agentExec) Commit(st agent.Stored, evs []acpx.Event, out *agent.CommandOutcome) error {
+func (a *agentExec) Commit(st agent.Stored, evs []provider.Event, out *agent.CommandOutcome) error {
 	events, err := stateEvents(evs)
 	if err != nil {
 		return err
@@ -174,7 +182,7 @@ func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
 // carry CoalesceKey = itemId: the outbox merges consecutive deltas of one
 // item into one unsent P2 event (prp.md §8.1, §9.3), in this commit or a
 // later one.
-func stateEvents(evs []acpx.Event) ([]state.Event, error) {
+func stateEvents(evs []provider.Event) ([]state.Event, error) {
 	out := make([]state.Event, 0, len(evs))
 	for _, e := range evs {
 		p := make(map[string]any, len(e.Payload)+2)

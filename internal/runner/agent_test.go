@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -145,11 +145,11 @@ func TestAgentDeltasCoalesceInTheOutbox(t *testing.T) {
 	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
 	require.NoError(t, err)
 	defer st.Close()
-	delta := func(item, text string) acpx.Event {
-		return acpx.Event{EventType: "item.delta", Priority: acpx.P2, TurnID: "pturn-1", ItemID: item,
+	delta := func(item, text string) provider.Event {
+		return provider.Event{EventType: "item.delta", Priority: provider.P2, TurnID: "pturn-1", ItemID: item,
 			Payload: map[string]any{"kind": "assistant_message", "text": text}}
 	}
-	commit := func(evs ...acpx.Event) {
+	commit := func(evs ...provider.Event) {
 		events, err := stateEvents(evs)
 		require.NoError(t, err)
 		require.NoError(t, st.Update(func(tx *state.Tx) error {
@@ -197,7 +197,7 @@ func TestAgentNoticeInTurnMatchesSchema(t *testing.T) {
 	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
 	require.NoError(t, err)
 	defer st.Close()
-	events, err := stateEvents([]acpx.Event{{EventType: "provider.notice.recorded", Priority: acpx.P0, TurnID: "pturn-1", ItemID: "it-1",
+	events, err := stateEvents([]provider.Event{{EventType: "provider.notice.recorded", Priority: provider.P0, TurnID: "pturn-1", ItemID: "it-1",
 		Payload: map[string]any{"schema": "paperclip.provider.notice.v1", "noticeId": "codex-notice-2", "severity": "warning",
 			"category": "warning", "scope": "turn", "recoverable": true, "userActionable": false, "summary": "the provider reported a warning"}}})
 	require.NoError(t, err)

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/clientfs"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // ACP client methods (agent-client-protocol schema).
@@ -59,13 +59,13 @@ const (
 // The JSON-RPC error codes and the refusal type are acpx's, shared with
 // the other client-side handlers.
 const (
-	codeInvalidParams    = acpx.CodeInvalidParams
-	codeInternalError    = acpx.CodeInternalError
-	CodeResourceNotFound = acpx.CodeResourceNotFound
+	codeInvalidParams    = provider.CodeInvalidParams
+	codeInternalError    = provider.CodeInternalError
+	CodeResourceNotFound = provider.CodeResourceNotFound
 )
 
-// Error is a refused request (acpx.ClientError).
-type Error = acpx.ClientError
+// Error is a refused request (provider.ClientError).
+type Error = provider.ClientError
 
 func invalid(msg string) error  { return &Error{Code: codeInvalidParams, Message: msg} }
 func notFound(msg string) error { return &Error{Code: CodeResourceNotFound, Message: msg} }

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/acpx/acpxtest"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 var update = flag.Bool("update", false, "rewrite golden transcripts")
@@ -78,7 +78,7 @@ func startInProcess(t *testing.T, cfg config) *inProcess {
 		_ = outW.Close()
 		p.done <- code
 	}()
-	p.conn = acpxtest.NewConn(outR, inW, acpxtest.ConnOptions{Permissions: acpx.ApproveAll})
+	p.conn = acpxtest.NewConn(outR, inW, acpxtest.ConnOptions{Permissions: provider.ApproveAll})
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
@@ -133,7 +133,7 @@ func TestACP23_GoldenTranscript(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case out := <-done:
-		require.Equal(t, acpx.StopEndTurn, out.StopReason)
+		require.Equal(t, provider.StopEndTurn, out.StopReason)
 	case <-ctx.Done():
 		t.Fatal("turn did not settle")
 	}
@@ -163,14 +163,14 @@ func TestBaselineValidation(t *testing.T) {
 		params any
 		code   int
 	}{
-		{"session/new", map[string]any{"cwd": "relative", "mcpServers": []any{}}, acpx.CodeInvalidParams},
-		{"session/new", map[string]any{"cwd": "/abs"}, acpx.CodeInvalidParams},
-		{"session/prompt", map[string]any{"sessionId": "sess-9999", "prompt": []any{}}, acpx.CodeResourceNotFound},
-		{"session/load", map[string]any{"sessionId": "x", "cwd": "/abs", "mcpServers": []any{}}, acpx.CodeMethodNotFound},
-		{"_vendor/x", map[string]any{}, acpx.CodeMethodNotFound},
+		{"session/new", map[string]any{"cwd": "relative", "mcpServers": []any{}}, provider.CodeInvalidParams},
+		{"session/new", map[string]any{"cwd": "/abs"}, provider.CodeInvalidParams},
+		{"session/prompt", map[string]any{"sessionId": "sess-9999", "prompt": []any{}}, provider.CodeResourceNotFound},
+		{"session/load", map[string]any{"sessionId": "x", "cwd": "/abs", "mcpServers": []any{}}, provider.CodeMethodNotFound},
+		{"_vendor/x", map[string]any{}, provider.CodeMethodNotFound},
 	} {
 		_, err := p.conn.Call(ctx, tc.method, tc.params)
-		var re *acpx.RPCError
+		var re *provider.RPCError
 		require.ErrorAs(t, err, &re, tc.method)
 		require.Equal(t, tc.code, re.Code, tc.method)
 	}

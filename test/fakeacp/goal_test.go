@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/acpx/acpxtest"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // TestGoalExtension: --goal-actions advertises _meta.goal in initialize
@@ -23,7 +23,7 @@ func TestGoalExtension(t *testing.T) {
 	require.NoError(t, p.conn.Open(ctx, acpxtest.OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo"}))
 	g := p.conn.Record().Goal
 	require.NotNil(t, g)
-	require.Equal(t, &acpx.GoalCapability{Version: 1, ControlMethod: acpx.MethodSessionGoal, Actions: []string{"set", "clear"}}, g.Capability)
+	require.Equal(t, &provider.GoalCapability{Version: 1, ControlMethod: provider.MethodSessionGoal, Actions: []string{"set", "clear"}}, g.Capability)
 	sid := p.conn.Record().ACPSessionID
 	_, err := p.conn.Call(ctx, goalMethod, map[string]any{"sessionId": sid, "action": "set", "objective": "Ship"})
 	require.NoError(t, err)
@@ -31,12 +31,12 @@ func TestGoalExtension(t *testing.T) {
 		params map[string]any
 		code   int
 	}{
-		{map[string]any{"sessionId": sid, "action": "pause"}, acpx.CodeInvalidParams},
-		{map[string]any{"sessionId": sid, "action": "set", "objective": " "}, acpx.CodeInvalidParams},
-		{map[string]any{"sessionId": "sess-9999", "action": "clear"}, acpx.CodeResourceNotFound},
+		{map[string]any{"sessionId": sid, "action": "pause"}, provider.CodeInvalidParams},
+		{map[string]any{"sessionId": sid, "action": "set", "objective": " "}, provider.CodeInvalidParams},
+		{map[string]any{"sessionId": "sess-9999", "action": "clear"}, provider.CodeResourceNotFound},
 	} {
 		_, err := p.conn.Call(ctx, goalMethod, tc.params)
-		var re *acpx.RPCError
+		var re *provider.RPCError
 		require.ErrorAs(t, err, &re, "%v", tc.params)
 		require.Equal(t, tc.code, re.Code, "%v", tc.params)
 	}
@@ -47,7 +47,7 @@ func TestGoalExtension(t *testing.T) {
 	require.NoError(t, plain.conn.Open(ctx, acpxtest.OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo"}))
 	require.Nil(t, plain.conn.Record().Goal, "no extension without the switch")
 	_, err = plain.conn.Call(ctx, goalMethod, map[string]any{"sessionId": plain.conn.Record().ACPSessionID, "action": "clear"})
-	var re *acpx.RPCError
+	var re *provider.RPCError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, acpx.CodeMethodNotFound, re.Code)
+	require.Equal(t, provider.CodeMethodNotFound, re.Code)
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/acpx/acpxtest"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -77,9 +78,9 @@ func startPeer(t *testing.T, opts acpxtest.ConnOptions) *peer {
 	return p
 }
 
-func (p *peer) until(t *testing.T, pred func(acpx.Inbound) bool) []acpx.Inbound {
+func (p *peer) until(t *testing.T, pred func(provider.Inbound) bool) []provider.Inbound {
 	t.Helper()
-	var got []acpx.Inbound
+	var got []provider.Inbound
 	deadline := time.After(peerWait)
 	for {
 		select {
@@ -104,32 +105,32 @@ func (p *peer) until(t *testing.T, pred func(acpx.Inbound) bool) []acpx.Inbound 
 func TestACP25_SDKExampleAgent(t *testing.T) {
 	t.Run("full-turn", func(t *testing.T) {
 		t.Parallel()
-		p := startPeer(t, acpxtest.ConnOptions{Permissions: acpx.ApproveAll})
-		mp, st := acpx.Mapper{Provider: "example"}, &acpx.MapState{}
+		p := startPeer(t, acpxtest.ConnOptions{Permissions: provider.ApproveAll})
+		mp, st := provider.Mapper{Provider: "example"}, &provider.MapState{}
 		evs := mp.TurnStarted(st, "turn-1")
 		done, err := p.conn.Prompt("turn-1", "hello")
 		require.NoError(t, err)
 		var sawPermission bool
-		for _, m := range p.until(t, func(m acpx.Inbound) bool { return m.Kind == acpx.KindTurnSettled }) {
+		for _, m := range p.until(t, func(m provider.Inbound) bool { return m.Kind == provider.KindTurnSettled }) {
 			switch {
-			case m.Kind == acpx.KindUpdate:
+			case m.Kind == provider.KindUpdate:
 				evs = append(evs, mp.Update(st, m.TurnID, *m.Update)...)
 			case m.Permission != nil:
 				sawPermission = true
 				require.Equal(t, "call_2", m.Permission.ToolCall.ToolCallID)
 				var r acpx.PermissionResponse
 				require.NoError(t, json.Unmarshal(m.Result, &r))
-				require.Equal(t, acpx.PermissionOutcome{Outcome: "selected", OptionID: "allow"}, r.Outcome)
+				require.Equal(t, provider.PermissionOutcome{Outcome: "selected", OptionID: "allow"}, r.Outcome)
 				rr, e := mp.PermissionRequest(st, m.TurnID, m.ID, *m.Permission)
 				evs = append(evs, e...)
-				evs = append(evs, mp.RequestResolved(rr, acpx.ActionOf(rr.Choices, r.Outcome))...)
-			case m.Kind == acpx.KindTurnSettled:
-				evs = append(evs, mp.Settle(st, acpx.SettlementOf(*m.Outcome, false))...)
+				evs = append(evs, mp.RequestResolved(rr, provider.ActionOf(rr.Choices, r.Outcome))...)
+			case m.Kind == provider.KindTurnSettled:
+				evs = append(evs, mp.Settle(st, provider.SettlementOf(*m.Outcome, false))...)
 			}
 		}
 		require.True(t, sawPermission)
 		out := <-done
-		require.Equal(t, acpx.StopEndTurn, out.StopReason)
+		require.Equal(t, provider.StopEndTurn, out.StopReason)
 		n := map[string]int{}
 		for _, e := range evs {
 			n[e.EventType]++
@@ -146,29 +147,29 @@ func TestACP25_SDKExampleAgent(t *testing.T) {
 		p := startPeer(t, acpxtest.ConnOptions{})
 		_, err := p.conn.Prompt("turn-1", "hello")
 		require.NoError(t, err)
-		p.until(t, func(m acpx.Inbound) bool { return m.Permission != nil })
+		p.until(t, func(m provider.Inbound) bool { return m.Permission != nil })
 		ctx, cancel := context.WithTimeout(context.Background(), peerWait)
 		defer cancel()
 		out, err := p.conn.Cancel(ctx)
 		require.NoError(t, err)
 		require.True(t, out.Cancelled, "the agent answers end_turn; after a cancel that is cancelled")
-		require.Equal(t, acpx.StopCancelled, out.StopReason)
+		require.Equal(t, provider.StopCancelled, out.StopReason)
 	})
 	t.Run("cancel-during-pause", func(t *testing.T) {
 		t.Parallel()
 		p := startPeer(t, acpxtest.ConnOptions{})
 		_, err := p.conn.Prompt("turn-1", "hello")
 		require.NoError(t, err)
-		p.until(t, func(m acpx.Inbound) bool { return m.Kind == acpx.KindUpdate })
+		p.until(t, func(m provider.Inbound) bool { return m.Kind == provider.KindUpdate })
 		ctx, cancel := context.WithTimeout(context.Background(), peerWait)
 		defer cancel()
 		out, err := p.conn.Cancel(ctx)
 		require.NoError(t, err)
 		require.True(t, out.Cancelled)
 		// An unknown session is an internal error in this agent (-32603).
-		_, err = p.conn.Call(ctx, acpx.MethodSessionPrompt, acpx.PromptParams{SessionID: "nope", Prompt: []acpx.ContentBlock{{Type: "text", Text: "x"}}})
-		var rpcErr *acpx.RPCError
+		_, err = p.conn.Call(ctx, provider.MethodSessionPrompt, acpx.PromptParams{SessionID: "nope", Prompt: []provider.ContentBlock{{Type: "text", Text: "x"}}})
+		var rpcErr *provider.RPCError
 		require.ErrorAs(t, err, &rpcErr)
-		require.Equal(t, acpx.CodeInternalError, rpcErr.Code)
+		require.Equal(t, provider.CodeInternalError, rpcErr.Code)
 	})
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // BenchmarkEchoTurnOverPipes measures one "echo" turn round trip with
@@ -22,7 +22,7 @@ func BenchmarkEchoTurnOverPipes(b *testing.B) {
 			b.Fatal(err)
 		}
 		for m := range p.conn.Inbox() {
-			if m.Kind == acpx.KindTurnSettled {
+			if m.Kind == provider.KindTurnSettled {
 				break
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // MaxQueuedInbound bounds the Conn's inbound queue (the Go SDK's
@@ -41,18 +42,18 @@ var (
 type ConnOptions struct {
 	Logger *slog.Logger
 	Clock  clock.Clock
-	Info   acpx.Implementation
+	Info   provider.Implementation
 	// Record resumes a durable record (zero value: fresh).
-	Record acpx.Record
+	Record provider.Record
 	// Permissions, when set, answers permission requests by policy; the
 	// request is still delivered (already answered) for mapping.
-	Permissions acpx.PermissionMode
+	Permissions provider.PermissionMode
 	// HoldUnsupported keeps fs/* and terminal/* requests pending for the
 	// consumer instead of answering -32601 (runnerd advertises neither).
 	HoldUnsupported bool
 	// Persist is called with the record before every write: the
 	// durability point of acp.md §3.2. An error aborts the write.
-	Persist func(acpx.Record) error
+	Persist func(provider.Record) error
 }
 
 // Conn runs a Client over a byte stream (an agent's stdin/stdout pipes).
@@ -65,14 +66,14 @@ type Conn struct {
 	clock clock.Clock
 	w     io.Writer
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards cl, waiters, turn and err
 	cl      *acpx.Client
-	waiters map[int64]chan acpx.Inbound
-	turn    chan acpx.TurnOutcome
+	waiters map[int64]chan provider.Inbound
+	turn    chan provider.TurnOutcome
 	err     error
 
-	writeMu sync.Mutex
-	inbox   chan acpx.Inbound
+	writeMu sync.Mutex // serialises writes to w, so lines never interleave
+	inbox   chan provider.Inbound
 	done    chan struct{}
 }
 
@@ -93,8 +94,8 @@ func NewConn(r io.Reader, w io.Writer, opts ConnOptions) *Conn {
 		clock:   opts.Clock,
 		w:       w,
 		cl:      acpx.NewClient(opts.Record, acpx.ClientOptions{Logger: log, Info: opts.Info}),
-		waiters: map[int64]chan acpx.Inbound{},
-		inbox:   make(chan acpx.Inbound, MaxQueuedInbound),
+		waiters: map[int64]chan provider.Inbound{},
+		inbox:   make(chan provider.Inbound, MaxQueuedInbound),
 		done:    make(chan struct{}),
 	}
 	go c.readLoop(r)
@@ -103,7 +104,7 @@ func NewConn(r io.Reader, w io.Writer, opts ConnOptions) *Conn {
 
 // Inbox delivers updates, agent requests and settled turns in stream
 // order. It is closed when the connection ends.
-func (c *Conn) Inbox() <-chan acpx.Inbound { return c.inbox }
+func (c *Conn) Inbox() <-chan provider.Inbound { return c.inbox }
 
 // Done is closed when the reader stopped.
 func (c *Conn) Done() <-chan struct{} { return c.done }
@@ -117,7 +118,7 @@ func (c *Conn) Err() error {
 }
 
 // Record returns the durable record.
-func (c *Conn) Record() acpx.Record {
+func (c *Conn) Record() provider.Record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cl.Record()
@@ -177,26 +178,26 @@ func (c *Conn) feed(p []byte) error {
 	c.mu.Lock()
 	msgs, ferr := c.cl.Feed(p)
 	var lines [][]byte
-	var deliver []acpx.Inbound
+	var deliver []provider.Inbound
 	for _, m := range msgs {
 		switch m.Kind {
-		case acpx.KindResponse:
+		case provider.KindResponse:
 			id := responseID(m)
 			if ch, ok := c.waiters[id]; ok {
 				ch <- m
 				delete(c.waiters, id)
 			}
 			continue
-		case acpx.KindTurnSettled:
+		case provider.KindTurnSettled:
 			if c.turn != nil {
 				c.turn <- *m.Outcome
 				c.turn = nil
 			}
-		case acpx.KindCancelRequest:
-			if l, err := c.cl.RespondError(m.ID, acpx.CodeRequestCancelled, "request cancelled"); err == nil {
+		case provider.KindCancelRequest:
+			if l, err := c.cl.RespondError(m.ID, provider.CodeRequestCancelled, "request cancelled"); err == nil {
 				lines = append(lines, l)
 			}
-		case acpx.KindRequest:
+		case provider.KindRequest:
 			if l := c.autoAnswer(&m); l != nil {
 				lines = append(lines, l)
 			}
@@ -228,31 +229,31 @@ func (c *Conn) feed(p []byte) error {
 
 // autoAnswer answers what runnerd answers without a consumer: unsupported
 // methods, and permissions under a policy. It returns the line or nil.
-func (c *Conn) autoAnswer(m *acpx.Inbound) []byte {
+func (c *Conn) autoAnswer(m *provider.Inbound) []byte {
 	switch {
-	case m.Method == acpx.MethodRequestPermission && c.opts.Permissions != "" && m.Permission != nil:
-		o := acpx.ChoosePermission(c.opts.Permissions, *m.Permission)
+	case m.Method == provider.MethodRequestPermission && c.opts.Permissions != "" && m.Permission != nil:
+		o := provider.ChoosePermission(c.opts.Permissions, *m.Permission)
 		l, err := c.cl.Respond(m.ID, acpx.PermissionResponse{Outcome: o})
 		if err != nil {
 			return nil
 		}
 		m.Result, _ = json.Marshal(acpx.PermissionResponse{Outcome: o})
 		return l
-	case m.Method == acpx.MethodRequestPermission:
+	case m.Method == provider.MethodRequestPermission:
 		return nil
 	case (strings.HasPrefix(m.Method, "fs/") || strings.HasPrefix(m.Method, "terminal/")) && c.opts.HoldUnsupported:
 		return nil
 	}
-	l, err := c.cl.RespondError(m.ID, acpx.CodeMethodNotFound, "method not found")
+	l, err := c.cl.RespondError(m.ID, provider.CodeMethodNotFound, "method not found")
 	if err != nil {
 		return nil
 	}
-	m.RPCError = &acpx.RPCError{Code: acpx.CodeMethodNotFound}
+	m.RPCError = &provider.RPCError{Code: provider.CodeMethodNotFound}
 	return l
 }
 
 // responseID is a response's numeric id (the Client numbers its requests).
-func responseID(m acpx.Inbound) int64 {
+func responseID(m provider.Inbound) int64 {
 	var id int64
 	_ = json.Unmarshal(m.ID, &id)
 	return id
@@ -272,9 +273,9 @@ func (c *Conn) write(line []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if _, err := c.w.Write(line); err != nil {
-		err = fmt.Errorf("%w: %w", acpx.ErrWrite, err)
+		err = fmt.Errorf("%w: %w", provider.ErrWrite, err)
 		c.mu.Lock()
-		c.cl.LatchLoss(acpx.LossWriteError)
+		c.cl.LatchLoss(provider.LossWriteError)
 		c.mu.Unlock()
 		return err
 	}
@@ -306,12 +307,12 @@ func (c *Conn) closedErr() error {
 	if err := c.Err(); err != nil {
 		return err
 	}
-	return acpx.NewFailure(acpx.ClassAgentDisconnected, ErrClosed)
+	return provider.NewFailure(provider.ClassAgentDisconnected, ErrClosed)
 }
 
 // Call sends an arbitrary request and waits for its answer (bounded by ctx).
-func (c *Conn) Call(ctx context.Context, method string, params any) (acpx.Inbound, error) {
-	return c.callWith(ctx, nil, func(cl *acpx.Client) (acpx.Call, error) { return cl.Request(method, params, "") })
+func (c *Conn) Call(ctx context.Context, method string, params any) (provider.Inbound, error) {
+	return c.callWith(ctx, nil, func(cl *acpx.Client) (provider.Call, error) { return cl.Request(method, params, "") })
 }
 
 // Notify sends a notification.
@@ -349,7 +350,7 @@ func (c *Conn) Open(ctx context.Context, o OpenOptions) error {
 		c.mu.Lock()
 		c.cl.MarkReset()
 		c.mu.Unlock()
-		return acpx.HandshakeTimeout(o.Command, bound.Milliseconds())
+		return provider.HandshakeTimeout(o.Command, bound.Milliseconds())
 	}
 	return err
 }
@@ -359,7 +360,7 @@ func (c *Conn) open(ctx context.Context, deadline <-chan time.Time, o OpenOption
 		return err
 	}
 	if !o.Resume {
-		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (acpx.Call, error) { return cl.NewSession(o.Cwd, o.Servers) })
+		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (provider.Call, error) { return cl.NewSession(o.Cwd, o.Servers) })
 		return err
 	}
 	c.mu.Lock()
@@ -367,19 +368,19 @@ func (c *Conn) open(ctx context.Context, deadline <-chan time.Time, o OpenOption
 	c.mu.Unlock()
 	switch {
 	case caps.SessionCapabilities.Resume != nil:
-		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (acpx.Call, error) { return cl.ResumeSession(o.Servers) })
+		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (provider.Call, error) { return cl.ResumeSession(o.Servers) })
 		return err
 	case caps.LoadSession:
-		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (acpx.Call, error) { return cl.LoadSession(o.Servers) })
+		_, err := c.callWith(ctx, deadline, func(cl *acpx.Client) (provider.Call, error) { return cl.LoadSession(o.Servers) })
 		return err
 	}
-	return acpx.NewFailure(acpx.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
+	return provider.NewFailure(provider.ClassSessionResumeRequired, errors.New("agent supports neither session/resume nor session/load"))
 }
 
 // callWith sends the request mk encodes and waits for its answer, ctx, or
 // deadline (nil: none).
-func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(*acpx.Client) (acpx.Call, error)) (acpx.Inbound, error) {
-	ch := make(chan acpx.Inbound, 1)
+func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(*acpx.Client) (provider.Call, error)) (provider.Inbound, error) {
+	ch := make(chan provider.Inbound, 1)
 	err := c.send(func(cl *acpx.Client) ([]byte, error) {
 		call, err := mk(cl)
 		if err != nil {
@@ -389,26 +390,26 @@ func (c *Conn) callWith(ctx context.Context, deadline <-chan time.Time, mk func(
 		return call.Line, nil
 	})
 	if err != nil {
-		return acpx.Inbound{}, err
+		return provider.Inbound{}, err
 	}
 	select {
 	case m, ok := <-ch:
 		if !ok {
-			return acpx.Inbound{}, c.closedErr()
+			return provider.Inbound{}, c.closedErr()
 		}
 		return m, m.Err
 	case <-deadline:
-		return acpx.Inbound{}, errDeadline
+		return provider.Inbound{}, errDeadline
 	case <-ctx.Done():
-		return acpx.Inbound{}, fmt.Errorf("await acp response: %w", ctx.Err())
+		return provider.Inbound{}, fmt.Errorf("await acp response: %w", ctx.Err())
 	}
 }
 
 // Prompt starts a turn. The returned channel yields the outcome once (it
 // is closed without a value if the connection ends first); the settled
 // turn is also delivered on Inbox in stream order.
-func (c *Conn) Prompt(turnID, text string) (<-chan acpx.TurnOutcome, error) {
-	ch := make(chan acpx.TurnOutcome, 1)
+func (c *Conn) Prompt(turnID, text string) (<-chan provider.TurnOutcome, error) {
+	ch := make(chan provider.TurnOutcome, 1)
 	err := c.send(func(cl *acpx.Client) ([]byte, error) {
 		call, err := cl.Prompt(turnID, text)
 		if err != nil {
@@ -429,7 +430,7 @@ func (c *Conn) Prompt(turnID, text string) (<-chan acpx.TurnOutcome, error) {
 // the turn is abandoned as cancelled and ErrCancelGraceExpired is returned:
 // the caller stops the agent. Either way the record is marked
 // resetOnNextEnsure.
-func (c *Conn) Cancel(ctx context.Context) (acpx.TurnOutcome, error) {
+func (c *Conn) Cancel(ctx context.Context) (provider.TurnOutcome, error) {
 	c.mu.Lock()
 	ch := c.turn
 	lines, err := c.cl.Cancel()
@@ -439,11 +440,11 @@ func (c *Conn) Cancel(ctx context.Context) (acpx.TurnOutcome, error) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		return acpx.TurnOutcome{}, err
+		return provider.TurnOutcome{}, err
 	}
 	for _, l := range lines {
 		if err := c.write(l); err != nil {
-			return acpx.TurnOutcome{}, err
+			return provider.TurnOutcome{}, err
 		}
 	}
 	t := c.clock.NewTimer(acpx.CancelGrace)
@@ -461,14 +462,14 @@ func (c *Conn) Cancel(ctx context.Context) (acpx.TurnOutcome, error) {
 	}
 }
 
-func (c *Conn) abandon() acpx.TurnOutcome {
+func (c *Conn) abandon() provider.TurnOutcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.turn = nil
 	if out := c.cl.AbandonTurn(); out != nil {
 		return *out
 	}
-	return acpx.TurnOutcome{StopReason: acpx.StopCancelled, Cancelled: true}
+	return provider.TurnOutcome{StopReason: provider.StopCancelled, Cancelled: true}
 }
 
 // Respond answers a held agent request.

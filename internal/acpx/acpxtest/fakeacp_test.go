@@ -16,28 +16,29 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // mapTurn maps every inbound message of a turn through the Mapper, the
 // way runnerd's session loop will, and settles it.
-func mapTurn(mp acpx.Mapper, st *acpx.MapState, msgs []acpx.Inbound, byRunCancel bool) []acpx.Event {
-	var evs []acpx.Event
+func mapTurn(mp provider.Mapper, st *provider.MapState, msgs []provider.Inbound, byRunCancel bool) []provider.Event {
+	var evs []provider.Event
 	for _, m := range msgs {
 		switch m.Kind {
-		case acpx.KindUpdate:
+		case provider.KindUpdate:
 			evs = append(evs, mp.Update(st, m.TurnID, *m.Update)...)
-		case acpx.KindRequest:
+		case provider.KindRequest:
 			if m.Permission != nil {
 				rr, e := mp.PermissionRequest(st, m.TurnID, m.ID, *m.Permission)
 				evs = append(evs, e...)
 				if m.Result != nil {
 					var r acpx.PermissionResponse
 					_ = json.Unmarshal(m.Result, &r)
-					evs = append(evs, mp.RequestResolved(rr, acpx.ActionOf(rr.Choices, r.Outcome))...)
+					evs = append(evs, mp.RequestResolved(rr, provider.ActionOf(rr.Choices, r.Outcome))...)
 				}
 			}
-		case acpx.KindTurnSettled:
-			evs = append(evs, mp.Settle(st, acpx.SettlementOf(*m.Outcome, byRunCancel))...)
+		case provider.KindTurnSettled:
+			evs = append(evs, mp.Settle(st, provider.SettlementOf(*m.Outcome, byRunCancel))...)
 		}
 	}
 	return evs
@@ -55,15 +56,15 @@ func TestACP01_ColdOpen(t *testing.T) {
 	require.Equal(t, 1, rec.ProtocolVersion)
 	require.Equal(t, "/work/repo", rec.Cwd)
 	require.Equal(t, "claude", rec.Agent)
-	init := p.received(t, acpx.MethodInitialize)
+	init := p.received(t, provider.MethodInitialize)
 	require.Len(t, init, 1)
 	params := init[0]["params"].(map[string]any)
 	require.EqualValues(t, 1, params["protocolVersion"])
 	require.Equal(t, "paperclip-runnerd", params["clientInfo"].(map[string]any)["name"])
-	nw := p.received(t, acpx.MethodSessionNew)
+	nw := p.received(t, provider.MethodSessionNew)
 	require.Len(t, nw, 1)
 	require.Equal(t, "/work/repo", nw[0]["params"].(map[string]any)["cwd"])
-	evs := testMapper().SessionOpened(rec, false, acpx.Descriptor{Agent: "claude", ProviderVersion: "test"})
+	evs := testMapper().SessionOpened(rec, false, provider.Descriptor{Agent: "claude", ProviderVersion: "test"})
 	require.Equal(t, []string{"harness.ready", "session.started"}, types(evs))
 	require.Equal(t, "sess-0001", evs[1].Payload["providerSessionId"])
 	requireValidEvents(t, evs)
@@ -76,14 +77,14 @@ func TestACP01_ColdOpen(t *testing.T) {
 func TestACP02_EchoTurnOverPipes(t *testing.T) {
 	p := startAgent(t, ConnOptions{})
 	openCold(t, p, "claude")
-	mp, st := testMapper(), &acpx.MapState{}
+	mp, st := testMapper(), &provider.MapState{}
 	mp.ContractRevision, mp.CriterionIDs = "rev-1", []string{"crit-1"}
 	evs := mp.TurnStarted(st, "turn-1")
 	done, err := p.conn.Prompt("turn-1", "echo hi")
 	require.NoError(t, err)
 	evs = append(evs, mapTurn(mp, st, p.until(t, settled), false)...)
 	out := first(t, done)
-	require.Equal(t, acpx.StopEndTurn, out.StopReason)
+	require.Equal(t, provider.StopEndTurn, out.StopReason)
 	requireValidEvents(t, evs)
 	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.completed", "turn.completed", "run.result.proposed", "run.terminal"}, types(evs))
 	require.Equal(t, "hi", evs[2].Payload["text"])
@@ -114,8 +115,8 @@ func TestACP03_StartupBounds(t *testing.T) {
 			}
 			clk.Advance(time.Millisecond)
 			err := first(t, errc)
-			require.Equal(t, acpx.ClassSessionHandshakeTimeout, acpx.ClassOf(err))
-			require.Equal(t, "ACP agent fakeacp did not complete ACP initialization within "+strconv.FormatInt(tc.bound.Milliseconds(), 10)+"ms", err.(*acpx.Failure).Message)
+			require.Equal(t, provider.ClassSessionHandshakeTimeout, provider.ClassOf(err))
+			require.Equal(t, "ACP agent fakeacp did not complete ACP initialization within "+strconv.FormatInt(tc.bound.Milliseconds(), 10)+"ms", err.(*provider.Failure).Message)
 			require.True(t, p.conn.Record().ResetOnNextEnsure)
 		})
 	}
@@ -138,7 +139,7 @@ func TestACP04_HangOnNewSession(t *testing.T) {
 	}()
 	clk.waitArmed(t, acpx.ColdOpenBoundDefault)
 	deadline := time.After(testWait)
-	for len(p.received(t, acpx.MethodSessionNew)) == 0 {
+	for len(p.received(t, provider.MethodSessionNew)) == 0 {
 		select {
 		case <-deadline:
 			t.Fatal("session/new never sent")
@@ -146,7 +147,7 @@ func TestACP04_HangOnNewSession(t *testing.T) {
 		}
 	}
 	clk.Advance(acpx.ColdOpenBoundDefault)
-	require.Equal(t, acpx.ClassSessionHandshakeTimeout, acpx.ClassOf(first(t, errc)))
+	require.Equal(t, provider.ClassSessionHandshakeTimeout, provider.ClassOf(first(t, errc)))
 	rec := p.conn.Record()
 	require.True(t, rec.ResetOnNextEnsure)
 	require.False(t, rec.Reusable("/w", "fakeacp", nil))
@@ -171,12 +172,12 @@ func TestACP05_StdoutBanner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	err := p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w"})
-	require.ErrorIs(t, err, acpx.ErrTooManyBadLines)
-	require.Equal(t, acpx.LossRPCFailure, acpx.LossReasonOf(p.conn.Err()))
+	require.ErrorIs(t, err, provider.ErrTooManyBadLines)
+	require.Equal(t, provider.LossRPCFailure, provider.LossReasonOf(p.conn.Err()))
 
 	p = startAgent(t, ConnOptions{}, "--huge-line-bytes", "11000000")
 	err = p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w"})
-	require.ErrorIs(t, err, acpx.ErrFrameExceeded)
+	require.ErrorIs(t, err, provider.ErrFrameExceeded)
 	require.Equal(t, "stdout frame exceeded", p.conn.Err().Error())
 }
 
@@ -188,13 +189,13 @@ func TestACP06_AuthAndVersion(t *testing.T) {
 	defer cancel()
 	p := startAgent(t, ConnOptions{}, "--auth-required-on-new")
 	err := p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w"})
-	require.Equal(t, acpx.ClassAuthenticationRequired, acpx.ClassOf(err))
-	require.Len(t, p.received(t, acpx.MethodSessionNew), 1)
+	require.Equal(t, provider.ClassAuthenticationRequired, provider.ClassOf(err))
+	require.Len(t, p.received(t, provider.MethodSessionNew), 1)
 
 	p = startAgent(t, ConnOptions{}, "--protocol-version", "2")
 	err = p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/w"})
-	require.Equal(t, acpx.ClassACPSessionInitFailed, acpx.ClassOf(err))
-	require.Empty(t, p.received(t, acpx.MethodSessionNew))
+	require.Equal(t, provider.ClassACPSessionInitFailed, provider.ClassOf(err))
+	require.Empty(t, p.received(t, provider.MethodSessionNew))
 }
 
 // TestACP07_ExitDuringStartup: the agent exits 1 with a stderr line
@@ -208,12 +209,12 @@ func TestACP07_ExitDuringStartup(t *testing.T) {
 	first(t, p.conn.Done())
 	var ee *exec.ExitError
 	require.ErrorAs(t, p.wait(), &ee)
-	f := acpx.ClassifyStartupExit(ee.ExitCode(), false, true, p.stderr.String() != "")
-	require.Equal(t, acpx.ClassAgentStartupExitNonzero, f.Class)
+	f := provider.ClassifyStartupExit(ee.ExitCode(), false, true, p.stderr.String() != "")
+	require.Equal(t, provider.ClassAgentStartupExitNonzero, f.Class)
 	require.True(t, strings.HasPrefix(string(f.Class), "agent_startup_"))
 
 	// pcwrap reports a spawn failure as exit 127 before initialize.
-	require.Equal(t, acpx.ClassAgentSpawnFailed, acpx.ClassifyStartupExit(127, false, true, false).Class)
+	require.Equal(t, provider.ClassAgentSpawnFailed, provider.ClassifyStartupExit(127, false, true, false).Class)
 	_, err = exec.LookPath("does-not-exist")
 	require.Error(t, err)
 }
@@ -223,18 +224,18 @@ func TestACP07_ExitDuringStartup(t *testing.T) {
 func TestACP08_CancelSleep(t *testing.T) {
 	p := startAgent(t, ConnOptions{})
 	openCold(t, p, "claude")
-	mp, st := testMapper(), &acpx.MapState{}
+	mp, st := testMapper(), &provider.MapState{}
 	evs := mp.TurnStarted(st, "turn-1")
 	_, err := p.conn.Prompt("turn-1", "sleep 10000")
 	require.NoError(t, err)
-	waitReceived(t, p, acpx.MethodSessionPrompt, 1)
+	waitReceived(t, p, provider.MethodSessionPrompt, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	out, err := p.conn.Cancel(ctx)
 	require.NoError(t, err)
 	require.True(t, out.Cancelled)
-	require.Equal(t, acpx.StopCancelled, out.StopReason)
-	require.Len(t, p.received(t, acpx.MethodSessionCancel), 1)
+	require.Equal(t, provider.StopCancelled, out.StopReason)
+	require.Len(t, p.received(t, provider.MethodSessionCancel), 1)
 	require.True(t, p.conn.Record().ResetOnNextEnsure)
 	evs = append(evs, mapTurn(mp, st, p.until(t, settled), false)...)
 	requireValidEvents(t, evs)
@@ -265,9 +266,9 @@ func TestACP09_CancelIgnored(t *testing.T) {
 	openCold(t, p, "claude")
 	_, err := p.conn.Prompt("turn-1", "sleep 60000")
 	require.NoError(t, err)
-	waitReceived(t, p, acpx.MethodSessionPrompt, 1)
+	waitReceived(t, p, provider.MethodSessionPrompt, 1)
 	type res struct {
-		out acpx.TurnOutcome
+		out provider.TurnOutcome
 		err error
 	}
 	rc := make(chan res, 1)
@@ -280,7 +281,7 @@ func TestACP09_CancelIgnored(t *testing.T) {
 	r := first(t, rc)
 	require.ErrorIs(t, r.err, ErrCancelGraceExpired)
 	require.True(t, r.out.Cancelled)
-	require.Equal(t, acpx.EndInterrupted, acpx.SettlementOf(r.out, false).Ending)
+	require.Equal(t, provider.EndInterrupted, provider.SettlementOf(r.out, false).Ending)
 	p.killGroup()
 	first(t, p.conn.Done())
 	require.Error(t, p.wait())
@@ -296,13 +297,13 @@ func TestACP10_CancelModes(t *testing.T) {
 			openCold(t, p, "claude")
 			_, err := p.conn.Prompt("turn-1", "sleep 10000")
 			require.NoError(t, err)
-			waitReceived(t, p, acpx.MethodSessionPrompt, 1)
+			waitReceived(t, p, provider.MethodSessionPrompt, 1)
 			ctx, cancel := context.WithTimeout(context.Background(), testWait)
 			defer cancel()
 			out, err := p.conn.Cancel(ctx)
 			require.NoError(t, err)
 			require.True(t, out.Cancelled)
-			require.Equal(t, acpx.StopCancelled, out.StopReason)
+			require.Equal(t, provider.StopCancelled, out.StopReason)
 		})
 	}
 }
@@ -311,13 +312,13 @@ func TestACP10_CancelModes(t *testing.T) {
 // reject_once; a permission pending at cancel is answered cancelled.
 func TestACP11_Permissions(t *testing.T) {
 	for _, tc := range []struct {
-		mode   acpx.PermissionMode
+		mode   provider.PermissionMode
 		option string
-	}{{acpx.ApproveAll, "allow"}, {acpx.DenyAll, "reject"}} {
+	}{{provider.ApproveAll, "allow"}, {provider.DenyAll, "reject"}} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			p := startAgent(t, ConnOptions{Permissions: tc.mode})
 			openCold(t, p, "claude")
-			mp, st := testMapper(), &acpx.MapState{}
+			mp, st := testMapper(), &provider.MapState{}
 			evs := mp.TurnStarted(st, "turn-1")
 			_, err := p.conn.Prompt("turn-1", "permission allow")
 			require.NoError(t, err)
@@ -340,7 +341,7 @@ func TestACP11_Permissions(t *testing.T) {
 		openCold(t, p, "claude")
 		_, err := p.conn.Prompt("turn-1", "permission allow")
 		require.NoError(t, err)
-		p.until(t, func(m acpx.Inbound) bool { return m.Permission != nil })
+		p.until(t, func(m provider.Inbound) bool { return m.Permission != nil })
 		ctx, cancel := context.WithTimeout(context.Background(), testWait)
 		defer cancel()
 		out, err := p.conn.Cancel(ctx)
@@ -372,7 +373,7 @@ func TestACP12_LateUpdates(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	mp, st := testMapper(), &acpx.MapState{}
+	mp, st := testMapper(), &provider.MapState{}
 	_, err = p.conn.Prompt("turn-2", "echo two")
 	require.NoError(t, err)
 	msgs := p.until(t, settled)
@@ -400,7 +401,7 @@ func TestACP13_CrashMidTurn(t *testing.T) {
 			_, ok := recv(t, done)
 			require.False(t, ok, "no outcome: the agent is gone")
 			first(t, p.conn.Done())
-			require.Equal(t, acpx.ClassAgentDisconnected, acpx.ClassOf(p.conn.Err()))
+			require.Equal(t, provider.ClassAgentDisconnected, provider.ClassOf(p.conn.Err()))
 			werr := p.wait()
 			var code *int
 			signal := ""
@@ -419,7 +420,7 @@ func TestACP13_CrashMidTurn(t *testing.T) {
 			if mode == "sigkill" {
 				require.Equal(t, "killed", signal)
 			}
-			mp, st := testMapper(), &acpx.MapState{}
+			mp, st := testMapper(), &provider.MapState{}
 			evs := mp.TurnStarted(st, "turn-1")
 			evs = append(evs, mp.AgentExited(st, "turn-1", code, signal)...)
 			requireValidEvents(t, evs)
@@ -439,12 +440,12 @@ func TestACP14_BusyPrompt(t *testing.T) {
 	_, err := p.conn.Prompt("turn-1", "sleep 10000")
 	require.NoError(t, err)
 	_, err = p.conn.Prompt("turn-2", "echo x")
-	require.ErrorIs(t, err, acpx.ErrTurnActive)
+	require.ErrorIs(t, err, provider.ErrTurnActive)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	_, err = p.conn.Cancel(ctx)
 	require.NoError(t, err)
-	require.Len(t, p.received(t, acpx.MethodSessionPrompt), 1)
+	require.Len(t, p.received(t, provider.MethodSessionPrompt), 1)
 }
 
 // TestACP15_LoadAfterLoss: a prompted record resumes on a new agent
@@ -467,27 +468,27 @@ func TestACP15_LoadAfterLoss(t *testing.T) {
 	p := startAgent(t, ConnOptions{Record: rec}, "--supports-load-session", "--load-replay", "5")
 	require.NoError(t, p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo", Resume: true}))
 	require.EqualValues(t, 5, p.conn.Record().Process.Wire.ReplayedUpdates)
-	require.Len(t, p.received(t, acpx.MethodSessionLoad), 1)
-	require.Empty(t, p.received(t, acpx.MethodSessionNew))
+	require.Len(t, p.received(t, provider.MethodSessionLoad), 1)
+	require.Empty(t, p.received(t, provider.MethodSessionNew))
 	select {
 	case m := <-p.conn.Inbox():
 		t.Fatalf("replayed update forwarded: %+v", m)
 	default:
 	}
-	evs := testMapper().SessionOpened(p.conn.Record(), true, acpx.Descriptor{Agent: "claude"})
+	evs := testMapper().SessionOpened(p.conn.Record(), true, provider.Descriptor{Agent: "claude"})
 	require.Equal(t, "session.resumed", evs[1].EventType)
 
 	p = startAgent(t, ConnOptions{Record: rec}, "--supports-load-session", "--load-fail-code", "-32002")
 	err = p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo", Resume: true})
-	require.Equal(t, acpx.ClassSessionResumeRequired, acpx.ClassOf(err))
+	require.Equal(t, provider.ClassSessionResumeRequired, provider.ClassOf(err))
 
 	p = startAgent(t, ConnOptions{Record: rec}, "--supports-resume")
 	require.NoError(t, p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo", Resume: true}))
-	require.Len(t, p.received(t, acpx.MethodSessionResume), 1)
+	require.Len(t, p.received(t, provider.MethodSessionResume), 1)
 
 	p = startAgent(t, ConnOptions{Record: rec})
 	err = p.conn.Open(ctx, OpenOptions{Agent: "claude", Command: "fakeacp", Cwd: "/work/repo", Resume: true})
-	require.Equal(t, acpx.ClassSessionResumeRequired, acpx.ClassOf(err), "neither load nor resume advertised")
+	require.Equal(t, provider.ClassSessionResumeRequired, provider.ClassOf(err), "neither load nor resume advertised")
 }
 
 // TestACP17_StubbornGrandchild: the grandchild ignores SIGTERM and
@@ -536,7 +537,7 @@ func TestACP18_CancelOwnTerminal(t *testing.T) {
 	openCold(t, p, "claude")
 	_, err := p.conn.Prompt("turn-1", "terminal echo hi")
 	require.NoError(t, err)
-	req := p.until(t, func(m acpx.Inbound) bool { return m.Method == "terminal/create" })
+	req := p.until(t, func(m provider.Inbound) bool { return m.Method == "terminal/create" })
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	out, err := p.conn.Cancel(ctx)
@@ -559,7 +560,7 @@ func TestUnsupportedMethodsAnswered(t *testing.T) {
 	openCold(t, p, "claude")
 	for i, prompt := range []string{"read /etc/hostname", "write /tmp/x y", "terminal true", "plan", "think hard", "usage", "refuse", "max_tokens", "fail -32603"} {
 		turn := "turn-" + strconv.Itoa(i)
-		mp, st := testMapper(), &acpx.MapState{}
+		mp, st := testMapper(), &provider.MapState{}
 		evs := mp.TurnStarted(st, turn)
 		_, err := p.conn.Prompt(turn, prompt)
 		require.NoError(t, err)

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/provider"
 
 	"github.com/stretchr/testify/require"
 
@@ -181,9 +181,9 @@ func (p *agentProc) wait() error {
 }
 
 // until drains the inbox until pred matches (or the stream ends).
-func (p *agentProc) until(t *testing.T, pred func(acpx.Inbound) bool) []acpx.Inbound {
+func (p *agentProc) until(t *testing.T, pred func(provider.Inbound) bool) []provider.Inbound {
 	t.Helper()
-	var got []acpx.Inbound
+	var got []provider.Inbound
 	deadline := time.After(testWait)
 	for {
 		select {
@@ -201,7 +201,7 @@ func (p *agentProc) until(t *testing.T, pred func(acpx.Inbound) bool) []acpx.Inb
 	}
 }
 
-func settled(m acpx.Inbound) bool { return m.Kind == acpx.KindTurnSettled }
+func settled(m provider.Inbound) bool { return m.Kind == provider.KindTurnSettled }
 
 // wireLine is one transcript entry (fakeacp's NDJSON).
 type wireLine struct {
@@ -277,11 +277,11 @@ func first[T any](t testing.TB, ch <-chan T) T {
 // testSecret is a secret value the redactor must scrub.
 const testSecret = "sk-test-SECRET-value-0123456789abcdef"
 
-func testMapper() acpx.Mapper {
-	return acpx.Mapper{Redactor: acpx.NewRedactor(testSecret, "short"), Provider: "claude", Cwd: "/work/repo"}
+func testMapper() provider.Mapper {
+	return provider.Mapper{Redactor: provider.NewRedactor(testSecret, "short"), Provider: "claude", Cwd: "/work/repo"}
 }
 
-func types(evs []acpx.Event) []string {
+func types(evs []provider.Event) []string {
 	var out []string
 	for _, e := range evs {
 		out = append(out, e.EventType)
@@ -289,7 +289,7 @@ func types(evs []acpx.Event) []string {
 	return out
 }
 
-func countTypes(evs []acpx.Event) map[string]int {
+func countTypes(evs []provider.Event) map[string]int {
 	n := map[string]int{}
 	for _, e := range evs {
 		n[e.EventType]++
@@ -298,7 +298,7 @@ func countTypes(evs []acpx.Event) map[string]int {
 }
 
 // envelope wraps an event description the way runnerd's outbox does.
-func envelope(seq int, ev acpx.Event) map[string]any {
+func envelope(seq int, ev provider.Event) map[string]any {
 	env := map[string]any{
 		"schema":              "paperclip.prp.event.v1",
 		"sourceEventId":       fmt.Sprintf("event_runner-1_%016d", seq),
@@ -324,7 +324,7 @@ func envelope(seq int, ev acpx.Event) map[string]any {
 
 // requireValidEvents validates every event against event.schema.json and
 // the finer schemas for usage receipts and runtime requests.
-func requireValidEvents(t *testing.T, evs []acpx.Event) {
+func requireValidEvents(t *testing.T, evs []provider.Event) {
 	t.Helper()
 	s := prpschema.Load(t)
 	for i, ev := range evs {

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // Diagnostics file names in --diagnostics-directory (prp.md §13; the server
@@ -67,7 +68,7 @@ type Diagnostics struct {
 // opens fresh ones for this process's output and redirects os.Stderr through the redacting writer until Close.
 // environ gives the credential values to scrub.
 func OpenDiagnostics(dir string, environ []string) (*Diagnostics, error) {
-	red := acpx.NewRedactor(credentialValues(environ)...)
+	red := provider.NewRedactor(credentialValues(environ)...)
 	files, err := openDiagnosticsFiles(dir)
 	if err != nil {
 		return nil, NewError(CodeRunnerFailed, "open --diagnostics-directory", err)

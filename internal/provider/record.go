@@ -1,4 +1,4 @@
-package acpx
+package provider
 
 import (
 	"encoding/json"
@@ -34,7 +34,7 @@ type Record struct {
 	AgentCapabilities json.RawMessage `json:"agentCapabilities,omitempty"`
 	AgentInfo         *Implementation `json:"agentInfo,omitempty"`
 	// ClientCapabilities is what initialize advertised; nil means none (a
-	// record from before runnerd advertised any). A resumed session
+	// record written without client capabilities). A resumed session
 	// advertises it again and an adopted one is answered by it, so the
 	// agent keeps the contract its session started with.
 	ClientCapabilities *ClientCapabilities `json:"clientCapabilities,omitempty"`
@@ -44,7 +44,7 @@ type Record struct {
 
 	// Driver is the durable state of a driver that keeps more than the
 	// line stream (OpenCode: its server URL, password and the per-part
-	// emission record, agent/opencode.go); nil for ACP and Codex. It
+	// emission record, opencode.Record); nil for ACP and Codex. It
 	// holds a secret: the record is state, never logged.
 	Driver json.RawMessage `json:"driver,omitempty"`
 
@@ -128,8 +128,8 @@ type TurnState struct {
 
 // Clone returns a deep copy: nothing in it shares memory with r. It is
 // typed, not a round trip through the record's JSON, because the agent
-// path clones the record on every commit (the JSON round trip was a
-// quarter of runnerd's CPU per agent message, issue 14 item 3); its JSON
+// path clones the record on every commit (a JSON round trip costs a
+// quarter of runnerd's CPU per agent message); its JSON
 // is the record's. TestCloneIsDeepAndMatchesJSON fills every field by
 // reflection, so a field added without a line here fails it.
 func (r Record) Clone() Record {

@@ -1,4 +1,4 @@
-package acpx
+package provider
 
 import (
 	"encoding/json"

@@ -17,9 +17,6 @@ import (
 
 // Server bounds.
 const (
-	// StartTimeout bounds the wait for the listening line: the cold
-	// session.open bound (prp.md §10, codex.md §2: 30 s).
-	StartTimeout = 30 * time.Second
 	// StopTimeout bounds the wait for pcwrap to end after its shutdown
 	// message: pcwrap's default kill grace (pcwrap-protocol.md, 5 s) and
 	// a margin.
@@ -48,6 +45,8 @@ type ServerSpec struct {
 // Server is a running `opencode serve --hostname 127.0.0.1 --port 0`
 // under pcwrap: its URL (from its listening line) and its session
 // directory. The caller persists URL, Port and UUID in the agent record.
+// Only tests start one this way; runnerd launches opencode through the
+// agent supervisor and the driver (driver.go).
 type Server struct {
 	URL  string
 	Port int
@@ -58,7 +57,7 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	exited chan struct{}
-	mu     sync.Mutex
+	mu     sync.Mutex   // guards exit
 	exit   *frame.Frame // guarded by mu
 }
 

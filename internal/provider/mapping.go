@@ -1,4 +1,4 @@
-package acpx
+package provider
 
 import (
 	"crypto/sha256"
@@ -244,7 +244,7 @@ func (mp Mapper) chunk(st *MapState, turnID string, u SessionUpdate) []Event {
 	}
 	if !it.Truncated {
 		if len(it.Text)+len(text) > MaxItemText {
-			it.Text += truncateUTF8(text, MaxItemText-len(it.Text))
+			it.Text += TruncateUTF8(text, MaxItemText-len(it.Text))
 			it.Truncated = true
 		} else {
 			it.Text += text
@@ -353,7 +353,7 @@ func (mp Mapper) toolPayload(it *ItemState, status, output string, haveOutput bo
 		p["outputBytes"] = len(output)
 		p["outputDigest"] = "sha256:" + hex.EncodeToString(sum[:])
 		if len(output) > maxToolOutput {
-			p["output"] = truncateUTF8(output, maxToolOutput)
+			p["output"] = TruncateUTF8(output, maxToolOutput)
 			p["outputTruncated"] = true
 		} else {
 			p["output"] = output
@@ -579,7 +579,7 @@ const (
 // nil) finds the item of the tool call the request is about.
 func (mp Mapper) PermissionRequest(st *MapState, turnID string, agentRequestID json.RawMessage, req PermissionRequest) (RuntimeRequest, []Event) {
 	rr := RuntimeRequest{
-		ID:      safeID(safeID(turnID) + "-permission-" + safeID(idKey(agentRequestID))),
+		ID:      safeID(safeID(turnID) + "-permission-" + safeID(IDKey(agentRequestID))),
 		TurnID:  turnID,
 		Choices: RequestChoices(req),
 	}
@@ -801,7 +801,7 @@ func acceptedResult(raw json.RawMessage) (map[string]any, string) {
 // synthesisedResult is the run result runnerd writes for a turn that ends
 // without an accepted one under a completion contract.
 func (mp Mapper) synthesisedResult(s Settlement, disposition, summaryText string) map[string]any {
-	summaryText = truncateUTF8(strings.TrimSpace(summaryText), maxSummary)
+	summaryText = TruncateUTF8(strings.TrimSpace(summaryText), maxSummary)
 	if summaryText == "" {
 		summaryText = "The agent ended the turn (" + s.StopReason + ")."
 	}
@@ -906,12 +906,12 @@ func (mp Mapper) provider() string {
 	if mp.Provider == "" {
 		return "acpx"
 	}
-	return truncateUTF8(mp.Provider, 80)
+	return TruncateUTF8(mp.Provider, 80)
 }
 
 // text redacts then bounds a peer string.
 func (mp Mapper) text(s string, max int) string {
-	return truncateUTF8(mp.Redactor.String(s), max)
+	return TruncateUTF8(mp.Redactor.String(s), max)
 }
 
 // safeID maps s onto the schema id pattern ^[A-Za-z0-9][A-Za-z0-9._:-]*$,
@@ -935,8 +935,8 @@ func safeID(s string) string {
 	return out
 }
 
-// truncateUTF8 cuts s to at most n bytes on a rune boundary.
-func truncateUTF8(s string, n int) string {
+// TruncateUTF8 cuts s to at most n bytes on a rune boundary.
+func TruncateUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

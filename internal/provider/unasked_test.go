@@ -1,4 +1,4 @@
-package acpx
+package provider
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 
 // TestUnaskedTerminalContentMapsAsReference: Gemini CLI and Pi send tool
 // call content of type "terminal" although runnerd advertised terminal
-// false (issue 13 defects). It maps to the tool's output as a reference,
+// false. It maps to the tool's output as a reference,
 // "[terminal]", never the terminal's bytes, and every event stays valid.
 func TestUnaskedTerminalContentMapsAsReference(t *testing.T) {
 	mp := testMapper()
@@ -37,7 +37,7 @@ func TestUnaskedTerminalContentMapsAsReference(t *testing.T) {
 }
 
 // TestPermissionWithoutToolCallMaps: Gemini CLI asks permission for a tool
-// call it never announced with tool_call (issue 13 defects). The request
+// call it never announced with tool_call. The request
 // names an item of its own, derived from the tool call id, and is valid.
 func TestPermissionWithoutToolCallMaps(t *testing.T) {
 	mp := testMapper()

@@ -1,6 +1,8 @@
-package acpx
+package provider
 
-import "strings"
+import (
+	"strings"
+)
 
 // StderrTail keeps the agent's stderr only as a redacted tail
 // (StderrTailLines lines, StderrTailBytes bytes; acp.md §3.3): every known
@@ -33,7 +35,7 @@ func (t *StderrTail) Write(p []byte) (int, error) {
 }
 
 func (t *StderrTail) add(line string) {
-	t.lines = append(t.lines, truncateUTF8(t.Redactor.String(line), StderrTailBytes))
+	t.lines = append(t.lines, TruncateUTF8(t.Redactor.String(line), StderrTailBytes))
 	if len(t.lines) > StderrTailLines {
 		t.lines = t.lines[len(t.lines)-StderrTailLines:]
 	}
@@ -61,3 +63,9 @@ func (t *StderrTail) String() string {
 	}
 	return out
 }
+
+// StderrTail bounds the redacted stderr tail (reference runner).
+const (
+	StderrTailLines = 32
+	StderrTailBytes = 8 << 10
+)

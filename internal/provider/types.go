@@ -1,38 +1,12 @@
-package acpx
+package provider
 
 import "encoding/json"
-
-// ACP method names runnerd uses (acp.md §1.2).
-const (
-	MethodInitialize        = "initialize"
-	MethodAuthenticate      = "authenticate"
-	MethodSessionNew        = "session/new"
-	MethodSessionLoad       = "session/load"
-	MethodSessionResume     = "session/resume"
-	MethodSessionClose      = "session/close"
-	MethodSessionPrompt     = "session/prompt"
-	MethodSessionCancel     = "session/cancel"
-	MethodSessionUpdate     = "session/update"
-	MethodRequestPermission = "session/request_permission"
-	MethodCancelRequest     = "$/cancel_request"
-)
-
-// ProtocolVersion is the only ACP version runnerd speaks (acp.md §1).
-const ProtocolVersion = 1
 
 // Implementation names a peer ({name, title?, version}).
 type Implementation struct {
 	Name    string `json:"name"`
 	Title   string `json:"title,omitempty"`
 	Version string `json:"version"`
-}
-
-// InitializeParams is the initialize request. clientCapabilities is what
-// the session record holds (Client.SetClientCapabilities, issue 12 item 3).
-type InitializeParams struct {
-	ProtocolVersion    int                `json:"protocolVersion"`
-	ClientCapabilities ClientCapabilities `json:"clientCapabilities"`
-	ClientInfo         Implementation     `json:"clientInfo"`
 }
 
 // ClientCapabilities is what runnerd advertises; a method it does not
@@ -46,16 +20,6 @@ type ClientCapabilities struct {
 type FSCapabilities struct {
 	ReadTextFile  bool `json:"readTextFile"`
 	WriteTextFile bool `json:"writeTextFile"`
-}
-
-// InitializeResult is the part of the initialize answer runnerd reads.
-// AgentCapabilities is kept raw for the durable record.
-type InitializeResult struct {
-	ProtocolVersion   int             `json:"protocolVersion"`
-	AgentCapabilities json.RawMessage `json:"agentCapabilities,omitempty"`
-	AgentInfo         *Implementation `json:"agentInfo,omitempty"`
-	// Meta is the result's _meta (the goal extension lives there).
-	Meta json.RawMessage `json:"_meta,omitempty"`
 }
 
 // AgentCapabilities is the gate subset runnerd consults.
@@ -73,58 +37,6 @@ type AgentCapabilities struct {
 	} `json:"sessionCapabilities"`
 }
 
-// MCPServer is one HTTP MCP server entry of session/new, session/load and
-// session/resume (ACP McpServer, type "http"; tools.md §2). Header values
-// carry the bridge's bearer secret: they are sent, never recorded or
-// logged.
-type MCPServer struct {
-	Type    string       `json:"type"`
-	Name    string       `json:"name"`
-	URL     string       `json:"url"`
-	Headers []HTTPHeader `json:"headers"`
-}
-
-// MCPTransportHTTP is MCPServer.Type for Streamable HTTP.
-const MCPTransportHTTP = "http"
-
-// HTTPHeader is one {name, value} header of an HTTP MCP server entry.
-type HTTPHeader struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// EnvVariable is one {name, value} pair.
-type EnvVariable struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// NewSessionParams is session/new. Meta is the session _meta (tools.md §5:
-// instructions and model), omitted when empty.
-type NewSessionParams struct {
-	Cwd        string          `json:"cwd"`
-	MCPServers []MCPServer     `json:"mcpServers"`
-	Meta       json.RawMessage `json:"_meta,omitempty"`
-}
-
-// LoadSessionParams is session/load and session/resume; Meta as in
-// NewSessionParams (the Claude adapter builds a resumed session from it).
-type LoadSessionParams struct {
-	SessionID  string          `json:"sessionId"`
-	Cwd        string          `json:"cwd"`
-	MCPServers []MCPServer     `json:"mcpServers"`
-	Meta       json.RawMessage `json:"_meta,omitempty"`
-}
-
-// SessionResult is the answer of session/new (and the optional body of
-// session/load): sessionId plus the harness id in _meta.agentSessionId.
-type SessionResult struct {
-	SessionID string `json:"sessionId"`
-	Meta      struct {
-		AgentSessionID string `json:"agentSessionId"`
-	} `json:"_meta"`
-}
-
 // ContentBlock is an ACP content block (text and resource_link are the only
 // kinds runnerd sends or reads).
 type ContentBlock struct {
@@ -132,18 +44,6 @@ type ContentBlock struct {
 	Text string `json:"text,omitempty"`
 	URI  string `json:"uri,omitempty"`
 	Name string `json:"name,omitempty"`
-}
-
-// PromptParams is session/prompt.
-type PromptParams struct {
-	SessionID string         `json:"sessionId"`
-	Prompt    []ContentBlock `json:"prompt"`
-}
-
-// PromptResult is the prompt answer; Usage is unstable and optional.
-type PromptResult struct {
-	StopReason string      `json:"stopReason"`
-	Usage      *TokenUsage `json:"usage,omitempty"`
 }
 
 // TokenUsage is the unstable prompt usage block.
@@ -164,17 +64,6 @@ const (
 	StopRefusal         = "refusal"
 	StopCancelled       = "cancelled"
 )
-
-// CancelParams is session/cancel.
-type CancelParams struct {
-	SessionID string `json:"sessionId"`
-}
-
-// SessionNotification is the session/update params.
-type SessionNotification struct {
-	SessionID string          `json:"sessionId"`
-	Update    json.RawMessage `json:"update"`
-}
 
 // Session update discriminators (acp.md §1.4).
 const (
@@ -254,46 +143,6 @@ type Cost struct {
 	Currency string  `json:"currency"`
 }
 
-// sessionUpdateWire decodes a SessionUpdate in one pass: its own content
-// and title members shadow the embedded ones, whose meaning depends on
-// the kind.
-type sessionUpdateWire struct {
-	SessionUpdate
-	Content json.RawMessage `json:"content"`
-	Title   *string         `json:"title"`
-}
-
-// DecodeSessionUpdate decodes the update member of session/update. The
-// content member means a ContentBlock for chunks and a ToolCallContent list
-// for tool calls, so it is decoded by kind.
-func DecodeSessionUpdate(raw json.RawMessage) (SessionUpdate, error) {
-	var w sessionUpdateWire
-	if err := json.Unmarshal(raw, &w); err != nil {
-		return SessionUpdate{}, err
-	}
-	u := w.SessionUpdate
-	switch u.Kind {
-	case UpdateUserMessageChunk, UpdateAgentMessageChunk, UpdateAgentThoughtChunk:
-		var c ContentBlock
-		if len(w.Content) > 0 {
-			if err := json.Unmarshal(w.Content, &c); err != nil {
-				return SessionUpdate{}, err
-			}
-		}
-		u.Content = &c
-	case UpdateToolCall, UpdateToolCallUpdate:
-		u.Title = w.Title
-		if len(w.Content) > 0 && string(w.Content) != "null" {
-			if err := json.Unmarshal(w.Content, &u.ToolOutput); err != nil {
-				return SessionUpdate{}, err
-			}
-		}
-	case UpdateSessionInfo:
-		u.SessionTitle = w.Title
-	}
-	return u, nil
-}
-
 // PermissionRequest is session/request_permission.
 type PermissionRequest struct {
 	SessionID string             `json:"sessionId"`
@@ -332,12 +181,57 @@ type PermissionOutcome struct {
 	OptionID string `json:"optionId,omitempty"`
 }
 
-// PermissionResponse is the session/request_permission result.
-type PermissionResponse struct {
-	Outcome PermissionOutcome `json:"outcome"`
+// ACP method names runnerd uses (acp.md §1.2).
+const (
+	MethodInitialize        = "initialize"
+	MethodAuthenticate      = "authenticate"
+	MethodSessionNew        = "session/new"
+	MethodSessionLoad       = "session/load"
+	MethodSessionResume     = "session/resume"
+	MethodSessionClose      = "session/close"
+	MethodSessionPrompt     = "session/prompt"
+	MethodSessionCancel     = "session/cancel"
+	MethodSessionUpdate     = "session/update"
+	MethodRequestPermission = "session/request_permission"
+	MethodCancelRequest     = "$/cancel_request"
+)
+
+// sessionUpdateWire decodes a SessionUpdate in one pass: its own content
+// and title members shadow the embedded ones, whose meaning depends on
+// the kind.
+type sessionUpdateWire struct {
+	SessionUpdate
+	Content json.RawMessage `json:"content"`
+	Title   *string         `json:"title"`
 }
 
-// CancelRequestParams is $/cancel_request.
-type CancelRequestParams struct {
-	RequestID json.RawMessage `json:"requestId"`
+// DecodeSessionUpdate decodes the update member of session/update. The
+// content member means a ContentBlock for chunks and a ToolCallContent list
+// for tool calls, so it is decoded by kind.
+func DecodeSessionUpdate(raw json.RawMessage) (SessionUpdate, error) {
+	var w sessionUpdateWire
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return SessionUpdate{}, err
+	}
+	u := w.SessionUpdate
+	switch u.Kind {
+	case UpdateUserMessageChunk, UpdateAgentMessageChunk, UpdateAgentThoughtChunk:
+		var c ContentBlock
+		if len(w.Content) > 0 {
+			if err := json.Unmarshal(w.Content, &c); err != nil {
+				return SessionUpdate{}, err
+			}
+		}
+		u.Content = &c
+	case UpdateToolCall, UpdateToolCallUpdate:
+		u.Title = w.Title
+		if len(w.Content) > 0 && string(w.Content) != "null" {
+			if err := json.Unmarshal(w.Content, &u.ToolOutput); err != nil {
+				return SessionUpdate{}, err
+			}
+		}
+	case UpdateSessionInfo:
+		u.SessionTitle = w.Title
+	}
+	return u, nil
 }
