@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // handshaken returns a client with an initialized session sess-1.

@@ -4,8 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 func TestAgentEnvAllowlist(t *testing.T) {

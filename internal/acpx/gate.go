@@ -1,12 +1,12 @@
 package acpx
 
 import (
-	"github.com/pcrunner/pcrunner/internal/clock"
-
 	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // ColdStartGate limits concurrent cold session.open handshakes per runnerd

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // TestInitializeRecordsGoalCapability: initialize's top-level _meta.goal

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
-	"github.com/stretchr/testify/require"
 )
 
 // testWait bounds every wait in these tests; it is a safety net, never an

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // TestACP29_LossLatchedBetweenTurns: the agent exits while idle; the

@@ -35,11 +35,6 @@
 package agent
 
 import (
-	"github.com/pcrunner/pcrunner/internal/clock"
-	"github.com/pcrunner/pcrunner/internal/jsonenc"
-	"github.com/pcrunner/pcrunner/internal/opencode"
-	"github.com/pcrunner/pcrunner/internal/provider"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,7 +48,11 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/codexapp"
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/opencode"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 	"github.com/pcrunner/pcrunner/internal/toolcall"

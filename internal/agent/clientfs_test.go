@@ -6,8 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // prepareDesc binds fakeacp with flags and extra provider members.

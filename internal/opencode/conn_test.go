@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
 // TestOpenCodeAuth: the server takes only its per-session password

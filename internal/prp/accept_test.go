@@ -1,8 +1,6 @@
 package prp_test
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-
 	"context"
 	"fmt"
 	"sync"
@@ -12,6 +10,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // strayKind is how a stray listener peer behaves after it took auth_hello.

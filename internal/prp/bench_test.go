@@ -1,9 +1,6 @@
 package prp_test
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/prp/control"
-
 	"context"
 	"encoding/json"
 	"slices"
@@ -14,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // benchPair connects a dial-mode Client to a Core over real loopback sockets.

@@ -1,15 +1,15 @@
 package prp_test
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/prp/control"
-
 	"context"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // dispatchTestBound bounds each wait of the dispatch tests; reaching it is

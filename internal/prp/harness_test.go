@@ -1,9 +1,6 @@
 package prp_test
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/prp/control"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 var runnerIdentity = prp.Identity{

@@ -1,8 +1,6 @@
 package prp_test
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-
 	"bufio"
 	"context"
 	"fmt"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 const (

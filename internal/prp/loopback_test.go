@@ -1,9 +1,6 @@
 package prp_test
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/prp/control"
-
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // dialTarget serves core (a control.Core, or a wireTap around one) on a real loopback HTTP server and returns a Dialer to it.

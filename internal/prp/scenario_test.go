@@ -2,15 +2,11 @@ package prp_test
 
 import (
 	"bufio"
-	"net"
-
-	"github.com/pcrunner/pcrunner/internal/prp"
-	"github.com/pcrunner/pcrunner/internal/prp/control"
-
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
 // strayPeer dials the runner's listener, reads auth_hello and answers with a

@@ -10,10 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/sessiondir"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 func TestFeederWritesInOrderThenCloses(t *testing.T) {

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // pcwrapSources returns the non-test Go sources that make up pcwrap's own

@@ -16,11 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pcrunner/pcrunner/internal/clock"
-	"github.com/pcrunner/pcrunner/internal/provider"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/clock"
+	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"

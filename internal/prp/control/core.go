@@ -1,8 +1,6 @@
 package control
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Core-side bounds and defaults (prp.md §3, §7.1, §8.4, §12).

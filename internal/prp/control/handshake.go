@@ -1,8 +1,6 @@
 package control
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +10,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 const (

@@ -1,8 +1,6 @@
 package control
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // memMsgConn is one end of an in-memory message pipe: the far side of the

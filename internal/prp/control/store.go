@@ -1,14 +1,14 @@
 package control
 
 import (
-	"github.com/pcrunner/pcrunner/internal/prp"
-
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Bootstrap ticket TTL bounds (CP issueBootstrapTicket).
