@@ -53,6 +53,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -1170,7 +1171,7 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 	m.cl = nil
 	m.st.Loss = ""
 	m.st.Closed = true
-	if err := m.commitThenWriteLocked([]provider.Event{{EventType: "session.closed", Priority: provider.P0,
+	if err := m.commitThenWriteLocked([]provider.Event{{EventType: prp.EventSessionClosed, Priority: provider.P0,
 		Payload: map[string]any{"reason": "destroyed"}}}, nil); err != nil {
 		return nil, err
 	}

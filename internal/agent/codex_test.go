@@ -16,9 +16,9 @@ import (
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
-	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
 func fakecodexBin(t testing.TB) string {
@@ -253,8 +253,8 @@ func TestCodex04_DynamicToolCall(t *testing.T) {
 	require.Equal(t, true, ans[0]["success"])
 	items := ans[0]["contentItems"].([]any)
 	require.Equal(t, map[string]any{"type": "inputText", "text": `{"id":"c-1"}`}, items[0])
-	require.Equal(t, 1, count(evs, toolcall.EventInput))
-	require.Equal(t, 1, count(evs, toolcall.EventResult))
+	require.Equal(t, 1, count(evs, prp.EventSemanticToolInput))
+	require.Equal(t, 1, count(evs, prp.EventSemanticToolResult))
 	validateAll(t, evs)
 	validateTranscript(t, tr)
 }
@@ -550,7 +550,7 @@ func TestCodexToolCallAcrossRestart(t *testing.T) {
 	require.Equal(t, "delivered", statusOf(t, res))
 	evs := r.sink.waitEvent(t, "run.terminal")
 	require.Equal(t, pgid, agentPgid(t, r.sessionDir()), "the same app-server")
-	require.Equal(t, 1, count(evs, toolcall.EventInput))
+	require.Equal(t, 1, count(evs, prp.EventSemanticToolInput))
 	require.Contains(t, said(evs), "c-9")
 	ans := toolAnswers(t, readTranscript(t, tr))
 	require.Len(t, ans, 1)

@@ -12,6 +12,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // GoalCommand selects a PRP v2 session.goal.* command.
@@ -22,15 +23,6 @@ const (
 	GoalGet   GoalCommand = iota + 1 // session.goal.get
 	GoalSet                          // session.goal.set
 	GoalClear                        // session.goal.clear
-)
-
-// Goal event types (prp.md §8.2: v2-only; the state package downgrades
-// them on a v1 connection).
-const (
-	EventCapabilitiesUpdated = "session.capabilities.updated"
-	EventGoalSnapshot        = "session.goal.snapshot"
-	EventGoalUpdated         = "session.goal.updated"
-	EventGoalCleared         = "session.goal.cleared"
 )
 
 // Rejection codes of commands refused without effect (the reference's
@@ -137,7 +129,7 @@ func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, p
 	capab := m.cl.Goal().Capability
 	if cmd == GoalGet {
 		defer m.mu.Unlock()
-		return m.goalAnswerLocked(commandID, EventGoalSnapshot, p.RequestID)
+		return m.goalAnswerLocked(commandID, prp.EventSessionGoalSnapshot, p.RequestID)
 	}
 	if !capab.Allows(action) {
 		m.mu.Unlock()
@@ -178,9 +170,9 @@ func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, p
 		return nil, failed("the session ended during the goal control")
 	}
 	m.settleGoalLocked(action, objective)
-	evt := EventGoalUpdated
+	evt := prp.EventSessionGoalUpdated
 	if cmd == GoalClear {
-		evt = EventGoalCleared
+		evt = prp.EventSessionGoalCleared
 	}
 	return m.goalAnswerLocked(commandID, evt, p.RequestID)
 }
@@ -239,7 +231,7 @@ var turnControls = map[string]any{"steering": false, "queuedFollowUp": false}
 // then the goal event.
 func goalEvents(proj provider.GoalProjection, eventType string) []provider.Event {
 	return []provider.Event{
-		{EventType: EventCapabilitiesUpdated, Priority: provider.P0,
+		{EventType: prp.EventSessionCapabilitiesUpdated, Priority: provider.P0,
 			Payload: map[string]any{"sessionGoals": proj.SessionGoals, "turnControls": turnControls}},
 		{EventType: eventType, Priority: provider.P0, Payload: projectionPayload(proj)},
 	}
@@ -275,9 +267,9 @@ func (m *Manager) goalUpdateLocked(u provider.SessionUpdate) (evs []provider.Eve
 	if m.goalCall != 0 || !m.cl.Goal().Capability.Available() {
 		return nil, goalOnly
 	}
-	evt := EventGoalUpdated
+	evt := prp.EventSessionGoalUpdated
 	if snap == nil {
-		evt = EventGoalCleared
+		evt = prp.EventSessionGoalCleared
 	}
 	return []provider.Event{{EventType: evt, Priority: provider.P0, Payload: projectionPayload(m.goalProjectionLocked(""))}}, goalOnly
 }
@@ -291,5 +283,5 @@ func (m *Manager) openGoalEventsLocked() []provider.Event {
 	if m.cl.Goal().Capability == nil {
 		return nil
 	}
-	return goalEvents(m.goalProjectionLocked(""), EventGoalSnapshot)
+	return goalEvents(m.goalProjectionLocked(""), prp.EventSessionGoalSnapshot)
 }

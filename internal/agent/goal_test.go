@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // goal runs one goal command on the rig's Manager and checks that the
@@ -24,7 +25,7 @@ func (r *rig) goal(id string, cmd GoalCommand, payload, wantEvent string) provid
 	r.sink.mu.Unlock()
 	require.Equal(r.t, OutcomeCompleted, out.Status)
 	require.JSONEq(r.t, string(res), string(out.Result))
-	require.Equal(r.t, []string{EventCapabilitiesUpdated, wantEvent}, evs[len(evs)-2:])
+	require.Equal(r.t, []string{prp.EventSessionCapabilitiesUpdated, wantEvent}, evs[len(evs)-2:])
 	var p provider.GoalProjection
 	require.NoError(r.t, json.Unmarshal(res, &p))
 	return p
@@ -50,7 +51,7 @@ func TestGoalActionsThroughAgent(t *testing.T) {
 	r.prepare("--goal-actions", "set,pause,resume,clear")
 	r.open()
 
-	p := r.goal("g1", GoalGet, `{}`, EventGoalSnapshot)
+	p := r.goal("g1", GoalGet, `{}`, prp.EventSessionGoalSnapshot)
 	require.Equal(t, "available", p.SessionGoals.Availability)
 	require.Nil(t, p.Goal)
 
@@ -60,10 +61,10 @@ func TestGoalActionsThroughAgent(t *testing.T) {
 	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
 	require.Equal(t, "the agent refused the goal control", ce.Message, "never the agent's text")
 
-	p = r.goal("g2", GoalSet, `{"objective":"Ship the change","status":"active"}`, EventGoalUpdated)
+	p = r.goal("g2", GoalSet, `{"objective":"Ship the change","status":"active"}`, prp.EventSessionGoalUpdated)
 	require.Equal(t, "Ship the change", p.Goal.Objective)
 	require.Equal(t, "active", p.Goal.Status)
-	p = r.goal("g3", GoalSet, `{"status":"paused"}`, EventGoalUpdated)
+	p = r.goal("g3", GoalSet, `{"status":"paused"}`, prp.EventSessionGoalUpdated)
 	require.Equal(t, "paused", p.Goal.Status)
 	pausedAt := *p.Goal.UpdatedAt
 
@@ -72,14 +73,14 @@ func TestGoalActionsThroughAgent(t *testing.T) {
 	r.m.Close()
 	r.m = NewManager(r.cfg, st)
 	require.NoError(t, r.m.Start())
-	p = r.goal("g4", GoalGet, `{}`, EventGoalSnapshot)
+	p = r.goal("g4", GoalGet, `{}`, prp.EventSessionGoalSnapshot)
 	require.Equal(t, "paused", p.Goal.Status, "the snapshot lives in the session record")
 	require.Equal(t, pausedAt, *p.Goal.UpdatedAt)
-	p = r.goal("g5", GoalSet, `{"status":"active"}`, EventGoalUpdated)
+	p = r.goal("g5", GoalSet, `{"status":"active"}`, prp.EventSessionGoalUpdated)
 	require.Equal(t, "active", p.Goal.Status, "resume reaches the adopted agent")
 	require.Greater(t, p.Revision, uint64(4))
 
-	p = r.goal("g6", GoalClear, `{"requestId":"r-9"}`, EventGoalCleared)
+	p = r.goal("g6", GoalClear, `{"requestId":"r-9"}`, prp.EventSessionGoalCleared)
 	require.Nil(t, p.Goal)
 	require.Equal(t, "r-9", p.RequestID)
 	st, _ = r.sink.snapshot()
@@ -96,7 +97,7 @@ func TestGoalRefusalsThroughAgent(t *testing.T) {
 	require.ErrorAs(t, r.goalErr(GoalGet, `{}`), &ce, "no session yet")
 	r.prepare()
 	r.open()
-	p := r.goal("g1", GoalGet, `{}`, EventGoalSnapshot)
+	p := r.goal("g1", GoalGet, `{}`, prp.EventSessionGoalSnapshot)
 	require.Equal(t, "unsupported", p.SessionGoals.Availability)
 	for _, c := range []struct {
 		cmd     GoalCommand

@@ -15,6 +15,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -347,7 +348,7 @@ func (m *Manager) feedLocked(p *process, data []byte, out *eventOutcome) {
 // pcwrapErrorLocked reports a pcwrap error frame as a diagnostic, and as a
 // channel loss when its message says stdin input was lost.
 func (m *Manager) pcwrapErrorLocked(p *process, message string) []provider.Event {
-	evs := []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P1,
+	evs := []provider.Event{{EventType: prp.EventHarnessDiagnostic, Priority: provider.P1,
 		Payload: map[string]any{"reasonCode": "pcwrap_error"}}}
 	for _, pre := range lostInputPrefixes {
 		if strings.HasPrefix(message, pre) {
@@ -500,7 +501,7 @@ func exitedEvent(p *process) provider.Event {
 	if p.signal != "" {
 		pl["signal"] = p.signal
 	}
-	return provider.Event{EventType: "harness.exited", Priority: provider.P0, Payload: pl}
+	return provider.Event{EventType: prp.EventHarnessExited, Priority: provider.P0, Payload: pl}
 }
 
 // lostLocked latches a channel loss (acp.md §5.1): an active turn ends at

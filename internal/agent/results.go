@@ -7,6 +7,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // openResult is session.open's result (tools.md §7): status started or
@@ -95,9 +96,9 @@ func (m *Manager) lastTurnLocked() string {
 func cancelReason(kind CancelKind) string {
 	switch kind {
 	case StopTurn:
-		return "turn.stop"
+		return prp.CommandTurnStop
 	case RunCancel:
-		return "run.cancel"
+		return prp.CommandRunCancel
 	}
-	return "turn.interrupt"
+	return prp.CommandTurnInterrupt
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -232,7 +233,7 @@ func instructionsDiagnostics(b *Binding) []provider.Event {
 	if b == nil || b.InstructionsSide == "" || !acpx.IgnoresSystemPrompt(b.Agent) {
 		return nil
 	}
-	return []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P1,
+	return []provider.Event{{EventType: prp.EventHarnessDiagnostic, Priority: provider.P1,
 		Payload: map[string]any{"code": diagInstructionsUnsupported,
 			"message": "the agent does not honour _meta.systemPrompt; the run's instructions do not reach its model"}}}
 }

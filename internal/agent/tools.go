@@ -12,6 +12,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
@@ -228,7 +229,7 @@ func (m *Manager) toolDiagnosticsLocked() []provider.Event {
 	if !m.tools.unsupported {
 		return nil
 	}
-	return []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P1,
+	return []provider.Event{{EventType: prp.EventHarnessDiagnostic, Priority: provider.P1,
 		Payload: map[string]any{"code": diagBridgeUnsupported, "message": "the agent does not take HTTP MCP servers; the run's Paperclip tools are unavailable"}}}
 }
 
@@ -253,7 +254,7 @@ func (m *Manager) restartBridgeLocked(p *process) []provider.Event {
 	}
 	m.log.Error("the tool bridge cannot listen on its port again; ending the turn", "err", err)
 	m.st.Bridge = nil
-	evs := []provider.Event{{EventType: "harness.diagnostic", Priority: provider.P0,
+	evs := []provider.Event{{EventType: prp.EventHarnessDiagnostic, Priority: provider.P0,
 		Payload: map[string]any{"code": diagBridgeLost, "message": "the tool bridge could not be restored on its port"}}}
 	return append(evs, m.lostLocked(p, provider.LossOther)...)
 }
@@ -431,8 +432,8 @@ func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.R
 	}
 	// Durable before it is sent: the call and its P0 input event in one
 	// write (tools.md §3 item 3).
-	ev := provider.Event{EventType: toolcall.EventInput, Priority: provider.P0, Payload: toolcall.InputPayload(c, m.correlation(), input),
-		ExecutorID: toolcall.EventInput + ":" + c.CallID}
+	ev := provider.Event{EventType: prp.EventSemanticToolInput, Priority: provider.P0, Payload: toolcall.InputPayload(c, m.correlation(), input),
+		ExecutorID: prp.EventSemanticToolInput + ":" + c.CallID}
 	if err := m.commitThenWriteLocked([]provider.Event{ev}, nil); err != nil {
 		m.log.Error("commit tool call", "err", err)
 		tb.Drop(c.CallID)
@@ -515,8 +516,8 @@ func (m *Manager) ToolResult(commandID string, payload json.RawMessage) (json.Ra
 		}
 	}
 	o := cmd.Outcome()
-	evs := []provider.Event{{EventType: toolcall.EventResult, Priority: provider.P0, Payload: toolcall.ResultPayload(c, m.correlation(), o),
-		ExecutorID: toolcall.EventResult + ":" + c.CallID}}
+	evs := []provider.Event{{EventType: prp.EventSemanticToolResult, Priority: provider.P0, Payload: toolcall.ResultPayload(c, m.correlation(), o),
+		ExecutorID: prp.EventSemanticToolResult + ":" + c.CallID}}
 	var prevSemantic json.RawMessage
 	accepted := reserved(c.OperationID) && !o.IsError && m.cl != nil && m.proc != nil && c.TurnID == m.cl.ActiveTurn()
 	if accepted {

@@ -76,7 +76,7 @@ func (s *coreSink) durable(st Stored, evs []provider.Event) error {
 
 func (s *coreSink) answer(evs []provider.Event) {
 	for _, e := range evs {
-		if e.EventType != toolcall.EventInput {
+		if e.EventType != prp.EventSemanticToolInput {
 			continue
 		}
 		in := e.Payload["semantic_tool"].(map[string]any)

@@ -165,23 +165,23 @@ func semantic(evs []provider.Event, typ string) []map[string]any {
 }
 
 func semanticCount(evs []provider.Event) int {
-	return count(evs, toolcall.EventInput) + count(evs, toolcall.EventResult)
+	return count(evs, prp.EventSemanticToolInput) + count(evs, prp.EventSemanticToolResult)
 }
 
 // waitInputs waits for n semantic_tool.input events.
 func (r *rig) waitInputs(n int) []map[string]any {
 	r.t.Helper()
 	evs := r.sink.waitFor(r.t, fmt.Sprintf("%d semantic_tool.input", n), func(_ Stored, evs []provider.Event) bool {
-		return count(evs, toolcall.EventInput) >= n
+		return count(evs, prp.EventSemanticToolInput) >= n
 	})
-	return semantic(evs, toolcall.EventInput)
+	return semantic(evs, prp.EventSemanticToolInput)
 }
 
 // result runs the semantic_tool.result command the core sends.
 func (r *rig) result(commandID string, call map[string]any, result string, isError bool) (json.RawMessage, error) {
 	r.t.Helper()
 	b, err := json.Marshal(map[string]any{"callId": call["callId"], "operationId": call["operationId"],
-		"inputDigest": call["content"].(map[string]any)["digest"], "sourceEventType": toolcall.EventInput,
+		"inputDigest": call["content"].(map[string]any)["digest"], "sourceEventType": prp.EventSemanticToolInput,
 		"correlation": call["correlation"], "result": json.RawMessage(result), "isError": isError})
 	require.NoError(r.t, err)
 	return r.m.ToolResult(commandID, b)
@@ -282,9 +282,9 @@ func TestTools03_CatalogCallDelivered(t *testing.T) {
 	require.False(t, got.isError)
 	require.JSONEq(t, `{"id":"c1","url":"https://x/c1"}`, got.text)
 	_, evs := r.sink.snapshot()
-	require.Equal(t, 1, count(evs, toolcall.EventResult))
-	require.Equal(t, []string{toolcall.EventResult}, r.sink.outcomeEvents["cmd-res-1"], "event and outcome in one write")
-	out := semantic(evs, toolcall.EventResult)[0]
+	require.Equal(t, 1, count(evs, prp.EventSemanticToolResult))
+	require.Equal(t, []string{prp.EventSemanticToolResult}, r.sink.outcomeEvents["cmd-res-1"], "event and outcome in one write")
+	out := semantic(evs, prp.EventSemanticToolResult)[0]
 	require.Equal(t, "succeeded", out["outcome"])
 	require.Equal(t, "operation_"+in["callId"].(string), out["operationReceiptId"])
 
@@ -353,7 +353,7 @@ func TestTools06_InterruptDetaches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "duplicate", statusOf(t, res))
 	_, evs := r.sink.snapshot()
-	require.Equal(t, 1, count(evs, toolcall.EventResult), "the late result is reported once")
+	require.Equal(t, 1, count(evs, prp.EventSemanticToolResult), "the late result is reported once")
 }
 
 // TestTools07_CallIDsUniqueAcrossAgents: calls from two agent processes
@@ -528,8 +528,8 @@ func TestTools05_HotRestartDeliversOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "delivered", statusOf(t, res))
 	evs := r.sink.waitEvent(t, "run.terminal")
-	require.Equal(t, 1, count(evs, toolcall.EventInput), "no second semantic_tool.input")
-	require.Equal(t, 1, count(evs, toolcall.EventResult))
+	require.Equal(t, 1, count(evs, prp.EventSemanticToolInput), "no second semantic_tool.input")
+	require.Equal(t, 1, count(evs, prp.EventSemanticToolResult))
 	text := ""
 	for _, e := range evs {
 		if e.EventType == "item.delta" {

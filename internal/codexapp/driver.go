@@ -15,6 +15,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // Kind is the driver kind of a Codex binding (the runner's driver map).
@@ -438,7 +439,7 @@ func (d *driver) questionLocked(in provider.Inbound) ([]provider.Event, [][]byte
 		request["turnId"] = turn
 	}
 	c.SetRuntimeRequest(in.ID, rrID, itemID, nil)
-	return []provider.Event{{EventType: "runtime_request.created", Priority: provider.P0, TurnID: turn, ItemID: itemID,
+	return []provider.Event{{EventType: prp.EventRuntimeRequestCreated, Priority: provider.P0, TurnID: turn, ItemID: itemID,
 		Payload: map[string]any{"request": request}}}, nil, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // notification maps one app-server notification (codex.md §5) to the
@@ -190,7 +191,7 @@ func (c *Client) turnID() string {
 
 // compacted is context.compacted (P1).
 func (c *Client) compacted() provider.Event {
-	return provider.Event{EventType: "context.compacted", Priority: provider.P1, TurnID: c.turnID(), Payload: map[string]any{
+	return provider.Event{EventType: prp.EventContextCompacted, Priority: provider.P1, TurnID: c.turnID(), Payload: map[string]any{
 		"schema": "paperclip.context.compacted.v1", "compactionId": c.nextID("compaction"), "reason": "provider",
 		"preTokens": nil, "postTokens": nil, "sameSession": true}}
 }
@@ -211,7 +212,7 @@ func (c *Client) notice(method string, n NoticeNotification) provider.Event {
 	if c.turnID() != "" {
 		scope = "turn"
 	}
-	return provider.Event{EventType: "provider.notice.recorded", Priority: provider.P0, TurnID: c.turnID(), Payload: map[string]any{
+	return provider.Event{EventType: prp.EventProviderNoticeRecorded, Priority: provider.P0, TurnID: c.turnID(), Payload: map[string]any{
 		"schema": "paperclip.provider.notice.v1", "noticeId": c.nextID("notice"), "severity": severity,
 		"category": method, "scope": scope, "recoverable": method != NoteError || n.WillRetry,
 		"userActionable": false, "summary": summary}}

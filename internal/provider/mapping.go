@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // PRP event priorities (prp.md §8.1).
@@ -178,12 +180,12 @@ func (mp Mapper) SessionOpened(rec Record, resumed bool, d Descriptor) []Event {
 	if rec.AgentSessionID != "" {
 		sess["agentSessionId"] = rec.AgentSessionID
 	}
-	typ := "session.started"
+	typ := prp.EventSessionStarted
 	if resumed {
-		typ = "session.resumed"
+		typ = prp.EventSessionResumed
 	}
 	return []Event{
-		{EventType: "harness.ready", Priority: P0, Payload: ready},
+		{EventType: prp.EventHarnessReady, Priority: P0, Payload: ready},
 		{EventType: typ, Priority: P0, Payload: sess},
 	}
 }
@@ -193,7 +195,7 @@ func (mp Mapper) SessionOpened(rec Record, resumed bool, d Descriptor) []Event {
 func (mp Mapper) TurnStarted(st *MapState, turnID string) []Event {
 	st.Items, st.Order, st.LastMessage, st.PlanRevision = nil, nil, "", 0
 	st.CostAtTurnStart = st.Cost
-	return []Event{{EventType: "turn.started", Priority: P1, TurnID: turnID,
+	return []Event{{EventType: prp.EventTurnStarted, Priority: P1, TurnID: turnID,
 		Payload: map[string]any{"provider": mp.AdapterName(), "providerTurnId": turnID, "status": "inProgress",
 			"turn": map[string]any{"id": turnID, "status": "inProgress"}}}}
 }
@@ -250,7 +252,7 @@ func (mp Mapper) chunk(st *MapState, turnID string, u SessionUpdate) []Event {
 			it.Text += text
 		}
 	}
-	return append(evs, Event{EventType: "item.delta", Priority: P2, TurnID: turnID, ItemID: it.ItemID,
+	return append(evs, Event{EventType: prp.EventItemDelta, Priority: P2, TurnID: turnID, ItemID: it.ItemID,
 		Payload: map[string]any{"kind": kind, "text": text}})
 }
 
@@ -271,7 +273,7 @@ func (mp Mapper) item(st *MapState, turnID, key, kind string) (*ItemState, []Eve
 	if kind == "tool_call" {
 		return it, nil
 	}
-	return it, []Event{{EventType: "item.started", Priority: P1, TurnID: turnID, ItemID: it.ItemID,
+	return it, []Event{{EventType: prp.EventItemStarted, Priority: P1, TurnID: turnID, ItemID: it.ItemID,
 		Payload: map[string]any{"kind": kind, "text": ""}}}
 }
 
@@ -309,9 +311,9 @@ func (mp Mapper) tool(st *MapState, turnID string, u SessionUpdate) []Event {
 	switch {
 	case fresh:
 		evs = append(evs,
-			Event{EventType: "item.started", Priority: P1, TurnID: turnID, ItemID: it.ItemID,
+			Event{EventType: prp.EventItemStarted, Priority: P1, TurnID: turnID, ItemID: it.ItemID,
 				Payload: map[string]any{"kind": "tool_call", "title": it.Name}},
-			Event{EventType: "tool.execution.started", Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload})
+			Event{EventType: prp.EventToolExecutionStarted, Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload})
 		if status == "running" {
 			return evs
 		}
@@ -320,11 +322,11 @@ func (mp Mapper) tool(st *MapState, turnID string, u SessionUpdate) []Event {
 	case status != "running":
 		it.Done = true
 		evs = append(evs,
-			Event{EventType: "tool.execution.completed", Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload},
-			Event{EventType: "item.completed", Priority: P1, TurnID: turnID, ItemID: it.ItemID,
+			Event{EventType: prp.EventToolExecutionCompleted, Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload},
+			Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: turnID, ItemID: it.ItemID,
 				Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
 	default:
-		evs = append(evs, Event{EventType: "tool.execution.progressed", Priority: P2, TurnID: turnID, ItemID: it.ItemID, Payload: payload})
+		evs = append(evs, Event{EventType: prp.EventToolExecutionProgressed, Priority: P2, TurnID: turnID, ItemID: it.ItemID, Payload: payload})
 	}
 	return evs
 }
@@ -439,7 +441,7 @@ func (mp Mapper) plan(st *MapState, turnID string, u SessionUpdate) []Event {
 			"status": status,
 		})
 	}
-	return []Event{{EventType: "plan.updated", Priority: P1, TurnID: turnID, Payload: map[string]any{
+	return []Event{{EventType: prp.EventPlanUpdated, Priority: P1, TurnID: turnID, Payload: map[string]any{
 		"schema":           "paperclip.plan.updated.v1",
 		"planId":           safeID(turnID) + "-plan",
 		"revision":         st.PlanRevision,
@@ -489,7 +491,7 @@ func (mp Mapper) usageEvent(st *MapState, turnID string, turn *TokenUsage) Event
 	if turnID != "" {
 		p["providerTurnId"] = turnID
 	}
-	return Event{EventType: "usage.reported", Priority: P2, TurnID: turnID, Payload: p}
+	return Event{EventType: prp.EventUsageReported, Priority: P2, TurnID: turnID, Payload: p}
 }
 
 func measurement(t TokenUsage, cost float64, priced bool) map[string]any {
@@ -533,7 +535,7 @@ func (mp Mapper) sessionUpdated(turnID string, u SessionUpdate) []Event {
 			p["title"] = mp.text(*u.SessionTitle, maxShortText)
 		}
 	}
-	return []Event{{EventType: "session.updated", Priority: P1, TurnID: turnID, Payload: p}}
+	return []Event{{EventType: prp.EventSessionUpdated, Priority: P1, TurnID: turnID, Payload: p}}
 }
 
 // names lists one string field of raw objects, bounded and redacted.
@@ -624,7 +626,7 @@ func (mp Mapper) PermissionRequest(st *MapState, turnID string, agentRequestID j
 	if turnID != "" {
 		request["turnId"] = turnID
 	}
-	return rr, []Event{{EventType: "runtime_request.created", Priority: P0, TurnID: turnID, ItemID: rr.ItemID,
+	return rr, []Event{{EventType: prp.EventRuntimeRequestCreated, Priority: P0, TurnID: turnID, ItemID: rr.ItemID,
 		Payload: map[string]any{"request": request}}}
 }
 
@@ -632,7 +634,7 @@ func (mp Mapper) PermissionRequest(st *MapState, turnID string, agentRequestID j
 func (mp Mapper) RequestResolved(rr RuntimeRequest, action string) []Event {
 	p := mp.requestPayload(rr, "delivered")
 	p["action"] = action
-	return []Event{{EventType: "runtime_request.resolved", Priority: P1, TurnID: rr.TurnID, ItemID: rr.ItemID, Payload: p}}
+	return []Event{{EventType: prp.EventRuntimeRequestResolved, Priority: P1, TurnID: rr.TurnID, ItemID: rr.ItemID, Payload: p}}
 }
 
 // RequestClosed maps a runtime request left open: status RequestExpired
@@ -642,7 +644,11 @@ func (mp Mapper) RequestClosed(rr RuntimeRequest, status, reason string) []Event
 	p := mp.requestPayload(rr, status)
 	p["replayAllowed"] = false
 	p["reason"] = reason
-	return []Event{{EventType: "runtime_request." + status, Priority: P1, TurnID: rr.TurnID, ItemID: rr.ItemID, Payload: p}}
+	typ := prp.EventRuntimeRequestExpired
+	if status == RequestCancelled {
+		typ = prp.EventRuntimeRequestCancelled
+	}
+	return []Event{{EventType: typ, Priority: P1, TurnID: rr.TurnID, ItemID: rr.ItemID, Payload: p}}
 }
 
 func (mp Mapper) requestPayload(rr RuntimeRequest, status string) map[string]any {
@@ -680,9 +686,9 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 				status = "failed"
 			}
 			evs = append(evs,
-				Event{EventType: "tool.execution.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
+				Event{EventType: prp.EventToolExecutionCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
 					Payload: mp.toolPayload(it, status, "", false)},
-				Event{EventType: "item.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
+				Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
 					Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
 			continue
 		}
@@ -690,7 +696,7 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 		if it.Truncated {
 			p["textTruncated"] = true
 		}
-		evs = append(evs, Event{EventType: "item.completed", Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID, Payload: p})
+		evs = append(evs, Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID, Payload: p})
 	}
 	if it := st.Items[st.LastMessage]; it != nil {
 		summaryText = it.Text
@@ -708,7 +714,7 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 	var disposition, turnState, runState string
 	switch s.Ending {
 	case EndCompleted:
-		turnEv = Event{EventType: "turn.completed", Priority: P0, Payload: map[string]any{"stopReason": s.StopReason}}
+		turnEv = Event{EventType: prp.EventTurnCompleted, Priority: P0, Payload: map[string]any{"stopReason": s.StopReason}}
 		turnState, runState, disposition = "completed", "succeeded", "done"
 		if s.StopReason != StopEndTurn {
 			// max_tokens, max_turn_requests, refusal: the agent stopped
@@ -720,7 +726,7 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 		if class == "" {
 			class = ClassUnclassified
 		}
-		turnEv = Event{EventType: "turn.failed", Priority: P0, Payload: map[string]any{
+		turnEv = Event{EventType: prp.EventTurnFailed, Priority: P0, Payload: map[string]any{
 			"code": string(class), "message": NewFailure(class, nil).Message}}
 		turnState, runState, disposition = "failed", "failed", "needs_review"
 		summaryText = "The turn failed: " + NewFailure(class, nil).Message + "."
@@ -729,11 +735,11 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 		if reason == "" {
 			reason = "operator"
 		}
-		turnEv = Event{EventType: "turn.interrupted", Priority: P0, Payload: map[string]any{"reason": reason}}
+		turnEv = Event{EventType: prp.EventTurnInterrupted, Priority: P0, Payload: map[string]any{"reason": reason}}
 		turnState, runState, disposition = "interrupted", "cancelled", "yielded"
 		summaryText = "The turn was interrupted."
 	default:
-		turnEv = Event{EventType: "turn.cancelled", Priority: P0, Payload: map[string]any{"reason": "run_cancelled"}}
+		turnEv = Event{EventType: prp.EventTurnCancelled, Priority: P0, Payload: map[string]any{"reason": "run_cancelled"}}
 		turnState, runState, disposition = "cancelled", "cancelled", "yielded"
 		summaryText = "The run was cancelled."
 	}
@@ -765,9 +771,9 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 	}
 	evs = append(evs, turnEv)
 	if result != nil {
-		evs = append(evs, Event{EventType: "run.result.proposed", Priority: P0, TurnID: s.TurnID, Payload: result})
+		evs = append(evs, Event{EventType: prp.EventRunResultProposed, Priority: P0, TurnID: s.TurnID, Payload: result})
 	}
-	return append(evs, Event{EventType: "run.terminal", Priority: P0, TurnID: s.TurnID, Payload: map[string]any{
+	return append(evs, Event{EventType: prp.EventRunTerminal, Priority: P0, TurnID: s.TurnID, Payload: map[string]any{
 		"schema":                  "paperclip.prp.terminal.v1",
 		"turnTerminalState":       turnState,
 		"runTerminalState":        runState,
@@ -868,11 +874,11 @@ func (mp Mapper) AgentExited(st *MapState, activeTurn string, exitCode *int, sig
 	if signal != "" {
 		p["signal"] = signal
 	}
-	evs := []Event{{EventType: "harness.exited", Priority: P0, Payload: p}}
+	evs := []Event{{EventType: prp.EventHarnessExited, Priority: P0, Payload: p}}
 	if activeTurn != "" {
 		evs = append(evs, mp.ChannelLost(st, activeTurn, LossProviderExit)...)
 	}
-	return append(evs, Event{EventType: "session.failed", Priority: P0, Payload: map[string]any{
+	return append(evs, Event{EventType: prp.EventSessionFailed, Priority: P0, Payload: map[string]any{
 		"code": string(ClassAgentDisconnected), "message": NewFailure(ClassAgentDisconnected, nil).Message}})
 }
 
@@ -880,7 +886,7 @@ func (mp Mapper) AgentExited(st *MapState, activeTurn string, exitCode *int, sig
 // the reason, then the failed turn (turn.failed, one run.result.proposed,
 // one run.terminal). The public text derives from the reason alone.
 func (mp Mapper) ChannelLost(st *MapState, turnID string, reason LossReason) []Event {
-	evs := []Event{{EventType: "harness.diagnostic", Priority: P0, TurnID: turnID, Payload: map[string]any{
+	evs := []Event{{EventType: prp.EventHarnessDiagnostic, Priority: P0, TurnID: turnID, Payload: map[string]any{
 		"lossReason": string(reason), "message": reason.Message(),
 	}}}
 	class := ClassAgentDisconnected
@@ -893,7 +899,7 @@ func (mp Mapper) ChannelLost(st *MapState, turnID string, reason LossReason) []E
 // StreamDiagnostic reports skipped stdout lines (harness.diagnostic, P1
 // while the session still works).
 func (mp Mapper) StreamDiagnostic(w WireState) Event {
-	return Event{EventType: "harness.diagnostic", Priority: P1, Payload: map[string]any{
+	return Event{EventType: prp.EventHarnessDiagnostic, Priority: P1, Payload: map[string]any{
 		"reasonCode":      "acp_stdout_lines_skipped",
 		"skippedLines":    w.SkippedLines,
 		"lateUpdates":     w.LateUpdates,

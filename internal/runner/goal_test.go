@@ -59,7 +59,7 @@ func goalCommand(t *testing.T, h *harness, schemas *prpschema.Set, typ, payload,
 	require.NoError(t, prpschema.Validate(schemas.GoalProjection, res.Result), "result %s", res.Result)
 	s := h.waitCore(func(s control.Snapshot) bool { return len(s.Events) >= before+2 })
 	evs := prptest.DecodeEvents(t, s.Events[before:])
-	require.Equal(t, agent.EventCapabilitiesUpdated, evs[0].EventType)
+	require.Equal(t, prp.EventSessionCapabilitiesUpdated, evs[0].EventType)
 	require.Equal(t, wantEvent, evs[1].EventType)
 	require.NoError(t, prpschema.Validate(schemas.GoalCapabilities, evs[0].Payload), "capabilities %s", evs[0].Payload)
 	require.JSONEq(t, string(res.Result), string(evs[1].Payload), "the event carries the result")
@@ -102,28 +102,28 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	// session.open reports the goal state after session.started, as the
 	// reference does.
 	s := h.waitCore(func(s control.Snapshot) bool {
-		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), agent.EventGoalSnapshot)) == 1
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), prp.EventSessionGoalSnapshot)) == 1
 	})
 	var opened []string
 	for _, e := range prptest.DecodeEvents(t, s.Events) {
 		switch e.EventType {
-		case "session.started", agent.EventCapabilitiesUpdated, agent.EventGoalSnapshot:
+		case "session.started", prp.EventSessionCapabilitiesUpdated, prp.EventSessionGoalSnapshot:
 			opened = append(opened, e.EventType)
-			if e.EventType == agent.EventGoalSnapshot {
+			if e.EventType == prp.EventSessionGoalSnapshot {
 				require.NoError(t, prpschema.Validate(schemas.GoalProjection, e.Payload), "%s", e.Payload)
 			}
 		}
 	}
-	require.Equal(t, []string{"session.started", agent.EventCapabilitiesUpdated, agent.EventGoalSnapshot}, opened)
+	require.Equal(t, []string{"session.started", prp.EventSessionCapabilitiesUpdated, prp.EventSessionGoalSnapshot}, opened)
 
-	v := goalCommand(t, h, schemas, "session.goal.get", `{}`, agent.EventGoalSnapshot)
+	v := goalCommand(t, h, schemas, "session.goal.get", `{}`, prp.EventSessionGoalSnapshot)
 	require.Equal(t, "paperclip.session_goal.snapshot.v1", v.Schema)
 	require.Equal(t, "available", v.SessionGoals.Availability)
 	require.Equal(t, []string{"set", "pause", "resume", "clear"}, v.SessionGoals.Actions)
 	require.Nil(t, v.Goal)
 	rev := v.Revision
 
-	v = goalCommand(t, h, schemas, "session.goal.set", `{"requestId":"req-1","objective":"Ship the change","tokenBudget":null}`, agent.EventGoalUpdated)
+	v = goalCommand(t, h, schemas, "session.goal.set", `{"requestId":"req-1","objective":"Ship the change","tokenBudget":null}`, prp.EventSessionGoalUpdated)
 	require.Equal(t, "req-1", v.RequestID)
 	require.NotNil(t, v.Goal)
 	require.Equal(t, "Ship the change", v.Goal.Objective)
@@ -132,10 +132,10 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	require.Greater(t, v.Revision, rev)
 	rev = v.Revision
 
-	v = goalCommand(t, h, schemas, "session.goal.set", `{"status":"paused"}`, agent.EventGoalUpdated)
+	v = goalCommand(t, h, schemas, "session.goal.set", `{"status":"paused"}`, prp.EventSessionGoalUpdated)
 	require.Equal(t, "paused", v.Goal.Status, "a status alone is pause")
 	require.Equal(t, "Ship the change", v.Goal.Objective)
-	v = goalCommand(t, h, schemas, "session.goal.set", `{"status":"active"}`, agent.EventGoalUpdated)
+	v = goalCommand(t, h, schemas, "session.goal.set", `{"status":"active"}`, prp.EventSessionGoalUpdated)
 	require.Equal(t, "active", v.Goal.Status, "then resume")
 	require.Greater(t, v.Revision, rev)
 
@@ -145,7 +145,7 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	s = h.waitCore(func(s control.Snapshot) bool {
 		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events[before:]), "run.terminal")) == 1
 	})
-	updates := prptest.OfType(prptest.DecodeEvents(t, s.Events[before:]), agent.EventGoalUpdated)
+	updates := prptest.OfType(prptest.DecodeEvents(t, s.Events[before:]), prp.EventSessionGoalUpdated)
 	require.Len(t, updates, 1)
 	require.NoError(t, prpschema.Validate(schemas.GoalProjection, updates[0].Payload), "%s", updates[0].Payload)
 	var auto goalView
@@ -156,11 +156,11 @@ func TestGoalActionsThroughRunnerd(t *testing.T) {
 	require.NotNil(t, auto.Goal.CompletedAt, "a complete goal has completedAt")
 	require.Greater(t, auto.Revision, v.Revision)
 
-	v = goalCommand(t, h, schemas, "session.goal.get", `{"requestId":"req-2"}`, agent.EventGoalSnapshot)
+	v = goalCommand(t, h, schemas, "session.goal.get", `{"requestId":"req-2"}`, prp.EventSessionGoalSnapshot)
 	require.Equal(t, "complete", v.Goal.Status, "get answers the recorded snapshot")
 	require.Equal(t, "req-2", v.RequestID)
 
-	v = goalCommand(t, h, schemas, "session.goal.clear", `{}`, agent.EventGoalCleared)
+	v = goalCommand(t, h, schemas, "session.goal.clear", `{}`, prp.EventSessionGoalCleared)
 	require.Nil(t, v.Goal)
 	require.Equal(t, "available", v.SessionGoals.Availability)
 
@@ -198,8 +198,8 @@ func TestGoalRefusals(t *testing.T) {
 			// An agent that advertised no extension opens normally; one
 			// that advertised an unusable one reports it unsupported.
 			atOpen := map[string]int{"subset": 1, "none": 0}[name]
-			v := goalCommand(t, h, schemas, "session.goal.get", `{}`, agent.EventGoalSnapshot)
-			require.Len(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), agent.EventGoalSnapshot), atOpen+1)
+			v := goalCommand(t, h, schemas, "session.goal.get", `{}`, prp.EventSessionGoalSnapshot)
+			require.Len(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), prp.EventSessionGoalSnapshot), atOpen+1)
 			require.Equal(t, "unsupported", v.SessionGoals.Availability)
 			require.Empty(t, v.SessionGoals.Actions)
 			require.Equal(t, "persistent_session_goal_extension_required", v.SessionGoals.ReasonCode)
@@ -230,7 +230,7 @@ func TestGoalRefusals(t *testing.T) {
 		require.Equal(t, "rejected", res.Status)
 		require.Equal(t, agent.CodeGoalActionUnavailable, resultCodeOf(t, res))
 		require.Contains(t, string(res.Result), "does not support token budget control")
-		v := goalCommand(t, h, schemas, "session.goal.get", `{}`, agent.EventGoalSnapshot)
+		v := goalCommand(t, h, schemas, "session.goal.get", `{}`, prp.EventSessionGoalSnapshot)
 		require.Nil(t, v.Goal, "the refused set never reached the agent")
 	})
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -126,7 +125,7 @@ func TestPRP23_GoalEventsDowngradeOnV1(t *testing.T) {
 	r1 := start()
 	core.wait(func() bool {
 		o := originals()
-		return len(core.results) == len(core.commands) && o[agent.EventGoalUpdated] == 2
+		return len(core.results) == len(core.commands) && o[prp.EventSessionGoalUpdated] == 2
 	})
 	r1.cancel()
 	require.NoError(t, r1.wait(t))
@@ -136,14 +135,14 @@ func TestPRP23_GoalEventsDowngradeOnV1(t *testing.T) {
 	require.Equal(t, "completed", set.Status, string(set.Result))
 	require.Contains(t, string(set.Result), `"objective":"Ship the change"`, "a command result is not downgraded")
 	o := originals()
-	require.Equal(t, 2, o[agent.EventCapabilitiesUpdated], "session.open's and the set's: %v", o)
-	require.Equal(t, 1, o[agent.EventGoalSnapshot], "session.open's: %v", o)
-	require.Equal(t, 2, o[agent.EventGoalUpdated], "the set's and the agent's autonomous update: %v", o)
+	require.Equal(t, 2, o[prp.EventSessionCapabilitiesUpdated], "session.open's and the set's: %v", o)
+	require.Equal(t, 1, o[prp.EventSessionGoalSnapshot], "session.open's: %v", o)
+	require.Equal(t, 2, o[prp.EventSessionGoalUpdated], "the set's and the agent's autonomous update: %v", o)
 	for _, raw := range core.events {
 		e := decode(raw)
 		require.Equal(t, 1, e.Version)
 		require.NotContains(t, e.Payload.EventType, "goal", "no goal event rides a v1 link")
-		require.NotEqual(t, agent.EventCapabilitiesUpdated, e.Payload.EventType)
+		require.NotEqual(t, prp.EventSessionCapabilitiesUpdated, e.Payload.EventType)
 		require.NotContains(t, string(raw), "Ship the change", "the real payload never rides a v1 link")
 		if e.Payload.EventType == "runner.diagnostic" {
 			require.Equal(t, "paperclip.prp.event.v1", e.Payload.Schema)
@@ -159,9 +158,9 @@ func TestPRP23_GoalEventsDowngradeOnV1(t *testing.T) {
 		for _, raw := range core.events[seen:] {
 			e := decode(raw)
 			switch e.Payload.EventType {
-			case agent.EventGoalUpdated:
+			case prp.EventSessionGoalUpdated:
 				goal = &e
-			case agent.EventCapabilitiesUpdated:
+			case prp.EventSessionCapabilitiesUpdated:
 				caps = &e
 			}
 		}

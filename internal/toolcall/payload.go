@@ -3,17 +3,11 @@ package toolcall
 import (
 	"bytes"
 	"encoding/json"
-
-	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// Event types and the payload schema (tools.md §3 items 3–4). The event
-// types are prp's, under the names the agent package reads.
-const (
-	EventInput    = prp.EventSemanticToolInput
-	EventResult   = prp.EventSemanticToolResult
-	payloadSchema = "paperclip.prp.semantic_tool.v1"
-)
+// payloadSchema is the schema of the semantic_tool payload (tools.md §3
+// items 3–4).
+const payloadSchema = "paperclip.prp.semantic_tool.v1"
 
 // Result codes of the semantic_tool.result event and command (tools.md §3
 // items 4–5).
