@@ -218,31 +218,9 @@ func (c *Client) Feed(p []byte) ([]provider.Inbound, error) {
 	if c.failed != nil {
 		return nil, c.failed
 	}
-	w := c.wire()
-	var out []provider.Inbound
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if len(w.PartialLine)+len(p) > provider.MaxLineBytes {
-				return out, c.fail(provider.ErrFrameExceeded)
-			}
-			w.PartialLine = append(w.PartialLine, p...)
-			break
-		}
-		line := p[:i]
-		if len(w.PartialLine) > 0 {
-			line = append(w.PartialLine, line...)
-			w.PartialLine = nil
-		}
-		p = p[i+1:]
-		if len(line) > provider.MaxLineBytes {
-			return out, c.fail(provider.ErrFrameExceeded)
-		}
-		msgs, err := c.handleLine(line)
-		out = append(out, msgs...)
-		if err != nil {
-			return out, c.fail(err)
-		}
+	out, err := provider.FeedLines(&c.wire().PartialLine, p, provider.MaxLineBytes, c.handleLine)
+	if err != nil {
+		return out, c.fail(err)
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 )
@@ -23,6 +24,41 @@ var (
 	// ErrUnknownResponse is a response to an id runnerd never issued.
 	ErrUnknownResponse = errors.New("response to an unknown request id")
 )
+
+// FeedLines splits provider stdout into complete lines, hands each to
+// handle in order and returns what handle decoded, also when it stops
+// early. *partial is the line begun in an earlier call (the
+// record keeps it, so a restart resumes mid-line); it is joined to the
+// first line and left holding the new tail. A line over maxLine fails with
+// ErrFrameExceeded, and the first error stops the split.
+func FeedLines(partial *[]byte, p []byte, maxLine int, handle func(line []byte) ([]Inbound, error)) ([]Inbound, error) {
+	var out []Inbound
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(*partial)+len(p) > maxLine {
+				return out, ErrFrameExceeded
+			}
+			*partial = append(*partial, p...)
+			return out, nil
+		}
+		line := p[:i]
+		if len(*partial) > 0 {
+			line = append(*partial, line...)
+			*partial = nil
+		}
+		p = p[i+1:]
+		if len(line) > maxLine {
+			return out, ErrFrameExceeded
+		}
+		msgs, err := handle(line)
+		out = append(out, msgs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
 
 // Call-site errors.
 var (
