@@ -21,6 +21,24 @@ type Host interface {
 	MCPServers(caps provider.AgentCapabilities) []MCPServer
 }
 
+// Registration is ACP's entry in the runner's provider list: descriptor
+// kind acpx, recorded as the empty driver name.
+var Registration = provider.Registration{Kind: "acpx", Driver: "", New: NewDriver, Describe: describe}
+
+// describe gives a descriptor without a command the known agent's
+// (acp.md §2.1).
+func describe(s *provider.LaunchSpec) error {
+	if s.Command != "" {
+		return nil
+	}
+	argv, ok := AgentCommand(s.Agent)
+	if !ok {
+		return provider.Failed("provider descriptor names an unknown agent without a command")
+	}
+	s.Command, s.Args = argv[0], argv[1:]
+	return nil
+}
+
 // NewDriver is ACP's driver (acp.md); h must be a Host.
 func NewDriver(h provider.Host) provider.Driver { return driver{h.(Host)} }
 

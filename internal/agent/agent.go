@@ -10,10 +10,9 @@
 // ids) is committed before any line it covers is written (acp.md §3.2).
 //
 // Drivers (provider.Driver): the Manager knows a provider's wire protocol
-// only through its Driver, made by Config.Drivers for Binding.Driver
-// (DriverACP "", DriverCodex or DriverOpenCode; the runner lists one
-// constructor per kind) over a host (driver.go) that is the driver's only
-// way into the Manager. A driver keeps its durable state in the session's
+// only through its Driver, made by the provider.Registration of
+// Binding.Driver in Config.Drivers (the runner lists one per provider)
+// over a host (driver.go) that is the driver's only way into the Manager. A driver keeps its durable state in the session's
 // provider.Core (Core.Wire: request table, partial line, active turn with
 // TurnState.ProviderTurnID; Core.Live: session id) and implements Open
 // (handshake through OpenSession.Call), Feed (stdout bytes →
@@ -26,8 +25,8 @@
 // supervision, hot restart, the commit path, the cold-start gate and
 // bounds, loss detection and runtime requests stay shared.
 //
-// A driver whose provider talks beside the pcwrap stdio (DriverOpenCode:
-// HTTP + SSE on loopback, internal/opencode) reads only its listening line
+// A driver whose provider talks beside the pcwrap stdio (OpenCode: HTTP +
+// SSE on loopback, internal/opencode) reads only its listening line
 // from stdout, keeps its own durable state in provider.Record.Driver, feeds
 // what its channel brings through provider.Host.Deliver (handleInbound and
 // the one commit path, its state in the same write), and reopens that
@@ -49,9 +48,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/clock"
-	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
-	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
@@ -148,7 +145,8 @@ type Binding struct {
 	CatalogSide        string `json:"catalogSide,omitempty"`
 	InstructionsSide   string `json:"instructionsSide,omitempty"`
 	RuntimeContextSide string `json:"runtimeContextSide,omitempty"`
-	// Driver is the wire protocol (DriverACP, DriverCodex).
+	// Driver names the provider's registration (provider.Registration
+	// Driver: "" for ACP).
 	Driver string `json:"driver,omitempty"`
 	// NoClientFS turns off the fs.readTextFile/writeTextFile advertisement
 	// (descriptor provider.clientCapabilities.fs: false, for agents that
@@ -181,12 +179,10 @@ type Config struct {
 	StateDir string
 	// Pcwrap is the pcwrap binary (see FindPcwrap).
 	Pcwrap string
-	// Drivers makes the driver of each Binding.Driver kind; it holds
-	// DriverACP at least, the driver of every other kind.
-	Drivers map[string]provider.NewDriver
-	// OpenCodeExecutable is the opencode binary for kind opencode
-	// (codex.md §6: a runnerd flag, else "opencode" on PATH).
-	OpenCodeExecutable string
+	// Drivers lists the providers runnerd runs. The one recorded under
+	// the empty driver name (ACP's) also drives a binding whose driver
+	// name no entry has.
+	Drivers []provider.Registration
 	// Environ is runnerd's environment; the agent gets an allowlist of it.
 	Environ []string
 	Sink    Sink
@@ -610,7 +606,7 @@ func (m *Manager) writeFailedLocked(p *process, err error, staged *sessiondir.St
 
 // Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
 func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
-	b, err := ParseDescriptor(payload)
+	b, err := ParseDescriptor(payload, m.cfg.Drivers)
 	if err != nil {
 		return nil, err
 	}
@@ -642,9 +638,10 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	return jsonenc.MustMarshalEscaped(map[string]any{"agent": b.Agent, "prepared": true}), nil
 }
 
-// ParseDescriptor reads run.prepare's acpx descriptor (prp.md §7.6,
-// acp.md §2.1). Sidecar-only fields are accepted and ignored.
-func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
+// ParseDescriptor reads run.prepare's provider descriptor (prp.md §7.6,
+// acp.md §2.1) for one of drivers. Sidecar-only fields are accepted and
+// ignored.
+func ParseDescriptor(payload json.RawMessage, drivers []provider.Registration) (*Binding, error) {
 	var p struct {
 		Provider struct {
 			Kind            string   `json:"kind"`
@@ -673,57 +670,27 @@ func ParseDescriptor(payload json.RawMessage) (*Binding, error) {
 		return nil, failed("run.prepare payload is malformed")
 	}
 	d := p.Provider
-	switch d.Kind {
-	case "acpx":
-	case "codex":
-		// codex.md §1: the reference accepts only approvalPolicy never.
-		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexapp.ApprovalNever {
-			return nil, failed("provider descriptor approvalPolicy must be never for kind codex")
-		}
-		d.Agent = "codex"
-		if d.Command == "" {
-			d.Command, d.Args = "codex", []string{"app-server"}
-		}
-		if d.PermissionMode == "" {
-			d.PermissionMode = string(provider.ApproveAll) // approvalPolicy never: Codex asks nothing
-		}
-	case "opencode":
-		// codex.md §6: runnerd speaks OpenCode's server API itself and
-		// ignores command/args (they name the reference's Node facade).
-		if d.ApprovalPolicy != nil && *d.ApprovalPolicy != codexapp.ApprovalNever {
-			return nil, failed("provider descriptor approvalPolicy must be never for kind opencode")
-		}
-		d.Agent = "opencode"
-		d.Command, d.Args = opencode.Command, opencode.ServeArgs()
-		if d.PermissionMode == "" {
-			d.PermissionMode = string(provider.ApproveAll)
-		}
-	default:
+	reg, ok := registrationOf(drivers, func(r provider.Registration) bool { return r.Kind == d.Kind })
+	if !ok {
 		return nil, failed("provider descriptor kind " + kindName(d.Kind) + " is not supported by this runner")
 	}
-	b := &Binding{Agent: d.Agent, Command: d.Command, Args: d.Args, Cwd: d.Cwd,
-		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
-		CriterionIDs: p.CompletionContract.CriterionIDs}
-	switch d.Kind {
-	case "codex":
-		b.Driver = DriverCodex
-	case "opencode":
-		b.Driver = DriverOpenCode
-	}
-	if b.Command == "" {
-		argv, ok := acpx.AgentCommand(d.Agent)
-		if !ok {
-			return nil, failed("provider descriptor names an unknown agent without a command")
+	spec := provider.LaunchSpec{Agent: d.Agent, Command: d.Command, Args: d.Args,
+		PermissionMode: d.PermissionMode, ApprovalPolicy: d.ApprovalPolicy}
+	if reg.Describe != nil {
+		if err := reg.Describe(&spec); err != nil {
+			return nil, err
 		}
-		b.Command, b.Args = argv[0], argv[1:]
 	}
+	b := &Binding{Agent: spec.Agent, Command: spec.Command, Args: spec.Args, Cwd: d.Cwd,
+		ProviderVersion: d.ProviderVersion, ContractRevision: p.CompletionContract.Revision,
+		CriterionIDs: p.CompletionContract.CriterionIDs, Driver: reg.Driver}
 	if b.Cwd == "" {
 		b.Cwd = "/"
 	}
 	if !filepath.IsAbs(b.Cwd) {
 		return nil, failed("provider descriptor cwd is not absolute")
 	}
-	mode, err := provider.ParsePermissionMode(d.PermissionMode)
+	mode, err := provider.ParsePermissionMode(spec.PermissionMode)
 	if err != nil {
 		return nil, failed("provider descriptor permissionMode is not supported")
 	}
@@ -870,8 +837,8 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	env, childEnv := ls.Env, ls.ChildEnv
 	argv := append([]string{b.Command}, b.Args...)
-	if b.Driver == DriverOpenCode && m.cfg.OpenCodeExecutable != "" {
-		argv[0] = m.cfg.OpenCodeExecutable
+	if reg, _ := m.registration(b.Driver); reg.Executable != "" {
+		argv[0] = reg.Executable
 	}
 	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env, childEnv: childEnv})
 	if err != nil {

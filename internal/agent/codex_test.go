@@ -282,13 +282,13 @@ func TestCodex04_UnauthorizedTool(t *testing.T) {
 // binds the codex driver; on-request fails command_execution_failed.
 func TestCodex01_Prepare(t *testing.T) {
 	for _, ap := range []any{"never", nil} {
-		b, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": ap, "cwd": "/w"}})))
+		b, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": ap, "cwd": "/w"}})), testDrivers)
 		require.NoError(t, err)
-		require.Equal(t, DriverCodex, b.Driver)
+		require.Equal(t, codexapp.Kind, b.Driver)
 		require.Equal(t, "codex", b.Command)
 		require.Equal(t, []string{"app-server"}, b.Args)
 	}
-	_, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": "on-request"}})))
+	_, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": "on-request"}})), testDrivers)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
@@ -301,7 +301,7 @@ func TestCodexUnknownKindNamesIt(t *testing.T) {
 		"claude_managed": `"claude_managed"`, "aws_agentcore": `"aws_agentcore"`, "cursor_cloud": `"cursor_cloud"`,
 		"": "(absent)", "bad kind\n": "(unrecognised)",
 	} {
-		_, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": kind}})))
+		_, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": kind}})), testDrivers)
 		var ce *CommandError
 		require.ErrorAs(t, err, &ce, kind)
 		require.Equal(t, CodeCommandExecutionFailed, ce.Code)

@@ -9,43 +9,50 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/clock"
-	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/mcpbridge"
-	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
-// Driver names of Binding.Driver.
-const (
-	DriverACP   = ""            // acp.md: the acpx agents
-	DriverCodex = codexapp.Kind // codex.md: codex app-server
-	// DriverOpenCode is OpenCode's HTTP + SSE server (codex.md §6).
-	DriverOpenCode = opencode.Kind
-)
-
-// driverLocked returns the driver of the bound provider: Config.Drivers
-// by Binding.Driver, ACP's for an unknown kind or before a binding.
-// m.mu held.
+// driverLocked returns the driver of the bound provider: the
+// registration of Binding.Driver, ACP's before a binding. m.mu held.
 func (m *Manager) driverLocked() provider.Driver {
 	if m.drv != nil && m.drvCl == m.cl {
 		return m.drv
 	}
-	kind := DriverACP
+	name := ""
 	if b := m.st.Binding; b != nil && m.cl != nil {
-		kind = b.Driver
+		name = b.Driver
 	}
-	m.drv, m.drvCl = m.newDriver(kind), m.cl
+	m.drv, m.drvCl = m.newDriver(name), m.cl
 	return m.drv
 }
 
-// newDriver makes a driver of kind, ACP's for an unknown kind.
-func (m *Manager) newDriver(kind string) provider.Driver {
-	f, ok := m.cfg.Drivers[kind]
-	if !ok {
-		f = m.cfg.Drivers[DriverACP]
+// newDriver makes the driver recorded as name, ACP's for a name no
+// registration has.
+func (m *Manager) newDriver(name string) provider.Driver {
+	reg, _ := m.registration(name)
+	return reg.New(host{m})
+}
+
+// registration is the provider recorded as name, or the one recorded
+// under the empty name (ACP's) and false.
+func (m *Manager) registration(name string) (provider.Registration, bool) {
+	if reg, ok := registrationOf(m.cfg.Drivers, func(r provider.Registration) bool { return r.Driver == name }); ok {
+		return reg, true
 	}
-	return f(host{m})
+	reg, _ := registrationOf(m.cfg.Drivers, func(r provider.Registration) bool { return r.Driver == "" })
+	return reg, false
+}
+
+// registrationOf is the first of regs that match.
+func registrationOf(regs []provider.Registration, match func(provider.Registration) bool) (provider.Registration, bool) {
+	for _, r := range regs {
+		if match(r) {
+			return r, true
+		}
+	}
+	return provider.Registration{}, false
 }
 
 // host is the Manager as its drivers see it (provider.Host, acpx.Host):

@@ -172,11 +172,7 @@ type rig struct {
 }
 
 // testDrivers are the drivers runnerd runs (internal/runner lists them).
-var testDrivers = map[string]provider.NewDriver{
-	DriverACP:      acpx.NewDriver,
-	DriverCodex:    codexapp.NewDriver,
-	DriverOpenCode: opencode.NewDriver,
-}
+var testDrivers = []provider.Registration{acpx.Registration, codexapp.Registration, opencode.Registration}
 
 // testBounds are short bounds so fault scenarios finish in seconds.
 func testConfig(t testing.TB, sink *memSink, stateDir string) Config {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/acpx"
+	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -18,7 +20,9 @@ import (
 func newOpenCodeRig(t *testing.T) *rig {
 	t.Helper()
 	bin := testbin.Build(t, "test/fakeopencode")
-	return newRig(t, func(c *Config) { c.OpenCodeExecutable = bin })
+	oc := opencode.Registration
+	oc.Executable = bin
+	return newRig(t, func(c *Config) { c.Drivers = []provider.Registration{acpx.Registration, codexapp.Registration, oc} })
 }
 
 // prepareOpenCode binds kind opencode (codex.md §6); command/args name
@@ -105,13 +109,13 @@ func TestOpenCode02_Interrupt(t *testing.T) {
 // an approvalPolicy other than never fails command_execution_failed.
 func TestOpenCodePrepare(t *testing.T) {
 	b, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{
-		"kind": "opencode", "command": "node", "args": []string{"proxy.js"}, "cwd": "/work"}})))
+		"kind": "opencode", "command": "node", "args": []string{"proxy.js"}, "cwd": "/work"}})), testDrivers)
 	require.NoError(t, err)
-	require.Equal(t, DriverOpenCode, b.Driver)
+	require.Equal(t, opencode.Kind, b.Driver)
 	require.Equal(t, "opencode", b.Command)
 	require.Equal(t, []string{"serve", "--hostname", "127.0.0.1", "--port", "0"}, b.Args)
 	_, err = ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{
-		"kind": "opencode", "approvalPolicy": "on-request"}})))
+		"kind": "opencode", "approvalPolicy": "on-request"}})), testDrivers)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, CodeCommandExecutionFailed, ce.Code)

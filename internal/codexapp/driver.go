@@ -21,6 +21,26 @@ import (
 // Kind is the driver kind of a Codex binding (the runner's driver map).
 const Kind = "codex_app_server"
 
+// Registration is Codex's entry in the runner's provider list.
+var Registration = provider.Registration{Kind: "codex", Driver: Kind, New: NewDriver, Describe: describe}
+
+// describe applies codex.md §1: the reference accepts only approvalPolicy
+// never; the agent is codex, its command codex app-server unless the
+// descriptor names one, and it asks nothing, so approve-all.
+func describe(s *provider.LaunchSpec) error {
+	if s.ApprovalPolicy != nil && *s.ApprovalPolicy != ApprovalNever {
+		return provider.Failed("provider descriptor approvalPolicy must be never for kind codex")
+	}
+	s.Agent = "codex"
+	if s.Command == "" {
+		s.Command, s.Args = "codex", []string{"app-server"}
+	}
+	if s.PermissionMode == "" {
+		s.PermissionMode = string(provider.ApproveAll)
+	}
+	return nil
+}
+
 // NewDriver is Codex's app-server driver (codex.md).
 func NewDriver(h provider.Host) provider.Driver {
 	return &driver{h: h}

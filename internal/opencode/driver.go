@@ -63,6 +63,30 @@ func SetPassword(c *provider.Core, pw string) {
 	writeRecord(c, Record{Password: pw})
 }
 
+// Registration is OpenCode's entry in the runner's provider list; the
+// runner sets Executable from its --opencode-executable flag.
+var Registration = provider.Registration{Kind: "opencode", Driver: Kind, New: NewDriver, Describe: describe}
+
+// approvalNever is the only approvalPolicy a descriptor of kind opencode
+// may carry, as for Codex (codex.md §1).
+const approvalNever = "never"
+
+// describe applies codex.md §6: runnerd speaks OpenCode's server API
+// itself, so the descriptor's command and args (the reference's Node
+// facade) give way to opencode serve; like Codex it accepts only
+// approvalPolicy never and asks nothing.
+func describe(s *provider.LaunchSpec) error {
+	if s.ApprovalPolicy != nil && *s.ApprovalPolicy != approvalNever {
+		return provider.Failed("provider descriptor approvalPolicy must be never for kind opencode")
+	}
+	s.Agent = "opencode"
+	s.Command, s.Args = Command, ServeArgs()
+	if s.PermissionMode == "" {
+		s.PermissionMode = string(provider.ApproveAll)
+	}
+	return nil
+}
+
 // NewDriver is OpenCode's driver (codex.md §6).
 func NewDriver(h provider.Host) provider.Driver {
 	return &driver{h: h, listening: make(chan struct{})}

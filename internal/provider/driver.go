@@ -61,6 +61,38 @@ type OpenSession struct {
 	Call func(mk func() (Call, error)) (Inbound, error)
 }
 
+// Registration is how the runner lists a provider: one value per
+// provider package, one line each.
+type Registration struct {
+	// Kind is the run.prepare descriptor's provider.kind it serves
+	// (prp.md §7.6).
+	Kind string
+	// Driver is the name a binding records for it. It is stored in the
+	// state directory, so a provider never renames it.
+	Driver string
+	// New makes its driver.
+	New NewDriver
+	// Describe checks and completes a descriptor of Kind (its defaults
+	// and refusals, each a Failed error). Nil accepts a descriptor as it
+	// is.
+	Describe func(s *LaunchSpec) error
+	// Executable, when set, runs instead of the command a binding records
+	// (a runnerd flag that names the provider's binary).
+	Executable string
+}
+
+// LaunchSpec is the part of run.prepare's provider descriptor that says
+// what to launch and how far the agent may act.
+type LaunchSpec struct {
+	Agent          string
+	Command        string
+	Args           []string
+	PermissionMode string
+	// ApprovalPolicy is Codex's descriptor field (codex.md §1); nil when
+	// absent.
+	ApprovalPolicy *string
+}
+
 // NewDriver makes the driver of one session over its host. The runner
 // hands the supervisor one per driver kind. It must not use the host: the
 // supervisor also makes a driver without a session, to shape a launch or

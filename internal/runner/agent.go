@@ -37,6 +37,14 @@ type agentExec struct {
 
 // newAgentExec builds the executor from the stored record. A missing pcwrap
 // is not fatal: session.open then fails with agent_spawn_failed.
+// drivers are the providers runnerd runs, one line each; opencode is the
+// executable that serves kind opencode ("" for opencode on PATH).
+func drivers(opencodeExecutable string) []provider.Registration {
+	oc := opencode.Registration
+	oc.Executable = opencodeExecutable
+	return []provider.Registration{acpx.Registration, codexapp.Registration, oc}
+}
+
 func newAgentExec(r *loop) (*agentExec, error) {
 	var st agent.Stored
 	if _, err := r.store.Record(agentRecord, &st); err != nil {
@@ -49,12 +57,7 @@ func newAgentExec(r *loop) (*agentExec, error) {
 	}
 	a := &agentExec{r: r, ctx: context.Background()}
 	a.m = agent.NewManager(agent.Config{
-		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, OpenCodeExecutable: r.cfg.OpenCodeExecutable,
-		Drivers: map[string]provider.NewDriver{
-			agent.DriverACP:      acpx.NewDriver,
-			agent.DriverCodex:    codexapp.NewDriver,
-			agent.DriverOpenCode: opencode.NewDriver,
-		},
+		StateDir: r.cfg.StateDir, Pcwrap: pcwrap, Drivers: drivers(r.cfg.OpenCodeExecutable),
 		Environ: os.Environ(), Sink: a,
 		Logger: r.log, Stderr: os.Stderr, Clock: r.clk,
 		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,
