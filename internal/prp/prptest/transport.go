@@ -28,9 +28,9 @@ import (
 	"sync"
 )
 
-// ErrClosed is what RoundTrip returns once the Transport is closed, as a
+// errClosed is what RoundTrip returns once the Transport is closed, as a
 // refused connection would be: the dialer treats it as a failed attempt.
-var ErrClosed = errors.New("prptest: transport closed")
+var errClosed = errors.New("prptest: transport closed")
 
 // Transport serves every round trip with one handler over an in-memory pipe.
 // An upgrade (101 Switching Protocols) hands the client the pipe's other
@@ -63,7 +63,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	c1, c2 := net.Pipe()
 	cc, sc := t.track(c1), t.track(c2)
