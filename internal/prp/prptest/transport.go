@@ -5,7 +5,7 @@
 //
 //   - Transport is an http.RoundTripper that serves each request with an
 //     http.Handler over net.Pipe. Pass it as prp.DialerConfig.Transport (the
-//     runner's runner.Options.Transport) and the dialer's upgrade reaches the
+//     runner's options.Transport) and the dialer's upgrade reaches the
 //     handler without TCP.
 //   - Core is a control.Core for one registration, reachable over a Transport
 //     (inside a bubble) or over a loopback httptest server (for a runnerd in
