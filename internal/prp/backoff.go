@@ -7,8 +7,8 @@ import (
 
 // Reconnect backoff bounds (prp.md §6.1, R-transport).
 const (
-	// DefaultReconnectDelay is --reconnect-delay-ms's default (the server passes 250 ms).
-	DefaultReconnectDelay = 25 * time.Millisecond
+	// defaultReconnectDelay is --reconnect-delay-ms's default (the server passes 250 ms).
+	defaultReconnectDelay = 25 * time.Millisecond
 	// backoffMinDelay and backoffMaxDelay clamp base×2^n before jitter.
 	backoffMinDelay = time.Millisecond
 	backoffMaxDelay = 5000 * time.Millisecond
@@ -19,19 +19,19 @@ const (
 	backoffJitterMaxPct = 125
 )
 
-// Backoff computes reconnect delays: base × 2^min(attempt,5), clamped to
+// backoff computes reconnect delays: base × 2^min(attempt,5), clamped to
 // 1–5000 ms, times a uniform jitter in [75 %, 125 %]. Reset after each
 // successful authentication. Not safe for concurrent use.
-type Backoff struct {
+type backoff struct {
 	Base    time.Duration
 	attempt int
 	// jitter returns a value in [0, n); nil means math/rand/v2.
 	jitter func(n int64) int64
 }
 
-// Next returns the delay before the next attempt and counts the attempt.
-func (b *Backoff) Next() time.Duration {
-	d := BackoffDelay(b.Base, b.attempt, b.jitterFn())
+// next returns the delay before the next attempt and counts the attempt.
+func (b *backoff) next() time.Duration {
+	d := backoffDelay(b.Base, b.attempt, b.jitterFn())
 	if b.attempt < backoffMaxExponent {
 		b.attempt++
 	}
@@ -39,18 +39,18 @@ func (b *Backoff) Next() time.Duration {
 }
 
 // Reset restarts the doubling; called on each successful authentication.
-func (b *Backoff) Reset() { b.attempt = 0 }
+func (b *backoff) Reset() { b.attempt = 0 }
 
-func (b *Backoff) jitterFn() func(int64) int64 {
+func (b *backoff) jitterFn() func(int64) int64 {
 	if b.jitter != nil {
 		return b.jitter
 	}
 	return rand.Int64N
 }
 
-// BackoffDelay is the pure formula behind Backoff: jitter(n) must return a
+// backoffDelay is the pure formula behind backoff: jitter(n) must return a
 // value in [0, n).
-func BackoffDelay(base time.Duration, attempt int, jitter func(n int64) int64) time.Duration {
+func backoffDelay(base time.Duration, attempt int, jitter func(n int64) int64) time.Duration {
 	if attempt < 0 {
 		attempt = 0
 	}

@@ -30,20 +30,20 @@ func TestBackoffFormula(t *testing.T) {
 		{time.Hour, 5, mid, 5000 * ms}, // no overflow
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, BackoffDelay(c.base, c.attempt, c.jit), "%v %d", c.base, c.attempt)
+		require.Equal(t, c.want, backoffDelay(c.base, c.attempt, c.jit), "%v %d", c.base, c.attempt)
 	}
-	b := Backoff{Base: 25 * ms, jitter: mid}
+	b := backoff{Base: 25 * ms, jitter: mid}
 	var got []time.Duration
 	for range 7 {
-		got = append(got, b.Next())
+		got = append(got, b.next())
 	}
 	require.Equal(t, []time.Duration{25 * ms, 50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 800 * ms}, got)
 	b.Reset()
-	require.Equal(t, 25*ms, b.Next())
+	require.Equal(t, 25*ms, b.next())
 	// Real jitter stays within 75–125 %.
-	b = Backoff{Base: 100 * ms}
+	b = backoff{Base: 100 * ms}
 	for range 100 {
-		d := b.Next()
+		d := b.next()
 		b.Reset()
 		require.GreaterOrEqual(t, d, 75*ms)
 		require.LessOrEqual(t, d, 125*ms)

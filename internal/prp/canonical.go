@@ -28,7 +28,7 @@ const (
 // Canonical JSON errors. Their texts are the reference's error codes.
 var (
 	ErrCanonicalTooLarge = errors.New("durable_prp_canonical_json_too_large")
-	ErrCanonicalInvalid  = errors.New("durable_prp_canonical_json_invalid")
+	errCanonicalInvalid  = errors.New("durable_prp_canonical_json_invalid")
 )
 
 // Canonical returns the canonical JSON of v exactly as the reference's
@@ -40,7 +40,7 @@ var (
 //
 // v is any value encoding/json can marshal; a json.RawMessage or []byte is
 // taken as JSON text and parsed like JSON.parse (duplicate keys: the last
-// wins). Invalid JSON or invalid UTF-8 is ErrCanonicalInvalid.
+// wins). Invalid JSON or invalid UTF-8 is errCanonicalInvalid.
 func Canonical(v any) ([]byte, error) {
 	val, err := parseValue(v)
 	if err != nil {
@@ -61,7 +61,7 @@ func parseValue(v any) (*jsonValue, error) {
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, fmt.Errorf("canonical json: %w: %w", ErrCanonicalInvalid, err)
+			return nil, fmt.Errorf("canonical json: %w: %w", errCanonicalInvalid, err)
 		}
 		text = b
 	}
@@ -169,7 +169,7 @@ func (v *jsonValue) writeCanonical(buf *bytes.Buffer, depth int, nodes *int, max
 		}
 	case jsonNumber:
 		if math.IsInf(v.number, 0) || math.IsNaN(v.number) {
-			return fmt.Errorf("canonical json: %w: non-finite number", ErrCanonicalInvalid)
+			return fmt.Errorf("canonical json: %w: non-finite number", errCanonicalInvalid)
 		}
 		buf.WriteString(formatJSNumber(v.number))
 	case jsonString:
@@ -295,7 +295,7 @@ func formatJSNumber(f float64) string {
 // parseJSON parses one JSON text (RFC 8259) with JSON.parse semantics.
 func parseJSON(text []byte) (*jsonValue, error) {
 	if !utf8.Valid(text) {
-		return nil, fmt.Errorf("parse json: %w: invalid UTF-8", ErrCanonicalInvalid)
+		return nil, fmt.Errorf("parse json: %w: invalid UTF-8", errCanonicalInvalid)
 	}
 	p := jsonParser{s: text}
 	p.skipSpace()
@@ -316,7 +316,7 @@ type jsonParser struct {
 }
 
 func (p *jsonParser) fail(what string) error {
-	return fmt.Errorf("parse json: %w: %s at offset %d", ErrCanonicalInvalid, what, p.i)
+	return fmt.Errorf("parse json: %w: %s at offset %d", errCanonicalInvalid, what, p.i)
 }
 
 func (p *jsonParser) skipSpace() {

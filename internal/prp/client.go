@@ -23,8 +23,8 @@ var (
 	ErrReconnectDeadlineExceeded = errors.New("transport_reconnect_deadline_exceeded")
 	// ErrNotConnected reports a send while no connection is authenticated.
 	ErrNotConnected = errors.New("not connected")
-	// ErrLeaseRenewed reports a lease_renewed that does not answer the outstanding renewal.
-	ErrLeaseRenewed = errors.New("unexpected lease_renewed")
+	// errLeaseRenewed reports a lease_renewed that does not answer the outstanding renewal.
+	errLeaseRenewed = errors.New("unexpected lease_renewed")
 	// ErrRevokeEpoch: a revocation must advance the epoch. The runner ends
 	// on a revoke that does not; the core refuses to issue one.
 	ErrRevokeEpoch = errors.New("revocation epoch must advance")
@@ -56,10 +56,10 @@ type ClientConfig struct {
 	Dialer   *Dialer   // dial modes
 	Listener *Listener // listen mode; the Client does not close it
 
-	MaxFrameBytes  int           // default DefaultMaxFrameBytes
-	PingInterval   time.Duration // default DefaultPingInterval
+	MaxFrameBytes  int           // default defaultMaxFrameBytes
+	PingInterval   time.Duration // default defaultPingInterval
 	SilenceTimeout time.Duration // default DefaultSilenceTimeout
-	ReconnectDelay time.Duration // backoff base; default DefaultReconnectDelay
+	ReconnectDelay time.Duration // backoff base; default defaultReconnectDelay
 	ReconnectGrace time.Duration // 0: no grace
 	Deadline       time.Time     // lifetime end; zero: unlimited
 
@@ -136,16 +136,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, errors.New("new client: exactly one of dialer and listener")
 	}
 	if cfg.Ticket == "" && cfg.Lease == nil {
-		return nil, fmt.Errorf("new client: %w", ErrNoCredential)
+		return nil, fmt.Errorf("new client: %w", errNoCredential)
 	}
 	if cfg.MaxFrameBytes == 0 {
-		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+		cfg.MaxFrameBytes = defaultMaxFrameBytes
 	}
 	if !validMaxFrameBytes(cfg.MaxFrameBytes) {
 		return nil, errors.New("new client: max frame bytes outside 1 KiB-16 MiB")
 	}
 	if cfg.ReconnectDelay <= 0 {
-		cfg.ReconnectDelay = DefaultReconnectDelay
+		cfg.ReconnectDelay = defaultReconnectDelay
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -293,7 +293,7 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 	c.lease = &l
 	c.mu.Unlock()
 	if w.MaxFrameBytes > 0 {
-		ws.setMaxFrameBytes(min(max(w.MaxFrameBytes, MinMaxFrameBytes), MaxMaxFrameBytes))
+		ws.setMaxFrameBytes(min(max(w.MaxFrameBytes, minMaxFrameBytes), maxMaxFrameBytes))
 	}
 	conn := &Conn{sess: sess, welcome: w}
 	win := newSendWindow()
@@ -381,7 +381,7 @@ func (c *Client) applyRenewed(env *Envelope) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.ConnectionLeaseRevocationEpoch != c.lease.RevocationEpoch {
-		return fmt.Errorf("apply lease_renewed: %w", ErrLeaseRenewed)
+		return fmt.Errorf("apply lease_renewed: %w", errLeaseRenewed)
 	}
 	if c.renewPending == nil || p.PreviousExpiresAtUnixMs != c.renewPending.ConnectionLeaseExpiresAtUnixMs {
 		// A resent lease_renew gets a second reply; one that grants nothing
@@ -389,7 +389,7 @@ func (c *Client) applyRenewed(env *Envelope) error {
 		if p.ConnectionLeaseExpiresAtUnixMs <= c.lease.ExpiresAtUnixMs {
 			return nil
 		}
-		return fmt.Errorf("apply lease_renewed: %w", ErrLeaseRenewed)
+		return fmt.Errorf("apply lease_renewed: %w", errLeaseRenewed)
 	}
 	if p.ConnectionLeaseExpiresAtUnixMs > c.lease.ExpiresAtUnixMs {
 		c.lease.ExpiresAtUnixMs = p.ConnectionLeaseExpiresAtUnixMs
@@ -638,7 +638,7 @@ func (c *Client) attemptCtx(ctx context.Context) (context.Context, context.Cance
 
 // fatalHandshake reports a handshake failure that must end Run.
 func fatalHandshake(err error) bool {
-	return errors.Is(err, ErrTicketConsumed) || errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrNoCredential)
+	return errors.Is(err, ErrTicketConsumed) || errors.Is(err, ErrLeaseExpired) || errors.Is(err, errNoCredential)
 }
 
 // handshakeFailed sorts a failed handshake: fatal ones end Run.
@@ -652,7 +652,7 @@ func (c *Client) handshakeFailed(err error) (fatal bool) {
 }
 
 func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan<- *Conn) {
-	bo := Backoff{Base: c.cfg.ReconnectDelay}
+	bo := backoff{Base: c.cfg.ReconnectDelay}
 	first := true
 	for {
 		select {
@@ -679,7 +679,7 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 			if ctx.Err() != nil || c.handshakeFailed(err) {
 				return
 			}
-			if !sleepCtx(ctx, c.clk, bo.Next()) {
+			if !sleepCtx(ctx, c.clk, bo.next()) {
 				return
 			}
 		}

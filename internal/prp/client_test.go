@@ -46,9 +46,9 @@ func TestApplyLeaseRenewed(t *testing.T) {
 		require.NoError(t, err)
 		return &Envelope{Kind: KindLeaseRenewed, Payload: b}
 	}
-	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 90_000, 0)), ErrLeaseRenewed, "nothing outstanding")
+	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 90_000, 0)), errLeaseRenewed, "nothing outstanding")
 	c.renewPending = &LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: 60_000}
-	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 90_000, 7)), ErrLeaseRenewed, "other epoch")
+	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 90_000, 7)), errLeaseRenewed, "other epoch")
 	require.NoError(t, c.applyRenewed(renewed(60_000, 90_000, 0)))
 	l, _ := c.Lease()
 	require.EqualValues(t, 90_000, l.ExpiresAtUnixMs)
@@ -56,5 +56,5 @@ func TestApplyLeaseRenewed(t *testing.T) {
 	require.NoError(t, c.applyRenewed(renewed(60_000, 90_000, 0)), "duplicate reply to a resent request")
 	l, _ = c.Lease()
 	require.EqualValues(t, 90_000, l.ExpiresAtUnixMs)
-	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 120_000, 0)), ErrLeaseRenewed, "unsolicited extension")
+	require.ErrorIs(t, c.applyRenewed(renewed(60_000, 120_000, 0)), errLeaseRenewed, "unsolicited extension")
 }

@@ -14,12 +14,12 @@ import (
 const (
 	CommandSchemaV1 = "paperclip.prp.command.v1"
 	CommandSchemaV2 = "paperclip.prp.command.v2"
-	CommandSchemaV3 = "paperclip.prp.command.v3"
+	commandSchemaV3 = "paperclip.prp.command.v3"
 )
 
-// MaxCommandIDChars bounds command ids and timestamps (prp.md §7.2, §14.7:
+// maxCommandIDChars bounds command ids and timestamps (prp.md §7.2, §14.7:
 // reference runner 64).
-const MaxCommandIDChars = 64
+const maxCommandIDChars = 64
 
 // ErrInvalidCommand: a command failed validation (prp.md §7.2 step 1). Fatal
 // for the runner.
@@ -123,10 +123,10 @@ func isObject(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &m) == nil && m != nil
 }
 
-// validCommandText: non-empty, at most MaxCommandIDChars bytes, no control
+// validCommandText: non-empty, at most maxCommandIDChars bytes, no control
 // characters.
 func validCommandText(s string) bool {
-	return s != "" && len(s) <= MaxCommandIDChars && !strings.ContainsFunc(s, unicode.IsControl)
+	return s != "" && len(s) <= maxCommandIDChars && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // Validate checks schema, type, ids and timestamps (prp.md §7.2 step 1).
@@ -137,7 +137,7 @@ func (c *Command) Validate() error {
 		version = 1
 	case CommandSchemaV2:
 		version = 2
-	case CommandSchemaV3:
+	case commandSchemaV3:
 		version = 3
 	default:
 		return fmt.Errorf("validate command: %w: unsupported schema", ErrInvalidCommand)
@@ -146,10 +146,10 @@ func (c *Command) Validate() error {
 		return err
 	}
 	if !validCommandText(c.CommandID) {
-		return fmt.Errorf("validate command: %w: commandId empty, over %d chars or has control characters", ErrInvalidCommand, MaxCommandIDChars)
+		return fmt.Errorf("validate command: %w: commandId empty, over %d chars or has control characters", ErrInvalidCommand, maxCommandIDChars)
 	}
 	if !validCommandText(c.IssuedAt) || (c.DeadlineAt != "" && !validCommandText(c.DeadlineAt)) {
-		return fmt.Errorf("validate command: %w: timestamp empty, over %d chars or has control characters", ErrInvalidCommand, MaxCommandIDChars)
+		return fmt.Errorf("validate command: %w: timestamp empty, over %d chars or has control characters", ErrInvalidCommand, maxCommandIDChars)
 	}
 	if c.ControllerSeq == 0 {
 		return fmt.Errorf("validate command: %w: controllerSeq must be positive", ErrInvalidCommand)

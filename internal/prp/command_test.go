@@ -17,7 +17,7 @@ func TestDecodeCommandValidation(t *testing.T) {
 	require.Equal(t, uint64(1), c.ControllerSeq)
 	require.Equal(t, "run.prepare", c.Type)
 
-	long := strings.Repeat("a", MaxCommandIDChars+1)
+	long := strings.Repeat("a", maxCommandIDChars+1)
 	bad := map[string]string{
 		"not object":         `[]`,
 		"null":               `null`,

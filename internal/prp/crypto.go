@@ -58,13 +58,13 @@ func CredentialID(token string) string {
 }
 
 // AuthKey returns the 32-byte HMAC key derived from a bearer token. The core
-// stores it as "sha256:" + hex(key) (see AuthKeyDigest).
+// stores it as "sha256:" + hex(key) (see authKeyDigest).
 func AuthKey(token string) [32]byte {
 	return domainHash(domainAuthKey, []byte(token))
 }
 
-// AuthKeyDigest is the form in which the core persists an auth key.
-func AuthKeyDigest(key [32]byte) string {
+// authKeyDigest is the form in which the core persists an auth key.
+func authKeyDigest(key [32]byte) string {
 	return "sha256:" + hex.EncodeToString(key[:])
 }
 

@@ -20,34 +20,34 @@ import (
 
 // Dial bounds (prp.md §1.3, §12).
 const (
-	// ConnectAttemptTimeout bounds one TCP connect to one pinned address.
-	ConnectAttemptTimeout = 3 * time.Second
-	// ConnectTotalTimeout bounds one connect over all pinned addresses.
-	ConnectTotalTimeout = 10 * time.Second
+	// connectAttemptTimeout bounds one TCP connect to one pinned address.
+	connectAttemptTimeout = 3 * time.Second
+	// connectTotalTimeout bounds one connect over all pinned addresses.
+	connectTotalTimeout = 10 * time.Second
 	// maxCABundleBytes bounds --ca-bundle-path (prp.md §1.3).
 	maxCABundleBytes = 4 << 20
 	// maxUpgradeHeaderBytes bounds upgrade headers (prp.md §1.4).
 	maxUpgradeHeaderBytes = 16 << 10
 )
 
-// ErrNonLoopback reports a ws:// target with a resolved address that is not loopback.
-var ErrNonLoopback = errors.New("plain ws:// requires every resolved address to be loopback")
+// errNonLoopback reports a ws:// target with a resolved address that is not loopback.
+var errNonLoopback = errors.New("plain ws:// requires every resolved address to be loopback")
 
-// ErrConnectFailed reports that every pinned address failed.
-var ErrConnectFailed = errors.New("connect failed")
+// errConnectFailed reports that every pinned address failed.
+var errConnectFailed = errors.New("connect failed")
 
-// ErrCABundle reports a CA bundle that breaks the rules of prp.md §1.3.
-var ErrCABundle = errors.New("invalid ca bundle")
+// errCABundle reports a CA bundle that breaks the rules of prp.md §1.3.
+var errCABundle = errors.New("invalid ca bundle")
 
 // Resolver looks up a host once; *net.Resolver satisfies it.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// Resolve resolves t's host once and returns the sorted, deduplicated
+// resolve resolves t's host once and returns the sorted, deduplicated
 // addresses to pin for every later connect. For ws:// every address MUST be
 // loopback (prp.md §1.3).
-func Resolve(ctx context.Context, r Resolver, t DialTarget) ([]netip.AddrPort, error) {
+func resolve(ctx context.Context, r Resolver, t DialTarget) ([]netip.AddrPort, error) {
 	var ips []netip.Addr
 	if a, err := netip.ParseAddr(t.Host); err == nil {
 		ips = []netip.Addr{a}
@@ -64,7 +64,7 @@ func Resolve(ctx context.Context, r Resolver, t DialTarget) ([]netip.AddrPort, e
 	for _, a := range ips {
 		a = a.Unmap().WithZone("")
 		if !t.Secure && !a.IsLoopback() {
-			return nil, fmt.Errorf("resolve host: %w", ErrNonLoopback)
+			return nil, fmt.Errorf("resolve host: %w", errNonLoopback)
 		}
 		out = append(out, netip.AddrPortFrom(a, t.Port))
 	}
@@ -106,7 +106,7 @@ func (d pinnedDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, e
 	if last == nil {
 		last = ctx.Err()
 	}
-	return nil, fmt.Errorf("connect: %d/%d pinned address attempts failed: %w: %w", tried, len(d.addrs), ErrConnectFailed, last)
+	return nil, fmt.Errorf("connect: %d/%d pinned address attempts failed: %w: %w", tried, len(d.addrs), errConnectFailed, last)
 }
 
 // Dialer opens WebSocket connections to one validated, resolved and pinned
@@ -122,7 +122,7 @@ type DialerConfig struct {
 	URL          string
 	CABundlePath string   // optional; wss:// only
 	Resolver     Resolver // nil: net.DefaultResolver
-	// AttemptTimeout and TotalTimeout default to ConnectAttemptTimeout and ConnectTotalTimeout.
+	// AttemptTimeout and TotalTimeout default to connectAttemptTimeout and connectTotalTimeout.
 	AttemptTimeout, TotalTimeout time.Duration
 	// Transport, when set, carries the upgrade instead of TCP to the pinned
 	// addresses: tests pass an in-memory pipe so they run in testing/synctest.
@@ -131,12 +131,12 @@ type DialerConfig struct {
 
 // NewDialer validates the URL, loads the CA bundle and resolves the host once.
 func NewDialer(ctx context.Context, cfg DialerConfig) (*Dialer, error) {
-	t, err := ParseDialURL(cfg.URL)
+	t, err := parseDialURL(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.CABundlePath != "" && !t.Secure {
-		return nil, fmt.Errorf("new dialer: ca bundle only with wss://: %w", ErrCABundle)
+		return nil, fmt.Errorf("new dialer: ca bundle only with wss://: %w", errCABundle)
 	}
 	var tlsConf *tls.Config
 	if t.Secure {
@@ -150,21 +150,21 @@ func NewDialer(ctx context.Context, cfg DialerConfig) (*Dialer, error) {
 				return nil, err
 			}
 			if !roots.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("new dialer: no certificates in bundle: %w", ErrCABundle)
+				return nil, fmt.Errorf("new dialer: no certificates in bundle: %w", errCABundle)
 			}
 		}
 		tlsConf = &tls.Config{RootCAs: roots, ServerName: t.Host, MinVersion: tls.VersionTLS12}
 	}
-	addrs, err := Resolve(ctx, cfg.Resolver, t)
+	addrs, err := resolve(ctx, cfg.Resolver, t)
 	if err != nil {
 		return nil, err
 	}
 	pd := pinnedDialer{addrs: addrs, perAttempt: cfg.AttemptTimeout, total: cfg.TotalTimeout}
 	if pd.perAttempt <= 0 {
-		pd.perAttempt = ConnectAttemptTimeout
+		pd.perAttempt = connectAttemptTimeout
 	}
 	if pd.total <= 0 {
-		pd.total = ConnectTotalTimeout
+		pd.total = connectTotalTimeout
 	}
 	var tr http.RoundTripper = &http.Transport{
 		Proxy:                  nil, // pinned addresses only; never an environment proxy
@@ -217,7 +217,7 @@ func (d *Dialer) CloseIdle() { d.client.CloseIdleConnections() }
 func readCABundle(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open ca bundle: %w: %w", ErrCABundle, err)
+		return nil, fmt.Errorf("open ca bundle: %w: %w", errCABundle, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
@@ -226,20 +226,20 @@ func readCABundle(path string) ([]byte, error) {
 		return nil, fmt.Errorf("stat ca bundle: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read ca bundle: not a regular file: %w", ErrCABundle)
+		return nil, fmt.Errorf("read ca bundle: not a regular file: %w", errCABundle)
 	}
 	if st.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("read ca bundle: writable by group or others: %w", ErrCABundle)
+		return nil, fmt.Errorf("read ca bundle: writable by group or others: %w", errCABundle)
 	}
 	if st.Size() > maxCABundleBytes {
-		return nil, fmt.Errorf("read ca bundle: larger than %d bytes: %w", maxCABundleBytes, ErrCABundle)
+		return nil, fmt.Errorf("read ca bundle: larger than %d bytes: %w", maxCABundleBytes, errCABundle)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxCABundleBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read ca bundle: %w", err)
 	}
 	if len(b) > maxCABundleBytes {
-		return nil, fmt.Errorf("read ca bundle: larger than %d bytes: %w", maxCABundleBytes, ErrCABundle)
+		return nil, fmt.Errorf("read ca bundle: larger than %d bytes: %w", maxCABundleBytes, errCABundle)
 	}
 	return b, nil
 }

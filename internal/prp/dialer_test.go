@@ -39,8 +39,8 @@ func TestPRP02_PinnedConnect(t *testing.T) {
 	d, err := NewDialer(ctx, DialerConfig{URL: "ws://runner.test:" + itoa(port) + "/api/runner/v1/connect/r", Resolver: r})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.2", d.Addrs()[0].Addr().String(), "sorted")
-	_, err = d.dial(ctx, newActivity(), DefaultMaxFrameBytes)
-	require.ErrorIs(t, err, ErrConnectFailed)
+	_, err = d.dial(ctx, newActivity(), defaultMaxFrameBytes)
+	require.ErrorIs(t, err, errConnectFailed)
 	require.Contains(t, err.Error(), "2/2 pinned address attempts")
 
 	// The first pinned address refuses; the second serves the upgrade.
@@ -58,7 +58,7 @@ func TestPRP02_PinnedConnect(t *testing.T) {
 	port = ln.Addr().(*net.TCPAddr).Port
 	d, err = NewDialer(ctx, DialerConfig{URL: "ws://runner.test:" + itoa(port) + "/x", Resolver: r})
 	require.NoError(t, err)
-	ws, err := d.dial(ctx, newActivity(), DefaultMaxFrameBytes)
+	ws, err := d.dial(ctx, newActivity(), defaultMaxFrameBytes)
 	require.NoError(t, err)
 	b, err := ws.ReadMsg(ctx)
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestPRP02_PinnedConnect(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	<-dctx.Done()
-	_, err = d.dial(dctx, newActivity(), DefaultMaxFrameBytes)
+	_, err = d.dial(dctx, newActivity(), defaultMaxFrameBytes)
 	require.Error(t, err)
 }
 
@@ -78,7 +78,7 @@ func TestDialerCABundleRules(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	_, err := NewDialer(ctx, DialerConfig{URL: "ws://127.0.0.1:1/x", CABundlePath: filepath.Join(dir, "ca.pem")})
-	require.ErrorIs(t, err, ErrCABundle, "ca bundle only with wss://")
+	require.ErrorIs(t, err, errCABundle, "ca bundle only with wss://")
 	r := fakeResolver{"public.test": {"192.0.2.1"}}
 	for name, setup := range map[string]func(p string){
 		"missing": func(string) {},
@@ -97,7 +97,7 @@ func TestDialerCABundleRules(t *testing.T) {
 		p := filepath.Join(dir, name)
 		setup(p)
 		_, err := NewDialer(ctx, DialerConfig{URL: "wss://public.test/x", CABundlePath: p, Resolver: r})
-		require.ErrorIs(t, err, ErrCABundle, name)
+		require.ErrorIs(t, err, errCABundle, name)
 	}
 }
 
@@ -122,12 +122,12 @@ func TestDialerWSSWithPrivateCA(t *testing.T) {
 
 	d, err := NewDialer(ctx, DialerConfig{URL: url})
 	require.NoError(t, err)
-	_, err = d.dial(ctx, newActivity(), DefaultMaxFrameBytes)
+	_, err = d.dial(ctx, newActivity(), defaultMaxFrameBytes)
 	require.Error(t, err, "unknown CA refused")
 
 	d, err = NewDialer(ctx, DialerConfig{URL: url, CABundlePath: ca})
 	require.NoError(t, err)
-	ws, err := d.dial(ctx, newActivity(), DefaultMaxFrameBytes)
+	ws, err := d.dial(ctx, newActivity(), defaultMaxFrameBytes)
 	require.NoError(t, err)
 	b, err := ws.ReadMsg(ctx)
 	require.NoError(t, err)

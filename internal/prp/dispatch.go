@@ -118,7 +118,7 @@ func (c *Client) ackLoop(ctx context.Context, conn *Conn, q *commandQueue, curre
 		switch env.Kind {
 		case KindCommand:
 			if !q.push(env, commandIDOf(env.Payload)) {
-				conn.l.fail(ErrInboundOverflow)
+				conn.l.fail(errInboundOverflow)
 				return nil
 			}
 			continue

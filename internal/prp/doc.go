@@ -11,7 +11,7 @@
 //
 // Transport and sessions live in the other files:
 //
-//   - url.go: ParseDialURL and ValidateListenPath (spec §1.2, §1.3).
+//   - url.go: parseDialURL and ValidateListenPath (spec §1.2, §1.3).
 //   - dialer.go: NewDialer resolves once, pins the sorted addresses and
 //     connects with a per-address and a total budget; ws:// only to loopback.
 //   - listener.go: Listen serves exactly one upgrade path and answers 400 to

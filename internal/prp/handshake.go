@@ -56,7 +56,7 @@ var (
 	// ErrLeaseExpired: the held lease is at or past its expiry; the runner
 	// needs a fresh bootstrap ticket (lease_expired_requires_bootstrap).
 	ErrLeaseExpired = errors.New("connection lease expired")
-	ErrNoCredential = errors.New("no bootstrap ticket or connection lease")
+	errNoCredential = errors.New("no bootstrap ticket or connection lease")
 )
 
 // Core-side handshake refusals of malformed or mismatched runner messages
@@ -243,7 +243,7 @@ func (h *ClientHandshake) prove(ctx context.Context, c MsgConn) (*provenChalleng
 	case h.Ticket != "":
 		kind, token = CredentialBootstrap, h.Ticket
 	default:
-		return nil, fmt.Errorf("client handshake: %w", ErrNoCredential)
+		return nil, fmt.Errorf("client handshake: %w", errNoCredential)
 	}
 	authKey := AuthKey(token)
 	credID := CredentialID(token)
@@ -310,7 +310,7 @@ func (p *provenChallenge) respond(ctx context.Context, c MsgConn) (*Session, *We
 	if err := WriteAuth(ctx, c, ch.SelectedVersion, KindAuthResponse, resp); err != nil {
 		return nil, nil, failClosed(fmt.Errorf("send auth_response: %w", err))
 	}
-	sess, err := newSession(RoleRunner, authKey[:], ch.signing, ch.ServerProof, proof)
+	sess, err := newSession(roleRunner, authKey[:], ch.signing, ch.ServerProof, proof)
 	if err != nil {
 		return nil, nil, failClosed(err)
 	}

@@ -14,9 +14,9 @@ import (
 
 // Liveness bounds (prp.md §4, §12).
 const (
-	// DefaultPingInterval is --ping-interval-ms's default: a WebSocket Ping
+	// defaultPingInterval is --ping-interval-ms's default: a WebSocket Ping
 	// when nothing was sent for this long (beyond).
-	DefaultPingInterval = 20 * time.Second
+	defaultPingInterval = 20 * time.Second
 	// DefaultSilenceTimeout is --silence-timeout-ms's default: no inbound frame
 	// for this long closes the connection as half-open (beyond).
 	DefaultSilenceTimeout = 45 * time.Second
@@ -30,10 +30,10 @@ const (
 	// faster than the socket drains is dropped rather than buffered forever.
 	maxOwedPongs = 1024
 	// maxKeptReadBuffer bounds the reader buffers (fbuf, rbuf) a connection
-	// keeps between frames: the default frame limit (DefaultMaxFrameBytes).
-	// A rarer larger frame, up to MaxMaxFrameBytes, gets a buffer of its
+	// keeps between frames: the default frame limit (defaultMaxFrameBytes).
+	// A rarer larger frame, up to maxMaxFrameBytes, gets a buffer of its
 	// own that is dropped after it, so it does not pin 16 MiB per link.
-	maxKeptReadBuffer = DefaultMaxFrameBytes
+	maxKeptReadBuffer = defaultMaxFrameBytes
 )
 
 // ErrHalfOpen reports that no inbound frame arrived within the silence timeout.
@@ -42,9 +42,9 @@ var ErrHalfOpen = errors.New("connection half-open: inbound silence")
 // ErrConnClosed reports use of a connection that has ended.
 var ErrConnClosed = errors.New("connection closed")
 
-// ErrInboundOverflow reports that the owner fell maxInboundQueue frames behind
+// errInboundOverflow reports that the owner fell maxInboundQueue frames behind
 // the reader, or that more than maxOwedPongs pings await their pong.
-var ErrInboundOverflow = errors.New("inbound queue overflow")
+var errInboundOverflow = errors.New("inbound queue overflow")
 
 // sealer and opener are the halves of an authenticated Session the link uses:
 // the writer goroutine seals, the reader goroutine opens.
@@ -165,7 +165,7 @@ func startLink(ws *wsConn, act *activity, s interface {
 	opener
 }, cfg linkConfig) *link {
 	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = DefaultPingInterval
+		cfg.PingInterval = defaultPingInterval
 	}
 	if cfg.SilenceTimeout <= 0 {
 		cfg.SilenceTimeout = DefaultSilenceTimeout
@@ -251,7 +251,7 @@ const secureFrameOverhead = 128
 // before it is queued: the connection stays up and nothing is half-sent.
 func (l *link) fits(plaintext []byte) error {
 	if int64(2*(len(plaintext)+16)+secureFrameOverhead) > l.ws.limit.Load() {
-		return fmt.Errorf("send frame: %w", ErrFrameTooLarge)
+		return fmt.Errorf("send frame: %w", errFrameTooLarge)
 	}
 	return nil
 }
@@ -363,7 +363,7 @@ func (l *link) readLoop() {
 				}
 				l.pingMu.Unlock()
 				if owed >= maxOwedPongs {
-					l.fail(ErrInboundOverflow)
+					l.fail(errInboundOverflow)
 					return
 				}
 				kick(l.pongKick)
@@ -373,7 +373,7 @@ func (l *link) readLoop() {
 		l.inMu.Lock()
 		if len(l.inbox) >= maxInboundQueue {
 			l.inMu.Unlock()
-			l.fail(ErrInboundOverflow)
+			l.fail(errInboundOverflow)
 			return
 		}
 		l.inbox = append(l.inbox, v)

@@ -17,31 +17,31 @@ import (
 
 // Listener defaults and bounds (prp.md §1.2, §12).
 const (
-	// DefaultListenAddress and DefaultListenPort are the only values the reference accepts.
-	DefaultListenAddress = "0.0.0.0"
-	DefaultListenPort    = 43127
+	// defaultListenAddress and defaultListenPort are the only values the reference accepts.
+	defaultListenAddress = "0.0.0.0"
+	defaultListenPort    = 43127
 	// UpgradeTimeout bounds the WebSocket upgrade (AUTH_TIMEOUT in R-transport).
 	UpgradeTimeout = 2 * time.Second
 	// acceptQueueLen bounds upgraded connections waiting for Accept.
 	acceptQueueLen = 8
 )
 
-// BindConflictCode prefixes bind and path errors on stderr; the server maps
+// bindConflictCode prefixes bind and path errors on stderr; the server maps
 // the text to runner_ingress_bind_conflict (prp.md §1.2, §11).
-const BindConflictCode = "runner_ingress_bind_conflict"
+const bindConflictCode = "runner_ingress_bind_conflict"
 
-// ErrListenerClosed reports Accept on a closed Listener.
-var ErrListenerClosed = errors.New("listener closed")
+// errListenerClosed reports Accept on a closed Listener.
+var errListenerClosed = errors.New("listener closed")
 
-// ErrBindConflict reports a listener bind or path problem; its text starts with BindConflictCode.
-var ErrBindConflict = errors.New(BindConflictCode)
+// errBindConflict reports a listener bind or path problem; its text starts with bindConflictCode.
+var errBindConflict = errors.New(bindConflictCode)
 
 // ListenConfig configures Listen.
 type ListenConfig struct {
-	Address       string // default DefaultListenAddress
-	Port          int    // 0 picks a free port (tests); the reference uses DefaultListenPort
-	Path          string // ConnectPathPrefix + runId
-	MaxFrameBytes int    // default DefaultMaxFrameBytes
+	Address       string // default defaultListenAddress
+	Port          int    // 0 picks a free port (tests); the reference uses defaultListenPort
+	Path          string // connectPathPrefix + runId
+	MaxFrameBytes int    // default defaultMaxFrameBytes
 	Logger        *slog.Logger
 }
 
@@ -80,34 +80,34 @@ type accepted struct {
 type peerKey struct{}
 
 // Listen binds the listener and starts serving. A bind failure wraps
-// ErrBindConflict. An address or port other than 0.0.0.0:43127 is accepted
+// errBindConflict. An address or port other than 0.0.0.0:43127 is accepted
 // with a warning (prp.md §15 scenario 46).
 func Listen(cfg ListenConfig) (*Listener, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxFrameBytes == 0 {
-		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+		cfg.MaxFrameBytes = defaultMaxFrameBytes
 	}
 	if !validMaxFrameBytes(cfg.MaxFrameBytes) {
 		return nil, fmt.Errorf("listen: max frame bytes out of range")
 	}
 	if cfg.Address == "" {
-		cfg.Address = DefaultListenAddress
+		cfg.Address = defaultListenAddress
 	}
 	if _, err := ValidateListenPath(cfg.Path); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBindConflict, err)
+		return nil, fmt.Errorf("%w: %w", errBindConflict, err)
 	}
 	if cfg.Port < 0 || cfg.Port > 65535 {
-		return nil, fmt.Errorf("%w: listen port out of range", ErrBindConflict)
+		return nil, fmt.Errorf("%w: listen port out of range", errBindConflict)
 	}
-	if cfg.Address != DefaultListenAddress || cfg.Port != DefaultListenPort {
+	if cfg.Address != defaultListenAddress || cfg.Port != defaultListenPort {
 		cfg.Logger.Warn("listening on a non-default address; the reference server expects 0.0.0.0:43127",
 			"address", cfg.Address, "port", cfg.Port)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: bind: %w", ErrBindConflict, err)
+		return nil, fmt.Errorf("%w: bind: %w", errBindConflict, err)
 	}
 	l := &Listener{
 		ln:     ln,
@@ -220,7 +220,7 @@ func (l *Listener) accept(ctx context.Context) (accepted, error) {
 	case a := <-l.conns:
 		return a, nil
 	case <-l.closed:
-		return accepted{}, ErrListenerClosed
+		return accepted{}, errListenerClosed
 	case <-ctx.Done():
 		return accepted{}, ctx.Err()
 	}

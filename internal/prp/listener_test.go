@@ -89,7 +89,7 @@ func TestPRP46_ListenerExactUpgrade(t *testing.T) {
 	// A binary message is a protocol error.
 	require.NoError(t, c2.Write(ctx, websocket.MessageBinary, []byte{1}))
 	_, err = a2.ws.ReadMsg(ctx)
-	require.ErrorIs(t, err, ErrNonTextFrame)
+	require.ErrorIs(t, err, errNonTextFrame)
 
 	// Rotation: the old path is refused, the new one accepted, no rebind.
 	require.NoError(t, l.SetPath("/api/runner/v1/connect/run_2"))
@@ -107,7 +107,7 @@ func TestPRP46_ListenerExactUpgrade(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 	_, err = l.accept(ctx)
-	require.ErrorIs(t, err, ErrListenerClosed)
+	require.ErrorIs(t, err, errListenerClosed)
 }
 
 func TestListenerBindConflict(t *testing.T) {
@@ -116,10 +116,10 @@ func TestListenerBindConflict(t *testing.T) {
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
 	_, err = Listen(ListenConfig{Address: "127.0.0.1", Port: port, Path: testRunPath})
-	require.ErrorIs(t, err, ErrBindConflict)
-	require.True(t, strings.HasPrefix(err.Error(), BindConflictCode))
+	require.ErrorIs(t, err, errBindConflict)
+	require.True(t, strings.HasPrefix(err.Error(), bindConflictCode))
 	_, err = Listen(ListenConfig{Address: "127.0.0.1", Port: 0, Path: "/api/runner/v1/connect/"})
-	require.ErrorIs(t, err, ErrBindConflict)
+	require.ErrorIs(t, err, errBindConflict)
 }
 
 // TestListenerUpgradeDeadline: a client that opens TCP and never finishes its

@@ -10,7 +10,7 @@ import (
 )
 
 // PeerConn is one WebSocket to a peer before the handshake: a MsgConn of
-// text messages with the largest frame limit (MaxMaxFrameBytes) and its
+// text messages with the largest frame limit (maxMaxFrameBytes) and its
 // inbound activity recorded for the silence watchdog. The controller half
 // (package control) gets one from AcceptPeer or Dialer.DialPeer, runs its
 // handshake on it and then starts a Link on it. ReadMsg and WriteMsg may be
@@ -30,14 +30,14 @@ func AcceptPeer(w http.ResponseWriter, r *http.Request) (*PeerConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PeerConn{ws: newWSConn(ws, act, MaxMaxFrameBytes), act: act}, nil
+	return &PeerConn{ws: newWSConn(ws, act, maxMaxFrameBytes), act: act}, nil
 }
 
 // DialPeer connects to the Dialer's target (the listen-mode runner, for the
 // controller half) on the system clock.
 func (d *Dialer) DialPeer(ctx context.Context) (*PeerConn, error) {
 	act := newActivity()
-	ws, err := d.dial(ctx, act, MaxMaxFrameBytes)
+	ws, err := d.dial(ctx, act, maxMaxFrameBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func (p *PeerConn) WriteMsg(ctx context.Context, b []byte) error { return p.ws.W
 func (p *PeerConn) Close() error { return p.ws.Close() }
 
 // LinkConfig configures a Link: the liveness bounds (zero means
-// DefaultPingInterval and DefaultSilenceTimeout) and the reader's Inspect,
+// defaultPingInterval and DefaultSilenceTimeout) and the reader's Inspect,
 // with the contract of the runner half's link: it runs in the reader
 // goroutine, must not block, sees the plaintext only during the call, and
 // returns for FrameForward a value that owns its memory.

@@ -32,7 +32,7 @@ func wsPipe(t testing.TB, act *activity, serverOpts *websocket.AcceptOptions) (c
 	}}}
 	c, _, err := websocket.Dial(context.Background(), "ws://pipe.test/", opts)
 	require.NoError(t, err)
-	return newWSConn(c, act, DefaultMaxFrameBytes), server
+	return newWSConn(c, act, defaultMaxFrameBytes), server
 }
 
 type pipeTransport struct{ accept http.HandlerFunc }
@@ -65,7 +65,7 @@ func (h pipeHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // through its ServeHTTP over in-memory pipes. Close it with closePipeListener.
 func pipeListener(path string) *Listener {
 	l := &Listener{
-		max:    DefaultMaxFrameBytes,
+		max:    defaultMaxFrameBytes,
 		conns:  make(chan accepted, acceptQueueLen),
 		closed: make(chan struct{}),
 		log:    slog.New(slog.DiscardHandler),

@@ -153,7 +153,7 @@ func TestReaderFrameBuffer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		act := newActivity()
 		ws, srv := wsPipe(t, act, nil)
-		ws.setMaxFrameBytes(MaxMaxFrameBytes)
+		ws.setMaxFrameBytes(maxMaxFrameBytes)
 		l := startLink(ws, act, &plainSession{}, linkConfig{
 			PingInterval: time.Hour, SilenceTimeout: time.Hour, Inspect: inspectKinds,
 		})
@@ -167,17 +167,17 @@ func TestReaderFrameBuffer(t *testing.T) {
 		}
 		require.NoError(t, srv.Write(ctx, websocket.MessageBinary, []byte(`{}`)))
 		<-l.Done()
-		require.ErrorIs(t, l.Err(), ErrNonTextFrame)
+		require.ErrorIs(t, l.Err(), errNonTextFrame)
 		l.close(nil)
 		_ = srv.CloseNow()
 
 		act = newActivity()
 		ws, srv = wsPipe(t, act, nil)
-		ws.setMaxFrameBytes(MinMaxFrameBytes)
+		ws.setMaxFrameBytes(minMaxFrameBytes)
 		l = startLink(ws, act, &plainSession{}, linkConfig{
 			PingInterval: time.Hour, SilenceTimeout: time.Hour, Inspect: inspectKinds,
 		})
-		go func() { _ = srv.Write(ctx, websocket.MessageText, make([]byte, MinMaxFrameBytes+1)) }()
+		go func() { _ = srv.Write(ctx, websocket.MessageText, make([]byte, minMaxFrameBytes+1)) }()
 		<-l.Done()
 		require.Error(t, l.Err(), "a message above the frame limit ends the link")
 		_, err := l.recv(ctx)

@@ -41,7 +41,7 @@ var (
 	ErrFrameCounter     error = secureFrameError("secure frame counter replayed or out of order")
 	ErrFrameMalformed   error = secureFrameError("secure frame is malformed")
 	ErrFrameAuth        error = secureFrameError("secure frame authentication failed")
-	ErrCounterExhausted error = secureFrameError("secure frame counter exhausted")
+	errCounterExhausted error = secureFrameError("secure frame counter exhausted")
 )
 
 type secureFrameError string
@@ -54,8 +54,8 @@ type Role uint8
 
 // The two roles.
 const (
-	RoleRunner Role = iota + 1 // client: seals client_to_core, opens core_to_client
-	RoleCore                   // controller: seals core_to_client, opens client_to_core
+	roleRunner Role = iota + 1 // client: seals client_to_core, opens core_to_client
+	roleCore                   // controller: seals core_to_client, opens client_to_core
 )
 
 // Session is one authenticated secure channel (spec §2.2): the session id,
@@ -97,7 +97,7 @@ type halfChannel struct {
 // transcript: the challenge's signing bytes, the server proof and the
 // client proof that VerifyClientProof accepted.
 func NewCoreSession(authKey []byte, signing []byte, serverProofHex, clientProofHex string) (*Session, error) {
-	return newSession(RoleCore, authKey, signing, serverProofHex, clientProofHex)
+	return newSession(roleCore, authKey, signing, serverProofHex, clientProofHex)
 }
 
 // newSession derives the channel from the handshake transcript.
@@ -113,7 +113,7 @@ func newSession(role Role, authKey []byte, signing []byte, serverProofHex, clien
 	if err != nil {
 		return nil, err
 	}
-	if role == RoleRunner {
+	if role == roleRunner {
 		s.seal, s.open = up, down
 	} else {
 		s.seal, s.open = down, up
@@ -177,7 +177,7 @@ func (s *Session) Seal(plaintext []byte) ([]byte, error) {
 func (s *Session) AppendSeal(dst, plaintext []byte) ([]byte, error) {
 	h := &s.seal
 	if h.counter > maxFrameCounter {
-		return dst, fmt.Errorf("seal frame: %w", ErrCounterExhausted)
+		return dst, fmt.Errorf("seal frame: %w", errCounterExhausted)
 	}
 	counter := h.counter
 	var digits [20]byte

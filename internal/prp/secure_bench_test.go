@@ -28,11 +28,11 @@ func benchSessions(b testing.TB) (runner, core *Session) {
 	signing := []byte(`{"bench":true}`)
 	sp := serverProof(key[:], signing)
 	cp := clientProof(key[:], signing, sp)
-	runner, err := newSession(RoleRunner, key[:], signing, sp, cp)
+	runner, err := newSession(roleRunner, key[:], signing, sp, cp)
 	if err != nil {
 		b.Fatal(err)
 	}
-	core, err = newSession(RoleCore, key[:], signing, sp, cp)
+	core, err = newSession(roleCore, key[:], signing, sp, cp)
 	if err != nil {
 		b.Fatal(err)
 	}

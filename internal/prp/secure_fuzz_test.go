@@ -10,7 +10,7 @@ import (
 // and keeps failing once it failed.
 func FuzzSecureFrame(f *testing.F) {
 	key := AuthKey("fuzz")
-	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	runner, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -31,13 +31,13 @@ func FuzzSecureFrame(f *testing.F) {
 				t.Fatalf("fast path (%d, %q) and general parser (%d, %q, %v) disagree", c, ct, sc, sct, err)
 			}
 		}
-		core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+		core, err := newSession(roleCore, key[:], []byte("{}"), "a", "b")
 		if err != nil {
 			t.Fatal(err)
 		}
 		// AppendOpen into a reused buffer (the reader's way) agrees with Open
 		// and keeps dst's bytes.
-		again, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+		again, err := newSession(roleCore, key[:], []byte("{}"), "a", "b")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,8 +69,8 @@ func FuzzSealOpen(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xff, 0x00}, 100))
 	key := AuthKey("fuzz")
 	f.Fuzz(func(t *testing.T, pt []byte) {
-		runner, _ := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
-		core, _ := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+		runner, _ := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
+		core, _ := newSession(roleCore, key[:], []byte("{}"), "a", "b")
 		for _, p := range [][2]*Session{{runner, core}, {core, runner}} {
 			frame, err := p[0].Seal(pt)
 			if err != nil {

@@ -61,7 +61,7 @@ func TestLowerHexCodec(t *testing.T) {
 // the byte, with the hex of AES-GCM over the spec's nonce and AAD.
 func TestSealFrameLayout(t *testing.T) {
 	key := AuthKey("t")
-	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	runner, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
 	for _, n := range []int{0, 1, 15, 16, 17, 100, 4099} {
 		pt := bytes.Repeat([]byte{0xa5}, n)
@@ -82,11 +82,11 @@ func TestSealFrameLayout(t *testing.T) {
 // dst.
 func TestAppendSeal(t *testing.T) {
 	key := AuthKey("t")
-	a, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	a, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
-	b, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	b, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
-	core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+	core, err := newSession(roleCore, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
 	var buf []byte
 	for i, n := range []int{4099, 0, 17, 100000, 1, 64} {
@@ -113,7 +113,7 @@ func TestAppendSeal(t *testing.T) {
 	b.seal.counter = maxFrameCounter + 1
 	dst := []byte("x")
 	out, err := b.AppendSeal(dst, []byte("y"))
-	require.ErrorIs(t, err, ErrCounterExhausted)
+	require.ErrorIs(t, err, errCounterExhausted)
 	assert.Equal(t, dst, out)
 	assert.Equal(t, uint64(maxFrameCounter+1), b.seal.counter)
 }
@@ -122,9 +122,9 @@ func TestAppendSeal(t *testing.T) {
 // later Opens, and Open leaves the frame as it was.
 func TestOpenReturnsOwnedPlaintext(t *testing.T) {
 	key := AuthKey("t")
-	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	runner, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
-	core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+	core, err := newSession(roleCore, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
 	var kept [][]byte
 	for i := range 8 {
@@ -145,9 +145,9 @@ func TestOpenReturnsOwnedPlaintext(t *testing.T) {
 
 func TestSealOpenRoundTripAndCounters(t *testing.T) {
 	key := AuthKey("t")
-	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	runner, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
-	core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+	core, err := newSession(roleCore, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
 	for i := range 50 {
 		pt := bytes.Repeat([]byte{byte(i)}, i*37)
@@ -171,7 +171,7 @@ func TestSealOpenRoundTripAndCounters(t *testing.T) {
 	// The counter stops at 2^53−1: the core could not read a larger one.
 	runner.seal.counter = maxFrameCounter + 1
 	_, err = runner.Seal([]byte("x"))
-	assert.ErrorIs(t, err, ErrCounterExhausted)
+	assert.ErrorIs(t, err, errCounterExhausted)
 }
 
 // TestAppendOpen: AppendOpen into a reused buffer opens what Open opens,
@@ -179,9 +179,9 @@ func TestSealOpenRoundTripAndCounters(t *testing.T) {
 // a rejected frame returns dst unchanged and fails the direction.
 func TestAppendOpen(t *testing.T) {
 	key := AuthKey("t")
-	runner, err := newSession(RoleRunner, key[:], []byte("{}"), "a", "b")
+	runner, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
-	core, err := newSession(RoleCore, key[:], []byte("{}"), "a", "b")
+	core, err := newSession(roleCore, key[:], []byte("{}"), "a", "b")
 	require.NoError(t, err)
 	var buf []byte
 	for i, n := range []int{4099, 0, 17, 100000, 1, 64} {

@@ -24,7 +24,7 @@ func TestPRP01_DialURLParsing(t *testing.T) {
 		{"wss://Example.COM:443/a/b", DialTarget{Secure: true, Host: "example.com", Port: 443, Path: "/a/b"}},
 	}
 	for _, c := range good {
-		got, err := ParseDialURL(c.raw)
+		got, err := parseDialURL(c.raw)
 		require.NoError(t, err, c.raw)
 		require.Equal(t, c.want, got, c.raw)
 	}
@@ -38,8 +38,8 @@ func TestPRP01_DialURLParsing(t *testing.T) {
 		"ws://ho%73t/", "ws:///path", "ws://", "", "wss://a..b/",
 	}
 	for _, raw := range bad {
-		_, err := ParseDialURL(raw)
-		require.ErrorIs(t, err, ErrInvalidURL, "%q", raw)
+		_, err := parseDialURL(raw)
+		require.ErrorIs(t, err, errInvalidURL, "%q", raw)
 		if len(raw) > 10 {
 			require.NotContains(t, err.Error(), raw[6:], "errors never echo the URL")
 		}
@@ -47,17 +47,17 @@ func TestPRP01_DialURLParsing(t *testing.T) {
 
 	// ws:// to a non-loopback address is refused after resolution; wss:// is not.
 	ctx := context.Background()
-	tg, err := ParseDialURL("ws://10.0.0.1/x")
+	tg, err := parseDialURL("ws://10.0.0.1/x")
 	require.NoError(t, err)
-	_, err = Resolve(ctx, nil, tg)
-	require.ErrorIs(t, err, ErrNonLoopback)
-	tg, err = ParseDialURL("ws://mixed.test/x")
+	_, err = resolve(ctx, nil, tg)
+	require.ErrorIs(t, err, errNonLoopback)
+	tg, err = parseDialURL("ws://mixed.test/x")
 	require.NoError(t, err)
-	_, err = Resolve(ctx, fakeResolver{"mixed.test": {"127.0.0.1", "192.0.2.1"}}, tg)
-	require.ErrorIs(t, err, ErrNonLoopback)
-	tg, err = ParseDialURL("wss://public.test/x")
+	_, err = resolve(ctx, fakeResolver{"mixed.test": {"127.0.0.1", "192.0.2.1"}}, tg)
+	require.ErrorIs(t, err, errNonLoopback)
+	tg, err = parseDialURL("wss://public.test/x")
 	require.NoError(t, err)
-	addrs, err := Resolve(ctx, fakeResolver{"public.test": {"192.0.2.9", "::ffff:192.0.2.1", "192.0.2.9", "2001:db8::1"}}, tg)
+	addrs, err := resolve(ctx, fakeResolver{"public.test": {"192.0.2.9", "::ffff:192.0.2.1", "192.0.2.9", "2001:db8::1"}}, tg)
 	require.NoError(t, err)
 	require.Equal(t, []netip.AddrPort{
 		netip.MustParseAddrPort("192.0.2.1:443"),
@@ -92,7 +92,7 @@ func TestPRP03_ListenerPath(t *testing.T) {
 		"api/runner/v1/connect/run_1", "", "/api/runner/v1/connect//x",
 	} {
 		_, err := ValidateListenPath(p)
-		require.ErrorIs(t, err, ErrInvalidListenPath, "%q", p)
+		require.ErrorIs(t, err, errInvalidListenPath, "%q", p)
 	}
 }
 
@@ -103,9 +103,9 @@ func FuzzParseDialURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		tg, err := ParseDialURL(raw)
+		tg, err := parseDialURL(raw)
 		if err != nil {
-			require.ErrorIs(t, err, ErrInvalidURL)
+			require.ErrorIs(t, err, errInvalidURL)
 			return
 		}
 		require.NotZero(t, tg.Port)
@@ -117,7 +117,7 @@ func FuzzParseDialURL(f *testing.F) {
 		authority, _, _ := strings.Cut(rest, "/")
 		require.False(t, strings.ContainsAny(authority, "@%"), "authority %q", authority)
 		// The canonical form re-parses to the same target.
-		again, err := ParseDialURL(tg.URL())
+		again, err := parseDialURL(tg.URL())
 		require.NoError(t, err)
 		require.Equal(t, tg, again)
 	})
@@ -130,7 +130,7 @@ func FuzzValidateListenPath(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p string) {
 		id, err := ValidateListenPath(p)
 		if err != nil {
-			require.ErrorIs(t, err, ErrInvalidListenPath)
+			require.ErrorIs(t, err, errInvalidListenPath)
 			return
 		}
 		require.NotEmpty(t, id)

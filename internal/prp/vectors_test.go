@@ -228,8 +228,8 @@ func TestPRP50_CanonicalJSONLimits(t *testing.T) {
 			assert.NoError(t, err, c.What)
 		case ErrCanonicalTooLarge.Error():
 			assert.ErrorIs(t, err, ErrCanonicalTooLarge, c.What)
-		case ErrCanonicalInvalid.Error():
-			assert.ErrorIs(t, err, ErrCanonicalInvalid, c.What)
+		case errCanonicalInvalid.Error():
+			assert.ErrorIs(t, err, errCanonicalInvalid, c.What)
 		default:
 			t.Fatalf("unknown reference result %q", c.Result)
 		}
@@ -245,7 +245,7 @@ func TestVectorsCases(t *testing.T) {
 			assert.Equal(t, c.CredentialID, CredentialID(c.Token))
 			authKey := AuthKey(c.Token)
 			assert.Equal(t, c.AuthKeyHex, hex.EncodeToString(authKey[:]))
-			assert.Equal(t, c.AuthKeyDigestAsStored, AuthKeyDigest(authKey))
+			assert.Equal(t, c.AuthKeyDigestAsStored, authKeyDigest(authKey))
 
 			// Signing bytes, proofs, binding, keys.
 			signing, err := Canonical(c.ChallengePayload)
@@ -267,9 +267,9 @@ func TestVectorsCases(t *testing.T) {
 			assert.Equal(t, c.ServerProof, ch.ServerProof)
 			assert.True(t, verifyHexMAC(domainHMAC(authKey[:], domainServerProof, ch.signing), ch.ServerProof))
 
-			runner, err := newSession(RoleRunner, authKey[:], signing, c.ServerProof, c.ClientProof)
+			runner, err := newSession(roleRunner, authKey[:], signing, c.ServerProof, c.ClientProof)
 			require.NoError(t, err)
-			core, err := newSession(RoleCore, authKey[:], signing, c.ServerProof, c.ClientProof)
+			core, err := newSession(roleCore, authKey[:], signing, c.ServerProof, c.ClientProof)
 			require.NoError(t, err)
 			assert.Equal(t, c.SessionID, runner.ID)
 			assert.Equal(t, c.SessionID, core.ID)
@@ -299,7 +299,7 @@ func TestVectorsCases(t *testing.T) {
 
 			// Rejected frames, each against a fresh receiver expecting 0.
 			for _, n := range c.NegativeFrames {
-				fresh, err := newSession(RoleCore, authKey[:], signing, c.ServerProof, c.ClientProof)
+				fresh, err := newSession(roleCore, authKey[:], signing, c.ServerProof, c.ClientProof)
 				require.NoError(t, err)
 				_, err = fresh.Open(n.Frame)
 				require.ErrorIs(t, err, ErrSecureFrame, n.What)

@@ -16,18 +16,18 @@ import (
 
 // Frame size bounds (prp.md §1.4).
 const (
-	// DefaultMaxFrameBytes is --max-frame-bytes's default.
-	DefaultMaxFrameBytes = 1 << 20
-	// MinMaxFrameBytes and MaxMaxFrameBytes bound --max-frame-bytes and the welcome's maxFrameBytes.
-	MinMaxFrameBytes = 1 << 10
-	MaxMaxFrameBytes = 16 << 20
+	// defaultMaxFrameBytes is --max-frame-bytes's default.
+	defaultMaxFrameBytes = 1 << 20
+	// minMaxFrameBytes and maxMaxFrameBytes bound --max-frame-bytes and the welcome's maxFrameBytes.
+	minMaxFrameBytes = 1 << 10
+	maxMaxFrameBytes = 16 << 20
 )
 
-// ErrNonTextFrame reports a binary WebSocket message; PRP is text frames only (prp.md §1.4).
-var ErrNonTextFrame = errors.New("non-text websocket frame")
+// errNonTextFrame reports a binary WebSocket message; PRP is text frames only (prp.md §1.4).
+var errNonTextFrame = errors.New("non-text websocket frame")
 
-// ErrFrameTooLarge reports an outbound frame above the frame limit.
-var ErrFrameTooLarge = errors.New("frame exceeds max frame bytes")
+// errFrameTooLarge reports an outbound frame above the frame limit.
+var errFrameTooLarge = errors.New("frame exceeds max frame bytes")
 
 // activity records when the last inbound frame of any kind (data, Ping or
 // Pong) arrived; the silence watchdog reads it (prp.md §4 item 3).
@@ -80,7 +80,7 @@ func (w *wsConn) ReadMsg(ctx context.Context) ([]byte, error) {
 	w.act.touch()
 	if typ != websocket.MessageText {
 		_ = w.c.CloseNow() // the runner drops the connection (prp.md §1.4)
-		return nil, ErrNonTextFrame
+		return nil, errNonTextFrame
 	}
 	return b, nil
 }
@@ -111,7 +111,7 @@ func (w *wsConn) readMsgInto(ctx context.Context, buf []byte) ([]byte, error) {
 	w.act.touch()
 	if typ != websocket.MessageText {
 		_ = w.c.CloseNow() // the runner drops the connection (prp.md §1.4)
-		return nil, ErrNonTextFrame
+		return nil, errNonTextFrame
 	}
 	return buf, nil
 }
@@ -123,7 +123,7 @@ const readChunk = 4 << 10
 // WriteMsg writes one text message of at most the frame limit.
 func (w *wsConn) WriteMsg(ctx context.Context, b []byte) error {
 	if int64(len(b)) > w.limit.Load() {
-		return ErrFrameTooLarge
+		return errFrameTooLarge
 	}
 	if err := w.c.Write(ctx, websocket.MessageText, b); err != nil {
 		return fmt.Errorf("write websocket: %w", err)
@@ -159,4 +159,4 @@ func acceptOptions(act *activity) *websocket.AcceptOptions {
 }
 
 // validMaxFrameBytes reports whether n is within 1 KiB–16 MiB.
-func validMaxFrameBytes(n int) bool { return n >= MinMaxFrameBytes && n <= MaxMaxFrameBytes }
+func validMaxFrameBytes(n int) bool { return n >= minMaxFrameBytes && n <= maxMaxFrameBytes }

@@ -220,18 +220,18 @@ func stateEvents(evs []provider.Event) ([]state.Event, error) {
 }
 
 // handlers returns the provider command handlers.
-func (a *agentExec) handlers() map[string]Handler {
-	plain := func(f func(json.RawMessage) (json.RawMessage, error)) Handler {
+func (a *agentExec) handlers() map[string]handler {
+	plain := func(f func(json.RawMessage) (json.RawMessage, error)) handler {
 		return func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
 			return f(cmd.Payload)
 		}
 	}
-	withCtx := func(f func(context.Context) (json.RawMessage, error)) Handler {
+	withCtx := func(f func(context.Context) (json.RawMessage, error)) handler {
 		return func(ctx context.Context, _ *prp.Command) (json.RawMessage, error) {
 			return f(ctx)
 		}
 	}
-	cancel := func(k agent.CancelKind) Handler {
+	cancel := func(k agent.CancelKind) handler {
 		return withCtx(func(ctx context.Context) (json.RawMessage, error) { return a.m.Cancel(ctx, k) })
 	}
 	// These record their result in the write that holds their effect's
@@ -248,7 +248,7 @@ func (a *agentExec) handlers() map[string]Handler {
 	toolResult := func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
 		return a.m.ToolResult(cmd.CommandID, cmd.Payload)
 	}
-	return map[string]Handler{
+	return map[string]handler{
 		prp.CommandRunPrepare:     plain(a.m.Prepare),
 		prp.CommandSessionOpen:    open,
 		prp.CommandTurnStart:      turnStart,

@@ -28,7 +28,7 @@ func fakeacpBin(t testing.TB) string {
 func (h *harness) agentRun(extra ...string) *running {
 	h.t.Helper()
 	cfg := h.config(false, append([]string{"--pcwrap-path", testbin.Path(h.t, "pcwrap")}, extra...)...)
-	return h.start(cfg, Options{})
+	return h.start(cfg, options{})
 }
 
 func (h *harness) prepareFake(flags ...string) {

@@ -15,10 +15,10 @@ import (
 // with one of them is journaled and sent with status "rejected": it had no
 // effect.
 const (
-	// CodeCommandNotImplemented: this build has no executor for the command type.
-	CodeCommandNotImplemented = "command_not_implemented"
-	// CodeRunnerDraining: runner.drain was accepted, so new turns are refused (prp.md §7.5).
-	CodeRunnerDraining = "runner_draining"
+	// codeCommandNotImplemented: this build has no executor for the command type.
+	codeCommandNotImplemented = "command_not_implemented"
+	// codeRunnerDraining: runner.drain was accepted, so new turns are refused (prp.md §7.5).
+	codeRunnerDraining = "runner_draining"
 )
 
 // The loop emits runner.connected, runner.reconnected, runner.draining,
@@ -27,28 +27,28 @@ const (
 // reference runner, runnerd never emits runner.disconnected: a dropped link
 // cannot carry it, and the core observes the drop itself.
 
-// ErrCommandNotImplemented, returned by a Handler, answers the command
+// errCommandNotImplemented, returned by a handler, answers the command
 // rejected with code command_not_implemented.
-var ErrCommandNotImplemented = errors.New(CodeCommandNotImplemented)
+var errCommandNotImplemented = errors.New(codeCommandNotImplemented)
 
-// Handler executes one command type. The loop calls it after the command
+// handler executes one command type. The loop calls it after the command
 // is journaled as pending, one command at a time. It returns the result
 // object (nil means {}) for status completed, or an error for status failed
 // with {code: command_execution_failed, message: err.Error()} (prp.md §7.2
-// step 6), or ErrCommandNotImplemented. The error text leaves the process:
+// step 6), or errCommandNotImplemented. The error text leaves the process:
 // it must name the failure, never carry provider text, payloads or secrets.
 // The ACP executor's handlers (agent.go) commit their events through its
 // Sink.
-type Handler func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error)
+type handler func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error)
 
-// Emit commits events to the outbox in one durable write, in order, then
+// emit commits events to the outbox in one durable write, in order, then
 // sends them on the current connection (if any).
-type Emit func(ctx context.Context, events ...state.Event) error
+type emit func(ctx context.Context, events ...state.Event) error
 
 // commandHandler is how the loop executes one command type.
 type commandHandler struct {
 	// owned: the loop executes the type itself (lifecycle, fences, warm
-	// rotation); neither the executor nor Options.Handlers replaces it.
+	// rotation); neither the executor nor options.Handlers replaces it.
 	owned bool
 	// execute runs an admitted command's effect and records its result,
 	// which the loop then sends. Only a storage failure is returned.
@@ -60,7 +60,7 @@ type commandHandler struct {
 
 // commandHandlers is the loop's dispatch table: one entry per type of the
 // PRP command catalogue (prp.CommandTypes), which its test checks. The
-// provider commands go to the executor's Handler of their type, and are
+// provider commands go to the executor's handler of their type, and are
 // refused command_not_implemented when there is none.
 var commandHandlers = map[string]commandHandler{
 	prp.CommandRunnerSuspend:   {owned: true, execute: (*loop).executeTerminal},
@@ -106,12 +106,12 @@ func terminalLifecycle(commandType string) state.Lifecycle {
 // effect, or "" when it should execute.
 func (r *loop) refusal(tx *state.Tx, cmd *prp.Command) (code, message string) {
 	if tx.Lifecycle() == state.Draining && cmd.Type == prp.CommandTurnStart {
-		return CodeRunnerDraining, "runner is draining; new turns are refused"
+		return codeRunnerDraining, "runner is draining; new turns are refused"
 	}
 	if loopOwned(cmd.Type) || r.handlers[cmd.Type] != nil {
 		return "", ""
 	}
-	return CodeCommandNotImplemented, notImplemented(cmd.Type)
+	return codeCommandNotImplemented, notImplemented(cmd.Type)
 }
 
 func notImplemented(commandType string) string {
@@ -193,17 +193,17 @@ func (r *loop) executeSnapshot(_ context.Context, cmd *prp.Command) (state.Comma
 		jsonenc.MustMarshal(map[string]any{"activeProviderTurnId": active, "warmAttachReady": warmAttachReady(idle, r.store.Summary())}))
 }
 
-// executeProvider runs a provider command through the executor's Handler
+// executeProvider runs a provider command through the executor's handler
 // of its type (refusal made sure there is one) and records what it says.
 func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
 	var res state.CommandResult
 	var err error
 	out, herr := r.handlers[cmd.Type](ctx, cmd)
 	switch {
-	case errors.Is(herr, ErrCommandNotImplemented):
+	case errors.Is(herr, errCommandNotImplemented):
 		err = r.store.Update(func(tx *state.Tx) error {
 			var err error
-			res, err = tx.RejectCommand(cmd.CommandID, CodeCommandNotImplemented, notImplemented(cmd.Type))
+			res, err = tx.RejectCommand(cmd.CommandID, codeCommandNotImplemented, notImplemented(cmd.Type))
 			return err
 		})
 	case rejectedByAgent(herr) != nil:

@@ -12,8 +12,8 @@ import (
 // the commands the ACP provider answers rejected
 // {code: provider_command_unavailable}, as the reference's ACPX executor
 // does.
-func (a *agentExec) goalHandlers() map[string]Handler {
-	goal := func(k agent.GoalCommand) Handler {
+func (a *agentExec) goalHandlers() map[string]handler {
+	goal := func(k agent.GoalCommand) handler {
 		return func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error) {
 			return a.m.Goal(ctx, cmd.CommandID, k, cmd.Payload)
 		}
@@ -21,7 +21,7 @@ func (a *agentExec) goalHandlers() map[string]Handler {
 	unavailable := func(context.Context, *prp.Command) (json.RawMessage, error) {
 		return nil, agent.ProviderCommandUnavailable()
 	}
-	return map[string]Handler{
+	return map[string]handler{
 		prp.CommandSessionGoalGet:        goal(agent.GoalGet),
 		prp.CommandSessionGoalSet:        goal(agent.GoalSet),
 		prp.CommandSessionGoalClear:      goal(agent.GoalClear),
@@ -31,7 +31,7 @@ func (a *agentExec) goalHandlers() map[string]Handler {
 }
 
 // allHandlers are the executor's provider command handlers.
-func (a *agentExec) allHandlers() map[string]Handler {
+func (a *agentExec) allHandlers() map[string]handler {
 	h := a.handlers()
 	for typ, g := range a.goalHandlers() {
 		h[typ] = g

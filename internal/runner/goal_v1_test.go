@@ -91,7 +91,7 @@ func TestPRP23_GoalEventsDowngradeOnV1(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &running{cancel: cancel, done: make(chan error, 1)}
-		go func() { r.done <- RunLoop(ctx, cfg, ticket, testLogger(), Options{Transport: tr}) }()
+		go func() { r.done <- runLoop(ctx, cfg, ticket, testLogger(), options{Transport: tr}) }()
 		return r
 	}
 	type wireEvent struct {

@@ -25,7 +25,7 @@ import (
 // waitBound bounds every wait of these tests.
 const waitBound = 10 * time.Second
 
-// stopBound bounds a RunLoop's return after its context is cancelled: above
+// stopBound bounds a runLoop's return after its context is cancelled: above
 // the runner's own bounded agent shutdown (agentShutdownWait), with room
 // for a loaded machine: waitBound alone leaves too small a margin above
 // agentShutdownWait for a goal test under load.
@@ -111,14 +111,14 @@ func (h *harness) config(listen bool, extra ...string) config.Config {
 	return cfg
 }
 
-// running is one RunLoop in a goroutine.
+// running is one runLoop in a goroutine.
 type running struct {
 	cancel context.CancelFunc
 	done   chan error
 }
 
 // start runs the runner with a fresh ticket.
-func (h *harness) start(cfg config.Config, opts Options) *running {
+func (h *harness) start(cfg config.Config, opts options) *running {
 	h.t.Helper()
 	ticket, err := config.NewBootstrapTicket(h.core.Ticket())
 	require.NoError(h.t, err)
@@ -127,7 +127,7 @@ func (h *harness) start(cfg config.Config, opts Options) *running {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- RunLoop(ctx, cfg, ticket, testLogger(), opts) }()
+	go func() { r.done <- runLoop(ctx, cfg, ticket, testLogger(), opts) }()
 	h.t.Cleanup(func() {
 		cancel()
 		select {
@@ -139,7 +139,7 @@ func (h *harness) start(cfg config.Config, opts Options) *running {
 	return r
 }
 
-// wait returns RunLoop's result, bounded.
+// wait returns runLoop's result, bounded.
 func (r *running) wait(t *testing.T) error {
 	t.Helper()
 	select {

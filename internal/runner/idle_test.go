@@ -28,7 +28,7 @@ func TestIdleTimeoutWithoutAnyConnection(t *testing.T) {
 			if !listen {
 				h.core.Transport().Close() // nothing answers the dial
 			}
-			r := h.start(cfg, Options{})
+			r := h.start(cfg, options{})
 			err := r.wait(t)
 			require.NoError(t, err)
 			require.Equal(t, config.ExitOK, config.ExitCode(err))

@@ -52,7 +52,7 @@ func (b *logBuffer) records(t *testing.T, msg string) []map[string]any {
 }
 
 // startLogged runs the runner like harness.start, logging JSON into logs.
-func (h *harness) startLogged(cfg config.Config, opts Options, logs *logBuffer) *running {
+func (h *harness) startLogged(cfg config.Config, opts options, logs *logBuffer) *running {
 	h.t.Helper()
 	tok, err := h.core.MintTicket()
 	require.NoError(h.t, err)
@@ -61,7 +61,7 @@ func (h *harness) startLogged(cfg config.Config, opts Options, logs *logBuffer) 
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	go func() { r.done <- RunLoop(ctx, cfg, ticket, logger, opts) }()
+	go func() { r.done <- runLoop(ctx, cfg, ticket, logger, opts) }()
 	h.t.Cleanup(func() {
 		cancel()
 		select {
@@ -81,7 +81,7 @@ func TestCommandFailedLogNamesCodeAndMessage(t *testing.T) {
 	const secret = "sk-ant-api03-SECRETSECRETSECRET0123456789"
 	h := newHarness(t, nil)
 	var logs logBuffer
-	fail := func(Emit) Handler {
+	fail := func(emit) handler {
 		return func(_ context.Context, cmd *prp.Command) (json.RawMessage, error) {
 			if strings.Contains(string(cmd.Payload), "coded") {
 				return nil, &agent.CommandError{Code: "session_handshake_timeout", Message: "session.open did not finish within 30s"}
@@ -89,7 +89,7 @@ func TestCommandFailedLogNamesCodeAndMessage(t *testing.T) {
 			return nil, errors.New("start turn: agent refused key " + secret)
 		}
 	}
-	h.startLogged(h.config(false), Options{Handlers: map[string]func(Emit) Handler{"turn.start": fail}}, &logs)
+	h.startLogged(h.config(false), options{Handlers: map[string]func(emit) handler{"turn.start": fail}}, &logs)
 
 	plain := h.queue("turn.start", `{"text":"plain"}`)
 	require.Equal(t, "failed", h.waitResult(plain.CommandID).Status)

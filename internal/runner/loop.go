@@ -44,7 +44,7 @@ type loop struct {
 	cfg      config.Config
 	store    *state.Store
 	log      *slog.Logger
-	handlers map[string]Handler
+	handlers map[string]handler
 	id       prp.Identity
 	clk      clock.Clock // every timer and timestamp of the loop
 	started  time.Time
@@ -66,7 +66,7 @@ type loop struct {
 
 // attachExecutor plugs the ACP executor in: its handlers serve the provider
 // commands unless opts replaces them; lifecycle commands stay the loop's.
-func (r *loop) attachExecutor(ax *agentExec, opts Options) {
+func (r *loop) attachExecutor(ax *agentExec, opts options) {
 	for typ, h := range ax.allHandlers() {
 		if _, replaced := opts.Handlers[typ]; !replaced && !loopOwned(typ) {
 			r.handlers[typ] = h
@@ -92,13 +92,13 @@ func orderlyStop(outcome error) bool {
 		errors.Is(outcome, config.ErrReconnectGraceExceeded) || errors.Is(outcome, config.ErrReconnectDeadlineExceeded)
 }
 
-func newLoop(cfg config.Config, st *state.Store, logger *slog.Logger, opts Options) *loop {
+func newLoop(cfg config.Config, st *state.Store, logger *slog.Logger, opts options) *loop {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &loop{
 		cfg: cfg, store: st, log: logger, id: cfg.Identity, clk: clock.Or(opts.Clock),
-		handlers: map[string]Handler{}, term: &terminal{},
+		handlers: map[string]handler{}, term: &terminal{},
 	}
 	r.send = &sender{store: st, id: r.id}
 	r.started = r.clk.Now()

@@ -20,7 +20,7 @@ func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
 // unimplemented commands and ships runner events that the core commits.
 func TestLoopDialCommandsAndEvents(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		h.start(h.config(false), Options{})
+		h.start(h.config(false), options{})
 
 		snap := h.queue("session.snapshot", `{}`)
 		p := h.waitResult(snap.CommandID)
@@ -45,7 +45,7 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 		turn2 := h.queue("turn.start", `{"text":"again"}`)
 		p = h.waitResult(turn2.CommandID)
 		require.Equal(t, "rejected", p.Status)
-		require.Equal(t, CodeRunnerDraining, resultCodeOf(t, p))
+		require.Equal(t, codeRunnerDraining, resultCodeOf(t, p))
 
 		// The journal records the status the core saw, not a failure mapped
 		// back on send.
@@ -69,7 +69,7 @@ func TestLoopDialCommandsAndEvents(t *testing.T) {
 func TestLoopListenMode(t *testing.T) {
 	h := newHarness(t, nil)
 	addr := make(chan string, 1)
-	h.start(h.config(true), Options{OnListening: func(a string) { addr <- a }})
+	h.start(h.config(true), options{OnListening: func(a string) { addr <- a }})
 	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	var a string

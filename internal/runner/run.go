@@ -30,11 +30,11 @@ import (
 // A cancelled ctx (SIGTERM, SIGINT) is an orderly stop: the state is saved
 // and Run returns config.ExitOK (prp.md §13).
 func Run(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger) int {
-	return runTo(ctx, cfg, ticket, logger, Options{}, os.Stderr)
+	return runTo(ctx, cfg, ticket, logger, options{}, os.Stderr)
 }
 
-func runTo(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger, opts Options, stderr io.Writer) int {
-	err := RunLoop(ctx, cfg, ticket, logger, opts)
+func runTo(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger, opts options, stderr io.Writer) int {
+	err := runLoop(ctx, cfg, ticket, logger, opts)
 	if err != nil {
 		logger.Error("runner stopped", "code", string(config.CodeOf(err)))
 		fmt.Fprint(stderr, config.FormatError(err))
@@ -42,13 +42,13 @@ func runTo(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicke
 	return config.ExitCode(err)
 }
 
-// Options are the control loop's seams for the executor and for tests.
-type Options struct {
+// options are the control loop's seams for the executor and for tests.
+type options struct {
 	// Handlers replaces the ACP executor's handlers by command type, so a
 	// test can stand in for the far side of the executor; each is built with
-	// the loop's Emit. Lifecycle commands (runner.*, session.snapshot) are
+	// the loop's emit. Lifecycle commands (runner.*, session.snapshot) are
 	// the loop's own and cannot be replaced. Run sets none.
-	Handlers map[string]func(Emit) Handler
+	Handlers map[string]func(emit) handler
 	// OnListening, when set, receives the bound listener address in listen
 	// mode before the first accept.
 	OnListening func(addr string)
@@ -60,10 +60,10 @@ type Options struct {
 	Transport http.RoundTripper
 }
 
-// RunLoop is Run without the stderr line: it returns nil for every clean
+// runLoop is Run without the stderr line: it returns nil for every clean
 // stop (revoke, terminal command, a stopped or revoked state, ctx's end)
 // and a coded *config.Error otherwise.
-func RunLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger, opts Options) error {
+func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger, opts options) error {
 	defer ticket.Destroy()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

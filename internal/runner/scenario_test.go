@@ -67,7 +67,7 @@ func drainEffects(t *testing.T, evs []prptest.Event) map[string]int {
 // takes effect once, and sourceSeq stays contiguous.
 func TestPRP11_ReconnectReplaysWithoutSecondEffect(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		h.start(h.config(false), Options{})
+		h.start(h.config(false), options{})
 		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		var ids []string
 		for i := range 24 {
@@ -109,7 +109,7 @@ func TestPRP11_ReplayIsByteIdentical(t *testing.T) {
 		})
 		stored := h.readState().Outbox
 		require.Len(t, stored, 1)
-		h.start(h.config(false), Options{})
+		h.start(h.config(false), options{})
 		s := h.waitCore(func(s control.Snapshot) bool { return len(s.Events) >= 3 })
 		require.Equal(t, string(stored[0].Envelope), string(s.Events[0]), "replayed byte for byte")
 		evs := prptest.DecodeEvents(t, s.Events)
@@ -123,7 +123,7 @@ func TestPRP11_ReplayIsByteIdentical(t *testing.T) {
 // bytes fails closed with the state kept.
 func TestPRP12_DuplicateCommand(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		cmd, err := h.core.QueueCommand(prp.Command{CommandID: "cmd_drain", Type: "runner.drain", IssuedAt: fixedIssuedAt, Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 		h.waitResult(cmd.CommandID)
@@ -152,7 +152,7 @@ func TestPRP12_DuplicateCommand(t *testing.T) {
 // TestPRP13_NonContiguousSeq: a controllerSeq that skips is fatal.
 func TestPRP13_NonContiguousSeq(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.sendRaw(prp.KindCommand, prp.Command{
 			Schema: prp.CommandSchemaV1, CommandID: "cmd_gap", ControllerSeq: 3, Type: "session.snapshot",
@@ -179,7 +179,7 @@ func TestPRP14_CrashBetweenJournalAndEffect(t *testing.T) {
 			require.Equal(t, state.Execute, adm.Disposition)
 			return err // crash: the effect never ran
 		})
-		h.start(h.config(false), Options{})
+		h.start(h.config(false), options{})
 		p := h.waitResult(cmd.CommandID)
 		require.Equal(t, "failed", p.Status)
 		require.Equal(t, state.CodeExecutionIndeterminate, resultCode(p.Result))
@@ -195,7 +195,7 @@ func TestPRP15_AckOutOfRange(t *testing.T) {
 	for name, ack := range map[string]int64{"beyond": 999, "below": 0} {
 		t.Run(name, func(t *testing.T) {
 			simTest(t, nil, func(t *testing.T, h *harness) {
-				run := h.start(h.config(false), Options{})
+				run := h.start(h.config(false), options{})
 				// A result handled after the core admitted event 1 proves its
 				// ack(1) is queued ahead of ours (one dispatch goroutine per connection).
 				h.waitCore(func(s control.Snapshot) bool { return s.AckedSourceSeq >= 1 })
@@ -216,7 +216,7 @@ func TestPRP15_AckOutOfRange(t *testing.T) {
 // saves the cursor.
 func TestPRP15_ValidAckTrims(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		cmd := h.queue("runner.drain", `{}`)
 		h.waitResult(cmd.CommandID)
 		// The runner handles frames in order: once the next result is in, it
@@ -236,7 +236,7 @@ func TestPRP15_ValidAckTrims(t *testing.T) {
 // the fence; a restart exits at once.
 func TestPRP18_ShutdownWaitsForAck(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		cmd := h.queue("runner.shutdown", `{}`)
 		require.NoError(t, run.wait(t))
 		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
@@ -248,7 +248,7 @@ func TestPRP18_ShutdownWaitsForAck(t *testing.T) {
 		require.Equal(t, "runner.stopped", evs[len(evs)-1].EventType)
 
 		auths := h.core.Snapshot().Authentications
-		require.NoError(t, h.start(h.config(false), Options{}).wait(t), "stopped state exits at once")
+		require.NoError(t, h.start(h.config(false), options{}).wait(t), "stopped state exits at once")
 		require.Equal(t, auths, h.core.Snapshot().Authentications, "without connecting")
 	})
 }
@@ -272,7 +272,7 @@ func TestPRP18_RestartWithFenceOnlyReconciles(t *testing.T) {
 			}
 			return tx.SetTerminalFence(res, state.Stopped)
 		})
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		require.NoError(t, run.wait(t))
 		p := h.waitResult(cmd.CommandID)
 		require.Equal(t, "completed", p.Status)
@@ -286,12 +286,12 @@ func TestPRP18_RestartWithFenceOnlyReconciles(t *testing.T) {
 // suspended and exits 0; unlike stopped, a restart resumes.
 func TestPRP18_SuspendThenResume(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		cmd := h.queue("runner.suspend", `{}`)
 		require.NoError(t, run.wait(t))
 		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
-		run = h.start(h.config(false), Options{})
+		run = h.start(h.config(false), options{})
 		next := h.queue("session.snapshot", `{}`)
 		require.Equal(t, "completed", h.waitResult(next.CommandID).Status)
 		run.cancel()
@@ -305,7 +305,7 @@ func TestPRP18_SuspendThenResume(t *testing.T) {
 func TestPRP19_Revoke(t *testing.T) {
 	t.Run("advancing", func(t *testing.T) {
 		simTest(t, nil, func(t *testing.T, h *harness) {
-			run := h.start(h.config(false), Options{})
+			run := h.start(h.config(false), options{})
 			h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 			require.NoError(t, h.core.Revoke(3))
 			require.NoError(t, run.wait(t))
@@ -313,13 +313,13 @@ func TestPRP19_Revoke(t *testing.T) {
 			require.Equal(t, state.Revoked, st.Lifecycle)
 			require.EqualValues(t, 3, st.RevocationEpoch, "the honoured epoch is durable")
 			auths := h.core.Snapshot().Authentications
-			require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+			require.NoError(t, h.start(h.config(false), options{}).wait(t))
 			require.Equal(t, auths, h.core.Snapshot().Authentications)
 		})
 	})
 	t.Run("not advancing", func(t *testing.T) {
 		simTest(t, nil, func(t *testing.T, h *harness) {
-			run := h.start(h.config(false), Options{})
+			run := h.start(h.config(false), options{})
 			h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 			h.sendRaw(prp.KindRevoke, prp.RevokePayload{RevocationEpoch: 0})
 			err := run.wait(t)
@@ -336,7 +336,7 @@ func TestPRP19_Revoke(t *testing.T) {
 // exit path of scenario 20).
 func TestPRP20_48_LeaseExpiry(t *testing.T) {
 	simTest(t, func(c *control.Config) { c.LeaseTTL = time.Second }, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.core.Close() // the server is gone: every redial fails
 		err := run.wait(t)
@@ -368,13 +368,13 @@ func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 			}
 			require.NoError(t, err)
 		}
-		r := newLoop(config.Config{Identity: testIdentity}, st, nil, Options{})
+		r := newLoop(config.Config{Identity: testIdentity}, st, nil, options{})
 		p := r.pong()
 		require.NotNil(t, p.StoragePressure)
 		require.True(t, *p.StoragePressure)
 		require.Equal(t, string(state.Backpressure), p.Lifecycle)
 
-		h.start(h.config(false), Options{})
+		h.start(h.config(false), options{})
 		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		require.NoError(t, h.core.Ping(t.Context()))
 		h.waitCore(func(s control.Snapshot) bool { return s.Pongs >= 1 })
@@ -388,7 +388,7 @@ func TestPRP22_PongUnderStoragePressure(t *testing.T) {
 // reached the runner outside its journal, so it drops the result.
 func TestPRP18_NoAckStopsWithFence(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.sendRaw(prp.KindCommand, prp.Command{
 			Schema: prp.CommandSchemaV1, CommandID: "cmd_unjournaled_stop", ControllerSeq: 1, Type: "runner.shutdown",
@@ -402,12 +402,12 @@ func TestPRP18_NoAckStopsWithFence(t *testing.T) {
 		require.NotNil(t, st.PendingTerminalDelivery)
 
 		auths := h.core.Snapshot().Authentications
-		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+		require.NoError(t, h.start(h.config(false), options{}).wait(t))
 		require.Greater(t, h.core.Snapshot().Authentications, auths, "the fenced restart connects to reconcile")
 		st = h.readState()
 		require.Nil(t, st.PendingTerminalDelivery)
 		require.Empty(t, st.Outbox, "outbox flushed before the exit")
-		require.NoError(t, h.start(h.config(false), Options{}).wait(t), "then stopped for good")
+		require.NoError(t, h.start(h.config(false), options{}).wait(t), "then stopped for good")
 	})
 }
 
@@ -416,24 +416,24 @@ func TestPRP18_NoAckStopsWithFence(t *testing.T) {
 // stored), the command fails with command_execution_failed, and one P0
 // runner.diagnostic tells the core (scenario 16 as it applies to the loop;
 // the bounds themselves are internal/state's). It also exercises the
-// Handler seam the ACP executor plugs into.
+// handler seam the ACP executor plugs into.
 func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		big := json.RawMessage(`{"delta":"` + strings.Repeat("x", 900) + `"}`)
-		flood := func(emit Emit) Handler {
+		flood := func(commit emit) handler {
 			return func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error) {
 				evs := make([]state.Event, 8)
 				for i := range evs {
 					evs[i] = state.Event{Type: "item.delta", Priority: state.P1, Payload: big}
 				}
-				if err := emit(ctx, evs...); err != nil {
+				if err := commit(ctx, evs...); err != nil {
 					return nil, errors.New("provider output exceeded the outbox")
 				}
 				return nil, nil
 			}
 		}
 		h.start(h.config(false, "--max-outbox-bytes", "8192", "--p0-reserve-bytes", "4096"),
-			Options{Handlers: map[string]func(Emit) Handler{"turn.start": flood, "runner.drain": flood}})
+			options{Handlers: map[string]func(emit) handler{"turn.start": flood, "runner.drain": flood}})
 		cmd := h.queue("turn.start", `{"text":"go"}`)
 		p := h.waitResult(cmd.CommandID)
 		require.Equal(t, "failed", p.Status)
@@ -456,7 +456,7 @@ func TestPRP16_HandlerHitsOutboxBound(t *testing.T) {
 func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
 		entered, release := make(chan struct{}), make(chan struct{})
-		slow := func(Emit) Handler {
+		slow := func(emit) handler {
 			return func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error) {
 				close(entered)
 				select {
@@ -466,7 +466,7 @@ func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 				return nil, nil
 			}
 		}
-		h.start(h.config(false), Options{Handlers: map[string]func(Emit) Handler{"turn.start": slow}})
+		h.start(h.config(false), options{Handlers: map[string]func(emit) handler{"turn.start": slow}})
 		cmd := h.queue("turn.start", `{"text":"long"}`)
 		select {
 		case <-entered:
@@ -499,14 +499,14 @@ func TestPRP14_IndeterminateSuspendEndsProcess(t *testing.T) {
 		require.NoError(t, st.Update(func(tx *state.Tx) error { _, err := tx.BeginCommand(dc); return err }))
 		require.NoError(t, st.Close())
 
-		require.NoError(t, h.start(h.config(false), Options{}).wait(t), "the process ends by itself, status 0")
+		require.NoError(t, h.start(h.config(false), options{}).wait(t), "the process ends by itself, status 0")
 		res := h.waitResult(cmd.CommandID)
 		require.Equal(t, "failed", res.Status)
 		require.Equal(t, state.CodeExecutionIndeterminate, resultCode(res.Result))
 		require.NotEqual(t, state.Suspended, h.readState().Lifecycle, "the suspend had no effect")
 		require.Empty(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), "runner.suspended"))
 
-		run := h.start(h.config(false), Options{})
+		run := h.start(h.config(false), options{})
 		require.Equal(t, "completed", h.waitResult(h.queue("session.snapshot", `{}`).CommandID).Status)
 		run.cancel()
 		require.NoError(t, run.wait(t))

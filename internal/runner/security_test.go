@@ -31,7 +31,7 @@ func TestTicketNeverOnDiskOrInLogs(t *testing.T) {
 		logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- RunLoop(ctx, h.config(false), ticket, logger, Options{Transport: h.transport}) }()
+		go func() { done <- runLoop(ctx, h.config(false), ticket, logger, options{Transport: h.transport}) }()
 		cmd := h.queue("runner.drain", `{}`)
 		h.waitResult(cmd.CommandID)
 		cancel()
@@ -77,7 +77,7 @@ func FuzzHandleCommand(f *testing.F) {
 		st, err := state.Open(state.Config{Dir: filepath.Join(dir, "s"+itoa(n)), Identity: testIdentity})
 		require.NoError(t, err)
 		defer st.Close()
-		r := newLoop(config.Config{Identity: testIdentity}, st, slog.New(slog.DiscardHandler), Options{})
+		r := newLoop(config.Config{Identity: testIdentity}, st, slog.New(slog.DiscardHandler), options{})
 		before := st.Snapshot()
 		if err := r.handleCommand(t.Context(), raw); err != nil {
 			require.Equal(t, before.LastControllerCommandSeq, st.Snapshot().LastControllerCommandSeq, "a refused command is not journaled")

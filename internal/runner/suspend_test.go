@@ -16,11 +16,11 @@ import (
 
 // turnHandlers replace turn.start with a turn that ends at once (the far
 // side of the executor): turn.started, then turn.completed.
-func turnHandlers() Options {
-	return Options{Handlers: map[string]func(Emit) Handler{
-		"turn.start": func(emit Emit) Handler {
+func turnHandlers() options {
+	return options{Handlers: map[string]func(emit) handler{
+		"turn.start": func(commit emit) handler {
 			return func(ctx context.Context, _ *prp.Command) (json.RawMessage, error) {
-				err := emit(ctx,
+				err := commit(ctx,
 					state.Event{Type: "turn.started", Priority: state.P1, Payload: json.RawMessage(`{}`)},
 					state.Event{Type: "turn.completed", Priority: state.P0, Payload: json.RawMessage(`{"stopReason":"end_turn"}`)})
 				return nil, err
@@ -91,7 +91,7 @@ func TestPerTurnSuspendResumedAfterRestart(t *testing.T) {
 		require.True(t, st.Summary().TurnEnded)
 		require.NoError(t, st.Close())
 
-		run := h.start(h.config(false, "--lifecycle-mode", "per_turn"), Options{})
+		run := h.start(h.config(false, "--lifecycle-mode", "per_turn"), options{})
 		require.NoError(t, run.wait(t))
 		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
 		require.Len(t, prptest.OfType(evs, "turn.completed"), 1)
@@ -124,7 +124,7 @@ func TestWarmIdleTimeoutSuspends(t *testing.T) {
 // ends while reconnecting (TestLifetimeWhileReconnectingFails).
 func TestLifetimeWhileConnectedRotates(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false, "--max-lifetime-ms", "1500"), Options{})
+		run := h.start(h.config(false, "--max-lifetime-ms", "1500"), options{})
 		require.NoError(t, run.wait(t))
 		evs := prptest.DecodeEvents(t, h.core.Snapshot().Events)
 		sus := prptest.OfType(evs, prp.EventRunnerSuspending)
@@ -141,7 +141,7 @@ func TestLifetimeWhileConnectedRotates(t *testing.T) {
 // transport_reconnect_deadline_exceeded (prp.md §6.1), state kept.
 func TestLifetimeWhileReconnectingFails(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		run := h.start(h.config(false, "--max-lifetime-ms", "2500"), Options{})
+		run := h.start(h.config(false, "--max-lifetime-ms", "2500"), options{})
 		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 		h.core.Close() // the server is gone: every redial fails until the deadline
 		err := run.wait(t)
@@ -170,7 +170,7 @@ func TestSuspendingStateFinishedAfterRestart(t *testing.T) {
 		}))
 		require.NoError(t, st.Close())
 
-		require.NoError(t, h.start(h.config(false), Options{}).wait(t))
+		require.NoError(t, h.start(h.config(false), options{}).wait(t))
 		require.Len(t, prptest.OfType(prptest.DecodeEvents(t, h.core.Snapshot().Events), prp.EventRunnerSuspending), 1)
 		require.Equal(t, state.Suspended, h.readState().Lifecycle)
 	})

@@ -207,7 +207,7 @@ func testV1Downgrade(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &running{cancel: cancel, done: make(chan error, 1)}
-		go func() { r.done <- RunLoop(ctx, cfg, ticket, testLogger(), Options{Transport: tr}) }()
+		go func() { r.done <- runLoop(ctx, cfg, ticket, testLogger(), options{Transport: tr}) }()
 		return r
 	}
 

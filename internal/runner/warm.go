@@ -28,18 +28,18 @@ const warmWait = 2 * time.Second
 // run.attach refusals (prp.md §9.5). Each is journaled as rejected: the
 // attach had no effect and the old run keeps working.
 const (
-	// CodeWarmAttachIncompatible: the live provider session cannot serve
+	// codeWarmAttachIncompatible: the live provider session cannot serve
 	// the new run (descriptor, catalogDigest, instructions or model differ).
-	CodeWarmAttachIncompatible = agent.CodeWarmAttachIncompatible
-	// CodeWarmAttachUnsupported: the connection is not PRP v2 with
+	codeWarmAttachIncompatible = agent.CodeWarmAttachIncompatible
+	// codeWarmAttachUnsupported: the connection is not PRP v2 with
 	// warmTransitionVersion 1 (prp.md §9.5).
-	CodeWarmAttachUnsupported = "warm_attach_unsupported"
-	// CodeWarmAttachInvalid: paperclipNextAuthority breaks the identity
+	codeWarmAttachUnsupported = "warm_attach_unsupported"
+	// codeWarmAttachInvalid: paperclipNextAuthority breaks the identity
 	// rules or its connection fails the checks the flags get.
-	CodeWarmAttachInvalid = "warm_attach_invalid"
-	// CodeWarmAttachNotReady: the provider session is not quiescent, or the
+	codeWarmAttachInvalid = "warm_attach_invalid"
+	// codeWarmAttachNotReady: the provider session is not quiescent, or the
 	// old outbox was not acknowledged within warmWait.
-	CodeWarmAttachNotReady = "warm_attach_not_ready"
+	codeWarmAttachNotReady = "warm_attach_not_ready"
 )
 
 // Warm kill points: the phase boundaries of a rotation where the crash
@@ -110,41 +110,41 @@ func (r *loop) beginAttach(ctx context.Context, cmd *prp.Command) error {
 // provider session's compatibility and quiescence.
 func (r *loop) checkAttach(ctx context.Context, cmd *prp.Command, welcomeVersion int) (d *prp.Dialer, listenPath, code, msg string) {
 	if v := r.send.protocolVersion(); v < 2 || welcomeVersion != 1 {
-		return nil, "", CodeWarmAttachUnsupported, "run.attach needs PRP v2 with warmTransitionVersion 1"
+		return nil, "", codeWarmAttachUnsupported, "run.attach needs PRP v2 with warmTransitionVersion 1"
 	}
 	next, conn, err := prp.ParseNextAuthority(cmd.Payload)
 	if err != nil {
-		return nil, "", CodeWarmAttachInvalid, "run.attach paperclipNextAuthority is malformed"
+		return nil, "", codeWarmAttachInvalid, "run.attach paperclipNextAuthority is malformed"
 	}
 	if err := prp.CheckWarmIdentity(r.store.Identity(), next.Identity); err != nil {
-		return nil, "", CodeWarmAttachInvalid, "run.attach breaks the identity rules: " + identityRule(err)
+		return nil, "", codeWarmAttachInvalid, "run.attach breaks the identity rules: " + identityRule(err)
 	}
 	switch {
 	case r.cfg.Mode == config.ModeListen && conn.Mode == "listen":
 		if msg := r.checkListen(conn, next.Identity.RunID); msg != "" {
-			return nil, "", CodeWarmAttachInvalid, msg
+			return nil, "", codeWarmAttachInvalid, msg
 		}
 		listenPath = conn.ListenPath
 	case r.cfg.Mode == config.ModeDial && conn.Mode == "connect":
 		d, err = prp.NewDialer(ctx, prp.DialerConfig{URL: conn.ConnectURL, CABundlePath: conn.CABundlePath, Transport: r.transport})
 		if err != nil {
-			return nil, "", CodeWarmAttachInvalid, "run.attach connectUrl or caBundlePath fails the dial rules"
+			return nil, "", codeWarmAttachInvalid, "run.attach connectUrl or caBundlePath fails the dial rules"
 		}
 	default:
-		return nil, "", CodeWarmAttachInvalid, "run.attach connection mode is not this runner's mode"
+		return nil, "", codeWarmAttachInvalid, "run.attach connection mode is not this runner's mode"
 	}
 	if r.exec == nil {
-		return nil, "", CodeWarmAttachIncompatible, "no provider session to hand over"
+		return nil, "", codeWarmAttachIncompatible, "no provider session to hand over"
 	}
 	if err := r.exec.m.WarmCompatible(cmd.Payload); err != nil {
 		var ce *agent.CommandError
 		if errors.As(err, &ce) {
 			return nil, "", ce.Code, ce.Message
 		}
-		return nil, "", CodeWarmAttachIncompatible, "the provider session cannot serve the new run"
+		return nil, "", codeWarmAttachIncompatible, "the provider session cannot serve the new run"
 	}
 	if !r.exec.m.WarmReady() {
-		return nil, "", CodeWarmAttachNotReady, "the provider session is not quiescent"
+		return nil, "", codeWarmAttachNotReady, "the provider session is not quiescent"
 	}
 	return d, listenPath, "", ""
 }
@@ -224,7 +224,7 @@ func (r *loop) attachWaitExpired(ctx context.Context, cmd *prp.Command) {
 		return
 	}
 	w.waiting, w.dialer = nil, nil
-	if err := r.rejectAttachLocked(ctx, cmd, CodeWarmAttachNotReady, "the old outbox was not acknowledged within "+warmWait.String()); err != nil {
+	if err := r.rejectAttachLocked(ctx, cmd, codeWarmAttachNotReady, "the old outbox was not acknowledged within "+warmWait.String()); err != nil {
 		r.finish(config.NewError(config.CodeRunnerFailed, "refuse run.attach", err))
 	}
 }

@@ -61,7 +61,7 @@ func newWarmRigWith(t *testing.T, listen bool, agentFlags []string, seed map[str
 	args := append([]string{"--pcwrap-path", testbin.Path(t, "pcwrap")}, extra...)
 	if listen {
 		addr := make(chan string, 1)
-		wr.run = h.start(h.config(true, args...), Options{OnListening: func(a string) { addr <- a }})
+		wr.run = h.start(h.config(true, args...), options{OnListening: func(a string) { addr <- a }})
 		var a string
 		select {
 		case a = <-addr:
@@ -90,7 +90,7 @@ func newWarmRigWith(t *testing.T, listen bool, agentFlags []string, seed map[str
 			}
 		}
 	} else {
-		wr.run = h.start(h.config(false, args...), Options{})
+		wr.run = h.start(h.config(false, args...), options{})
 		wr.connection = map[string]any{"mode": "connect",
 			"connectUrl": strings.TrimSuffix(h.connectURL, prp.ConnectPath(testIdentity.RunID)) + prp.ConnectPath(nextIdentity.RunID)}
 		wr.reach = func(*testing.T) {}
@@ -246,37 +246,37 @@ func TestWarmAttachRefusals(t *testing.T) {
 		payload string
 		code    string
 	}{
-		{"same runId", wr.attachPayload(same, nil), CodeWarmAttachInvalid},
-		{"normalizedSessionId changed", wr.attachPayload(moved, nil), CodeWarmAttachInvalid},
-		{"runnerInstanceId changed", wr.attachPayload(otherRunner, nil), CodeWarmAttachInvalid},
-		{"environmentLeaseId changed", wr.attachPayload(otherLease, nil), CodeWarmAttachInvalid},
-		{"model", wr.attachPayload(nextIdentity, func(p map[string]any) { p["model"] = "other-model" }), CodeWarmAttachIncompatible},
-		{"instructions", wr.attachPayload(nextIdentity, func(p map[string]any) { p["instructions"] = "be verbose" }), CodeWarmAttachIncompatible},
-		{"descriptor", wr.attachPayload(nextIdentity, func(p map[string]any) { p["args"] = []string{"--record-meta", wr.metaFile, "--x"} }), CodeWarmAttachIncompatible},
+		{"same runId", wr.attachPayload(same, nil), codeWarmAttachInvalid},
+		{"normalizedSessionId changed", wr.attachPayload(moved, nil), codeWarmAttachInvalid},
+		{"runnerInstanceId changed", wr.attachPayload(otherRunner, nil), codeWarmAttachInvalid},
+		{"environmentLeaseId changed", wr.attachPayload(otherLease, nil), codeWarmAttachInvalid},
+		{"model", wr.attachPayload(nextIdentity, func(p map[string]any) { p["model"] = "other-model" }), codeWarmAttachIncompatible},
+		{"instructions", wr.attachPayload(nextIdentity, func(p map[string]any) { p["instructions"] = "be verbose" }), codeWarmAttachIncompatible},
+		{"descriptor", wr.attachPayload(nextIdentity, func(p map[string]any) { p["args"] = []string{"--record-meta", wr.metaFile, "--x"} }), codeWarmAttachIncompatible},
 		{"catalog", func() string {
 			var m map[string]any
 			require.NoError(t, json.Unmarshal([]byte(wr.attachPayload(nextIdentity, nil)), &m))
 			m["authorizedTools"] = json.RawMessage(warmTestCatalog(t))
 			return string(jsonenc.MustMarshal(m))
-		}(), CodeWarmAttachIncompatible},
+		}(), codeWarmAttachIncompatible},
 		{"listen connection in dial mode", func() string {
 			saved := wr.connection
 			defer func() { wr.connection = saved }()
 			wr.connection = map[string]any{"mode": "listen", "listenAddress": "127.0.0.1", "listenPort": 1, "listenPath": prp.ConnectPath(nextIdentity.RunID)}
 			return wr.attachPayload(nextIdentity, nil)
-		}(), CodeWarmAttachInvalid},
+		}(), codeWarmAttachInvalid},
 		{"ws:// not loopback", func() string {
 			saved := wr.connection
 			defer func() { wr.connection = saved }()
 			wr.connection = map[string]any{"mode": "connect", "connectUrl": "ws://192.0.2.1:80" + prp.ConnectPath(nextIdentity.RunID)}
 			return wr.attachPayload(nextIdentity, nil)
-		}(), CodeWarmAttachInvalid},
+		}(), codeWarmAttachInvalid},
 		{"ca bundle with ws://", func() string {
 			saved := wr.connection
 			defer func() { wr.connection = saved }()
 			wr.connection = map[string]any{"mode": "connect", "connectUrl": saved["connectUrl"], "caBundlePath": "/etc/hostname"}
 			return wr.attachPayload(nextIdentity, nil)
-		}(), CodeWarmAttachInvalid},
+		}(), codeWarmAttachInvalid},
 	}
 	for _, c := range cases {
 		res := h.waitResult(h.queue(prp.CommandRunAttach, c.payload).CommandID)
@@ -334,7 +334,7 @@ func TestWarmAttachNeedsV2WithWarmVersion(t *testing.T) {
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
-				go func() { done <- RunLoop(ctx, h.config(false), ticket, testLogger(), Options{Transport: tr}) }()
+				go func() { done <- runLoop(ctx, h.config(false), ticket, testLogger(), options{Transport: tr}) }()
 				core.wait(func() bool { return len(core.results) == 2 })
 				cancel()
 				require.NoError(t, <-done)
@@ -342,7 +342,7 @@ func TestWarmAttachNeedsV2WithWarmVersion(t *testing.T) {
 				defer core.mu.Unlock()
 				res := core.results[cmdID(1)]
 				require.Equal(t, "rejected", res.Status)
-				require.Equal(t, CodeWarmAttachUnsupported, resultCode(res.Result), string(res.Result))
+				require.Equal(t, codeWarmAttachUnsupported, resultCode(res.Result), string(res.Result))
 				require.Equal(t, "completed", core.results[cmdID(2)].Status, "the old run keeps working")
 			})
 		})
@@ -387,7 +387,7 @@ func TestWarmAttachInexactReceipt(t *testing.T) {
 		u, err := url.Parse(wr.connection["connectUrl"].(string))
 		require.NoError(t, err)
 		cfg.ConnectURL = u
-		h.start(cfg, Options{})
+		h.start(cfg, options{})
 		h.waitCore(func(s control.Snapshot) bool {
 			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.reconciled")) == 1
 		})
@@ -439,7 +439,7 @@ func TestWarmAttachToolBridgeCarriesOver(t *testing.T) {
 	third.RunID = "run_3"
 	res := h.waitResult(h.queue(prp.CommandRunAttach, wr.attachPayload(third, nil)).CommandID)
 	require.Equal(t, "rejected", res.Status)
-	require.Equal(t, CodeWarmAttachNotReady, resultCodeOf(t, res))
+	require.Equal(t, codeWarmAttachNotReady, resultCodeOf(t, res))
 	p, err := json.Marshal(map[string]any{"callId": in.SemanticTool.CallID, "operationId": in.SemanticTool.OperationID,
 		"input": in.SemanticTool.Input, "sourceEventType": "semantic_tool.input", "correlation": in.SemanticTool.Correlation,
 		"result": json.RawMessage(`{"id":"c-warm"}`), "isError": false})

@@ -164,7 +164,7 @@ func onDiskCursor(t *testing.T, cfg Config) (acked uint64, outbox int) {
 }
 
 // An ACK that empties the outbox writes nothing of its own; the cursor is
-// written AckIdleFlush after it when no other write comes (prp.md §8.4).
+// written ackIdleFlush after it when no other write comes (prp.md §8.4).
 func TestAckCursorIsWrittenAfterIdleBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, cfg := newStore(t)
@@ -176,7 +176,7 @@ func TestAckCursorIsWrittenAfterIdleBound(t *testing.T) {
 		require.False(t, persisted)
 		require.Zero(t, s.Summary().OutboxBytes, "the trim is immediate in memory")
 
-		time.Sleep(AckIdleFlush - time.Millisecond)
+		time.Sleep(ackIdleFlush - time.Millisecond)
 		synctest.Wait()
 		require.Equal(t, before, s.writes.Load(), "no write before the idle bound")
 		acked, n := onDiskCursor(t, cfg)
@@ -200,14 +200,14 @@ func TestAckCursorRidesOnNextWrite(t *testing.T) {
 		enqueue(t, s, p1("item.delta"))
 		_, err := s.ApplyAck(1, 2)
 		require.NoError(t, err)
-		time.Sleep(AckIdleFlush / 2)
+		time.Sleep(ackIdleFlush / 2)
 		before := s.writes.Load()
 		enqueue(t, s, p1("item.delta"))
 		acked, n := onDiskCursor(t, cfg)
 		require.Equal(t, uint64(1), acked, "the cursor rode on the event's write")
 		require.Equal(t, 1, n)
 
-		time.Sleep(2 * AckIdleFlush)
+		time.Sleep(2 * ackIdleFlush)
 		synctest.Wait()
 		require.Equal(t, before+1, s.writes.Load(), "no idle write after the cursor was saved")
 	})

@@ -187,7 +187,7 @@ func BenchmarkReadOneField(b *testing.B) {
 				return err
 			}
 		}
-		for i := uint64(1); i <= MaxRecentCommands; i++ {
+		for i := uint64(1); i <= maxRecentCommands; i++ {
 			c := command(i, fmt.Sprintf("cmd_%d", i), "turn.start", `{}`)
 			if _, err := tx.BeginCommand(c); err != nil {
 				return err

@@ -12,7 +12,7 @@ import (
 // Result codes of the journal (prp.md §7.2, §11).
 const (
 	CodeExecutionIndeterminate = "execution_indeterminate"
-	CodeCommandHistoryCompact  = "command_history_compacted"
+	codeCommandHistoryCompact  = "command_history_compacted"
 	CodeCommandExecutionFailed = "command_execution_failed"
 )
 
@@ -86,7 +86,7 @@ func (tx *Tx) BeginCommand(c *prp.Command) (Admission, error) {
 	}
 	reject := CommandResult{
 		CommandID: c.CommandID, ControllerSeq: c.ControllerSeq, CommandType: c.Type, Status: StatusRejected,
-		Result: codeResult(CodeCommandHistoryCompact, "command is older than the bounded replay journal and was not re-executed"),
+		Result: codeResult(codeCommandHistoryCompact, "command is older than the bounded replay journal and was not re-executed"),
 	}
 	if c.ControllerSeq <= st.CompactedThroughControllerSeq {
 		return Admission{Disposition: Reject, Result: reject}, nil
@@ -124,7 +124,7 @@ func (tx *Tx) journal(entry CommandResult, fp string) {
 	}
 	st.ProcessedCommands[entry.CommandID] = entry
 	st.ProcessedCommandFingerprints[entry.CommandID] = fp
-	for len(st.ProcessedCommands) > MaxRecentCommands {
+	for len(st.ProcessedCommands) > maxRecentCommands {
 		var oldest CommandResult
 		first := true
 		for _, r := range st.ProcessedCommands {
@@ -142,27 +142,27 @@ func (tx *Tx) journal(entry CommandResult, fp string) {
 // FinishCommand records the outcome of a pending command (prp.md §7.2 step
 // 6): completed or failed for an executor's effect, rejected for a command
 // refused without effect (see RejectCommand). The result must be a JSON
-// object; it is sanitised and bounded by MaxCommandResultBytes.
+// object; it is sanitised and bounded by maxCommandResultBytes.
 func (tx *Tx) FinishCommand(commandID string, status CommandStatus, result json.RawMessage) (CommandResult, error) {
 	if status != StatusCompleted && status != StatusFailed && status != StatusRejected {
 		return CommandResult{}, fmt.Errorf("finish command: unsupported status %q", status)
 	}
 	prev, ok := tx.st.ProcessedCommands[commandID]
 	if !ok || prev.Status != StatusPending {
-		return CommandResult{}, fmt.Errorf("finish command: %w", ErrCommandNotPending)
+		return CommandResult{}, fmt.Errorf("finish command: %w", errCommandNotPending)
 	}
 	if result == nil {
 		result = json.RawMessage(`{}`)
 	}
 	clean, err := sanitizeJSON(result)
 	if err != nil {
-		if errors.Is(err, ErrInvalidEvent) {
+		if errors.Is(err, errInvalidEvent) {
 			return CommandResult{}, fmt.Errorf("finish command: result is not a JSON object")
 		}
 		return CommandResult{}, fmt.Errorf("finish command: %w", err)
 	}
-	if len(clean) > MaxCommandResultBytes {
-		return CommandResult{}, fmt.Errorf("finish command: %w", ErrCommandResultTooLarge)
+	if len(clean) > maxCommandResultBytes {
+		return CommandResult{}, fmt.Errorf("finish command: %w", errCommandResultTooLarge)
 	}
 	prev.Status, prev.Result = status, clean
 	tx.st.ProcessedCommands[commandID] = prev
@@ -189,14 +189,14 @@ func (tx *Tx) ReviseCommand(commandID string, status CommandStatus, result json.
 	}
 	prev, ok := tx.st.ProcessedCommands[commandID]
 	if !ok || prev.Status == StatusRejected {
-		return CommandResult{}, fmt.Errorf("revise command: %w", ErrCommandNotPending)
+		return CommandResult{}, fmt.Errorf("revise command: %w", errCommandNotPending)
 	}
 	clean, err := sanitizeJSON(result)
 	if err != nil {
 		return CommandResult{}, fmt.Errorf("revise command: %w", err)
 	}
-	if len(clean) > MaxCommandResultBytes {
-		return CommandResult{}, fmt.Errorf("revise command: %w", ErrCommandResultTooLarge)
+	if len(clean) > maxCommandResultBytes {
+		return CommandResult{}, fmt.Errorf("revise command: %w", errCommandResultTooLarge)
 	}
 	prev.Status, prev.Result = status, clean
 	tx.st.ProcessedCommands[commandID] = prev
@@ -217,9 +217,9 @@ func (tx *Tx) RejectCommand(commandID, code, message string) (CommandResult, err
 	return tx.FinishCommand(commandID, StatusRejected, codeResult(code, redactText(message)))
 }
 
-// FailCommand records status failed with {code: command_execution_failed,
+// failCommand records status failed with {code: command_execution_failed,
 // message}. The message is redacted; never pass provider text.
-func (tx *Tx) FailCommand(commandID, message string) (CommandResult, error) {
+func (tx *Tx) failCommand(commandID, message string) (CommandResult, error) {
 	return tx.FinishCommand(commandID, StatusFailed, FailedResult(message))
 }
 

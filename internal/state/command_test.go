@@ -72,7 +72,7 @@ func TestPRP13_NonContiguousIsFatalAndCompactedIsRejected(t *testing.T) {
 	require.Equal(t, uint64(0), s.Snapshot().LastControllerCommandSeq, "state kept")
 
 	// Fill the journal past its exact bound so the oldest entries compact.
-	total := MaxRecentCommands + 3
+	total := maxRecentCommands + 3
 	require.NoError(t, s.Update(func(tx *Tx) error {
 		for i := 1; i <= total; i++ {
 			c := command(uint64(i), fmt.Sprintf("command_prp_%08d", i), "session.snapshot", `{}`)
@@ -86,7 +86,7 @@ func TestPRP13_NonContiguousIsFatalAndCompactedIsRejected(t *testing.T) {
 		return nil
 	}))
 	snap := s.Snapshot()
-	require.Len(t, snap.ProcessedCommands, MaxRecentCommands)
+	require.Len(t, snap.ProcessedCommands, maxRecentCommands)
 	require.Equal(t, uint64(3), snap.CompactedThroughControllerSeq)
 
 	adm, err := begin(t, s, command(2, "command_prp_00000002", "session.snapshot", `{}`))
@@ -148,7 +148,7 @@ func TestPRP14_CrashBetweenJournalAndEffectIsIndeterminate(t *testing.T) {
 
 	require.NoError(t, s2.Update(func(tx *Tx) error {
 		_, err := tx.FinishCommand(c.CommandID, StatusCompleted, nil)
-		require.ErrorIs(t, err, ErrCommandNotPending, "an indeterminate command cannot complete later")
+		require.ErrorIs(t, err, errCommandNotPending, "an indeterminate command cannot complete later")
 		return nil
 	}))
 }
@@ -159,8 +159,8 @@ func TestCommandResultIsSanitisedAndBounded(t *testing.T) {
 	_, err := begin(t, s, c)
 	require.NoError(t, err)
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		_, err := tx.FinishCommand(c.CommandID, StatusCompleted, obj(t, map[string]string{"blob": strings.Repeat("y", MaxCommandResultBytes)}))
-		require.ErrorIs(t, err, ErrCommandResultTooLarge)
+		_, err := tx.FinishCommand(c.CommandID, StatusCompleted, obj(t, map[string]string{"blob": strings.Repeat("y", maxCommandResultBytes)}))
+		require.ErrorIs(t, err, errCommandResultTooLarge)
 		_, err = tx.FinishCommand(c.CommandID, StatusCompleted, json.RawMessage(`"not an object"`))
 		require.Error(t, err)
 		r, err := tx.FinishCommand(c.CommandID, StatusCompleted, json.RawMessage(`{"apiKey":"abc123","note":"Bearer abcdefghijklmnop"}`))
@@ -177,7 +177,7 @@ func TestFailCommandRecordsExecutionFailed(t *testing.T) {
 	_, err := begin(t, s, c)
 	require.NoError(t, err)
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		r, err := tx.FailCommand(c.CommandID, "agent failed with token ghp_abcdefghijklmnopqrstuvwxyz0123")
+		r, err := tx.failCommand(c.CommandID, "agent failed with token ghp_abcdefghijklmnopqrstuvwxyz0123")
 		require.NoError(t, err)
 		require.Equal(t, StatusFailed, r.Status)
 		require.JSONEq(t, `"command_execution_failed"`, string(field(t, r.Result, "code")))
@@ -230,5 +230,5 @@ func TestRejectCommandRecordsRejected(t *testing.T) {
 		_, err := tx.RejectCommand(c.CommandID, "runner_draining", "again")
 		return err
 	})
-	require.ErrorIs(t, err, ErrCommandNotPending)
+	require.ErrorIs(t, err, errCommandNotPending)
 }

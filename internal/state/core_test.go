@@ -106,7 +106,7 @@ func TestUpdateIsOneDurableWrite(t *testing.T) {
 	before := s.writes.Load()
 	require.NoError(t, s.Update(func(tx *Tx) error {
 		for i := range 128 {
-			if _, _, err := tx.EnqueueExecutor(fmt.Sprint("acp:", i), p1("item.delta")); err != nil {
+			if _, _, err := tx.enqueueExecutor(fmt.Sprint("acp:", i), p1("item.delta")); err != nil {
 				return err
 			}
 		}
@@ -143,7 +143,7 @@ func TestPRP17_FailureEvidenceIsDurableBeforeFailedResult(t *testing.T) {
 	for start := 0; start < retained; start += batch {
 		require.NoError(t, s.Update(func(tx *Tx) error {
 			for i := start; i < min(start+batch, retained); i++ {
-				if _, _, err := tx.EnqueueExecutor(fmt.Sprint("startup-failure:", i),
+				if _, _, err := tx.enqueueExecutor(fmt.Sprint("startup-failure:", i),
 					Event{Type: "harness.diagnostic", Priority: P0, Payload: json.RawMessage(fmt.Sprintf(`{"line":%d}`, i))}); err != nil {
 					return err
 				}
@@ -153,7 +153,7 @@ func TestPRP17_FailureEvidenceIsDurableBeforeFailedResult(t *testing.T) {
 	}
 	require.NoError(t, s.Update(func(tx *Tx) error {
 		require.Equal(t, uint64(retained), tx.HighestSourceSeq(), "all evidence committed first")
-		_, err := tx.FailCommand(c.CommandID, "agent startup failed")
+		_, err := tx.failCommand(c.CommandID, "agent startup failed")
 		return err
 	}))
 	require.NoError(t, s.Close())

@@ -26,7 +26,7 @@
 //
 //   - An ACK advances the cursor and trims the outbox in memory at once; the
 //     cursor reaches the file with the next write, or on its own after
-//     AckPersistInterval unsaved advances or AckIdleFlush without a write
+//     ackPersistInterval unsaved advances or ackIdleFlush without a write
 //     (prp.md §8.4). A crash in between replays, byte for byte, the events
 //     the file still holds above its older cursor.
 //

@@ -9,10 +9,10 @@ var (
 	ErrCommandReplayConflict = errors.New("command id reused with different command data")
 	// ErrNonContiguousCommand: controllerSeq is not last+1 (§7.2 step 4). Fatal for the runner.
 	ErrNonContiguousCommand = errors.New("controller sequence is not contiguous")
-	// ErrCommandNotPending: a result was recorded for a command that is not journaled as pending.
-	ErrCommandNotPending = errors.New("command is not pending")
-	// ErrCommandResultTooLarge: a sanitised result exceeds MaxCommandResultBytes (§9.3).
-	ErrCommandResultTooLarge = errors.New("command result exceeds the durable journal limit")
+	// errCommandNotPending: a result was recorded for a command that is not journaled as pending.
+	errCommandNotPending = errors.New("command is not pending")
+	// errCommandResultTooLarge: a sanitised result exceeds maxCommandResultBytes (§9.3).
+	errCommandResultTooLarge = errors.New("command result exceeds the durable journal limit")
 
 	// ErrAckBehindCursor: a cumulative ACK moved behind the durable cursor (§8.4). Fatal.
 	ErrAckBehindCursor = errors.New("cumulative ack is behind the durable cursor")
@@ -25,32 +25,32 @@ var (
 	// ErrP0StorageExhausted: a P0 event would exceed the hard outbox limit
 	// (§9.3, code p0_storage_exhausted). The lifecycle becomes unrecoverable.
 	ErrP0StorageExhausted = errors.New("p0 storage exhausted")
-	// ErrEventTooLarge: one event envelope exceeds the transport frame limit.
-	ErrEventTooLarge = errors.New("event exceeds the frame limit")
-	// ErrInvalidEvent: an event type, payload or identity is malformed.
-	ErrInvalidEvent = errors.New("invalid event")
-	// ErrExecutorEventConflict: an executor event id was reused with different event data.
-	ErrExecutorEventConflict = errors.New("executor event id reused with different event data")
-	// ErrSensitiveIdentity: sanitisation would change an identity or a tool input (§8.1).
-	ErrSensitiveIdentity = errors.New("identity or tool input contains credential-shaped material")
+	// errEventTooLarge: one event envelope exceeds the transport frame limit.
+	errEventTooLarge = errors.New("event exceeds the frame limit")
+	// errInvalidEvent: an event type, payload or identity is malformed.
+	errInvalidEvent = errors.New("invalid event")
+	// errExecutorEventConflict: an executor event id was reused with different event data.
+	errExecutorEventConflict = errors.New("executor event id reused with different event data")
+	// errSensitiveIdentity: sanitisation would change an identity or a tool input (§8.1).
+	errSensitiveIdentity = errors.New("identity or tool input contains credential-shaped material")
 
 	// ErrRevokeNotAdvancing: a revoke did not raise the revocation epoch (§3.2). Fatal.
 	ErrRevokeNotAdvancing = errors.New("revoke epoch does not advance")
 
-	// ErrCorruptState: runner-state.json cannot be decoded or is inconsistent.
+	// errCorruptState: runner-state.json cannot be decoded or is inconsistent.
 	// The file on disk is left untouched.
-	ErrCorruptState = errors.New("runner state is corrupt")
-	// ErrStateBinding: the state file belongs to another runner identity or bounds.
-	ErrStateBinding = errors.New("runner state binding does not match this runner")
-	// ErrUnsafePath: the state directory or file is a symlink, not private, or
+	errCorruptState = errors.New("runner state is corrupt")
+	// errStateBinding: the state file belongs to another runner identity or bounds.
+	errStateBinding = errors.New("runner state binding does not match this runner")
+	// errUnsafePath: the state directory or file is a symlink, not private, or
 	// not owned by this user (code runner_state_directory_unsafe on the server).
-	ErrUnsafePath = errors.New("runner state path is unsafe")
-	// ErrStateTooLarge: the serialised state exceeds its storage bound.
-	ErrStateTooLarge = errors.New("runner state exceeds its storage bound")
+	errUnsafePath = errors.New("runner state path is unsafe")
+	// errStateTooLarge: the serialised state exceeds its storage bound.
+	errStateTooLarge = errors.New("runner state exceeds its storage bound")
 
 	// ErrExitNow: the loaded state is revoked, or stopped with no pending
 	// fence (§9.4). The caller MUST exit 0 at once without connecting.
 	ErrExitNow = errors.New("runner state is final; exit now")
-	// ErrClosed: the store was closed.
-	ErrClosed = errors.New("state store is closed")
+	// errClosed: the store was closed.
+	errClosed = errors.New("state store is closed")
 )

@@ -14,13 +14,13 @@ import (
 // receipt journal deduplicates them: a replay of the same id and data takes
 // no new sequence number.
 
-// EnqueueExecutor appends an event produced by the executor (a provider)
+// enqueueExecutor appends an event produced by the executor (a provider)
 // under executorEventID. A replayed executor event with identical data is
 // not appended again: it returns the original sourceSeq and duplicate=true.
-// The same id with different data is ErrExecutorEventConflict (prp.md §9.4).
-func (tx *Tx) EnqueueExecutor(executorEventID string, ev Event) (seq uint64, duplicate bool, err error) {
-	if !validToken(executorEventID, MaxEventIDChars) {
-		return 0, false, fmt.Errorf("enqueue executor event: %w: bad executor event id", ErrInvalidEvent)
+// The same id with different data is errExecutorEventConflict (prp.md §9.4).
+func (tx *Tx) enqueueExecutor(executorEventID string, ev Event) (seq uint64, duplicate bool, err error) {
+	if !validToken(executorEventID, maxEventIDChars) {
+		return 0, false, fmt.Errorf("enqueue executor event: %w: bad executor event id", errInvalidEvent)
 	}
 	clean, err := sanitizeJSON(ev.Payload)
 	if err != nil {
@@ -32,15 +32,15 @@ func (tx *Tx) EnqueueExecutor(executorEventID string, ev Event) (seq uint64, dup
 	}
 	if r, ok := tx.st.ExecutorEventReceipts[executorEventID]; ok {
 		if r.Fingerprint != fp {
-			return 0, false, fmt.Errorf("enqueue executor event: %w", ErrExecutorEventConflict)
+			return 0, false, fmt.Errorf("enqueue executor event: %w", errExecutorEventConflict)
 		}
 		return r.SourceSeq, true, nil
 	}
 	sourceID := ExecutorSourceEventID(tx.st.RunnerInstanceID, executorEventID)
-	if len(tx.st.ExecutorEventReceipts) >= MaxExecutorEventReceipts && tx.outboxHasSourceEventID(sourceID) {
+	if len(tx.st.ExecutorEventReceipts) >= maxExecutorEventReceipts && tx.outboxHasSourceEventID(sourceID) {
 		// Its receipt was evicted while the event still waits for an ACK;
 		// the data can no longer be compared, so refuse as the reference does.
-		return 0, false, fmt.Errorf("enqueue executor event: %w: already queued", ErrExecutorEventConflict)
+		return 0, false, fmt.Errorf("enqueue executor event: %w: already queued", errExecutorEventConflict)
 	}
 	ev.CoalesceKey, ev.ExecutorID = "", ""
 	seq, err = tx.appendEvent(sourceID, ev)
@@ -52,7 +52,7 @@ func (tx *Tx) EnqueueExecutor(executorEventID string, ev Event) (seq uint64, dup
 		tx.st.ExecutorEventReceipts = map[string]ExecutorEventReceipt{}
 	}
 	tx.st.ExecutorEventReceipts[executorEventID] = ExecutorEventReceipt{Fingerprint: fp, SourceSeq: seq}
-	for len(tx.st.ExecutorEventReceipts) > MaxExecutorEventReceipts {
+	for len(tx.st.ExecutorEventReceipts) > maxExecutorEventReceipts {
 		oldest, min := "", uint64(0)
 		for id, r := range tx.st.ExecutorEventReceipts {
 			if oldest == "" || r.SourceSeq < min {

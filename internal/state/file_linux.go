@@ -76,12 +76,12 @@ type dirHandle struct {
 // this user and tightens its mode to 0700.
 func openDir(path string) (*dirHandle, error) {
 	if path == "" {
-		return nil, fmt.Errorf("open state dir: %w: empty path", ErrUnsafePath)
+		return nil, fmt.Errorf("open state dir: %w: empty path", errUnsafePath)
 	}
 	path = filepath.Clean(path)
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
-			return nil, fmt.Errorf("open state dir: %w: not a real directory", ErrUnsafePath)
+			return nil, fmt.Errorf("open state dir: %w: not a real directory", errUnsafePath)
 		}
 	} else if errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(path, dirMode); err != nil {
@@ -93,7 +93,7 @@ func openDir(path string) (*dirHandle, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return nil, fmt.Errorf("open state dir: %w: not a real directory", ErrUnsafePath)
+			return nil, fmt.Errorf("open state dir: %w: not a real directory", errUnsafePath)
 		}
 		return nil, fmt.Errorf("open state dir: %w", err)
 	}
@@ -105,7 +105,7 @@ func openDir(path string) (*dirHandle, error) {
 	}
 	if int(st.Uid) != os.Geteuid() {
 		d.close()
-		return nil, fmt.Errorf("open state dir: %w: owned by another user", ErrUnsafePath)
+		return nil, fmt.Errorf("open state dir: %w: owned by another user", errUnsafePath)
 	}
 	if st.Mode&0o777 != dirMode {
 		if err := unix.Fchmod(fd, dirMode); err != nil {
@@ -145,7 +145,7 @@ func (d *dirHandle) read(limit int64) ([]byte, error) {
 		case errors.Is(err, unix.ENOENT):
 			return nil, os.ErrNotExist
 		case errors.Is(err, unix.ELOOP):
-			return nil, fmt.Errorf("open state file: %w: symlink", ErrUnsafePath)
+			return nil, fmt.Errorf("open state file: %w: symlink", errUnsafePath)
 		}
 		return nil, fmt.Errorf("openat state file: %w", err)
 	}
@@ -156,20 +156,20 @@ func (d *dirHandle) read(limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("fstat state file: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("open state file: %w: not a regular file", ErrUnsafePath)
+		return nil, fmt.Errorf("open state file: %w: not a regular file", errUnsafePath)
 	}
 	if int(st.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("open state file: %w: owned by another user", ErrUnsafePath)
+		return nil, fmt.Errorf("open state file: %w: owned by another user", errUnsafePath)
 	}
 	if st.Size > limit {
-		return nil, fmt.Errorf("read state file: %w", ErrStateTooLarge)
+		return nil, fmt.Errorf("read state file: %w", errStateTooLarge)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read state file: %w", err)
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("read state file: %w", ErrStateTooLarge)
+		return nil, fmt.Errorf("read state file: %w", errStateTooLarge)
 	}
 	return b, nil
 }

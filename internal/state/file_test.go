@@ -53,7 +53,7 @@ func TestSymlinkedStateDirIsRefused(t *testing.T) {
 	link := filepath.Join(root, "link")
 	require.NoError(t, os.Symlink(real, link))
 	_, err := Open(testConfig(link))
-	require.ErrorIs(t, err, ErrUnsafePath)
+	require.ErrorIs(t, err, errUnsafePath)
 	_, err = os.Stat(filepath.Join(real, FileName))
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing may be written through the link")
 }
@@ -66,7 +66,7 @@ func TestSymlinkedStateFileIsRefused(t *testing.T) {
 	require.NoError(t, os.WriteFile(target, []byte(`{}`), 0o600))
 	require.NoError(t, os.Symlink(target, filepath.Join(dir, FileName)))
 	_, err := Open(testConfig(dir))
-	require.ErrorIs(t, err, ErrUnsafePath)
+	require.ErrorIs(t, err, errUnsafePath)
 	b, err := os.ReadFile(target)
 	require.NoError(t, err)
 	require.Equal(t, `{}`, string(b), "the link target is untouched")
@@ -127,7 +127,7 @@ func TestCorruptStateIsReportedAndNotDestroyed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			require.NoError(t, os.WriteFile(path, b, 0o600))
 			_, err := Open(cfg)
-			require.ErrorIs(t, err, ErrCorruptState)
+			require.ErrorIs(t, err, errCorruptState)
 			after, rerr := os.ReadFile(path)
 			require.NoError(t, rerr)
 			require.Equal(t, b, after, "a corrupt file is left exactly as found")
@@ -144,11 +144,11 @@ func TestStateOfAnotherRunnerIsRefused(t *testing.T) {
 	other := cfg
 	other.Identity.RunID = "run_2"
 	_, err := Open(other)
-	require.ErrorIs(t, err, ErrStateBinding)
+	require.ErrorIs(t, err, errStateBinding)
 	other = cfg
-	other.MaxOutboxBytes = 2 * DefaultMaxOutboxBytes
+	other.MaxOutboxBytes = 2 * defaultMaxOutboxBytes
 	_, err = Open(other)
-	require.ErrorIs(t, err, ErrStateBinding)
+	require.ErrorIs(t, err, errStateBinding)
 }
 
 func TestExtensionRecordsAndUnknownFieldsRoundTrip(t *testing.T) {

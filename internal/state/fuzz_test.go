@@ -13,7 +13,7 @@ import (
 // re-encodes and reloads to the same state, or fails with a clear error.
 func FuzzLoadState(f *testing.F) {
 	cfg := testConfig("")
-	cfg.MaxOutboxBytes, cfg.P0ReserveBytes, cfg.MaxFrameBytes = DefaultMaxOutboxBytes, DefaultP0ReserveBytes, DefaultMaxFrameBytes
+	cfg.MaxOutboxBytes, cfg.P0ReserveBytes, cfg.MaxFrameBytes = defaultMaxOutboxBytes, defaultP0ReserveBytes, defaultMaxFrameBytes
 	seed := func(mut func(tx *Tx) error) []byte {
 		st := (&Store{cfg: cfg}).fresh()
 		s := &Store{cfg: cfg, log: discard()}
@@ -33,7 +33,7 @@ func FuzzLoadState(f *testing.F) {
 		if _, err := tx.Enqueue(Event{Type: "item.delta", Priority: P2, Payload: json.RawMessage(`{"delta":"a"}`)}); err != nil {
 			return err
 		}
-		if _, _, err := tx.EnqueueExecutor("x", Event{Type: "session.goal.updated", Priority: P1, Payload: json.RawMessage(`{"goal":null}`)}); err != nil {
+		if _, _, err := tx.enqueueExecutor("x", Event{Type: "session.goal.updated", Priority: P1, Payload: json.RawMessage(`{"goal":null}`)}); err != nil {
 			return err
 		}
 		if _, err := tx.BeginCommand(command(1, "c1", "turn.start", `{"text":"x"}`)); err != nil {
@@ -48,13 +48,13 @@ func FuzzLoadState(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := decodeState(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorruptState) {
+			if !errors.Is(err, errCorruptState) {
 				t.Fatalf("decode error does not wrap ErrCorruptState: %v", err)
 			}
 			return
 		}
 		if err := st.check(cfg); err != nil {
-			if !errors.Is(err, ErrCorruptState) && !errors.Is(err, ErrStateBinding) {
+			if !errors.Is(err, errCorruptState) && !errors.Is(err, errStateBinding) {
 				t.Fatalf("check error untyped: %v", err)
 			}
 			return
@@ -121,7 +121,7 @@ func FuzzSanitizePayload(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		out, err := sanitizeJSON(b)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidEvent) && !errors.Is(err, ErrSensitiveIdentity) {
+			if !errors.Is(err, errInvalidEvent) && !errors.Is(err, errSensitiveIdentity) {
 				t.Fatalf("untyped error: %v", err)
 			}
 			return

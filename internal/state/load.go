@@ -11,7 +11,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
-// decodeState parses runner-state.json. Errors wrap ErrCorruptState and
+// decodeState parses runner-state.json. Errors wrap errCorruptState and
 // never quote file content.
 func decodeState(b []byte) (*State, error) {
 	var st State
@@ -20,19 +20,19 @@ func decodeState(b []byte) (*State, error) {
 		var typ *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &syn):
-			return nil, fmt.Errorf("decode state: %w: malformed JSON at byte %d of %d (truncated or damaged)", ErrCorruptState, syn.Offset, len(b))
+			return nil, fmt.Errorf("decode state: %w: malformed JSON at byte %d of %d (truncated or damaged)", errCorruptState, syn.Offset, len(b))
 		case errors.As(err, &typ) && typ.Field == "":
-			return nil, fmt.Errorf("decode state: %w: state file: top level is %s, want an object", ErrCorruptState, jsonValueKind(typ.Value))
+			return nil, fmt.Errorf("decode state: %w: state file: top level is %s, want an object", errCorruptState, jsonValueKind(typ.Value))
 		case errors.As(err, &typ):
-			return nil, fmt.Errorf("decode state: %w: state file: field %s is %s, want %s", ErrCorruptState, typ.Field, jsonValueKind(typ.Value), jsonKindOf(typ.Type))
+			return nil, fmt.Errorf("decode state: %w: state file: field %s is %s, want %s", errCorruptState, typ.Field, jsonValueKind(typ.Value), jsonKindOf(typ.Type))
 		}
-		return nil, fmt.Errorf("decode state: %w: not a state object", ErrCorruptState)
+		return nil, fmt.Errorf("decode state: %w: not a state object", errCorruptState)
 	}
 	// Stored envelopes are compact; compacting tolerates a pretty-printed file.
 	for i, e := range st.Outbox {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, e.Envelope); err != nil {
-			return nil, fmt.Errorf("decode state: %w: outbox envelope %d", ErrCorruptState, i)
+			return nil, fmt.Errorf("decode state: %w: outbox envelope %d", errCorruptState, i)
 		}
 		st.Outbox[i].Envelope = buf.Bytes()
 	}
@@ -110,12 +110,12 @@ func (st *State) check(cfg Config) error {
 }
 
 // corruptState is check's error for a state that contradicts itself.
-func corruptState(what string) error { return fmt.Errorf("check state: %w: %s", ErrCorruptState, what) }
+func corruptState(what string) error { return fmt.Errorf("check state: %w: %s", errCorruptState, what) }
 
 // checkSchema accepts only this schema: a warm transition in flight was
 // settled by recoverWarm before the checks run.
 func (st *State) checkSchema() error {
-	if st.Schema != Schema {
+	if st.Schema != schema {
 		return corruptState("unknown schema")
 	}
 	if len(st.WarmTransition) > 0 && string(st.WarmTransition) != "null" {
@@ -131,10 +131,10 @@ func (st *State) checkBinding(cfg Config) error {
 	if st.RunnerInstanceID != id.RunnerInstanceID || st.EnvironmentLeaseID != id.EnvironmentLeaseID ||
 		st.RunID != id.RunID || st.NormalizedSessionID != id.NormalizedSessionID ||
 		st.TurnID != id.TurnID || st.ItemID != id.ItemID {
-		return fmt.Errorf("check state: %w: identity differs", ErrStateBinding)
+		return fmt.Errorf("check state: %w: identity differs", errStateBinding)
 	}
 	if st.MaxOutboxBytes != cfg.MaxOutboxBytes || st.P0ReserveBytes != cfg.P0ReserveBytes {
-		return fmt.Errorf("check state: %w: outbox bounds differ", ErrStateBinding)
+		return fmt.Errorf("check state: %w: outbox bounds differ", errStateBinding)
 	}
 	if !st.Lifecycle.Valid() {
 		return corruptState("unknown lifecycle")
@@ -177,7 +177,7 @@ func (st *State) checkCommandJournal() error {
 	if st.CompactedThroughControllerSeq > st.LastControllerCommandSeq {
 		return corruptState("command cursors out of order")
 	}
-	if len(st.ProcessedCommands) > MaxRecentCommands || len(st.ProcessedCommandFingerprints) != len(st.ProcessedCommands) {
+	if len(st.ProcessedCommands) > maxRecentCommands || len(st.ProcessedCommandFingerprints) != len(st.ProcessedCommands) {
 		return corruptState("command journal size")
 	}
 	for k, r := range st.ProcessedCommands {
@@ -198,11 +198,11 @@ func (st *State) checkCommandJournal() error {
 // checkExecutorReceipts bounds the receipts and ties each to a produced
 // source sequence.
 func (st *State) checkExecutorReceipts() error {
-	if len(st.ExecutorEventReceipts) > MaxExecutorEventReceipts {
+	if len(st.ExecutorEventReceipts) > maxExecutorEventReceipts {
 		return corruptState("executor receipts exceed their bound")
 	}
 	for k, r := range st.ExecutorEventReceipts {
-		if !validToken(k, MaxEventIDChars) || len(r.Fingerprint) != 64 || !isHex(r.Fingerprint) ||
+		if !validToken(k, maxEventIDChars) || len(r.Fingerprint) != 64 || !isHex(r.Fingerprint) ||
 			r.SourceSeq == 0 || r.SourceSeq > st.HighestSourceSeq() {
 			return corruptState("executor receipt inconsistent")
 		}
@@ -213,7 +213,7 @@ func (st *State) checkExecutorReceipts() error {
 // checkV2Replay bounds the replay events and checks each sits under its
 // family's key with a produced source sequence and an object payload.
 func (st *State) checkV2Replay() error {
-	if len(st.V2ReplayEvents) > MaxV2ReplayEvents {
+	if len(st.V2ReplayEvents) > maxV2ReplayEvents {
 		return corruptState("v2 replay events exceed their bound")
 	}
 	for k, e := range st.V2ReplayEvents {
@@ -240,7 +240,7 @@ func (st *State) checkFences() error {
 // own: the diagnostics count, the last protocol version and the compacted
 // command filter's size.
 func (st *State) checkBoundedFields() error {
-	if len(st.Diagnostics) > MaxDiagnostics {
+	if len(st.Diagnostics) > maxDiagnostics {
 		return corruptState("too many diagnostics")
 	}
 	if v := st.LastConnectionProtocolVersion; v != nil && (*v < 1 || *v > MaxProtocolVersion) {

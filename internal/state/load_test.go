@@ -30,7 +30,7 @@ func TestCorruptStateNamesWhatIsWrong(t *testing.T) {
 	} {
 		require.NoError(t, os.WriteFile(path, []byte(tc.file), 0o600))
 		_, err := Open(cfg)
-		require.ErrorIs(t, err, ErrCorruptState, tc.file)
+		require.ErrorIs(t, err, errCorruptState, tc.file)
 		require.Contains(t, err.Error(), tc.want)
 		require.NotContains(t, err.Error(), "98765432109876543210", "errors never quote file content")
 		require.NotContains(t, err.Error(), "runner.connected", "errors never quote file content")

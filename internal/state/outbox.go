@@ -17,8 +17,8 @@ import (
 
 // Wire constants of the event envelope (prp.md §3.2, §8.1).
 const (
-	// ProtocolName is the PRP protocol name (prp.md §0).
-	ProtocolName = "paperclip.runner"
+	// protocolName is the PRP protocol name (prp.md §0).
+	protocolName = "paperclip.runner"
 	// MaxProtocolVersion is the highest PRP version runnerd speaks (prp.md §2.5).
 	MaxProtocolVersion = 2
 	// executorEventDomain prefixes the executor sourceEventId hash (prp.md §8.1).
@@ -30,10 +30,10 @@ const (
 // Payload values of the events the store emits itself, runner.reconciled
 // and runner.diagnostic (prp.md §8.3, §8.2).
 const (
-	// ReconciledOutcome is runner.reconciled's payload outcome after a restart (§9.4).
-	ReconciledOutcome = "same_durable_session_resumed"
-	// CodeEventRequiresV2 marks a v2-only event downgraded on a v1 link (§8.2).
-	CodeEventRequiresV2 = "event_requires_prp_v2"
+	// reconciledOutcome is runner.reconciled's payload outcome after a restart (§9.4).
+	reconciledOutcome = "same_durable_session_resumed"
+	// codeEventRequiresV2 marks a v2-only event downgraded on a v1 link (§8.2).
+	codeEventRequiresV2 = "event_requires_prp_v2"
 	// CodeP0StorageExhausted is recorded when P0 exceeds the hard limit (§9.3).
 	CodeP0StorageExhausted = "p0_storage_exhausted"
 )
@@ -117,7 +117,7 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 		} `json:"payload"`
 	}
 	if err := json.Unmarshal(e.Envelope, &head); err != nil {
-		return nil, fmt.Errorf("decode stored envelope: %w", ErrCorruptState)
+		return nil, fmt.Errorf("decode stored envelope: %w", errCorruptState)
 	}
 	downgrade := version < 2 && head.Payload.SchemaVersion >= 2
 	if head.Version == version && !downgrade {
@@ -125,11 +125,11 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 	}
 	var env envelope
 	if err := json.Unmarshal(e.Envelope, &env); err != nil {
-		return nil, fmt.Errorf("decode stored envelope: %w", ErrCorruptState)
+		return nil, fmt.Errorf("decode stored envelope: %w", errCorruptState)
 	}
 	env.Version = version
 	if downgrade {
-		p, err := jsonenc.Marshal(map[string]string{"reasonCode": CodeEventRequiresV2, "originalEventType": e.EventType})
+		p, err := jsonenc.Marshal(map[string]string{"reasonCode": codeEventRequiresV2, "originalEventType": e.EventType})
 		if err != nil {
 			return nil, err
 		}
@@ -141,8 +141,8 @@ func (e OutboxEvent) Wire(version int) ([]byte, error) {
 	return jsonenc.Marshal(env)
 }
 
-// SourceEventID returns the sourceEventId inside the stored envelope.
-func (e OutboxEvent) SourceEventID() string {
+// sourceEventID returns the sourceEventId inside the stored envelope.
+func (e OutboxEvent) sourceEventID() string {
 	var env struct {
 		Payload struct {
 			SourceEventID string `json:"sourceEventId"`
@@ -152,8 +152,8 @@ func (e OutboxEvent) SourceEventID() string {
 	return env.Payload.SourceEventID
 }
 
-// RunnerSourceEventID is the sourceEventId of a runner event (prp.md §8.1).
-func RunnerSourceEventID(runnerInstanceID string, seq uint64) string {
+// runnerSourceEventID is the sourceEventId of a runner event (prp.md §8.1).
+func runnerSourceEventID(runnerInstanceID string, seq uint64) string {
 	return fmt.Sprintf("event_%s_%016d", runnerInstanceID, seq)
 }
 
@@ -186,13 +186,13 @@ type coalesceMark struct {
 // when fn then fails (prp.md §9.3).
 func (tx *Tx) Enqueue(ev Event) (uint64, error) {
 	if ev.ExecutorID != "" {
-		seq, _, err := tx.EnqueueExecutor(ev.ExecutorID, ev)
+		seq, _, err := tx.enqueueExecutor(ev.ExecutorID, ev)
 		return seq, err
 	}
 	if seq, ok, err := tx.tryCoalesce(ev); ok || err != nil {
 		return seq, err
 	}
-	id := RunnerSourceEventID(tx.st.RunnerInstanceID, tx.st.NextSourceSeq)
+	id := runnerSourceEventID(tx.st.RunnerInstanceID, tx.st.NextSourceSeq)
 	seq, err := tx.appendEvent(id, ev)
 	if err != nil {
 		return 0, err
@@ -213,7 +213,7 @@ func (tx *Tx) buildEnvelope(sourceEventID string, seq uint64, ev Event, clean js
 		version = *st.LastConnectionProtocolVersion
 	}
 	return jsonenc.Marshal(envelope{
-		Protocol: ProtocolName, Version: version, Kind: "event",
+		Protocol: protocolName, Version: version, Kind: "event",
 		RunnerInstanceID: st.RunnerInstanceID, EnvironmentLeaseID: st.EnvironmentLeaseID,
 		RunID: st.RunID, NormalizedSessionID: st.NormalizedSessionID, TurnID: st.TurnID, ItemID: st.ItemID,
 		Payload: eventPayload{
@@ -229,11 +229,11 @@ func (tx *Tx) buildEnvelope(sourceEventID string, seq uint64, ev Event, clean js
 }
 
 func (tx *Tx) checkEvent(ev Event) error {
-	if !validToken(ev.Type, MaxEventIDChars) {
-		return fmt.Errorf("enqueue event: %w: bad event type", ErrInvalidEvent)
+	if !validToken(ev.Type, maxEventIDChars) {
+		return fmt.Errorf("enqueue event: %w: bad event type", errInvalidEvent)
 	}
 	if ev.Priority > P2 {
-		return fmt.Errorf("enqueue event: %w: bad priority", ErrInvalidEvent)
+		return fmt.Errorf("enqueue event: %w: bad priority", errInvalidEvent)
 	}
 	return nil
 }
@@ -243,8 +243,8 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 	if err := tx.checkEvent(ev); err != nil {
 		return 0, err
 	}
-	if !validToken(sourceEventID, MaxEventIDChars) {
-		return 0, fmt.Errorf("enqueue event: %w: source event id too long", ErrInvalidEvent)
+	if !validToken(sourceEventID, maxEventIDChars) {
+		return 0, fmt.Errorf("enqueue event: %w: source event id too long", errInvalidEvent)
 	}
 	clean, err := sanitizeJSON(ev.Payload)
 	if err != nil {
@@ -262,7 +262,7 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 	tx.st.Outbox = append(tx.st.Outbox, OutboxEvent{
 		SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Envelope: env, ByteSize: len(env),
 	})
-	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.OutboxBytes())
+	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.outboxBytes())
 	rule := prp.EventRuleOf(ev.Type)
 	if rule.EndsTurn {
 		tx.st.TurnEnded = true
@@ -281,9 +281,9 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 func (tx *Tx) checkBounds(p Priority, size, replaced int) error {
 	cfg := tx.s.cfg
 	if size > cfg.MaxFrameBytes {
-		return fmt.Errorf("enqueue event: %w", ErrEventTooLarge)
+		return fmt.Errorf("enqueue event: %w", errEventTooLarge)
 	}
-	projected := tx.st.OutboxBytes() - replaced + size
+	projected := tx.st.outboxBytes() - replaced + size
 	if p != P0 && projected > cfg.MaxOutboxBytes-cfg.P0ReserveBytes {
 		tx.setBound(Backpressure, true, "outbox soft limit reached; non-P0 event rejected")
 		return fmt.Errorf("enqueue event: %w", ErrBackpressure)
@@ -319,7 +319,7 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	last := tx.st.Outbox[n-1]
 	var env envelope
 	if err := json.Unmarshal(last.Envelope, &env); err != nil {
-		return 0, false, fmt.Errorf("decode stored envelope: %w", ErrCorruptState)
+		return 0, false, fmt.Errorf("decode stored envelope: %w", errCorruptState)
 	}
 	merged, err := mergeDelta(env.Payload.Payload, clean)
 	if err == nil {
@@ -342,7 +342,7 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	}
 	last.Envelope, last.ByteSize = b, len(b)
 	tx.st.Outbox[n-1] = last
-	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.OutboxBytes())
+	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.outboxBytes())
 	if prp.EventRuleOf(ev.Type).EndsTurn {
 		tx.st.TurnEnded = true
 	}
@@ -408,7 +408,7 @@ func (st *State) applyAck(seq uint64, protocolVersion int) (bool, error) {
 			}
 		}
 	}
-	if st.Backpressure && st.OutboxBytes() < st.MaxOutboxBytes-st.P0ReserveBytes {
+	if st.Backpressure && st.outboxBytes() < st.MaxOutboxBytes-st.P0ReserveBytes {
 		st.Backpressure = false
 		if st.Lifecycle == Backpressure {
 			st.Lifecycle = Ready

@@ -20,7 +20,7 @@ func TestEnvelopeShapeAndSourceEventIDs(t *testing.T) {
 	var xseq uint64
 	require.NoError(t, s.Update(func(tx *Tx) error {
 		var err error
-		xseq, _, err = tx.EnqueueExecutor("provider-event-1", Event{Type: "item.started", Priority: P1, Payload: json.RawMessage(`{}`)})
+		xseq, _, err = tx.enqueueExecutor("provider-event-1", Event{Type: "item.started", Priority: P1, Payload: json.RawMessage(`{}`)})
 		return err
 	}))
 	out := s.Unacked()
@@ -44,8 +44,8 @@ func TestEnvelopeShapeAndSourceEventIDs(t *testing.T) {
 
 	require.Equal(t, uint64(2), xseq)
 	// sha256("paperclip.executor-event.v1\0runner_1\0provider-event-1")
-	require.Equal(t, ExecutorSourceEventID("runner_1", "provider-event-1"), out[1].SourceEventID())
-	require.Regexp(t, `^event_executor_[0-9a-f]{64}$`, out[1].SourceEventID())
+	require.Equal(t, ExecutorSourceEventID("runner_1", "provider-event-1"), out[1].sourceEventID())
+	require.Regexp(t, `^event_executor_[0-9a-f]{64}$`, out[1].sourceEventID())
 }
 
 // Scenario 11 (state part): the unacknowledged suffix is returned
@@ -109,7 +109,7 @@ func TestPRP15_AckBoundsAndTrim(t *testing.T) {
 	require.Empty(t, s.Unacked())
 	require.Zero(t, s.Summary().OutboxBytes)
 	require.Equal(t, fileBefore, readFile(t, cfg))
-	require.NoError(t, s.Flush())
+	require.NoError(t, s.flush())
 	var onDisk State
 	require.NoError(t, json.Unmarshal(readFile(t, cfg), &onDisk))
 	require.Equal(t, uint64(4), onDisk.AckedSourceSeq)
@@ -132,7 +132,7 @@ func TestAckCursorIsPersistedEverySixteenAdvances(t *testing.T) {
 		require.NoError(t, err)
 		if persisted {
 			writes++
-			require.Zero(t, seq%AckPersistInterval)
+			require.Zero(t, seq%ackPersistInterval)
 		}
 	}
 	require.Equal(t, 2, writes)
@@ -141,7 +141,7 @@ func TestAckCursorIsPersistedEverySixteenAdvances(t *testing.T) {
 	var onDisk State
 	require.NoError(t, json.Unmarshal(readFile(t, cfg), &onDisk))
 	require.Equal(t, uint64(32), onDisk.AckedSourceSeq)
-	require.NoError(t, s.Flush())
+	require.NoError(t, s.flush())
 	require.NoError(t, json.Unmarshal(readFile(t, cfg), &onDisk))
 	require.Equal(t, uint64(33), onDisk.AckedSourceSeq)
 }
@@ -174,7 +174,7 @@ func TestPRP16_OutboxBoundsAndCoalescing(t *testing.T) {
 	require.True(t, snap.Backpressure)
 	require.Contains(t, snap.Diagnostics[len(snap.Diagnostics)-1], "soft limit")
 	require.True(t, s.Summary().StoragePressure)
-	require.LessOrEqual(t, snap.OutboxBytes(), cfg.MaxOutboxBytes-cfg.P0ReserveBytes)
+	require.LessOrEqual(t, snap.outboxBytes(), cfg.MaxOutboxBytes-cfg.P0ReserveBytes)
 
 	// The bound fact is durable even though the Update failed.
 	require.NoError(t, s.Close())
@@ -194,7 +194,7 @@ func TestPRP16_OutboxBoundsAndCoalescing(t *testing.T) {
 	snap = s.Snapshot()
 	require.Equal(t, Unrecoverable, snap.Lifecycle)
 	require.Contains(t, snap.Diagnostics[len(snap.Diagnostics)-1], CodeP0StorageExhausted)
-	require.LessOrEqual(t, snap.OutboxBytes(), cfg.MaxOutboxBytes)
+	require.LessOrEqual(t, snap.outboxBytes(), cfg.MaxOutboxBytes)
 
 	// Coalescing, on a fresh store.
 	s3, _ := newStore(t)
@@ -306,7 +306,7 @@ func TestEventTooLargeForFrame(t *testing.T) {
 		_, err := tx.Enqueue(Event{Type: "item.delta", Priority: P0, Payload: obj(t, map[string]string{"x": strings.Repeat("a", 600)})})
 		return err
 	})
-	require.ErrorIs(t, err, ErrEventTooLarge)
+	require.ErrorIs(t, err, errEventTooLarge)
 }
 
 func TestInvalidEventsAreRefused(t *testing.T) {
@@ -319,7 +319,7 @@ func TestInvalidEventsAreRefused(t *testing.T) {
 		"priority":      {Type: "item.delta", Priority: 3, Payload: json.RawMessage(`{}`)},
 	} {
 		err := s.Update(func(tx *Tx) error { _, e := tx.Enqueue(ev); return e })
-		require.ErrorIs(t, err, ErrInvalidEvent, name)
+		require.ErrorIs(t, err, errInvalidEvent, name)
 	}
 	require.Empty(t, s.Unacked())
 }
@@ -345,7 +345,7 @@ func TestPayloadSecretsAreRedactedAndIdentitiesProtected(t *testing.T) {
 		})})
 		return e
 	})
-	require.ErrorIs(t, err, ErrSensitiveIdentity)
+	require.ErrorIs(t, err, errSensitiveIdentity)
 	require.NotContains(t, err.Error(), "abcdefghijklmnopqrstu")
 }
 
@@ -358,18 +358,18 @@ func TestExecutorEventReceipts(t *testing.T) {
 	var seq1 uint64
 	require.NoError(t, s.Update(func(tx *Tx) error {
 		var err error
-		seq1, _, err = tx.EnqueueExecutor("codex:item:7", ev)
+		seq1, _, err = tx.enqueueExecutor("codex:item:7", ev)
 		return err
 	}))
 	require.NoError(t, s.Close())
 	s = openStore(t, cfg)
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		seq, dup, err := tx.EnqueueExecutor("codex:item:7", ev)
+		seq, dup, err := tx.enqueueExecutor("codex:item:7", ev)
 		require.NoError(t, err)
 		require.True(t, dup)
 		require.Equal(t, seq1, seq)
-		_, _, err = tx.EnqueueExecutor("codex:item:7", Event{Type: "item.completed", Priority: P1, Payload: json.RawMessage(`{"text":"other"}`)})
-		require.ErrorIs(t, err, ErrExecutorEventConflict)
+		_, _, err = tx.enqueueExecutor("codex:item:7", Event{Type: "item.completed", Priority: P1, Payload: json.RawMessage(`{"text":"other"}`)})
+		require.ErrorIs(t, err, errExecutorEventConflict)
 		return nil
 	}))
 	n := 0
@@ -381,8 +381,8 @@ func TestExecutorEventReceipts(t *testing.T) {
 	require.Equal(t, 1, n)
 
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		for i := range MaxExecutorEventReceipts + 10 {
-			if _, _, err := tx.EnqueueExecutor(fmt.Sprintf("x:%d", i), Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)}); err != nil {
+		for i := range maxExecutorEventReceipts + 10 {
+			if _, _, err := tx.enqueueExecutor(fmt.Sprintf("x:%d", i), Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)}); err != nil {
 				return err
 			}
 			if err := tx.ApplyAck(tx.HighestSourceSeq(), 2); err != nil {
@@ -391,18 +391,18 @@ func TestExecutorEventReceipts(t *testing.T) {
 		}
 		return nil
 	}))
-	require.Len(t, s.Snapshot().ExecutorEventReceipts, MaxExecutorEventReceipts)
+	require.Len(t, s.Snapshot().ExecutorEventReceipts, maxExecutorEventReceipts)
 
 	// A receipt evicted while its event still waits for an ACK: a replay is
 	// refused instead of queued twice.
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		for i := range MaxExecutorEventReceipts + 1 {
-			if _, _, err := tx.EnqueueExecutor(fmt.Sprintf("y:%d", i), Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)}); err != nil {
+		for i := range maxExecutorEventReceipts + 1 {
+			if _, _, err := tx.enqueueExecutor(fmt.Sprintf("y:%d", i), Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)}); err != nil {
 				return err
 			}
 		}
-		_, _, err := tx.EnqueueExecutor("y:0", Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)})
-		require.ErrorIs(t, err, ErrExecutorEventConflict)
+		_, _, err := tx.enqueueExecutor("y:0", Event{Type: "item.delta", Priority: P1, Payload: json.RawMessage(`{}`)})
+		require.ErrorIs(t, err, errExecutorEventConflict)
 		return nil
 	}))
 }
@@ -483,7 +483,7 @@ func TestTurnEndedCommittedWithTerminalEvent(t *testing.T) {
 	s = openStore(t, cfg)
 	require.True(t, s.Summary().TurnEnded, "durable")
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		require.True(t, tx.TurnEnded())
+		require.True(t, tx.turnEnded())
 		tx.ClearTurnEnded()
 		return nil
 	}))
@@ -508,5 +508,5 @@ func TestEnqueueRoutesExecutorEvents(t *testing.T) {
 	require.Equal(t, first, again, "a replayed executor event is not appended twice")
 	un := s.Unacked()
 	require.Len(t, un, 1)
-	require.Equal(t, ExecutorSourceEventID(s.Snapshot().RunnerInstanceID, "semantic_tool.input:call_1"), un[0].SourceEventID())
+	require.Equal(t, ExecutorSourceEventID(s.Snapshot().RunnerInstanceID, "semantic_tool.input:call_1"), un[0].sourceEventID())
 }

@@ -88,7 +88,7 @@ func TestSetTerminalFenceRefusesNonTerminalLifecycle(t *testing.T) {
 func TestProviderCleanupFenceBlocksExitNow(t *testing.T) {
 	s, cfg := newStore(t)
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		tx.SetProviderCleanupFence(&TerminalFence{CommandID: "command_prp_00000009", ControllerSeq: 9, CommandType: "turn.stop", Lifecycle: Stopped})
+		tx.setProviderCleanupFence(&TerminalFence{CommandID: "command_prp_00000009", ControllerSeq: 9, CommandType: "turn.stop", Lifecycle: Stopped})
 		return tx.SetLifecycle(Stopped)
 	}))
 	require.NoError(t, s.Close())
@@ -140,17 +140,17 @@ func TestPRP22_SummaryDoesNotWaitForWriter(t *testing.T) {
 func TestClosedStoreRefusesWork(t *testing.T) {
 	s, _ := newStore(t)
 	require.NoError(t, s.Close())
-	require.ErrorIs(t, s.Update(func(*Tx) error { return nil }), ErrClosed)
+	require.ErrorIs(t, s.Update(func(*Tx) error { return nil }), errClosed)
 	_, err := s.ApplyAck(0, 2)
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errClosed)
 	require.NoError(t, s.Close())
 }
 
 func TestLifecycleDiagnosticsAndRecoverableFailure(t *testing.T) {
 	s, cfg := newStore(t)
 	require.NoError(t, s.Update(func(tx *Tx) error {
-		for i := range MaxDiagnostics + 5 {
-			tx.RecordDiagnostic("diag " + string(rune('a'+i%26)) + " token sk-abcdefghijklmnopqrstuv")
+		for i := range maxDiagnostics + 5 {
+			tx.recordDiagnostic("diag " + string(rune('a'+i%26)) + " token sk-abcdefghijklmnopqrstuv")
 		}
 		tx.SetRecoverableFailure("transport_reconnect_grace_exceeded")
 		if err := tx.SetLifecycle("bogus"); err == nil {
@@ -159,7 +159,7 @@ func TestLifecycleDiagnosticsAndRecoverableFailure(t *testing.T) {
 		return tx.SetLifecycle(RecoverableFailure)
 	}))
 	snap := s.Snapshot()
-	require.Len(t, snap.Diagnostics, MaxDiagnostics)
+	require.Len(t, snap.Diagnostics, maxDiagnostics)
 	require.NotContains(t, string(readFile(t, cfg)), "sk-abcdefghijklmnopqrstuv")
 	require.Equal(t, "transport_reconnect_grace_exceeded", *snap.RecoverableFailure)
 	require.Equal(t, RecoverableFailure, s.Summary().Lifecycle)

@@ -108,8 +108,8 @@ func isIdentityKey(k string) bool {
 // redactText masks credential-shaped substrings and bounds the length.
 func redactText(s string) string {
 	s = redactSecrets(s)
-	if len(s) > MaxDiagnosticChars {
-		cut := MaxDiagnosticChars
+	if len(s) > maxDiagnosticChars {
+		cut := maxDiagnosticChars
 		for cut > 0 && !utf8.RuneStart(s[cut]) {
 			cut--
 		}
@@ -119,20 +119,20 @@ func redactText(s string) string {
 }
 
 // sanitizeJSON returns raw with credential-shaped values redacted, compact.
-// It fails with ErrSensitiveIdentity when redaction would touch an identity
-// or a tool input, and with ErrInvalidEvent when raw is not a JSON object.
+// It fails with errSensitiveIdentity when redaction would touch an identity
+// or a tool input, and with errInvalidEvent when raw is not a JSON object.
 func sanitizeJSON(raw []byte) (json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("decode payload: %w", ErrInvalidEvent)
+		return nil, fmt.Errorf("decode payload: %w", errInvalidEvent)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("decode payload: %w: trailing data", ErrInvalidEvent)
+		return nil, fmt.Errorf("decode payload: %w: trailing data", errInvalidEvent)
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return nil, fmt.Errorf("decode payload: %w: not an object", ErrInvalidEvent)
+		return nil, fmt.Errorf("decode payload: %w: not an object", errInvalidEvent)
 	}
 	changed := false
 	out, err := sanitizeValue(v, false, &changed)
@@ -142,7 +142,7 @@ func sanitizeJSON(raw []byte) (json.RawMessage, error) {
 	if !changed {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, raw); err != nil {
-			return nil, fmt.Errorf("compact payload: %w", ErrInvalidEvent)
+			return nil, fmt.Errorf("compact payload: %w", errInvalidEvent)
 		}
 		return buf.Bytes(), nil
 	}
@@ -160,7 +160,7 @@ func sanitizeValue(v any, protected bool, changed *bool) (any, error) {
 			// A credential-shaped key is renamed; a suffix keeps keys unique.
 			if r := redactSecrets(k); r != k {
 				if protected {
-					return nil, ErrSensitiveIdentity
+					return nil, errSensitiveIdentity
 				}
 				e := t[k]
 				delete(t, k)
@@ -177,7 +177,7 @@ func sanitizeValue(v any, protected bool, changed *bool) (any, error) {
 			if isSecretKey(k) && e != nil && e != Redacted {
 				if _, isObj := e.(map[string]any); !isObj {
 					if p {
-						return nil, ErrSensitiveIdentity
+						return nil, errSensitiveIdentity
 					}
 					t[k] = Redacted
 					*changed = true
@@ -204,7 +204,7 @@ func sanitizeValue(v any, protected bool, changed *bool) (any, error) {
 		r := redactSecrets(t)
 		if r != t {
 			if protected {
-				return nil, ErrSensitiveIdentity
+				return nil, errSensitiveIdentity
 			}
 			*changed = true
 		}

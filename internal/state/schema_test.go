@@ -39,7 +39,7 @@ func TestEmittedEventsMatchReferenceSchema(t *testing.T) {
 				return err
 			}
 		}
-		_, _, err := tx.EnqueueExecutor("provider:1", Event{Type: "item.started", Priority: P1, Payload: json.RawMessage(`{}`)})
+		_, _, err := tx.enqueueExecutor("provider:1", Event{Type: "item.started", Priority: P1, Payload: json.RawMessage(`{}`)})
 		return err
 	}))
 	require.NoError(t, s.Close())

@@ -21,31 +21,31 @@ const (
 	dirMode = 0o700
 	// fileMode is the state file's permission (prp.md §9.1: files 0600).
 	fileMode = 0o600
-	// Schema is the state schema name the server reads (R-state STATE_SCHEMA).
-	Schema = "paperclip.runner.durable.state.v1"
+	// schema is the state schema name the server reads (R-state STATE_SCHEMA).
+	schema = "paperclip.runner.durable.state.v1"
 	// WarmTransitionSchema marks a state written during a warm run rotation (§9.5).
 	WarmTransitionSchema = "paperclip.runner.durable.state.warm-transition.v1"
 )
 
 // Bounds (prp.md §9.2, §9.3; R-state constants).
 const (
-	// MaxRecentCommands is the exact command journal size (R-state MAX_RECENT_COMMANDS).
-	MaxRecentCommands = 128
-	// MaxDiagnostics is how many redacted diagnostics are kept (R-state MAX_DIAGNOSTICS).
-	MaxDiagnostics = 32
-	// MaxCommandResultBytes bounds one sanitised command result (R-state MAX_COMMAND_RESULT_BYTES).
-	MaxCommandResultBytes = 64 * 1024
-	// MaxExecutorEventReceipts bounds the executor receipt journal (R-state MAX_EXECUTOR_EVENT_RECEIPTS).
-	MaxExecutorEventReceipts = 256
-	// MaxV2ReplayEvents is one kept event per v2-only family (R-state MAX_V2_REPLAY_EVENTS).
-	MaxV2ReplayEvents = 2
-	// StateOverheadBytes is the allowance above the outbox bound for the rest
+	// maxRecentCommands is the exact command journal size (R-state MAX_RECENT_COMMANDS).
+	maxRecentCommands = 128
+	// maxDiagnostics is how many redacted diagnostics are kept (R-state MAX_DIAGNOSTICS).
+	maxDiagnostics = 32
+	// maxCommandResultBytes bounds one sanitised command result (R-state MAX_COMMAND_RESULT_BYTES).
+	maxCommandResultBytes = 64 * 1024
+	// maxExecutorEventReceipts bounds the executor receipt journal (R-state MAX_EXECUTOR_EVENT_RECEIPTS).
+	maxExecutorEventReceipts = 256
+	// maxV2ReplayEvents is one kept event per v2-only family (R-state MAX_V2_REPLAY_EVENTS).
+	maxV2ReplayEvents = 2
+	// stateOverheadBytes is the allowance above the outbox bound for the rest
 	// of the file (R-state STATE_OVERHEAD_BYTES).
-	StateOverheadBytes = 16 * 1024 * 1024
-	// MaxDiagnosticChars bounds one diagnostic string (runnerd; keeps the file small).
-	MaxDiagnosticChars = 512
-	// MaxEventIDChars bounds event ids and types (event.schema.json maxLength 160).
-	MaxEventIDChars = 160
+	stateOverheadBytes = 16 * 1024 * 1024
+	// maxDiagnosticChars bounds one diagnostic string (runnerd; keeps the file small).
+	maxDiagnosticChars = 512
+	// maxEventIDChars bounds event ids and types (event.schema.json maxLength 160).
+	maxEventIDChars = 160
 )
 
 // Lifecycle is the runner lifecycle of prp.md §9.2.
@@ -205,7 +205,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 	}
 	i += len(`"outbox":[`)
 	var buf bytes.Buffer
-	buf.Grow(len(b) + s.OutboxBytes() + 128*len(s.Outbox))
+	buf.Grow(len(b) + s.outboxBytes() + 128*len(s.Outbox))
 	buf.Write(b[:i])
 	for k, e := range s.Outbox {
 		if k > 0 {
@@ -325,8 +325,8 @@ func (s *State) Clone() *State {
 	return &c
 }
 
-// OutboxBytes is the sum of the stored envelope sizes.
-func (s *State) OutboxBytes() int {
+// outboxBytes is the sum of the stored envelope sizes.
+func (s *State) outboxBytes() int {
 	n := 0
 	for _, e := range s.Outbox {
 		n += e.ByteSize

@@ -17,32 +17,32 @@ import (
 
 // Defaults of the runnerd flags (prp.md §13).
 const (
-	// DefaultMaxOutboxBytes is --max-outbox-bytes' default (prp.md §13: 64 KiB).
-	DefaultMaxOutboxBytes = 64 * 1024
-	// DefaultP0ReserveBytes is --p0-reserve-bytes' default (prp.md §13: 32 KiB).
-	DefaultP0ReserveBytes = 32 * 1024
-	// DefaultMaxFrameBytes is --max-frame-bytes' default (prp.md §13: 1 MiB).
-	DefaultMaxFrameBytes = 1024 * 1024
-	// AckPersistInterval: the ACK cursor is written on its own after this
+	// defaultMaxOutboxBytes is --max-outbox-bytes' default (prp.md §13: 64 KiB).
+	defaultMaxOutboxBytes = 64 * 1024
+	// defaultP0ReserveBytes is --p0-reserve-bytes' default (prp.md §13: 32 KiB).
+	defaultP0ReserveBytes = 32 * 1024
+	// defaultMaxFrameBytes is --max-frame-bytes' default (prp.md §13: 1 MiB).
+	defaultMaxFrameBytes = 1024 * 1024
+	// ackPersistInterval: the ACK cursor is written on its own after this
 	// many unsaved advances (prp.md §8.4, §12: 16).
-	AckPersistInterval = 16
-	// AckIdleFlush: an unsaved ACK cursor is written on its own once this
+	ackPersistInterval = 16
+	// ackIdleFlush: an unsaved ACK cursor is written on its own once this
 	// long has passed since its first unsaved advance without another
 	// durable write (prp.md §8.4, §12: 100 ms). Until then it rides on the
 	// next write; an older cursor after a crash only causes a
 	// byte-identical replay the core deduplicates.
-	AckIdleFlush = 100 * time.Millisecond
+	ackIdleFlush = 100 * time.Millisecond
 )
 
 // validIdentity checks the six durable identity fields (prp.md §3.2).
 func validIdentity(id prp.Identity) bool {
 	for _, s := range []string{id.RunnerInstanceID, id.EnvironmentLeaseID, id.RunID, id.NormalizedSessionID, id.TurnID, id.ItemID} {
-		if !validToken(s, MaxEventIDChars) {
+		if !validToken(s, maxEventIDChars) {
 			return false
 		}
 	}
 	// event_<runner>_<16 digits> must fit the 160-char sourceEventId bound.
-	return len(RunnerSourceEventID(id.RunnerInstanceID, 0)) <= MaxEventIDChars
+	return len(runnerSourceEventID(id.RunnerInstanceID, 0)) <= maxEventIDChars
 }
 
 // Config configures a Store.
@@ -57,7 +57,7 @@ type Config struct {
 	MaxFrameBytes  int
 	// Now stamps emittedAt; nil means Clock's Now.
 	Now func() time.Time
-	// Clock times the idle write of the ACK cursor (AckIdleFlush); nil
+	// Clock times the idle write of the ACK cursor (ackIdleFlush); nil
 	// means the system clock.
 	Clock clock.Clock
 	// Logger receives lifecycle facts, never payloads; nil discards.
@@ -107,7 +107,7 @@ type Store struct {
 	mu          sync.Mutex // serialises writers; held across the fsync
 	failed      error      // sticky write failure: disk and memory may differ
 	ackAdvances int        // ACK advances since the cursor was last written
-	// idle writes an unsaved ACK cursor after AckIdleFlush (nil until the
+	// idle writes an unsaved ACK cursor after ackIdleFlush (nil until the
 	// first unsaved advance); idleArmed: it is scheduled. Each arming gets
 	// a timer of its own and a generation (idleGen), so a callback that
 	// fired before a disarm and runs after a re-arm cannot unmark the newer
@@ -140,16 +140,16 @@ type Store struct {
 // reconnectCount is incremented and a P0 runner.reconciled event is
 // enqueued, in one durable write. A revoked state, or a stopped state with no
 // pending fence, returns ErrExitNow: the caller exits 0 at once. A corrupt
-// file returns ErrCorruptState and is left untouched on disk.
+// file returns errCorruptState and is left untouched on disk.
 func Open(cfg Config) (*Store, error) {
 	if cfg.MaxOutboxBytes == 0 {
-		cfg.MaxOutboxBytes = DefaultMaxOutboxBytes
+		cfg.MaxOutboxBytes = defaultMaxOutboxBytes
 	}
 	if cfg.P0ReserveBytes == 0 {
-		cfg.P0ReserveBytes = DefaultP0ReserveBytes
+		cfg.P0ReserveBytes = defaultP0ReserveBytes
 	}
 	if cfg.MaxFrameBytes == 0 {
-		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+		cfg.MaxFrameBytes = defaultMaxFrameBytes
 	}
 	if cfg.MaxOutboxBytes < 0 || cfg.P0ReserveBytes < 0 || cfg.P0ReserveBytes >= cfg.MaxOutboxBytes || cfg.MaxFrameBytes < 0 {
 		return nil, errors.New("open state: outbox bounds must satisfy 0 <= p0 reserve < max outbox bytes")
@@ -176,7 +176,7 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) stateLimit() int64 { return int64(s.cfg.MaxOutboxBytes) + StateOverheadBytes }
+func (s *Store) stateLimit() int64 { return int64(s.cfg.MaxOutboxBytes) + stateOverheadBytes }
 
 func (s *Store) load() error {
 	if err := s.dir.removeStaleTemps(); err != nil {
@@ -218,7 +218,7 @@ func (s *Store) load() error {
 		tx.st.ReconnectCount++
 		rec.ReconnectCount = tx.st.ReconnectCount
 		seq, err := tx.Enqueue(Event{Type: prp.EventRunnerReconciled, Priority: P0,
-			Payload: json.RawMessage(`{"outcome":"` + ReconciledOutcome + `"}`)})
+			Payload: json.RawMessage(`{"outcome":"` + reconciledOutcome + `"}`)})
 		rec.ReconciledSeq = seq
 		return err
 	})
@@ -237,7 +237,7 @@ func (s *Store) load() error {
 func (s *Store) fresh() *State {
 	id := s.cfg.Identity
 	st := &State{
-		Schema: Schema, RunnerInstanceID: id.RunnerInstanceID, EnvironmentLeaseID: id.EnvironmentLeaseID,
+		Schema: schema, RunnerInstanceID: id.RunnerInstanceID, EnvironmentLeaseID: id.EnvironmentLeaseID,
 		RunID: id.RunID, NormalizedSessionID: id.NormalizedSessionID, TurnID: id.TurnID, ItemID: id.ItemID,
 		Lifecycle: Connecting, NextSourceSeq: 1,
 		MaxOutboxBytes: s.cfg.MaxOutboxBytes, P0ReserveBytes: s.cfg.P0ReserveBytes,
@@ -388,8 +388,8 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 // ErrAckBehindCursor and ErrAckBeyondProduced are fatal protocol errors and
 // change nothing. The ACK never writes because it empties the outbox: the
 // cursor rides on the next durable write (every write saves the whole
-// in-memory state), or is written on its own after AckPersistInterval
-// unsaved advances or AckIdleFlush without another write. Until then the
+// in-memory state), or is written on its own after ackPersistInterval
+// unsaved advances or ackIdleFlush without another write. Until then the
 // file keeps the older cursor with the outbox events above it, so a crash
 // replays exactly that suffix byte for byte, which the core admits as
 // duplicates. persisted reports whether this call wrote. It takes the
@@ -407,7 +407,7 @@ func (s *Store) ApplyAck(seq uint64, protocolVersion int) (persisted bool, err e
 		return false, err
 	}
 	s.ackAdvances++
-	if s.ackAdvances < AckPersistInterval {
+	if s.ackAdvances < ackPersistInterval {
 		s.publish(st)
 		s.armIdleLocked()
 		return false, nil
@@ -428,7 +428,7 @@ func (s *Store) armIdleLocked() {
 	s.idleGen++
 	gen := s.idleGen
 	s.idleCalls.Add(1)
-	s.idle = clock.Or(s.cfg.Clock).AfterFunc(AckIdleFlush, func() { s.idleFlush(gen) })
+	s.idle = clock.Or(s.cfg.Clock).AfterFunc(ackIdleFlush, func() { s.idleFlush(gen) })
 }
 
 // disarmIdleLocked cancels the idle write: a write just saved the cursor.
@@ -461,8 +461,8 @@ func (s *Store) idleFlush(gen uint64) {
 	_ = s.commit(s.cur.Load())
 }
 
-// Flush writes the in-memory ACK cursor if it is ahead of the file.
-func (s *Store) Flush() error {
+// flush writes the in-memory ACK cursor if it is ahead of the file.
+func (s *Store) flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
@@ -475,9 +475,9 @@ func (s *Store) Flush() error {
 }
 
 // Close flushes the ACK cursor and releases the directory. Later calls fail
-// with ErrClosed.
+// with errClosed.
 func (s *Store) Close() error {
-	err := s.Flush()
+	err := s.flush()
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
@@ -487,7 +487,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	// A callback that fired before the disarm finds the store closed.
 	s.idleCalls.Wait()
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, errClosed) {
 		return nil
 	}
 	return err
@@ -495,7 +495,7 @@ func (s *Store) Close() error {
 
 func (s *Store) usable() error {
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	return s.failed
 }
@@ -507,7 +507,7 @@ func (s *Store) commit(st *State) error {
 		return fmt.Errorf("encode state: %w", err)
 	}
 	if int64(len(b)) > s.stateLimit() {
-		return fmt.Errorf("save state: %w", ErrStateTooLarge)
+		return fmt.Errorf("save state: %w", errStateTooLarge)
 	}
 	if err := s.dir.write(b); err != nil {
 		s.failed = fmt.Errorf("save state: %w", err)
@@ -526,7 +526,7 @@ func (s *Store) publish(st *State) {
 	s.cur.Store(st)
 	s.sum.Store(&Summary{
 		Lifecycle: st.Lifecycle, AckedSourceSeq: st.AckedSourceSeq, HighestSourceSeq: st.HighestSourceSeq(),
-		OutboxBytes: st.OutboxBytes(), LastControllerCommandSeq: st.LastControllerCommandSeq,
+		OutboxBytes: st.outboxBytes(), LastControllerCommandSeq: st.LastControllerCommandSeq,
 		ReconnectCount: st.ReconnectCount, StoragePressure: st.Backpressure || st.Lifecycle == Unrecoverable,
 		TurnEnded: st.TurnEnded,
 	})
@@ -550,7 +550,7 @@ func (b *boundFact) apply(st *State) {
 
 func (st *State) addDiagnostic(msg string) {
 	st.Diagnostics = append(st.Diagnostics, redactText(msg))
-	if n := len(st.Diagnostics); n > MaxDiagnostics {
-		st.Diagnostics = append([]string(nil), st.Diagnostics[n-MaxDiagnostics:]...)
+	if n := len(st.Diagnostics); n > maxDiagnostics {
+		st.Diagnostics = append([]string(nil), st.Diagnostics[n-maxDiagnostics:]...)
 	}
 }

@@ -40,15 +40,15 @@ func (tx *Tx) SetLifecycle(l Lifecycle) error {
 	return nil
 }
 
-// TurnEnded reports whether a provider turn's terminal event was committed
+// turnEnded reports whether a provider turn's terminal event was committed
 // since the last ClearTurnEnded.
-func (tx *Tx) TurnEnded() bool { return tx.st.TurnEnded }
+func (tx *Tx) turnEnded() bool { return tx.st.TurnEnded }
 
 // ClearTurnEnded records that the runner has acted on the ended turn.
 func (tx *Tx) ClearTurnEnded() { tx.st.TurnEnded = false }
 
-// RecordDiagnostic appends a redacted diagnostic (at most MaxDiagnostics kept).
-func (tx *Tx) RecordDiagnostic(msg string) { tx.st.addDiagnostic(msg) }
+// recordDiagnostic appends a redacted diagnostic (at most maxDiagnostics kept).
+func (tx *Tx) recordDiagnostic(msg string) { tx.st.addDiagnostic(msg) }
 
 // SetRecoverableFailure records (code != "") or clears the recoverable failure.
 func (tx *Tx) SetRecoverableFailure(code string) {
@@ -86,9 +86,9 @@ func (tx *Tx) SetTerminalFence(r CommandResult, l Lifecycle) error {
 // acknowledged and the outbox flushed (prp.md §7.4).
 func (tx *Tx) ClearTerminalFence() { tx.st.PendingTerminalDelivery = nil }
 
-// SetProviderCleanupFence records that a provider may still be running after
+// setProviderCleanupFence records that a provider may still be running after
 // a failed stop (prp.md §9.4); nil clears it.
-func (tx *Tx) SetProviderCleanupFence(f *TerminalFence) {
+func (tx *Tx) setProviderCleanupFence(f *TerminalFence) {
 	if f == nil {
 		tx.st.PendingProviderCleanup = nil
 		return
@@ -129,8 +129,8 @@ func (tx *Tx) SetRecord(name string, v any) error {
 	return nil
 }
 
-// DeleteRecord removes the record name.
-func (tx *Tx) DeleteRecord(name string) { delete(tx.st.Extensions, name) }
+// deleteRecord removes the record name.
+func (tx *Tx) deleteRecord(name string) { delete(tx.st.Extensions, name) }
 
 // Record decodes the record name into v; ok is false when it is absent.
 func (tx *Tx) Record(name string, v any) (ok bool, err error) {

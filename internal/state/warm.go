@@ -51,13 +51,13 @@ func (st *State) PendingWarm() (*PendingWarmTransition, error) {
 	}
 	var p PendingWarmTransition
 	if err := json.Unmarshal(st.WarmTransition, &p); err != nil {
-		return nil, fmt.Errorf("decode warm transition: %w", ErrCorruptState)
+		return nil, fmt.Errorf("decode warm transition: %w", errCorruptState)
 	}
 	return &p, nil
 }
 
-// PendingWarm returns the committed state's pending warm transition, if any.
-func (s *Store) PendingWarm() (*PendingWarmTransition, error) { return s.cur.Load().PendingWarm() }
+// pendingWarm returns the committed state's pending warm transition, if any.
+func (s *Store) pendingWarm() (*PendingWarmTransition, error) { return s.cur.Load().PendingWarm() }
 
 // PrepareWarmTransition persists phase "prepared" (prp.md §9.5 step 2)
 // under the old identity: the whole old outbox must be acknowledged, no
@@ -161,7 +161,7 @@ func (tx *Tx) CompleteWarmTransition(transitionID string) error {
 	if cur == nil || cur.Phase != WarmActivating || cur.Receipt.TransitionID != transitionID {
 		return fmt.Errorf("complete warm transition: %w: no activating transition with this id", ErrWarmTransition)
 	}
-	st.Schema, st.WarmTransition = Schema, nil
+	st.Schema, st.WarmTransition = schema, nil
 	return nil
 }
 
@@ -210,6 +210,6 @@ func (st *State) recoverWarm(as prp.Identity) error {
 	default:
 		return corruptState("unknown warm transition phase")
 	}
-	st.Schema, st.WarmTransition = Schema, nil
+	st.Schema, st.WarmTransition = schema, nil
 	return nil
 }

@@ -33,16 +33,16 @@ const (
 
 // Core-side protocol faults; each closes the runner's connection (prp.md §8.4, §7.3).
 var (
-	// ErrSourceSeq: an event whose sourceSeq is neither acked+1 nor a duplicate.
-	ErrSourceSeq = errors.New("event sourceSeq is not contiguous")
-	// ErrSourceEventReplayConflict is source_event_replay_conflict.
-	ErrSourceEventReplayConflict = errors.New("source_event_replay_conflict")
-	// ErrCommandResult: a result for an unknown command or a conflicting one for a settled command.
-	ErrCommandResult = errors.New("command result does not match the journal")
-	// ErrLeaseNotUsable: the connection's lease expired or was revoked (scenario 27).
-	ErrLeaseNotUsable = errors.New("connection lease expired or revoked")
-	// ErrJournalFull: more than MaxCommands commands queued.
-	ErrJournalFull = errors.New("core command journal full")
+	// errSourceSeq: an event whose sourceSeq is neither acked+1 nor a duplicate.
+	errSourceSeq = errors.New("event sourceSeq is not contiguous")
+	// errSourceEventReplayConflict is source_event_replay_conflict.
+	errSourceEventReplayConflict = errors.New("source_event_replay_conflict")
+	// errCommandResult: a result for an unknown command or a conflicting one for a settled command.
+	errCommandResult = errors.New("command result does not match the journal")
+	// errLeaseNotUsable: the connection's lease expired or was revoked (scenario 27).
+	errLeaseNotUsable = errors.New("connection lease expired or revoked")
+	// errJournalFull: more than MaxCommands commands queued.
+	errJournalFull = errors.New("core command journal full")
 )
 
 // errSuperseded ends a connection replaced by a newer authenticated one
@@ -56,7 +56,7 @@ type Config struct {
 	Store                       *MemoryCredentialStore // nil: a new one
 	LeaseTTL                    time.Duration          // 0: DefaultLeaseTTL
 	TicketTTL                   time.Duration          // 0: DefaultTicketTTL
-	MaxFrameBytes               int                    // announced in the welcome; 0: DefaultMaxFrameBytes
+	MaxFrameBytes               int                    // announced in the welcome; 0: defaultMaxFrameBytes
 	PingInterval                time.Duration          // WebSocket Ping when idle; 0: DefaultPingInterval
 	SilenceTimeout              time.Duration          // 0: DefaultSilenceTimeout
 	Logger                      *slog.Logger
@@ -426,7 +426,7 @@ func (c *Core) inspect(cc *coreConn, pt []byte) (prp.FrameAction, error) {
 		return 0, err
 	}
 	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
-		return 0, ErrLeaseNotUsable
+		return 0, errLeaseNotUsable
 	}
 	c.mu.Lock()
 	c.pongs++
@@ -479,7 +479,7 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 		return err
 	}
 	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
-		return ErrLeaseNotUsable // every later frame, lease_renew included (scenario 27)
+		return errLeaseNotUsable // every later frame, lease_renew included (scenario 27)
 	}
 	switch env.Kind {
 	case prp.KindEvent:
@@ -497,7 +497,7 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 		if fenced {
 			return nil // no renewal behind a terminal lifecycle command or inside a warm transition (prp.md §5, §13.1)
 		}
-		r, err := c.store.RenewLease(cc.lease.ID, p, c.cfg.LeaseTTL, time.Now())
+		r, err := c.store.renewLease(cc.lease.ID, p, c.cfg.LeaseTTL, time.Now())
 		if err != nil {
 			return err
 		}
@@ -578,11 +578,11 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *prp.Envelope) error {
 	case p.SourceSeq >= 1 && p.SourceSeq <= c.acked && int(p.SourceSeq) <= len(c.canon):
 		if string(c.canon[p.SourceSeq-1]) != string(canon) {
 			c.mu.Unlock()
-			return ErrSourceEventReplayConflict
+			return errSourceEventReplayConflict
 		}
 	default:
 		c.mu.Unlock()
-		return ErrSourceSeq
+		return errSourceSeq
 	}
 	c.mu.Unlock()
 	cc.ackOwed = true
@@ -608,13 +608,13 @@ func (c *Core) admitResult(cc *coreConn, env *prp.Envelope) error {
 	switch {
 	case cmd == nil || cmd.cmd.ControllerSeq != p.ControllerSeq:
 		c.mu.Unlock()
-		return ErrCommandResult
+		return errCommandResult
 	case cmd.result != nil:
 		same := string(cmd.result) == string(canon)
 		warm := c.warm
 		c.mu.Unlock()
 		if !same {
-			return ErrCommandResult
+			return errCommandResult
 		}
 		if warm != nil && warm.receipt.CommandID == p.CommandID && !warm.activating {
 			return c.ackWarm(cc, p, warm.receipt) // a replayed attach result gets its receipt again
@@ -652,7 +652,7 @@ func (c *Core) admitResult(cc *coreConn, env *prp.Envelope) error {
 func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessage, canon []byte, p prp.CommandResultPayload) error {
 	lease, ok := c.store.LeaseState(cc.lease.ID, time.Now())
 	if !ok {
-		return ErrLeaseNotUsable
+		return errLeaseNotUsable
 	}
 	wire := prp.Command{Raw: cmd.raw, Type: cmd.cmd.Type, CommandID: cmd.cmd.CommandID, ControllerSeq: cmd.cmd.ControllerSeq, Payload: cmd.cmd.Payload}
 	c.mu.Lock()
@@ -672,7 +672,7 @@ func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessa
 	c.mu.Lock()
 	if cmd.result != nil || c.warm != nil {
 		c.mu.Unlock()
-		return ErrCommandResult
+		return errCommandResult
 	}
 	cmd.result = canon
 	results := maps.Clone(c.results)
@@ -768,7 +768,7 @@ func (c *Core) QueueCommand(cmd prp.Command) (prp.Command, error) {
 	}
 	if len(*journal) >= MaxCommands {
 		c.mu.Unlock()
-		return prp.Command{}, ErrJournalFull
+		return prp.Command{}, errJournalFull
 	}
 	cmd.ControllerSeq = uint64(len(*journal) + 1)
 	c.issued++

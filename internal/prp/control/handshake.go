@@ -15,15 +15,15 @@ import (
 )
 
 const (
-	// AuthChallengeTTL bounds how long a challenge stays answerable (CP
+	// authChallengeTTL bounds how long a challenge stays answerable (CP
 	// authChallengeTtlMs); credential expiry bounds it too.
-	AuthChallengeTTL = 5 * time.Second
+	authChallengeTTL = 5 * time.Second
 	// DefaultLeaseTTL is the connection lease TTL when Handshake.LeaseTTL
 	// is zero (CP connectionLeaseTtlMs default).
 	DefaultLeaseTTL = 60 * time.Second
-	// DefaultMaxFrameBytes is the welcome's maxFrameBytes when
+	// defaultMaxFrameBytes is the welcome's maxFrameBytes when
 	// Handshake.MaxFrameBytes is zero (CP maxFrameBytes, older cores).
-	DefaultMaxFrameBytes = 1 << 20
+	defaultMaxFrameBytes = 1 << 20
 	// welcomeMaxBatchEvents and welcomeHeartbeatIntervalMs are constants in
 	// CP's welcome; runnerd ignores the heartbeat.
 	welcomeMaxBatchEvents      = 100
@@ -35,8 +35,8 @@ const (
 
 // Core-side handshake failures. The core closes the connection on each.
 var (
-	ErrCredentialRejected = errors.New("credential unknown, used, expired or revoked")
-	ErrChallengeExpired   = errors.New("auth challenge expired")
+	errCredentialRejected = errors.New("credential unknown, used, expired or revoked")
+	errChallengeExpired   = errors.New("auth challenge expired")
 )
 
 // Credential is a usable ticket or lease as the core's store holds it.
@@ -56,7 +56,7 @@ type Credential struct {
 type CredentialStore interface {
 	// Lookup returns the credential with this id if it is an unused,
 	// unexpired bootstrap ticket or an unrevoked, unexpired lease at now;
-	// otherwise an error wrapping ErrCredentialRejected.
+	// otherwise an error wrapping errCredentialRejected.
 	Lookup(credentialID string, now time.Time) (Credential, error)
 	// Admit runs once the client proof validated. It re-validates the
 	// credential and, for a bootstrap ticket, atomically marks it used and
@@ -88,7 +88,7 @@ type Handshake struct {
 	// DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// MaxFrameBytes is announced in the welcome; 0 means
-	// DefaultMaxFrameBytes.
+	// defaultMaxFrameBytes.
 	MaxFrameBytes int
 	// ConnectionID names this connection (connection_<n> in CP); empty means
 	// a random one.
@@ -191,12 +191,12 @@ func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hell
 		return nil, nil, fmt.Errorf("core handshake: sign challenge: %w", err)
 	}
 	ch.ServerProof = prp.ServerProof(cred.AuthKey[:], signing)
-	deadline := min(cred.ExpiresAtUnixMs, now.Add(AuthChallengeTTL).UnixMilli())
+	deadline := min(cred.ExpiresAtUnixMs, now.Add(authChallengeTTL).UnixMilli())
 	if err := prp.WriteAuth(ctx, c, selected, prp.KindAuthChallenge, ch); err != nil {
 		return nil, nil, fmt.Errorf("core handshake: send auth_challenge: %w", err)
 	}
 
-	rctx, cancel := context.WithTimeout(ctx, AuthChallengeTTL)
+	rctx, cancel := context.WithTimeout(ctx, authChallengeTTL)
 	msg, err = c.ReadMsg(rctx)
 	cancel()
 	if err != nil {
@@ -204,7 +204,7 @@ func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hell
 	}
 	now = h.now()
 	if now.UnixMilli() >= deadline {
-		return nil, nil, fmt.Errorf("core handshake: %w", ErrChallengeExpired)
+		return nil, nil, fmt.Errorf("core handshake: %w", errChallengeExpired)
 	}
 	resp, err := prp.ParseAuthResponse(msg, selected)
 	if err != nil {
@@ -219,7 +219,7 @@ func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hell
 			return nil, nil, fmt.Errorf("core handshake: admission: %w", err)
 		}
 		if now = h.now(); now.UnixMilli() >= deadline {
-			return nil, nil, fmt.Errorf("core handshake: %w", ErrChallengeExpired)
+			return nil, nil, fmt.Errorf("core handshake: %w", errChallengeExpired)
 		}
 	}
 	lease, err := h.Store.Admit(cred, selected, h.leaseTTL(), now)
@@ -294,7 +294,7 @@ func (h *Handshake) sealWelcome(s *prp.Session, lease prp.Lease, now time.Time, 
 	}
 	maxFrame := h.MaxFrameBytes
 	if maxFrame == 0 {
-		maxFrame = DefaultMaxFrameBytes
+		maxFrame = defaultMaxFrameBytes
 	}
 	renewal := leaseRenewalVersion
 	expiry, epoch := lease.ExpiresAtUnixMs, lease.RevocationEpoch

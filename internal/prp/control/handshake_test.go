@@ -206,7 +206,7 @@ func TestPRP07_BootstrapHoldsLease(t *testing.T) {
 	assert.Equal(t, 1, w.Lease.RenewalVersion)
 	assert.Equal(t, "connection_1", w.ConnectionID)
 	assert.Equal(t, "welcome_1", w.EnvelopeID)
-	assert.Equal(t, DefaultMaxFrameBytes, w.MaxFrameBytes)
+	assert.Equal(t, defaultMaxFrameBytes, w.MaxFrameBytes)
 	assert.True(t, w.HasAckedSourceSeq)
 	assert.Equal(t, res.core.ID, res.runner.ID)
 	assert.Equal(t, prp.CredentialBootstrap, res.hello.CredentialKind)
@@ -672,7 +672,7 @@ func TestPRP06_AuthIONearDeadline(t *testing.T) {
 		assert.Equal(t, prp.AuthMessageTimeout, time.Since(start))
 	})
 	synctest.Test(t, func(t *testing.T) {
-		// The core's challenge expires after AuthChallengeTTL.
+		// The core's challenge expires after authChallengeTTL.
 		store := NewMemoryCredentialStore()
 		ticket, err := store.IssueTicket(time.Minute, time.Now())
 		require.NoError(t, err)
@@ -697,7 +697,7 @@ func TestPRP06_AuthIONearDeadline(t *testing.T) {
 func TestLeaseRenewalLostReply(t *testing.T) {
 	store, res := bootstrap(t)
 	lease := res.welcome.Lease
-	renewed, err := store.RenewLease(lease.ID, prp.LeaseRenewPayload{
+	renewed, err := store.renewLease(lease.ID, prp.LeaseRenewPayload{
 		ConnectionLeaseExpiresAtUnixMs: lease.ExpiresAtUnixMs, ConnectionLeaseRevocationEpoch: 0,
 	}, 2*time.Minute, time.Now())
 	require.NoError(t, err)
@@ -720,14 +720,14 @@ func TestLeaseRenewalLostReply(t *testing.T) {
 	require.ErrorIs(t, r.runnerErr, prp.ErrChallengeRejected, "not during a warm transition")
 
 	// A retried renewal with the older stated expiry replays the recorded one.
-	again, err := store.RenewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: lease.ExpiresAtUnixMs}, 2*time.Minute, time.Now().Add(time.Second))
+	again, err := store.renewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: lease.ExpiresAtUnixMs}, 2*time.Minute, time.Now().Add(time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, renewed.ConnectionLeaseExpiresAtUnixMs, again.ConnectionLeaseExpiresAtUnixMs)
 	assert.Equal(t, lease.ExpiresAtUnixMs, again.PreviousExpiresAtUnixMs)
-	_, err = store.RenewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs + 1}, time.Minute, time.Now())
-	assert.ErrorIs(t, err, ErrLeaseRenewMismatch)
-	_, err = store.RenewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs, ConnectionLeaseRevocationEpoch: 3}, time.Minute, time.Now())
-	assert.ErrorIs(t, err, ErrLeaseRenewMismatch)
+	_, err = store.renewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs + 1}, time.Minute, time.Now())
+	assert.ErrorIs(t, err, errLeaseRenewMismatch)
+	_, err = store.renewLease(lease.ID, prp.LeaseRenewPayload{ConnectionLeaseExpiresAtUnixMs: renewed.ConnectionLeaseExpiresAtUnixMs, ConnectionLeaseRevocationEpoch: 3}, time.Minute, time.Now())
+	assert.ErrorIs(t, err, errLeaseRenewMismatch)
 }
 
 // TestExpiredOrRevokedLease: an expired lease is not even offered; a revoked
@@ -754,7 +754,7 @@ func TestExpiredOrRevokedLease(t *testing.T) {
 	assert.False(t, ok)
 	c.Lease = &lease
 	r := runBoth(t, c, newCore(store))
-	require.ErrorIs(t, r.coreErr, ErrCredentialRejected)
+	require.ErrorIs(t, r.coreErr, errCredentialRejected)
 	require.Error(t, r.runnerErr)
 }
 

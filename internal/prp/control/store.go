@@ -13,16 +13,16 @@ import (
 
 // Bootstrap ticket TTL bounds (CP issueBootstrapTicket).
 const (
-	MinTicketTTL = time.Second
-	MaxTicketTTL = 60 * time.Second
+	minTicketTTL = time.Second
+	maxTicketTTL = 60 * time.Second
 )
 
 // Lease store errors.
 var (
-	ErrLeaseUnknown = errors.New("connection lease unknown, expired or revoked")
-	// ErrLeaseRenewMismatch: lease_renew stated an epoch or expiry the core
+	errLeaseUnknown = errors.New("connection lease unknown, expired or revoked")
+	// errLeaseRenewMismatch: lease_renew stated an epoch or expiry the core
 	// does not hold; the core closes the connection (spec §5).
-	ErrLeaseRenewMismatch = errors.New("lease renewal does not match the held lease")
+	errLeaseRenewMismatch = errors.New("lease renewal does not match the held lease")
 )
 
 // MemoryCredentialStore is an in-memory CredentialStore for the core half
@@ -67,8 +67,8 @@ func (m *MemoryCredentialStore) rand() io.Reader {
 // for ttl (1–60 s) from now and returns the token. The store keeps only its
 // auth key.
 func (m *MemoryCredentialStore) IssueTicket(ttl time.Duration, now time.Time) (string, error) {
-	if ttl < MinTicketTTL || ttl > MaxTicketTTL {
-		return "", fmt.Errorf("issue ticket: ttl %s outside %s–%s", ttl, MinTicketTTL, MaxTicketTTL)
+	if ttl < minTicketTTL || ttl > maxTicketTTL {
+		return "", fmt.Errorf("issue ticket: ttl %s outside %s–%s", ttl, minTicketTTL, maxTicketTTL)
 	}
 	id, err := randomUUID(m.rand())
 	if err != nil {
@@ -125,7 +125,7 @@ func (m *MemoryCredentialStore) Lookup(credentialID string, now time.Time) (Cred
 			LeaseID: l.lease.ID, RevocationEpoch: l.lease.RevocationEpoch, ProtocolVersion: l.lease.ProtocolVersion,
 		}, nil
 	}
-	return Credential{}, ErrCredentialRejected
+	return Credential{}, errCredentialRejected
 }
 
 // Admit implements CredentialStore: the ticket is consumed and the lease
@@ -138,7 +138,7 @@ func (m *MemoryCredentialStore) Admit(cred Credential, version int, ttl time.Dur
 	case prp.CredentialBootstrap:
 		t := m.tickets[cred.ID]
 		if t == nil || t.used || t.expiresAtUnixMs <= ms || t.authKey != cred.AuthKey {
-			return prp.Lease{}, ErrCredentialRejected
+			return prp.Lease{}, errCredentialRejected
 		}
 		leaseUUID, err := randomUUID(m.rand())
 		if err != nil {
@@ -161,11 +161,11 @@ func (m *MemoryCredentialStore) Admit(cred Credential, version int, ttl time.Dur
 		r := m.leases[cred.ID]
 		if r == nil || r.revoked || r.lease.ExpiresAtUnixMs <= ms || r.authKey != cred.AuthKey ||
 			r.lease.ExpiresAtUnixMs != cred.ExpiresAtUnixMs || r.lease.RevocationEpoch != cred.RevocationEpoch {
-			return prp.Lease{}, ErrCredentialRejected
+			return prp.Lease{}, errCredentialRejected
 		}
 		return r.lease, nil
 	}
-	return prp.Lease{}, ErrCredentialRejected
+	return prp.Lease{}, errCredentialRejected
 }
 
 // byLeaseIDLocked finds a lease record by lease id; m.mu held.
@@ -191,22 +191,22 @@ func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (prp.L
 	return r.lease, !r.revoked && r.lease.ExpiresAtUnixMs > now.UnixMilli()
 }
 
-// RenewLease applies a lease_renew as CP #renewLease does: the stated epoch
+// renewLease applies a lease_renew as CP #renewLease does: the stated epoch
 // must match and the stated expiry must be > 0 and ≤ the recorded one. A
 // stated expiry equal to the recorded one extends it to max(recorded,
 // now+ttl); an older one (a retry after a lost reply) changes nothing. It
 // returns the payload of the lease_renewed reply.
-func (m *MemoryCredentialStore) RenewLease(leaseID string, req prp.LeaseRenewPayload, ttl time.Duration, now time.Time) (prp.LeaseRenewedPayload, error) {
+func (m *MemoryCredentialStore) renewLease(leaseID string, req prp.LeaseRenewPayload, ttl time.Duration, now time.Time) (prp.LeaseRenewedPayload, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.byLeaseIDLocked(leaseID)
 	ms := now.UnixMilli()
 	if r == nil || r.revoked || r.lease.ExpiresAtUnixMs <= ms {
-		return prp.LeaseRenewedPayload{}, ErrLeaseUnknown
+		return prp.LeaseRenewedPayload{}, errLeaseUnknown
 	}
 	stated := req.ConnectionLeaseExpiresAtUnixMs
 	if req.ConnectionLeaseRevocationEpoch != r.lease.RevocationEpoch || stated <= 0 || stated > r.lease.ExpiresAtUnixMs {
-		return prp.LeaseRenewedPayload{}, ErrLeaseRenewMismatch
+		return prp.LeaseRenewedPayload{}, errLeaseRenewMismatch
 	}
 	if stated == r.lease.ExpiresAtUnixMs {
 		r.lease.ExpiresAtUnixMs = max(r.lease.ExpiresAtUnixMs, ms+ttl.Milliseconds())
@@ -225,7 +225,7 @@ func (m *MemoryCredentialStore) Revoke(leaseID string, epoch int64) (prp.RevokeP
 	defer m.mu.Unlock()
 	r := m.byLeaseIDLocked(leaseID)
 	if r == nil {
-		return prp.RevokePayload{}, ErrLeaseUnknown
+		return prp.RevokePayload{}, errLeaseUnknown
 	}
 	if epoch <= r.lease.RevocationEpoch {
 		return prp.RevokePayload{}, prp.ErrRevokeEpoch

@@ -13,10 +13,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
 
-// DefaultWaitBound bounds each wait of a Core unless WaitBound is set. Inside
+// defaultWaitBound bounds each wait of a Core unless WaitBound is set. Inside
 // a synctest bubble it is simulated time, so it only ends a test whose
 // condition can no longer come true.
-const DefaultWaitBound = 10 * time.Second
+const defaultWaitBound = 10 * time.Second
 
 // pipeHost is the authority of PipeURL: a loopback literal (the dialer
 // resolves nothing and pins it) on port 1, which nothing dials because the
@@ -36,7 +36,7 @@ const pipeHost = "127.0.0.1:1"
 // their goroutines.
 type Core struct {
 	*control.Core
-	// WaitBound bounds WaitFor and WaitResult; 0 means DefaultWaitBound.
+	// WaitBound bounds WaitFor and WaitResult; 0 means defaultWaitBound.
 	WaitBound time.Duration
 
 	t    testing.TB
@@ -102,7 +102,7 @@ func (c *Core) bound() time.Duration {
 	if c.WaitBound > 0 {
 		return c.WaitBound
 	}
-	return DefaultWaitBound
+	return defaultWaitBound
 }
 
 // WaitFor waits, bounded, until cond holds of the core's state and returns

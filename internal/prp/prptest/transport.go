@@ -5,7 +5,7 @@
 //
 //   - Transport is an http.RoundTripper that serves each request with an
 //     http.Handler over net.Pipe. Pass it as prp.DialerConfig.Transport (the
-//     runner's runner.Options.Transport) and the dialer's upgrade reaches the
+//     runner's options.Transport) and the dialer's upgrade reaches the
 //     handler without TCP.
 //   - Core is a control.Core for one registration, reachable over a Transport
 //     (inside a bubble) or over a loopback httptest server (for a runnerd in
@@ -28,9 +28,9 @@ import (
 	"sync"
 )
 
-// ErrClosed is what RoundTrip returns once the Transport is closed, as a
+// errClosed is what RoundTrip returns once the Transport is closed, as a
 // refused connection would be: the dialer treats it as a failed attempt.
-var ErrClosed = errors.New("prptest: transport closed")
+var errClosed = errors.New("prptest: transport closed")
 
 // Transport serves every round trip with one handler over an in-memory pipe.
 // An upgrade (101 Switching Protocols) hands the client the pipe's other
@@ -63,7 +63,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	c1, c2 := net.Pipe()
 	cc, sc := t.track(c1), t.track(c2)

@@ -70,7 +70,7 @@ func TestTransportUpgradeOverPipe(t *testing.T) {
 
 		tr.Close()
 		_, err = hc.Get("http://pipe.test/ws")
-		require.True(t, errors.Is(err, ErrClosed), "%v", err)
+		require.True(t, errors.Is(err, errClosed), "%v", err)
 	})
 }
 

@@ -67,7 +67,7 @@ func helpExitSection(t *testing.T, status string) string {
 // bind failure is 1, a signal's orderly stop is 0; the grace's start is
 // documented.
 func TestHelpExitStatusAgreesWithExitCode(t *testing.T) {
-	args := append([]string{"--listen-path", ListenPathPrefix + "another-run"}, identityArgs()...)
+	args := append([]string{"--listen-path", listenPathPrefix + "another-run"}, identityArgs()...)
 	_, err := ParseArgs(args, noEnv)
 	require.Equal(t, ExitUsage, ExitCode(err))
 	require.Equal(t, CodeIngressBindConflict, CodeOf(err))

@@ -11,33 +11,33 @@ import (
 
 // Defaults. Each mirrors the spec line named in its comment.
 const (
-	DefaultListenAddress            = "0.0.0.0"                 // prp.md §1.2 (the reference accepts only this)
-	DefaultListenPort               = 43127                     // prp.md §1.2, AU: the Daytona ingress port
-	DefaultMaxOutboxBytes           = 64 * 1024                 // prp.md §13 table (R-bin default)
-	DefaultP0ReserveBytes           = 32 * 1024                 // prp.md §13 table (R-bin default)
-	DefaultMaxFrameBytes            = 1024 * 1024               // prp.md §1.4: default 1 MiB
-	DefaultReconnectDelay           = 25 * time.Millisecond     // prp.md §6.1, §12 (the server passes 250)
-	DefaultPingInterval             = 20 * time.Second          // prp.md §12, --ping-interval-ms (beyond)
-	DefaultSilenceTimeout           = 45 * time.Second          // prp.md §12, --silence-timeout-ms (beyond)
-	DefaultSessionOpenResumeTimeout = 30 * time.Second          // acp.md §7: adopt/resume bound
-	DefaultSessionOpenColdTimeout   = 30 * time.Second          // acp.md §7: cold bound for codex and other agents
-	DefaultSessionOpenColdLong      = 60 * time.Second          // acp.md §2.1, §7: cold bound for claude, pi, opencode
-	DefaultCancelGrace              = 5 * time.Second           // acp.md §4.4, §7
-	DefaultMaxConcurrentColdStarts  = 4                         // acp.md §4.2 (Paperclip ACPX_MAX_CONCURRENT_SESSION_INITS)
-	DefaultLifecycle                = LifecyclePerTurn          // prp.md §13 table
-	DefaultLogFormat                = LogFormatJSON             // STYLE.md: JSON handler by default
-	DefaultLogLevel                 = slog.LevelInfo            // beyond: the reference logs lifecycle lines at info
-	ListenPathPrefix                = "/api/runner/v1/connect/" // prp.md §1.1, §1.2
+	defaultListenAddress            = "0.0.0.0"                 // prp.md §1.2 (the reference accepts only this)
+	defaultListenPort               = 43127                     // prp.md §1.2, AU: the Daytona ingress port
+	defaultMaxOutboxBytes           = 64 * 1024                 // prp.md §13 table (R-bin default)
+	defaultP0ReserveBytes           = 32 * 1024                 // prp.md §13 table (R-bin default)
+	defaultMaxFrameBytes            = 1024 * 1024               // prp.md §1.4: default 1 MiB
+	defaultReconnectDelay           = 25 * time.Millisecond     // prp.md §6.1, §12 (the server passes 250)
+	defaultPingInterval             = 20 * time.Second          // prp.md §12, --ping-interval-ms (beyond)
+	defaultSilenceTimeout           = 45 * time.Second          // prp.md §12, --silence-timeout-ms (beyond)
+	defaultSessionOpenResumeTimeout = 30 * time.Second          // acp.md §7: adopt/resume bound
+	defaultSessionOpenColdTimeout   = 30 * time.Second          // acp.md §7: cold bound for codex and other agents
+	defaultSessionOpenColdLong      = 60 * time.Second          // acp.md §2.1, §7: cold bound for claude, pi, opencode
+	defaultCancelGrace              = 5 * time.Second           // acp.md §4.4, §7
+	defaultMaxConcurrentColdStarts  = 4                         // acp.md §4.2 (Paperclip ACPX_MAX_CONCURRENT_SESSION_INITS)
+	defaultLifecycle                = LifecyclePerTurn          // prp.md §13 table
+	defaultLogFormat                = LogFormatJSON             // STYLE.md: JSON handler by default
+	defaultLogLevel                 = slog.LevelInfo            // beyond: the reference logs lifecycle lines at info
+	listenPathPrefix                = "/api/runner/v1/connect/" // prp.md §1.1, §1.2
 )
 
 // defaultColdTimeoutAgents are the agents whose cold session.open bound is
-// DefaultSessionOpenColdLong (acp.md §2.1 table).
+// defaultSessionOpenColdLong (acp.md §2.1 table).
 var defaultColdTimeoutAgents = []string{"claude", "opencode", "pi"}
 
 // Bounds on flag values. Each names its source.
 const (
-	MinMaxFrameBytes     = 1024                       // prp.md §1.4: allowed 1 KiB–16 MiB
-	MaxMaxFrameBytes     = 16 * 1024 * 1024           // prp.md §1.4
+	minMaxFrameBytes     = 1024                       // prp.md §1.4: allowed 1 KiB–16 MiB
+	maxMaxFrameBytes     = 16 * 1024 * 1024           // prp.md §1.4
 	maxOutboxBytesLimit  = 1 << 30                    // beyond: the outbox lives in runner-state.json in memory; the newest server passes 16 MiB
 	maxReconnectDelay    = 5 * time.Second            // prp.md §6.1: backoff is clamped to 1–5000 ms, a larger base means nothing
 	maxDurationFlag      = 24 * time.Hour             // beyond: no runnerd wait is meant to exceed a day (lease TTL max is 24 h, prp.md §5)
@@ -114,7 +114,7 @@ type Config struct {
 	DialPort     uint16
 	CABundlePath string // only with wss://; the file itself is checked when opened
 
-	// Listen mode. ListenPath == ListenPathPrefix + Identity.RunID.
+	// Listen mode. ListenPath == listenPathPrefix + Identity.RunID.
 	ListenAddress netip.Addr
 	ListenPort    uint16 // 0 asks the kernel for a port (tests)
 	ListenPath    string
@@ -126,7 +126,7 @@ type Config struct {
 
 	MaxOutboxBytes int64 // > P0ReserveBytes
 	P0ReserveBytes int64
-	MaxFrameBytes  int64 // MinMaxFrameBytes..MaxMaxFrameBytes
+	MaxFrameBytes  int64 // minMaxFrameBytes..MaxMaxFrameBytes
 
 	ReconnectDelay    time.Duration
 	ReconnectGrace    time.Duration // meaningful only when HasReconnectGrace; at most 100 years

@@ -33,7 +33,7 @@ func identityArgs() []string {
 }
 
 func listenArgs(extra ...string) []string {
-	args := []string{"--listen-address", "0.0.0.0", "--listen-port", "43127", "--listen-path", ListenPathPrefix + testRunID}
+	args := []string{"--listen-address", "0.0.0.0", "--listen-port", "43127", "--listen-path", listenPathPrefix + testRunID}
 	args = append(args, identityArgs()...)
 	return append(args, extra...)
 }
@@ -52,13 +52,13 @@ func mustParse(t *testing.T, args []string) Config {
 	return cfg
 }
 
-func requireUsage(t *testing.T, args []string, flag string, code Code) *UsageError {
+func requireUsage(t *testing.T, args []string, flag string, code Code) *usageError {
 	t.Helper()
 	_, err := ParseArgs(args, noEnv)
 	require.Error(t, err, "args %q", args)
-	var ue *UsageError
+	var ue *usageError
 	require.ErrorAs(t, err, &ue)
-	require.ErrorIs(t, err, ErrUsage)
+	require.ErrorIs(t, err, errUsage)
 	require.Equal(t, flag, ue.Flag, "error: %v", err)
 	if code != "" {
 		require.Equal(t, code, CodeOf(err), "error: %v", err)
@@ -168,7 +168,7 @@ func TestServerLaunchArgvParses(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, listenArgs())
-	require.EqualValues(t, DefaultMaxOutboxBytes, cfg.MaxOutboxBytes)
+	require.EqualValues(t, defaultMaxOutboxBytes, cfg.MaxOutboxBytes)
 	require.EqualValues(t, 64*1024, cfg.MaxOutboxBytes)
 	require.EqualValues(t, 32*1024, cfg.P0ReserveBytes)
 	require.EqualValues(t, 1<<20, cfg.MaxFrameBytes)
@@ -305,9 +305,9 @@ func TestUsageErrors(t *testing.T) {
 		{"ca bundle in listen mode", listenArgs("--ca-bundle-path", "/ca.pem"), "--ca-bundle-path", CodeUsage},
 		{"ca bundle with ws", dialArgs("ws://127.0.0.1:1/x", "--ca-bundle-path", "/ca.pem"), "--ca-bundle-path", CodeUsage},
 		{"listen path missing", append([]string{"--listen-address", "0.0.0.0"}, identityArgs()...), "--listen-path", CodeIngressBindConflict},
-		{"listen path other run", append([]string{"--listen-path", ListenPathPrefix + "other"}, identityArgs()...), "--listen-path", CodeIngressBindConflict},
+		{"listen path other run", append([]string{"--listen-path", listenPathPrefix + "other"}, identityArgs()...), "--listen-path", CodeIngressBindConflict},
 		{"listen address hostname", listenArgs("--listen-address", "localhost")[2:], "--listen-address", CodeIngressBindConflict},
-		{"listen port too big", append([]string{"--listen-port", "65536", "--listen-path", ListenPathPrefix + testRunID}, identityArgs()...), "--listen-port", CodeUsage},
+		{"listen port too big", append([]string{"--listen-port", "65536", "--listen-path", listenPathPrefix + testRunID}, identityArgs()...), "--listen-port", CodeUsage},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -330,7 +330,7 @@ func dialArgsWith(flag, value string) []string {
 // is valid; an empty id, an extra segment, a query and % encoding are not.
 // Invalid paths are runner_ingress_bind_conflict usage errors (prp.md §1.2).
 func TestPRP03_ListenerPath(t *testing.T) {
-	require.NoError(t, ValidateListenPath("/api/runner/v1/connect/run_1", "run_1"))
+	require.NoError(t, validateListenPath("/api/runner/v1/connect/run_1", "run_1"))
 	mustParse(t, withRun("run_1", "--listen-path", "/api/runner/v1/connect/run_1"))
 
 	bad := []struct{ path, runID string }{
@@ -349,7 +349,7 @@ func TestPRP03_ListenerPath(t *testing.T) {
 		{"/api/runner/v2/connect/run_1", "run_1"},
 	}
 	for _, b := range bad {
-		require.Error(t, ValidateListenPath(b.path, b.runID), "path %q run %q", b.path, b.runID)
+		require.Error(t, validateListenPath(b.path, b.runID), "path %q run %q", b.path, b.runID)
 		if b.runID == "" {
 			continue // --run-id "" fails as an empty identity first
 		}
@@ -357,7 +357,7 @@ func TestPRP03_ListenerPath(t *testing.T) {
 		_, err := ParseArgs(args, noEnv)
 		require.Error(t, err, "path %q run %q", b.path, b.runID)
 		if !strings.ContainsAny(b.runID, "\x7f") {
-			require.ErrorIs(t, err, ErrIngressBindConflict, "path %q run %q: %v", b.path, b.runID, err)
+			require.ErrorIs(t, err, errIngressBindConflict, "path %q run %q: %v", b.path, b.runID, err)
 			require.Contains(t, FormatError(err), "paperclip-runnerd: runner_ingress_bind_conflict: --listen-path: ")
 		}
 	}
@@ -383,14 +383,14 @@ func TestPRP46_NonDefaultListenerAccepted(t *testing.T) {
 		{"--listen-address", "127.0.0.1"},
 		{"--listen-address", "::1", "--listen-port", "8080"},
 	} {
-		args := append([]string{"--listen-path", ListenPathPrefix + testRunID}, identityArgs()...)
+		args := append([]string{"--listen-path", listenPathPrefix + testRunID}, identityArgs()...)
 		cfg := mustParse(t, append(args, extra...))
 		require.Equal(t, ModeListen, cfg.Mode)
 		require.Len(t, cfg.Warnings, 1, "%q", extra)
 		require.Contains(t, cfg.Warnings[0], "instead of 0.0.0.0:43127")
 	}
 	// Listen mode with only --listen-path uses the defaults, no warning.
-	cfg := mustParse(t, append([]string{"--listen-path", ListenPathPrefix + testRunID}, identityArgs()...))
+	cfg := mustParse(t, append([]string{"--listen-path", listenPathPrefix + testRunID}, identityArgs()...))
 	require.Equal(t, "0.0.0.0", cfg.ListenAddress.String())
 	require.EqualValues(t, 43127, cfg.ListenPort)
 	require.Empty(t, cfg.Warnings)
@@ -469,7 +469,7 @@ func FuzzParseArgs(f *testing.F) {
 	f.Add("--connect-url=ws://[::1]:0/\x00--run-id\x00--")
 	f.Add(strings.Join(listenArgs("--log-level", "debug"), "\x00"))
 	f.Add(strings.Join(dialArgs("ws://127.0.0.1:1/x", "--log-level=verbose"), "\x00"))
-	f.Add(strings.Join(append([]string{"--listen-path", ListenPathPrefix + "r", "--state-dir", "rel"}, identityArgs()[2:]...), "\x00"))
+	f.Add(strings.Join(append([]string{"--listen-path", listenPathPrefix + "r", "--state-dir", "rel"}, identityArgs()[2:]...), "\x00"))
 	f.Fuzz(func(t *testing.T, joined string) {
 		var args []string
 		if joined != "" {
@@ -480,7 +480,7 @@ func FuzzParseArgs(f *testing.F) {
 			if errors.Is(err, pflag.ErrHelp) {
 				return
 			}
-			var ue *UsageError
+			var ue *usageError
 			if !errors.As(err, &ue) {
 				t.Fatalf("error is not a *UsageError: %T %v", err, err)
 			}
@@ -502,7 +502,7 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		switch cfg.Mode {
 		case ModeListen:
-			if cfg.ListenPath != ListenPathPrefix+cfg.Identity.RunID || ValidateRunIDSegment(cfg.Identity.RunID) != nil {
+			if cfg.ListenPath != listenPathPrefix+cfg.Identity.RunID || validateRunIDSegment(cfg.Identity.RunID) != nil {
 				t.Fatalf("listen path %q for run %q", cfg.ListenPath, cfg.Identity.RunID)
 			}
 		case ModeDial:
@@ -517,7 +517,7 @@ func FuzzParseArgs(f *testing.F) {
 		default:
 			t.Fatalf("mode %v", cfg.Mode)
 		}
-		if cfg.MaxFrameBytes < MinMaxFrameBytes || cfg.MaxFrameBytes > MaxMaxFrameBytes {
+		if cfg.MaxFrameBytes < minMaxFrameBytes || cfg.MaxFrameBytes > maxMaxFrameBytes {
 			t.Fatalf("frame bytes %d", cfg.MaxFrameBytes)
 		}
 		if cfg.P0ReserveBytes >= cfg.MaxOutboxBytes || cfg.P0ReserveBytes < 0 {

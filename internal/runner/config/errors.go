@@ -60,8 +60,8 @@ const (
 
 // Fixed messages the spec spells out.
 const (
-	// MsgBootstrapFailedClosed is the reference's text (prp.md §2.4).
-	MsgBootstrapFailedClosed = "bootstrap connection failed closed; provide a fresh one-use ticket"
+	// msgBootstrapFailedClosed is the reference's text (prp.md §2.4).
+	msgBootstrapFailedClosed = "bootstrap connection failed closed; provide a fresh one-use ticket"
 )
 
 // Error is a runner failure with a code. Msg is fixed text written by
@@ -95,24 +95,24 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether target is an *Error or *UsageError with the same code,
+// Is reports whether target is an *Error or *usageError with the same code,
 // so that errors.Is(err, ErrLeaseExpired) matches any lease-expiry error.
 func (e *Error) Is(target error) bool {
 	return codeOf(target) == e.Code && e.Code != ""
 }
 
-// UsageError is a command-line (or launch-environment) error: exit status 2,
+// usageError is a command-line (or launch-environment) error: exit status 2,
 // nothing started. Flag names the offending flag ("--max-frame-bytes"), or is
 // empty when the problem spans flags. Code is CodeUsage unless the spec
 // assigns the condition its own code (a bad --listen-path is
 // runner_ingress_bind_conflict, prp.md §1.2, so the server recognises it).
-type UsageError struct {
+type usageError struct {
 	Code    Code
 	Flag    string
 	Problem string
 }
 
-func (e *UsageError) Error() string {
+func (e *usageError) Error() string {
 	code := e.Code
 	if code == "" {
 		code = CodeUsage
@@ -123,8 +123,8 @@ func (e *UsageError) Error() string {
 	return string(code) + ": " + e.Flag + ": " + e.Problem
 }
 
-// Is matches ErrUsage for every usage error, and the sentinel of its code.
-func (e *UsageError) Is(target error) bool {
+// Is matches errUsage for every usage error, and the sentinel of its code.
+func (e *usageError) Is(target error) bool {
 	c := codeOf(target)
 	if c == CodeUsage {
 		return true
@@ -134,21 +134,21 @@ func (e *UsageError) Is(target error) bool {
 
 // Sentinels for errors.Is. Each matches every error carrying its code.
 var (
-	ErrUsage                     error = &Error{Code: CodeUsage}
-	ErrIngressBindConflict       error = &Error{Code: CodeIngressBindConflict}
+	errUsage                     error = &Error{Code: CodeUsage}
+	errIngressBindConflict       error = &Error{Code: CodeIngressBindConflict}
 	ErrReconnectGraceExceeded    error = &Error{Code: CodeReconnectGraceExceeded}
 	ErrReconnectDeadlineExceeded error = &Error{Code: CodeReconnectDeadlineExceeded}
 	ErrLeaseExpired              error = &Error{Code: CodeLeaseExpired}
-	ErrBootstrapFailedClosed     error = &Error{Code: CodeBootstrapFailedClosed, Msg: MsgBootstrapFailedClosed}
+	ErrBootstrapFailedClosed     error = &Error{Code: CodeBootstrapFailedClosed, Msg: msgBootstrapFailedClosed}
 	ErrBootstrapTicketMissing    error = &Error{Code: CodeBootstrapTicketMissing}
-	ErrBootstrapTicketInvalid    error = &Error{Code: CodeBootstrapTicketInvalid}
+	errBootstrapTicketInvalid    error = &Error{Code: CodeBootstrapTicketInvalid}
 )
 
 func codeOf(err error) Code {
 	switch e := err.(type) { //nolint:errorlint // the sentinel itself, not a chain
 	case *Error:
 		return e.Code
-	case *UsageError:
+	case *usageError:
 		if e.Code == "" {
 			return CodeUsage
 		}
@@ -160,7 +160,7 @@ func codeOf(err error) Code {
 // CodeOf returns the code of the first coded error in err's chain, or
 // CodeRunnerFailed when there is none.
 func CodeOf(err error) Code {
-	var ue *UsageError
+	var ue *usageError
 	if errors.As(err, &ue) {
 		return codeOf(ue)
 	}
@@ -178,9 +178,9 @@ func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, ErrUsage),
+	case errors.Is(err, errUsage),
 		errors.Is(err, ErrBootstrapTicketMissing),
-		errors.Is(err, ErrBootstrapTicketInvalid):
+		errors.Is(err, errBootstrapTicketInvalid):
 		return ExitUsage
 	default:
 		return ExitFailure

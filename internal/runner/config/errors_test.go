@@ -25,9 +25,9 @@ func TestFormatErrorCarriesTheCodeTheServerLooksFor(t *testing.T) {
 			"paperclip-runnerd: lease_expired_requires_bootstrap: connection lease expired; a fresh bootstrap is required\n", ExitFailure},
 		{ErrBootstrapFailedClosed,
 			"paperclip-runnerd: bootstrap_failed_closed: bootstrap connection failed closed; provide a fresh one-use ticket\n", ExitFailure},
-		{&UsageError{Flag: "--max-frame-bytes", Problem: "must be between 1024 and 16777216"},
+		{&usageError{Flag: "--max-frame-bytes", Problem: "must be between 1024 and 16777216"},
 			"paperclip-runnerd: usage: --max-frame-bytes: must be between 1024 and 16777216\n", ExitUsage},
-		{&UsageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: "required in listen mode"},
+		{&usageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: "required in listen mode"},
 			"paperclip-runnerd: runner_ingress_bind_conflict: --listen-path: required in listen mode\n", ExitUsage},
 		{NewError(CodeBootstrapTicketMissing, "missing", nil), "paperclip-runnerd: bootstrap_ticket_missing: missing\n", ExitUsage},
 		{errors.New("plain"), "paperclip-runnerd: runner_failed: plain\n", ExitFailure},
@@ -46,12 +46,12 @@ func TestErrorsIsMatchesByCode(t *testing.T) {
 	wrapped := fmt.Errorf("dial: %w", NewError(CodeLeaseExpired, "expired", nil))
 	require.ErrorIs(t, wrapped, ErrLeaseExpired)
 	require.NotErrorIs(t, wrapped, ErrReconnectGraceExceeded)
-	require.NotErrorIs(t, wrapped, ErrUsage)
+	require.NotErrorIs(t, wrapped, errUsage)
 	require.Equal(t, CodeLeaseExpired, CodeOf(wrapped))
 
-	bind := &UsageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: "x"}
-	require.ErrorIs(t, bind, ErrUsage)
-	require.ErrorIs(t, bind, ErrIngressBindConflict)
+	bind := &usageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: "x"}
+	require.ErrorIs(t, bind, errUsage)
+	require.ErrorIs(t, bind, errIngressBindConflict)
 	require.NotErrorIs(t, bind, ErrLeaseExpired)
 	require.Equal(t, CodeIngressBindConflict, CodeOf(bind))
 

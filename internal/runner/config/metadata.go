@@ -5,14 +5,14 @@ import (
 	"runtime/debug"
 )
 
-// BuildMetadataSchema names the --build-metadata document (prp.md §13).
-const BuildMetadataSchema = "paperclip-runner/runnerd-build-metadata/v1"
+// buildMetadataSchema names the --build-metadata document (prp.md §13).
+const buildMetadataSchema = "paperclip-runner/runnerd-build-metadata/v1"
 
 // Transport modes runnerd implements (prp.md §1.1), in the reference's order.
 const (
-	TransportDialWSLoopback = "dial_ws_loopback"
-	TransportDialWSS        = "dial_wss"
-	TransportListenWS       = "listen_ws"
+	transportDialWSLoopback = "dial_ws_loopback"
+	transportDialWSS        = "dial_wss"
+	transportListenWS       = "listen_ws"
 )
 
 // Values of the build metadata. The spec names the fields but not every
@@ -46,16 +46,16 @@ const (
 
 // Version is runnerd's package version, reported as packageVersion. Release
 // builds set it with -ldflags "-X github.com/pcrunner/pcrunner/internal/runner/config.Version=…";
-// otherwise it is the module version from the build info, else DevVersion.
+// otherwise it is the module version from the build info, else devVersion.
 var Version = ""
 
-// DevVersion is packageVersion for a build without a version (the server
+// devVersion is packageVersion for a build without a version (the server
 // only requires a non-empty string).
-const DevVersion = "0.0.0-dev"
+const devVersion = "0.0.0-dev"
 
-// BuildMetadata is the JSON --build-metadata prints. Field order follows
+// buildMetadata is the JSON --build-metadata prints. Field order follows
 // prp.md §13.
-type BuildMetadata struct {
+type buildMetadata struct {
 	Schema                     string      `json:"schema"`
 	BinaryName                 string      `json:"binaryName"`
 	PackageName                string      `json:"packageName"`
@@ -63,35 +63,35 @@ type BuildMetadata struct {
 	BinaryContractVersion      int         `json:"binaryContractVersion"`
 	NativeExecutionVersion     int         `json:"nativeExecutionVersion"`
 	HarnessDriverVersion       int         `json:"harnessDriverVersion"`
-	PRP                        MetadataPRP `json:"prp"`
+	PRP                        metadataPRP `json:"prp"`
 	PRPTransportModes          []string    `json:"prpTransportModes"`
 	Capabilities               []string    `json:"capabilities"`
 	DurableSessionCapabilities []string    `json:"durableSessionCapabilities"`
 }
 
-// MetadataPRP is the "prp" member of BuildMetadata.
-type MetadataPRP struct {
+// metadataPRP is the "prp" member of buildMetadata.
+type metadataPRP struct {
 	Name           string `json:"name"`
 	MinimumVersion int    `json:"minimumVersion"`
 	MaximumVersion int    `json:"maximumVersion"`
 }
 
-// Metadata returns this build's metadata.
-func Metadata() BuildMetadata {
-	return BuildMetadata{
-		Schema:                 BuildMetadataSchema,
+// metadata returns this build's metadata.
+func metadata() buildMetadata {
+	return buildMetadata{
+		Schema:                 buildMetadataSchema,
 		BinaryName:             metadataBinaryName,
 		PackageName:            metadataPackageName,
 		PackageVersion:         packageVersion(),
 		BinaryContractVersion:  metadataBinaryContractVersion,
 		NativeExecutionVersion: metadataNativeExecutionVersion,
 		HarnessDriverVersion:   metadataHarnessDriverVersion,
-		PRP: MetadataPRP{
+		PRP: metadataPRP{
 			Name:           metadataPRPName,
 			MinimumVersion: metadataPRPMinimumVersion,
 			MaximumVersion: metadataPRPMaximumVersion,
 		},
-		PRPTransportModes:          []string{TransportDialWSLoopback, TransportDialWSS, TransportListenWS},
+		PRPTransportModes:          []string{transportDialWSLoopback, transportDialWSS, transportListenWS},
 		Capabilities:               []string{},
 		DurableSessionCapabilities: []string{"unlimited_runtime", "connection_lease_renewal"},
 	}
@@ -100,7 +100,7 @@ func Metadata() BuildMetadata {
 // MarshalMetadata returns the metadata as one line of JSON plus a newline,
 // exactly what --build-metadata prints on stdout.
 func MarshalMetadata() []byte {
-	b, err := json.Marshal(Metadata())
+	b, err := json.Marshal(metadata())
 	if err != nil {
 		// Only fixed strings and ints: Marshal cannot fail.
 		panic("marshal build metadata: " + err.Error())
@@ -115,5 +115,5 @@ func packageVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
-	return DevVersion
+	return devVersion
 }

@@ -40,7 +40,7 @@ func TestPackageVersionOverride(t *testing.T) {
 	old := Version
 	t.Cleanup(func() { Version = old })
 	Version = "1.2.3"
-	require.Equal(t, "1.2.3", Metadata().PackageVersion)
+	require.Equal(t, "1.2.3", metadata().PackageVersion)
 }
 
 func keys(m map[string]any) []string {

@@ -44,14 +44,14 @@ var identityFlags = []string{
 
 // ParseArgs parses runnerd's arguments (without the program name) and
 // validates them. It returns pflag.ErrHelp for -h/--help, and otherwise a
-// *UsageError for anything wrong: unknown flags, a flag given twice, a
+// *usageError for anything wrong: unknown flags, a flag given twice, a
 // missing value, a value out of range, a mode conflict. It reads env only to
 // fail safe: the bootstrap ticket must already have been taken out of the
 // environment (TakeBootstrapTicket) before arguments are parsed.
 func ParseArgs(args []string, env Environ) (Config, error) {
 	if env != nil {
 		if _, ok := env(BootstrapTicketEnv); ok {
-			return Config{}, &UsageError{Code: CodeBootstrapTicketInvalid, Problem: BootstrapTicketEnv + " is still in the environment; it must be taken before argument parsing"}
+			return Config{}, &usageError{Code: CodeBootstrapTicketInvalid, Problem: BootstrapTicketEnv + " is still in the environment; it must be taken before argument parsing"}
 		}
 	}
 	p := newParser()
@@ -95,10 +95,10 @@ func newParser() *parser {
 
 	fs.StringVar(&p.connectURL, "connect-url", "", "dial the server at this ws:// or wss:// URL")
 	fs.StringVar(&c.CABundlePath, "ca-bundle-path", "", "extra PEM roots for wss:// (private regular file, at most 4 MiB)")
-	fs.StringVar(&p.listenAddress, "listen-address", DefaultListenAddress, "listen mode: address to bind")
+	fs.StringVar(&p.listenAddress, "listen-address", defaultListenAddress, "listen mode: address to bind")
 	fs.Var(&uintFlag{dst: &p.listenPort, max: 65535}, "listen-port", "listen mode: TCP port to bind")
-	p.listenPort = DefaultListenPort
-	fs.StringVar(&c.ListenPath, "listen-path", "", "listen mode: "+ListenPathPrefix+"<run-id>")
+	p.listenPort = defaultListenPort
+	fs.StringVar(&c.ListenPath, "listen-path", "", "listen mode: "+listenPathPrefix+"<run-id>")
 
 	fs.StringVar(&c.StateDir, "state-dir", "", "durable state directory")
 	fs.StringVar(&c.Identity.RunnerInstanceID, "runner-id", "", "runner instance id")
@@ -110,33 +110,33 @@ func newParser() *parser {
 	fs.StringVar(&c.RunnerVersion, "runner-version", "", "runner version the server expects")
 	fs.StringVar(&c.RunnerDigest, "runner-digest", "", "runner digest the server expects (sha256:<hex>)")
 
-	c.MaxOutboxBytes, c.P0ReserveBytes, c.MaxFrameBytes = DefaultMaxOutboxBytes, DefaultP0ReserveBytes, DefaultMaxFrameBytes
+	c.MaxOutboxBytes, c.P0ReserveBytes, c.MaxFrameBytes = defaultMaxOutboxBytes, defaultP0ReserveBytes, defaultMaxFrameBytes
 	fs.Var(&bytesFlag{dst: &c.MaxOutboxBytes, min: 1, max: maxOutboxBytesLimit}, "max-outbox-bytes", "outbox hard limit in bytes")
 	fs.Var(&bytesFlag{dst: &c.P0ReserveBytes, min: 0, max: maxOutboxBytesLimit}, "p0-reserve-bytes", "outbox bytes reserved for P0 events")
-	fs.Var(&bytesFlag{dst: &c.MaxFrameBytes, min: MinMaxFrameBytes, max: MaxMaxFrameBytes}, "max-frame-bytes", "largest WebSocket frame in bytes (1 KiB to 16 MiB)")
+	fs.Var(&bytesFlag{dst: &c.MaxFrameBytes, min: minMaxFrameBytes, max: maxMaxFrameBytes}, "max-frame-bytes", "largest WebSocket frame in bytes (1 KiB to 16 MiB)")
 
-	c.ReconnectDelay = DefaultReconnectDelay
+	c.ReconnectDelay = defaultReconnectDelay
 	fs.Var(&msFlag{dst: &c.ReconnectDelay, max: maxReconnectDelay}, "reconnect-delay-ms", "reconnect backoff base")
 	fs.Var(&msFlag{dst: &c.ReconnectGrace, max: maxServerDuration, saturate: true, set: &c.HasReconnectGrace}, "reconnect-grace-ms", "exit when disconnected longer than this")
 	fs.Var(&msFlag{dst: &p.maxLifetime, max: maxServerDuration, saturate: true}, "max-lifetime-ms", "process lifetime; 0 = unlimited")
 	fs.Var(&msFlag{dst: &p.maxRuntime, max: maxServerDuration, saturate: true}, "max-runtime-ms", "alias of --max-lifetime-ms")
-	fs.StringVar(&p.lifecycle, "lifecycle-mode", string(DefaultLifecycle), "per_turn or warm")
+	fs.StringVar(&p.lifecycle, "lifecycle-mode", string(defaultLifecycle), "per_turn or warm")
 	fs.Var(&msFlag{dst: &c.IdleTimeout, min: time.Millisecond, max: maxServerDuration, saturate: true}, "idle-timeout-ms", "warm lifecycle idle timeout (required for warm)")
 	fs.StringVar(&c.DiagnosticsDir, "diagnostics-directory", "", "directory for bounded, redacted runnerd logs")
 
-	c.PingInterval, c.SilenceTimeout = DefaultPingInterval, DefaultSilenceTimeout
+	c.PingInterval, c.SilenceTimeout = defaultPingInterval, defaultSilenceTimeout
 	fs.Var(&msFlag{dst: &c.PingInterval, min: minPingInterval, max: maxDurationFlag}, "ping-interval-ms", "send a WebSocket Ping after this long without sending")
 	fs.Var(&msFlag{dst: &c.SilenceTimeout, min: minPingInterval, max: maxDurationFlag}, "silence-timeout-ms", "treat the connection as half-open after this long without receiving")
-	fs.StringVar(&p.logFormat, "log-format", string(DefaultLogFormat), "json or text")
+	fs.StringVar(&p.logFormat, "log-format", string(defaultLogFormat), "json or text")
 	fs.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
 
-	c.SessionOpenResumeTimeout, c.SessionOpenColdTimeout = DefaultSessionOpenResumeTimeout, DefaultSessionOpenColdTimeout
+	c.SessionOpenResumeTimeout, c.SessionOpenColdTimeout = defaultSessionOpenResumeTimeout, defaultSessionOpenColdTimeout
 	fs.Var(&msFlag{dst: &c.SessionOpenResumeTimeout, min: time.Millisecond, max: maxDurationFlag}, "session-open-resume-timeout-ms", "session.open bound when adopting or resuming")
 	fs.Var(&msFlag{dst: &c.SessionOpenColdTimeout, min: time.Millisecond, max: maxDurationFlag}, "session-open-cold-timeout-ms", "cold session.open bound for agents without their own")
 	fs.Var(&p.coldAgents, "session-open-cold-timeout-agent", "AGENT=MS cold session.open bound for one agent (repeatable)")
-	c.CancelGrace = DefaultCancelGrace
+	c.CancelGrace = defaultCancelGrace
 	fs.Var(&msFlag{dst: &c.CancelGrace, max: maxDurationFlag}, "cancel-grace-ms", "wait this long for a cancelled prompt to settle")
-	p.coldStarts = DefaultMaxConcurrentColdStarts
+	p.coldStarts = defaultMaxConcurrentColdStarts
 	fs.Var(&intFlag{dst: &p.coldStarts, min: -maxColdStartsLimit, max: maxColdStartsLimit}, "max-concurrent-cold-starts", "cold starts at once; <= 0 disables the gate")
 	fs.StringVar(&c.PcwrapPath, "pcwrap-path", "", "pcwrap binary (default: next to runnerd, else PATH)")
 	fs.StringVar(&c.OpenCodeExecutable, "opencode-executable", "", "opencode binary for kind opencode (default: opencode on PATH)")
@@ -155,17 +155,17 @@ func (p *parser) parse(args []string) error {
 	err := p.fs.ParseAll(args, func(f *pflag.Flag, value string) error {
 		p.seen[f.Name]++
 		if p.seen[f.Name] > 1 && !repeatableFlags[f.Name] {
-			return &UsageError{Flag: "--" + f.Name, Problem: "given more than once"}
+			return &usageError{Flag: "--" + f.Name, Problem: "given more than once"}
 		}
 		if strings.HasPrefix(value, "--") {
-			return &UsageError{Flag: "--" + f.Name, Problem: "missing value (the next argument is a flag)"}
+			return &usageError{Flag: "--" + f.Name, Problem: "missing value (the next argument is a flag)"}
 		}
 		if err := p.fs.Set(f.Name, value); err != nil {
 			var inv *pflag.InvalidValueError
 			if errors.As(err, &inv) {
-				return &UsageError{Flag: "--" + f.Name, Problem: fmt.Sprintf("invalid value %q: %v", value, inv.Unwrap())}
+				return &usageError{Flag: "--" + f.Name, Problem: fmt.Sprintf("invalid value %q: %v", value, inv.Unwrap())}
 			}
-			return &UsageError{Flag: "--" + f.Name, Problem: err.Error()}
+			return &usageError{Flag: "--" + f.Name, Problem: err.Error()}
 		}
 		p.order = append(p.order, f.Name)
 		return nil
@@ -175,14 +175,14 @@ func (p *parser) parse(args []string) error {
 	case errors.Is(err, pflag.ErrHelp):
 		return pflag.ErrHelp
 	default:
-		var ue *UsageError
+		var ue *usageError
 		if errors.As(err, &ue) {
 			return ue
 		}
-		return &UsageError{Problem: err.Error()}
+		return &usageError{Problem: err.Error()}
 	}
 	if rest := p.fs.Args(); len(rest) > 0 {
-		return &UsageError{Problem: fmt.Sprintf("unexpected argument %q (every option is a --flag)", rest[0])}
+		return &usageError{Problem: fmt.Sprintf("unexpected argument %q (every option is a --flag)", rest[0])}
 	}
 	return nil
 }

@@ -11,10 +11,10 @@ import (
 // (prp.md §2.4, §13). It is never accepted on the command line.
 const BootstrapTicketEnv = "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET"
 
-// MaxBootstrapTicketBytes bounds the ticket (beyond: the reference sets no
+// maxBootstrapTicketBytes bounds the ticket (beyond: the reference sets no
 // bound; its tickets are short opaque strings, and a bound keeps a runaway
 // variable out of every handshake).
-const MaxBootstrapTicketBytes = 16 * 1024
+const maxBootstrapTicketBytes = 16 * 1024
 
 // redacted replaces the ticket wherever it could be printed.
 const redacted = "[redacted]"
@@ -45,13 +45,13 @@ func newTicketSecret(b []byte) func(wipe bool) []byte {
 
 // NewBootstrapTicket wraps value (for tests and for callers that obtained a
 // ticket another way). An empty or whitespace-only value, or one longer than
-// MaxBootstrapTicketBytes, is ErrBootstrapTicketInvalid.
+// maxBootstrapTicketBytes, is errBootstrapTicketInvalid.
 func NewBootstrapTicket(value string) (*BootstrapTicket, error) {
 	if strings.TrimSpace(value) == "" {
 		return nil, NewError(CodeBootstrapTicketInvalid, BootstrapTicketEnv+" is empty", nil)
 	}
-	if len(value) > MaxBootstrapTicketBytes {
-		return nil, NewError(CodeBootstrapTicketInvalid, fmt.Sprintf("%s is longer than %d bytes", BootstrapTicketEnv, MaxBootstrapTicketBytes), nil)
+	if len(value) > maxBootstrapTicketBytes {
+		return nil, NewError(CodeBootstrapTicketInvalid, fmt.Sprintf("%s is longer than %d bytes", BootstrapTicketEnv, maxBootstrapTicketBytes), nil)
 	}
 	return &BootstrapTicket{secret: newTicketSecret([]byte(value))}, nil
 }
@@ -65,7 +65,7 @@ func NewBootstrapTicket(value string) (*BootstrapTicket, error) {
 // process's initial environment block, so /proc/<pid>/environ — readable by
 // every process of the same user, agents included — does not show it.
 // It returns (nil, nil) when the variable is absent; an empty or oversize
-// value is ErrBootstrapTicketInvalid. (The Go runtime keeps its own private
+// value is errBootstrapTicketInvalid. (The Go runtime keeps its own private
 // copy of the start-up environment; that copy never leaves the process.)
 func TakeBootstrapTicket() (*BootstrapTicket, error) {
 	value, ok := os.LookupEnv(BootstrapTicketEnv)

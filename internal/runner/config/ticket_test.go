@@ -87,10 +87,10 @@ func TestBootstrapTicketRevealAndDestroy(t *testing.T) {
 }
 
 func TestNewBootstrapTicketRejectsBadValues(t *testing.T) {
-	for _, v := range []string{"", "   ", "\t\n", strings.Repeat("t", MaxBootstrapTicketBytes+1)} {
+	for _, v := range []string{"", "   ", "\t\n", strings.Repeat("t", maxBootstrapTicketBytes+1)} {
 		tk, err := NewBootstrapTicket(v)
 		require.Nil(t, tk)
-		require.ErrorIs(t, err, ErrBootstrapTicketInvalid)
+		require.ErrorIs(t, err, errBootstrapTicketInvalid)
 		require.Equal(t, ExitUsage, ExitCode(err))
 	}
 }
@@ -99,7 +99,7 @@ func TestTakeBootstrapTicketInProcess(t *testing.T) {
 	t.Setenv(BootstrapTicketEnv, "   ")
 	tk, err := TakeBootstrapTicket()
 	require.Nil(t, tk)
-	require.ErrorIs(t, err, ErrBootstrapTicketInvalid)
+	require.ErrorIs(t, err, errBootstrapTicketInvalid)
 	_, still := os.LookupEnv(BootstrapTicketEnv)
 	require.False(t, still, "an invalid ticket is removed too")
 

@@ -47,7 +47,7 @@ func (p *parser) validate() (Config, error) {
 // and exits, so any other flag would be silently dropped.
 func (p *parser) validateBuildMetadata() (Config, error) {
 	if len(p.order) != 1 {
-		return Config{}, &UsageError{Flag: "--build-metadata", Problem: "must be the only argument"}
+		return Config{}, &usageError{Flag: "--build-metadata", Problem: "must be the only argument"}
 	}
 	return Config{Mode: ModeBuildMetadata}, nil
 }
@@ -63,14 +63,14 @@ func (p *parser) validateMode(c *Config) error {
 	}
 	switch {
 	case dial && listen:
-		return &UsageError{Problem: "give either --connect-url or the --listen-* flags, not both"}
+		return &usageError{Problem: "give either --connect-url or the --listen-* flags, not both"}
 	case !dial && !listen:
 		for _, name := range ignoredFlags {
 			if p.changed(name) {
-				return &UsageError{Flag: "--" + name, Problem: "only accepted with --connect-url or --listen-path (the local fake-harness mode is not implemented)"}
+				return &usageError{Flag: "--" + name, Problem: "only accepted with --connect-url or --listen-path (the local fake-harness mode is not implemented)"}
 			}
 		}
-		return &UsageError{Problem: "no mode: give --connect-url (dial) or --listen-path (listen), or --build-metadata; see --help"}
+		return &usageError{Problem: "no mode: give --connect-url (dial) or --listen-path (listen), or --build-metadata; see --help"}
 	case dial:
 		c.Mode = ModeDial
 	default:
@@ -83,11 +83,11 @@ func (p *parser) validateMode(c *Config) error {
 func (p *parser) validateIdentity(*Config) error {
 	for _, name := range identityFlags {
 		if !p.changed(name) {
-			return &UsageError{Flag: "--" + name, Problem: "required"}
+			return &usageError{Flag: "--" + name, Problem: "required"}
 		}
 		f := p.fs.Lookup(name)
 		if err := checkText(f.Value.String(), maxIdentityBytes); err != nil {
-			return &UsageError{Flag: "--" + name, Problem: err.Error()}
+			return &usageError{Flag: "--" + name, Problem: err.Error()}
 		}
 	}
 	return nil
@@ -96,13 +96,13 @@ func (p *parser) validateIdentity(*Config) error {
 // validateStateDir requires a usable absolute --state-dir and cleans it.
 func (p *parser) validateStateDir(c *Config) error {
 	if len(c.StateDir) > maxPathBytes || strings.ContainsRune(c.StateDir, 0) {
-		return &UsageError{Flag: "--state-dir", Problem: "not a usable path"}
+		return &usageError{Flag: "--state-dir", Problem: "not a usable path"}
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		// Agents' pcwrap sessions live under it and outlive this process: a
 		// path that depends on the working directory could name another
 		// directory for them or for the next runnerd.
-		return &UsageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
+		return &usageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
 	}
 	c.StateDir = filepath.Clean(c.StateDir)
 	return nil
@@ -122,10 +122,10 @@ func (p *parser) validateTransport(c *Config) error {
 	}
 	if p.changed("ca-bundle-path") {
 		if c.Mode != ModeDial || c.ConnectURL.Scheme != "wss" {
-			return &UsageError{Flag: "--ca-bundle-path", Problem: "accepted only with a wss:// --connect-url"}
+			return &usageError{Flag: "--ca-bundle-path", Problem: "accepted only with a wss:// --connect-url"}
 		}
 		if err := checkPath(c.CABundlePath); err != nil {
-			return &UsageError{Flag: "--ca-bundle-path", Problem: err.Error()}
+			return &usageError{Flag: "--ca-bundle-path", Problem: err.Error()}
 		}
 	}
 	return nil
@@ -134,7 +134,7 @@ func (p *parser) validateTransport(c *Config) error {
 // validateOutbox keeps the P0 reserve inside the outbox budget.
 func (p *parser) validateOutbox(c *Config) error {
 	if c.P0ReserveBytes >= c.MaxOutboxBytes {
-		return &UsageError{Flag: "--p0-reserve-bytes", Problem: fmt.Sprintf("must be below --max-outbox-bytes (%d >= %d)", c.P0ReserveBytes, c.MaxOutboxBytes)}
+		return &usageError{Flag: "--p0-reserve-bytes", Problem: fmt.Sprintf("must be below --max-outbox-bytes (%d >= %d)", c.P0ReserveBytes, c.MaxOutboxBytes)}
 	}
 	return nil
 }
@@ -145,7 +145,7 @@ func (p *parser) validateLifecycle(c *Config) error {
 	c.MaxLifetime = p.maxLifetime
 	if p.changed("max-runtime-ms") {
 		if p.changed("max-lifetime-ms") && p.maxRuntime != p.maxLifetime {
-			return &UsageError{Flag: "--max-runtime-ms", Problem: "differs from --max-lifetime-ms (give one of them)"}
+			return &usageError{Flag: "--max-runtime-ms", Problem: "differs from --max-lifetime-ms (give one of them)"}
 		}
 		c.MaxLifetime = p.maxRuntime
 	}
@@ -156,14 +156,14 @@ func (p *parser) validateLifecycle(c *Config) error {
 	switch Lifecycle(p.lifecycle) {
 	case LifecyclePerTurn:
 		if p.changed("idle-timeout-ms") {
-			return &UsageError{Flag: "--idle-timeout-ms", Problem: "not accepted with --lifecycle-mode per_turn"}
+			return &usageError{Flag: "--idle-timeout-ms", Problem: "not accepted with --lifecycle-mode per_turn"}
 		}
 	case LifecycleWarm:
 		if !p.changed("idle-timeout-ms") {
-			return &UsageError{Flag: "--idle-timeout-ms", Problem: "required with --lifecycle-mode warm"}
+			return &usageError{Flag: "--idle-timeout-ms", Problem: "required with --lifecycle-mode warm"}
 		}
 	default:
-		return &UsageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %q", p.lifecycle)}
+		return &usageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %q", p.lifecycle)}
 	}
 	c.Lifecycle = Lifecycle(p.lifecycle)
 	return nil
@@ -175,14 +175,14 @@ func (p *parser) validateLogging(c *Config) error {
 	case LogFormatJSON, LogFormatText:
 		c.LogFormat = LogFormat(p.logFormat)
 	default:
-		return &UsageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
+		return &usageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
 	}
 
-	c.LogLevel = DefaultLogLevel
+	c.LogLevel = defaultLogLevel
 	if p.changed("log-level") {
 		lv, ok := parseLogLevel(p.logLevel)
 		if !ok {
-			return &UsageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
+			return &usageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
 		}
 		c.LogLevel = lv
 	}
@@ -193,12 +193,12 @@ func (p *parser) validateLogging(c *Config) error {
 // session.open timeouts: the built-in long ones first, then the flags'.
 func (p *parser) validateTimeouts(c *Config) error {
 	if c.SilenceTimeout <= c.PingInterval {
-		return &UsageError{Flag: "--silence-timeout-ms", Problem: "must exceed --ping-interval-ms, or a quiet but live connection would look dead"}
+		return &usageError{Flag: "--silence-timeout-ms", Problem: "must exceed --ping-interval-ms, or a quiet but live connection would look dead"}
 	}
 
 	c.ColdTimeoutByAgent = map[string]time.Duration{}
 	for _, a := range defaultColdTimeoutAgents {
-		c.ColdTimeoutByAgent[a] = DefaultSessionOpenColdLong
+		c.ColdTimeoutByAgent[a] = defaultSessionOpenColdLong
 	}
 	for _, e := range p.coldAgents.entries {
 		c.ColdTimeoutByAgent[e.agent] = e.timeout
@@ -215,7 +215,7 @@ func (p *parser) validateLocalPaths(c *Config) error {
 			continue
 		}
 		if err := checkPath(path.value); err != nil {
-			return &UsageError{Flag: path.flag, Problem: err.Error()}
+			return &usageError{Flag: path.flag, Problem: err.Error()}
 		}
 	}
 	return nil
@@ -236,7 +236,7 @@ func (p *parser) collectIgnored(c *Config) {
 // no userinfo, query, fragment, backslash, whitespace or control characters;
 // no '%' in the authority; IPv6 bracketed; a non-zero port.
 func (p *parser) validateDial(c *Config) error {
-	bad := func(problem string) error { return &UsageError{Flag: "--connect-url", Problem: problem} }
+	bad := func(problem string) error { return &usageError{Flag: "--connect-url", Problem: problem} }
 	raw := p.connectURL
 	if len(raw) > maxConnectURLBytes {
 		return bad("too long")
@@ -305,39 +305,39 @@ func (p *parser) validateDial(c *Config) error {
 func (p *parser) validateListen(c *Config) error {
 	addr, err := netip.ParseAddr(p.listenAddress)
 	if err != nil || addr.Zone() != "" {
-		return &UsageError{Code: CodeIngressBindConflict, Flag: "--listen-address", Problem: fmt.Sprintf("must be an IP address, got %q", p.listenAddress)}
+		return &usageError{Code: CodeIngressBindConflict, Flag: "--listen-address", Problem: fmt.Sprintf("must be an IP address, got %q", p.listenAddress)}
 	}
 	c.ListenAddress, c.ListenPort = addr, uint16(p.listenPort)
 	if !p.changed("listen-path") {
-		return &UsageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: "required in listen mode"}
+		return &usageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: "required in listen mode"}
 	}
-	if err := ValidateListenPath(c.ListenPath, c.Identity.RunID); err != nil {
-		return &UsageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: err.Error()}
+	if err := validateListenPath(c.ListenPath, c.Identity.RunID); err != nil {
+		return &usageError{Code: CodeIngressBindConflict, Flag: "--listen-path", Problem: err.Error()}
 	}
-	if c.ListenAddress.String() != DefaultListenAddress || c.ListenPort != DefaultListenPort {
+	if c.ListenAddress.String() != defaultListenAddress || c.ListenPort != defaultListenPort {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("listening on %s instead of %s:%d: the reference server's ingress reaches only the default",
-			netip.AddrPortFrom(c.ListenAddress, c.ListenPort), DefaultListenAddress, DefaultListenPort))
+			netip.AddrPortFrom(c.ListenAddress, c.ListenPort), defaultListenAddress, defaultListenPort))
 	}
 	return nil
 }
 
-// ValidateListenPath checks that path is exactly ListenPathPrefix+runID and
+// validateListenPath checks that path is exactly listenPathPrefix+runID and
 // that runID is a plain path segment: non-empty, no '/', '?', '#', '\', '%',
 // whitespace or control characters (prp.md §1.2, scenario 3). A warm
 // run.attach's new path meets the same rule in prp.ValidateListenPath.
-func ValidateListenPath(path, runID string) error {
-	if err := ValidateRunIDSegment(runID); err != nil {
+func validateListenPath(path, runID string) error {
+	if err := validateRunIDSegment(runID); err != nil {
 		return err
 	}
-	if path != ListenPathPrefix+runID {
-		return fmt.Errorf("must be exactly %s<run-id> for --run-id", ListenPathPrefix)
+	if path != listenPathPrefix+runID {
+		return fmt.Errorf("must be exactly %s<run-id> for --run-id", listenPathPrefix)
 	}
 	return nil
 }
 
-// ValidateRunIDSegment checks that runID can be the last segment of the
+// validateRunIDSegment checks that runID can be the last segment of the
 // listener path.
-func ValidateRunIDSegment(runID string) error {
+func validateRunIDSegment(runID string) error {
 	if runID == "" {
 		return errors.New("run id is empty")
 	}
