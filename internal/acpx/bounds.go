@@ -7,29 +7,29 @@ const (
 	// ResumeOpenBound bounds an adopt/resume session.open
 	// (--session-open-resume-timeout-ms).
 	ResumeOpenBound = 30 * time.Second
-	// ColdOpenBoundSlow bounds a cold session.open for claude, pi and
+	// coldOpenBoundSlow bounds a cold session.open for claude, pi and
 	// opencode (--session-open-cold-timeout-agent).
-	ColdOpenBoundSlow = 60 * time.Second
+	coldOpenBoundSlow = 60 * time.Second
 	// ColdOpenBoundDefault bounds a cold session.open for codex and every
 	// other agent (--session-open-cold-timeout-ms).
 	ColdOpenBoundDefault = 30 * time.Second
 	// CancelGrace is how long a cancelled prompt may take to settle before
 	// the agent is stopped (--cancel-grace-ms).
 	CancelGrace = 5 * time.Second
-	// LossDeadline bounds a turn after its agent channel is lost
+	// lossDeadline bounds a turn after its agent channel is lost
 	// (--loss-deadline-ms, acp.md §5.1).
-	LossDeadline = 30 * time.Second
-	// LoadReplayQuiet and LoadReplayMax bound the wait for quiet after a
+	lossDeadline = 30 * time.Second
+	// loadReplayQuiet and loadReplayMax bound the wait for quiet after a
 	// session/load answer (acpx).
-	LoadReplayQuiet = 80 * time.Millisecond
-	LoadReplayMax   = 5 * time.Second
+	loadReplayQuiet = 80 * time.Millisecond
+	loadReplayMax   = 5 * time.Second
 	// AgentStopWait is pcwrap's 3000 ms grace plus acpx's 1000 ms kill wait.
 	AgentStopWait = 4 * time.Second
 	// MaxConcurrentColdStarts is the cold-start gate (Paperclip
-	// ACPX_MAX_CONCURRENT_SESSION_INITS); ColdStartGateMaxWait is its
+	// ACPX_MAX_CONCURRENT_SESSION_INITS); coldStartGateMaxWait is its
 	// fail-open wait (ACPX_SESSION_INIT_GATE_MAX_WAIT_MS).
 	MaxConcurrentColdStarts = 4
-	ColdStartGateMaxWait    = 10 * time.Minute
+	coldStartGateMaxWait    = 10 * time.Minute
 )
 
 // agentCommands maps a known agent to its command and cold bound
@@ -38,10 +38,10 @@ var agentCommands = map[string]struct {
 	argv  []string
 	bound time.Duration
 }{
-	"claude":   {[]string{"claude-agent-acp"}, ColdOpenBoundSlow},
+	"claude":   {[]string{"claude-agent-acp"}, coldOpenBoundSlow},
 	"codex":    {[]string{"codex-acp"}, ColdOpenBoundDefault},
-	"pi":       {[]string{"pi-acp"}, ColdOpenBoundSlow},
-	"opencode": {[]string{"opencode", "acp"}, ColdOpenBoundSlow},
+	"pi":       {[]string{"pi-acp"}, coldOpenBoundSlow},
+	"opencode": {[]string{"opencode", "acp"}, coldOpenBoundSlow},
 	"gemini":   {[]string{"gemini", "--acp"}, ColdOpenBoundDefault},
 }
 

@@ -87,7 +87,7 @@ func (c *Client) Notify(method string, params any) ([]byte, error) {
 // Initialize encodes initialize, pinned to ACP v1 (acp.md §2.2), with the
 // recorded client capabilities.
 func (c *Client) Initialize() (provider.Call, error) {
-	return c.Request(provider.MethodInitialize, InitializeParams{ProtocolVersion: ProtocolVersion,
+	return c.Request(provider.MethodInitialize, initializeParams{ProtocolVersion: protocolVersion,
 		ClientCapabilities: c.ClientCapabilities(), ClientInfo: c.info}, "")
 }
 
@@ -115,7 +115,7 @@ func (c *Client) NewSession(cwd string, servers []MCPServer) (provider.Call, err
 		servers = []MCPServer{}
 	}
 	c.Live().Cwd = cwd
-	return c.Request(provider.MethodSessionNew, NewSessionParams{Cwd: cwd, MCPServers: servers, Meta: c.meta}, "")
+	return c.Request(provider.MethodSessionNew, newSessionParams{Cwd: cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // LoadSession encodes session/load for the recorded session; updates until
@@ -136,7 +136,7 @@ func (c *Client) resumeCall(method string, servers []MCPServer) (provider.Call, 
 	if servers == nil {
 		servers = []MCPServer{}
 	}
-	return c.Request(method, LoadSessionParams{SessionID: c.Live().ACPSessionID, Cwd: c.Live().Cwd, MCPServers: servers, Meta: c.meta}, "")
+	return c.Request(method, loadSessionParams{SessionID: c.Live().ACPSessionID, Cwd: c.Live().Cwd, MCPServers: servers, Meta: c.meta}, "")
 }
 
 // Capabilities decodes the negotiated agent capabilities.
@@ -180,7 +180,7 @@ func (c *Client) CloseSession() (provider.Call, error) {
 	if c.Live().ACPSessionID == "" {
 		return provider.Call{}, fmt.Errorf("close session: %w", provider.ErrNoSession)
 	}
-	return c.Request(provider.MethodSessionClose, CancelParams{SessionID: c.Live().ACPSessionID}, "")
+	return c.Request(provider.MethodSessionClose, cancelParams{SessionID: c.Live().ACPSessionID}, "")
 }
 
 // Cancel produces the lines of acp.md §4.4 step 2: session/cancel, then a
@@ -192,7 +192,7 @@ func (c *Client) Cancel() ([][]byte, error) {
 		return nil, provider.ErrNoTurn
 	}
 	w.Turn.CancelRequested = true
-	line, err := c.Notify(provider.MethodSessionCancel, CancelParams{SessionID: c.Live().ACPSessionID})
+	line, err := c.Notify(provider.MethodSessionCancel, cancelParams{SessionID: c.Live().ACPSessionID})
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func (c *Client) handleNotification(m provider.WireMessage) []provider.Inbound {
 	w := c.wire()
 	switch m.Method {
 	case provider.MethodCancelRequest:
-		var p CancelRequestParams
+		var p cancelRequestParams
 		if json.Unmarshal(m.Params, &p) != nil || len(p.RequestID) == 0 {
 			return nil
 		}
@@ -305,7 +305,7 @@ func (c *Client) handleNotification(m provider.WireMessage) []provider.Inbound {
 		}
 		return []provider.Inbound{{Kind: provider.KindCancelRequest, ID: json.RawMessage(key), Method: w.AgentRequests[key].Method}}
 	case provider.MethodSessionUpdate:
-		var n SessionNotification
+		var n sessionNotification
 		if json.Unmarshal(m.Params, &n) != nil {
 			w.SkippedLines++
 			c.log.Warn("skipped undecodable session/update")
@@ -398,11 +398,11 @@ func (c *Client) handleResponse(m provider.WireMessage) ([]provider.Inbound, err
 func (c *Client) applyResult(method string, result json.RawMessage) error {
 	switch method {
 	case provider.MethodInitialize:
-		var r InitializeResult
+		var r initializeResult
 		if err := json.Unmarshal(result, &r); err != nil {
 			return provider.NewFailure(provider.ClassACPSessionInitFailed, err)
 		}
-		if r.ProtocolVersion != ProtocolVersion {
+		if r.ProtocolVersion != protocolVersion {
 			return provider.NewFailure(provider.ClassACPSessionInitFailed, fmt.Errorf("agent answered protocol version %d", r.ProtocolVersion))
 		}
 		c.Live().ProtocolVersion = r.ProtocolVersion
@@ -410,7 +410,7 @@ func (c *Client) applyResult(method string, result json.RawMessage) error {
 		c.Live().AgentInfo = r.AgentInfo
 		c.applyGoalCapability(r.Meta)
 	case provider.MethodSessionNew:
-		var r SessionResult
+		var r sessionResult
 		if err := json.Unmarshal(result, &r); err != nil || r.SessionID == "" {
 			return provider.NewFailure(provider.ClassACPSessionInitFailed, errors.New("session/new answered without sessionId"))
 		}
@@ -419,7 +419,7 @@ func (c *Client) applyResult(method string, result json.RawMessage) error {
 		c.Live().Prompted = false
 		c.Live().ResetOnNextEnsure = false
 	case provider.MethodSessionLoad:
-		var r SessionResult
+		var r sessionResult
 		if len(result) > 0 && json.Unmarshal(result, &r) == nil && r.Meta.AgentSessionID != "" {
 			c.Live().AgentSessionID = r.Meta.AgentSessionID
 		}
@@ -432,7 +432,7 @@ func (c *Client) settleTurn(id int64, p provider.PendingRequest, m provider.Wire
 	t := w.Turn
 	w.Turn = nil
 	out := &provider.TurnOutcome{TurnID: t.ID}
-	var r PromptResult
+	var r promptResult
 	switch {
 	case t.CancelRequested:
 		// cancelled, -32800, any error and even end_turn (a known adapter

@@ -362,7 +362,7 @@ func TestClassification(t *testing.T) {
 	f := provider.HandshakeTimeout("/usr/local/bin/codex-acp --secret-arg", 30000)
 	require.Equal(t, "ACP agent codex-acp did not complete ACP initialization within 30000ms", f.Message)
 	require.True(t, errors.Is(provider.NewFailure(provider.ClassTurnFailed, provider.ErrWrite), provider.ErrWrite))
-	require.Equal(t, ColdOpenBoundSlow, OpenBound("claude", false))
+	require.Equal(t, coldOpenBoundSlow, OpenBound("claude", false))
 	require.Equal(t, ColdOpenBoundDefault, OpenBound("codex", false))
 	require.Equal(t, ColdOpenBoundDefault, OpenBound("custom", false))
 	require.Equal(t, ResumeOpenBound, OpenBound("claude", true))

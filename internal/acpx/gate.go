@@ -11,7 +11,7 @@ import (
 
 // ColdStartGate limits concurrent cold session.open handshakes per runnerd
 // (acp.md §4.2). Adopt and resume take no slot. A waiter that has not got
-// a slot after ColdStartGateMaxWait proceeds without one (fail-open, as
+// a slot after coldStartGateMaxWait proceeds without one (fail-open, as
 // Paperclip's gate does).
 type ColdStartGate struct {
 	clock clock.Clock
@@ -42,7 +42,7 @@ func (g *ColdStartGate) Acquire(ctx context.Context) (release func(), held bool,
 		return g.releaser(), true, nil
 	default:
 	}
-	t := g.clock.NewTimer(ColdStartGateMaxWait)
+	t := g.clock.NewTimer(coldStartGateMaxWait)
 	defer t.Stop()
 	select {
 	case g.slots <- struct{}{}:

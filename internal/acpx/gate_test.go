@@ -20,7 +20,7 @@ import (
 
 // TestACP19_ColdStartGate: five concurrent cold opens → at most four
 // hold a slot; the fifth proceeds when one is released, or fails open
-// after ColdStartGateMaxWait on the injected clock.
+// after coldStartGateMaxWait on the injected clock.
 func TestACP19_ColdStartGate(t *testing.T) {
 	synctest.Test(t, testColdStartGate)
 }
@@ -61,7 +61,7 @@ func testColdStartGate(t *testing.T) {
 		sixth <- res{rel, held}
 	}()
 	synctest.Wait()
-	time.Sleep(ColdStartGateMaxWait) // simulated time: the fail-open timer fires
+	time.Sleep(coldStartGateMaxWait) // simulated time: the fail-open timer fires
 	r6 := first(t, sixth)
 	require.False(t, r6.held, "fail-open after the gate wait")
 	r6.rel()

@@ -7,8 +7,8 @@ import (
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
-// GoalControlParams is the _session/goal request.
-type GoalControlParams struct {
+// goalControlParams is the _session/goal request.
+type goalControlParams struct {
 	SessionID string `json:"sessionId"`
 	Action    string `json:"action"`
 	Objective string `json:"objective,omitempty"`
@@ -19,7 +19,7 @@ func (c *Client) GoalControl(action, objective string) (provider.Call, error) {
 	if c.Live().ACPSessionID == "" {
 		return provider.Call{}, fmt.Errorf("goal control: %w", provider.ErrNoSession)
 	}
-	return c.Request(provider.MethodSessionGoal, GoalControlParams{SessionID: c.Live().ACPSessionID, Action: action, Objective: objective}, "")
+	return c.Request(provider.MethodSessionGoal, goalControlParams{SessionID: c.Live().ACPSessionID, Action: action, Objective: objective}, "")
 }
 
 // applyGoalCapability records what initialize advertised; a resumed

@@ -6,20 +6,20 @@ import (
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
-// ProtocolVersion is the only ACP version runnerd speaks (acp.md §1).
-const ProtocolVersion = 1
+// protocolVersion is the only ACP version runnerd speaks (acp.md §1).
+const protocolVersion = 1
 
-// InitializeParams is the initialize request. clientCapabilities is what
+// initializeParams is the initialize request. clientCapabilities is what
 // the session record holds (Client.SetClientCapabilities).
-type InitializeParams struct {
+type initializeParams struct {
 	ProtocolVersion    int                         `json:"protocolVersion"`
 	ClientCapabilities provider.ClientCapabilities `json:"clientCapabilities"`
 	ClientInfo         provider.Implementation     `json:"clientInfo"`
 }
 
-// InitializeResult is the part of the initialize answer runnerd reads.
+// initializeResult is the part of the initialize answer runnerd reads.
 // AgentCapabilities is kept raw for the durable record.
-type InitializeResult struct {
+type initializeResult struct {
 	ProtocolVersion   int                      `json:"protocolVersion"`
 	AgentCapabilities json.RawMessage          `json:"agentCapabilities,omitempty"`
 	AgentInfo         *provider.Implementation `json:"agentInfo,omitempty"`
@@ -47,32 +47,32 @@ type HTTPHeader struct {
 	Value string `json:"value"`
 }
 
-// EnvVariable is one {name, value} pair.
-type EnvVariable struct {
+// envVariable is one {name, value} pair.
+type envVariable struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 }
 
-// NewSessionParams is session/new. Meta is the session _meta (tools.md §5:
+// newSessionParams is session/new. Meta is the session _meta (tools.md §5:
 // instructions and model), omitted when empty.
-type NewSessionParams struct {
+type newSessionParams struct {
 	Cwd        string          `json:"cwd"`
 	MCPServers []MCPServer     `json:"mcpServers"`
 	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
-// LoadSessionParams is session/load and session/resume; Meta as in
-// NewSessionParams (the Claude adapter builds a resumed session from it).
-type LoadSessionParams struct {
+// loadSessionParams is session/load and session/resume; Meta as in
+// newSessionParams (the Claude adapter builds a resumed session from it).
+type loadSessionParams struct {
 	SessionID  string          `json:"sessionId"`
 	Cwd        string          `json:"cwd"`
 	MCPServers []MCPServer     `json:"mcpServers"`
 	Meta       json.RawMessage `json:"_meta,omitempty"`
 }
 
-// SessionResult is the answer of session/new (and the optional body of
+// sessionResult is the answer of session/new (and the optional body of
 // session/load): sessionId plus the harness id in _meta.agentSessionId.
-type SessionResult struct {
+type sessionResult struct {
 	SessionID string `json:"sessionId"`
 	Meta      struct {
 		AgentSessionID string `json:"agentSessionId"`
@@ -85,19 +85,19 @@ type PromptParams struct {
 	Prompt    []provider.ContentBlock `json:"prompt"`
 }
 
-// PromptResult is the prompt answer; Usage is unstable and optional.
-type PromptResult struct {
+// promptResult is the prompt answer; Usage is unstable and optional.
+type promptResult struct {
 	StopReason string               `json:"stopReason"`
 	Usage      *provider.TokenUsage `json:"usage,omitempty"`
 }
 
-// CancelParams is session/cancel.
-type CancelParams struct {
+// cancelParams is session/cancel.
+type cancelParams struct {
 	SessionID string `json:"sessionId"`
 }
 
-// SessionNotification is the session/update params.
-type SessionNotification struct {
+// sessionNotification is the session/update params.
+type sessionNotification struct {
 	SessionID string          `json:"sessionId"`
 	Update    json.RawMessage `json:"update"`
 }
@@ -107,7 +107,7 @@ type PermissionResponse struct {
 	Outcome provider.PermissionOutcome `json:"outcome"`
 }
 
-// CancelRequestParams is $/cancel_request.
-type CancelRequestParams struct {
+// cancelRequestParams is $/cancel_request.
+type cancelRequestParams struct {
 	RequestID json.RawMessage `json:"requestId"`
 }

@@ -79,7 +79,7 @@ type Stored struct {
 	// sequence (tools.md §7).
 	Closed bool `json:"closed,omitempty"`
 	// TurnIDs are the provider turn ids used so far, oldest first, at most
-	// MaxUsedTurnIDs: a turn.start turnId never repeats one (tools.md §7).
+	// maxUsedTurnIDs: a turn.start turnId never repeats one (tools.md §7).
 	TurnIDs []string `json:"turnIds,omitempty"`
 	// Tools is the run's semantic tool call table (tools.md §3).
 	Tools *toolcall.Table `json:"tools,omitempty"`
@@ -105,9 +105,9 @@ type OutcomeStatus string
 
 // Outcome statuses (prp.md §7.2, §7.3).
 const (
-	OutcomeCompleted     OutcomeStatus = "completed"
-	OutcomeFailed        OutcomeStatus = "failed"
-	OutcomeIndeterminate OutcomeStatus = "indeterminate"
+	outcomeCompleted     OutcomeStatus = "completed"
+	outcomeFailed        OutcomeStatus = "failed"
+	outcomeIndeterminate OutcomeStatus = "indeterminate"
 )
 
 // CodePromptNotDelivered is turn.start's result when a restart finds its
@@ -210,7 +210,7 @@ const (
 
 // Result codes the executor returns (acp.md §6 classes reuse provider.Class).
 const (
-	CodeCommandExecutionFailed = provider.CodeCommandExecutionFailed
+	codeCommandExecutionFailed = provider.CodeCommandExecutionFailed
 )
 
 // CommandError is a failed command (provider.CommandError): drivers
@@ -346,8 +346,8 @@ func (m *Manager) Start() error {
 		evs := m.goneLocked(provider.LossTransportClosed)
 		var out *CommandOutcome
 		if pr != nil {
-			out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeIndeterminate,
-				Result: codeResult(CodeExecutionIndeterminate, "the agent's process session is gone; whether the prompt reached it is unknown")}
+			out = &CommandOutcome{CommandID: pr.CommandID, Status: outcomeIndeterminate,
+				Result: codeResult(codeExecutionIndeterminate, "the agent's process session is gone; whether the prompt reached it is unknown")}
 		}
 		return m.persistLocked(evs, out)
 	}
@@ -386,8 +386,8 @@ func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
 	switch {
 	case err != nil:
 		m.log.Warn("cannot tell whether the prompt was queued", "err", err)
-		out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeIndeterminate,
-			Result: codeResult(CodeExecutionIndeterminate, "whether the prompt reached the agent is unknown")}
+		out = &CommandOutcome{CommandID: pr.CommandID, Status: outcomeIndeterminate,
+			Result: codeResult(codeExecutionIndeterminate, "whether the prompt reached the agent is unknown")}
 	case loc == sessiondir.Unpublished:
 		// Its number never reached the queue: the next line takes it.
 		w, werr := sessiondir.OpenWriter(p.dir, pr.Seq, sessiondir.WriterOptions{})
@@ -401,7 +401,7 @@ func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
 			m.cl.AbandonTurn()
 			evs = m.mapper.ChannelLost(m.cl.Map(), turn, provider.LossWriteError)
 		}
-		out = &CommandOutcome{CommandID: pr.CommandID, Status: OutcomeFailed,
+		out = &CommandOutcome{CommandID: pr.CommandID, Status: outcomeFailed,
 			Result: codeResult(CodePromptNotDelivered, "the prompt never reached the agent")}
 	}
 	return m.persistLocked(evs, out)
@@ -423,9 +423,9 @@ func codeResult(code, message string) json.RawMessage {
 	return jsonenc.MustMarshalEscaped(map[string]string{"code": code, "message": message})
 }
 
-// CodeExecutionIndeterminate is the result code of an effect that may have
+// codeExecutionIndeterminate is the result code of an effect that may have
 // half-happened (prp.md §7.2 step 7).
-const CodeExecutionIndeterminate = "execution_indeterminate"
+const codeExecutionIndeterminate = "execution_indeterminate"
 
 // Close stops the reader goroutines without touching the agents: a
 // restarted runnerd re-adopts them. Use Shutdown to stop the agents.
@@ -532,7 +532,7 @@ func (m *Manager) commitThenWriteEffectLocked(events []provider.Event, lines [][
 	var outcome *CommandOutcome
 	var line []byte
 	if effect != nil {
-		outcome = &CommandOutcome{CommandID: effect.commandID, Status: OutcomeCompleted, Result: effect.result}
+		outcome = &CommandOutcome{CommandID: effect.commandID, Status: outcomeCompleted, Result: effect.result}
 		line = effect.prompt
 	}
 	if p == nil && (len(lines) > 0 || line != nil) {
@@ -606,7 +606,7 @@ func (m *Manager) writeFailedLocked(p *process, err error, staged *sessiondir.St
 
 // Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
 func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
-	b, err := ParseDescriptor(payload, m.cfg.Drivers)
+	b, err := parseDescriptor(payload, m.cfg.Drivers)
 	if err != nil {
 		return nil, err
 	}
@@ -638,10 +638,10 @@ func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
 	return jsonenc.MustMarshalEscaped(map[string]any{"agent": b.Agent, "prepared": true}), nil
 }
 
-// ParseDescriptor reads run.prepare's provider descriptor (prp.md §7.6,
+// parseDescriptor reads run.prepare's provider descriptor (prp.md §7.6,
 // acp.md §2.1) for one of drivers. Sidecar-only fields are accepted and
 // ignored.
-func ParseDescriptor(payload json.RawMessage, drivers []provider.Registration) (*Binding, error) {
+func parseDescriptor(payload json.RawMessage, drivers []provider.Registration) (*Binding, error) {
 	var p struct {
 		Provider struct {
 			Kind            string   `json:"kind"`
@@ -999,8 +999,8 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 	return result, nil
 }
 
-// Steer is turn.steer: ACP v1 cannot steer (acp.md §4.3).
-func (m *Manager) Steer() (json.RawMessage, error) {
+// steer is turn.steer: ACP v1 cannot steer (acp.md §4.3).
+func (m *Manager) steer() (json.RawMessage, error) {
 	return nil, failed("ACP v1 agents cannot steer a running turn")
 }
 
@@ -1256,5 +1256,5 @@ func (m *Manager) closeTurnLocked() {
 
 // removeStderrFile removes <uuid>.stderr: it may hold agent output.
 func removeStderrFile(stateDir, uuid string) {
-	_ = os.Remove(filepath.Join(stateDir, ProcessSessionsDir, uuid+".stderr"))
+	_ = os.Remove(filepath.Join(stateDir, processSessionsDir, uuid+".stderr"))
 }

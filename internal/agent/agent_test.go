@@ -97,7 +97,7 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 	st, evs := r.sink.snapshot()
 	require.Empty(t, evs, "no provider event on a handshake timeout")
 	require.True(t, st.Session == nil || st.Session.Process == nil, "the agent is stopped")
-	entries, _ := os.ReadDir(r.state + "/" + ProcessSessionsDir)
+	entries, _ := os.ReadDir(r.state + "/" + processSessionsDir)
 	require.Empty(t, entries, "the session dir is removed")
 
 	// Next open: fresh (the record was never prompted), agent works.
@@ -186,10 +186,10 @@ func TestDestroyAndSteer(t *testing.T) {
 	r := newRig(t)
 	r.prepare("--supports-close")
 	r.open()
-	_, err := r.m.Steer()
+	_, err := r.m.steer()
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	require.Equal(t, codeCommandExecutionFailed, ce.Code)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	_, err = r.m.Destroy(ctx)
@@ -246,7 +246,7 @@ func TestEffectResultsRideWithEvidence(t *testing.T) {
 	} {
 		got, ok := r.sink.outcomes[cmd]
 		require.True(t, ok, "%s recorded a result with its effect", cmd)
-		require.Equal(t, OutcomeCompleted, got.Status, cmd)
+		require.Equal(t, outcomeCompleted, got.Status, cmd)
 		if want.result != nil {
 			require.JSONEq(t, string(want.result), string(got.Result), cmd)
 		}

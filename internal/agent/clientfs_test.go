@@ -107,7 +107,7 @@ func TestClientFSSwitchOff(t *testing.T) {
 	st, _ := r.sink.snapshot()
 	require.Equal(t, &provider.ClientCapabilities{Terminal: true}, st.Session.ClientCapabilities)
 
-	_, err := ParseDescriptor(json.RawMessage(`{"provider":{"kind":"acpx","agent":"claude","clientCapabilities":{"fs":"no"}}}`), testDrivers)
+	_, err := parseDescriptor(json.RawMessage(`{"provider":{"kind":"acpx","agent":"claude","clientCapabilities":{"fs":"no"}}}`), testDrivers)
 	require.Error(t, err)
 }
 

@@ -47,7 +47,7 @@ func (m *Manager) sessionName() string {
 
 // SteerTurn is turn.steer (codex.md §3): turn/steer with the active turn's
 // id, waiting (bounded) for Codex's answer; a driver that cannot steer
-// fails as Steer does.
+// fails as steer does.
 func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
 	m.mu.Lock()
 	var s provider.Steerer
@@ -58,7 +58,7 @@ func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
 	}
 	m.mu.Unlock()
 	if s == nil {
-		return m.Steer() // ACP v1 cannot steer: refused whatever the payload
+		return m.steer() // ACP v1 cannot steer: refused whatever the payload
 	}
 	var p struct {
 		Text string `json:"text"`

@@ -16,10 +16,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
-// EnvRealCodex names the real codex binary (@openai/codex@0.169.0:
+// envRealCodex names the real codex binary (@openai/codex@0.169.0:
 // node_modules/.bin/codex) for TestCodex07_RealCLI; unset, the test is
 // skipped.
-const EnvRealCodex = "PCRUNNER_CODEX_BIN"
+const envRealCodex = "PCRUNNER_CODEX_BIN"
 
 // startFakeLLMForCodex runs test/fakellm and returns its base URL; it
 // exits when the test closes its stdin.
@@ -53,9 +53,9 @@ func startFakeLLMForCodex(t *testing.T) string {
 // refuses under approvalPolicy "never" ("you cannot ask for escalated
 // permissions if the approval policy is Never"), so no command would run.
 func TestCodex07_RealCLI(t *testing.T) {
-	bin := os.Getenv(EnvRealCodex)
+	bin := os.Getenv(envRealCodex)
 	if bin == "" {
-		t.Skipf("%s is not set: install @openai/codex@0.169.0 and set it to node_modules/.bin/codex", EnvRealCodex)
+		t.Skipf("%s is not set: install @openai/codex@0.169.0 and set it to node_modules/.bin/codex", envRealCodex)
 	}
 	llm := startFakeLLMForCodex(t)
 	// A wrapper records both directions of the wire (tee on each side), so

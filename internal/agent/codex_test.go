@@ -282,16 +282,16 @@ func TestCodex04_UnauthorizedTool(t *testing.T) {
 // binds the codex driver; on-request fails command_execution_failed.
 func TestCodex01_Prepare(t *testing.T) {
 	for _, ap := range []any{"never", nil} {
-		b, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": ap, "cwd": "/w"}})), testDrivers)
+		b, err := parseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": ap, "cwd": "/w"}})), testDrivers)
 		require.NoError(t, err)
 		require.Equal(t, codexapp.Kind, b.Driver)
 		require.Equal(t, "codex", b.Command)
 		require.Equal(t, []string{"app-server"}, b.Args)
 	}
-	_, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": "on-request"}})), testDrivers)
+	_, err := parseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": "codex", "approvalPolicy": "on-request"}})), testDrivers)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	require.Equal(t, codeCommandExecutionFailed, ce.Code)
 }
 
 // TestCodexUnknownKindNamesIt: a kind still unknown fails
@@ -301,10 +301,10 @@ func TestCodexUnknownKindNamesIt(t *testing.T) {
 		"claude_managed": `"claude_managed"`, "aws_agentcore": `"aws_agentcore"`, "cursor_cloud": `"cursor_cloud"`,
 		"": "(absent)", "bad kind\n": "(unrecognised)",
 	} {
-		_, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": kind}})), testDrivers)
+		_, err := parseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{"kind": kind}})), testDrivers)
 		var ce *CommandError
 		require.ErrorAs(t, err, &ce, kind)
-		require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+		require.Equal(t, codeCommandExecutionFailed, ce.Code)
 		require.Contains(t, ce.Message, want)
 	}
 }
@@ -614,7 +614,7 @@ func TestCodexCatalogBound(t *testing.T) {
 	_, err := r.m.Prepare(b)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	require.Equal(t, codeCommandExecutionFailed, ce.Code)
 	require.Contains(t, ce.Message, "257 dynamic tools")
 	b, _ = json.Marshal(map[string]any{"provider": map[string]any{"kind": "codex", "command": fakecodexBin(t), "cwd": r.cwd},
 		"authorizedTools": catalogJSON(t, ops[:254]...)})
@@ -640,7 +640,7 @@ func TestCodexInterruptAnswersToolCall(t *testing.T) {
 	eventually(t, "the stop answer", func() bool { return len(toolAnswers(t, readTranscript(t, tr))) == 1 })
 	ans := toolAnswers(t, readTranscript(t, tr))[0]
 	require.Equal(t, false, ans["success"])
-	require.Equal(t, TextStopped, ans["contentItems"].([]any)[0].(map[string]any)["text"])
+	require.Equal(t, textStopped, ans["contentItems"].([]any)[0].(map[string]any)["text"])
 	res, err := r.result("cmd-late", in[0], `{"id":"late"}`, false)
 	require.NoError(t, err)
 	require.NotEqual(t, "delivered", statusOf(t, res))

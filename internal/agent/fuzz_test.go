@@ -21,7 +21,7 @@ func FuzzParseDescriptor(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		bind, err := ParseDescriptor(b, testDrivers)
+		bind, err := parseDescriptor(b, testDrivers)
 		if err != nil {
 			if _, ok := err.(*CommandError); !ok {
 				t.Fatalf("error is not a CommandError: %T", err)

@@ -36,9 +36,9 @@ const (
 	CodeProviderCommandUnavailable = "provider_command_unavailable"
 )
 
-// GoalControlWait bounds one _session/goal request: the reference
+// goalControlWait bounds one _session/goal request: the reference
 // sidecar's 30 s request timeout (prp.md §10).
-const GoalControlWait = 30 * time.Second
+const goalControlWait = 30 * time.Second
 
 // rejection is a command refused before any effect: the runner journals
 // and sends it with status rejected and {code, message}. message is a
@@ -144,7 +144,7 @@ func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, p
 	if p.Objective != nil {
 		objective = *p.Objective
 	}
-	t := m.cfg.Clock.NewTimer(GoalControlWait)
+	t := m.cfg.Clock.NewTimer(goalControlWait)
 	defer t.Stop()
 	_, err = m.call(ctx, t.C(), func(c *acpx.Client) (provider.Call, error) {
 		call, err := c.GoalControl(action, objective)
@@ -156,7 +156,7 @@ func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, p
 	m.mu.Unlock()
 	switch {
 	case errors.Is(err, errDeadline):
-		return nil, failed(fmt.Sprintf("the agent did not answer the goal control within %s", GoalControlWait))
+		return nil, failed(fmt.Sprintf("the agent did not answer the goal control within %s", goalControlWait))
 	case err != nil:
 		var rpc *provider.Failure
 		if errors.As(err, &rpc) && rpc.Class == provider.ClassUnclassified {

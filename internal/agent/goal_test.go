@@ -23,7 +23,7 @@ func (r *rig) goal(id string, cmd GoalCommand, payload, wantEvent string) provid
 	r.sink.mu.Lock()
 	out, evs := r.sink.outcomes[id], r.sink.outcomeEvents[id]
 	r.sink.mu.Unlock()
-	require.Equal(r.t, OutcomeCompleted, out.Status)
+	require.Equal(r.t, outcomeCompleted, out.Status)
 	require.JSONEq(r.t, string(res), string(out.Result))
 	require.Equal(r.t, []string{prp.EventSessionCapabilitiesUpdated, wantEvent}, evs[len(evs)-2:])
 	var p provider.GoalProjection
@@ -58,7 +58,7 @@ func TestGoalActionsThroughAgent(t *testing.T) {
 	// fakeacp refuses pause without a goal: a failure, not a projection.
 	var ce *CommandError
 	require.ErrorAs(t, r.goalErr(GoalSet, `{"status":"paused"}`), &ce)
-	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	require.Equal(t, codeCommandExecutionFailed, ce.Code)
 	require.Equal(t, "the agent refused the goal control", ce.Message, "never the agent's text")
 
 	p = r.goal("g2", GoalSet, `{"objective":"Ship the change","status":"active"}`, prp.EventSessionGoalUpdated)
@@ -110,7 +110,7 @@ func TestGoalRefusalsThroughAgent(t *testing.T) {
 	}
 	for _, bad := range []string{`{"objective":""}`, `{"objective":"  "}`, `{"status":"done"}`, `[]`} {
 		require.ErrorAs(t, r.goalErr(GoalSet, bad), &ce, bad)
-		require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+		require.Equal(t, codeCommandExecutionFailed, ce.Code)
 	}
 	var rej *CommandError
 	require.ErrorAs(t, ProviderCommandUnavailable(), &rej)

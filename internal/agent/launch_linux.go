@@ -9,9 +9,9 @@ import (
 	"github.com/pcrunner/pcrunner/internal/procsession"
 )
 
-// ProcessSessionsDir is the directory under the state dir that holds one
+// processSessionsDir is the directory under the state dir that holds one
 // session directory per agent (acp.md §3.1).
-const ProcessSessionsDir = procsession.Dir
+const processSessionsDir = procsession.Dir
 
 // launchSpec is what one pcwrap launch needs.
 type launchSpec struct {

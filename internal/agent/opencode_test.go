@@ -108,17 +108,17 @@ func TestOpenCode02_Interrupt(t *testing.T) {
 // with `serve --hostname 127.0.0.1 --port 0` whatever command/args say;
 // an approvalPolicy other than never fails command_execution_failed.
 func TestOpenCodePrepare(t *testing.T) {
-	b, err := ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{
+	b, err := parseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{
 		"kind": "opencode", "command": "node", "args": []string{"proxy.js"}, "cwd": "/work"}})), testDrivers)
 	require.NoError(t, err)
 	require.Equal(t, opencode.Kind, b.Driver)
 	require.Equal(t, "opencode", b.Command)
 	require.Equal(t, []string{"serve", "--hostname", "127.0.0.1", "--port", "0"}, b.Args)
-	_, err = ParseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{
+	_, err = parseDescriptor(json.RawMessage(mustJSON(map[string]any{"provider": map[string]any{
 		"kind": "opencode", "approvalPolicy": "on-request"}})), testDrivers)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	require.Equal(t, codeCommandExecutionFailed, ce.Code)
 }
 
 // TestOpenCode03_RestartMidTurn: runnerd goes away mid-turn (the manager

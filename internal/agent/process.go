@@ -30,7 +30,7 @@ const (
 
 // maxDeferredFiles bounds the event files consumed without a commit of
 // their own (beyond: 256 × pcwrap's 64 KiB data frames covers a line of
-// acpx.MaxLineBytes with room to spare).
+// provider.MaxLineBytes with room to spare).
 const maxDeferredFiles = 256
 
 // maxBatchEvents bounds the events one commit takes from a backlog of event
@@ -74,7 +74,7 @@ type process struct {
 	reserve int
 
 	lost, stopping, quiet bool
-	frameExceeded         bool // the agent wrote a stdout line over acpx.MaxLineBytes
+	frameExceeded         bool // the agent wrote a stdout line over provider.MaxLineBytes
 	exitSeen              bool
 	exitCode              *int
 	signal                string

@@ -38,9 +38,9 @@ func (m *Manager) openResultLocked(resumed bool, rec provider.Record, b *Binding
 
 // Turn id rules (tools.md §7).
 const (
-	// MaxUsedTurnIDs bounds the durable list of used turn ids (beyond: far
+	// maxUsedTurnIDs bounds the durable list of used turn ids (beyond: far
 	// more turns than one run holds; the oldest falls out first).
-	MaxUsedTurnIDs = 1024
+	maxUsedTurnIDs = 1024
 	// CodeSessionNotOpen refuses a turn.start after a deliberate stop
 	// without a new session.open (tools.md §7).
 	CodeSessionNotOpen = "session_not_open"
@@ -79,7 +79,7 @@ func (m *Manager) nextTurnIDLocked() string {
 // recordTurnLocked adds id to the used turn ids, bounded. m.mu held.
 func (m *Manager) recordTurnLocked(id string) {
 	m.st.TurnIDs = append(m.st.TurnIDs, id)
-	if n := len(m.st.TurnIDs) - MaxUsedTurnIDs; n > 0 {
+	if n := len(m.st.TurnIDs) - maxUsedTurnIDs; n > 0 {
 		m.st.TurnIDs = append([]string(nil), m.st.TurnIDs[n:]...)
 	}
 }

@@ -18,19 +18,19 @@ import (
 
 // Bounds of the run context run.prepare fixes (tools.md §5).
 const (
-	// MaxInstructionsBytes bounds the descriptor's instructions (tools.md
+	// maxInstructionsBytes bounds the descriptor's instructions (tools.md
 	// §5: ≤ 1 MiB).
-	MaxInstructionsBytes = 1 << 20
+	maxInstructionsBytes = 1 << 20
 	// maxInstructionsSide bounds the side file holding them: the JSON
-	// string of MaxInstructionsBytes, every byte escaped as \u00XX at worst.
-	maxInstructionsSide = 6*MaxInstructionsBytes + 2
-	// MaxModelLen is the descriptor model's maxLength
+	// string of maxInstructionsBytes, every byte escaped as \u00XX at worst.
+	maxInstructionsSide = 6*maxInstructionsBytes + 2
+	// maxModelLen is the descriptor model's maxLength
 	// (provider-descriptor.schema.json).
-	MaxModelLen = 240
-	// MaxRuntimeContextBytes bounds runtimeContext (beyond: the spec names
+	maxModelLen = 240
+	// maxRuntimeContextBytes bounds runtimeContext (beyond: the spec names
 	// no bound; it holds references, digests and a prompt, far below this,
 	// and a bound keeps one command from filling the state directory).
-	MaxRuntimeContextBytes = 4 << 20
+	maxRuntimeContextBytes = 4 << 20
 )
 
 // runContext is the part of run.prepare's descriptor that reaches the
@@ -56,8 +56,8 @@ func parseRunContext(payload json.RawMessage) (runContext, error) {
 	var rc runContext
 	if in := p.Provider.Instructions; in != nil {
 		switch {
-		case len(*in) > MaxInstructionsBytes:
-			return runContext{}, failed(fmt.Sprintf("provider descriptor instructions are larger than %d bytes", MaxInstructionsBytes))
+		case len(*in) > maxInstructionsBytes:
+			return runContext{}, failed(fmt.Sprintf("provider descriptor instructions are larger than %d bytes", maxInstructionsBytes))
 		case strings.IndexByte(*in, 0) >= 0:
 			return runContext{}, failed("provider descriptor instructions contain a NUL character")
 		case !utf8.ValidString(*in):
@@ -69,8 +69,8 @@ func parseRunContext(payload json.RawMessage) (runContext, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return rc, nil
 	}
-	if len(raw) > MaxRuntimeContextBytes {
-		return runContext{}, failed(fmt.Sprintf("provider descriptor runtimeContext is larger than %d bytes", MaxRuntimeContextBytes))
+	if len(raw) > maxRuntimeContextBytes {
+		return runContext{}, failed(fmt.Sprintf("provider descriptor runtimeContext is larger than %d bytes", maxRuntimeContextBytes))
 	}
 	var obj map[string]any
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -176,14 +176,14 @@ func storeRunContext(stateDir string, b *Binding, rc runContext) error {
 	return nil
 }
 
-// parseModel checks provider.model: a string or null, at most MaxModelLen
+// parseModel checks provider.model: a string or null, at most maxModelLen
 // bytes, no control character.
 func parseModel(m *string) (string, error) {
 	if m == nil {
 		return "", nil
 	}
-	if len(*m) > MaxModelLen {
-		return "", failed(fmt.Sprintf("provider descriptor model is longer than %d characters", MaxModelLen))
+	if len(*m) > maxModelLen {
+		return "", failed(fmt.Sprintf("provider descriptor model is longer than %d characters", maxModelLen))
 	}
 	for _, r := range *m {
 		if r < 0x20 || r == 0x7f {

@@ -25,7 +25,7 @@ func descWith(t *testing.T, extra map[string]any) json.RawMessage {
 // accepted and stored; one byte more fails run.prepare with a message
 // naming the bound (tools.md §5).
 func TestTools08_InstructionsBound(t *testing.T) {
-	rc, err := parseRunContext(descWith(t, map[string]any{"instructions": strings.Repeat("é", MaxInstructionsBytes/2)}))
+	rc, err := parseRunContext(descWith(t, map[string]any{"instructions": strings.Repeat("é", maxInstructionsBytes/2)}))
 	require.NoError(t, err)
 	dir := t.TempDir()
 	b := &Binding{}
@@ -33,7 +33,7 @@ func TestTools08_InstructionsBound(t *testing.T) {
 	meta, err := sessionMeta(dir, b)
 	require.NoError(t, err)
 	require.Contains(t, string(meta), `"systemPrompt":{"append":"éé`)
-	_, err = parseRunContext(descWith(t, map[string]any{"instructions": strings.Repeat("x", MaxInstructionsBytes+1)}))
+	_, err = parseRunContext(descWith(t, map[string]any{"instructions": strings.Repeat("x", maxInstructionsBytes+1)}))
 	require.EqualError(t, err, "provider descriptor instructions are larger than 1048576 bytes")
 }
 
@@ -78,12 +78,12 @@ func FuzzParseRunContext(f *testing.F) {
 		if err != nil {
 			return
 		}
-		require.LessOrEqual(t, len(rc.instructions), MaxInstructionsBytes)
+		require.LessOrEqual(t, len(rc.instructions), maxInstructionsBytes)
 		require.NotContains(t, rc.instructions, "\x00")
 		b := &Binding{}
 		require.NoError(t, storeRunContext(dir, b, rc))
 		if b.RuntimeContextSide != "" {
-			got, err := state.ReadSide(dir, b.RuntimeContextSide, MaxRuntimeContextBytes*2)
+			got, err := state.ReadSide(dir, b.RuntimeContextSide, maxRuntimeContextBytes*2)
 			require.NoError(t, err)
 			require.True(t, json.Valid(got))
 		}

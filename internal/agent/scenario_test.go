@@ -180,7 +180,7 @@ func TestACP05_StdoutBanner(t *testing.T) {
 		r.prepare("--huge-line-bytes", "11000000")
 		require.Equal(t, string(provider.ClassProviderFrameTooLarge), r.openErrWithin(hugeLineBound).Code)
 		require.Contains(t, stderr.String(), "stdout frame exceeded\n")
-		entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
+		entries, _ := os.ReadDir(filepath.Join(r.state, processSessionsDir))
 		require.Empty(t, entries, "the agent is stopped")
 	})
 
@@ -346,7 +346,7 @@ func TestRestartDuringHandshake(t *testing.T) {
 	r.prepare()
 	res := r.open()
 	require.Contains(t, string(res), `"status":"started"`)
-	entries, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
+	entries, _ := os.ReadDir(filepath.Join(r.state, processSessionsDir))
 	dirs := 0
 	for _, e := range entries {
 		if e.IsDir() {
@@ -421,17 +421,17 @@ func TestTurnStartResultRidesWithPrompt(t *testing.T) {
 		want  OutcomeStatus
 		code  string
 	}{
-		{"published", func(*testing.T, string, PromptDelivery) {}, OutcomeCompleted, ""},
+		{"published", func(*testing.T, string, PromptDelivery) {}, outcomeCompleted, ""},
 		{"consumed", func(t *testing.T, dir string, pr PromptDelivery) {
 			require.NoError(t, os.Remove(filepath.Join(dir, sessiondir.StdinDir, sessiondir.SeqName(pr.Seq))))
-		}, OutcomeCompleted, ""},
+		}, outcomeCompleted, ""},
 		{"before rename", func(t *testing.T, dir string, pr PromptDelivery) {
 			stdin := filepath.Join(dir, sessiondir.StdinDir)
 			require.NoError(t, os.Rename(filepath.Join(stdin, sessiondir.SeqName(pr.Seq)), filepath.Join(stdin, pr.Tmp)))
-		}, OutcomeFailed, CodePromptNotDelivered},
+		}, outcomeFailed, CodePromptNotDelivered},
 		{"session dir gone", func(t *testing.T, dir string, _ PromptDelivery) {
 			require.NoError(t, os.RemoveAll(dir))
-		}, OutcomeIndeterminate, CodeExecutionIndeterminate},
+		}, outcomeIndeterminate, codeExecutionIndeterminate},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -463,7 +463,7 @@ func TestTurnStartResultRidesWithPrompt(t *testing.T) {
 			r.sink.mu.Lock()
 			first := r.sink.outcomes["cmd-1"]
 			r.sink.mu.Unlock()
-			require.Equal(t, OutcomeCompleted, first.Status, "recorded with the evidence")
+			require.Equal(t, outcomeCompleted, first.Status, "recorded with the evidence")
 			require.JSONEq(t, string(res), string(first.Result))
 			r.m.Close() // runnerd is SIGKILLed here
 

@@ -50,7 +50,7 @@ func TestACP06_InitFailures(t *testing.T) {
 	r2 := newRig(t)
 	r2.prepare("--protocol-version", "2")
 	require.Equal(t, "acp_session_init_failed", r2.openErr().Code)
-	entries, _ := os.ReadDir(filepath.Join(r2.state, ProcessSessionsDir))
+	entries, _ := os.ReadDir(filepath.Join(r2.state, processSessionsDir))
 	require.Empty(t, entries, "the agent is stopped and its session dir removed")
 }
 
@@ -108,7 +108,7 @@ func TestACP14_SerializedPrompts(t *testing.T) {
 	_, err := r.m.StartTurn("cmd-turn", b)
 	var ce *CommandError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+	require.Equal(t, codeCommandExecutionFailed, ce.Code)
 	evs := r.sink.waitEvent(t, "run.terminal")
 	require.Equal(t, 1, count(evs, "turn.started"))
 	require.Equal(t, "completed", payloadOf(evs, "run.terminal")["turnTerminalState"])
@@ -219,7 +219,7 @@ func TestACP19_ColdStartGate(t *testing.T) {
 	launched := func() int {
 		n := 0
 		for _, r := range rigs {
-			ents, _ := os.ReadDir(filepath.Join(r.state, ProcessSessionsDir))
+			ents, _ := os.ReadDir(filepath.Join(r.state, processSessionsDir))
 			for _, e := range ents {
 				if e.IsDir() {
 					n++

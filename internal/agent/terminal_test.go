@@ -63,7 +63,7 @@ func TestClientTerminalSwitchOff(t *testing.T) {
 	r.open()
 	require.Equal(t, `clientCapabilities {"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false}`, r.say("caps"))
 	require.Contains(t, r.say("shell true"), "shell terminal/create failed -32601: ")
-	_, err := ParseDescriptor(json.RawMessage(`{"provider":{"kind":"acpx","agent":"claude","clientCapabilities":{"terminal":1}}}`), testDrivers)
+	_, err := parseDescriptor(json.RawMessage(`{"provider":{"kind":"acpx","agent":"claude","clientCapabilities":{"terminal":1}}}`), testDrivers)
 	require.Error(t, err)
 }
 

@@ -20,11 +20,11 @@ import (
 // Tool errors the agent gets (tools.md §2–§4). They are fixed texts: never
 // a value from the arguments or the server.
 const (
-	TextNoTurn            = provider.TextNoTurn
-	TextIdentityConflict  = provider.TextIdentityConflict
-	TextStopped           = provider.TextStopped
-	TextAlreadyAccepted   = "A result was already accepted for this turn"
-	TextNotRecorded       = "Paperclip could not record the tool call."
+	textNoTurn            = provider.TextNoTurn
+	textIdentityConflict  = provider.TextIdentityConflict
+	textStopped           = provider.TextStopped
+	textAlreadyAccepted   = "A result was already accepted for this turn"
+	textNotRecorded       = "Paperclip could not record the tool call."
 	textInvalidInput      = "Invalid tool input: "
 	textRefusedInput      = "Refused tool input: "
 	bridgeServerName      = "paperclip"
@@ -300,7 +300,7 @@ func (m *Manager) stopToolCallsLocked() {
 		if m.st.Tools != nil {
 			m.st.Tools.Detach(id)
 		}
-		w.ch <- toolAnswer{res: toolError(TextStopped)}
+		w.ch <- toolAnswer{res: toolError(textStopped)}
 	}
 }
 
@@ -381,7 +381,7 @@ func (m *Manager) admitCall(call mcpbridge.Call) (*toolWaiter, mcpbridge.Result)
 func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.Result) {
 	cat := m.tools.cat
 	if cat == nil || m.cl == nil || m.proc == nil || m.cl.ActiveTurn() == "" {
-		return nil, toolError(TextNoTurn)
+		return nil, toolError(textNoTurn)
 	}
 	turn := m.cl.ActiveTurn()
 	op, ok := cat.Resolve(call.Name)
@@ -412,7 +412,7 @@ func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.R
 	tb := m.tableLocked()
 	c := tb.ByIdentity(id)
 	if c != nil && (c.OperationID != op || c.InputDigest != digest || c.Tool != call.Name) {
-		return nil, toolError(TextIdentityConflict)
+		return nil, toolError(textIdentityConflict)
 	}
 	if c == nil {
 		c = tb.Reattachable(turn, op, digest)
@@ -421,7 +421,7 @@ func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.R
 		return m.reattachLocked(c, id)
 	}
 	if reserved(op) && m.cl.Map().SemanticResult != nil {
-		return nil, toolError(TextAlreadyAccepted)
+		return nil, toolError(textAlreadyAccepted)
 	}
 	c = &toolcall.Call{CallID: toolcall.NewCallID(), OperationID: op, Tool: call.Name, InputDigest: digest, TurnID: turn, Agent: id}
 	if reserved(op) {
@@ -437,7 +437,7 @@ func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.R
 	if err := m.commitThenWriteLocked([]provider.Event{ev}, nil); err != nil {
 		m.log.Error("commit tool call", "err", err)
 		tb.Drop(c.CallID)
-		return nil, toolError(TextNotRecorded)
+		return nil, toolError(textNotRecorded)
 	}
 	return m.waitLocked(c.CallID), mcpbridge.Result{}
 }
@@ -447,7 +447,7 @@ func (m *Manager) admitCallLocked(call mcpbridge.Call) (*toolWaiter, mcpbridge.R
 // semantic_tool.input (tools.md §3 items 1, 8). m.mu held.
 func (m *Manager) reattachLocked(c *toolcall.Call, id toolcall.Identity) (*toolWaiter, mcpbridge.Result) {
 	if _, busy := m.tools.waiters[c.CallID]; busy {
-		return nil, toolError(TextIdentityConflict) // another request of the agent already waits for it
+		return nil, toolError(textIdentityConflict) // another request of the agent already waits for it
 	}
 	tb := m.tableLocked()
 	c.Agent = id
@@ -543,7 +543,7 @@ func (m *Manager) ToolResult(commandID string, payload json.RawMessage) (json.Ra
 			m.cl.Map().SemanticResult = prevSemantic
 		}
 		if w != nil {
-			w.ch <- toolAnswer{res: toolError(TextNotRecorded)} // a storage failure: the runner stops
+			w.ch <- toolAnswer{res: toolError(textNotRecorded)} // a storage failure: the runner stops
 		}
 		return nil, err
 	}

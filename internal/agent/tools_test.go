@@ -230,7 +230,7 @@ func TestTools01_CatalogRefused(t *testing.T) {
 			err := r.prepareTools(cat)
 			var ce *CommandError
 			require.ErrorAs(t, err, &ce)
-			require.Equal(t, CodeCommandExecutionFailed, ce.Code)
+			require.Equal(t, codeCommandExecutionFailed, ce.Code)
 			require.NotContains(t, ce.Message, "Comment on the task", "never the tool text")
 			require.NotContains(t, ce.Message, "Add a note")
 			st, evs := r.sink.snapshot()
@@ -344,7 +344,7 @@ func TestTools06_InterruptDetaches(t *testing.T) {
 	got := awaitOutcome(t, pending)
 	require.NoError(t, got.err)
 	require.True(t, got.isError)
-	require.Equal(t, TextStopped, got.text)
+	require.Equal(t, textStopped, got.text)
 
 	res, err := r.result("cmd-late", in, `{"id":"c9"}`, false)
 	require.NoError(t, err)
@@ -426,7 +426,7 @@ func TestTools10_FinishFeedbackLoop(t *testing.T) {
 
 	again := callTool(t, cs, "paperclip_finish", finishInput)
 	require.True(t, again.isError)
-	require.Equal(t, TextAlreadyAccepted, again.text)
+	require.Equal(t, textAlreadyAccepted, again.text)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
@@ -635,7 +635,7 @@ func TestTools06_EveryStopAnswersOpenCalls(t *testing.T) {
 			require.NoError(t, stop(r.m, ctx))
 			got := awaitOutcome(t, pending)
 			require.NoError(t, got.err)
-			require.Equal(t, toolOutcome{text: TextStopped, isError: true}, got)
+			require.Equal(t, toolOutcome{text: textStopped, isError: true}, got)
 			res, err := r.result("cmd-late", in, `{"id":"c"}`, false)
 			require.NoError(t, err)
 			require.Equal(t, "detached", statusOf(t, res))

@@ -47,7 +47,7 @@ func (m *Manager) WarmCompatible(payload json.RawMessage) error {
 	refuse := func(msg string) error {
 		return &CommandError{Code: CodeWarmAttachIncompatible, Message: msg, Rejected: true}
 	}
-	next, err := ParseDescriptor(payload, m.cfg.Drivers)
+	next, err := parseDescriptor(payload, m.cfg.Drivers)
 	if err != nil {
 		return refuse("run.attach provider descriptor is not usable")
 	}

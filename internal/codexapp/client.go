@@ -12,11 +12,11 @@ import (
 
 // Call-site errors.
 var (
-	ErrNoThread = errors.New("codex thread not started")
-	ErrNoTurn   = errors.New("no active codex turn")
-	// ErrEarlyBound is more than MaxEarlyMessages or MaxEarlyBytes of
+	errNoThread = errors.New("codex thread not started")
+	errNoTurn   = errors.New("no active codex turn")
+	// errEarlyBound is more than maxEarlyMessages or maxEarlyBytes of
 	// output before the thread id is known (codex.md §2).
-	ErrEarlyBound = errors.New("too much app-server output before the thread started")
+	errEarlyBound = errors.New("too much app-server output before the thread started")
 )
 
 // Client is the Codex app-server client core over a provider.Core record:
@@ -54,8 +54,8 @@ func (c *Client) wire() *provider.WireState {
 	return w
 }
 
-// ThreadID is the thread id, "" before thread/start answered.
-func (c *Client) ThreadID() string { return c.cl.Live().ACPSessionID }
+// threadID is the thread id, "" before thread/start answered.
+func (c *Client) threadID() string { return c.cl.Live().ACPSessionID }
 
 func (c *Client) request(method string, params any, turnID string) (provider.Call, error) {
 	call, err := dialect.Request(c.wire(), method, params, turnID)
@@ -65,60 +65,60 @@ func (c *Client) request(method string, params any, turnID string) (provider.Cal
 	return call, nil
 }
 
-// Initialize is initialize (codex.md §2).
-func (c *Client) Initialize() (provider.Call, error) {
-	return c.request(MethodInitialize, InitializeParams{
-		ClientInfo:   ClientInfo{Name: "paperclip-runnerd", Title: "Paperclip Runner", Version: "1"},
-		Capabilities: InitializeCapabilities{ExperimentalAPI: true},
+// initialize is initialize (codex.md §2).
+func (c *Client) initialize() (provider.Call, error) {
+	return c.request(methodInitialize, initializeParams{
+		ClientInfo:   clientInfo{Name: "paperclip-runnerd", Title: "Paperclip Runner", Version: "1"},
+		Capabilities: initializeCapabilities{ExperimentalAPI: true},
 	}, "")
 }
 
-// Initialized is the notification that follows initialize's answer.
-func (c *Client) Initialized() ([]byte, error) {
-	return dialect.Notify(MethodInitialized, nil)
+// initialized is the notification that follows initialize's answer.
+func (c *Client) initialized() ([]byte, error) {
+	return dialect.Notify(methodInitialized, nil)
 }
 
-// ThreadStart is thread/start; the whole request is bounded.
-func (c *Client) ThreadStart(p ThreadStartParams) (provider.Call, error) {
-	if len(p.DynamicTools) > MaxDynamicTools {
-		return provider.Call{}, fmt.Errorf("thread start: %d dynamic tools exceed %d", len(p.DynamicTools), MaxDynamicTools)
+// threadStart is thread/start; the whole request is bounded.
+func (c *Client) threadStart(p threadStartParams) (provider.Call, error) {
+	if len(p.DynamicTools) > maxDynamicTools {
+		return provider.Call{}, fmt.Errorf("thread start: %d dynamic tools exceed %d", len(p.DynamicTools), maxDynamicTools)
 	}
 	if p.DynamicTools == nil {
-		p.DynamicTools = []DynamicTool{}
+		p.DynamicTools = []dynamicTool{}
 	}
 	c.cl.Live().Cwd = p.Cwd
-	call, err := c.request(MethodThreadStart, p, "")
-	if err == nil && len(call.Line) > MaxThreadStartBytes {
+	call, err := c.request(methodThreadStart, p, "")
+	if err == nil && len(call.Line) > maxThreadStartBytes {
 		delete(c.wire().Pending, call.ID)
-		return provider.Call{}, fmt.Errorf("thread start: request of %d bytes exceeds %d", len(call.Line), MaxThreadStartBytes)
+		return provider.Call{}, fmt.Errorf("thread start: request of %d bytes exceeds %d", len(call.Line), maxThreadStartBytes)
 	}
 	return call, err
 }
 
-// ThreadResume is thread/resume of the recorded thread.
-func (c *Client) ThreadResume(p ThreadResumeParams) (provider.Call, error) {
-	if c.ThreadID() == "" {
-		return provider.Call{}, fmt.Errorf("thread resume: %w", ErrNoThread)
+// threadResume is thread/resume of the recorded thread.
+func (c *Client) threadResume(p threadResumeParams) (provider.Call, error) {
+	if c.threadID() == "" {
+		return provider.Call{}, fmt.Errorf("thread resume: %w", errNoThread)
 	}
-	p.ThreadID = c.ThreadID()
+	p.ThreadID = c.threadID()
 	p.ExcludeTurns = true
-	return c.request(MethodThreadResume, p, "")
+	return c.request(methodThreadResume, p, "")
 }
 
-// ThreadRead is thread/read of the recorded thread, without its turns.
-func (c *Client) ThreadRead() (provider.Call, error) {
-	if c.ThreadID() == "" {
-		return provider.Call{}, fmt.Errorf("thread read: %w", ErrNoThread)
+// threadRead is thread/read of the recorded thread, without its turns.
+func (c *Client) threadRead() (provider.Call, error) {
+	if c.threadID() == "" {
+		return provider.Call{}, fmt.Errorf("thread read: %w", errNoThread)
 	}
-	return c.request(MethodThreadRead, ThreadReadParams{ThreadID: c.ThreadID()}, "")
+	return c.request(methodThreadRead, threadReadParams{ThreadID: c.threadID()}, "")
 }
 
-// TurnStart starts turn turnID (runnerd's providerTurnId) with one text
+// turnStart starts turn turnID (runnerd's providerTurnId) with one text
 // input and marks it active.
-func (c *Client) TurnStart(turnID, text string) (provider.Call, error) {
+func (c *Client) turnStart(turnID, text string) (provider.Call, error) {
 	w := c.wire()
-	if c.ThreadID() == "" {
-		return provider.Call{}, fmt.Errorf("start turn: %w", ErrNoThread)
+	if c.threadID() == "" {
+		return provider.Call{}, fmt.Errorf("start turn: %w", errNoThread)
 	}
 	if w.Turn != nil {
 		return provider.Call{}, provider.ErrTurnActive
@@ -126,8 +126,8 @@ func (c *Client) TurnStart(turnID, text string) (provider.Call, error) {
 	if w.Loss != "" {
 		return provider.Call{}, &provider.LostError{Reason: w.Loss}
 	}
-	call, err := c.request(MethodTurnStart, TurnStartParams{ThreadID: c.ThreadID(), Cwd: c.cl.Live().Cwd,
-		Input: []UserInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, turnID)
+	call, err := c.request(methodTurnStart, turnStartParams{ThreadID: c.threadID(), Cwd: c.cl.Live().Cwd,
+		Input: []userInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, turnID)
 	if err != nil {
 		return provider.Call{}, err
 	}
@@ -136,28 +136,28 @@ func (c *Client) TurnStart(turnID, text string) (provider.Call, error) {
 	return call, nil
 }
 
-// Steer is turn/steer of the active turn.
-func (c *Client) Steer(text string) (provider.Call, error) {
+// steer is turn/steer of the active turn.
+func (c *Client) steer(text string) (provider.Call, error) {
 	t := c.wire().Turn
 	if t == nil || t.ProviderTurnID == "" {
-		return provider.Call{}, ErrNoTurn
+		return provider.Call{}, errNoTurn
 	}
-	return c.request(MethodTurnSteer, TurnSteerParams{ThreadID: c.ThreadID(), ExpectedTurnID: t.ProviderTurnID,
-		Input: []UserInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, t.ID)
+	return c.request(methodTurnSteer, turnSteerParams{ThreadID: c.threadID(), ExpectedTurnID: t.ProviderTurnID,
+		Input: []userInput{{Type: "text", Text: text, TextElements: []json.RawMessage{}}}}, t.ID)
 }
 
-// Interrupt is turn/interrupt of the active turn; the app-server keeps
-// running. Every open item/tool/call is answered with TextStopped.
-func (c *Client) Interrupt() ([][]byte, error) {
+// interrupt is turn/interrupt of the active turn; the app-server keeps
+// running. Every open item/tool/call is answered with textStopped.
+func (c *Client) interrupt() ([][]byte, error) {
 	w := c.wire()
 	t := w.Turn
 	if t == nil {
-		return nil, ErrNoTurn
+		return nil, errNoTurn
 	}
 	t.CancelRequested = true
 	var lines [][]byte
 	if t.ProviderTurnID != "" {
-		call, err := c.request(MethodTurnInterrupt, TurnInterruptParams{ThreadID: c.ThreadID(), TurnID: t.ProviderTurnID}, t.ID)
+		call, err := c.request(methodTurnInterrupt, turnInterruptParams{ThreadID: c.threadID(), TurnID: t.ProviderTurnID}, t.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -166,35 +166,35 @@ func (c *Client) Interrupt() ([][]byte, error) {
 	return lines, nil
 }
 
-// Respond answers the pending server request id with result.
-func (c *Client) Respond(id json.RawMessage, result any) ([]byte, error) {
+// respond answers the pending server request id with result.
+func (c *Client) respond(id json.RawMessage, result any) ([]byte, error) {
 	return dialect.Respond(c.wire(), id, result)
 }
 
-// RespondError answers the pending server request id with an error.
-func (c *Client) RespondError(id json.RawMessage, code int, message string) ([]byte, error) {
+// respondError answers the pending server request id with an error.
+func (c *Client) respondError(id json.RawMessage, code int, message string) ([]byte, error) {
 	return dialect.RespondError(c.wire(), id, code, message)
 }
 
-// ToolAnswer is the item/tool/call answer for a result text (capped at
-// MaxToolResultBytes).
-func ToolAnswer(text string, isError bool) ToolCallResponse {
-	if len(text) > MaxToolResultBytes {
-		text = text[:MaxToolResultBytes]
+// toolAnswer is the item/tool/call answer for a result text (capped at
+// maxToolResultBytes).
+func toolAnswer(text string, isError bool) toolCallResponse {
+	if len(text) > maxToolResultBytes {
+		text = text[:maxToolResultBytes]
 	}
-	items := []ContentItem{{Type: "inputText", Text: text}}
-	return ToolCallResponse{Success: !isError, ContentItems: items, Result: ToolResult{Type: "contentItems", ContentItems: items}}
+	items := []contentItem{{Type: "inputText", Text: text}}
+	return toolCallResponse{Success: !isError, ContentItems: items, Result: toolResult{Type: "contentItems", ContentItems: items}}
 }
 
-// Feed consumes app-server stdout bytes and returns the complete messages
+// feed consumes app-server stdout bytes and returns the complete messages
 // in order, as provider.Inbound. Bytes after the last newline stay in the
-// record. A stream failure (a line over MaxLineBytes, too many bad lines,
+// record. A stream failure (a line over maxLineBytes, too many bad lines,
 // a response to an id never issued) is sticky.
-func (c *Client) Feed(p []byte) ([]provider.Inbound, error) {
+func (c *Client) feed(p []byte) ([]provider.Inbound, error) {
 	if c.failed != nil {
 		return nil, c.failed
 	}
-	out, err := provider.FeedLines(&c.wire().PartialLine, p, MaxLineBytes, c.handleLine)
+	out, err := provider.FeedLines(&c.wire().PartialLine, p, maxLineBytes, c.handleLine)
 	if err != nil {
 		return out, c.fail(err)
 	}
@@ -213,14 +213,14 @@ func (c *Client) handleLine(line []byte) ([]provider.Inbound, error) {
 	if len(line) == 0 {
 		return nil, nil
 	}
-	if c.ThreadID() == "" {
+	if c.threadID() == "" {
 		c.early++
 		c.earlyBytes += len(line)
-		if c.early > MaxEarlyMessages || c.earlyBytes > MaxEarlyBytes {
-			return nil, ErrEarlyBound
+		if c.early > maxEarlyMessages || c.earlyBytes > maxEarlyBytes {
+			return nil, errEarlyBound
 		}
 	}
-	m, kind, err := DecodeMessage(line)
+	m, kind, err := decodeMessage(line)
 	if err != nil {
 		w.SkippedLines++
 		w.ConsecutiveBadLines++
@@ -231,7 +231,7 @@ func (c *Client) handleLine(line []byte) ([]provider.Inbound, error) {
 	}
 	w.ConsecutiveBadLines = 0
 	switch kind {
-	case KindRequest:
+	case kindRequest:
 		key := provider.IDKey(m.ID)
 		turnID := ""
 		if w.Turn != nil {
@@ -245,7 +245,7 @@ func (c *Client) handleLine(line []byte) ([]provider.Inbound, error) {
 			w.AgentRequests[key] = provider.AgentRequest{Method: m.Method, TurnID: turnID}
 		}
 		return []provider.Inbound{{Kind: provider.KindRequest, ID: json.RawMessage(key), Method: m.Method, Params: m.Params, TurnID: turnID}}, nil
-	case KindNotification:
+	case kindNotification:
 		return c.notification(m), nil
 	}
 	return c.response(m)
@@ -277,7 +277,7 @@ func (c *Client) response(m Message) ([]provider.Inbound, error) {
 // stays out of the failure message.
 func (c *Client) requestFailed(p provider.PendingRequest, e *provider.RPCError) error {
 	switch p.Method {
-	case MethodInitialize, MethodThreadStart, MethodThreadResume:
+	case methodInitialize, methodThreadStart, methodThreadResume:
 		return provider.NewFailure(provider.ClassACPSessionInitFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
 	}
 	return provider.NewFailure(provider.ClassTurnFailed, fmt.Errorf("%s answered error %d", p.Method, e.Code))
@@ -287,7 +287,7 @@ func (c *Client) requestFailed(p provider.PendingRequest, e *provider.RPCError) 
 // turn/completed will come for it.
 func (c *Client) settleOnFailedStart(p provider.PendingRequest, id int64, in provider.Inbound) []provider.Inbound {
 	w := c.wire()
-	if t := w.Turn; p.Method == MethodTurnStart && t != nil && t.PromptRequestID == id {
+	if t := w.Turn; p.Method == methodTurnStart && t != nil && t.PromptRequestID == id {
 		w.Turn = nil
 		out := &provider.TurnOutcome{TurnID: t.ID, Err: in.Err}
 		if t.CancelRequested {
@@ -302,17 +302,17 @@ func (c *Client) settleOnFailedStart(p provider.PendingRequest, id int64, in pro
 func (c *Client) apply(p provider.PendingRequest, id int64, result json.RawMessage) error {
 	rec := c.cl.Live()
 	switch p.Method {
-	case MethodThreadStart, MethodThreadResume:
-		var r ThreadResponse
+	case methodThreadStart, methodThreadResume:
+		var r threadResponse
 		if err := json.Unmarshal(result, &r); err != nil || r.Thread.ID == "" {
 			return provider.NewFailure(provider.ClassACPSessionInitFailed, errors.New("thread answered without an id"))
 		}
-		if p.Method == MethodThreadStart {
+		if p.Method == methodThreadStart {
 			rec.Prompted, rec.ResetOnNextEnsure = false, false
 		}
 		rec.ACPSessionID = r.Thread.ID
-	case MethodTurnStart:
-		var r TurnResponse
+	case methodTurnStart:
+		var r turnResponse
 		if json.Unmarshal(result, &r) == nil && r.Turn.ID != "" {
 			if t := c.wire().Turn; t != nil && t.PromptRequestID == id && t.ProviderTurnID == "" {
 				t.ProviderTurnID = r.Turn.ID

@@ -12,35 +12,35 @@ import (
 func TestThreadStartRecordsThreadID(t *testing.T) {
 	cl := provider.NewCore(provider.Record{}, nil, provider.Dialect{})
 	c := New(cl)
-	call, err := c.ThreadStart(ThreadStartParams{Cwd: "/w", ApprovalPolicy: "never", Sandbox: "danger-full-access"})
+	call, err := c.threadStart(threadStartParams{Cwd: "/w", ApprovalPolicy: "never", Sandbox: "danger-full-access"})
 	require.NoError(t, err)
 	var sent map[string]any
 	require.NoError(t, json.Unmarshal(call.Line, &sent))
 	require.NotContains(t, sent, "jsonrpc")
 	require.Equal(t, []any{}, sent["params"].(map[string]any)["dynamicTools"])
-	ins, err := c.Feed([]byte(`{"id":1,"result":{"thread":{"id":"thr-9"}}}` + "\n"))
+	ins, err := c.feed([]byte(`{"id":1,"result":{"thread":{"id":"thr-9"}}}` + "\n"))
 	require.NoError(t, err)
 	require.Len(t, ins, 1)
 	require.NoError(t, ins[0].Err)
-	require.Equal(t, "thr-9", c.ThreadID())
+	require.Equal(t, "thr-9", c.threadID())
 }
 
 func TestThreadStartBounds(t *testing.T) {
 	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
-	tools := make([]DynamicTool, MaxDynamicTools+1)
-	_, err := c.ThreadStart(ThreadStartParams{DynamicTools: tools})
+	tools := make([]dynamicTool, maxDynamicTools+1)
+	_, err := c.threadStart(threadStartParams{DynamicTools: tools})
 	require.Error(t, err)
 }
 
 func TestTurnLifecycle(t *testing.T) {
 	cl := provider.NewCore(provider.Record{ACPSessionID: "thr"}, nil, provider.Dialect{})
 	c := New(cl)
-	call, err := c.TurnStart("turn-1", "hi")
+	call, err := c.turnStart("turn-1", "hi")
 	require.NoError(t, err)
-	_, err = c.TurnStart("turn-2", "again")
+	_, err = c.turnStart("turn-2", "again")
 	require.ErrorIs(t, err, provider.ErrTurnActive)
 	feed := func(s string) []provider.Inbound {
-		ins, err := c.Feed([]byte(s + "\n"))
+		ins, err := c.feed([]byte(s + "\n"))
 		require.NoError(t, err)
 		return ins
 	}
@@ -51,7 +51,7 @@ func TestTurnLifecycle(t *testing.T) {
 	require.Equal(t, provider.UpdateAgentMessageChunk, ins[0].Update.Kind)
 	require.Empty(t, feed(`{"method":"item/agentMessage/delta","params":{"threadId":"other","turnId":"u-7","itemId":"m","delta":"no"}}`))
 	require.Empty(t, feed(`{"method":"item/agentMessage/delta","params":{"threadId":"thr","turnId":"u-8","itemId":"m","delta":"no"}}`))
-	lines, err := c.Interrupt()
+	lines, err := c.interrupt()
 	require.NoError(t, err)
 	require.Len(t, lines, 1)
 	require.Contains(t, string(lines[0]), `"turnId":"u-7"`)
@@ -65,37 +65,37 @@ func TestTurnLifecycle(t *testing.T) {
 func TestJunkLinesFailAfterTheBound(t *testing.T) {
 	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
 	for i := 0; i < provider.MaxConsecutiveBadLines-1; i++ {
-		_, err := c.Feed([]byte("junk\n"))
+		_, err := c.feed([]byte("junk\n"))
 		require.NoError(t, err)
 	}
-	_, err := c.Feed([]byte("junk\n"))
+	_, err := c.feed([]byte("junk\n"))
 	require.ErrorIs(t, err, provider.ErrTooManyBadLines)
 }
 
 func TestLineBound(t *testing.T) {
 	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
-	big := make([]byte, MaxLineBytes+1)
-	_, err := c.Feed(big)
+	big := make([]byte, maxLineBytes+1)
+	_, err := c.feed(big)
 	require.ErrorIs(t, err, provider.ErrFrameExceeded)
 }
 
 func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
-// TestEarlyBound: more than MaxEarlyMessages messages before the thread id
+// TestEarlyBound: more than maxEarlyMessages messages before the thread id
 // fail the stream; after thread/start nothing is counted.
 func TestEarlyBound(t *testing.T) {
 	c := New(provider.NewCore(provider.Record{}, nil, provider.Dialect{}))
 	note := []byte(`{"method":"configWarning","params":{}}` + "\n")
-	for i := 0; i < MaxEarlyMessages; i++ {
-		_, err := c.Feed(note)
+	for i := 0; i < maxEarlyMessages; i++ {
+		_, err := c.feed(note)
 		require.NoError(t, err)
 	}
-	_, err := c.Feed(note)
-	require.ErrorIs(t, err, ErrEarlyBound)
+	_, err := c.feed(note)
+	require.ErrorIs(t, err, errEarlyBound)
 
 	c = New(provider.NewCore(provider.Record{ACPSessionID: "thr"}, nil, provider.Dialect{}))
-	for i := 0; i <= MaxEarlyMessages; i++ {
-		_, err := c.Feed(note)
+	for i := 0; i <= maxEarlyMessages; i++ {
+		_, err := c.feed(note)
 		require.NoError(t, err)
 	}
 }

@@ -46,9 +46,9 @@ func NewDriver(h provider.Host) provider.Driver {
 	return &driver{h: h}
 }
 
-// HomeDir holds the isolated CODEX_HOME of each session under the
+// homeDir holds the isolated CODEX_HOME of each session under the
 // state dir (codex.md §2).
-const HomeDir = "codex-home"
+const homeDir = "codex-home"
 
 // Codex descriptor values (codex.md §1, §3).
 const (
@@ -80,11 +80,11 @@ func (d *driver) KeepsRunning() bool { return true }
 
 func (d *driver) Feed(p []byte) ([]provider.Inbound, error) {
 	d.client().Mapper = d.h.Mapper()
-	return d.client().Feed(p)
+	return d.client().feed(p)
 }
 
 func (d *driver) Prompt(turnID, text string) (provider.Call, error) {
-	return d.client().TurnStart(turnID, text)
+	return d.client().turnStart(turnID, text)
 }
 
 func (d *driver) Cancel() ([][]byte, error) {
@@ -95,14 +95,14 @@ func (d *driver) Cancel() ([][]byte, error) {
 	var lines [][]byte
 	w := d.h.Core().Wire()
 	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
-		if w.AgentRequests[key].Method != MethodToolCall {
+		if w.AgentRequests[key].Method != methodToolCall {
 			continue
 		}
-		if l, err := d.client().Respond(json.RawMessage(key), ToolAnswer(provider.TextStopped, true)); err == nil {
+		if l, err := d.client().respond(json.RawMessage(key), toolAnswer(provider.TextStopped, true)); err == nil {
 			lines = append(lines, l)
 		}
 	}
-	more, err := d.client().Interrupt()
+	more, err := d.client().interrupt()
 	if err != nil {
 		return nil, err
 	}
@@ -113,14 +113,14 @@ func (d *driver) Cancel() ([][]byte, error) {
 // dynamicTools, or thread/resume (codex.md §2–§3).
 func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 	h := d.h
-	if _, err := o.Call(d.client().Initialize); err != nil {
+	if _, err := o.Call(d.client().initialize); err != nil {
 		return err
 	}
 	var err error
-	var tools []DynamicTool
+	var tools []dynamicTool
 	h.WithLock(func() {
 		var line []byte
-		line, err = d.client().Initialized()
+		line, err = d.client().initialized()
 		if err == nil {
 			err = h.CommitLocked(nil, [][]byte{line})
 		}
@@ -145,15 +145,15 @@ func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 			return &provider.CommandError{Code: CodeToolCatalogChanged, Message: "the run's tool catalog differs from the one the Codex thread started with"}
 		}
 		if _, err = o.Call(func() (provider.Call, error) {
-			return d.client().ThreadResume(ThreadResumeParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever, DeveloperInstructions: instr})
+			return d.client().threadResume(threadResumeParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever, DeveloperInstructions: instr})
 		}); err != nil {
 			return err
 		}
-		_, err = o.Call(d.client().ThreadRead)
+		_, err = o.Call(d.client().threadRead)
 		return err
 	}
 	if _, err = o.Call(func() (provider.Call, error) {
-		return d.client().ThreadStart(ThreadStartParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever,
+		return d.client().threadStart(threadStartParams{Cwd: o.Cwd, Model: model, ApprovalPolicy: ApprovalNever,
 			DynamicTools: tools, DeveloperInstructions: instr, Sandbox: codexSandbox})
 	}); err != nil {
 		return err
@@ -167,8 +167,8 @@ const CodeToolCatalogChanged = "tool_catalog_changed"
 
 // toolsLocked is dynamicTools: the catalog then the reserved tools
 // (codex.md §3, tools.md §1, §4). Host lock held.
-func (d *driver) toolsLocked() []DynamicTool {
-	out := []DynamicTool{}
+func (d *driver) toolsLocked() []dynamicTool {
+	out := []dynamicTool{}
 	cat := d.h.Catalog()
 	if cat == nil {
 		return out
@@ -182,7 +182,7 @@ func (d *driver) toolsLocked() []DynamicTool {
 			d.h.Logger().Warn("a catalog operation's Codex tool name is ambiguous; it is not offered to Codex", "operationId", t.Name)
 			continue
 		}
-		out = append(out, DynamicTool{Type: DynamicToolFunction, Name: name, Description: t.Description, InputSchema: t.InputSchema})
+		out = append(out, dynamicTool{Type: dynamicToolFunction, Name: name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return out
 }
@@ -190,21 +190,21 @@ func (d *driver) toolsLocked() []DynamicTool {
 // HandleRequest answers Codex's requests (codex.md §4): item/tool/call
 // through the semantic tool flow, anything else -32601. Host lock held.
 func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte, bool) {
-	if (in.Method == MethodRequestUserInput || IsApproval(in.Method)) && d.runtimeRequestsFullLocked() {
-		// codex.md §2: at most MaxPendingRuntimeRequests open at once.
-		if l, err := d.client().RespondError(in.ID, -32000, "too many pending runtime requests"); err == nil {
+	if (in.Method == methodRequestUserInput || isApproval(in.Method)) && d.runtimeRequestsFullLocked() {
+		// codex.md §2: at most maxPendingRuntimeRequests open at once.
+		if l, err := d.client().respondError(in.ID, -32000, "too many pending runtime requests"); err == nil {
 			return nil, [][]byte{l}, true
 		}
 		return nil, nil, true
 	}
-	if in.Method == MethodRequestUserInput {
+	if in.Method == methodRequestUserInput {
 		return d.questionLocked(in)
 	}
-	if IsApproval(in.Method) {
+	if isApproval(in.Method) {
 		return d.approvalLocked(in)
 	}
-	if in.Method != MethodToolCall {
-		l, err := d.client().RespondError(in.ID, CodeMethodUnavailable, TextMethodUnavailable)
+	if in.Method != methodToolCall {
+		l, err := d.client().respondError(in.ID, codeMethodUnavailable, textMethodUnavailable)
 		if err != nil {
 			return nil, nil, true
 		}
@@ -219,9 +219,9 @@ func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte,
 		}
 		return nil, d.rearmOneLocked(string(in.ID), r), true
 	}
-	var p ToolCallParams
+	var p toolCallParams
 	refuse := func(text string) ([]provider.Event, [][]byte, bool) {
-		l, err := d.client().Respond(in.ID, ToolAnswer(codexInvalidToolCall+text, true))
+		l, err := d.client().respond(in.ID, toolAnswer(codexInvalidToolCall+text, true))
 		if err != nil {
 			return nil, nil, true
 		}
@@ -231,7 +231,7 @@ func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte,
 		return refuse("the call is malformed")
 	}
 	t := h.Core().Wire().Turn
-	if p.ThreadID != d.client().ThreadID() || t == nil || (t.ProviderTurnID != "" && p.TurnID != t.ProviderTurnID) {
+	if p.ThreadID != d.client().threadID() || t == nil || (t.ProviderTurnID != "" && p.TurnID != t.ProviderTurnID) {
 		return refuse("the call names another thread or turn")
 	}
 	cat := h.Catalog()
@@ -251,7 +251,7 @@ func (d *driver) HandleRequest(in provider.Inbound) ([]provider.Event, [][]byte,
 		if res.Text == provider.TextIdentityConflict {
 			return refuse("the callId was reused with other arguments")
 		}
-		l, err := d.client().Respond(in.ID, ToolAnswer(res.Text, res.IsError))
+		l, err := d.client().respond(in.ID, toolAnswer(res.Text, res.IsError))
 		if err != nil {
 			return nil, nil, true
 		}
@@ -278,7 +278,7 @@ func (d *driver) Rearm() [][]byte {
 	w := d.h.Core().Wire()
 	for _, key := range slices.Sorted(maps.Keys(w.AgentRequests)) {
 		r := w.AgentRequests[key]
-		if r.Method != MethodToolCall || r.ItemID == "" {
+		if r.Method != methodToolCall || r.ItemID == "" {
 			continue
 		}
 		if d.h.ToolWaiting(r.ItemID) {
@@ -296,11 +296,11 @@ func (d *driver) rearmOneLocked(key string, r provider.AgentRequest) [][]byte {
 	w, res := d.h.RearmCall(r.ItemID)
 	switch {
 	case w == nil && res == nil:
-		if l, err := d.client().Respond(json.RawMessage(key), ToolAnswer(provider.TextStopped, true)); err == nil {
+		if l, err := d.client().respond(json.RawMessage(key), toolAnswer(provider.TextStopped, true)); err == nil {
 			lines = append(lines, l)
 		}
 	case res != nil:
-		if l, err := d.client().Respond(json.RawMessage(key), ToolAnswer(res.Text, res.IsError)); err == nil {
+		if l, err := d.client().respond(json.RawMessage(key), toolAnswer(res.Text, res.IsError)); err == nil {
 			lines = append(lines, l)
 		}
 	default:
@@ -310,11 +310,11 @@ func (d *driver) rearmOneLocked(key string, r provider.AgentRequest) [][]byte {
 }
 
 // await answers Codex once the call's result arrives (or the turn is
-// stopped: TextStopped). On runnerd's own stop it gives up: the call
+// stopped: textStopped). On runnerd's own stop it gives up: the call
 // stays pending in the durable table.
 func (d *driver) await(w provider.ToolWait, id json.RawMessage) {
 	d.h.AwaitCall(w, func(res mcpbridge.Result) ([]byte, error) {
-		return d.client().Respond(id, ToolAnswer(res.Text, res.IsError))
+		return d.client().respond(id, toolAnswer(res.Text, res.IsError))
 	})
 }
 
@@ -326,7 +326,7 @@ func Env(stateDir, session string, environ, env []string) ([]string, error) {
 	if session == "" {
 		session = "default"
 	}
-	dir := filepath.Join(stateDir, HomeDir, safeName(session))
+	dir := filepath.Join(stateDir, homeDir, safeName(session))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create codex home: %w", err)
 	}
@@ -381,7 +381,7 @@ func safeName(s string) string {
 }
 
 // Steer is turn/steer of the active turn (provider.Steerer).
-func (d *driver) Steer(text string) (provider.Call, error) { return d.client().Steer(text) }
+func (d *driver) Steer(text string) (provider.Call, error) { return d.client().steer(text) }
 
 // maxQuestions bounds one question set (question-set.schema.json).
 const maxQuestions = 64
@@ -411,7 +411,7 @@ func (d *driver) questionLocked(in provider.Inbound) ([]provider.Event, [][]byte
 	c := d.h.Core()
 	var p userInputParams
 	if json.Unmarshal(in.Params, &p) != nil || len(p.Questions) == 0 || len(p.Questions) > maxQuestions {
-		l, err := d.client().RespondError(in.ID, -32602, "invalid user input request")
+		l, err := d.client().respondError(in.ID, -32602, "invalid user input request")
 		if err != nil {
 			return nil, nil, true
 		}
@@ -453,7 +453,7 @@ func (d *driver) questionLocked(in provider.Inbound) ([]provider.Event, [][]byte
 	request := map[string]any{
 		"schema": "paperclip.runtime_request.v1", "requestKind": "runtime", "requestId": rrID, "type": "input",
 		"status": "pending", "prompt": "The agent asks for input", "itemId": itemID, "details": details,
-		"origin": map[string]any{"adapter": "codex", "provider": "codex", "method": MethodRequestUserInput},
+		"origin": map[string]any{"adapter": "codex", "provider": "codex", "method": methodRequestUserInput},
 	}
 	if turn != "" {
 		request["turnId"] = turn
@@ -482,9 +482,9 @@ const (
 	codexCancel           = "cancel"
 )
 
-// IsApproval reports whether method is one of Codex's approval requests.
-func IsApproval(method string) bool {
-	return method == MethodCommandApproval || method == MethodFileApproval
+// isApproval reports whether method is one of Codex's approval requests.
+func isApproval(method string) bool {
+	return method == methodCommandApproval || method == methodFileApproval
 }
 
 // approvalLocked decides a Codex approval by the bound permission mode
@@ -497,13 +497,13 @@ func (d *driver) approvalLocked(in provider.Inbound) ([]provider.Event, [][]byte
 	var p approvalParams
 	_ = json.Unmarshal(in.Params, &p) // every field is optional here
 	title, kind := "Run a command?", "execute"
-	if in.Method == MethodFileApproval {
+	if in.Method == methodFileApproval {
 		title, kind = "Change files?", "edit"
 	}
 	if p.Command != nil && *p.Command != "" {
 		title = *p.Command
 	}
-	req := provider.PermissionRequest{SessionID: d.client().ThreadID(),
+	req := provider.PermissionRequest{SessionID: d.client().threadID(),
 		ToolCall: provider.PermissionToolCall{ToolCallID: p.ItemID, Title: title, Kind: kind},
 		Options: []provider.PermissionOption{
 			{OptionID: codexAccept, Name: "Allow", Kind: provider.OptionAllowOnce},
@@ -520,7 +520,7 @@ func (d *driver) approvalLocked(in provider.Inbound) ([]provider.Event, [][]byte
 		return evs, nil, true
 	}
 	o := provider.PickOption(req, provider.DecidePermission(mode, req) == provider.DecideAllow)
-	l, err := d.client().Respond(in.ID, map[string]any{"decision": codexDecision(o)})
+	l, err := d.client().respond(in.ID, map[string]any{"decision": codexDecision(o)})
 	if err != nil {
 		return nil, nil, true
 	}
@@ -534,7 +534,7 @@ func codexDecision(o provider.PermissionOutcome) string {
 	return o.OptionID
 }
 
-// runtimeRequestsFullLocked reports MaxPendingRuntimeRequests open
+// runtimeRequestsFullLocked reports maxPendingRuntimeRequests open
 // runtime requests. Host lock held.
 func (d *driver) runtimeRequestsFullLocked() bool {
 	n := 0
@@ -543,34 +543,34 @@ func (d *driver) runtimeRequestsFullLocked() bool {
 			n++
 		}
 	}
-	return n >= MaxPendingRuntimeRequests
+	return n >= maxPendingRuntimeRequests
 }
 
 // AnswerQuestion answers the pending item/tool/requestUserInput id with
 // answers (provider.QuestionAnswerer). Host lock held.
 func (d *driver) AnswerQuestion(id json.RawMessage, answers map[string]any) ([]byte, error) {
-	return d.client().Respond(id, map[string]any{"answers": answers})
+	return d.client().respond(id, map[string]any{"answers": answers})
 }
 
 // RespondPermission answers a pending Codex approval with o's decision
 // (provider.PermissionResponder); ok is false for any other request.
 // Host lock held.
 func (d *driver) RespondPermission(id json.RawMessage, req provider.AgentRequest, o provider.PermissionOutcome) (line []byte, ok bool, err error) {
-	if !IsApproval(req.Method) {
+	if !isApproval(req.Method) {
 		return nil, false, nil
 	}
-	line, err = d.client().Respond(id, map[string]any{"decision": codexDecision(o)})
+	line, err = d.client().respond(id, map[string]any{"decision": codexDecision(o)})
 	return line, true, err
 }
 
 // IsQuestion is true for item/tool/requestUserInput
 // (provider.QuestionAnswerer).
-func (d *driver) IsQuestion(method string) bool { return method == MethodRequestUserInput }
+func (d *driver) IsQuestion(method string) bool { return method == methodRequestUserInput }
 
 // OwnsRuntimeRequest is true for questions and approvals
 // (provider.RuntimeRequester).
 func (d *driver) OwnsRuntimeRequest(method string) bool {
-	return method == MethodRequestUserInput || IsApproval(method)
+	return method == methodRequestUserInput || isApproval(method)
 }
 
 // Launch adds the isolated CODEX_HOME to the agent's environment
@@ -594,11 +594,11 @@ func (d *driver) CheckCatalog(cat *catalog.Catalog) error {
 		return nil
 	}
 	tools := cat.Tools()
-	if len(tools) > MaxDynamicTools {
-		return provider.Failed(fmt.Sprintf("the tool catalog gives %d dynamic tools; Codex takes at most %d", len(tools), MaxDynamicTools))
+	if len(tools) > maxDynamicTools {
+		return provider.Failed(fmt.Sprintf("the tool catalog gives %d dynamic tools; Codex takes at most %d", len(tools), maxDynamicTools))
 	}
 	b, err := json.Marshal(tools)
-	if err != nil || len(b) > MaxDynamicToolsBytes {
+	if err != nil || len(b) > maxDynamicToolsBytes {
 		return provider.Failed("the tool catalog exceeds Codex's 4 MiB dynamicTools bound")
 	}
 	return nil
@@ -609,4 +609,4 @@ func (d *driver) CheckCatalog(cat *catalog.Catalog) error {
 func (d *driver) EventNames() (adapter, driver string) { return "codex", Kind }
 
 // SteerBound bounds the wait for turn/steer's answer (provider.Steerer).
-func (d *driver) SteerBound() time.Duration { return RequestTimeout }
+func (d *driver) SteerBound() time.Duration { return requestTimeout }

@@ -16,7 +16,7 @@ func TestCodexHome(t *testing.T) {
 	environ := []string{"OPENAI_BASE_URL=http://127.0.0.1:9/v1", "OPENAI_API_KEY=sk-test-123", "UNRELATED=x"}
 	env, err := Env(dir, "sess/1", environ, []string{"PATH=/bin"})
 	require.NoError(t, err)
-	home := filepath.Join(dir, HomeDir, "sess-1")
+	home := filepath.Join(dir, homeDir, "sess-1")
 	require.Contains(t, env, "CODEX_HOME="+home)
 	fi, err := os.Stat(home)
 	require.NoError(t, err)
@@ -33,6 +33,6 @@ func TestCodexHome(t *testing.T) {
 	// The auth secret wins over the keys.
 	_, err = Env(dir, "s2", []string{"PAPERCLIP_ACPX_CODEX_AUTH_JSON_SECRET={\"tokens\":{}}", "OPENAI_API_KEY=k"}, nil)
 	require.NoError(t, err)
-	auth, _ = os.ReadFile(filepath.Join(dir, HomeDir, "s2", "auth.json"))
+	auth, _ = os.ReadFile(filepath.Join(dir, homeDir, "s2", "auth.json"))
 	require.JSONEq(t, `{"tokens":{}}`, string(auth))
 }

@@ -18,7 +18,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		m, kind, err := DecodeMessage(line)
+		m, kind, err := decodeMessage(line)
 		if err != nil {
 			return
 		}
@@ -26,7 +26,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		_, kind2, err := DecodeMessage(b)
+		_, kind2, err := decodeMessage(b)
 		if err != nil || kind2 != kind {
 			t.Fatalf("round trip changed the message: %v %d→%d", err, kind, kind2)
 		}
@@ -53,12 +53,12 @@ func FuzzNotificationMapper(f *testing.F) {
 		cl := provider.NewCore(provider.Record{ACPSessionID: "thread-1"}, nil, provider.Dialect{})
 		c := New(cl)
 		if inTurn {
-			if _, err := c.TurnStart("turn-1", "go"); err != nil {
+			if _, err := c.turnStart("turn-1", "go"); err != nil {
 				t.Fatal(err)
 			}
 		}
 		line = append(line, '\n')
-		ins, _ := c.Feed(line)
+		ins, _ := c.feed(line)
 		for _, in := range ins {
 			switch in.Kind {
 			case provider.KindUpdate:

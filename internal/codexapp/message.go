@@ -21,17 +21,17 @@ type Message struct {
 
 // Kinds of message.
 const (
-	KindRequest = iota + 1
-	KindNotification
-	KindResponse
+	kindRequest = iota + 1
+	kindNotification
+	kindResponse
 )
 
 var errNotMessage = errors.New("decode app-server line: not a JSON-RPC message")
 
-// DecodeMessage decodes one line. An id must be a number or a string; a
+// decodeMessage decodes one line. An id must be a number or a string; a
 // message is a request (id and method), a notification (method), or a
 // response (id and exactly one of result and error).
-func DecodeMessage(line []byte) (Message, int, error) {
+func decodeMessage(line []byte) (Message, int, error) {
 	var w struct {
 		JSONRPC *string `json:"jsonrpc"`
 		Message
@@ -53,11 +53,11 @@ func DecodeMessage(line []byte) (Message, int, error) {
 	}
 	switch {
 	case m.Method != "" && m.ID != nil:
-		return m, KindRequest, nil
+		return m, kindRequest, nil
 	case m.Method != "":
-		return m, KindNotification, nil
+		return m, kindNotification, nil
 	case m.ID != nil && (m.Result != nil) != (m.Error != nil):
-		return m, KindResponse, nil
+		return m, kindResponse, nil
 	}
 	return Message{}, 0, errNotMessage
 }

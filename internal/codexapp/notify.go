@@ -18,31 +18,31 @@ func (c *Client) notification(m Message) []provider.Inbound {
 	w := c.wire()
 	turn := w.Turn
 	switch m.Method {
-	case NoteTurnStarted:
-		var n TurnNotification
+	case noteTurnStarted:
+		var n turnNotification
 		if c.decode(m, &n) && c.ours(n.ThreadID) && turn != nil && turn.ProviderTurnID == "" {
 			turn.ProviderTurnID = n.Turn.ID
 		}
 		return nil
-	case NoteTurnCompleted:
-		var n TurnNotification
+	case noteTurnCompleted:
+		var n turnNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.Turn.ID) {
 			return nil
 		}
 		return []provider.Inbound{c.settle(n.Turn)}
-	case NoteAgentDelta, NoteReasoningDelta, NoteReasoningSummary:
-		var n DeltaNotification
+	case noteAgentDelta, noteReasoningDelta, noteReasoningSummary:
+		var n deltaNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {
 			return nil
 		}
 		kind := provider.UpdateAgentMessageChunk
-		if m.Method != NoteAgentDelta {
+		if m.Method != noteAgentDelta {
 			kind = provider.UpdateAgentThoughtChunk
 		}
 		u := provider.SessionUpdate{Kind: kind, MessageID: n.ItemID, Content: &provider.ContentBlock{Type: "text", Text: n.Delta}}
 		return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
-	case NotePlanUpdated:
-		var n PlanNotification
+	case notePlanUpdated:
+		var n planNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {
 			return nil
 		}
@@ -51,8 +51,8 @@ func (c *Client) notification(m Message) []provider.Inbound {
 			u.Entries = append(u.Entries, provider.PlanEntry{Content: s.Step, Priority: "medium", Status: planStatus(s.Status)})
 		}
 		return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
-	case NoteTokenUsage:
-		var n TokenUsageNotification
+	case noteTokenUsage:
+		var n tokenUsageNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) {
 			return nil
 		}
@@ -62,23 +62,23 @@ func (c *Client) notification(m Message) []provider.Inbound {
 		}
 		ev := c.Mapper.UsageReported(c.cl.Map(), turnID, tokens(n.TokenUsage.Total), tokens(n.TokenUsage.Last))
 		return []provider.Inbound{{Kind: provider.KindEvents, Method: m.Method, Events: []provider.Event{ev}}}
-	case NoteItemStarted, NoteItemCompleted:
-		var n ItemNotification
+	case noteItemStarted, noteItemCompleted:
+		var n itemNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {
 			return nil
 		}
 		return c.item(m.Method, n.Item)
-	case NoteThreadCompacted:
+	case noteThreadCompacted:
 		if turn == nil {
 			return nil
 		}
 		return []provider.Inbound{{Kind: provider.KindEvents, Method: m.Method, Events: []provider.Event{c.compacted()}}}
-	case NoteError, NoteWarning, NoteDeprecation, NoteConfigWarning:
-		var n NoticeNotification
+	case noteError, noteWarning, noteDeprecation, noteConfigWarning:
+		var n noticeNotification
 		_ = json.Unmarshal(m.Params, &n) // every field is optional
 		return []provider.Inbound{{Kind: provider.KindEvents, Method: m.Method, Events: []provider.Event{c.notice(m.Method, n)}}}
-	case NoteRequestResolved:
-		var n RequestResolvedNotification
+	case noteRequestResolved:
+		var n requestResolvedNotification
 		if !c.decode(m, &n) || len(n.RequestID) == 0 {
 			return nil
 		}
@@ -103,7 +103,7 @@ func (c *Client) decode(m Message, v any) bool {
 // ours reports the session's thread (calls from descendant threads are
 // not mapped as this thread's output).
 func (c *Client) ours(threadID string) bool {
-	if threadID == "" || threadID == c.ThreadID() {
+	if threadID == "" || threadID == c.threadID() {
 		return true
 	}
 	c.wire().LateUpdates++
@@ -132,42 +132,42 @@ func (c *Client) inTurn(providerTurnID string) bool {
 // settle ends the active turn by turn.status; after an interrupt every
 // status settles as cancelled (the mapper makes it turn.interrupted or,
 // for run.cancel, turn.cancelled). inProgress is a protocol error.
-func (c *Client) settle(t Turn) provider.Inbound {
+func (c *Client) settle(t turn) provider.Inbound {
 	w := c.wire()
 	ts := w.Turn
 	w.Turn = nil
 	delete(w.Pending, ts.PromptRequestID)
 	out := &provider.TurnOutcome{TurnID: ts.ID}
 	switch {
-	case ts.CancelRequested || t.Status == TurnInterrupted:
+	case ts.CancelRequested || t.Status == turnInterrupted:
 		out.StopReason, out.Cancelled = provider.StopCancelled, true
-	case t.Status == TurnCompleted:
+	case t.Status == turnCompleted:
 		out.StopReason = provider.StopEndTurn
-	case t.Status == TurnFailed:
+	case t.Status == turnFailed:
 		out.Err = provider.NewFailure(provider.ClassTurnFailed, nil)
 	default:
 		out.Err = provider.NewFailure(provider.ClassTurnFailed, nil) // inProgress or unknown: a protocol error
 	}
-	return provider.Inbound{Kind: provider.KindTurnSettled, Method: NoteTurnCompleted, Outcome: out, Err: out.Err}
+	return provider.Inbound{Kind: provider.KindTurnSettled, Method: noteTurnCompleted, Outcome: out, Err: out.Err}
 }
 
-func (c *Client) item(method string, it ThreadItem) []provider.Inbound {
+func (c *Client) item(method string, it threadItem) []provider.Inbound {
 	switch it.Type {
-	case ItemCommandExecution, ItemMCPToolCall:
+	case itemCommandExecution, itemMCPToolCall:
 		title, kind := it.Command, "execute"
-		if it.Type == ItemMCPToolCall {
+		if it.Type == itemMCPToolCall {
 			title, kind = it.Server+"."+it.Tool, "other"
 		}
 		u := provider.SessionUpdate{Kind: provider.UpdateToolCall, ToolCallID: it.ID, Title: &title, ToolKind: kind, Status: "in_progress"}
-		if method == NoteItemCompleted {
+		if method == noteItemCompleted {
 			u.Kind, u.Status = provider.UpdateToolCallUpdate, toolStatus(it.Status)
 			if it.AggregatedOutput != nil {
 				u.ToolOutput = []provider.ToolCallContent{{Type: "content", Content: &provider.ContentBlock{Type: "text", Text: *it.AggregatedOutput}}}
 			}
 		}
 		return []provider.Inbound{{Kind: provider.KindUpdate, Method: method, Update: &u, TurnID: c.wire().Turn.ID}}
-	case ItemContextCompaction:
-		if method == NoteItemCompleted {
+	case itemContextCompaction:
+		if method == noteItemCompleted {
 			return []provider.Inbound{{Kind: provider.KindEvents, Method: method, Events: []provider.Event{c.compacted()}}}
 		}
 	}
@@ -198,14 +198,14 @@ func (c *Client) compacted() provider.Event {
 
 // notice is provider.notice.recorded (P0). The provider's text is never
 // forwarded: the summary names the notification only.
-func (c *Client) notice(method string, n NoticeNotification) provider.Event {
+func (c *Client) notice(method string, n noticeNotification) provider.Event {
 	severity, summary := "warning", "the provider reported a warning"
 	switch method {
-	case NoteError:
+	case noteError:
 		severity, summary = "error", "the provider reported an error"
-	case NoteDeprecation:
+	case noteDeprecation:
 		severity, summary = "info", "the provider reported a deprecation"
-	case NoteConfigWarning:
+	case noteConfigWarning:
 		summary = "the provider reported a configuration warning"
 	}
 	scope := "session"
@@ -214,7 +214,7 @@ func (c *Client) notice(method string, n NoticeNotification) provider.Event {
 	}
 	return provider.Event{EventType: prp.EventProviderNoticeRecorded, Priority: provider.P0, TurnID: c.turnID(), Payload: map[string]any{
 		"schema": "paperclip.provider.notice.v1", "noticeId": c.nextID("notice"), "severity": severity,
-		"category": method, "scope": scope, "recoverable": method != NoteError || n.WillRetry,
+		"category": method, "scope": scope, "recoverable": method != noteError || n.WillRetry,
 		"userActionable": false, "summary": summary}}
 }
 
@@ -238,7 +238,7 @@ func toolStatus(s string) string {
 	return "in_progress"
 }
 
-func tokens(b TokenBreakdown) provider.TokenUsage {
+func tokens(b tokenBreakdown) provider.TokenUsage {
 	return provider.TokenUsage{TotalTokens: b.TotalTokens, InputTokens: b.InputTokens, OutputTokens: b.OutputTokens,
 		ThoughtTokens: b.ReasoningOutputTokens, CachedReadTokens: b.CachedInputTokens}
 }

@@ -24,7 +24,7 @@ func TestToolAnswerMatchesPinnedSchema(t *testing.T) {
 	sch, err := c.Compile("DynamicToolCallResponse.json")
 	require.NoError(t, err)
 	for _, isErr := range []bool{false, true} {
-		b, err := json.Marshal(ToolAnswer(`{"ok":true}`, isErr))
+		b, err := json.Marshal(toolAnswer(`{"ok":true}`, isErr))
 		require.NoError(t, err)
 		var v any
 		require.NoError(t, json.Unmarshal(b, &v))

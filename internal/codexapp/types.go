@@ -23,88 +23,88 @@ import "encoding/json"
 
 // Client→server methods (ClientRequest.json).
 const (
-	MethodInitialize    = "initialize"
-	MethodInitialized   = "initialized" // a notification
-	MethodThreadStart   = "thread/start"
-	MethodThreadResume  = "thread/resume"
-	MethodThreadRead    = "thread/read"
-	MethodTurnStart     = "turn/start"
-	MethodTurnSteer     = "turn/steer"
-	MethodTurnInterrupt = "turn/interrupt"
+	methodInitialize    = "initialize"
+	methodInitialized   = "initialized" // a notification
+	methodThreadStart   = "thread/start"
+	methodThreadResume  = "thread/resume"
+	methodThreadRead    = "thread/read"
+	methodTurnStart     = "turn/start"
+	methodTurnSteer     = "turn/steer"
+	methodTurnInterrupt = "turn/interrupt"
 )
 
 // Server→client requests (ServerRequest.json).
 const (
-	MethodToolCall         = "item/tool/call"
-	MethodRequestUserInput = "item/tool/requestUserInput"
-	MethodCommandApproval  = "item/commandExecution/requestApproval"
-	MethodFileApproval     = "item/fileChange/requestApproval"
+	methodToolCall         = "item/tool/call"
+	methodRequestUserInput = "item/tool/requestUserInput"
+	methodCommandApproval  = "item/commandExecution/requestApproval"
+	methodFileApproval     = "item/fileChange/requestApproval"
 )
 
 // Server notifications runnerd maps (ServerNotification.json).
 const (
-	NoteTurnStarted      = "turn/started"
-	NoteTurnCompleted    = "turn/completed"
-	NotePlanUpdated      = "turn/plan/updated"
-	NoteTokenUsage       = "thread/tokenUsage/updated"
-	NoteAgentDelta       = "item/agentMessage/delta"
-	NoteReasoningDelta   = "item/reasoning/textDelta"
-	NoteReasoningSummary = "item/reasoning/summaryTextDelta"
-	NoteItemStarted      = "item/started"
-	NoteItemCompleted    = "item/completed"
-	NoteThreadCompacted  = "thread/compacted" // deprecated; contextCompaction items replace it
-	NoteError            = "error"
-	NoteWarning          = "warning"
-	NoteDeprecation      = "deprecationNotice"
-	NoteConfigWarning    = "configWarning"
-	NoteRequestResolved  = "serverRequest/resolved"
+	noteTurnStarted      = "turn/started"
+	noteTurnCompleted    = "turn/completed"
+	notePlanUpdated      = "turn/plan/updated"
+	noteTokenUsage       = "thread/tokenUsage/updated"
+	noteAgentDelta       = "item/agentMessage/delta"
+	noteReasoningDelta   = "item/reasoning/textDelta"
+	noteReasoningSummary = "item/reasoning/summaryTextDelta"
+	noteItemStarted      = "item/started"
+	noteItemCompleted    = "item/completed"
+	noteThreadCompacted  = "thread/compacted" // deprecated; contextCompaction items replace it
+	noteError            = "error"
+	noteWarning          = "warning"
+	noteDeprecation      = "deprecationNotice"
+	noteConfigWarning    = "configWarning"
+	noteRequestResolved  = "serverRequest/resolved"
 )
 
-// ClientInfo is initialize's clientInfo.
-type ClientInfo struct {
+// clientInfo is initialize's clientInfo.
+type clientInfo struct {
 	Name    string `json:"name"`
 	Title   string `json:"title"`
 	Version string `json:"version"`
 }
 
-// InitializeCapabilities is initialize's capabilities.
-type InitializeCapabilities struct {
+// initializeCapabilities is initialize's capabilities.
+type initializeCapabilities struct {
 	ExperimentalAPI bool `json:"experimentalApi"`
 }
 
-// InitializeParams is initialize (codex.md §2).
-type InitializeParams struct {
-	ClientInfo   ClientInfo             `json:"clientInfo"`
-	Capabilities InitializeCapabilities `json:"capabilities"`
+// initializeParams is initialize (codex.md §2).
+type initializeParams struct {
+	ClientInfo   clientInfo             `json:"clientInfo"`
+	Capabilities initializeCapabilities `json:"capabilities"`
 }
 
-// DynamicToolFunction is the DynamicToolSpec variant runnerd sends: one
+// dynamicToolFunction is the DynamicToolSpec variant runnerd sends: one
 // function tool (0.169.0's generated ThreadStartParams requires the type
 // tag; "namespace" groups tools, which the catalog never does).
-const DynamicToolFunction = "function"
+const dynamicToolFunction = "function"
 
-// DynamicTool is one thread/start dynamicTools entry (codex.md §3).
-type DynamicTool struct {
+// dynamicTool is one thread/start dynamicTools entry (codex.md §3).
+type dynamicTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
 }
 
-// ThreadStartParams is thread/start.
-type ThreadStartParams struct {
+// threadStartParams is thread/start.
+type threadStartParams struct {
 	Cwd                   string        `json:"cwd"`
 	Model                 *string       `json:"model"`
 	ApprovalPolicy        string        `json:"approvalPolicy"`
-	DynamicTools          []DynamicTool `json:"dynamicTools"`
+	DynamicTools          []dynamicTool `json:"dynamicTools"`
 	DeveloperInstructions *string       `json:"developerInstructions"`
 	Sandbox               string        `json:"sandbox"`
 	ExperimentalRawEvents bool          `json:"experimentalRawEvents"`
 }
 
-// ThreadResumeParams is thread/resume: it has no dynamicTools (the
+// threadResumeParams is thread/resume: it has no dynamicTools (the
 // catalog is fixed at thread/start).
-type ThreadResumeParams struct {
+type threadResumeParams struct {
 	ThreadID              string  `json:"threadId"`
 	Cwd                   string  `json:"cwd"`
 	Model                 *string `json:"model"`
@@ -113,104 +113,104 @@ type ThreadResumeParams struct {
 	ExcludeTurns          bool    `json:"excludeTurns"`
 }
 
-// ThreadReadParams is thread/read.
-type ThreadReadParams struct {
+// threadReadParams is thread/read.
+type threadReadParams struct {
 	ThreadID     string `json:"threadId"`
 	IncludeTurns bool   `json:"includeTurns"`
 }
 
-// Thread is the part of a thread runnerd reads.
-type Thread struct {
+// thread is the part of a thread runnerd reads.
+type thread struct {
 	ID string `json:"id"`
 }
 
-// ThreadResponse is the answer of thread/start and thread/resume.
-type ThreadResponse struct {
-	Thread Thread `json:"thread"`
+// threadResponse is the answer of thread/start and thread/resume.
+type threadResponse struct {
+	Thread thread `json:"thread"`
 }
 
-// UserInput is one turn/start input item (type "text").
-type UserInput struct {
+// userInput is one turn/start input item (type "text").
+type userInput struct {
 	Type         string            `json:"type"`
 	Text         string            `json:"text"`
 	TextElements []json.RawMessage `json:"text_elements"`
 }
 
-// TurnStartParams is turn/start.
-type TurnStartParams struct {
+// turnStartParams is turn/start.
+type turnStartParams struct {
 	ThreadID string      `json:"threadId"`
 	Cwd      string      `json:"cwd,omitempty"`
-	Input    []UserInput `json:"input"`
+	Input    []userInput `json:"input"`
 }
 
-// TurnSteerParams is turn/steer.
-type TurnSteerParams struct {
+// turnSteerParams is turn/steer.
+type turnSteerParams struct {
 	ThreadID       string      `json:"threadId"`
 	ExpectedTurnID string      `json:"expectedTurnId"`
-	Input          []UserInput `json:"input"`
+	Input          []userInput `json:"input"`
 }
 
-// TurnInterruptParams is turn/interrupt.
-type TurnInterruptParams struct {
+// turnInterruptParams is turn/interrupt.
+type turnInterruptParams struct {
 	ThreadID string `json:"threadId"`
 	TurnID   string `json:"turnId"`
 }
 
 // Turn statuses (TurnStatus: no "cancelled").
 const (
-	TurnCompleted   = "completed"
-	TurnInterrupted = "interrupted"
-	TurnFailed      = "failed"
-	TurnInProgress  = "inProgress"
+	turnCompleted   = "completed"
+	turnInterrupted = "interrupted"
+	turnFailed      = "failed"
+	turnInProgress  = "inProgress"
 )
 
-// Turn is the part of a turn runnerd reads.
-type Turn struct {
+// turn is the part of a turn runnerd reads.
+type turn struct {
 	ID     string     `json:"id"`
 	Status string     `json:"status"`
-	Error  *TurnError `json:"error,omitempty"`
+	Error  *turnError `json:"error,omitempty"`
 }
 
-// TurnError is a failed turn's error.
-type TurnError struct {
+// turnError is a failed turn's error.
+type turnError struct {
 	Message string `json:"message"`
 }
 
-// TurnResponse is the answer of turn/start.
-type TurnResponse struct {
-	Turn Turn `json:"turn"`
+// turnResponse is the answer of turn/start.
+type turnResponse struct {
+	Turn turn `json:"turn"`
 }
 
-// TurnNotification is turn/started and turn/completed.
-type TurnNotification struct {
+// turnNotification is turn/started and turn/completed.
+type turnNotification struct {
 	ThreadID string `json:"threadId"`
-	Turn     Turn   `json:"turn"`
+	Turn     turn   `json:"turn"`
 }
 
-// DeltaNotification is item/agentMessage/delta and the reasoning deltas.
-type DeltaNotification struct {
+// deltaNotification is item/agentMessage/delta and the reasoning deltas.
+type deltaNotification struct {
 	ThreadID string `json:"threadId"`
 	TurnID   string `json:"turnId"`
 	ItemID   string `json:"itemId"`
 	Delta    string `json:"delta"`
 }
 
-// PlanStep is one turn/plan/updated step.
-type PlanStep struct {
+// planStep is one turn/plan/updated step.
+type planStep struct {
 	Step   string `json:"step"`
 	Status string `json:"status"` // pending | inProgress | completed
 }
 
-// PlanNotification is turn/plan/updated.
-type PlanNotification struct {
+// planNotification is turn/plan/updated.
+type planNotification struct {
 	ThreadID    string     `json:"threadId"`
 	TurnID      string     `json:"turnId"`
 	Explanation *string    `json:"explanation"`
-	Plan        []PlanStep `json:"plan"`
+	Plan        []planStep `json:"plan"`
 }
 
-// TokenBreakdown is one tokenUsage measurement.
-type TokenBreakdown struct {
+// tokenBreakdown is one tokenUsage measurement.
+type tokenBreakdown struct {
 	TotalTokens           int64 `json:"totalTokens"`
 	InputTokens           int64 `json:"inputTokens"`
 	CachedInputTokens     int64 `json:"cachedInputTokens"`
@@ -218,27 +218,27 @@ type TokenBreakdown struct {
 	ReasoningOutputTokens int64 `json:"reasoningOutputTokens"`
 }
 
-// TokenUsageNotification is thread/tokenUsage/updated.
-type TokenUsageNotification struct {
+// tokenUsageNotification is thread/tokenUsage/updated.
+type tokenUsageNotification struct {
 	ThreadID   string `json:"threadId"`
 	TurnID     string `json:"turnId"`
 	TokenUsage struct {
-		Total TokenBreakdown `json:"total"`
-		Last  TokenBreakdown `json:"last"`
+		Total tokenBreakdown `json:"total"`
+		Last  tokenBreakdown `json:"last"`
 	} `json:"tokenUsage"`
 }
 
 // Item types runnerd maps (ThreadItem).
 const (
-	ItemCommandExecution  = "commandExecution"
-	ItemMCPToolCall       = "mcpToolCall"
-	ItemContextCompaction = "contextCompaction"
-	ItemAgentMessage      = "agentMessage"
-	ItemReasoning         = "reasoning"
+	itemCommandExecution  = "commandExecution"
+	itemMCPToolCall       = "mcpToolCall"
+	itemContextCompaction = "contextCompaction"
+	itemAgentMessage      = "agentMessage"
+	itemReasoning         = "reasoning"
 )
 
-// ThreadItem is the part of an item runnerd reads.
-type ThreadItem struct {
+// threadItem is the part of an item runnerd reads.
+type threadItem struct {
 	Type             string  `json:"type"`
 	ID               string  `json:"id"`
 	Command          string  `json:"command,omitempty"`
@@ -248,23 +248,23 @@ type ThreadItem struct {
 	Tool             string  `json:"tool,omitempty"`
 }
 
-// ItemNotification is item/started and item/completed.
-type ItemNotification struct {
+// itemNotification is item/started and item/completed.
+type itemNotification struct {
 	ThreadID string     `json:"threadId"`
 	TurnID   string     `json:"turnId"`
-	Item     ThreadItem `json:"item"`
+	Item     threadItem `json:"item"`
 }
 
-// NoticeNotification is error, warning, deprecationNotice and
+// noticeNotification is error, warning, deprecationNotice and
 // configWarning: the text is never forwarded (it may hold anything).
-type NoticeNotification struct {
+type noticeNotification struct {
 	ThreadID  string `json:"threadId,omitempty"`
 	TurnID    string `json:"turnId,omitempty"`
 	WillRetry bool   `json:"willRetry,omitempty"`
 }
 
-// ToolCallParams is item/tool/call.
-type ToolCallParams struct {
+// toolCallParams is item/tool/call.
+type toolCallParams struct {
 	ThreadID  string          `json:"threadId"`
 	TurnID    string          `json:"turnId"`
 	CallID    string          `json:"callId"`
@@ -272,31 +272,31 @@ type ToolCallParams struct {
 	Arguments json.RawMessage `json:"arguments"`
 }
 
-// ContentItem is one DynamicToolCallOutputContentItem (type "inputText").
-type ContentItem struct {
+// contentItem is one DynamicToolCallOutputContentItem (type "inputText").
+type contentItem struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
 }
 
-// ToolCallResponse is the answer to item/tool/call. codex.md §4 and
+// toolCallResponse is the answer to item/tool/call. codex.md §4 and
 // @openai/codex@0.169.0's generated DynamicToolCallResponse read {success,
 // contentItems}; the schema at openai/codex 96558c7 requires {success,
 // result: {type: "contentItems", contentItems}}. runnerd sends both
 // members: each version ignores the one it does not know.
-type ToolCallResponse struct {
-	ContentItems []ContentItem `json:"contentItems"`
+type toolCallResponse struct {
+	ContentItems []contentItem `json:"contentItems"`
 	Success      bool          `json:"success"`
-	Result       ToolResult    `json:"result"`
+	Result       toolResult    `json:"result"`
 }
 
-// ToolResult is 96558c7's DynamicToolCallResult (contentItems).
-type ToolResult struct {
+// toolResult is 96558c7's DynamicToolCallResult (contentItems).
+type toolResult struct {
 	Type         string        `json:"type"`
-	ContentItems []ContentItem `json:"contentItems"`
+	ContentItems []contentItem `json:"contentItems"`
 }
 
-// RequestResolvedNotification is serverRequest/resolved.
-type RequestResolvedNotification struct {
+// requestResolvedNotification is serverRequest/resolved.
+type requestResolvedNotification struct {
 	ThreadID  string          `json:"threadId"`
 	RequestID json.RawMessage `json:"requestId"`
 }

@@ -17,35 +17,35 @@ import (
 	"time"
 )
 
-// ErrUnauthorized is a 401: the password is wrong (or the server is not
+// errUnauthorized is a 401: the password is wrong (or the server is not
 // the one runnerd started).
-var ErrUnauthorized = errors.New("opencode server refused the credentials")
+var errUnauthorized = errors.New("opencode server refused the credentials")
 
-// StatusError is a non-2xx answer. It holds the route and status only:
+// statusError is a non-2xx answer. It holds the route and status only:
 // the body is server text and stays out of errors.
-type StatusError struct {
+type statusError struct {
 	Route  string
 	Status int
 }
 
-func (e *StatusError) Error() string {
+func (e *statusError) Error() string {
 	return fmt.Sprintf("%s: http status %d", e.Route, e.Status)
 }
 
-// NewPassword returns a random server password (PasswordBytes of entropy,
+// newPassword returns a random server password (passwordBytes of entropy,
 // base64url).
-func NewPassword() (string, error) {
-	b := make([]byte, PasswordBytes)
+func newPassword() (string, error) {
+	b := make([]byte, passwordBytes)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("make server password: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// ServerEnv returns the one entry that hands the password to the opencode
+// serverEnv returns the one entry that hands the password to the opencode
 // process; the caller appends it to the agent environment of that process
 // only.
-func ServerEnv(password string) string { return EnvPassword + "=" + password }
+func serverEnv(password string) string { return envPassword + "=" + password }
 
 // Client calls one `opencode serve` on loopback. Safe for concurrent use.
 type Client struct {
@@ -54,9 +54,9 @@ type Client struct {
 	http     *http.Client
 }
 
-// NewClient returns a client of the server at baseURL (http on a loopback
+// newClient returns a client of the server at baseURL (http on a loopback
 // host only: the password must not leave the machine).
-func NewClient(baseURL, password string) (*Client, error) {
+func newClient(baseURL, password string) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse server url: %w", err)
@@ -66,7 +66,7 @@ func NewClient(baseURL, password string) (*Client, error) {
 	}
 	u.Path, u.RawQuery, u.Fragment = "", "", ""
 	// No client-wide timeout: the event stream lives as long as its
-	// context; every other call gets RequestTimeout.
+	// context; every other call gets requestTimeout.
 	tr := &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 4}
 	return &Client{base: u, password: password, http: &http.Client{Transport: tr}}, nil
 }
@@ -82,8 +82,8 @@ func isLoopback(host string) bool {
 // Close drops idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
-// BaseURL is the server's URL.
-func (c *Client) BaseURL() string { return c.base.String() }
+// baseURL is the server's URL.
+func (c *Client) baseURL() string { return c.base.String() }
 
 func (c *Client) request(ctx context.Context, method, route string, body any) (*http.Request, error) {
 	var rd io.Reader
@@ -98,7 +98,7 @@ func (c *Client) request(ctx context.Context, method, route string, body any) (*
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", route, err)
 	}
-	req.SetBasicAuth(Username, c.password)
+	req.SetBasicAuth(username, c.password)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -110,7 +110,7 @@ func (c *Client) request(ctx context.Context, method, route string, body any) (*
 // the body is drained and ignored). route names the call in errors, with
 // ids kept out ("/session/{id}/abort").
 func (c *Client) do(ctx context.Context, method, path, route string, body, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	req, err := c.request(ctx, method, path, body)
 	if err != nil {
@@ -122,15 +122,15 @@ func (c *Client) do(ctx context.Context, method, path, route string, body, out a
 	}
 	defer resp.Body.Close()
 	if err := checkStatus(method+" "+route, resp.StatusCode); err != nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBytes))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 		return err
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
 		return fmt.Errorf("%s %s: read body: %w", method, route, err)
 	}
-	if len(b) > MaxResponseBytes {
-		return fmt.Errorf("%s %s: body exceeds %d bytes", method, route, MaxResponseBytes)
+	if len(b) > maxResponseBytes {
+		return fmt.Errorf("%s %s: body exceeds %d bytes", method, route, maxResponseBytes)
 	}
 	if out == nil || len(b) == 0 {
 		return nil
@@ -144,9 +144,9 @@ func (c *Client) do(ctx context.Context, method, path, route string, body, out a
 func checkStatus(route string, code int) error {
 	switch {
 	case code == http.StatusUnauthorized:
-		return fmt.Errorf("%s: %w", route, ErrUnauthorized)
+		return fmt.Errorf("%s: %w", route, errUnauthorized)
 	case code < 200 || code > 299:
-		return &StatusError{Route: route, Status: code}
+		return &statusError{Route: route, Status: code}
 	}
 	return nil
 }
@@ -161,18 +161,18 @@ func scrubURL(err error) error {
 	return err
 }
 
-// CreateSession is POST /session.
-func (c *Client) CreateSession(ctx context.Context, title string) (Session, error) {
+// createSession is POST /session.
+func (c *Client) createSession(ctx context.Context, title string) (session, error) {
 	body := map[string]any{}
 	if title != "" {
 		body["title"] = title
 	}
-	var s Session
+	var s session
 	if err := c.do(ctx, http.MethodPost, "/session", "/session", body, &s); err != nil {
-		return Session{}, err
+		return session{}, err
 	}
 	if !strings.HasPrefix(s.ID, "ses") {
-		return Session{}, errors.New("POST /session: answer has no session id")
+		return session{}, errors.New("POST /session: answer has no session id")
 	}
 	return s, nil
 }
@@ -184,9 +184,9 @@ type Prompt struct {
 	Text                string
 }
 
-// PromptAsync is POST /session/{id}/prompt_async: the turn starts and its
+// promptAsync is POST /session/{id}/prompt_async: the turn starts and its
 // output arrives on the event stream.
-func (c *Client) PromptAsync(ctx context.Context, sessionID string, p Prompt) error {
+func (c *Client) promptAsync(ctx context.Context, sessionID string, p Prompt) error {
 	body := map[string]any{"parts": []map[string]any{{"type": "text", "text": p.Text}}}
 	if p.ProviderID != "" && p.ModelID != "" {
 		body["model"] = map[string]string{"providerID": p.ProviderID, "modelID": p.ModelID}
@@ -198,22 +198,22 @@ func (c *Client) PromptAsync(ctx context.Context, sessionID string, p Prompt) er
 		"/session/{id}/prompt_async", body, nil)
 }
 
-// Abort is POST /session/{id}/abort.
-func (c *Client) Abort(ctx context.Context, sessionID string) error {
+// abort is POST /session/{id}/abort.
+func (c *Client) abort(ctx context.Context, sessionID string) error {
 	var ok bool
 	return c.do(ctx, http.MethodPost, "/session/"+url.PathEscape(sessionID)+"/abort", "/session/{id}/abort", nil, &ok)
 }
 
-// Messages is GET /session/{id}/message: the whole session, oldest first.
-func (c *Client) Messages(ctx context.Context, sessionID string) ([]Message, error) {
+// messages is GET /session/{id}/message: the whole session, oldest first.
+func (c *Client) messages(ctx context.Context, sessionID string) ([]Message, error) {
 	var ms []Message
 	err := c.do(ctx, http.MethodGet, "/session/"+url.PathEscape(sessionID)+"/message", "/session/{id}/message", nil, &ms)
 	return ms, err
 }
 
-// Status is GET /session/status: the status type of each non-idle
+// status is GET /session/status: the status type of each non-idle
 // session (OpenCode lists busy and retrying sessions; absent is idle).
-func (c *Client) Status(ctx context.Context) (map[string]string, error) {
+func (c *Client) status(ctx context.Context) (map[string]string, error) {
 	var raw map[string]struct {
 		Type string `json:"type"`
 	}
@@ -227,18 +227,18 @@ func (c *Client) Status(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// Permissions is GET /permission: the pending permission requests of
+// permissions is GET /permission: the pending permission requests of
 // every session (recovery of a permission.asked the stream missed).
-func (c *Client) Permissions(ctx context.Context) ([]PermissionAsked, error) {
+func (c *Client) permissions(ctx context.Context) ([]PermissionAsked, error) {
 	var ps []PermissionAsked
 	err := c.do(ctx, http.MethodGet, "/permission", "/permission", nil, &ps)
 	return ps, err
 }
 
-// ReplyPermission is POST /permission/{id}/reply.
-func (c *Client) ReplyPermission(ctx context.Context, requestID, reply string) error {
+// replyPermission is POST /permission/{id}/reply.
+func (c *Client) replyPermission(ctx context.Context, requestID, reply string) error {
 	switch reply {
-	case ReplyOnce, ReplyAlways, ReplyReject:
+	case replyOnce, replyAlways, replyReject:
 	default:
 		return fmt.Errorf("reply permission: unknown reply %q", reply)
 	}
@@ -247,25 +247,25 @@ func (c *Client) ReplyPermission(ctx context.Context, requestID, reply string) e
 		map[string]string{"reply": reply}, &ok)
 }
 
-// Stream is an open GET /event.
-type Stream struct {
+// stream is an open GET /event.
+type stream struct {
 	body io.ReadCloser
-	sse  *SSEReader
+	sse  *sseReader
 }
 
-// Events opens GET /event. The stream lives until ctx ends, the server
-// closes it, or Close; only the connect waits at most RequestTimeout.
-func (c *Client) Events(ctx context.Context) (*Stream, error) {
+// events opens GET /event. The stream lives until ctx ends, the server
+// closes it, or Close; only the connect waits at most requestTimeout.
+func (c *Client) events(ctx context.Context) (*stream, error) {
 	req, err := c.request(ctx, http.MethodGet, "/event", nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	// The response headers must come within RequestTimeout; the body then
+	// The response headers must come within requestTimeout; the body then
 	// streams for as long as ctx lives.
 	connectCtx, cancel := context.WithCancel(ctx)
 	req = req.WithContext(connectCtx)
-	t := time.AfterFunc(RequestTimeout, cancel)
+	t := time.AfterFunc(requestTimeout, cancel)
 	resp, err := c.http.Do(req)
 	if !t.Stop() {
 		if err == nil {
@@ -287,18 +287,18 @@ func (c *Client) Events(ctx context.Context) (*Stream, error) {
 		cancel()
 		return nil, errors.New("GET /event: not an event stream")
 	}
-	return &Stream{body: cancelBody{resp.Body, cancel}, sse: NewSSEReader(resp.Body, MaxEventBytes)}, nil
+	return &stream{body: cancelBody{resp.Body, cancel}, sse: newSSEReader(resp.Body, maxEventBytes)}, nil
 }
 
-// Next returns the next event; io.EOF when the server closed the stream.
+// next returns the next event; io.EOF when the server closed the stream.
 // Events that do not decode are skipped and counted in skipped.
-func (s *Stream) Next() (Event, error) {
+func (s *stream) next() (event, error) {
 	for {
-		data, err := s.sse.Next()
+		data, err := s.sse.next()
 		if err != nil {
-			return Event{}, err
+			return event{}, err
 		}
-		ev, err := DecodeEvent(data)
+		ev, err := decodeEvent(data)
 		if err != nil {
 			continue
 		}
@@ -307,7 +307,7 @@ func (s *Stream) Next() (Event, error) {
 }
 
 // Close ends the stream.
-func (s *Stream) Close() error { return s.body.Close() }
+func (s *stream) Close() error { return s.body.Close() }
 
 type cancelBody struct {
 	io.ReadCloser
@@ -320,12 +320,12 @@ func (b cancelBody) Close() error {
 	return err
 }
 
-// ListenURL finds OpenCode's "opencode server listening on URL" line in
+// listenURL finds OpenCode's "opencode server listening on URL" line in
 // its stdout and returns the URL and port; ok=false until the line is
 // complete.
-func ListenURL(stdout []byte) (u string, port int, ok bool) {
-	if len(stdout) > MaxListenLine {
-		stdout = stdout[:MaxListenLine]
+func listenURL(stdout []byte) (u string, port int, ok bool) {
+	if len(stdout) > maxListenLine {
+		stdout = stdout[:maxListenLine]
 	}
 	const marker = "server listening on "
 	for len(stdout) > 0 {

@@ -11,20 +11,20 @@ import (
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
-// ErrStreamLost means the event stream could not be reopened within
-// MaxReconnects attempts.
-var ErrStreamLost = errors.New("opencode event stream lost")
+// errStreamLost means the event stream could not be reopened within
+// maxReconnects attempts.
+var errStreamLost = errors.New("opencode event stream lost")
 
 // Sink receives translated messages in stream order with the state they
-// leave, from Conn.Run's goroutine only. The caller commits both in one
+// leave, from Conn.run's goroutine only. The caller commits both in one
 // durable write (the events to the outbox, the state to the record):
 // that is what makes a replayed or recovered part exactly once in PRP.
 type Sink func(st State, in []provider.Inbound)
 
 // Conn drives one OpenCode session over a running server: the operations
 // an agent driver needs (open, prompt, cancel, answer a permission) and
-// the supervised event stream (Run). All methods may be called
-// concurrently; Run must be called once.
+// the supervised event stream (run). All methods may be called
+// concurrently; run must be called once.
 type Conn struct {
 	cl   *Client
 	sink Sink
@@ -56,8 +56,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// State returns a copy of the translation state.
-func (c *Conn) State() State {
+// state returns a copy of the translation state.
+func (c *Conn) state() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st.clone()
@@ -87,7 +87,7 @@ func (c *Conn) Open(ctx context.Context, title string) (string, error) {
 		return id, nil
 	}
 	c.mu.Unlock()
-	s, err := c.cl.CreateSession(ctx, title)
+	s, err := c.cl.createSession(ctx, title)
 	if err != nil {
 		return "", fmt.Errorf("open session: %w", err)
 	}
@@ -97,11 +97,11 @@ func (c *Conn) Open(ctx context.Context, title string) (string, error) {
 	return s.ID, nil
 }
 
-// Prompt starts turn turnID once the event stream is open (Run). The
+// prompt starts turn turnID once the event stream is open (run). The
 // turn is marked active before the request, so no event of it can be
 // missed; a refused request unmarks it.
-func (c *Conn) Prompt(ctx context.Context, turnID string, p Prompt) error {
-	t := time.NewTimer(RequestTimeout)
+func (c *Conn) prompt(ctx context.Context, turnID string, p Prompt) error {
+	t := time.NewTimer(requestTimeout)
 	defer t.Stop()
 	select {
 	case <-c.ready:
@@ -119,10 +119,10 @@ func (c *Conn) Prompt(ctx context.Context, turnID string, p Prompt) error {
 		c.mu.Unlock()
 		return provider.ErrTurnActive
 	}
-	c.st.StartTurn(turnID)
+	c.st.startTurn(turnID)
 	sid := c.st.SessionID
 	c.mu.Unlock()
-	if err := c.cl.PromptAsync(ctx, sid, p); err != nil {
+	if err := c.cl.promptAsync(ctx, sid, p); err != nil {
 		c.mu.Lock()
 		if c.st.TurnID == turnID && !c.st.Busy {
 			c.st.TurnID = ""
@@ -133,48 +133,48 @@ func (c *Conn) Prompt(ctx context.Context, turnID string, p Prompt) error {
 	return nil
 }
 
-// Cancel aborts the active turn; its settlement arrives through the sink
+// cancel aborts the active turn; its settlement arrives through the sink
 // with Cancelled set. The server keeps running (the session lives on).
-func (c *Conn) Cancel(ctx context.Context) error {
+func (c *Conn) cancel(ctx context.Context) error {
 	c.mu.Lock()
 	if c.st.TurnID == "" {
 		c.mu.Unlock()
 		return provider.ErrNoTurn
 	}
-	c.st.MarkAborting()
+	c.st.markAborting()
 	sid := c.st.SessionID
 	c.mu.Unlock()
-	if err := c.cl.Abort(ctx, sid); err != nil {
+	if err := c.cl.abort(ctx, sid); err != nil {
 		return fmt.Errorf("cancel turn: %w", err)
 	}
 	return nil
 }
 
-// Reply answers permission request id with the chosen option id.
-func (c *Conn) Reply(ctx context.Context, requestID, optionID string) error {
-	return c.cl.ReplyPermission(ctx, requestID, ReplyFor(optionID))
+// reply answers permission request id with the chosen option id.
+func (c *Conn) reply(ctx context.Context, requestID, optionID string) error {
+	return c.cl.replyPermission(ctx, requestID, replyFor(optionID))
 }
 
-// Run supervises the event stream until ctx ends: it opens GET /event,
+// run supervises the event stream until ctx ends: it opens GET /event,
 // recovers what an active turn missed from the message list, translates
 // every event, reconciles at each idle, and on a drop reopens the stream
-// after ReconnectDelay (ErrStreamLost after MaxReconnects consecutive
+// after reconnectDelay (errStreamLost after maxReconnects consecutive
 // failures). The sink is called from this goroutine only.
-func (c *Conn) Run(ctx context.Context) error {
+func (c *Conn) run(ctx context.Context) error {
 	failures := 0
 	for {
 		err := c.stream(ctx, &failures)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, ErrUnauthorized) {
+		if errors.Is(err, errUnauthorized) {
 			return err
 		}
 		failures++
-		if failures > MaxReconnects {
-			return fmt.Errorf("%w: %w", ErrStreamLost, err)
+		if failures > maxReconnects {
+			return fmt.Errorf("%w: %w", errStreamLost, err)
 		}
-		if err := c.wait(ctx, ReconnectDelay); err != nil {
+		if err := c.wait(ctx, reconnectDelay); err != nil {
 			return err
 		}
 	}
@@ -182,7 +182,7 @@ func (c *Conn) Run(ctx context.Context) error {
 
 // stream runs one connection of the event stream.
 func (c *Conn) stream(ctx context.Context, failures *int) error {
-	s, err := c.cl.Events(ctx)
+	s, err := c.cl.events(ctx)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (c *Conn) stream(ctx context.Context, failures *int) error {
 	*failures = 0
 	c.readyOnce.Do(func() { close(c.ready) })
 	for {
-		ev, err := s.Next()
+		ev, err := s.next()
 		if err != nil {
 			if err == io.EOF {
 				return errors.New("read event stream: closed by the server")
@@ -203,7 +203,7 @@ func (c *Conn) stream(ctx context.Context, failures *int) error {
 			return err
 		}
 		c.mu.Lock()
-		in := Translate(&c.st, ev)
+		in := translate(&c.st, ev)
 		idle := c.st.Idle
 		var snap State
 		if len(in) > 0 {
@@ -230,15 +230,15 @@ func (c *Conn) reconcile(ctx context.Context) error {
 	if !active {
 		return nil
 	}
-	msgs, err := c.cl.Messages(ctx, sid)
+	msgs, err := c.cl.messages(ctx, sid)
 	if err != nil {
 		return err
 	}
-	status, err := c.cl.Status(ctx)
+	status, err := c.cl.status(ctx)
 	if err != nil {
 		return err
 	}
-	pending, err := c.cl.Permissions(ctx)
+	pending, err := c.cl.permissions(ctx)
 	if err != nil {
 		return err
 	}

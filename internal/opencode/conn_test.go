@@ -15,18 +15,18 @@ import (
 )
 
 // TestOpenCodeAuth: the server takes only its per-session password
-// (codex.md §6); a wrong one is ErrUnauthorized, and the password is in
+// (codex.md §6); a wrong one is errUnauthorized, and the password is in
 // no error.
 func TestOpenCodeAuth(t *testing.T) {
 	srv := startFake(t, "right-password")
-	cl, err := NewClient(srv.url, "wrong-password")
+	cl, err := newClient(srv.url, "wrong-password")
 	require.NoError(t, err)
 	defer cl.Close()
-	_, err = cl.CreateSession(context.Background(), "")
-	require.ErrorIs(t, err, ErrUnauthorized)
+	_, err = cl.createSession(context.Background(), "")
+	require.ErrorIs(t, err, errUnauthorized)
 	require.NotContains(t, err.Error(), "password")
-	_, err = cl.Events(context.Background())
-	require.ErrorIs(t, err, ErrUnauthorized)
+	_, err = cl.events(context.Background())
+	require.ErrorIs(t, err, errUnauthorized)
 	resp, err := http.Get(srv.url + "/session/status")
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -39,7 +39,7 @@ func TestOpenCodeAuth(t *testing.T) {
 func TestOpenCodeTextTurn(t *testing.T) {
 	srv := startFake(t, "pw-text")
 	c, col, _ := newConn(t, srv)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{ProviderID: "fake", ModelID: "fake-model",
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{ProviderID: "fake", ModelID: "fake-model",
 		System: "be brief", Text: "FAKEOC: text alpha beta gamma"}))
 	in := col.waitFor(t, "settlement", settled)
 	require.Equal(t, "alpha beta gamma", textOf(in, provider.UpdateAgentMessageChunk))
@@ -77,7 +77,7 @@ func TestOpenCodeTextTurn(t *testing.T) {
 	require.NotContains(t, string(b), "pw-text", "the record holds no credential")
 
 	// The session is still usable: a second turn.
-	require.NoError(t, c.Prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: text again"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: text again"}))
 	in = col.waitFor(t, "second settlement", func(in []provider.Inbound) bool {
 		n := 0
 		for _, m := range in {
@@ -95,7 +95,7 @@ func TestOpenCodeTextTurn(t *testing.T) {
 func TestOpenCodeToolTurn(t *testing.T) {
 	srv := startFake(t, "pw-tool")
 	c, col, _ := newConn(t, srv)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: tool ls -la"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: tool ls -la"}))
 	in := col.waitFor(t, "settlement", settled)
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)
@@ -117,11 +117,11 @@ func TestOpenCodeToolTurn(t *testing.T) {
 func TestOpenCodePermission(t *testing.T) {
 	for _, tc := range []struct {
 		option, status string
-	}{{ReplyOnce, "completed"}, {ReplyReject, "failed"}} {
+	}{{replyOnce, "completed"}, {replyReject, "failed"}} {
 		t.Run(tc.option, func(t *testing.T) {
 			srv := startFake(t, "pw-perm")
 			c, col, _ := newConn(t, srv)
-			require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: permission rm -rf build"}))
+			require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: permission rm -rf build"}))
 			in := col.waitFor(t, "permission request", hasPermission)
 			var req provider.Inbound
 			for _, m := range in {
@@ -134,7 +134,7 @@ func TestOpenCodePermission(t *testing.T) {
 			var id string
 			require.NoError(t, json.Unmarshal(req.ID, &id))
 			require.True(t, strings.HasPrefix(id, "per_"), id)
-			require.NoError(t, c.Reply(context.Background(), id, tc.option))
+			require.NoError(t, c.reply(context.Background(), id, tc.option))
 			in = col.waitFor(t, "settlement", settled)
 			evs := mapEvents(t, "turn-1", in, false)
 			requireValidEvents(t, evs)
@@ -148,15 +148,15 @@ func TestOpenCodePermission(t *testing.T) {
 	}
 }
 
-// TestOpenCodeAbort: Cancel aborts the running turn; it settles
+// TestOpenCodeAbort: cancel aborts the running turn; it settles
 // cancelled once (turn.interrupted, or turn.cancelled for run.cancel) and
 // the server keeps the session.
 func TestOpenCodeAbort(t *testing.T) {
 	srv := startFake(t, "pw-abort")
 	c, col, _ := newConn(t, srv)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: slow 1000 20"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: slow 1000 20"}))
 	col.waitFor(t, "the first delta", func(in []provider.Inbound) bool { return textOf(in, provider.UpdateAgentMessageChunk) != "" })
-	require.NoError(t, c.Cancel(context.Background()))
+	require.NoError(t, c.cancel(context.Background()))
 	in := col.waitFor(t, "settlement", settled)
 	last := in[len(in)-1]
 	require.True(t, last.Outcome.Cancelled)
@@ -165,9 +165,9 @@ func TestOpenCodeAbort(t *testing.T) {
 	requireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.interrupted"), "%v", eventTypes(evs))
 	require.Equal(t, 1, count(mapEvents(t, "turn-1", in, true), "turn.cancelled"))
-	require.ErrorIs(t, c.Cancel(context.Background()), provider.ErrNoTurn)
+	require.ErrorIs(t, c.cancel(context.Background()), provider.ErrNoTurn)
 
-	require.NoError(t, c.Prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: text still here"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: text still here"}))
 	col.waitFor(t, "second turn", func(in []provider.Inbound) bool {
 		return strings.HasSuffix(textOf(in, provider.UpdateAgentMessageChunk), "still here")
 	})
@@ -178,7 +178,7 @@ func TestOpenCodeAbort(t *testing.T) {
 func TestOpenCodeFailedTurn(t *testing.T) {
 	srv := startFake(t, "pw-err")
 	c, col, _ := newConn(t, srv)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: error APIError"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: error APIError"}))
 	in := col.waitFor(t, "settlement", settled)
 	last := in[len(in)-1].Outcome
 	require.Error(t, last.Err)
@@ -194,13 +194,13 @@ func TestOpenCodeFailedTurn(t *testing.T) {
 func TestOpenCodePlanAndReasoning(t *testing.T) {
 	srv := startFake(t, "pw-plan")
 	c, col, _ := newConn(t, srv)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: todo"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: todo"}))
 	in := col.waitFor(t, "settlement", settled)
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "plan.updated"), "%v", eventTypes(evs))
 
-	require.NoError(t, c.Prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: reasoning think hard"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: reasoning think hard"}))
 	in = col.waitFor(t, "second settlement", func(in []provider.Inbound) bool {
 		return textOf(in, provider.UpdateAgentThoughtChunk) == "think hard" && settled(in[len(in)-1:])
 	})
@@ -214,7 +214,7 @@ func TestOpenCodePlanAndReasoning(t *testing.T) {
 func TestOpenCodeDroppedStreamRecovers(t *testing.T) {
 	srv := startFake(t, "pw-drop")
 	c, col, _ := newConn(t, srv)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: drop one two three four"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: drop one two three four"}))
 	in := col.waitFor(t, "settlement", settled)
 	require.Equal(t, "one two three four", textOf(in, provider.UpdateAgentMessageChunk))
 	evs := mapEvents(t, "turn-1", in, false)
@@ -234,13 +234,13 @@ func TestOpenCodeDroppedStreamRecovers(t *testing.T) {
 func TestOpenCodeRestartRecovers(t *testing.T) {
 	srv := startFake(t, "pw-restart")
 	c, col, stop := newConn(t, srv)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: slow 40 10"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: slow 40 10"}))
 	col.waitFor(t, "some deltas", func(in []provider.Inbound) bool { return len(textOf(in, provider.UpdateAgentMessageChunk)) >= 15 })
 	require.ErrorIs(t, stop(), context.Canceled)
 	before, st := col.snapshot() // what the Manager committed
 	require.NotEmpty(t, st.TurnID)
 
-	cl, err := NewClient(srv.url, srv.password)
+	cl, err := newClient(srv.url, srv.password)
 	require.NoError(t, err)
 	defer cl.Close()
 	col2 := newCollector()
@@ -258,14 +258,14 @@ func TestOpenCodeRestartRecovers(t *testing.T) {
 // TestOpenCodePromptRefused: a refused prompt leaves no active turn.
 func TestOpenCodePromptRefused(t *testing.T) {
 	srv := startFake(t, "pw-refuse")
-	cl, err := NewClient(srv.url, srv.password)
+	cl, err := newClient(srv.url, srv.password)
 	require.NoError(t, err)
 	defer cl.Close()
 	c := NewConn(cl, State{SessionID: "ses_missing"}, func(State, []provider.Inbound) {})
 	runConn(t, c)
-	err = c.Prompt(context.Background(), "turn-1", Prompt{Text: "x"})
-	var se *StatusError
+	err = c.prompt(context.Background(), "turn-1", Prompt{Text: "x"})
+	var se *statusError
 	require.True(t, errors.As(err, &se), "%v", err)
 	require.Equal(t, http.StatusNotFound, se.Status)
-	require.Empty(t, c.State().TurnID)
+	require.Empty(t, c.state().TurnID)
 }

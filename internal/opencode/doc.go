@@ -26,7 +26,7 @@
 // {model: {providerID, modelID}} and rejects unknown top-level fields, so
 // a top-level providerID/modelID is a 400; `--port 0` first tries 4096 and
 // the port is known only from the stdout line "opencode server listening
-// on http://127.0.0.1:PORT" (ListenURL parses it).
+// on http://127.0.0.1:PORT" (listenURL parses it).
 //
 // The SSE stream is not durable (no replay on reconnect). After a
 // reconnect or a runnerd restart, Translator.Recover rebuilds what was
@@ -34,8 +34,8 @@
 // already emitted (State) drops duplicates by message-part id: at least
 // once on the wire, exactly once in PRP.
 //
-// The server password is random per session (NewPassword), lives in the
+// The server password is random per session (newPassword), lives in the
 // caller's 0600 record and in memory, reaches the opencode process only as
-// OPENCODE_SERVER_PASSWORD (ServerEnv), and is never logged or put in an
+// OPENCODE_SERVER_PASSWORD (serverEnv), and is never logged or put in an
 // error.
 package opencode

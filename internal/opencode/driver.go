@@ -33,14 +33,14 @@ type Record struct {
 	State    State  `json:"state"`
 }
 
-// ChildEnv makes a session's password and the env entry that hands it
+// childEnv makes a session's password and the env entry that hands it
 // to the opencode process only.
-func ChildEnv() (string, map[string]string, error) {
-	pw, err := NewPassword()
+func childEnv() (string, map[string]string, error) {
+	pw, err := newPassword()
 	if err != nil {
 		return "", nil, err
 	}
-	return pw, map[string]string{EnvPassword: pw}, nil
+	return pw, map[string]string{envPassword: pw}, nil
 }
 
 // ReadRecord is the driver's record inside c (zero when none).
@@ -57,9 +57,9 @@ func writeRecord(c *provider.Core, r Record) {
 	c.Live().Driver = b
 }
 
-// SetPassword records a fresh launch's password (and forgets the
+// setPassword records a fresh launch's password (and forgets the
 // previous server's URL and state).
-func SetPassword(c *provider.Core, pw string) {
+func setPassword(c *provider.Core, pw string) {
 	writeRecord(c, Record{Password: pw})
 }
 
@@ -121,19 +121,19 @@ func (d *driver) Feed(p []byte) ([]provider.Inbound, error) {
 	default:
 	}
 	d.stdout = append(d.stdout, p...)
-	if u, _, ok := ListenURL(d.stdout); ok {
+	if u, _, ok := listenURL(d.stdout); ok {
 		r := ReadRecord(d.h.Core())
 		r.URL = u
 		writeRecord(d.h.Core(), r)
 		d.stdout = nil
 		close(d.listening)
-	} else if len(d.stdout) > MaxListenLine {
-		d.stdout = d.stdout[len(d.stdout)-MaxListenLine/2:]
+	} else if len(d.stdout) > maxListenLine {
+		d.stdout = d.stdout[len(d.stdout)-maxListenLine/2:]
 	}
 	return nil, nil
 }
 
-// Open waits for the listening line (the cold bound, StartTimeout at
+// Open waits for the listening line (the cold bound, startTimeout at
 // most), creates the OpenCode session and starts the event stream.
 func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 	h := d.h
@@ -141,7 +141,7 @@ func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 	if ended == nil {
 		return provider.NewFailure(provider.ClassAgentDisconnected, nil)
 	}
-	t := h.Clock().NewTimer(StartTimeout)
+	t := h.Clock().NewTimer(startTimeout)
 	defer t.Stop()
 	select {
 	case <-d.listening:
@@ -154,7 +154,7 @@ func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 	}
 	var r Record
 	h.WithLock(func() { r = ReadRecord(h.Core()) })
-	cl, err := NewClient(r.URL, r.Password)
+	cl, err := newClient(r.URL, r.Password)
 	if err != nil {
 		return provider.NewFailure(provider.ClassACPSessionInitFailed, err)
 	}
@@ -166,7 +166,7 @@ func (d *driver) Open(ctx context.Context, o provider.OpenSession) error {
 	}
 	h.WithLock(func() {
 		h.Core().Live().ACPSessionID = sid
-		r.State = conn.State()
+		r.State = conn.state()
 		writeRecord(h.Core(), r)
 		d.start(cl, conn)
 	})
@@ -183,7 +183,7 @@ func (d *driver) Adopt() {
 	if d.conn != nil || r.URL == "" || c.Record().ACPSessionID == "" {
 		return
 	}
-	cl, err := NewClient(r.URL, r.Password)
+	cl, err := newClient(r.URL, r.Password)
 	if err != nil {
 		d.h.Logger().Warn("opencode server unusable after restart", "err", err)
 		return
@@ -202,7 +202,7 @@ func (d *driver) start(cl *Client, conn *Conn) {
 	log := d.h.Logger()
 	d.h.Go(func(ctx context.Context) {
 		defer cl.Close()
-		if err := conn.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := conn.run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Warn("opencode event stream ended", "err", err)
 		}
 	})
@@ -249,11 +249,11 @@ func (d *driver) Prompt(turnID, text string) (provider.Call, error) {
 	conn := d.conn
 	log := h.Logger()
 	h.AfterCommit(func(ctx context.Context) {
-		if err := conn.Prompt(ctx, turnID, pr); err != nil {
+		if err := conn.prompt(ctx, turnID, pr); err != nil {
 			log.Warn("opencode prompt refused", "err", err)
 			out := provider.TurnOutcome{TurnID: turnID, StopReason: provider.StopEndTurn,
 				Err: provider.NewFailure(provider.ClassTurnFailed, errors.New("opencode refused the prompt"))}
-			d.commit(conn.State(), []provider.Inbound{{Kind: provider.KindTurnSettled, TurnID: turnID, Outcome: &out, Err: out.Err}})
+			d.commit(conn.state(), []provider.Inbound{{Kind: provider.KindTurnSettled, TurnID: turnID, Outcome: &out, Err: out.Err}})
 		}
 	})
 	return provider.Call{}, nil
@@ -270,7 +270,7 @@ func (d *driver) Cancel() ([][]byte, error) {
 	conn := d.conn
 	log := d.h.Logger()
 	d.h.Go(func(ctx context.Context) {
-		if err := conn.Cancel(ctx); err != nil && !errors.Is(err, provider.ErrNoTurn) {
+		if err := conn.cancel(ctx); err != nil && !errors.Is(err, provider.ErrNoTurn) {
 			log.Warn("opencode abort failed", "err", err)
 		}
 	})
@@ -328,7 +328,7 @@ func (d *driver) replyAfterCommit(id string, o provider.PermissionOutcome) {
 	conn := d.conn
 	log := d.h.Logger()
 	d.h.AfterCommit(func(ctx context.Context) {
-		if err := conn.Reply(ctx, id, option); err != nil {
+		if err := conn.reply(ctx, id, option); err != nil {
 			log.Warn("opencode permission reply failed", "err", err)
 		}
 	})
@@ -338,10 +338,10 @@ func (d *driver) replyAfterCommit(id string, o provider.PermissionOutcome) {
 // only, and records it with the launch (provider.Launcher): 0600 state,
 // never logged.
 func (d *driver) Launch(l *provider.Launch) (func(*provider.Core), error) {
-	pw, childEnv, err := ChildEnv()
+	pw, childEnv, err := childEnv()
 	if err != nil {
 		return nil, err
 	}
 	l.ChildEnv = childEnv
-	return func(c *provider.Core) { SetPassword(c, pw) }, nil
+	return func(c *provider.Core) { setPassword(c, pw) }, nil
 }

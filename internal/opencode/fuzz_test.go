@@ -11,9 +11,9 @@ func FuzzSSEReader(f *testing.F) {
 	f.Add([]byte("data: a\r\ndata: b\r\r: c\n\n"))
 	f.Add([]byte("data"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r := NewSSEReader(bytes.NewReader(b), 256)
+		r := newSSEReader(bytes.NewReader(b), 256)
 		for i := 0; i < len(b)+1; i++ {
-			d, err := r.Next()
+			d, err := r.next()
 			if err != nil {
 				return
 			}
@@ -28,18 +28,18 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(`{"id":"evt_1","type":"message.part.delta","properties":{"sessionID":"ses_1","messageID":"msg_1","partID":"prt_1","field":"text","delta":"hi"}}`))
 	f.Add([]byte(`{"type":"permission.asked","properties":{"id":"per_1","sessionID":"ses_1","permission":"bash","patterns":["ls"]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ev, err := DecodeEvent(b)
+		ev, err := decodeEvent(b)
 		if err != nil {
 			return
 		}
 		// Whatever decodes goes through the translation without a panic,
 		// in and out of a turn.
 		st := &State{SessionID: "ses_1"}
-		_ = Translate(st, ev)
-		st.StartTurn("turn-1")
+		_ = translate(st, ev)
+		st.startTurn("turn-1")
 		st.TurnUser = "msg_0"
 		st.Assistant = []string{"msg_1"}
-		_ = Translate(st, ev)
+		_ = translate(st, ev)
 		if _, err := json.Marshal(st); err != nil {
 			t.Fatal(err)
 		}
@@ -50,14 +50,14 @@ func FuzzListenURL(f *testing.F) {
 	f.Add([]byte("opencode server listening on http://127.0.0.1:4096\n"))
 	f.Add([]byte("x\nserver listening on http://[::1]:1\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		u, p, ok := ListenURL(b)
+		u, p, ok := listenURL(b)
 		if !ok {
 			return
 		}
 		if p <= 0 || p > 65535 {
 			t.Fatalf("port %d", p)
 		}
-		if _, err := NewClient(u, "pw"); err != nil {
+		if _, err := newClient(u, "pw"); err != nil {
 			t.Fatalf("listen url %q not a loopback client url: %v", u, err)
 		}
 	})
@@ -71,7 +71,7 @@ func FuzzRecover(f *testing.F) {
 			return
 		}
 		st := &State{SessionID: "ses_1"}
-		st.StartTurn("turn-1")
+		st.startTurn("turn-1")
 		_ = Recover(st, msgs, map[string]string{}, nil)
 		// A second recovery of the same list adds nothing.
 		st2 := st.clone()

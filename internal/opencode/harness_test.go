@@ -32,7 +32,7 @@ func startFake(t *testing.T, password string) *fakeServer {
 	bin := testbin.Build(t, "test/fakeopencode")
 	rec := t.TempDir() + "/record.ndjson"
 	cmd := exec.Command(bin, "serve", "--hostname", "127.0.0.1", "--port", "0", "--record", rec, "--idle", "2m")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), ServerEnv(password)}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), serverEnv(password)}
 	cmd.Dir = t.TempDir()
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -53,7 +53,7 @@ func startFake(t *testing.T, password string) *fakeServer {
 	}()
 	select {
 	case l := <-lines:
-		u, _, ok := ListenURL([]byte(l))
+		u, _, ok := listenURL([]byte(l))
 		require.True(t, ok, "listening line %q", l)
 		return &fakeServer{url: u, password: password, record: rec, cmd: cmd}
 	case <-time.After(waitBound):
@@ -137,13 +137,13 @@ func textOf(in []provider.Inbound, kind string) string {
 	return b.String()
 }
 
-// runConn starts a Conn's Run; the returned stop ends it and returns its
+// runConn starts a Conn's run; the returned stop ends it and returns its
 // error.
 func runConn(t *testing.T, c *Conn) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- c.run(ctx) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -164,7 +164,7 @@ func runConn(t *testing.T, c *Conn) (stop func() error) {
 // newConn opens a session on srv and starts its stream.
 func newConn(t *testing.T, srv *fakeServer) (*Conn, *collector, func() error) {
 	t.Helper()
-	cl, err := NewClient(srv.url, srv.password)
+	cl, err := newClient(srv.url, srv.password)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	col := newCollector()

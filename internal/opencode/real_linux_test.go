@@ -18,10 +18,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-// EnvRealOpenCode names the real opencode binary (opencode-ai's
+// envRealOpenCode names the real opencode binary (opencode-ai's
 // platform package: node_modules/opencode-linux-x64/bin/opencode) for
 // TestOpenCodeRealServer; unset, the test is skipped.
-const EnvRealOpenCode = "PCRUNNER_OPENCODE_BIN"
+const envRealOpenCode = "PCRUNNER_OPENCODE_BIN"
 
 // realTurnBound bounds the real server's turn: its first start loads its
 // provider catalog and plugins (seconds here).
@@ -61,9 +61,9 @@ func startFakeLLM(t *testing.T) string {
 // provider served by test/fakellm: a text turn and a shell tool turn,
 // every PRP event schema-valid.
 func TestOpenCodeRealServer(t *testing.T) {
-	exe := os.Getenv(EnvRealOpenCode)
+	exe := os.Getenv(envRealOpenCode)
 	if exe == "" {
-		t.Skipf("%s not set; the real opencode server is not tried", EnvRealOpenCode)
+		t.Skipf("%s not set; the real opencode server is not tried", envRealOpenCode)
 	}
 	llm := startFakeLLM(t)
 	home, cwd := t.TempDir(), t.TempDir()
@@ -79,9 +79,9 @@ func TestOpenCodeRealServer(t *testing.T) {
 	b, err := json.Marshal(cfg)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(cwd, "opencode.json"), b, 0o600))
-	password, err := NewPassword()
+	password, err := newPassword()
 	require.NoError(t, err)
-	srv, err := StartServer(context.Background(), ServerSpec{
+	srv, err := startServer(context.Background(), serverSpec{
 		StateDir: t.TempDir(), Pcwrap: testbin.Path(t, "pcwrap"), Executable: exe, Cwd: cwd,
 		Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home,
 			"XDG_CONFIG_HOME=" + home + "/.config", "XDG_DATA_HOME=" + home + "/.local/share",
@@ -92,7 +92,7 @@ func TestOpenCodeRealServer(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, srv.Stop()) }()
 
-	cl, err := NewClient(srv.URL, password)
+	cl, err := newClient(srv.URL, password)
 	require.NoError(t, err)
 	defer cl.Close()
 	col := newCollector()
@@ -124,7 +124,7 @@ func TestOpenCodeRealServer(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{ProviderID: "fake", ModelID: "fake-model",
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{ProviderID: "fake", ModelID: "fake-model",
 		System: "Answer briefly.", Text: "FAKELLM: text hello from the real server"}))
 	turns++
 	in := wait("the text turn")
@@ -133,7 +133,7 @@ func TestOpenCodeRealServer(t *testing.T) {
 	requireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", eventTypes(evs))
 
-	require.NoError(t, c.Prompt(context.Background(), "turn-2", Prompt{ProviderID: "fake", ModelID: "fake-model",
+	require.NoError(t, c.prompt(context.Background(), "turn-2", Prompt{ProviderID: "fake", ModelID: "fake-model",
 		Text: "FAKELLM: shell echo pcrunner-was-here"}))
 	turns++
 	all := wait("the shell turn")

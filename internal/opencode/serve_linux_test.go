@@ -17,17 +17,17 @@ import (
 
 // Server bounds.
 const (
-	// StopTimeout bounds the wait for pcwrap to end after its shutdown
+	// stopTimeout bounds the wait for pcwrap to end after its shutdown
 	// message: pcwrap's default kill grace (pcwrap-protocol.md, 5 s) and
 	// a margin.
-	StopTimeout = 10 * time.Second
+	stopTimeout = 10 * time.Second
 )
 
-// ErrServerExited means the server ended before it listened.
-var ErrServerExited = errors.New("opencode server exited before it listened")
+// errServerExited means the server ended before it listened.
+var errServerExited = errors.New("opencode server exited before it listened")
 
-// ServerSpec is one `opencode serve` under pcwrap.
-type ServerSpec struct {
+// serverSpec is one `opencode serve` under pcwrap.
+type serverSpec struct {
 	StateDir   string
 	Pcwrap     string
 	Executable string // opencode (or test/fakeopencode)
@@ -42,12 +42,12 @@ type ServerSpec struct {
 	Logger *slog.Logger
 }
 
-// Server is a running `opencode serve --hostname 127.0.0.1 --port 0`
+// server is a running `opencode serve --hostname 127.0.0.1 --port 0`
 // under pcwrap: its URL (from its listening line) and its session
 // directory. The caller persists URL, Port and UUID in the agent record.
 // Only tests start one this way; runnerd launches opencode through the
 // agent supervisor and the driver (driver.go).
-type Server struct {
+type server struct {
 	URL  string
 	Port int
 	UUID string
@@ -61,10 +61,10 @@ type Server struct {
 	exit   *frame.Frame // guarded by mu
 }
 
-// StartServer launches the server under pcwrap and waits (StartTimeout)
+// startServer launches the server under pcwrap and waits (startTimeout)
 // for its listening line. Its output is drained until Stop; an exit frame
 // closes Exited.
-func StartServer(ctx context.Context, spec ServerSpec) (*Server, error) {
+func startServer(ctx context.Context, spec serverSpec) (*server, error) {
 	log := spec.Logger
 	if log == nil {
 		log = slog.Default()
@@ -73,13 +73,13 @@ func StartServer(ctx context.Context, spec ServerSpec) (*Server, error) {
 		StateDir: spec.StateDir, Pcwrap: spec.Pcwrap,
 		Argv: []string{spec.Executable, "serve", "--hostname", "127.0.0.1", "--port", "0"},
 		Cwd:  spec.Cwd, Env: spec.Env,
-		PayloadEnv: map[string]string{EnvPassword: spec.Password},
+		PayloadEnv: map[string]string{envPassword: spec.Password},
 		Tuning:     spec.Tuning,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start opencode server: %w", err)
 	}
-	s := &Server{UUID: l.UUID, Dir: l.Dir, cmd: l.Cmd, exited: make(chan struct{})}
+	s := &server{UUID: l.UUID, Dir: l.Dir, cmd: l.Cmd, exited: make(chan struct{})}
 	reaped := make(chan struct{})
 	s.wg.Add(1)
 	go func() {
@@ -109,11 +109,11 @@ func StartServer(ctx context.Context, spec ServerSpec) (*Server, error) {
 			case frame.FrameData:
 				if !found && f.Stream == frame.StreamStdout {
 					stdout = append(stdout, f.Data...)
-					if u, p, ok := ListenURL(stdout); ok {
+					if u, p, ok := listenURL(stdout); ok {
 						s.URL, s.Port, found = u, p, true
 						close(listening)
-					} else if len(stdout) > MaxListenLine {
-						stdout = stdout[len(stdout)-MaxListenLine/2:]
+					} else if len(stdout) > maxListenLine {
+						stdout = stdout[len(stdout)-maxListenLine/2:]
 					}
 				}
 			case frame.FrameExit, frame.FrameError:
@@ -131,17 +131,17 @@ func StartServer(ctx context.Context, spec ServerSpec) (*Server, error) {
 			return nil
 		})
 	}()
-	t := time.NewTimer(StartTimeout)
+	t := time.NewTimer(startTimeout)
 	defer t.Stop()
 	select {
 	case <-listening:
 		return s, nil
 	case <-s.exited:
-		err = ErrServerExited
+		err = errServerExited
 	case <-reaped:
-		err = ErrServerExited
+		err = errServerExited
 	case <-t.C:
-		err = errors.New("start opencode server: no listening line within " + StartTimeout.String())
+		err = errors.New("start opencode server: no listening line within " + startTimeout.String())
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -150,10 +150,10 @@ func StartServer(ctx context.Context, spec ServerSpec) (*Server, error) {
 }
 
 // Exited is closed when pcwrap reported the child's exit.
-func (s *Server) Exited() <-chan struct{} { return s.exited }
+func (s *server) Exited() <-chan struct{} { return s.exited }
 
-// ExitDescription says how the child ended ("" while it runs).
-func (s *Server) ExitDescription() string {
+// exitDescription says how the child ended ("" while it runs).
+func (s *server) exitDescription() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -169,13 +169,13 @@ func (s *Server) ExitDescription() string {
 	return "exited"
 }
 
-// Pid is pcwrap's process id (the server is its only child).
-func (s *Server) Pid() int { return s.cmd.Process.Pid }
+// pid is pcwrap's process id (the server is its only child).
+func (s *server) pid() int { return s.cmd.Process.Pid }
 
 // Stop asks pcwrap to end the server (stdinEnd, then shutdown: SIGTERM to
-// the group, the grace, SIGKILL) and waits StopTimeout for pcwrap to go,
+// the group, the grace, SIGKILL) and waits stopTimeout for pcwrap to go,
 // killing it after that.
-func (s *Server) Stop() error {
+func (s *server) Stop() error {
 	var err error
 	if e := procsession.StopWrapper(s.Dir); e != nil {
 		err = fmt.Errorf("stop opencode server: %w", e)
@@ -183,7 +183,7 @@ func (s *Server) Stop() error {
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	// The reader ends on the exit frame; the pcwrap reaper on its exit.
-	t := time.NewTimer(StopTimeout)
+	t := time.NewTimer(stopTimeout)
 	defer t.Stop()
 	select {
 	case <-s.exited:
@@ -196,7 +196,7 @@ func (s *Server) Stop() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	t2 := time.NewTimer(StopTimeout)
+	t2 := time.NewTimer(stopTimeout)
 	defer t2.Stop()
 	select {
 	case <-done:
@@ -207,7 +207,7 @@ func (s *Server) Stop() error {
 	return err
 }
 
-func (s *Server) kill() {
+func (s *server) kill() {
 	if s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 	}

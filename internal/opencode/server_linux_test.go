@@ -18,10 +18,10 @@ import (
 
 // startUnderPcwrap starts test/fakeopencode (or exe) as `opencode serve`
 // under pcwrap, the way runnerd runs every agent.
-func startUnderPcwrap(t *testing.T, exe, password string) (*Server, string) {
+func startUnderPcwrap(t *testing.T, exe, password string) (*server, string) {
 	t.Helper()
 	state := t.TempDir()
-	srv, err := StartServer(context.Background(), ServerSpec{
+	srv, err := startServer(context.Background(), serverSpec{
 		StateDir: state, Pcwrap: testbin.Path(t, "pcwrap"), Executable: exe, Cwd: t.TempDir(),
 		Env:      []string{"PATH=" + os.Getenv("PATH")},
 		Password: password,
@@ -46,13 +46,13 @@ func childPid(t *testing.T, dir string) int {
 // password reaches the server's environment and nowhere on disk or in
 // pcwrap's own environment; a turn runs end to end; Stop ends the group.
 func TestOpenCodeUnderPcwrap(t *testing.T) {
-	password, err := NewPassword()
+	password, err := newPassword()
 	require.NoError(t, err)
 	srv, state := startUnderPcwrap(t, testbin.Build(t, "test/fakeopencode"), password)
 	require.NotZero(t, srv.Port)
 	require.Equal(t, "http://127.0.0.1:"+strconv.Itoa(srv.Port), srv.URL)
 
-	cl, err := NewClient(srv.URL, password)
+	cl, err := newClient(srv.URL, password)
 	require.NoError(t, err)
 	defer cl.Close()
 	col := newCollector()
@@ -60,7 +60,7 @@ func TestOpenCodeUnderPcwrap(t *testing.T) {
 	_, err = c.Open(context.Background(), "")
 	require.NoError(t, err)
 	runConn(t, c)
-	require.NoError(t, c.Prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: tool make test"}))
+	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: tool make test"}))
 	in := col.waitFor(t, "settlement", settled)
 	evs := mapEvents(t, "turn-1", in, false)
 	requireValidEvents(t, evs)
@@ -69,8 +69,8 @@ func TestOpenCodeUnderPcwrap(t *testing.T) {
 	pid := childPid(t, srv.Dir)
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	require.NoError(t, err)
-	require.Contains(t, string(env), ServerEnv(password), "the server gets its password")
-	wrapperEnv, err := os.ReadFile("/proc/" + strconv.Itoa(srv.Pid()) + "/environ")
+	require.Contains(t, string(env), serverEnv(password), "the server gets its password")
+	wrapperEnv, err := os.ReadFile("/proc/" + strconv.Itoa(srv.pid()) + "/environ")
 	require.NoError(t, err)
 	require.NotContains(t, string(wrapperEnv), password, "pcwrap's environment holds it only base64-encoded in the payload")
 	require.NoError(t, filepath.Walk(state, func(p string, info os.FileInfo, err error) error {
@@ -96,9 +96,9 @@ func TestOpenCodeUnderPcwrap(t *testing.T) {
 // TestOpenCodeServerExitBeforeListen: a server that exits before its
 // listening line fails the start, clearly.
 func TestOpenCodeServerExitBeforeListen(t *testing.T) {
-	_, err := StartServer(context.Background(), ServerSpec{
+	_, err := startServer(context.Background(), serverSpec{
 		StateDir: t.TempDir(), Pcwrap: testbin.Path(t, "pcwrap"), Executable: "/bin/false", Cwd: "/",
 		Env: []string{"PATH=" + os.Getenv("PATH")}, Password: "x",
 	})
-	require.ErrorIs(t, err, ErrServerExited)
+	require.ErrorIs(t, err, errServerExited)
 }

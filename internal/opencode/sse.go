@@ -9,14 +9,14 @@ import (
 	"io"
 )
 
-// ErrEventTooLarge means one SSE event exceeded MaxEventBytes.
-var ErrEventTooLarge = errors.New("sse event exceeds bound")
+// errEventTooLarge means one SSE event exceeded maxEventBytes.
+var errEventTooLarge = errors.New("sse event exceeds bound")
 
-// SSEReader decodes a text/event-stream (the WHATWG framing: field lines,
+// sseReader decodes a text/event-stream (the WHATWG framing: field lines,
 // a blank line ends an event, ':' starts a comment). It keeps only the
 // data field: OpenCode puts the whole event, id included, in one JSON data
 // line. Not safe for concurrent use.
-type SSEReader struct {
+type sseReader struct {
 	r   *bufio.Reader
 	max int
 	buf []byte
@@ -25,18 +25,18 @@ type SSEReader struct {
 	eof   bool
 }
 
-// NewSSEReader reads events of at most max bytes (MaxEventBytes if 0).
-func NewSSEReader(r io.Reader, max int) *SSEReader {
+// newSSEReader reads events of at most max bytes (maxEventBytes if 0).
+func newSSEReader(r io.Reader, max int) *sseReader {
 	if max <= 0 {
-		max = MaxEventBytes
+		max = maxEventBytes
 	}
-	return &SSEReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+	return &sseReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
 }
 
-// Next returns the data of the next event with at least one data line, or
+// next returns the data of the next event with at least one data line, or
 // io.EOF at the end of the stream (a final event without its blank line is
 // dropped, as the framing says).
-func (s *SSEReader) Next() ([]byte, error) {
+func (s *sseReader) next() ([]byte, error) {
 	s.buf = s.buf[:0]
 	have := false
 	for {
@@ -67,7 +67,7 @@ func (s *SSEReader) Next() ([]byte, error) {
 			s.buf = append(s.buf, '\n')
 		}
 		if len(s.buf)+len(value) > s.max {
-			return nil, ErrEventTooLarge
+			return nil, errEventTooLarge
 		}
 		s.buf = append(s.buf, value...)
 		have = true
@@ -76,7 +76,7 @@ func (s *SSEReader) Next() ([]byte, error) {
 
 // line reads one line without its terminator (\n, \r\n or \r), bounded
 // by the event bound.
-func (s *SSEReader) line() ([]byte, error) {
+func (s *sseReader) line() ([]byte, error) {
 	if len(s.queue) > 0 {
 		l := s.queue[0]
 		s.queue = s.queue[1:]
@@ -89,7 +89,7 @@ func (s *SSEReader) line() ([]byte, error) {
 	for {
 		b, err := s.r.ReadSlice('\n')
 		if len(out)+len(b) > s.max+2 {
-			return nil, ErrEventTooLarge
+			return nil, errEventTooLarge
 		}
 		out = append(out, b...)
 		if err == bufio.ErrBufferFull {
@@ -123,18 +123,18 @@ func (s *SSEReader) line() ([]byte, error) {
 	return parts[0], nil
 }
 
-// DecodeEvent parses one event's data. It checks the shape only: an id
+// decodeEvent parses one event's data. It checks the shape only: an id
 // and type are strings, properties an object or absent.
-func DecodeEvent(data []byte) (Event, error) {
-	var ev Event
+func decodeEvent(data []byte) (event, error) {
+	var ev event
 	if err := json.Unmarshal(data, &ev); err != nil {
-		return Event{}, fmt.Errorf("decode event: %w", err)
+		return event{}, fmt.Errorf("decode event: %w", err)
 	}
 	if ev.Type == "" {
-		return Event{}, errors.New("decode event: no type")
+		return event{}, errors.New("decode event: no type")
 	}
 	if len(ev.Properties) > 0 && ev.Properties[0] != '{' && string(ev.Properties) != "null" {
-		return Event{}, errors.New("decode event: properties is not an object")
+		return event{}, errors.New("decode event: properties is not an object")
 	}
 	return ev, nil
 }

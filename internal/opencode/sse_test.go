@@ -11,10 +11,10 @@ import (
 
 func readAllEvents(t *testing.T, in string, max int) ([]string, error) {
 	t.Helper()
-	r := NewSSEReader(strings.NewReader(in), max)
+	r := newSSEReader(strings.NewReader(in), max)
 	var out []string
 	for {
-		d, err := r.Next()
+		d, err := r.next()
 		if err != nil {
 			if err == io.EOF {
 				return out, nil
@@ -50,28 +50,28 @@ func TestSSEReaderFraming(t *testing.T) {
 
 func TestSSEReaderBound(t *testing.T) {
 	_, err := readAllEvents(t, "data: "+strings.Repeat("x", 100)+"\n\n", 50)
-	require.True(t, errors.Is(err, ErrEventTooLarge), "%v", err)
+	require.True(t, errors.Is(err, errEventTooLarge), "%v", err)
 	// Many data lines add up to the bound too.
 	_, err = readAllEvents(t, strings.Repeat("data: xxxxxxxxxx\n", 10)+"\n", 50)
-	require.True(t, errors.Is(err, ErrEventTooLarge), "%v", err)
+	require.True(t, errors.Is(err, errEventTooLarge), "%v", err)
 }
 
 func TestDecodeEvent(t *testing.T) {
-	ev, err := DecodeEvent([]byte(`{"id":"evt_1","type":"session.idle","properties":{"sessionID":"ses_1"}}`))
+	ev, err := decodeEvent([]byte(`{"id":"evt_1","type":"session.idle","properties":{"sessionID":"ses_1"}}`))
 	require.NoError(t, err)
-	require.Equal(t, EventSessionIdle, ev.Type)
+	require.Equal(t, eventSessionIdle, ev.Type)
 	for _, bad := range []string{``, `[]`, `{"id":"x"}`, `{"type":"a","properties":[1]}`, `{"type":1}`} {
-		_, err := DecodeEvent([]byte(bad))
+		_, err := decodeEvent([]byte(bad))
 		require.Error(t, err, bad)
 	}
 }
 
 func TestListenURL(t *testing.T) {
-	u, p, ok := ListenURL([]byte("some log\nopencode server listening on http://127.0.0.1:4096\n"))
+	u, p, ok := listenURL([]byte("some log\nopencode server listening on http://127.0.0.1:4096\n"))
 	require.True(t, ok)
 	require.Equal(t, "http://127.0.0.1:4096", u)
 	require.Equal(t, 4096, p)
-	_, _, ok = ListenURL([]byte("opencode server listening on http://127.0.0.1:40"))
+	_, _, ok = listenURL([]byte("opencode server listening on http://127.0.0.1:40"))
 	require.False(t, ok, "an incomplete line is not the port yet")
 	for _, bad := range []string{
 		"opencode server listening on http://10.0.0.1:4096\n", // not loopback
@@ -79,28 +79,28 @@ func TestListenURL(t *testing.T) {
 		"opencode server listening on http://127.0.0.1:0\n",
 		"opencode server listening on http://127.0.0.1\n",
 	} {
-		_, _, ok := ListenURL([]byte(bad))
+		_, _, ok := listenURL([]byte(bad))
 		require.False(t, ok, bad)
 	}
 }
 
 func TestNewClientRefusesNonLoopback(t *testing.T) {
 	for _, u := range []string{"http://10.1.2.3:4096", "https://127.0.0.1:1", "http://example.com:80", "::"} {
-		_, err := NewClient(u, "pw")
+		_, err := newClient(u, "pw")
 		require.Error(t, err, u)
 	}
-	c, err := NewClient("http://[::1]:4096/x?y", "pw")
+	c, err := newClient("http://[::1]:4096/x?y", "pw")
 	require.NoError(t, err)
-	require.Equal(t, "http://[::1]:4096", c.BaseURL())
+	require.Equal(t, "http://[::1]:4096", c.baseURL())
 	c.Close()
 }
 
 func TestNewPassword(t *testing.T) {
-	a, err := NewPassword()
+	a, err := newPassword()
 	require.NoError(t, err)
-	b, err := NewPassword()
+	b, err := newPassword()
 	require.NoError(t, err)
 	require.NotEqual(t, a, b)
 	require.Len(t, a, 43) // 32 bytes, base64url without padding
-	require.Equal(t, EnvPassword+"="+a, ServerEnv(a))
+	require.Equal(t, envPassword+"="+a, serverEnv(a))
 }

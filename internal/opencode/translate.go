@@ -31,7 +31,7 @@ type State struct {
 	// caller then reconciles with the message list (Recover) and the turn
 	// settles, so text a dropped stream missed is never lost.
 	Idle bool `json:"idle,omitempty"`
-	// Aborting is set by Cancel: the turn's end is a cancel.
+	// Aborting is set by cancel: the turn's end is a cancel.
 	Aborting bool `json:"aborting,omitempty"`
 	// Finish and ErrorName are the latest assistant message's.
 	Finish    string `json:"finish,omitempty"`
@@ -39,7 +39,7 @@ type State struct {
 	// Usage sums the turn's step-finish tokens.
 	Usage provider.TokenUsage `json:"usage"`
 	// Parts records what was emitted per message-part id of the active
-	// turn; Order lists them oldest first for the MaxTrackedParts bound.
+	// turn; Order lists them oldest first for the maxTrackedParts bound.
 	Parts map[string]*PartState `json:"parts,omitempty"`
 	Order []string              `json:"order,omitempty"`
 	// Asked lists the active turn's permission request ids already
@@ -64,15 +64,15 @@ type PartState struct {
 // Permission request method name the Manager's request flow knows.
 const methodRequestPermission = "session/request_permission"
 
-// StartTurn marks turnID active; call it before prompt_async is sent.
-func (st *State) StartTurn(turnID string) {
+// startTurn marks turnID active; call it before prompt_async is sent.
+func (st *State) startTurn(turnID string) {
 	st.TurnID, st.TurnUser, st.Assistant = turnID, "", nil
 	st.Busy, st.Idle, st.Aborting, st.Finish, st.ErrorName = false, false, false, "", ""
 	st.Usage = provider.TokenUsage{}
 }
 
-// MarkAborting records that the active turn is being cancelled.
-func (st *State) MarkAborting() {
+// markAborting records that the active turn is being cancelled.
+func (st *State) markAborting() {
 	if st.TurnID != "" {
 		st.Aborting = true
 	}
@@ -107,7 +107,7 @@ func (st *State) part(id, kind string) *PartState {
 	ps := &PartState{Kind: kind}
 	st.Parts[id] = ps
 	st.Order = append(st.Order, id)
-	if len(st.Order) > MaxTrackedParts {
+	if len(st.Order) > maxTrackedParts {
 		st.evict()
 	}
 	return ps
@@ -116,7 +116,7 @@ func (st *State) part(id, kind string) *PartState {
 // evict forgets the oldest finished parts down to the bound.
 func (st *State) evict() {
 	keep := st.Order[:0]
-	drop := len(st.Order) - MaxTrackedParts
+	drop := len(st.Order) - maxTrackedParts
 	for _, id := range st.Order {
 		if drop > 0 && st.Parts[id].Done {
 			delete(st.Parts, id)
@@ -128,13 +128,13 @@ func (st *State) evict() {
 	st.Order = keep
 }
 
-// Translate maps one stream event to Inbound values for the Manager: a
+// translate maps one stream event to Inbound values for the Manager: a
 // text or reasoning part as message chunks (one item per part), a tool
 // part as tool_call / tool_call_update, todo.updated as a plan, a
 // permission as a session/request_permission request, and the turn's
 // idle as its settlement. Events of other sessions, outside a turn, or of
 // types runnerd does not map yield nothing.
-func Translate(st *State, ev Event) []provider.Inbound {
+func translate(st *State, ev event) []provider.Inbound {
 	if st.TurnID == "" || len(ev.Properties) == 0 {
 		return nil
 	}
@@ -143,17 +143,17 @@ func Translate(st *State, ev Event) []provider.Inbound {
 		return nil
 	}
 	switch ev.Type {
-	case EventMessageUpdated:
+	case eventMessageUpdated:
 		if p.Info != nil {
 			st.message(*p.Info)
 		}
-	case EventPartUpdated:
+	case eventPartUpdated:
 		if p.Part != nil && st.isAssistant(p.Part.MessageID) {
 			return st.fullPart(*p.Part, false)
 		}
-	case EventPartDelta:
+	case eventPartDelta:
 		return st.delta(p)
-	case EventSessionStatus:
+	case eventSessionStatus:
 		if p.Status == nil {
 			return nil
 		}
@@ -162,15 +162,15 @@ func Translate(st *State, ev Event) []provider.Inbound {
 			return nil
 		}
 		st.Idle = st.Busy
-	case EventSessionIdle:
+	case eventSessionIdle:
 		st.Idle = st.Busy
-	case EventSessionError:
+	case eventSessionError:
 		if p.Error != nil {
 			st.ErrorName = p.Error.Name
 		}
-	case EventTodoUpdated:
+	case eventTodoUpdated:
 		return []provider.Inbound{st.update(plan(p.Todos))}
-	case EventPermissionAsked:
+	case eventPermissionAsked:
 		var pa PermissionAsked
 		if err := json.Unmarshal(ev.Properties, &pa); err != nil {
 			return nil
@@ -186,7 +186,7 @@ func (st *State) ask(pa PermissionAsked) []provider.Inbound {
 		return nil
 	}
 	st.Asked = append(st.Asked, pa.ID)
-	if len(st.Asked) > MaxTrackedParts {
+	if len(st.Asked) > maxTrackedParts {
 		st.Asked = st.Asked[1:]
 	}
 	return []provider.Inbound{st.permission(pa)}
@@ -220,7 +220,7 @@ func (st *State) message(m MessageInfo) {
 // read from the message list (an unfinished text part then resyncs).
 func (st *State) fullPart(pt Part, recovered bool) []provider.Inbound {
 	switch pt.Type {
-	case PartText, PartReasoning:
+	case partText, partReasoning:
 		if pt.Synthetic {
 			return nil
 		}
@@ -241,9 +241,9 @@ func (st *State) fullPart(pt Part, recovered bool) []provider.Inbound {
 			ps.Resync = true
 		}
 		return out
-	case PartTool:
+	case partTool:
 		return st.tool(pt)
-	case PartStepFinish:
+	case partStepFinish:
 		ps := st.part(pt.ID, pt.Type)
 		if ps.Done || pt.Tokens == nil {
 			return nil
@@ -284,7 +284,7 @@ func (st *State) delta(p sessionProps) []provider.Inbound {
 
 func (st *State) chunk(kind, partID, text string) provider.Inbound {
 	k := provider.UpdateAgentMessageChunk
-	if kind == PartReasoning {
+	if kind == partReasoning {
 		k = provider.UpdateAgentThoughtChunk
 	}
 	return st.update(provider.SessionUpdate{Kind: k, MessageID: partID,
@@ -304,7 +304,7 @@ func (st *State) tool(pt Part) []provider.Inbound {
 	if seen && (ps.Done || ps.ToolStatus == status) {
 		return nil
 	}
-	ps = st.part(pt.ID, PartTool)
+	ps = st.part(pt.ID, partTool)
 	title := pt.State.Title
 	if title == "" {
 		title = pt.Tool
@@ -338,11 +338,11 @@ func textContent(s string) []provider.ToolCallContent {
 // toolStatus maps OpenCode's tool states to ACP's.
 func toolStatus(s string) string {
 	switch s {
-	case ToolPending:
+	case toolPending:
 		return "pending"
-	case ToolCompleted:
+	case toolCompleted:
 		return "completed"
-	case ToolError:
+	case toolError:
 		return "failed"
 	}
 	return "in_progress"
@@ -388,7 +388,7 @@ func locations(input json.RawMessage) []provider.ToolLocation {
 }
 
 // plan maps todos to an ACP plan.
-func plan(todos []Todo) provider.SessionUpdate {
+func plan(todos []todo) provider.SessionUpdate {
 	u := provider.SessionUpdate{Kind: provider.UpdatePlan, Entries: []provider.PlanEntry{}}
 	for _, t := range todos {
 		status := "pending"
@@ -410,7 +410,7 @@ func plan(todos []Todo) provider.SessionUpdate {
 
 // permission maps permission.asked to the ACP request the Manager's
 // runtime-request flow handles; the request id is OpenCode's (a JSON
-// string), answered through ReplyFor.
+// string), answered through replyFor.
 func (st *State) permission(pa PermissionAsked) provider.Inbound {
 	id, _ := json.Marshal(pa.ID)
 	title := pa.Permission
@@ -420,9 +420,9 @@ func (st *State) permission(pa PermissionAsked) provider.Inbound {
 	req := &provider.PermissionRequest{SessionID: st.SessionID,
 		ToolCall: provider.PermissionToolCall{Title: title, Kind: toolKind(pa.Permission)},
 		Options: []provider.PermissionOption{
-			{OptionID: ReplyOnce, Name: "Allow once", Kind: provider.OptionAllowOnce},
-			{OptionID: ReplyAlways, Name: "Allow always", Kind: provider.OptionAllowAlways},
-			{OptionID: ReplyReject, Name: "Reject", Kind: provider.OptionRejectOnce},
+			{OptionID: replyOnce, Name: "Allow once", Kind: provider.OptionAllowOnce},
+			{OptionID: replyAlways, Name: "Allow always", Kind: provider.OptionAllowAlways},
+			{OptionID: replyReject, Name: "Reject", Kind: provider.OptionRejectOnce},
 		}}
 	if pa.Tool != nil {
 		req.ToolCall.ToolCallID = pa.Tool.CallID
@@ -432,19 +432,19 @@ func (st *State) permission(pa PermissionAsked) provider.Inbound {
 		Params: params, Permission: req, TurnID: st.TurnID}
 }
 
-// ReplyFor maps the option id a permission answer chose to OpenCode's
+// replyFor maps the option id a permission answer chose to OpenCode's
 // reply; an unknown option (or a cancelled request) rejects.
-func ReplyFor(optionID string) string {
+func replyFor(optionID string) string {
 	switch optionID {
-	case ReplyOnce, ReplyAlways:
+	case replyOnce, replyAlways:
 		return optionID
 	}
-	return ReplyReject
+	return replyReject
 }
 
-// Settle ends the active turn (use it when the message list cannot be
+// settle ends the active turn (use it when the message list cannot be
 // read; Recover settles an idle turn itself).
-func Settle(st *State) []provider.Inbound {
+func settle(st *State) []provider.Inbound {
 	if st.TurnID == "" {
 		return nil
 	}
@@ -458,7 +458,7 @@ func (st *State) settle() []provider.Inbound {
 		out.Usage = &u
 	}
 	switch {
-	case st.Aborting || st.ErrorName == ErrorAborted:
+	case st.Aborting || st.ErrorName == errorAborted:
 		out.StopReason, out.Cancelled = provider.StopCancelled, true
 	case st.ErrorName == "ProviderAuthError":
 		out.Err = provider.NewFailure(provider.ClassAuthenticationRequired, errors.New("opencode turn failed: "+st.ErrorName))

@@ -2,8 +2,8 @@ package opencode
 
 import "encoding/json"
 
-// Event is one SSE event: {id, type, properties}.
-type Event struct {
+// event is one SSE event: {id, type, properties}.
+type event struct {
 	ID         string          `json:"id"`
 	Type       string          `json:"type"`
 	Properties json.RawMessage `json:"properties"`
@@ -11,21 +11,21 @@ type Event struct {
 
 // Event types runnerd reads; every other type is dropped.
 const (
-	EventServerConnected   = "server.connected"
-	EventMessageUpdated    = "message.updated"
-	EventPartUpdated       = "message.part.updated"
-	EventPartDelta         = "message.part.delta"
-	EventSessionStatus     = "session.status"
-	EventSessionIdle       = "session.idle"
-	EventSessionError      = "session.error"
-	EventSessionCompacted  = "session.compacted"
-	EventPermissionAsked   = "permission.asked"
-	EventPermissionReplied = "permission.replied"
-	EventTodoUpdated       = "todo.updated"
+	eventServerConnected   = "server.connected"
+	eventMessageUpdated    = "message.updated"
+	eventPartUpdated       = "message.part.updated"
+	eventPartDelta         = "message.part.delta"
+	eventSessionStatus     = "session.status"
+	eventSessionIdle       = "session.idle"
+	eventSessionError      = "session.error"
+	eventSessionCompacted  = "session.compacted"
+	eventPermissionAsked   = "permission.asked"
+	eventPermissionReplied = "permission.replied"
+	eventTodoUpdated       = "todo.updated"
 )
 
-// Session is the part of a session runnerd reads.
-type Session struct {
+// session is the part of a session runnerd reads.
+type session struct {
 	ID        string `json:"id"`
 	Directory string `json:"directory,omitempty"`
 	Version   string `json:"version,omitempty"`
@@ -56,8 +56,8 @@ type ErrorInfo struct {
 	Data json.RawMessage `json:"data,omitempty"`
 }
 
-// ErrorAborted is the error an aborted assistant message carries.
-const ErrorAborted = "MessageAbortedError"
+// errorAborted is the error an aborted assistant message carries.
+const errorAborted = "MessageAbortedError"
 
 // Part is one message part; the fields present depend on Type.
 type Part struct {
@@ -79,10 +79,10 @@ type Part struct {
 
 // Part types runnerd maps.
 const (
-	PartText       = "text"
-	PartReasoning  = "reasoning"
-	PartTool       = "tool"
-	PartStepFinish = "step-finish"
+	partText       = "text"
+	partReasoning  = "reasoning"
+	partTool       = "tool"
+	partStepFinish = "step-finish"
 )
 
 // PartTimes are a text part's timestamps; End is set when it is done.
@@ -102,10 +102,10 @@ type ToolState struct {
 
 // Tool states.
 const (
-	ToolPending   = "pending"
-	ToolRunning   = "running"
-	ToolCompleted = "completed"
-	ToolError     = "error"
+	toolPending   = "pending"
+	toolRunning   = "running"
+	toolCompleted = "completed"
+	toolError     = "error"
 )
 
 // PartTokens is a step's token count.
@@ -140,13 +140,13 @@ type PermissionAsked struct {
 
 // Permission replies (POST /permission/{id}/reply).
 const (
-	ReplyOnce   = "once"
-	ReplyAlways = "always"
-	ReplyReject = "reject"
+	replyOnce   = "once"
+	replyAlways = "always"
+	replyReject = "reject"
 )
 
-// Todo is one todo.updated entry.
-type Todo struct {
+// todo is one todo.updated entry.
+type todo struct {
 	Content  string `json:"content"`
 	Status   string `json:"status"`
 	Priority string `json:"priority"`
@@ -168,5 +168,5 @@ type sessionProps struct {
 		Type string `json:"type"`
 	} `json:"status,omitempty"`
 	Error *ErrorInfo `json:"error,omitempty"`
-	Todos []Todo     `json:"todos,omitempty"`
+	Todos []todo     `json:"todos,omitempty"`
 }

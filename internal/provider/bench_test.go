@@ -16,7 +16,7 @@ func BenchmarkMapChunk(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if i%256 == 0 { // keep the item text under MaxItemText
+		if i%256 == 0 { // keep the item text under maxItemText
 			mp.TurnStarted(st, "turn-1")
 		}
 		if len(mp.Update(st, "turn-1", u)) == 0 {

@@ -25,7 +25,7 @@ func NewCore(rec Record, log *slog.Logger, d Dialect) *Core {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rec = rec.Clone()
+	rec = rec.clone()
 	if rec.Process == nil {
 		rec.Process = &ProcessRecord{}
 	}
@@ -56,7 +56,7 @@ func (c *Core) ResetProcess() {
 }
 
 // Record returns a deep copy of the durable record.
-func (c *Core) Record() Record { return c.rec.Clone() }
+func (c *Core) Record() Record { return c.rec.clone() }
 
 // Map is the mapping state inside the record: pass it to the Mapper so one
 // Record() holds wire and mapping state for the same durable write.
@@ -180,9 +180,9 @@ func (c *Core) SetLaunch(agent, command string, args []string, cwd string) {
 // MarkReset sets resetOnNextEnsure: the record is never reused.
 func (c *Core) MarkReset() { c.rec.ResetOnNextEnsure = true }
 
-// AgentRequestFor finds the pending agent request linked to a PRP
+// agentRequestFor finds the pending agent request linked to a PRP
 // runtime_request id.
-func (c *Core) AgentRequestFor(runtimeRequestID string) (id json.RawMessage, turnID string, ok bool) {
+func (c *Core) agentRequestFor(runtimeRequestID string) (id json.RawMessage, turnID string, ok bool) {
 	for key, r := range c.wire().AgentRequests {
 		if r.RuntimeRequestID == runtimeRequestID {
 			return json.RawMessage(key), r.TurnID, true

@@ -19,21 +19,21 @@ import (
 const (
 	// MethodSessionGoal is the extension's control method.
 	MethodSessionGoal = "_session/goal"
-	// GoalExtensionVersion is the only extension version runnerd speaks.
-	GoalExtensionVersion = 1
-	// GoalSnapshotSchema is the schema of the PRP goal projection (the
+	// goalExtensionVersion is the only extension version runnerd speaks.
+	goalExtensionVersion = 1
+	// goalSnapshotSchema is the schema of the PRP goal projection (the
 	// reference's acpxGoalProjection).
-	GoalSnapshotSchema = "paperclip.session_goal.snapshot.v1"
+	goalSnapshotSchema = "paperclip.session_goal.snapshot.v1"
 	// MaxGoalObjectiveChars bounds an objective (prp.md §7.5: objective
 	// ≤4000; command-v2.schema.json session.goal.set).
 	MaxGoalObjectiveChars = 4000
 	// maxGoalReasonChars cuts lastReason (the reference takes its first
 	// 1,000 characters).
 	maxGoalReasonChars = 1000
-	// MaxGoalMetaBytes bounds the _meta object a goal snapshot is decoded
+	// maxGoalMetaBytes bounds the _meta object a goal snapshot is decoded
 	// from: the objective and reason at 4 bytes a character, with room for
 	// the numbers and names.
-	MaxGoalMetaBytes = 32 << 10
+	maxGoalMetaBytes = 32 << 10
 )
 
 // Goal actions of _session/goal.
@@ -64,7 +64,7 @@ type GoalCapability struct {
 // advertises a subset (claude-agent-acp offers clear alone) reads as
 // unsupported.
 func (g *GoalCapability) Available() bool {
-	return g != nil && g.Version == GoalExtensionVersion && g.ControlMethod == MethodSessionGoal &&
+	return g != nil && g.Version == goalExtensionVersion && g.ControlMethod == MethodSessionGoal &&
 		slices.Contains(g.Actions, GoalSet) && slices.Contains(g.Actions, GoalClear)
 }
 
@@ -101,7 +101,7 @@ type GoalRecord struct {
 
 // Decoder errors: the messages name the field, never its value.
 var (
-	ErrGoalMeta     = errors.New("decode goal meta")
+	errGoalMeta     = errors.New("decode goal meta")
 	errGoalTooLarge = errors.New("goal meta exceeds its size bound")
 )
 
@@ -109,7 +109,7 @@ var (
 // goal member or with one that does not decode (an unusable extension is
 // no extension).
 func DecodeGoalCapability(meta json.RawMessage) *GoalCapability {
-	if len(meta) == 0 || len(meta) > MaxGoalMetaBytes {
+	if len(meta) == 0 || len(meta) > maxGoalMetaBytes {
 		return nil
 	}
 	var m struct {
@@ -131,12 +131,12 @@ func DecodeGoalMeta(meta json.RawMessage) (snap *GoalSnapshot, present bool, err
 	if len(meta) == 0 {
 		return nil, false, nil
 	}
-	if len(meta) > MaxGoalMetaBytes {
-		return nil, false, fmt.Errorf("%w: %w", ErrGoalMeta, errGoalTooLarge)
+	if len(meta) > maxGoalMetaBytes {
+		return nil, false, fmt.Errorf("%w: %w", errGoalMeta, errGoalTooLarge)
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(meta, &m); err != nil {
-		return nil, false, fmt.Errorf("%w: _meta is not an object", ErrGoalMeta)
+		return nil, false, fmt.Errorf("%w: _meta is not an object", errGoalMeta)
 	}
 	raw, ok := m["goal"]
 	if !ok {
@@ -152,23 +152,23 @@ func DecodeGoalMeta(meta json.RawMessage) (snap *GoalSnapshot, present bool, err
 		CompletedAt json.RawMessage `json:"completedAt"`
 	}
 	if err := json.Unmarshal(raw, &w); err != nil {
-		return nil, true, fmt.Errorf("%w: goal is not a snapshot object", ErrGoalMeta)
+		return nil, true, fmt.Errorf("%w: goal is not a snapshot object", errGoalMeta)
 	}
 	s := w.GoalSnapshot
 	s.Objective = cutRunes(strings.TrimSpace(s.Objective), MaxGoalObjectiveChars)
 	if s.Objective == "" {
-		return nil, true, fmt.Errorf("%w: goal has no objective", ErrGoalMeta)
+		return nil, true, fmt.Errorf("%w: goal has no objective", errGoalMeta)
 	}
 	if !slices.Contains(goalStatuses, s.Status) {
-		return nil, true, fmt.Errorf("%w: goal status is not known", ErrGoalMeta)
+		return nil, true, fmt.Errorf("%w: goal status is not known", errGoalMeta)
 	}
 	for _, n := range []*int64{s.TokenBudget, s.TokensUsed, s.Iterations} {
 		if n != nil && *n < 0 {
-			return nil, true, fmt.Errorf("%w: goal count is negative", ErrGoalMeta)
+			return nil, true, fmt.Errorf("%w: goal count is negative", errGoalMeta)
 		}
 	}
 	if s.TimeUsedSeconds != nil && *s.TimeUsedSeconds < 0 {
-		return nil, true, fmt.Errorf("%w: goal time is negative", ErrGoalMeta)
+		return nil, true, fmt.Errorf("%w: goal time is negative", errGoalMeta)
 	}
 	if s.LastReason != nil {
 		r := cutRunes(*s.LastReason, maxGoalReasonChars)
@@ -197,18 +197,18 @@ func goalTimestamp(raw json.RawMessage) (*int64, error) {
 	var ms float64
 	if json.Unmarshal(raw, &ms) == nil {
 		if ms < 0 || ms > maxGoalMillis {
-			return nil, fmt.Errorf("%w: goal timestamp is out of range", ErrGoalMeta)
+			return nil, fmt.Errorf("%w: goal timestamp is out of range", errGoalMeta)
 		}
 		v := int64(ms)
 		return &v, nil
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
-		return nil, fmt.Errorf("%w: goal timestamp is not a number or a string", ErrGoalMeta)
+		return nil, fmt.Errorf("%w: goal timestamp is not a number or a string", errGoalMeta)
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil || t.UnixMilli() < 0 || t.UnixMilli() > maxGoalMillis {
-		return nil, fmt.Errorf("%w: goal timestamp is not a date", ErrGoalMeta)
+		return nil, fmt.Errorf("%w: goal timestamp is not a date", errGoalMeta)
 	}
 	v := t.UnixMilli()
 	return &v, nil
@@ -279,7 +279,7 @@ type GoalView struct {
 
 // Reason codes of an unsupported sessionGoals (the reference's).
 const (
-	GoalReasonExtensionRequired = "persistent_session_goal_extension_required"
+	goalReasonExtensionRequired = "persistent_session_goal_extension_required"
 	goalReasonText              = "This persistent ACP session does not advertise a compatible goal extension with set and clear controls."
 )
 
@@ -292,7 +292,7 @@ func GoalCaps(c *GoalCapability) GoalSessionCaps {
 		MaxObjectiveChars: MaxGoalObjectiveChars, UsageReporting: ok,
 	}
 	if !ok {
-		caps.ReasonCode, caps.Reason = GoalReasonExtensionRequired, goalReasonText
+		caps.ReasonCode, caps.Reason = goalReasonExtensionRequired, goalReasonText
 		return caps
 	}
 	caps.Availability = "available"
@@ -307,7 +307,7 @@ func GoalCaps(c *GoalCapability) GoalSessionCaps {
 // Project builds the projection of g at revision rev. workingNow says a
 // prompt is executing the goal now.
 func (g GoalRecord) Project(rev uint64, workingNow bool, requestID string) GoalProjection {
-	p := GoalProjection{Schema: GoalSnapshotSchema, SessionGoals: GoalCaps(g.Capability), Revision: rev, RequestID: requestID}
+	p := GoalProjection{Schema: goalSnapshotSchema, SessionGoals: GoalCaps(g.Capability), Revision: rev, RequestID: requestID}
 	s := g.Snapshot
 	if !g.Capability.Available() || s == nil {
 		return p

@@ -43,7 +43,7 @@ func TestDecodeGoalMeta(t *testing.T) {
 		"meta array":     `[]`,
 	} {
 		_, _, err := DecodeGoalMeta(json.RawMessage(bad))
-		require.ErrorIs(t, err, ErrGoalMeta, name)
+		require.ErrorIs(t, err, errGoalMeta, name)
 		require.NotContains(t, err.Error(), "usageLimited", "errors never carry peer text")
 	}
 
@@ -65,7 +65,7 @@ func TestGoalProjection(t *testing.T) {
 	used := 3.5
 	g := GoalRecord{Capability: full, Snapshot: &GoalSnapshot{Objective: "x", Status: "complete", UpdatedAt: &ms, TimeUsedSeconds: &used}}
 	p := g.Project(4, true, "req")
-	require.Equal(t, GoalSnapshotSchema, p.Schema)
+	require.Equal(t, goalSnapshotSchema, p.Schema)
 	require.Equal(t, "available", p.SessionGoals.Availability)
 	require.Equal(t, []string{"set", "pause", "resume", "clear"}, p.SessionGoals.Actions)
 	require.False(t, p.SessionGoals.TokenBudgetControl)
@@ -85,7 +85,7 @@ func TestGoalProjection(t *testing.T) {
 		require.Equal(t, "unsupported", p.SessionGoals.Availability, name)
 		require.Empty(t, p.SessionGoals.Actions, name)
 		require.NotNil(t, p.SessionGoals.Actions, "an empty list, never null")
-		require.Equal(t, GoalReasonExtensionRequired, p.SessionGoals.ReasonCode, name)
+		require.Equal(t, goalReasonExtensionRequired, p.SessionGoals.ReasonCode, name)
 		require.Nil(t, p.Goal, name)
 		require.False(t, c.Allows(GoalClear), name)
 	}

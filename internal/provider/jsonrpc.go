@@ -10,8 +10,8 @@ import (
 
 // JSON-RPC 2.0 and ACP error codes (acp.md §1.4).
 const (
-	CodeParseError     = -32700
-	CodeInvalidRequest = -32600
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
 	CodeMethodNotFound = -32601
 	CodeInvalidParams  = -32602
 	CodeInternalError  = -32603
@@ -139,9 +139,9 @@ type Dialect struct {
 	EscapeHTML bool
 }
 
-// Encode marshals one message and appends the line terminator. JSON
+// encode marshals one message and appends the line terminator. JSON
 // encoding escapes control characters, so the line never embeds a newline.
-func (d Dialect) Encode(m any) ([]byte, error) {
+func (d Dialect) encode(m any) ([]byte, error) {
 	var b bytes.Buffer
 	e := json.NewEncoder(&b)
 	e.SetEscapeHTML(d.EscapeHTML)
@@ -155,7 +155,7 @@ func (d Dialect) Encode(m any) ([]byte, error) {
 // pending in w.
 func (d Dialect) Request(w *WireState, method string, params any, turnID string) (Call, error) {
 	id := w.NextRequestID
-	line, err := d.Encode(outRequest{JSONRPC: d.Version, ID: id, Method: method, Params: params})
+	line, err := d.encode(outRequest{JSONRPC: d.Version, ID: id, Method: method, Params: params})
 	if err != nil {
 		return Call{}, err
 	}
@@ -166,7 +166,7 @@ func (d Dialect) Request(w *WireState, method string, params any, turnID string)
 
 // Notify encodes a notification.
 func (d Dialect) Notify(method string, params any) ([]byte, error) {
-	return d.Encode(outNotification{JSONRPC: d.Version, Method: method, Params: params})
+	return d.encode(outNotification{JSONRPC: d.Version, Method: method, Params: params})
 }
 
 // Respond answers the agent request id pending in w with result and
@@ -190,7 +190,7 @@ func (d Dialect) answer(w *WireState, id json.RawMessage, msg func(key string) a
 	if _, ok := w.AgentRequests[key]; !ok {
 		return nil, ErrUnknownAgentCall
 	}
-	line, err := d.Encode(msg(key))
+	line, err := d.encode(msg(key))
 	if err != nil {
 		return nil, err
 	}

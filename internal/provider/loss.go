@@ -26,8 +26,8 @@ var lossMessages = map[LossReason]string{
 	LossOther:            "the agent channel was lost",
 }
 
-// Message is the public text for the reason; it never includes peer text.
-func (r LossReason) Message() string {
+// message is the public text for the reason; it never includes peer text.
+func (r LossReason) message() string {
 	if m, ok := lossMessages[r]; ok {
 		return m
 	}

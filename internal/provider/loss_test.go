@@ -25,13 +25,13 @@ func TestACP26to29_LossSequence(t *testing.T) {
 			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "item.completed", "turn.failed", "run.terminal"}, got[3:])
 			d := evs[3].Payload
 			require.Equal(t, string(r), d["lossReason"])
-			require.Equal(t, r.Message(), d["message"])
+			require.Equal(t, r.message(), d["message"])
 			term := evs[len(evs)-1].Payload
 			require.Equal(t, "failed", term["turnTerminalState"])
 			require.Equal(t, "failed", evs[4].Payload["status"], "unfinished tool calls end with the turn")
 		})
 	}
-	require.Equal(t, LossOther.Message(), LossReason("bogus").Message())
+	require.Equal(t, LossOther.message(), LossReason("bogus").message())
 	require.Equal(t, LossOther, LossReasonOf(errors.New("x")))
 	require.Equal(t, LossReason(""), LossReasonOf(nil))
 }

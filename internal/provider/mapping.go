@@ -22,9 +22,9 @@ const (
 
 // Payload bounds, from the reference schemas.
 const (
-	// MaxItemText bounds the text kept for item.completed; it mirrors the
+	// maxItemText bounds the text kept for item.completed; it mirrors the
 	// tool execution output bound (provider-event.schema.json).
-	MaxItemText = 65536
+	maxItemText = 65536
 	// maxToolOutput is toolExecution.output maxLength.
 	maxToolOutput = 65536
 	// maxShortText is the schema's shortText maxLength.
@@ -218,7 +218,7 @@ func (mp Mapper) Update(st *MapState, turnID string, u SessionUpdate) []Event {
 			return nil
 		}
 		return mp.plan(st, turnID, u)
-	case UpdateUsage:
+	case updateUsage:
 		return mp.usageUpdate(st, turnID, u)
 	case UpdateCurrentMode, UpdateConfigOption, UpdateAvailableCommands, UpdateSessionInfo:
 		return mp.sessionUpdated(turnID, u)
@@ -245,8 +245,8 @@ func (mp Mapper) chunk(st *MapState, turnID string, u SessionUpdate) []Event {
 		return evs
 	}
 	if !it.Truncated {
-		if len(it.Text)+len(text) > MaxItemText {
-			it.Text += TruncateUTF8(text, MaxItemText-len(it.Text))
+		if len(it.Text)+len(text) > maxItemText {
+			it.Text += truncateUTF8(text, maxItemText-len(it.Text))
 			it.Truncated = true
 		} else {
 			it.Text += text
@@ -355,7 +355,7 @@ func (mp Mapper) toolPayload(it *ItemState, status, output string, haveOutput bo
 		p["outputBytes"] = len(output)
 		p["outputDigest"] = "sha256:" + hex.EncodeToString(sum[:])
 		if len(output) > maxToolOutput {
-			p["output"] = TruncateUTF8(output, maxToolOutput)
+			p["output"] = truncateUTF8(output, maxToolOutput)
 			p["outputTruncated"] = true
 		} else {
 			p["output"] = output
@@ -558,7 +558,7 @@ func (mp Mapper) names(raws []json.RawMessage, field string) []any {
 
 // RuntimeRequest is a permission request surfaced as a PRP runtime
 // request: its id, the item of its tool call, and the ACP option id of
-// each offered action (RequestChoices).
+// each offered action (requestChoices).
 type RuntimeRequest struct {
 	ID      string
 	TurnID  string
@@ -583,7 +583,7 @@ func (mp Mapper) PermissionRequest(st *MapState, turnID string, agentRequestID j
 	rr := RuntimeRequest{
 		ID:      safeID(safeID(turnID) + "-permission-" + safeID(IDKey(agentRequestID))),
 		TurnID:  turnID,
-		Choices: RequestChoices(req),
+		Choices: requestChoices(req),
 	}
 	if st != nil {
 		if it := st.Items["tool:"+req.ToolCall.ToolCallID]; it != nil {
@@ -605,7 +605,7 @@ func (mp Mapper) PermissionRequest(st *MapState, turnID string, agentRequestID j
 		}
 	}
 	details := map[string]any{"toolCallId": mp.text(req.ToolCall.ToolCallID, maxShortText)}
-	if n := req.ToolName(); n != "" {
+	if n := req.toolName(); n != "" {
 		details["toolName"] = mp.text(n, maxShortText)
 	}
 	if req.ToolCall.Kind != "" {
@@ -807,7 +807,7 @@ func acceptedResult(raw json.RawMessage) (map[string]any, string) {
 // synthesisedResult is the run result runnerd writes for a turn that ends
 // without an accepted one under a completion contract.
 func (mp Mapper) synthesisedResult(s Settlement, disposition, summaryText string) map[string]any {
-	summaryText = TruncateUTF8(strings.TrimSpace(summaryText), maxSummary)
+	summaryText = truncateUTF8(strings.TrimSpace(summaryText), maxSummary)
 	if summaryText == "" {
 		summaryText = "The agent ended the turn (" + s.StopReason + ")."
 	}
@@ -887,7 +887,7 @@ func (mp Mapper) AgentExited(st *MapState, activeTurn string, exitCode *int, sig
 // one run.terminal). The public text derives from the reason alone.
 func (mp Mapper) ChannelLost(st *MapState, turnID string, reason LossReason) []Event {
 	evs := []Event{{EventType: prp.EventHarnessDiagnostic, Priority: P0, TurnID: turnID, Payload: map[string]any{
-		"lossReason": string(reason), "message": reason.Message(),
+		"lossReason": string(reason), "message": reason.message(),
 	}}}
 	class := ClassAgentDisconnected
 	if reason == LossRPCFailure {
@@ -896,9 +896,9 @@ func (mp Mapper) ChannelLost(st *MapState, turnID string, reason LossReason) []E
 	return append(evs, mp.Settle(st, Settlement{TurnID: turnID, Ending: EndFailed, Class: class})...)
 }
 
-// StreamDiagnostic reports skipped stdout lines (harness.diagnostic, P1
+// streamDiagnostic reports skipped stdout lines (harness.diagnostic, P1
 // while the session still works).
-func (mp Mapper) StreamDiagnostic(w WireState) Event {
+func (mp Mapper) streamDiagnostic(w WireState) Event {
 	return Event{EventType: prp.EventHarnessDiagnostic, Priority: P1, Payload: map[string]any{
 		"reasonCode":      "acp_stdout_lines_skipped",
 		"skippedLines":    w.SkippedLines,
@@ -912,12 +912,12 @@ func (mp Mapper) provider() string {
 	if mp.Provider == "" {
 		return "acpx"
 	}
-	return TruncateUTF8(mp.Provider, 80)
+	return truncateUTF8(mp.Provider, 80)
 }
 
 // text redacts then bounds a peer string.
 func (mp Mapper) text(s string, max int) string {
-	return TruncateUTF8(mp.Redactor.String(s), max)
+	return truncateUTF8(mp.Redactor.String(s), max)
 }
 
 // safeID maps s onto the schema id pattern ^[A-Za-z0-9][A-Za-z0-9._:-]*$,
@@ -941,8 +941,8 @@ func safeID(s string) string {
 	return out
 }
 
-// TruncateUTF8 cuts s to at most n bytes on a rune boundary.
-func TruncateUTF8(s string, n int) string {
+// truncateUTF8 cuts s to at most n bytes on a rune boundary.
+func truncateUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -114,7 +114,7 @@ func mappingValidates(t *testing.T, mp Mapper, results int) {
 			rec := Record{ACPSessionID: "sess-0001", AgentSessionID: "agent-1", ProtocolVersion: 1, AgentInfo: &Implementation{Name: "fakeacp", Version: "1"}}
 			evs := mp.SessionOpened(rec, false, Descriptor{Agent: "claude", ProviderVersion: "1"})
 			evs = append(evs, mp.SessionOpened(rec, true, Descriptor{Agent: "claude"})...)
-			return append(evs, mp.StreamDiagnostic(WireState{SkippedLines: 3}))
+			return append(evs, mp.streamDiagnostic(WireState{SkippedLines: 3}))
 		},
 	}
 	for name, f := range cases {

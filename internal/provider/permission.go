@@ -66,10 +66,10 @@ const (
 // readKinds are the ACP tool kinds approve-reads allows at once.
 var readKinds = map[string]bool{"read": true, "search": true, "fetch": true}
 
-// ToolName is the tool a permission request is about: the Claude adapter's
+// toolName is the tool a permission request is about: the Claude adapter's
 // _meta.claudeCode.toolName (on the request or its toolCall), else the
 // tool call's title.
-func (r PermissionRequest) ToolName() string {
+func (r PermissionRequest) toolName() string {
 	for _, m := range []json.RawMessage{r.Meta, r.ToolCall.Meta} {
 		var meta struct {
 			ClaudeCode struct {
@@ -94,21 +94,21 @@ func bridgeTool(name string) (string, bool) {
 	return "", false
 }
 
-// IsReservedTool reports whether a permission request is for
+// isReservedTool reports whether a permission request is for
 // paperclip_finish or paperclip_block, bare or with a bridge prefix.
-func (r PermissionRequest) IsReservedTool() bool {
-	name := r.ToolName()
+func (r PermissionRequest) isReservedTool() bool {
+	name := r.toolName()
 	if t, ok := bridgeTool(name); ok {
 		name = t
 	}
 	return name == finishTool || name == blockTool
 }
 
-// IsBridgeTool reports whether a permission request is for a Paperclip
+// isBridgeTool reports whether a permission request is for a Paperclip
 // bridge tool (tools.md §6).
-func (r PermissionRequest) IsBridgeTool() bool {
-	_, ok := bridgeTool(r.ToolName())
-	return ok || r.IsReservedTool()
+func (r PermissionRequest) isBridgeTool() bool {
+	_, ok := bridgeTool(r.toolName())
+	return ok || r.isReservedTool()
 }
 
 // DecidePermission applies tools.md §6's table: the reserved tools are
@@ -117,14 +117,14 @@ func (r PermissionRequest) IsBridgeTool() bool {
 // tool, approve-reads a read/search/fetch tool call, and both make anything
 // else a runtime request; manual makes everything a runtime request.
 func DecidePermission(mode PermissionMode, req PermissionRequest) Decision {
-	if req.IsReservedTool() {
+	if req.isReservedTool() {
 		return DecideAllow
 	}
 	switch mode {
 	case DenyAll:
 		return DecideReject
 	case ApprovePaperclip:
-		if req.IsBridgeTool() {
+		if req.isBridgeTool() {
 			return DecideAllow
 		}
 		return DecideAsk
@@ -165,7 +165,7 @@ func PickOption(req PermissionRequest, allow bool) PermissionOutcome {
 func ChoosePermission(mode PermissionMode, req PermissionRequest) PermissionOutcome {
 	allow := true
 	switch {
-	case req.IsReservedTool():
+	case req.isReservedTool():
 	case mode == DenyAll:
 		allow = false
 	case mode == ApproveReads:
@@ -179,7 +179,7 @@ func ChoosePermission(mode PermissionMode, req PermissionRequest) PermissionOutc
 // {outcome:"cancelled"}). reject_always is never offered.
 const (
 	ActionAccept           = "accept"
-	ActionAcceptForSession = "accept_for_session"
+	actionAcceptForSession = "accept_for_session"
 	ActionDecline          = "decline"
 	ActionCancel           = "cancel"
 )
@@ -187,26 +187,26 @@ const (
 // actionKinds maps an action to the ACP option kind it picks.
 var actionKinds = map[string]string{
 	ActionAccept:           OptionAllowOnce,
-	ActionAcceptForSession: OptionAllowAlways,
+	actionAcceptForSession: OptionAllowAlways,
 	ActionDecline:          OptionRejectOnce,
 }
 
 // actionLabels are the fixed choice labels (never peer text).
 var actionLabels = map[string]string{
 	ActionAccept:           "Accept",
-	ActionAcceptForSession: "Accept for this session",
+	actionAcceptForSession: "Accept for this session",
 	ActionDecline:          "Decline",
 	ActionCancel:           "Cancel",
 }
 
 // actionOrder is the order choices are listed in.
-var actionOrder = []string{ActionAccept, ActionAcceptForSession, ActionDecline, ActionCancel}
+var actionOrder = []string{ActionAccept, actionAcceptForSession, ActionDecline, ActionCancel}
 
-// RequestChoices maps each action the request offers to the ACP option id
+// requestChoices maps each action the request offers to the ACP option id
 // it selects: accept when an allow_once option is offered,
 // accept_for_session when allow_always is, decline when reject_once is,
 // and cancel always (its id is ""). So there are 1–4 choices.
-func RequestChoices(req PermissionRequest) map[string]string {
+func requestChoices(req PermissionRequest) map[string]string {
 	out := map[string]string{ActionCancel: ""}
 	for _, a := range actionOrder {
 		k, ok := actionKinds[a]
@@ -224,7 +224,7 @@ func RequestChoices(req PermissionRequest) map[string]string {
 }
 
 // ActionOutcome is the ACP answer of a chosen action, given the action →
-// option id map of RequestChoices; ok=false when the action was not
+// option id map of requestChoices; ok=false when the action was not
 // offered.
 func ActionOutcome(choices map[string]string, action string) (PermissionOutcome, bool) {
 	id, ok := choices[action]

@@ -126,13 +126,13 @@ type TurnState struct {
 	ProviderTurnID string `json:"providerTurnId,omitempty"`
 }
 
-// Clone returns a deep copy: nothing in it shares memory with r. It is
+// clone returns a deep copy: nothing in it shares memory with r. It is
 // typed, not a round trip through the record's JSON, because the agent
 // path clones the record on every commit (a JSON round trip costs a
 // quarter of runnerd's CPU per agent message); its JSON
 // is the record's. TestCloneIsDeepAndMatchesJSON fills every field by
 // reflection, so a field added without a line here fails it.
-func (r Record) Clone() Record {
+func (r Record) clone() Record {
 	out := r
 	out.Args = cloneSlice(r.Args)
 	out.AgentCapabilities = cloneSlice(r.AgentCapabilities)

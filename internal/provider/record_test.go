@@ -12,7 +12,7 @@ import (
 // fill sets every field reachable from v to a value that is not zero:
 // pointers get a target, slices and maps two entries. n makes the values
 // of one call differ from another's. A kind it does not know fails the
-// test, so a new kind of field gets a line here before Clone can miss it.
+// test, so a new kind of field gets a line here before clone can miss it.
 func fill(t testing.TB, v reflect.Value, n *int) {
 	t.Helper()
 	*n++
@@ -96,13 +96,13 @@ func shared(t *testing.T, path string, a, b reflect.Value) {
 	}
 }
 
-// Clone is a deep copy with the record's own JSON, for a record with every
+// clone is a deep copy with the record's own JSON, for a record with every
 // field set and for empty ones (nil and empty containers keep their JSON).
 func TestCloneIsDeepAndMatchesJSON(t *testing.T) {
 	var r Record
 	n := 0
 	fill(t, reflect.ValueOf(&r).Elem(), &n)
-	c := r.Clone()
+	c := r.clone()
 	want, err := json.Marshal(r)
 	require.NoError(t, err)
 	got, err := json.Marshal(c)
@@ -114,7 +114,7 @@ func TestCloneIsDeepAndMatchesJSON(t *testing.T) {
 		Goal: &GoalRecord{Capability: &GoalCapability{Actions: []string{}}}}
 	for _, r := range []Record{{}, empty} {
 		want, _ := json.Marshal(r)
-		got, _ := json.Marshal(r.Clone())
+		got, _ := json.Marshal(r.clone())
 		require.JSONEq(t, string(want), string(got))
 	}
 }
@@ -125,6 +125,6 @@ func BenchmarkRecordClone(b *testing.B) {
 	fill(b, reflect.ValueOf(&r).Elem(), &n)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = r.Clone()
+		_ = r.clone()
 	}
 }

@@ -5,7 +5,7 @@ import (
 )
 
 // StderrTail keeps the agent's stderr only as a redacted tail
-// (StderrTailLines lines, StderrTailBytes bytes; acp.md §3.3): every known
+// (stderrTailLines lines, stderrTailBytes bytes; acp.md §3.3): every known
 // secret is scrubbed before a line is kept, so the tail may be logged or
 // attached to a diagnostic.
 type StderrTail struct {
@@ -26,7 +26,7 @@ func (t *StderrTail) Write(p []byte) (int, error) {
 		t.add(s[:i])
 		s = s[i+1:]
 	}
-	if len(s) > StderrTailBytes {
+	if len(s) > stderrTailBytes {
 		t.add(s) // an endless line is kept as what it is so far
 		s = ""
 	}
@@ -35,11 +35,11 @@ func (t *StderrTail) Write(p []byte) (int, error) {
 }
 
 func (t *StderrTail) add(line string) {
-	t.lines = append(t.lines, TruncateUTF8(t.Redactor.String(line), StderrTailBytes))
-	if len(t.lines) > StderrTailLines {
-		t.lines = t.lines[len(t.lines)-StderrTailLines:]
+	t.lines = append(t.lines, truncateUTF8(t.Redactor.String(line), stderrTailBytes))
+	if len(t.lines) > stderrTailLines {
+		t.lines = t.lines[len(t.lines)-stderrTailLines:]
 	}
-	for total := t.size(); total > StderrTailBytes && len(t.lines) > 1; total = t.size() {
+	for total := t.size(); total > stderrTailBytes && len(t.lines) > 1; total = t.size() {
 		t.lines = t.lines[1:]
 	}
 }
@@ -66,6 +66,6 @@ func (t *StderrTail) String() string {
 
 // StderrTail bounds the redacted stderr tail (reference runner).
 const (
-	StderrTailLines = 32
-	StderrTailBytes = 8 << 10
+	stderrTailLines = 32
+	stderrTailBytes = 8 << 10
 )

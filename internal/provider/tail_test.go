@@ -15,7 +15,7 @@ func TestStderrTailBoundedAndRedacted(t *testing.T) {
 		fmt.Fprintf(tail, "line %d\n", i)
 	}
 	lines := strings.Split(tail.String(), "\n")
-	require.Len(t, lines, StderrTailLines)
+	require.Len(t, lines, stderrTailLines)
 	require.Equal(t, "line 99", lines[len(lines)-1])
 
 	half := len(testSecret) / 2
@@ -24,6 +24,6 @@ func TestStderrTailBoundedAndRedacted(t *testing.T) {
 	require.NotContains(t, tail.String(), testSecret)
 	require.Contains(t, tail.String(), "token="+redacted)
 
-	_, _ = tail.Write(bytes.Repeat([]byte("x"), 3*StderrTailBytes))
-	require.LessOrEqual(t, len(tail.String()), StderrTailBytes+StderrTailLines)
+	_, _ = tail.Write(bytes.Repeat([]byte("x"), 3*stderrTailBytes))
+	require.LessOrEqual(t, len(tail.String()), stderrTailBytes+stderrTailLines)
 }

@@ -60,14 +60,14 @@ type TokenUsage struct {
 const (
 	StopEndTurn         = "end_turn"
 	StopMaxTokens       = "max_tokens"
-	StopMaxTurnRequests = "max_turn_requests"
+	stopMaxTurnRequests = "max_turn_requests"
 	StopRefusal         = "refusal"
 	StopCancelled       = "cancelled"
 )
 
 // Session update discriminators (acp.md §1.4).
 const (
-	UpdateUserMessageChunk  = "user_message_chunk"
+	updateUserMessageChunk  = "user_message_chunk"
 	UpdateAgentMessageChunk = "agent_message_chunk"
 	UpdateAgentThoughtChunk = "agent_thought_chunk"
 	UpdateToolCall          = "tool_call"
@@ -77,7 +77,7 @@ const (
 	UpdateCurrentMode       = "current_mode_update"
 	UpdateConfigOption      = "config_option_update"
 	UpdateSessionInfo       = "session_info_update"
-	UpdateUsage             = "usage_update"
+	updateUsage             = "usage_update"
 )
 
 // SessionUpdate is the decoded union of the variants runnerd maps; unknown
@@ -215,7 +215,7 @@ func DecodeSessionUpdate(raw json.RawMessage) (SessionUpdate, error) {
 	}
 	u := w.SessionUpdate
 	switch u.Kind {
-	case UpdateUserMessageChunk, UpdateAgentMessageChunk, UpdateAgentThoughtChunk:
+	case updateUserMessageChunk, UpdateAgentMessageChunk, UpdateAgentThoughtChunk:
 		var c ContentBlock
 		if len(w.Content) > 0 {
 			if err := json.Unmarshal(w.Content, &c); err != nil {

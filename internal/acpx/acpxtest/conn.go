@@ -20,22 +20,22 @@ import (
 	"github.com/pcrunner/pcrunner/internal/provider"
 )
 
-// MaxQueuedInbound bounds the Conn's inbound queue (the Go SDK's
+// maxQueuedInbound bounds the Conn's inbound queue (the Go SDK's
 // notification queue size); overflow fails the connection loudly.
-const MaxQueuedInbound = 1024
+const maxQueuedInbound = 1024
 
 // readChunk is the stdout read size.
 const readChunk = 64 << 10
 
 // Conn errors.
 var (
-	// ErrClosed means the agent's stdout ended or the stream failed.
-	ErrClosed = errors.New("acp connection closed")
-	// ErrInboxOverflow means the consumer fell MaxQueuedInbound behind.
-	ErrInboxOverflow = errors.New("acp inbound queue overflow")
-	// ErrCancelGraceExpired means the prompt did not settle within the
+	// errClosed means the agent's stdout ended or the stream failed.
+	errClosed = errors.New("acp connection closed")
+	// errInboxOverflow means the consumer fell maxQueuedInbound behind.
+	errInboxOverflow = errors.New("acp inbound queue overflow")
+	// errCancelGraceExpired means the prompt did not settle within the
 	// cancel grace; the caller stops the agent (acp.md §4.4 step 4).
-	ErrCancelGraceExpired = errors.New("cancel grace expired")
+	errCancelGraceExpired = errors.New("cancel grace expired")
 )
 
 // ConnOptions configures a Conn.
@@ -95,7 +95,7 @@ func NewConn(r io.Reader, w io.Writer, opts ConnOptions) *Conn {
 		w:       w,
 		cl:      acpx.NewClient(opts.Record, acpx.ClientOptions{Logger: log, Info: opts.Info}),
 		waiters: map[int64]chan provider.Inbound{},
-		inbox:   make(chan provider.Inbound, MaxQueuedInbound),
+		inbox:   make(chan provider.Inbound, maxQueuedInbound),
 		done:    make(chan struct{}),
 	}
 	go c.readLoop(r)
@@ -221,7 +221,7 @@ func (c *Conn) feed(p []byte) error {
 		select {
 		case c.inbox <- m:
 		default:
-			return ErrInboxOverflow
+			return errInboxOverflow
 		}
 	}
 	return ferr
@@ -287,7 +287,7 @@ func (c *Conn) send(encode func(*acpx.Client) ([]byte, error)) error {
 	c.mu.Lock()
 	if c.err != nil || isClosed(c.done) {
 		c.mu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	line, err := encode(c.cl)
 	if err == nil {
@@ -307,7 +307,7 @@ func (c *Conn) closedErr() error {
 	if err := c.Err(); err != nil {
 		return err
 	}
-	return provider.NewFailure(provider.ClassAgentDisconnected, ErrClosed)
+	return provider.NewFailure(provider.ClassAgentDisconnected, errClosed)
 }
 
 // Call sends an arbitrary request and waits for its answer (bounded by ctx).
@@ -427,7 +427,7 @@ func (c *Conn) Prompt(turnID, text string) (<-chan provider.TurnOutcome, error) 
 // Cancel cancels the active turn (acp.md §4.4): session/cancel, cancelled
 // answers to pending permission requests, then a wait of at most
 // CancelGrace on the injected clock. If the prompt does not settle in time
-// the turn is abandoned as cancelled and ErrCancelGraceExpired is returned:
+// the turn is abandoned as cancelled and errCancelGraceExpired is returned:
 // the caller stops the agent. Either way the record is marked
 // resetOnNextEnsure.
 func (c *Conn) Cancel(ctx context.Context) (provider.TurnOutcome, error) {
@@ -456,7 +456,7 @@ func (c *Conn) Cancel(ctx context.Context) (provider.TurnOutcome, error) {
 		}
 		return c.abandon(), nil
 	case <-t.C():
-		return c.abandon(), ErrCancelGraceExpired
+		return c.abandon(), errCancelGraceExpired
 	case <-ctx.Done():
 		return c.abandon(), fmt.Errorf("cancel turn: %w", ctx.Err())
 	}
@@ -472,13 +472,13 @@ func (c *Conn) abandon() provider.TurnOutcome {
 	return provider.TurnOutcome{StopReason: provider.StopCancelled, Cancelled: true}
 }
 
-// Respond answers a held agent request.
-func (c *Conn) Respond(id json.RawMessage, result any) error {
+// respond answers a held agent request.
+func (c *Conn) respond(id json.RawMessage, result any) error {
 	return c.send(func(cl *acpx.Client) ([]byte, error) { return cl.Respond(id, result) })
 }
 
-// RespondError answers a held agent request with an error.
-func (c *Conn) RespondError(id json.RawMessage, code int, message string) error {
+// respondError answers a held agent request with an error.
+func (c *Conn) respondError(id json.RawMessage, code int, message string) error {
 	return c.send(func(cl *acpx.Client) ([]byte, error) { return cl.RespondError(id, code, message) })
 }
 

@@ -107,13 +107,13 @@ func TestACP03_StartupBounds(t *testing.T) {
 				errc <- p.conn.Open(context.Background(), OpenOptions{Agent: tc.agent, Command: "/opt/bin/fakeacp", Args: []string{"--secret"}, Cwd: "/w"})
 			}()
 			clk.waitArmed(t, tc.bound)
-			clk.Advance(tc.bound - time.Millisecond)
+			clk.advance(tc.bound - time.Millisecond)
 			select {
 			case err := <-errc:
 				t.Fatalf("open ended before the bound: %v", err)
 			default:
 			}
-			clk.Advance(time.Millisecond)
+			clk.advance(time.Millisecond)
 			err := first(t, errc)
 			require.Equal(t, provider.ClassSessionHandshakeTimeout, provider.ClassOf(err))
 			require.Equal(t, "ACP agent fakeacp did not complete ACP initialization within "+strconv.FormatInt(tc.bound.Milliseconds(), 10)+"ms", err.(*provider.Failure).Message)
@@ -146,7 +146,7 @@ func TestACP04_HangOnNewSession(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	clk.Advance(acpx.ColdOpenBoundDefault)
+	clk.advance(acpx.ColdOpenBoundDefault)
 	require.Equal(t, provider.ClassSessionHandshakeTimeout, provider.ClassOf(first(t, errc)))
 	rec := p.conn.Record()
 	require.True(t, rec.ResetOnNextEnsure)
@@ -277,9 +277,9 @@ func TestACP09_CancelIgnored(t *testing.T) {
 		rc <- res{out, err}
 	}()
 	clk.waitArmed(t, acpx.CancelGrace)
-	clk.Advance(acpx.CancelGrace)
+	clk.advance(acpx.CancelGrace)
 	r := first(t, rc)
-	require.ErrorIs(t, r.err, ErrCancelGraceExpired)
+	require.ErrorIs(t, r.err, errCancelGraceExpired)
 	require.True(t, r.out.Cancelled)
 	require.Equal(t, provider.EndInterrupted, provider.SettlementOf(r.out, false).Ending)
 	p.killGroup()

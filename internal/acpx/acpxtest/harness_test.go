@@ -29,7 +29,7 @@ import (
 // safety net, never an asserted figure.
 const testWait = 15 * time.Second
 
-// fakeClock is a manual Clock: timers fire only on Advance.
+// fakeClock is a manual Clock: timers fire only on advance.
 type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -71,8 +71,8 @@ func (c *fakeClock) AfterFunc(time.Duration, func()) clock.Timer {
 	panic("fakeClock: acpx uses no AfterFunc")
 }
 
-// Advance moves time and fires due timers.
-func (c *fakeClock) Advance(d time.Duration) {
+// advance moves time and fires due timers.
+func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)

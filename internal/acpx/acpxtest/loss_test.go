@@ -72,7 +72,7 @@ func TestFakeacpSwitchesMore(t *testing.T) {
 			case "terminal/output":
 				result = map[string]any{"output": "killed", "truncated": false}
 			}
-			require.NoError(t, p.conn.Respond(m.ID, result))
+			require.NoError(t, p.conn.respond(m.ID, result))
 		}
 		got := p.until(t, settled)
 		require.Equal(t, provider.StopEndTurn, got[len(got)-1].Outcome.StopReason)
