@@ -870,7 +870,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	d := m.driverLocked()
 	m.mu.Unlock()
 	return d.Open(ctx, provider.OpenSession{Cwd: b.Cwd, Model: b.Model, CatalogDigest: b.CatalogDigest, Resume: resume,
-		Instructions: func() (*string, error) { return codexInstructions(m.cfg.StateDir, b) },
+		Instructions: func() (*string, error) { return readInstructions(m.cfg.StateDir, b) },
 		Call:         m.openCall(ctx, deadline)})
 }
 

@@ -73,7 +73,7 @@ func (h host) Binding() (provider.Binding, bool) {
 		return provider.Binding{}, false
 	}
 	return provider.Binding{Model: b.Model, PermissionMode: b.PermissionMode,
-		Instructions: func() (*string, error) { return codexInstructions(m.cfg.StateDir, b) }}, true
+		Instructions: func() (*string, error) { return readInstructions(m.cfg.StateDir, b) }}, true
 }
 
 func (h host) WithLock(fn func()) {

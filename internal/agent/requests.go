@@ -15,10 +15,9 @@ import (
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
-// codexInstructions reads the run's instructions side file: nil when it
+// readInstructions reads the run's instructions side file: nil when it
 // has none.
-
-func codexInstructions(stateDir string, b *Binding) (*string, error) {
+func readInstructions(stateDir string, b *Binding) (*string, error) {
 	if b.InstructionsSide == "" {
 		return nil, nil
 	}
