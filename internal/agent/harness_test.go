@@ -23,7 +23,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit)) }
 
 // testWait bounds every wait in these tests: a safety net, never a figure.
 const testWait = 20 * time.Second

@@ -22,7 +22,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit)) }
 
 // waitBound bounds every wait on a terminal in these tests.
 const waitBound = 15 * time.Second

@@ -840,5 +840,5 @@ func TestBenchSmoke(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }

@@ -24,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
 
 // waitBound bounds every single wait in these tests.

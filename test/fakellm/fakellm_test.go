@@ -23,7 +23,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit)) }
 
 // testWait bounds every wait on the fake server: its start, an answer, its
 // exit.

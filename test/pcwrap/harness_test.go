@@ -29,7 +29,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit)) }
 
 // hookTag selects the test-hook build of pcwrap.
 const hookTag = testbin.HooksTag

@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 			netnsProblem = err.Error()
 		}
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
 
 // skipOrFail skips t with why, or fails it under PCRUNNER_REQUIRE_REAL_AGENTS=1.

@@ -3,6 +3,8 @@
 // Tests run the real static binaries, as operators do, so that a scenario
 // exercises the same code path as production. Each test process builds a
 // binary at most once; the Go build cache makes repeated builds cheap.
+// Every TestMain of a package that builds one ends through Exit, which
+// removes them, so no test run leaves binaries behind.
 package testbin
 
 import (
@@ -22,10 +24,23 @@ import (
 const HooksTag = "testhooks"
 
 var (
+	// mu guards built and dir: a test process builds from parallel tests.
 	mu    sync.Mutex
 	built = map[string]string{}
 	dir   string
 )
+
+// Exit removes the folder of the binaries this process built, then exits
+// with code. A TestMain hands it to goleak:
+// goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit)).
+func Exit(code int) {
+	mu.Lock()
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	mu.Unlock()
+	os.Exit(code)
+}
 
 // Path returns the path of cmd/<name>, built statically (CGO_ENABLED=0,
 // -trimpath) into a per-process temporary directory. Extra build tags (for
