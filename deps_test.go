@@ -27,6 +27,7 @@ var allowedModules = map[string]string{
 	"golang.org/x/sys":                         "raw syscalls: statx, openat, flock, renameat2",
 	"github.com/coder/websocket":               "the PRP WebSocket transport",
 	"github.com/spf13/pflag":                   "GNU-style flags the server passes",
+	"github.com/fsnotify/fsnotify":             "the stdin and event queue watches (design card)",
 	"github.com/stretchr/testify":              "test assertions",
 	"go.uber.org/goleak":                       "goroutine leak checks in tests",
 	"github.com/santhosh-tekuri/jsonschema/v6": "tool catalog schemas in runnerd (issue 10); emitted events against the reference schemas in tests (issue 5)",

@@ -66,8 +66,7 @@ func BenchmarkStdlibBase64_64K(b *testing.B) {
 	}
 }
 
-// TestEncodeBase64Lengths covers every way a length meets the encoder's
-// steps (24-byte, 6-byte, then encoding/base64 for the rest), into a
+// TestEncodeBase64Lengths covers every length up to 200 bytes, into a
 // dirty destination, as the frame encoder's reused buffer is.
 func TestEncodeBase64Lengths(t *testing.T) {
 	src := make([]byte, 200)
@@ -85,10 +84,8 @@ func TestEncodeBase64Lengths(t *testing.T) {
 }
 
 // TestDecodeBase64EveryByte puts each of the 256 byte values at each
-// position of valid text spanning several vector blocks (and, for the
-// tails, at each length up to there), so every character class of the
-// AVX2 validity tables meets every lane and word position; the answers
-// must be encoding/base64's, with CR and LF refused.
+// position of valid text (and, for the tails, at each length up to
+// there); the answers must be encoding/base64's, with CR and LF refused.
 func TestDecodeBase64EveryByte(t *testing.T) {
 	raw := make([]byte, 75)
 	for i := range raw {
@@ -122,7 +119,7 @@ func TestDecodeBase64EveryByte(t *testing.T) {
 }
 
 // TestEncodeBase64Blocks: every alphabet character in every position of
-// the vector encoder's blocks, against encoding/base64.
+// a 100-byte input, against encoding/base64.
 func TestEncodeBase64Blocks(t *testing.T) {
 	for shift := range 256 {
 		src := make([]byte, 24*4+4)

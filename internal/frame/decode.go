@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // The stdin-message decoder. A stdin file is parsed as JSON.parse would
@@ -209,58 +211,15 @@ func (d *msgDecoder) skipString(i int) (int, bool, bool) {
 // it and, for the one-character escapes and \u below 0x80, the byte it
 // stands for; any other \u gives 0x80 (not ASCII, so not base64).
 func (d *msgDecoder) escape(i int) (int, byte, bool) {
-	b := d.b
-	i++
-	if i == len(b) {
-		j, ok := d.fail(i)
+	unit, n, ok := jsonenc.Unescape(d.b[i:])
+	if !ok {
+		j, ok := d.fail(i + n)
 		return j, 0, ok
 	}
-	switch c := b[i]; c {
-	case '"', '\\', '/':
-		return i + 1, c, true
-	case 'b':
-		return i + 1, '\b', true
-	case 'f':
-		return i + 1, '\f', true
-	case 'n':
-		return i + 1, '\n', true
-	case 'r':
-		return i + 1, '\r', true
-	case 't':
-		return i + 1, '\t', true
-	case 'u':
-		var r rune
-		for k := 1; k <= 4; k++ {
-			if i+k == len(b) {
-				j, ok := d.fail(i + k)
-				return j, 0, ok
-			}
-			v := hexVal(b[i+k])
-			if v < 0 {
-				j, ok := d.fail(i + k)
-				return j, 0, ok
-			}
-			r = r<<4 | v
-		}
-		if r >= utf8.RuneSelf {
-			return i + 5, utf8.RuneSelf, true
-		}
-		return i + 5, byte(r), true
+	if unit >= utf8.RuneSelf {
+		return i + n, utf8.RuneSelf, true
 	}
-	j, ok := d.fail(i)
-	return j, 0, ok
-}
-
-func hexVal(c byte) rune {
-	switch {
-	case '0' <= c && c <= '9':
-		return rune(c - '0')
-	case 'a' <= c && c <= 'f':
-		return rune(c - 'a' + 10)
-	case 'A' <= c && c <= 'F':
-		return rune(c - 'A' + 10)
-	}
-	return -1
+	return i + n, byte(unit), true
 }
 
 // dataString decodes the data string starting at b[i] == '"' into d.out
@@ -503,36 +462,20 @@ func appendUnquoted(dst, s []byte) []byte {
 		c := s[r]
 		switch {
 		case c == '\\':
-			switch s[r+1] {
-			case 'b':
-				dst = append(dst, '\b')
-			case 'f':
-				dst = append(dst, '\f')
-			case 'n':
-				dst = append(dst, '\n')
-			case 'r':
-				dst = append(dst, '\r')
-			case 't':
-				dst = append(dst, '\t')
-			case 'u':
-				rr := hex4(s[r+2:])
-				r += 6
-				if utf16.IsSurrogate(rr) {
-					if r+6 <= len(s) && s[r] == '\\' && s[r+1] == 'u' {
-						if dec := utf16.DecodeRune(rr, hex4(s[r+2:])); dec != utf8.RuneError {
-							dst = utf8.AppendRune(dst, dec)
-							r += 6
-							continue
-						}
+			unit, n, _ := jsonenc.Unescape(s[r:])
+			r += n
+			rr := rune(unit)
+			if utf16.IsSurrogate(rr) {
+				rr = utf8.RuneError
+				if r+1 < len(s) && s[r] == '\\' && s[r+1] == 'u' {
+					lo, n, _ := jsonenc.Unescape(s[r:])
+					if dec := utf16.DecodeRune(rune(unit), rune(lo)); dec != utf8.RuneError {
+						rr = dec
+						r += n
 					}
-					rr = utf8.RuneError
 				}
-				dst = utf8.AppendRune(dst, rr)
-				continue
-			default: // '"', '\\', '/'
-				dst = append(dst, s[r+1])
 			}
-			r += 2
+			dst = utf8.AppendRune(dst, rr)
 		case c < utf8.RuneSelf:
 			dst = append(dst, c)
 			r++
@@ -543,9 +486,4 @@ func appendUnquoted(dst, s []byte) []byte {
 		}
 	}
 	return dst
-}
-
-// hex4 is the value of four validated hex digits.
-func hex4(s []byte) rune {
-	return hexVal(s[0])<<12 | hexVal(s[1])<<8 | hexVal(s[2])<<4 | hexVal(s[3])
 }

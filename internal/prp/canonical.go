@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // Canonical JSON bounds, mirroring the reference's canonicalJson.
@@ -510,37 +512,16 @@ func (p *jsonParser) str() ([]uint16, error) {
 			p.i++
 			return out, nil
 		case c == '\\':
-			if p.i+1 >= len(p.s) {
-				return nil, p.fail("unterminated escape")
-			}
-			e := p.s[p.i+1]
-			p.i += 2
-			switch e {
-			case '"', '\\', '/':
-				out = append(out, uint16(e))
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				if p.i+4 > len(p.s) {
-					return nil, p.fail("short unicode escape")
+			unit, n, ok := jsonenc.Unescape(p.s[p.i:])
+			if !ok {
+				what := escapeError(p.s[p.i:])
+				if p.i+1 < len(p.s) {
+					p.i += 2 // the offset past the escape's letter, as always
 				}
-				u, err := strconv.ParseUint(string(p.s[p.i:p.i+4]), 16, 16)
-				if err != nil {
-					return nil, p.fail("invalid unicode escape")
-				}
-				out = append(out, uint16(u))
-				p.i += 4
-			default:
-				return nil, p.fail("invalid escape")
+				return nil, p.fail(what)
 			}
+			out = append(out, unit)
+			p.i += n
 		case c < 0x20:
 			return nil, p.fail("control character in string")
 		case c < utf8.RuneSelf:
@@ -557,4 +538,18 @@ func (p *jsonParser) str() ([]uint16, error) {
 			}
 		}
 	}
+}
+
+// escapeError names what is wrong with the invalid escape at the start of
+// s, as the parser's errors always have.
+func escapeError(s []byte) string {
+	switch {
+	case len(s) < 2:
+		return "unterminated escape"
+	case s[1] != 'u':
+		return "invalid escape"
+	case len(s) < 6:
+		return "short unicode escape"
+	}
+	return "invalid unicode escape"
 }

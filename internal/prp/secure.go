@@ -376,10 +376,10 @@ func validCiphertextHex(b []byte) bool {
 	if len(b) == 0 || len(b)%2 != 0 {
 		return false
 	}
-	t := hexPairValues()
-	var bad uint16
-	for i := 0; i+1 < len(b); i += 2 {
-		bad |= t[binary.LittleEndian.Uint16(b[i:])]
+	for _, c := range b {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
 	}
-	return bad&hexPairInvalid == 0
+	return true
 }

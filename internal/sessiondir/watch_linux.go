@@ -1,42 +1,30 @@
 package sessiondir
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/fsnotify/fsnotify"
 )
 
-// watchMask is what a queue directory watch asks the kernel for: the
-// events by which a queue file can appear (spec §6.3: create,
-// close-write, moved-to) and the removal or move of the directory itself.
-// fsnotify always adds IN_MODIFY, IN_DELETE, IN_MOVED_FROM and IN_ATTRIB:
-// with it each 64 KiB stdin or event file would wake its reader four or
-// five times (the writer's temporary file created and written, the
-// rename's two halves, and the reader's own unlink), and every wake-up is
-// a directory scan.
-const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO |
-	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
-
-// jsonSuffix is JSONSuffix for byte comparisons.
-var jsonSuffix = []byte(JSONSuffix)
-
-// watchReadBuf is the inotify read buffer: room for 64 events with the
-// longest name (NAME_MAX 255), so a burst drains in one read.
-const watchReadBuf = 64 * (unix.SizeofInotifyEvent + unix.NAME_MAX + 1)
-
-// queueWatch is an inotify watch on a queue directory (stdin/ or
+// queueWatch is an fsnotify watch on a queue directory (stdin/ or
 // events/). Its goroutine turns the events that matter into one pending
 // wake-up on C; C is closed when the watch can no longer deliver (the
 // reader's polling alone goes on).
+//
+// fsnotify asks the kernel for more than a queue needs (spec §6.3 names
+// create, close-write and moved-to): each file also brings its writer's
+// temporary name created and written, the rename's old name, and the
+// reader's own removal. Those cost a name check here, never a scan: only
+// an event that can make a queue file appear wakes the reader.
 type queueWatch struct {
 	C    <-chan struct{}
 	c    chan struct{}
-	f    *os.File // the inotify descriptor, read through the netpoller
+	w    *fsnotify.Watcher
+	dir  string // the watched path as fsnotify names it in events
 	done chan struct{}
 	// every wakes on every event, each counted as an overflow (a test
 	// hook: a reader must then find its files by full rescans alone).
@@ -48,22 +36,24 @@ type queueWatch struct {
 // watched (pcwrap passes /proc/self/fd/<held fd> first, so a later swap
 // of the path cannot redirect the watch). every: see queueWatch.
 func WatchQueue(every bool, paths ...string) (*queueWatch, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	fw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("inotify init: %w", err)
+		return nil, fmt.Errorf("fsnotify new watcher: %w", err)
 	}
 	err = errors.New("no path")
+	dir := ""
 	for _, p := range paths {
-		if _, err = unix.InotifyAddWatch(fd, p, watchMask); err == nil {
+		if err = fw.Add(p); err == nil {
+			dir = filepath.Clean(p)
 			break
 		}
 	}
 	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("inotify watch: %w", err)
+		fw.Close()
+		return nil, fmt.Errorf("fsnotify add: %w", err)
 	}
 	c := make(chan struct{}, 1)
-	w := &queueWatch{C: c, c: c, f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), every: every}
+	w := &queueWatch{C: c, c: c, w: fw, dir: dir, done: make(chan struct{}), every: every}
 	go w.loop()
 	return w, nil
 }
@@ -74,55 +64,60 @@ func (w *queueWatch) Overflows() int64 { return w.overflows.Load() }
 func (w *queueWatch) loop() {
 	defer close(w.done)
 	defer close(w.c)
-	buf := make([]byte, watchReadBuf)
 	for {
-		// Any error ends the watch (os.ErrClosed after Close; nothing
-		// else is worth retrying): the reader polls from then on.
-		n, err := w.f.Read(buf)
-		if err != nil {
-			return
-		}
-		if w.matters(buf[:n]) {
-			select {
-			case w.c <- struct{}{}:
-			default: // a wake-up is already pending; its scan sees this too
+		select {
+		case ev, ok := <-w.w.Events:
+			if !ok {
+				return // closed: the reader polls from then on
 			}
+			if w.every {
+				w.overflows.Add(1)
+				w.wake()
+			} else if w.matters(ev) {
+				w.wake()
+			}
+		case err, ok := <-w.w.Errors:
+			if !ok {
+				return
+			}
+			w.onError(err)
 		}
 	}
 }
 
-// matters reports whether any event in buf calls for a scan: a name that
-// can be a queue file (ending in ".json"; the writers' temporary names
-// never do), a queue overflow (after which only a full rescan is safe;
-// every scan is full), or anything that happened to stdin/ itself.
-func (w *queueWatch) matters(buf []byte) bool {
-	scan := false
-	for len(buf) >= unix.SizeofInotifyEvent {
-		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[0]))
-		end := unix.SizeofInotifyEvent + int(ev.Len)
-		if end > len(buf) {
-			return true // cannot happen (the kernel writes whole events); rescan
-		}
-		name := buf[unix.SizeofInotifyEvent:end]
-		if i := bytes.IndexByte(name, 0); i >= 0 {
-			name = name[:i]
-		}
-		switch {
-		case ev.Mask&unix.IN_Q_OVERFLOW != 0 || w.every:
-			w.overflows.Add(1)
-			scan = true
-		case ev.Len == 0:
-			scan = true // the directory itself: deleted, moved, the watch gone
-		case bytes.HasSuffix(name, jsonSuffix):
-			scan = true
-		}
-		buf = buf[end:]
+// onError handles an error fsnotify reports. After an overflow only a full
+// rescan is safe (every scan is full), so it wakes the reader once; any
+// other error is fsnotify's read failing, and the polling finds what the
+// watch missed.
+func (w *queueWatch) onError(err error) {
+	if errors.Is(err, fsnotify.ErrEventOverflow) {
+		w.overflows.Add(1)
+		w.wake()
 	}
-	return scan
+}
+
+// wake leaves one wake-up pending on C.
+func (w *queueWatch) wake() {
+	select {
+	case w.c <- struct{}{}:
+	default: // a wake-up is already pending; its scan sees this too
+	}
+}
+
+// matters reports whether ev calls for a scan: a queue file's name
+// (ending in ".json"; the writers' temporary names never do) created,
+// renamed into place or written, or anything that happened to the
+// directory itself (deleted or moved: the watch is gone). A queue name's
+// removal or its move away (the reader's own delivery) never adds a file.
+func (w *queueWatch) matters(ev fsnotify.Event) bool {
+	if ev.Name == w.dir {
+		return true
+	}
+	return ev.Op.Has(fsnotify.Create|fsnotify.Write) && strings.HasSuffix(ev.Name, JSONSuffix)
 }
 
 // Close stops the watch and waits for its goroutine.
 func (w *queueWatch) Close() {
-	w.f.Close()
+	w.w.Close()
 	<-w.done
 }

@@ -1,8 +1,8 @@
 // Package stdinpoll reads pcwrap's stdin queue (spec pcwrap-protocol.md
 // §6): sequence-numbered JSON files in <sessionDir>/stdin/, delivered in
 // strict order, with bounded retries for unreadable files and gaps and a
-// loud give-up. inotify gives latency; a 50 ms tick is the safety net
-// and the only thing that spends the retry budget.
+// loud give-up. An fsnotify watch gives latency; a 50 ms tick is the
+// safety net and the only thing that spends the retry budget.
 package stdinpoll
 
 import (

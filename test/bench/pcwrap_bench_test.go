@@ -18,6 +18,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,7 @@ const (
 	idleWindow      = 5 * time.Second  // idle CPU window (issue text)
 	opTimeout       = 30 * time.Second // bound on any one wait in a run
 	frameQueue      = 64               // data frames the consumer may run ahead of recv
+	base64Runs      = 5                // decode runs whose median is the base64 rate
 )
 
 // oneWayChild swallows its stdin and says "done" at EOF, so one-way
@@ -505,10 +507,17 @@ func BenchmarkStdinLatency(b *testing.B) {
 	payload := bytes.Repeat([]byte("x"), latencyBytes)
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
-			var samples []time.Duration
+			var (
+				samples     []time.Duration
+				child, self sched
+			)
 			for b.Loop() {
 				c := v.start(b, "cat")
+				if _, err := roundTripOnce(c); err != nil { // startup is not counted
+					b.Fatal(err)
+				}
 				samples = samples[:0]
+				c0, s0 := procSched(b, c.pid()), procSched(b, os.Getpid())
 				for range latencySamples {
 					d, err := roundTrip(c, payload)
 					if err != nil {
@@ -516,10 +525,19 @@ func BenchmarkStdinLatency(b *testing.B) {
 					}
 					samples = append(samples, d)
 				}
+				child, self = procSched(b, c.pid()).sub(c0), procSched(b, os.Getpid()).sub(s0)
 				c.close(b)
 			}
 			b.ReportMetric(ms(percentile(samples, 0.50)), "p50-ms")
 			b.ReportMetric(ms(percentile(samples, 0.99)), "p99-ms")
+			// Per stdin file: pcwrap's (or, on the pipe, cat's) wake-ups
+			// and CPU, and the test process's: it writes the stdin file
+			// and reads the output (events mode: one event file each,
+			// through sessiondir's EventReader, as runnerd does).
+			b.ReportMetric(float64(child.runs)/latencySamples, "wakeups/file")
+			b.ReportMetric(float64(child.cpu.Microseconds())/latencySamples, "cpu-us/file")
+			b.ReportMetric(float64(self.runs)/latencySamples, "test-wakeups/file")
+			b.ReportMetric(float64(self.cpu.Microseconds())/latencySamples, "test-cpu-us/file")
 		})
 	}
 }
@@ -751,6 +769,68 @@ func BenchmarkIdleCPU(b *testing.B) {
 			b.ReportMetric(ms(cpu), "cpu-ms/5s")
 		})
 	}
+}
+
+// sched is a process's scheduler account: CPU time, and how many times
+// its threads were put on a CPU (a wake-up each, schedstat's third field).
+type sched struct {
+	cpu  time.Duration
+	runs int64
+}
+
+func (a sched) sub(b sched) sched { return sched{a.cpu - b.cpu, a.runs - b.runs} }
+
+// procSched sums sched over the threads of pid, as procCPU does.
+func procSched(tb testing.TB, pid int) sched {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sum sched
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 3 {
+			continue
+		}
+		ns, err1 := strconv.ParseInt(f[0], 10, 64)
+		runs, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			tb.Fatalf("parse %s: %q", t.Name(), b)
+		}
+		sum.cpu += time.Duration(ns)
+		sum.runs += runs
+	}
+	return sum
+}
+
+// BenchmarkBase64Decode: encoding/base64 decoding the throughput runs'
+// stdin data in chunks of one stdin file, single-threaded, as MB of
+// decoded payload per second (the median of base64Runs): the yardstick the one-way throughput is
+// held to in the same run.
+func BenchmarkBase64Decode(b *testing.B) {
+	b.Run("stdlib", func(b *testing.B) {
+		chunk := bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16)
+		src := []byte(base64.StdEncoding.EncodeToString(chunk))
+		dst := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
+		var runs []time.Duration
+		for b.Loop() {
+			runs = runs[:0]
+			for range base64Runs {
+				t0 := time.Now()
+				for range throughputTotal / throughputChunk {
+					if _, err := base64.StdEncoding.Decode(dst, src); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runs = append(runs, time.Since(t0))
+			}
+		}
+		b.ReportMetric(float64(throughputTotal)/1e6/percentile(runs, 0.50).Seconds(), "MB/s")
+	})
 }
 
 // procCPU returns the CPU time of pid: the sum over its threads of
