@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
@@ -42,6 +44,23 @@ func runTo(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicke
 	return config.ExitCode(err)
 }
 
+// refuseIndexedStore fails when dir holds the reference's indexed store:
+// runnerd cannot read it, and starting beside it with a fresh JSON state
+// would fork the run's truth (durability.md §7.1: the reference fails closed
+// across formats). A missing directory is state.Open's to create.
+func refuseIndexedStore(dir string) error {
+	_, err := os.Lstat(filepath.Join(dir, config.StorageStateFile))
+	switch {
+	case err == nil:
+		return config.NewError(config.CodeIndexedStateUnsupported,
+			"the state directory holds "+config.StorageStateFile+" (the reference's indexed store), which runnerd cannot read; refusing to start", nil)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	default:
+		return config.NewError(config.CodeRunnerFailed, "check the state directory for "+config.StorageStateFile, err)
+	}
+}
+
 // options are the control loop's seams for the executor and for tests.
 type options struct {
 	// Handlers replaces the ACP executor's handlers by command type, so a
@@ -67,6 +86,9 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 	defer ticket.Destroy()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := refuseIndexedStore(cfg.StateDir); err != nil {
+		return err
 	}
 	st, err := state.Open(state.Config{
 		Dir: cfg.StateDir, Identity: cfg.Identity,
