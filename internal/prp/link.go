@@ -102,7 +102,23 @@ type linkConfig struct {
 	// (sendWindow); whoever reads the ACKs (Inspect) feeds it. Nil: unpaced
 	// (the core half).
 	Window *sendWindow
+	// RekeyClose is how the link ends when the session reaches a frame
+	// bound (ErrRekeyRequired): RekeyCloseFrame sends a WebSocket Close 1012
+	// first (the runner, and a listen-mode core's ws wire); RekeyDrop drops
+	// the TCP connection without a Close frame (a dial-mode core's raw
+	// wire). Durability.md §2.1, §2.2 item 2.
+	RekeyClose RekeyClose
 }
+
+// RekeyClose says how a link ends at a frame bound (linkConfig.RekeyClose).
+type RekeyClose int
+
+const (
+	// RekeyDrop destroys the TCP connection without a Close frame.
+	RekeyDrop RekeyClose = iota
+	// RekeyCloseFrame sends Close 1012 (service restart), no reason, then closes.
+	RekeyCloseFrame
+)
 
 // link is the machinery of one authenticated connection (prp.md §4): a reader
 // goroutine that only reads, opens and classifies frames; a single writer
@@ -190,13 +206,38 @@ func startLink(ws *wsConn, act *activity, s interface {
 	return l
 }
 
-// fail ends the link with err (the first error wins) and drops the socket.
+// fail ends the link with err (the first error wins) and drops the socket;
+// at a frame bound it ends the way cfg.RekeyClose says.
 func (l *link) fail(err error) {
+	if errors.Is(err, ErrRekeyRequired) && l.cfg.RekeyClose == RekeyCloseFrame {
+		l.failWithClose(err)
+		return
+	}
 	l.closeOnce.Do(func() {
 		l.err = err
 		l.cancel()
 		_ = l.ws.Close()
 		close(l.done)
+	})
+}
+
+// failWithClose ends the link with err after a Close 1012. The link counts
+// as ended at once (Done, so the owner reconnects without waiting); the
+// close handshake runs on a goroutine close waits for, bounded by
+// coder/websocket's own close timeouts, and the link's context is cancelled
+// only after it, since a cancelled read drops the socket before the Close
+// frame could leave.
+func (l *link) failWithClose(err error) {
+	l.closeOnce.Do(func() {
+		l.err = err
+		close(l.done)
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			_ = l.ws.closeServiceRestart()
+			l.cancel()
+			_ = l.ws.Close()
+		}()
 	})
 }
 

@@ -66,7 +66,31 @@ type Config struct {
 	// It runs on the sending goroutine and must not block or call the Core.
 	// Fault injection and observation: the core does not depend on it.
 	Outbound func(kind string, payload any) (any, error)
+
+	// Indexed plays a core with an indexed authority store
+	// (PAPERCLIP_NATIVE_INDEXED_STATE=1, durability.md §1.1, §1.2): a hello
+	// without both capability claims is refused before any challenge, and
+	// the challenge echoes them with a commandResume.
+	Indexed bool
+	// FrameLimit lowers the core's secure-channel frame bound in each
+	// direction (CP secureChannelFrameLimit, MinFrameLimit..
+	// prp.MaxSecureChannelFrames; 0 means the maximum). At it the core
+	// closes instead of sending, and closes unread a frame that arrives,
+	// the way RekeyClose says (durability.md §2.1).
+	FrameLimit uint64
+	// RekeyClose is how a connection ends at FrameLimit: prp.RekeyDrop (the
+	// dial-mode raw wire, the default) or prp.RekeyCloseFrame (Close 1012,
+	// the listen-mode ws wire).
+	RekeyClose prp.RekeyClose
+	// Challenge, when set, edits the auth_challenge payload before it is
+	// signed, so the runner's field checks are tested behind a valid proof
+	// (fault injection, like Outbound).
+	Challenge func(payload map[string]any)
 }
+
+// MinFrameLimit is the lowest FrameLimit a core accepts (CP
+// secureChannelFrameLimit: 4..1,048,576; durability.md §2.1).
+const MinFrameLimit = 4
 
 // Core is the controller half of PRP used by tests and prpctl: it mints
 // tickets, holds leases, queues commands (only the lowest pending one is
@@ -172,6 +196,9 @@ func NewCore(cfg Config) *Core {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.FrameLimit != 0 {
+		cfg.FrameLimit = min(max(cfg.FrameLimit, MinFrameLimit), prp.MaxSecureChannelFrames)
 	}
 	return &Core{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "prp.core"), identity: cfg.Identity,
@@ -316,7 +343,7 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 	h := Handshake{
 		Identity: ident, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
 		Store: c.store, LeaseTTL: c.cfg.LeaseTTL, MaxFrameBytes: c.cfg.MaxFrameBytes, ConnectionID: connID,
-		Outbound:       c.cfg.Outbound,
+		Outbound: c.cfg.Outbound, Indexed: c.cfg.Indexed, FrameLimit: c.cfg.FrameLimit, Challenge: c.cfg.Challenge,
 		AckedSourceSeq: func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
 	}
 	h.Warm = func(id string) (prp.WarmTransition, bool) {
@@ -357,7 +384,8 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 			// byte after canonicalisation): hand off a copy the reader never touches.
 			return a, bytes.Clone(pt), err
 		},
-		Logger: c.log,
+		Logger:     c.log,
+		RekeyClose: c.cfg.RekeyClose,
 	})
 	c.mu.Lock()
 	if c.closed {
