@@ -180,6 +180,9 @@ type WarmTransitionActivatedPayload struct {
 var coreKinds = map[string]bool{
 	KindCommand: true, KindAck: true, KindPing: true, KindRevoke: true,
 	KindLeaseRenewed: true, KindCommandResultAck: true, KindWarmTransitionActivatedAck: true,
+	// Known so that Client.inspect can refuse them as fatal rather than
+	// drop the connection as for an unknown kind (durability.md §1.4).
+	KindCommandEpochRotate: true, KindEventEpochCommitted: true,
 }
 
 // runnerKinds are the kinds a core accepts from a runner.

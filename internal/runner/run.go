@@ -77,6 +77,9 @@ type options struct {
 	// Transport, in dial mode, carries the upgrade instead of TCP (tests:
 	// an in-memory pipe, so they run in testing/synctest).
 	Transport http.RoundTripper
+	// SendFrameLimit and ReceiveFrameLimit lower runnerd's secure-channel
+	// frame bounds (prp.ClientConfig; tests only). Run sets neither.
+	SendFrameLimit, ReceiveFrameLimit uint64
 }
 
 // runLoop is Run without the stderr line: it returns nil for every clean
@@ -126,6 +129,8 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		Ticket:        string(secret), // prp keeps it in memory until the welcome
 		MaxFrameBytes: int(cfg.MaxFrameBytes), PingInterval: cfg.PingInterval,
 		SilenceTimeout: cfg.SilenceTimeout, ReconnectDelay: cfg.ReconnectDelay,
+		IndexedState:   cfg.IndexedState,
+		SendFrameLimit: opts.SendFrameLimit, ReceiveFrameLimit: opts.ReceiveFrameLimit,
 		Resume: r.resume, Pong: r.pong,
 		OnAuthenticated: func(ctx context.Context, c *prp.Conn, w *prp.Welcome) error {
 			if w.Bootstrapped {
