@@ -235,7 +235,15 @@ func requireEachEventOnceAllowing(t *testing.T, s control.Snapshot) {
 // `recoverable_failure`." The core's bound is 16 frames, so it closes
 // several times while commands run; it redials at once, as S-out does.
 func TestDurability06_ListenCoreClose1012(t *testing.T) {
-	h := newHarness(t, coreLimit(rekeyLimit, prp.RekeyCloseFrame))
+	// Scenario 30's other style in listen mode rides along: a core that
+	// destroys TCP without a Close frame.
+	for name, style := range map[string]prp.RekeyClose{"close-1012": prp.RekeyCloseFrame, "tcp-drop": prp.RekeyDrop} {
+		t.Run(name, func(t *testing.T) { listenRekey(t, style) })
+	}
+}
+
+func listenRekey(t *testing.T, style prp.RekeyClose) {
+	h := newHarness(t, coreLimit(rekeyLimit, style))
 	addr := make(chan string, 1)
 	h.start(h.config(true), options{OnListening: func(a string) { addr <- a }})
 	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
@@ -252,6 +260,7 @@ func TestDurability06_ListenCoreClose1012(t *testing.T) {
 		defer close(redials)
 		for ctx.Err() == nil {
 			if err := h.core.Connect(ctx, url); err != nil {
+				time.Sleep(5 * time.Millisecond) // the runner is between accepts
 				continue
 			}
 			_ = h.core.Wait(ctx, func(s control.Snapshot) bool { return !s.Connected })
@@ -334,4 +343,48 @@ func TestDurability25_PrepareDurabilityIgnored(t *testing.T) {
 	require.Equal(t, plain.Status, withField.Status)
 	require.JSONEq(t, string(plain.Result), string(withField.Result))
 	require.Equal(t, plainEvents, withEvents)
+}
+
+// TestDurability27_RekeyBeforeTerminalAck: durability.md §11 scenario 27:
+// "`runner.shutdown`; the core limit cuts the connection after
+// `run.terminal` and the result, before `command_result_ack` → reconciled
+// exactly once: one `run.terminal`, one result, cleanup once, exit." The
+// core ends the connection instead of sending its command_result_ack, as
+// at its frame bound (runnerd's loop emits runner.stopped as the terminal
+// event). As for any lost ack (TestPRP18_NoAckStopsWithFence), this
+// process stops at the 2 s bound with the fence kept, and the next one
+// reconciles from the welcome and exits 0, running nothing again.
+func TestDurability27_RekeyBeforeTerminalAck(t *testing.T) {
+	var cut atomic.Bool
+	tweak := func(c *control.Config) {
+		c.Outbound = func(kind string, p any) (any, error) {
+			if kind == prp.KindCommandResultAck && cut.CompareAndSwap(false, true) {
+				return nil, errors.New("frame bound reached")
+			}
+			return p, nil
+		}
+	}
+	simTest(t, tweak, func(t *testing.T, h *harness) {
+		run := h.start(h.config(false), options{})
+		cmd := h.queue(prp.CommandRunnerShutdown, `{}`)
+		err := run.wait(t)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "not acknowledged")
+		require.True(t, cut.Load())
+		require.NotNil(t, h.readState().PendingTerminalDelivery, "the fence stays for the next process")
+
+		require.NoError(t, h.start(h.config(false), options{}).wait(t), "reconciled, exit 0")
+		s := h.core.Snapshot()
+		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+		evs := prptest.DecodeEvents(t, s.Events)
+		require.Len(t, prptest.OfType(evs, prp.EventRunnerStopped), 1, "terminal event once")
+		for i, e := range evs {
+			require.EqualValues(t, i+1, e.SourceSeq)
+		}
+		st := h.readState()
+		require.Equal(t, state.Stopped, st.Lifecycle)
+		require.Nil(t, st.PendingTerminalDelivery)
+		require.Empty(t, st.Outbox)
+		require.Equal(t, state.StatusCompleted, st.ProcessedCommands[cmd.CommandID].Status, "one result, journaled once")
+	})
 }
