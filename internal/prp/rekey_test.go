@@ -2,11 +2,14 @@ package prp
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"testing/synctest"
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 )
 
 // TestSessionFrameBounds: a session seals and opens counters
@@ -85,4 +88,21 @@ func TestRekeyCloseStyles(t *testing.T) {
 			_ = srv.CloseNow()
 		})
 	}
+}
+
+// TestAttachDurabilityIgnored: an indexed core adds
+// durability: "durability.indexed_state.v1" to run.attach (durability.md
+// §1.3); the next authority reads the same with or without it.
+func TestAttachDurabilityIgnored(t *testing.T) {
+	conn := map[string]any{"mode": "connect", "connectUrl": "ws://127.0.0.1:9/x"}
+	plain := attachPayload(nextIdentity, conn)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(plain, &m))
+	m["durability"] = DurabilityCapability
+	n1, c1, err := ParseNextAuthority(plain)
+	require.NoError(t, err)
+	n2, c2, err := ParseNextAuthority(jsonenc.MustMarshal(m))
+	require.NoError(t, err)
+	require.Equal(t, n1, n2)
+	require.Equal(t, c1, c2)
 }
