@@ -29,6 +29,11 @@ const (
 	// maxOwedPongs bounds PRP pings waiting for their pong; a peer pinging
 	// faster than the socket drains is dropped rather than buffered forever.
 	maxOwedPongs = 1024
+	// rekeyCloseWait bounds the Close 1012 handshake at a frame bound
+	// (beyond: the reference runner drops without a Close); a peer that
+	// has not answered by then is dropped, so the reconnect is not held up
+	// by coder/websocket's own 5 s close bounds.
+	rekeyCloseWait = 500 * time.Millisecond
 	// maxKeptReadBuffer bounds the reader buffers (fbuf, rbuf) a connection
 	// keeps between frames: the default frame limit (defaultMaxFrameBytes).
 	// A rarer larger frame, up to maxMaxFrameBytes, gets a buffer of its
@@ -222,11 +227,10 @@ func (l *link) fail(err error) {
 }
 
 // failWithClose ends the link with err after a Close 1012. The link counts
-// as ended at once (Done, so the owner reconnects without waiting); the
-// close handshake runs on a goroutine close waits for, bounded by
-// coder/websocket's own close timeouts, and the link's context is cancelled
-// only after it, since a cancelled read drops the socket before the Close
-// frame could leave.
+// as ended at once (Done); the close handshake runs on a goroutine close
+// waits for, bounded by rekeyCloseWait, and the link's context is
+// cancelled only after it, since a cancelled read drops the socket before
+// the Close frame could leave.
 func (l *link) failWithClose(err error) {
 	l.closeOnce.Do(func() {
 		l.err = err
@@ -234,9 +238,14 @@ func (l *link) failWithClose(err error) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
+			drop := func() {
+				l.cancel()
+				_ = l.ws.Close()
+			}
+			t := l.cfg.Clock.AfterFunc(rekeyCloseWait, drop)
 			_ = l.ws.closeServiceRestart()
-			l.cancel()
-			_ = l.ws.Close()
+			t.Stop()
+			drop()
 		}()
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
@@ -105,4 +106,26 @@ func TestAttachDurabilityIgnored(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n1, n2)
 	require.Equal(t, c1, c2)
+}
+
+// TestRekeyCloseBounded: a peer that never answers the Close 1012 holds the
+// link's end no longer than rekeyCloseWait.
+func TestRekeyCloseBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		act := newActivity()
+		ws, srv := wsPipe(t, act, nil) // srv never reads: the Close frame cannot even be written
+		key := AuthKey("t")
+		sess, err := newSession(roleRunner, key[:], []byte("{}"), "a", "b")
+		require.NoError(t, err)
+		sess.SetFrameLimits(3, 0)
+		sess.seal.counter = 3
+		l := startLink(ws, act, sess, linkConfig{Inspect: inspectKinds, RekeyClose: RekeyCloseFrame})
+		start := time.Now()
+		require.NoError(t, l.send(context.Background(), []byte(`{"kind":"event"}`)))
+		<-l.Done()
+		require.ErrorIs(t, l.Err(), ErrRekeyRequired)
+		l.close(nil)
+		require.LessOrEqual(t, time.Since(start), rekeyCloseWait)
+		_ = srv.CloseNow()
+	})
 }
