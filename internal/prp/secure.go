@@ -137,6 +137,11 @@ func newSession(role Role, authKey []byte, signing []byte, serverProofHex, clien
 	return s, nil
 }
 
+// FrameCounts returns how many frames the session sealed and opened. Call
+// it only while neither direction is in use (after the connection's link
+// has ended): the link's writer and reader own the counters.
+func (s *Session) FrameCounts() (sealed, opened uint64) { return s.seal.counter, s.open.counter }
+
 // SetFrameLimits lowers the session's frame bounds, for sealing (send) and
 // for opening (receive); 0 or a value above MaxSecureChannelFrames means
 // MaxSecureChannelFrames. A core may lower its bound (CP

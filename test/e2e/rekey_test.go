@@ -133,6 +133,12 @@ func TestDurability07_RekeyDuringAgentTurn(t *testing.T) {
 			n, median, maxGap := log.summary()
 			t.Logf("core limit %d, %s: %d connections, %d events, %d results; %d rekeys observed, outage median %v, max %v; total %v",
 				rekeyLimit, name, r.c.core.Snapshot().Authentications, len(evs), len(r.c.core.Snapshot().Results), n, median, maxGap, time.Since(start))
+			for _, f := range r.c.core.Snapshot().Frames {
+				// Every ended connection stayed within the core's bound.
+				require.LessOrEqual(t, f.Sent, uint64(rekeyLimit), f.ConnectionID)
+				require.LessOrEqual(t, f.Received, uint64(rekeyLimit), f.ConnectionID)
+				t.Logf("%s: core sent %d frames (welcome included), received %d", f.ConnectionID, f.Sent, f.Received)
+			}
 		})
 	}
 }

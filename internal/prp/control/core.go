@@ -130,6 +130,7 @@ type Core struct {
 	pongs    int
 	auths    int
 	renewals int
+	frames   []ConnFrames  // per ended connection, in the order they ended
 	changed  chan struct{} // closed and replaced by notifyLocked
 	closed   bool
 	// wg counts the dispatch goroutines: Add under mu once closed is
@@ -258,6 +259,16 @@ type Snapshot struct {
 	WarmActivating bool
 	// Epochs are the identities a warm rotation replaced, oldest first.
 	Epochs []Epoch
+	// Frames are the secure frames of each ended connection (the rekey's
+	// cost, durability.md §2), in the order the connections ended.
+	Frames []ConnFrames
+}
+
+// ConnFrames counts one connection's secure frames: Sent by the core (the
+// welcome is frame 0) and Received from the runner.
+type ConnFrames struct {
+	ConnectionID   string
+	Sent, Received uint64
 }
 
 // Snapshot returns the observable state.
@@ -272,6 +283,7 @@ func (c *Core) snapshotLocked() Snapshot {
 		AckedSourceSeq: c.acked, Events: c.events[:len(c.events):len(c.events)], // append-only: safe to share
 		Results: c.results, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
 		Identity: c.identity, Epochs: c.epochs[:len(c.epochs):len(c.epochs)], Connections: len(c.conns),
+		Frames: c.frames[:len(c.frames):len(c.frames)], // append-only: safe to share
 	}
 	if c.warm != nil {
 		r := c.warm.receipt
@@ -467,7 +479,9 @@ func (c *Core) inspect(cc *coreConn, pt []byte) (prp.FrameAction, error) {
 func (c *Core) dispatch(cc *coreConn) {
 	defer func() {
 		cc.l.Close()
+		sent, received := cc.sess.FrameCounts() // the link has ended: no goroutine moves the counters
 		c.mu.Lock()
+		c.frames = append(c.frames, ConnFrames{ConnectionID: cc.sess.ConnectionID, Sent: sent, Received: received})
 		delete(c.conns, cc)
 		if c.current == cc {
 			c.current = nil
