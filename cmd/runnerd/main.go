@@ -49,6 +49,10 @@ func run(args []string, ticket *config.BootstrapTicket, ticketErr error, stdout,
 			return fail(stderr, config.NewError(config.CodeRunnerFailed, "write build metadata", err))
 		}
 		return config.ExitOK
+	case cfg.Mode == config.ModeStorage:
+		// Every storage operation belongs to the reference's indexed store,
+		// which runnerd does not keep (durability.md §7.3, §8.1).
+		return fail(stderr, config.StorageUnsupported(cfg.StorageOperation))
 	case ticketErr != nil:
 		return fail(stderr, ticketErr)
 	case !ticket.Present():

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
@@ -62,6 +63,14 @@ type ClientConfig struct {
 	ReconnectDelay time.Duration // backoff base; default defaultReconnectDelay
 	ReconnectGrace time.Duration // 0: no grace
 	Deadline       time.Time     // lifetime end; zero: unlimited
+
+	// IndexedState (--indexed-state) makes every handshake require the
+	// challenge's capability echoes (durability.md §1.2).
+	IndexedState bool
+	// SendFrameLimit and ReceiveFrameLimit lower this side's secure-channel
+	// frame bounds (tests only: durability.md §11 scenarios 8 and 26);
+	// 0 means MaxSecureChannelFrames.
+	SendFrameLimit, ReceiveFrameLimit uint64
 
 	// Resume reports the cursors for auth_hello. Nil: zero cursors.
 	Resume func() Resume
@@ -128,6 +137,9 @@ type Client struct {
 	current      *Conn
 	leaseKick    chan struct{}
 	fatal        chan error
+	// rekeyNow says the last connection ended at this side's frame bound:
+	// the next dial skips the base delay (durability.md §2.2 item 2).
+	rekeyNow atomic.Bool
 }
 
 // NewClient checks cfg.
@@ -260,6 +272,7 @@ func (c *Client) clientHandshake() *ClientHandshake {
 	h := ClientHandshake{
 		Identity: c.identity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
 		Ticket: c.ticket, RenewalOutstanding: c.renewPending != nil, Rand: c.cfg.Rand, Now: c.clk.Now,
+		IndexedState: c.cfg.IndexedState, SendFrameLimit: c.cfg.SendFrameLimit, ReceiveFrameLimit: c.cfg.ReceiveFrameLimit,
 	}
 	if c.warm != nil {
 		r := *c.warm
@@ -316,6 +329,9 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 		Pong:     func() ([]byte, error) { return c.pong(sess) },
 		PongSent: c.cfg.pongSent,
 		Logger:   c.log,
+		// A rekey is announced (beyond: the reference runner just drops):
+		// the core then sees a plain Close 1012, as from its own bound.
+		RekeyClose: RekeyCloseFrame,
 	})
 	return conn
 }
@@ -352,6 +368,12 @@ func (c *Client) inspect(sess *Session, pt []byte) (FrameAction, *Envelope, erro
 	switch env.Kind {
 	case KindPing:
 		return framePing, nil, nil
+	case KindCommandEpochRotate, KindEventEpochCommitted:
+		// runnerd negotiates no epochs (level D1), so neither kind can be
+		// meant for it: fatal, state intact (durability.md §1.4).
+		err := fmt.Errorf("inspect frame: %w: %s", ErrUnnegotiatedEpoch, env.Kind)
+		c.failFatal(err)
+		return 0, nil, err
 	case KindLeaseRenewed:
 		return FrameConsumed, nil, c.applyRenewed(env)
 	case KindRevoke:
@@ -580,6 +602,11 @@ func (s *supervisor) lose() {
 	s.cur = nil
 	c.setCurrent(nil)
 	s.disconnectedAt = c.clk.Now()
+	if errors.Is(err, ErrRekeyRequired) {
+		// This side's own frame bound: nothing is wrong with the peer, so
+		// the fresh keys are fetched at once (durability.md §2.2 item 2).
+		c.rekeyNow.Store(true)
+	}
 	if c.cfg.OnLost != nil {
 		c.cfg.OnLost(err)
 	}
@@ -660,7 +687,8 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 			return
 		case <-need:
 		}
-		if !first && !sleepCtx(ctx, c.clk, c.cfg.ReconnectDelay) { // after a drop: base once
+		// After a drop: the base delay once; none after this side's rekey.
+		if !first && !c.rekeyNow.Swap(false) && !sleepCtx(ctx, c.clk, c.cfg.ReconnectDelay) {
 			return
 		}
 		first = false

@@ -156,6 +156,13 @@ type ClientHandshake struct {
 	WarmTransitionID string
 	WarmReceipt      *WarmTransition
 	Resume           Resume
+	// IndexedState (--indexed-state) requires the challenge to carry the
+	// durability and outputBodies capabilities, as the reference does when
+	// its core keeps indexed state (durability.md §1.2).
+	IndexedState bool
+	// SendFrameLimit and ReceiveFrameLimit lower the session's frame bounds
+	// (Session.SetFrameLimits; tests only); 0 means MaxSecureChannelFrames.
+	SendFrameLimit, ReceiveFrameLimit uint64
 	// Now is the clock for expiry checks; nil means time.Now.
 	Now func() time.Time
 	// Rand supplies the client nonce; nil means crypto/rand.
@@ -264,6 +271,7 @@ func (h *ClientHandshake) prove(ctx context.Context, c MsgConn) (*provenChalleng
 		ProtocolMin: ProtocolMinVersion, ProtocolMax: ProtocolVersion,
 		WarmTransitionVersion: &wtv, Identity: h.Identity,
 		RunnerVersion: h.RunnerVersion, RunnerDigest: h.RunnerDigest, Resume: &h.Resume,
+		Durability: DurabilityCapability, OutputBodies: OutputBodiesCapability,
 	}
 	if h.WarmTransitionID != "" {
 		id := h.WarmTransitionID
@@ -314,6 +322,7 @@ func (p *provenChallenge) respond(ctx context.Context, c MsgConn) (*Session, *We
 	if err != nil {
 		return nil, nil, failClosed(err)
 	}
+	sess.SetFrameLimits(h.SendFrameLimit, h.ReceiveFrameLimit)
 	sess.Version = ch.SelectedVersion
 	sess.Identity = h.Identity
 
@@ -342,6 +351,11 @@ type challenge struct {
 	ChallengePayload
 	envelopeVersion int
 	signing         []byte
+	// epochField names the first epoch member the challenge carries
+	// (challengeEpochFields), "" when none.
+	epochField string
+	// commandResume is the challenge's commandResume member, nil when absent.
+	commandResume *jsonValue
 }
 
 // parseChallenge parses an auth_challenge envelope. The signing bytes are
@@ -376,6 +390,24 @@ func parseChallenge(msg []byte) (*challenge, error) {
 	if pl.member("warmTransitionId") != nil {
 		v := r.str("warmTransitionId")
 		p.WarmTransitionID = &v
+	}
+	for _, f := range []struct {
+		name string
+		dst  **string
+	}{{"durability", &p.Durability}, {"outputBodies", &p.OutputBodies}} {
+		if pl.member(f.name) != nil {
+			v := r.str(f.name)
+			*f.dst = &v
+		}
+	}
+	for _, name := range challengeEpochFields {
+		if pl.member(name) != nil {
+			ch.epochField = name
+			break
+		}
+	}
+	if cr := pl.member("commandResume"); cr != nil {
+		ch.commandResume = cr
 	}
 	p.ServerProof = r.str("serverProof")
 	if r.err != "" {
@@ -430,6 +462,9 @@ func (h *ClientHandshake) checkChallenge(ch *challenge, credID, kind, nonce stri
 	case ch.WarmTransitionID == nil && h.WarmTransitionID != "" && ch.SelectedVersion >= 2:
 		return bad("warmTransitionId not echoed")
 	}
+	if err := h.checkChallengeDurability(ch); err != nil {
+		return err
+	}
 	if kind == CredentialBootstrap {
 		if ch.CredentialLeaseID != nil {
 			return bad("credentialLeaseId must be null for bootstrap")
@@ -451,6 +486,47 @@ func (h *ClientHandshake) checkChallenge(ch *challenge, credID, kind, nonce stri
 	}
 	if l.ProtocolVersion != 0 && ch.SelectedVersion != l.ProtocolVersion {
 		return bad("selectedVersion differs from the version the lease pins")
+	}
+	return nil
+}
+
+// checkChallengeDurability applies durability.md §1.2's refusals at level
+// D1: no epoch member (runnerd requests no epoch capability, so every one
+// is unrequested, eventResume and eventEpochLimit included), a
+// commandResume only as an indexed core sends it to such a runner (no
+// command epoch, a sequence of the right shape), each
+// capability echo exactly its constant, and both echoes present under
+// --indexed-state. Each fails the attempt before auth_response, so it is
+// retryable and never spends a ticket.
+func (h *ClientHandshake) checkChallengeDurability(ch *challenge) error {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrChallengeRejected, what) }
+	if ch.epochField != "" {
+		return bad(ch.epochField + " was not requested")
+	}
+	if cr := ch.commandResume; cr != nil {
+		// runnerd holds no command epoch, so the echo names none; the
+		// sequence is the core's and is only checked for shape.
+		r := fieldReader{obj: cr}
+		if cr.kind != jsonObject {
+			return bad("commandResume is not an object")
+		}
+		if r.int("lastControllerCommandSeq") < 0 || r.err != "" {
+			return bad("commandResume.lastControllerCommandSeq missing or mistyped")
+		}
+		if e := cr.member("controllerEpoch"); e != nil && e.kind != jsonNull {
+			return bad("commandResume names a command epoch runnerd does not hold")
+		}
+	}
+	for _, f := range []struct {
+		name, want string
+		got        *string
+	}{{"durability", DurabilityCapability, ch.Durability}, {"outputBodies", OutputBodiesCapability, ch.OutputBodies}} {
+		switch {
+		case f.got == nil && h.IndexedState:
+			return bad(f.name + " missing (required with --indexed-state)")
+		case f.got != nil && *f.got != f.want:
+			return bad(f.name + " is not " + f.want)
+		}
 	}
 	return nil
 }
@@ -518,6 +594,16 @@ func (h *ClientHandshake) checkWelcome(pt []byte, ch *challenge, kind string) (*
 			return nil, bad("pending command is not an object")
 		}
 	}
+	// No epoch was granted (checkChallengeDurability), so the welcome may
+	// carry no grant and no source epoch (durability.md §1.3).
+	for _, f := range []struct {
+		name string
+		v    json.RawMessage
+	}{{"commandEpochs", p.CommandEpochs}, {"eventEpochs", p.EventEpochs}, {"eventEpochLimit", p.EventEpochLimit}, {"sourceEpoch", p.SourceEpoch}} {
+		if len(f.v) > 0 && string(f.v) != "null" {
+			return nil, bad(f.name + " differs from the challenge's grant")
+		}
+	}
 	if h.WarmTransitionID != "" {
 		if h.WarmReceipt == nil || p.WarmTransitionPhase != WarmPhaseActivated || !SameWarmTransition(p.WarmTransition, *h.WarmReceipt) {
 			return nil, bad("warm activation welcome does not carry the exact receipt")
@@ -576,6 +662,8 @@ func ParseAuthHello(msg []byte) (*HelloPayload, error) {
 	// The reference core ignores credentialKind and resume; read them when
 	// present, for the caller.
 	p.CredentialKind, _ = pl.member("credentialKind").goString()
+	p.Durability, _ = pl.member("durability").goString()
+	p.OutputBodies, _ = pl.member("outputBodies").goString()
 	if v, ok := pl.member("warmTransitionVersion").safeInt(); ok {
 		n := int(v)
 		p.WarmTransitionVersion = &n

@@ -29,6 +29,11 @@ const (
 	// maxOwedPongs bounds PRP pings waiting for their pong; a peer pinging
 	// faster than the socket drains is dropped rather than buffered forever.
 	maxOwedPongs = 1024
+	// rekeyCloseWait bounds the Close 1012 handshake at a frame bound
+	// (beyond: the reference runner drops without a Close); a peer that
+	// has not answered by then is dropped, so the reconnect is not held up
+	// by coder/websocket's own 5 s close bounds.
+	rekeyCloseWait = 500 * time.Millisecond
 	// maxKeptReadBuffer bounds the reader buffers (fbuf, rbuf) a connection
 	// keeps between frames: the default frame limit (defaultMaxFrameBytes).
 	// A rarer larger frame, up to maxMaxFrameBytes, gets a buffer of its
@@ -102,7 +107,23 @@ type linkConfig struct {
 	// (sendWindow); whoever reads the ACKs (Inspect) feeds it. Nil: unpaced
 	// (the core half).
 	Window *sendWindow
+	// RekeyClose is how the link ends when the session reaches a frame
+	// bound (ErrRekeyRequired): RekeyCloseFrame sends a WebSocket Close 1012
+	// first (the runner, and a listen-mode core's ws wire); RekeyDrop drops
+	// the TCP connection without a Close frame (a dial-mode core's raw
+	// wire). Durability.md §2.1, §2.2 item 2.
+	RekeyClose RekeyClose
 }
+
+// RekeyClose says how a link ends at a frame bound (linkConfig.RekeyClose).
+type RekeyClose int
+
+const (
+	// RekeyDrop destroys the TCP connection without a Close frame.
+	RekeyDrop RekeyClose = iota
+	// RekeyCloseFrame sends Close 1012 (service restart), no reason, then closes.
+	RekeyCloseFrame
+)
 
 // link is the machinery of one authenticated connection (prp.md §4): a reader
 // goroutine that only reads, opens and classifies frames; a single writer
@@ -190,13 +211,42 @@ func startLink(ws *wsConn, act *activity, s interface {
 	return l
 }
 
-// fail ends the link with err (the first error wins) and drops the socket.
+// fail ends the link with err (the first error wins) and drops the socket;
+// at a frame bound it ends the way cfg.RekeyClose says.
 func (l *link) fail(err error) {
+	if errors.Is(err, ErrRekeyRequired) && l.cfg.RekeyClose == RekeyCloseFrame {
+		l.failWithClose(err)
+		return
+	}
 	l.closeOnce.Do(func() {
 		l.err = err
 		l.cancel()
 		_ = l.ws.Close()
 		close(l.done)
+	})
+}
+
+// failWithClose ends the link with err after a Close 1012. The link counts
+// as ended at once (Done); the close handshake runs on a goroutine close
+// waits for, bounded by rekeyCloseWait, and the link's context is
+// cancelled only after it, since a cancelled read drops the socket before
+// the Close frame could leave.
+func (l *link) failWithClose(err error) {
+	l.closeOnce.Do(func() {
+		l.err = err
+		close(l.done)
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			drop := func() {
+				l.cancel()
+				_ = l.ws.Close()
+			}
+			t := l.cfg.Clock.AfterFunc(rekeyCloseWait, drop)
+			_ = l.ws.closeServiceRestart()
+			t.Stop()
+			drop()
+		}()
 	})
 }
 

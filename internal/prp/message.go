@@ -36,6 +36,11 @@ type HelloPayload struct {
 	RunnerVersion string  `json:"runnerVersion"`
 	RunnerDigest  string  `json:"runnerDigest"`
 	Resume        *Resume `json:"resume,omitempty"`
+	// Durability and OutputBodies are the capability claims
+	// (durability.md §1.1): runnerd always sends DurabilityCapability and
+	// OutputBodiesCapability; an indexed core refuses a hello without them.
+	Durability   string `json:"durability,omitempty"`
+	OutputBodies string `json:"outputBodies,omitempty"`
 }
 
 // ChallengePayload is the auth_challenge payload (spec §2.1), core → runner.
@@ -56,7 +61,11 @@ type ChallengePayload struct {
 	RevocationEpoch           int64   `json:"revocationEpoch"`
 	WarmTransitionVersion     *int    `json:"warmTransitionVersion,omitempty"`
 	WarmTransitionID          *string `json:"warmTransitionId,omitempty"`
-	ServerProof               string  `json:"serverProof,omitempty"`
+	// Durability and OutputBodies echo the capabilities; only an indexed
+	// core sends them (durability.md §1.2).
+	Durability   *string `json:"durability,omitempty"`
+	OutputBodies *string `json:"outputBodies,omitempty"`
+	ServerProof  string  `json:"serverProof,omitempty"`
 }
 
 // AuthResponsePayload is the auth_response payload, runner → core.
@@ -95,6 +104,13 @@ type WelcomePayload struct {
 	WarmTransitionVersion          *int              `json:"warmTransitionVersion,omitempty"`
 	WarmTransition                 json.RawMessage   `json:"warmTransition,omitempty"`
 	WarmTransitionPhase            string            `json:"warmTransitionPhase,omitempty"`
+	// The epoch grant of this connection (durability.md §1.3). runnerd
+	// negotiates no epochs, so it requires all four absent (sourceEpoch may
+	// be null); a core marshals them only when it granted epochs.
+	CommandEpochs   json.RawMessage `json:"commandEpochs,omitempty"`
+	EventEpochs     json.RawMessage `json:"eventEpochs,omitempty"`
+	EventEpochLimit json.RawMessage `json:"eventEpochLimit,omitempty"`
+	SourceEpoch     json.RawMessage `json:"sourceEpoch,omitempty"`
 }
 
 // AckPayload is core→runner ack: the cumulative committed cursor.
@@ -164,6 +180,9 @@ type WarmTransitionActivatedPayload struct {
 var coreKinds = map[string]bool{
 	KindCommand: true, KindAck: true, KindPing: true, KindRevoke: true,
 	KindLeaseRenewed: true, KindCommandResultAck: true, KindWarmTransitionActivatedAck: true,
+	// Known so that Client.inspect can refuse them as fatal rather than
+	// drop the connection as for an unknown kind (durability.md §1.4).
+	KindCommandEpochRotate: true, KindEventEpochCommitted: true,
 }
 
 // runnerKinds are the kinds a core accepts from a runner.

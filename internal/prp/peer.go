@@ -63,6 +63,10 @@ type LinkConfig struct {
 	SilenceTimeout time.Duration
 	Inspect        func(plaintext []byte) (FrameAction, any, error)
 	Logger         *slog.Logger
+	// RekeyClose is how the link ends at the session's frame bound: a
+	// Close 1012 (the listen-mode ws wire) or a TCP drop (the dial-mode
+	// raw wire), durability.md §2.1.
+	RekeyClose RekeyClose
 }
 
 // Link is an authenticated connection of the controller half: the same
@@ -77,7 +81,7 @@ type Link struct{ l *link }
 func (p *PeerConn) StartLink(s *Session, cfg LinkConfig) *Link {
 	return &Link{l: startLink(p.ws, p.act, s, linkConfig{
 		PingInterval: cfg.PingInterval, SilenceTimeout: cfg.SilenceTimeout,
-		Inspect: cfg.Inspect, Logger: cfg.Logger,
+		Inspect: cfg.Inspect, Logger: cfg.Logger, RekeyClose: cfg.RekeyClose,
 	})}
 }
 

@@ -29,7 +29,19 @@ const (
 	maxFrameCounter = 1<<53 - 1
 	// gcmTagSize is the AES-GCM tag length appended to every ciphertext.
 	gcmTagSize = 16
+	// MaxSecureChannelFrames bounds the secure frames of one connection in
+	// each direction: counters 0..MaxSecureChannelFrames-1 are usable, and
+	// fresh keys come only from a new authenticated connection
+	// (durability.md §2.1; R-transport MAX_SECURE_CHANNEL_FRAMES, CP
+	// maxSecureChannelFrames).
+	MaxSecureChannelFrames = 1 << 20
 )
+
+// ErrRekeyRequired reports that a direction of the session reached its
+// frame bound: the frame was neither sealed nor opened, and the connection
+// must end so that a new one brings fresh keys (durability.md §2). It ends
+// the connection only: the runner reconnects with its lease at once.
+var ErrRekeyRequired = errors.New("secure channel rekey required")
 
 // ErrSecureFrame matches (errors.Is) every secure-frame rejection below.
 // Each one is fatal for the connection (spec §2.2 "fail closed").
@@ -90,7 +102,10 @@ type halfChannel struct {
 	aadHead []byte   // schema NUL sessionId NUL direction NUL, room for a counter
 	nonceIn [12]byte // the nonce of the frame being sealed or opened
 	counter uint64
-	err     error // sticky: a failed Open poisons the direction
+	// limit is the direction's frame bound: no frame with counter >= limit
+	// is sealed or opened (MaxSecureChannelFrames unless lowered).
+	limit uint64
+	err   error // sticky: a failed Open poisons the direction
 }
 
 // NewCoreSession derives the core's half of the channel from the handshake
@@ -118,7 +133,28 @@ func newSession(role Role, authKey []byte, signing []byte, serverProofHex, clien
 	} else {
 		s.seal, s.open = down, up
 	}
+	s.SetFrameLimits(0, 0)
 	return s, nil
+}
+
+// FrameCounts returns how many frames the session sealed and opened. Call
+// it only while neither direction is in use (after the connection's link
+// has ended): the link's writer and reader own the counters.
+func (s *Session) FrameCounts() (sealed, opened uint64) { return s.seal.counter, s.open.counter }
+
+// SetFrameLimits lowers the session's frame bounds, for sealing (send) and
+// for opening (receive); 0 or a value above MaxSecureChannelFrames means
+// MaxSecureChannelFrames. A core may lower its bound (CP
+// secureChannelFrameLimit, 4..MaxSecureChannelFrames); runnerd lowers its
+// own only in tests. Call it before the session seals or opens a frame.
+func (s *Session) SetFrameLimits(send, receive uint64) {
+	bound := func(n uint64) uint64 {
+		if n == 0 || n > MaxSecureChannelFrames {
+			return MaxSecureChannelFrames
+		}
+		return n
+	}
+	s.seal.limit, s.open.limit = bound(send), bound(receive)
 }
 
 func newHalf(key []byte, prefix, sessionID, dir string) (halfChannel, error) {
@@ -178,6 +214,9 @@ func (s *Session) AppendSeal(dst, plaintext []byte) ([]byte, error) {
 	h := &s.seal
 	if h.counter > maxFrameCounter {
 		return dst, fmt.Errorf("seal frame: %w", errCounterExhausted)
+	}
+	if h.counter >= h.limit {
+		return dst, fmt.Errorf("seal frame: %w", ErrRekeyRequired)
 	}
 	counter := h.counter
 	var digits [20]byte
@@ -239,6 +278,12 @@ func (s *Session) Open(frame []byte) ([]byte, error) {
 func (s *Session) AppendOpen(dst, frame []byte) ([]byte, error) {
 	h := &s.open
 	if h.err != nil {
+		return dst, h.err
+	}
+	if h.counter >= h.limit {
+		// The frame is refused unread: whatever it carries (a command, an
+		// ack) comes back on the next connection (durability.md §2.3).
+		h.err = fmt.Errorf("open frame: %w", ErrRekeyRequired)
 		return dst, h.err
 	}
 	out, err := h.openFrame(dst, frame)

@@ -135,6 +135,13 @@ func (w *wsConn) WriteMsg(ctx context.Context, b []byte) error {
 // core does (prp.md §13.1).
 func (w *wsConn) Close() error { return w.c.CloseNow() }
 
+// closeServiceRestart sends Close 1012 with no reason, the core's close at
+// its frame bound (durability.md §2.1), and waits for the close handshake
+// within coder/websocket's bounds.
+func (w *wsConn) closeServiceRestart() error {
+	return w.c.Close(websocket.StatusServiceRestart, "")
+}
+
 // ping sends a WebSocket Ping and waits for its Pong.
 func (w *wsConn) ping(ctx context.Context) error { return w.c.Ping(ctx) }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
@@ -62,7 +63,18 @@ type loop struct {
 
 	exec     *agentExec // the ACP executor; nil in loop-only tests
 	execStop sync.Once
+
+	// lostAt is when the current outage began (r.clk, Unix nanoseconds),
+	// 0 while connected or before the first loss of this process: written
+	// by OnLost on the client's supervisor, read by the command routine.
+	lostAt atomic.Int64
 }
+
+// ReconnectEventMinOutage is the shortest outage runner.reconnected reports
+// (durability.md §2.2 item 4, (beyond): the reference emits none). A rekey
+// or a drop healed sooner enqueues nothing, so channel rekeys do not spend
+// the P0 reserve.
+const ReconnectEventMinOutage = 5 * time.Second
 
 // attachExecutor plugs the ACP executor in: its handlers serve the provider
 // commands unless opts replaces them; lifecycle commands stay the loop's.
@@ -163,8 +175,17 @@ func (r *loop) pong() prp.PongPayload {
 }
 
 func (r *loop) onLost(err error) {
+	r.lostAt.Store(r.clk.Now().UnixNano())
 	r.send.detach()
 	r.log.Info("connection lost; unacknowledged events will be replayed", "err", err)
+}
+
+// outageReportable reports whether the outage this connection ends lasted
+// at least ReconnectEventMinOutage, and ends it. A connection that
+// superseded a live one ends no outage.
+func (r *loop) outageReportable() bool {
+	lost := r.lostAt.Swap(0)
+	return lost != 0 && r.clk.Now().Sub(time.Unix(0, lost)) >= ReconnectEventMinOutage
 }
 
 // onAuthenticated applies the welcome's cursor, records the connection,
@@ -206,13 +227,23 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 		r.ackApplied()
 	}
 	rec := r.store.Recovery()
-	first := (r.send.countConnection() == 1 && !rec.Resumed) || activated
-	typ := prp.EventRunnerReconnected
-	if first {
+	count := r.send.countConnection()
+	first := (count == 1 && !rec.Resumed) || activated
+	outage := r.outageReportable()
+	typ := ""
+	switch {
+	case first:
 		typ = prp.EventRunnerConnected
+	case count == 1, outage:
+		// The first connection after a restart, or one that ends an
+		// outage the server may have noticed.
+		typ = prp.EventRunnerReconnected
 	}
-	fact := state.Event{Type: typ, Priority: state.P0,
-		Payload: jsonenc.MustMarshal(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
+	var fact state.Event
+	if typ != "" {
+		fact = state.Event{Type: typ, Priority: state.P0,
+			Payload: jsonenc.MustMarshal(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
+	}
 	fenced := r.store.PendingTerminalDelivery() != nil
 	// One write for the connection's facts (each write is two fsyncs).
 	err := r.store.Update(func(tx *state.Tx) error {
@@ -233,6 +264,9 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 			if err := tx.RestoreV2ReplayEvents(); err != nil && !outboxBound(err) {
 				return err
 			}
+		}
+		if typ == "" {
+			return nil
 		}
 		if _, err := tx.Enqueue(fact); err != nil && !outboxBound(err) {
 			return err

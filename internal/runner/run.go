@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
@@ -42,6 +44,23 @@ func runTo(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicke
 	return config.ExitCode(err)
 }
 
+// refuseIndexedStore fails when dir holds the reference's indexed store:
+// runnerd cannot read it, and starting beside it with a fresh JSON state
+// would fork the run's truth (durability.md §7.1: the reference fails closed
+// across formats). A missing directory is state.Open's to create.
+func refuseIndexedStore(dir string) error {
+	_, err := os.Lstat(filepath.Join(dir, config.StorageStateFile))
+	switch {
+	case err == nil:
+		return config.NewError(config.CodeIndexedStateUnsupported,
+			"the state directory holds "+config.StorageStateFile+" (the reference's indexed store), which runnerd cannot read; refusing to start", nil)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	default:
+		return config.NewError(config.CodeRunnerFailed, "check the state directory for "+config.StorageStateFile, err)
+	}
+}
+
 // options are the control loop's seams for the executor and for tests.
 type options struct {
 	// Handlers replaces the ACP executor's handlers by command type, so a
@@ -58,6 +77,9 @@ type options struct {
 	// Transport, in dial mode, carries the upgrade instead of TCP (tests:
 	// an in-memory pipe, so they run in testing/synctest).
 	Transport http.RoundTripper
+	// SendFrameLimit and ReceiveFrameLimit lower runnerd's secure-channel
+	// frame bounds (prp.ClientConfig; tests only). Run sets neither.
+	SendFrameLimit, ReceiveFrameLimit uint64
 }
 
 // runLoop is Run without the stderr line: it returns nil for every clean
@@ -67,6 +89,9 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 	defer ticket.Destroy()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := refuseIndexedStore(cfg.StateDir); err != nil {
+		return err
 	}
 	st, err := state.Open(state.Config{
 		Dir: cfg.StateDir, Identity: cfg.Identity,
@@ -104,6 +129,8 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		Ticket:        string(secret), // prp keeps it in memory until the welcome
 		MaxFrameBytes: int(cfg.MaxFrameBytes), PingInterval: cfg.PingInterval,
 		SilenceTimeout: cfg.SilenceTimeout, ReconnectDelay: cfg.ReconnectDelay,
+		IndexedState:   cfg.IndexedState,
+		SendFrameLimit: opts.SendFrameLimit, ReceiveFrameLimit: opts.ReceiveFrameLimit,
 		Resume: r.resume, Pong: r.pong,
 		OnAuthenticated: func(ctx context.Context, c *prp.Conn, w *prp.Welcome) error {
 			if w.Bootstrapped {

@@ -35,7 +35,13 @@ type agentRig struct {
 
 func newAgentRig(t *testing.T, extra ...string) *agentRig {
 	t.Helper()
-	c := newCoreServer(t)
+	return newAgentRigWith(t, nil, extra...)
+}
+
+// newAgentRigWith is newAgentRig with a tweaked core (newCoreServerWith).
+func newAgentRigWith(t *testing.T, tweak func(*control.Config), extra ...string) *agentRig {
+	t.Helper()
+	c := newCoreServerWith(t, tweak)
 	dir := stateDir(t)
 	args := runnerdArgs(dir, append([]string{"--connect-url", c.connectURL(), "--pcwrap-path", testbin.Path(t, "pcwrap")}, extra...)...)
 	return &agentRig{c: c, bin: runnerdBin(t), dir: dir, args: args}

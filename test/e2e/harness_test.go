@@ -47,10 +47,16 @@ type coreServer struct {
 	url  string
 }
 
-func newCoreServer(t testing.TB) *coreServer {
-	core := prptest.NewCore(t, control.Config{
-		Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest,
-	})
+func newCoreServer(t testing.TB) *coreServer { return newCoreServerWith(t, nil) }
+
+// newCoreServerWith is newCoreServer with tweak applied to the core's
+// configuration (a lowered frame bound, an indexed core).
+func newCoreServerWith(t testing.TB, tweak func(*control.Config)) *coreServer {
+	cfg := control.Config{Identity: identity, RunnerVersion: runnerVersion, RunnerDigest: runnerDigest}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	core := prptest.NewCore(t, cfg)
 	core.WaitBound = waitBound
 	return &coreServer{core: core, url: core.ServeLoopback()}
 }

@@ -66,7 +66,31 @@ type Config struct {
 	// It runs on the sending goroutine and must not block or call the Core.
 	// Fault injection and observation: the core does not depend on it.
 	Outbound func(kind string, payload any) (any, error)
+
+	// Indexed plays a core with an indexed authority store
+	// (PAPERCLIP_NATIVE_INDEXED_STATE=1, durability.md §1.1, §1.2): a hello
+	// without both capability claims is refused before any challenge, and
+	// the challenge echoes them with a commandResume.
+	Indexed bool
+	// FrameLimit lowers the core's secure-channel frame bound in each
+	// direction (CP secureChannelFrameLimit, MinFrameLimit..
+	// prp.MaxSecureChannelFrames; 0 means the maximum). At it the core
+	// closes instead of sending, and closes unread a frame that arrives,
+	// the way RekeyClose says (durability.md §2.1).
+	FrameLimit uint64
+	// RekeyClose is how a connection ends at FrameLimit: prp.RekeyDrop (the
+	// dial-mode raw wire, the default) or prp.RekeyCloseFrame (Close 1012,
+	// the listen-mode ws wire).
+	RekeyClose prp.RekeyClose
+	// Challenge, when set, edits the auth_challenge payload before it is
+	// signed, so the runner's field checks are tested behind a valid proof
+	// (fault injection, like Outbound).
+	Challenge func(payload map[string]any)
 }
+
+// MinFrameLimit is the lowest FrameLimit a core accepts (CP
+// secureChannelFrameLimit: 4..1,048,576; durability.md §2.1).
+const MinFrameLimit = 4
 
 // Core is the controller half of PRP used by tests and prpctl: it mints
 // tickets, holds leases, queues commands (only the lowest pending one is
@@ -106,6 +130,7 @@ type Core struct {
 	pongs    int
 	auths    int
 	renewals int
+	frames   []ConnFrames  // per ended connection, in the order they ended
 	changed  chan struct{} // closed and replaced by notifyLocked
 	closed   bool
 	// wg counts the dispatch goroutines: Add under mu once closed is
@@ -173,6 +198,9 @@ func NewCore(cfg Config) *Core {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.FrameLimit != 0 {
+		cfg.FrameLimit = min(max(cfg.FrameLimit, MinFrameLimit), prp.MaxSecureChannelFrames)
+	}
 	return &Core{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "prp.core"), identity: cfg.Identity,
 		conns: map[*coreConn]struct{}{}, changed: make(chan struct{}), results: map[string]json.RawMessage{},
@@ -231,6 +259,16 @@ type Snapshot struct {
 	WarmActivating bool
 	// Epochs are the identities a warm rotation replaced, oldest first.
 	Epochs []Epoch
+	// Frames are the secure frames of each ended connection (the rekey's
+	// cost, durability.md §2), in the order the connections ended.
+	Frames []ConnFrames
+}
+
+// ConnFrames counts one connection's secure frames: Sent by the core (the
+// welcome is frame 0) and Received from the runner.
+type ConnFrames struct {
+	ConnectionID   string
+	Sent, Received uint64
 }
 
 // Snapshot returns the observable state.
@@ -245,6 +283,7 @@ func (c *Core) snapshotLocked() Snapshot {
 		AckedSourceSeq: c.acked, Events: c.events[:len(c.events):len(c.events)], // append-only: safe to share
 		Results: c.results, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
 		Identity: c.identity, Epochs: c.epochs[:len(c.epochs):len(c.epochs)], Connections: len(c.conns),
+		Frames: c.frames[:len(c.frames):len(c.frames)], // append-only: safe to share
 	}
 	if c.warm != nil {
 		r := c.warm.receipt
@@ -316,7 +355,7 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 	h := Handshake{
 		Identity: ident, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
 		Store: c.store, LeaseTTL: c.cfg.LeaseTTL, MaxFrameBytes: c.cfg.MaxFrameBytes, ConnectionID: connID,
-		Outbound:       c.cfg.Outbound,
+		Outbound: c.cfg.Outbound, Indexed: c.cfg.Indexed, FrameLimit: c.cfg.FrameLimit, Challenge: c.cfg.Challenge,
 		AckedSourceSeq: func() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.acked },
 	}
 	h.Warm = func(id string) (prp.WarmTransition, bool) {
@@ -357,7 +396,8 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 			// byte after canonicalisation): hand off a copy the reader never touches.
 			return a, bytes.Clone(pt), err
 		},
-		Logger: c.log,
+		Logger:     c.log,
+		RekeyClose: c.cfg.RekeyClose,
 	})
 	c.mu.Lock()
 	if c.closed {
@@ -439,7 +479,9 @@ func (c *Core) inspect(cc *coreConn, pt []byte) (prp.FrameAction, error) {
 func (c *Core) dispatch(cc *coreConn) {
 	defer func() {
 		cc.l.Close()
+		sent, received := cc.sess.FrameCounts() // the link has ended: no goroutine moves the counters
 		c.mu.Lock()
+		c.frames = append(c.frames, ConnFrames{ConnectionID: cc.sess.ConnectionID, Sent: sent, Received: received})
 		delete(c.conns, cc)
 		if c.current == cc {
 			c.current = nil

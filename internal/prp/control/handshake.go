@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -117,6 +118,10 @@ type Handshake struct {
 	// Outbound, when set, sees the welcome's payload before it is sealed
 	// and returns the payload to send (Config.Outbound).
 	Outbound func(kind string, payload any) (any, error)
+	// Indexed, FrameLimit and Challenge are Config's.
+	Indexed    bool
+	FrameLimit uint64
+	Challenge  func(payload map[string]any)
 }
 
 func (h *Handshake) now() time.Time {
@@ -144,6 +149,10 @@ func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hell
 	hello, err := prp.ParseAuthHello(msg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+	if h.Indexed && (hello.Durability != prp.DurabilityCapability || hello.OutputBodies != prp.OutputBodiesCapability) {
+		// CP #authorizeHello: an indexed core closes before any challenge.
+		return nil, nil, fmt.Errorf("core handshake: %w: durability or outputBodies capability missing", prp.ErrHelloRejected)
 	}
 	expect := h.Identity
 	var warm *prp.WarmTransition
@@ -186,13 +195,22 @@ func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hell
 		ch.WarmTransitionVersion = hello.WarmTransitionVersion
 	}
 	ch.WarmTransitionID = hello.WarmTransitionID
-	signing, err := prp.Canonical(ch)
+	if h.Indexed {
+		d, o := prp.DurabilityCapability, prp.OutputBodiesCapability
+		ch.Durability, ch.OutputBodies = &d, &o
+	}
+	payload, err := h.challengePayload(ch, hello)
+	if err != nil {
+		return nil, nil, fmt.Errorf("core handshake: %w", err)
+	}
+	signing, err := prp.Canonical(payload)
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: sign challenge: %w", err)
 	}
 	ch.ServerProof = prp.ServerProof(cred.AuthKey[:], signing)
+	payload["serverProof"] = ch.ServerProof
 	deadline := min(cred.ExpiresAtUnixMs, now.Add(authChallengeTTL).UnixMilli())
-	if err := prp.WriteAuth(ctx, c, selected, prp.KindAuthChallenge, ch); err != nil {
+	if err := prp.WriteAuth(ctx, c, selected, prp.KindAuthChallenge, payload); err != nil {
 		return nil, nil, fmt.Errorf("core handshake: send auth_challenge: %w", err)
 	}
 
@@ -232,6 +250,7 @@ func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hell
 	if err != nil {
 		return nil, nil, fmt.Errorf("core handshake: %w", err)
 	}
+	sess.SetFrameLimits(h.FrameLimit, h.FrameLimit)
 	sess.Version, sess.Identity, sess.ConnectionLeaseID = selected, expect, lease.ID
 	sess.ConnectionID = h.ConnectionID
 	if sess.ConnectionID == "" {
@@ -250,6 +269,34 @@ func (h *Handshake) Run(ctx context.Context, c prp.MsgConn) (*prp.Session, *Hell
 	}
 	lease.Token = ""
 	return sess, &Hello{HelloPayload: *hello, Lease: lease, Warm: warm}, nil
+}
+
+// challengePayload is the challenge as a JSON object: the typed fields, an
+// indexed core's commandResume, then the Challenge hook's edits.
+func (h *Handshake) challengePayload(ch prp.ChallengePayload, hello *prp.HelloPayload) (map[string]any, error) {
+	b, err := json.Marshal(ch)
+	if err != nil {
+		return nil, fmt.Errorf("build challenge: %w", err)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // integers stay exact through the round trip
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("build challenge: %w", err)
+	}
+	if h.Indexed {
+		// CP adds commandResume whenever its authority store runs (§11
+		// scenario 2): no epoch yet, the hello's controller sequence.
+		var seq int64
+		if hello.Resume != nil {
+			seq = hello.Resume.LastControllerCommandSeq
+		}
+		m["commandResume"] = prp.CommandResume{LastControllerCommandSeq: seq}
+	}
+	if h.Challenge != nil {
+		h.Challenge(m)
+	}
+	return m, nil
 }
 
 func (h *Handshake) leaseTTL() time.Duration {

@@ -87,3 +87,33 @@ func TestHelpExitStatusAgreesWithExitCode(t *testing.T) {
 	grace, _, _ = strings.Cut(grace, "\n  --")
 	require.Contains(t, strings.Join(strings.Fields(grace), " "), "only after the first successful authentication")
 }
+
+// TestIndexedStateFlag: --indexed-state is a switch the newest server passes
+// first (durability.md §7.1); it takes no value and may appear once.
+func TestIndexedStateFlag(t *testing.T) {
+	require.False(t, mustParse(t, listenArgs()).IndexedState)
+	require.True(t, mustParse(t, append([]string{"--indexed-state"}, listenArgs()...)).IndexedState)
+	require.True(t, mustParse(t, dialArgs("ws://127.0.0.1:1/x", "--indexed-state")).IndexedState)
+	requireUsage(t, listenArgs("--indexed-state=false"), "--indexed-state", CodeUsage)
+	requireUsage(t, listenArgs("--indexed-state", "--indexed-state"), "--indexed-state", CodeUsage)
+}
+
+// TestStorageMode: `storage <operation>` is its own mode whatever follows
+// the operation (durability.md §8.1); the operation must be a plain name,
+// so it is safe to print.
+func TestStorageMode(t *testing.T) {
+	cfg := mustParse(t, []string{"storage", "inspect-state", "--path", "/s/runner-state.json", "--unknown", "x"})
+	require.Equal(t, ModeStorage, cfg.Mode)
+	require.Equal(t, "inspect-state", cfg.StorageOperation)
+	require.Equal(t, "paperclip-runnerd: storage_unsupported: inspect-state\n", FormatError(StorageUnsupported(cfg.StorageOperation)))
+	require.Equal(t, ExitFailure, ExitCode(StorageUnsupported("seal")))
+	for _, args := range [][]string{{"storage"}, {"storage", ""}, {"storage", "--path"}, {"storage", "-x"}, {"storage", "Seal"},
+		{"storage", strings.Repeat("a", maxStorageOperationBytes+1)}} {
+		_, err := ParseArgs(args, noEnv)
+		var ue *usageError
+		require.True(t, errors.As(err, &ue), "%q: %v", args, err)
+		require.Contains(t, ue.Problem, "storage")
+	}
+	// "storage" anywhere but first is an ordinary stray argument.
+	requireUsage(t, listenArgs("storage", "seal"), "", CodeUsage)
+}

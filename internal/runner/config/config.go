@@ -61,6 +61,9 @@ const (
 	ModeDial
 	// ModeListen accepts the server's connection (transport mode listen_ws).
 	ModeListen
+	// ModeStorage runs one `storage <operation>` (durability.md §8.1): no
+	// ticket, no network, no state directory.
+	ModeStorage
 )
 
 func (m Mode) String() string {
@@ -71,6 +74,8 @@ func (m Mode) String() string {
 		return "dial"
 	case ModeListen:
 		return "listen"
+	case ModeStorage:
+		return "storage"
 	}
 	return "unknown"
 }
@@ -105,6 +110,10 @@ var logLevels = []struct {
 type Config struct {
 	Mode Mode
 
+	// StorageOperation is the operation of ModeStorage (lower-case words
+	// joined by '-', at most maxStorageOperationBytes).
+	StorageOperation string
+
 	// Dial mode. ConnectURL is ws:// or wss:// with no userinfo, query or
 	// fragment; DialHost is the host without brackets, DialPort is non-zero
 	// (the scheme's default when the URL has none). DNS resolution, pinning
@@ -119,7 +128,12 @@ type Config struct {
 	ListenPort    uint16 // 0 asks the kernel for a port (tests)
 	ListenPath    string
 
-	StateDir      string       // absolute, cleaned
+	StateDir string // absolute, cleaned
+	// IndexedState is --indexed-state: the server's core keeps an indexed
+	// authority store. runnerd keeps runner-state.json all the same
+	// (durability.md §7.1) and requires the challenge's capability fields
+	// (§1.2).
+	IndexedState  bool
 	Identity      prp.Identity // the six --*-id flags (prp.md §13)
 	RunnerVersion string
 	RunnerDigest  string

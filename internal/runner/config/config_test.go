@@ -470,6 +470,9 @@ func FuzzParseArgs(f *testing.F) {
 	f.Add(strings.Join(listenArgs("--log-level", "debug"), "\x00"))
 	f.Add(strings.Join(dialArgs("ws://127.0.0.1:1/x", "--log-level=verbose"), "\x00"))
 	f.Add(strings.Join(append([]string{"--listen-path", listenPathPrefix + "r", "--state-dir", "rel"}, identityArgs()[2:]...), "\x00"))
+	f.Add("storage\x00inspect-state\x00--path\x00/s/runner-state.json")
+	f.Add("storage")
+	f.Add(strings.Join(append([]string{"--indexed-state"}, listenArgs()...), "\x00"))
 	f.Fuzz(func(t *testing.T, joined string) {
 		var args []string
 		if joined != "" {
@@ -492,6 +495,14 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		switch cfg.Mode {
 		case ModeBuildMetadata:
+			return
+		case ModeStorage:
+			if checkStorageOperation(cfg.StorageOperation) != nil || len(args) < 2 || args[0] != StorageCommand {
+				t.Fatalf("storage operation %q from %q", cfg.StorageOperation, args)
+			}
+			if line := FormatError(StorageUnsupported(cfg.StorageOperation)); line != StderrPrefix+"storage_unsupported: "+cfg.StorageOperation+"\n" {
+				t.Fatalf("storage line %q", line)
+			}
 			return
 		}
 		if !filepath.IsAbs(cfg.StateDir) {

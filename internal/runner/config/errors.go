@@ -54,6 +54,13 @@ const (
 	CodeBootstrapTicketMissing Code = "bootstrap_ticket_missing"
 	// CodeBootstrapTicketInvalid: the ticket variable is empty or out of bounds.
 	CodeBootstrapTicketInvalid Code = "bootstrap_ticket_invalid"
+	// CodeStorageUnsupported: a storage operation runnerd does not implement
+	// (durability.md §8.1: the line SHOULD start with this code).
+	CodeStorageUnsupported Code = "storage_unsupported"
+	// CodeIndexedStateUnsupported: the state directory holds the reference's
+	// indexed store, which runnerd cannot read (durability.md §7.1; beyond:
+	// the reference's message has no code).
+	CodeIndexedStateUnsupported Code = "indexed_state_unsupported"
 	// CodeRunnerFailed: any other failure of the runner (beyond).
 	CodeRunnerFailed Code = "runner_failed"
 )

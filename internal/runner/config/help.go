@@ -13,6 +13,7 @@ USAGE
   paperclip-runnerd --build-metadata
   paperclip-runnerd --connect-url ws(s)://HOST/api/runner/v1/connect/RUN  IDENTITY [OPTIONS]
   paperclip-runnerd --listen-path /api/runner/v1/connect/RUN  IDENTITY [OPTIONS]
+  paperclip-runnerd storage OPERATION [--flag value]...
 
 MODES (exactly one)
   --build-metadata             Print this build's capabilities as JSON and exit.
@@ -22,6 +23,11 @@ MODES (exactly one)
   --listen-path PATH           Listen mode: the server dials runnerd through the
                                sandbox's preview proxy. PATH must be
                                /api/runner/v1/connect/<--run-id>.
+  storage OPERATION            The reference's indexed-store operations
+                               (inspect-state, seal, archive-*, ...). runnerd
+                               keeps no indexed store: every operation exits 1
+                               with "paperclip-runnerd: storage_unsupported:
+                               OPERATION" and touches nothing. Needs no ticket.
 
 SECRET (environment only, never a flag)
   PAPERCLIP_RUNNER_BOOTSTRAP_TICKET
@@ -64,6 +70,16 @@ IDENTITY (required in dial and listen mode; assigned by the server)
   --item-id ID                 Item id.
   --runner-version V           Version the server expects.
   --runner-digest D            Digest the server expects (sha256:<hex>).
+
+INDEXED STATE
+  --indexed-state              The server's core keeps an indexed authority
+                               store. runnerd still keeps runner-state.json
+                               (never runner-state.sqlite) and then requires
+                               the core's challenge to carry the durability
+                               and outputBodies capabilities. With or without
+                               it, runnerd refuses to start (exit 1,
+                               indexed_state_unsupported) when --state-dir
+                               holds runner-state.sqlite.
 
 DURABILITY AND LIFECYCLE
   --max-outbox-bytes N         Outbox hard limit (default 65536).
@@ -139,7 +155,7 @@ EXIT STATUS
      transport_reconnect_grace_exceeded,
      transport_reconnect_deadline_exceeded, lease_expired_requires_bootstrap,
      bootstrap_failed_closed (the ticket may be used up: start again with a
-     fresh one)
+     fresh one), indexed_state_unsupported, storage_unsupported
   2  usage: a bad flag, a missing or conflicting mode, or a missing ticket;
      nothing was started. The line reads "paperclip-runnerd: usage: ...",
      except for a bad --listen-path or --listen-address, whose line starts

@@ -54,6 +54,9 @@ func ParseArgs(args []string, env Environ) (Config, error) {
 			return Config{}, &usageError{Code: CodeBootstrapTicketInvalid, Problem: BootstrapTicketEnv + " is still in the environment; it must be taken before argument parsing"}
 		}
 	}
+	if len(args) > 0 && args[0] == StorageCommand {
+		return parseStorage(args[1:])
+	}
 	p := newParser()
 	if err := p.parse(args); err != nil {
 		return Config{}, err
@@ -101,6 +104,8 @@ func newParser() *parser {
 	fs.StringVar(&c.ListenPath, "listen-path", "", "listen mode: "+listenPathPrefix+"<run-id>")
 
 	fs.StringVar(&c.StateDir, "state-dir", "", "durable state directory")
+	fs.Var(&presenceFlag{dst: &c.IndexedState}, "indexed-state", "the server's core keeps indexed state; runnerd keeps runner-state.json")
+	fs.Lookup("indexed-state").NoOptDefVal = "true"
 	fs.StringVar(&c.Identity.RunnerInstanceID, "runner-id", "", "runner instance id")
 	fs.StringVar(&c.Identity.EnvironmentLeaseID, "environment-lease-id", "", "environment lease id")
 	fs.StringVar(&c.Identity.RunID, "run-id", "", "run id")
