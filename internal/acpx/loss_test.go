@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 // TestACP29_LossLatchedBetweenTurns: the agent exits while idle; the
@@ -68,7 +69,7 @@ func TestACP20_RestartMidTurn(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	c = NewClient(back, ClientOptions{})
 	evs = append(evs, step(c, c.Map(), stream[cut:])...)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.delta", "item.completed", "turn.completed", "run.terminal"}, types(evs))
 	require.Equal(t, evs[1].ItemID, evs[3].ItemID)
 	require.Equal(t, "before after", evs[4].Payload["text"])

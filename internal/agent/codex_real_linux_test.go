@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
@@ -91,7 +92,7 @@ func TestCodex07_RealCLI(t *testing.T) {
 	require.Equal(t, 1, count(evs, "turn.completed"))
 	require.GreaterOrEqual(t, count(evs, "tool.execution.completed"), 1)
 	require.Contains(t, said(evs), "hi-from-codex-07")
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	tr := wireTranscript(t, wire)
 	var out []string
 	for _, e := range readTranscript(t, tr) {

@@ -74,37 +74,6 @@ func methodsIn(tr []map[string]any) []string {
 	return out
 }
 
-func validateAll(t *testing.T, evs []provider.Event) {
-	t.Helper()
-	s := prpschema.Load(t)
-	for i, e := range evs {
-		require.NoError(t, prpschema.Validate(s.EventV1, eventEnvelope(i+1, e)), "event %d %s", i, e.EventType)
-		switch e.EventType {
-		case "usage.reported":
-			require.NoError(t, prpschema.Validate(s.Usage, e.Payload), "usage payload %d", i)
-		case "runtime_request.created":
-			require.NoError(t, prpschema.Validate(s.Request, e.Payload["request"]), "request payload %d", i)
-		}
-	}
-}
-
-// eventEnvelope wraps an event the way runnerd's outbox does.
-func eventEnvelope(seq int, ev provider.Event) map[string]any {
-	env := map[string]any{
-		"schema": "paperclip.prp.event.v1", "sourceEventId": fmt.Sprintf("event_runner-1_%016d", seq),
-		"sourceSeq": seq, "sourceInstanceId": "runner-1", "sourceKind": "runner", "runId": "run-1",
-		"normalizedSessionId": "session-1", "eventType": ev.EventType, "schemaVersion": 1, "priority": ev.Priority,
-		"emittedAt": "2026-01-02T03:04:05Z", "payload": ev.Payload,
-	}
-	if ev.TurnID != "" {
-		env["turnId"] = ev.TurnID
-	}
-	if ev.ItemID != "" {
-		env["itemId"] = ev.ItemID
-	}
-	return env
-}
-
 // TestCodex02_ColdOpen: initialize, initialized, thread/start with the
 // instructions in developerInstructions; session.started with the thread id.
 func TestCodex02_ColdOpen(t *testing.T) {
@@ -137,7 +106,7 @@ func TestCodex02_ColdOpen(t *testing.T) {
 	// Codex takes only [A-Za-z0-9_-] tool names: the dotted operation goes
 	// as its flat name, which the catalog resolves back.
 	require.Equal(t, []string{"issue_comment", "paperclip_finish", "paperclip_block"}, names)
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	validateTranscript(t, tr)
 }
 
@@ -175,7 +144,7 @@ func TestCodex03_Turn(t *testing.T) {
 	require.Less(t, idx("turn.completed"), idx("run.terminal"))
 	require.Equal(t, "codex", payloadOf(evs, "turn.started")["provider"])
 	require.Equal(t, "codex", payloadOf(evs, "run.terminal")["provider"])
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }
 
 // TestCodex05_Interrupt: turn.interrupt → turn/interrupt, then
@@ -206,7 +175,7 @@ func TestCodex05_Interrupt(t *testing.T) {
 	n := len(evs)
 	r.turn("again")
 	eventually(t, "second turn started", func() bool { _, evs := r.sink.snapshot(); return count(since(evs, n), "turn.started") == 1 })
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	validateTranscript(t, tr)
 }
 
@@ -255,7 +224,7 @@ func TestCodex04_DynamicToolCall(t *testing.T) {
 	require.Equal(t, map[string]any{"type": "inputText", "text": `{"id":"c-1"}`}, items[0])
 	require.Equal(t, 1, count(evs, prp.EventSemanticToolInput))
 	require.Equal(t, 1, count(evs, prp.EventSemanticToolResult))
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	validateTranscript(t, tr)
 }
 
@@ -274,7 +243,7 @@ func TestCodex04_UnauthorizedTool(t *testing.T) {
 	require.Equal(t, false, ans[0]["success"])
 	text := ans[0]["contentItems"].([]any)[0].(map[string]any)["text"].(string)
 	require.True(t, strings.HasPrefix(text, "invalid_tool_call"), text)
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	validateTranscript(t, tr)
 }
 
@@ -371,7 +340,7 @@ func TestCodexUserInput(t *testing.T) {
 	}
 	require.Equal(t, map[string]any{"q1": map[string]any{"answers": []any{"A"}}}, answer["answers"])
 	require.Contains(t, said(evs), "user answered")
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	validateTranscript(t, tr)
 }
 
@@ -389,7 +358,7 @@ func TestCodexUserInputInterrupted(t *testing.T) {
 	require.NoError(t, err)
 	evs := r.sink.waitEvent(t, "turn.interrupted")
 	require.Equal(t, 1, count(evs, "runtime_request.cancelled"))
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }
 
 // TestCodexResume: after session.close a reusable record resumes with
@@ -421,7 +390,7 @@ func TestCodexResume(t *testing.T) {
 	n := len(r.sink.waitEvent(t, "session.resumed"))
 	r.turn("two")
 	evs := since(r.sink.waitFor(t, "second terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 }), n)
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 
 	_, err = r.m.CloseSession(ctx)
 	require.NoError(t, err)
@@ -501,7 +470,7 @@ func TestCodexApproval(t *testing.T) {
 			evs := r.sink.waitEvent(t, "run.terminal")
 			require.Equal(t, 0, count(evs, "runtime_request.created"))
 			require.Equal(t, []string{tc.want}, transcriptDecisions(t, tr))
-			validateAll(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			validateTranscript(t, tr)
 		})
 	}
@@ -524,7 +493,7 @@ func TestCodexApproval(t *testing.T) {
 		evs = r.sink.waitEvent(t, "run.terminal")
 		require.Equal(t, []string{"accept"}, transcriptDecisions(t, tr))
 		require.Equal(t, 1, count(evs, "runtime_request.resolved"))
-		validateAll(t, evs)
+		prpschema.RequireValidEvents(t, evs)
 		validateTranscript(t, tr)
 	})
 }
@@ -579,7 +548,7 @@ func TestCodex05_RunCancel(t *testing.T) {
 	evs := r.sink.waitEvent(t, "turn.cancelled")
 	require.Equal(t, 0, count(evs, "harness.exited"))
 	require.Equal(t, 1, count(evs, "run.terminal"))
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }
 
 // TestCodexStopTurn: turn.stop interrupts, then stops the app-server's
@@ -597,7 +566,7 @@ func TestCodexStopTurn(t *testing.T) {
 	require.Contains(t, string(res), `"stopped"`)
 	evs := r.sink.waitEvent(t, "harness.exited")
 	require.Equal(t, 1, count(evs, "run.terminal"))
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }
 
 // TestCodexCatalogBound: a catalog whose dynamicTools (catalog plus the

@@ -12,6 +12,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/opencode"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -59,7 +60,7 @@ func TestOpenCode01_ColdOpenTurn(t *testing.T) {
 	r.turn("FAKEOC: text hello from opencode")
 	evs = since(r.sink.waitEvent(t, "run.terminal"), n)
 	t.Logf("events: %v", types(evs))
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, "hello from opencode", said(evs))
 	require.Equal(t, 1, count(evs, "turn.completed"))
 	require.Equal(t, 1, count(evs, "run.terminal"))
@@ -68,7 +69,7 @@ func TestOpenCode01_ColdOpenTurn(t *testing.T) {
 	r.turn("FAKEOC: tool go test ./...")
 	all := r.sink.waitFor(t, "a second run.terminal", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") == 2 })
 	evs = since(all, n)
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "tool.execution.completed"), "%v", types(evs))
 
 	r.m.mu.Lock()
@@ -96,7 +97,7 @@ func TestOpenCode02_Interrupt(t *testing.T) {
 	_, err := r.m.Cancel(ctx, Interrupt)
 	require.NoError(t, err)
 	evs := since(r.sink.waitEvent(t, "run.terminal"), n)
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.interrupted"), "%v", types(evs))
 	n += len(evs)
 	r.turn("FAKEOC: text still alive")
@@ -143,7 +144,7 @@ func TestOpenCode03_RestartMidTurn(t *testing.T) {
 	require.NoError(t, m2.Start())
 	evs := since(r.sink.waitEvent(t, "run.terminal"), n)
 	require.Equal(t, pgid, agentPgid(t, dir), "the server keeps its process group")
-	validateAll(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, strings.Repeat("slow ", 60), said(evs))
 	require.Equal(t, 1, count(evs, "turn.started"))
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", types(evs))
@@ -161,7 +162,7 @@ func TestOpenCode04_Permission(t *testing.T) {
 		r.open()
 		r.turn("FAKEOC: permission rm -rf build")
 		evs := r.sink.waitEvent(t, "run.terminal")
-		validateAll(t, evs)
+		prpschema.RequireValidEvents(t, evs)
 		require.Zero(t, count(evs, "runtime_request.created"))
 		require.Equal(t, "completed", payloadOf(evs, "tool.execution.completed")["status"])
 	})
@@ -178,7 +179,7 @@ func TestOpenCode04_Permission(t *testing.T) {
 			require.NoError(t, err)
 			require.JSONEq(t, `{"status":"delivered","requestId":"`+id+`"}`, string(res))
 			evs = r.sink.waitEvent(t, "run.terminal")
-			validateAll(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			require.Equal(t, 1, count(evs, "runtime_request.resolved"), "%v", types(evs))
 			require.Equal(t, tc.status, payloadOf(evs, "tool.execution.completed")["status"])
 		})

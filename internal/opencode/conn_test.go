@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 // TestOpenCodeAuth: the server takes only its per-session password
@@ -54,7 +55,7 @@ func TestOpenCodeTextTurn(t *testing.T) {
 	require.Empty(t, st.Parts, "a settled turn's parts are forgotten: the state stays one turn large")
 
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", eventTypes(evs))
 	require.Equal(t, 1, count(evs, "run.terminal"))
 	require.Equal(t, 1, count(evs, "item.started"))
@@ -98,7 +99,7 @@ func TestOpenCodeToolTurn(t *testing.T) {
 	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: tool ls -la"}))
 	in := col.waitFor(t, "settlement", settled)
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "tool.execution.started"), "%v", eventTypes(evs))
 	require.Equal(t, 1, count(evs, "tool.execution.completed"))
 	for _, e := range evs {
@@ -137,7 +138,7 @@ func TestOpenCodePermission(t *testing.T) {
 			require.NoError(t, c.reply(context.Background(), id, tc.option))
 			in = col.waitFor(t, "settlement", settled)
 			evs := mapEvents(t, "turn-1", in, false)
-			requireValidEvents(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			require.Equal(t, 1, count(evs, "runtime_request.created"), "%v", eventTypes(evs))
 			for _, e := range evs {
 				if e.EventType == "tool.execution.completed" {
@@ -162,7 +163,7 @@ func TestOpenCodeAbort(t *testing.T) {
 	require.True(t, last.Outcome.Cancelled)
 	require.Equal(t, provider.StopCancelled, last.Outcome.StopReason)
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.interrupted"), "%v", eventTypes(evs))
 	require.Equal(t, 1, count(mapEvents(t, "turn-1", in, true), "turn.cancelled"))
 	require.ErrorIs(t, c.cancel(context.Background()), provider.ErrNoTurn)
@@ -185,7 +186,7 @@ func TestOpenCodeFailedTurn(t *testing.T) {
 	require.Equal(t, provider.ClassTurnFailed, provider.ClassOf(last.Err))
 	require.NotContains(t, last.Err.Error(), "fakeopencode:", "the server's message stays out")
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.failed"), "%v", eventTypes(evs))
 }
 
@@ -197,7 +198,7 @@ func TestOpenCodePlanAndReasoning(t *testing.T) {
 	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: todo"}))
 	in := col.waitFor(t, "settlement", settled)
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "plan.updated"), "%v", eventTypes(evs))
 
 	require.NoError(t, c.prompt(context.Background(), "turn-2", Prompt{Text: "FAKEOC: reasoning think hard"}))
@@ -218,7 +219,7 @@ func TestOpenCodeDroppedStreamRecovers(t *testing.T) {
 	in := col.waitFor(t, "settlement", settled)
 	require.Equal(t, "one two three four", textOf(in, provider.UpdateAgentMessageChunk))
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"))
 	require.Equal(t, 1, count(evs, "item.started"), "%v", eventTypes(evs))
 	for _, e := range evs {
@@ -250,7 +251,7 @@ func TestOpenCodeRestartRecovers(t *testing.T) {
 	all := append(before, after...)
 	require.Equal(t, strings.Repeat("slow ", 40), textOf(all, provider.UpdateAgentMessageChunk))
 	evs := mapEvents(t, "turn-1", all, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", eventTypes(evs))
 	require.Equal(t, 1, count(evs, "item.started"))
 }

@@ -3,7 +3,6 @@ package opencode
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
-	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -194,38 +192,6 @@ func mapEvents(t *testing.T, turnID string, in []provider.Inbound, byRunCancel b
 		}
 	}
 	return evs
-}
-
-func envelope(seq int, ev provider.Event) map[string]any {
-	env := map[string]any{
-		"schema": "paperclip.prp.event.v1", "sourceEventId": fmt.Sprintf("event_runner-1_%016d", seq),
-		"sourceSeq": seq, "sourceInstanceId": "runner-1", "sourceKind": "runner", "runId": "run-1",
-		"normalizedSessionId": "session-1", "eventType": ev.EventType, "schemaVersion": 1,
-		"priority": ev.Priority, "emittedAt": "2026-01-02T03:04:05Z", "payload": ev.Payload,
-	}
-	if ev.TurnID != "" {
-		env["turnId"] = ev.TurnID
-	}
-	if ev.ItemID != "" {
-		env["itemId"] = ev.ItemID
-	}
-	return env
-}
-
-// requireValidEvents validates every event against the reference
-// schemas, as the server does.
-func requireValidEvents(t *testing.T, evs []provider.Event) {
-	t.Helper()
-	s := prpschema.Load(t)
-	for i, ev := range evs {
-		require.NoError(t, prpschema.Validate(s.EventV1, envelope(i+1, ev)), "event %d %s", i, ev.EventType)
-		switch ev.EventType {
-		case "usage.reported":
-			require.NoError(t, prpschema.Validate(s.Usage, ev.Payload), "usage payload %d", i)
-		case "runtime_request.created":
-			require.NoError(t, prpschema.Validate(s.Request, ev.Payload["request"]), "request payload %d", i)
-		}
-	}
 }
 
 func eventTypes(evs []provider.Event) []string {

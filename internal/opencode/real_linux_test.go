@@ -15,6 +15,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -130,7 +131,7 @@ func TestOpenCodeRealServer(t *testing.T) {
 	in := wait("the text turn")
 	require.Equal(t, "hello from the real server", textOf(in, provider.UpdateAgentMessageChunk))
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "turn.completed"), "%v", eventTypes(evs))
 
 	require.NoError(t, c.prompt(context.Background(), "turn-2", Prompt{ProviderID: "fake", ModelID: "fake-model",
@@ -138,7 +139,7 @@ func TestOpenCodeRealServer(t *testing.T) {
 	turns++
 	all := wait("the shell turn")
 	evs = mapEvents(t, "turn-2", all[len(in):], false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "tool.execution.completed"), "%v", eventTypes(evs))
 	for _, e := range evs {
 		if e.EventType == "tool.execution.completed" {

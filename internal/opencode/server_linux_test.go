@@ -13,6 +13,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/procsession"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -63,7 +64,7 @@ func TestOpenCodeUnderPcwrap(t *testing.T) {
 	require.NoError(t, c.prompt(context.Background(), "turn-1", Prompt{Text: "FAKEOC: tool make test"}))
 	in := col.waitFor(t, "settlement", settled)
 	evs := mapEvents(t, "turn-1", in, false)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, 1, count(evs, "tool.execution.completed"), "%v", eventTypes(evs))
 
 	pid := childPid(t, srv.Dir)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 // TestACP26to29_LossSequence: every loss reason maps to
@@ -20,7 +22,7 @@ func TestACP26to29_LossSequence(t *testing.T) {
 			evs := mp.TurnStarted(st, "turn-1")
 			evs = append(evs, mp.Update(st, "turn-1", upd(t, `{"sessionUpdate":"tool_call","toolCallId":"c","title":"t","status":"in_progress"}`))...)
 			evs = append(evs, mp.ChannelLost(st, "turn-1", r)...)
-			requireValidEvents(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			got := types(evs)
 			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "item.completed", "turn.failed", "run.terminal"}, got[3:])
 			d := evs[3].Payload

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 const testSecret = "sk-test-SECRET-value-0123456789abcdef"
@@ -121,7 +123,7 @@ func mappingValidates(t *testing.T, mp Mapper, results int) {
 		t.Run(name, func(t *testing.T) {
 			st := &MapState{}
 			evs := f(st)
-			requireValidEvents(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			n := countTypes(evs)
 			if name != "session" {
 				// At most one result, then one terminal per finished turn.
@@ -154,7 +156,7 @@ func TestACP02_EchoMapping(t *testing.T) {
 	evs := mp.TurnStarted(st, "turn-1")
 	evs = append(evs, mp.Update(st, "turn-1", upd(t, `{"sessionUpdate":"agent_message_chunk","messageId":"msg-0001","content":{"type":"text","text":"hi"}}`))...)
 	evs = append(evs, mp.Settle(st, SettlementOf(TurnOutcome{TurnID: "turn-1", StopReason: StopEndTurn}, false))...)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.completed", "turn.completed", "run.terminal"}, types(evs))
 	require.Equal(t, "hi", evs[2].Payload["text"])
 	require.Equal(t, "hi", evs[3].Payload["text"])
@@ -194,7 +196,7 @@ func TestSecretsNeverInPayloads(t *testing.T) {
 	_, pe := mp.PermissionRequest(nil, "turn-1", json.RawMessage(`1`), PermissionRequest{ToolCall: PermissionToolCall{Title: leak}, Options: []PermissionOption{{OptionID: "a", Name: leak, Kind: OptionAllowOnce}}})
 	evs = append(evs, pe...)
 	evs = append(evs, mp.Settle(st, Settlement{TurnID: "turn-1", Ending: EndCompleted, StopReason: StopEndTurn})...)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	b, err := json.Marshal(evs)
 	require.NoError(t, err)
 	for _, s := range []string{testSecret, "abcdefghijklmnopqrstuvwxyz0123", "sk-ant-api03-ABCDEFGHIJKLMNOPQRST"} {
@@ -231,7 +233,7 @@ func TestUsageDeltaAgainstTurnStart(t *testing.T) {
 	require.InDelta(t, 0.25, evs[0].Payload["runDelta"].(map[string]any)["providerCostUsd"], 1e-9)
 	evs = mp.Update(st, "t2", upd(t, `{"sessionUpdate":"usage_update","used":1,"size":2,"cost":{"amount":9,"currency":"EUR"}}`))
 	require.Equal(t, "unpriced", evs[0].Payload["cumulative"].(map[string]any)["providerCostStatus"])
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }
 
 func TestSafeID(t *testing.T) {
@@ -254,7 +256,7 @@ func TestSettleEmitsAcceptedResult(t *testing.T) {
 			st.SemanticResult = accepted
 			end.TurnID = "turn-1"
 			evs = append(evs, mp.Settle(st, end)...)
-			requireValidEvents(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			got := types(evs)
 			require.Equal(t, []string{"run.result.proposed", "run.terminal"}, got[len(got)-2:])
 			b, err := json.Marshal(evs[len(evs)-2].Payload)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 // TestUnaskedTerminalContentMapsAsReference: Gemini CLI and Pi send tool
@@ -24,7 +26,7 @@ func TestUnaskedTerminalContentMapsAsReference(t *testing.T) {
 		evs = append(evs, mp.Update(st, "t1", upd(t, raw))...)
 	}
 	evs = append(evs, mp.Settle(st, Settlement{TurnID: "t1", StopReason: "end_turn"})...)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	var done map[string]any
 	for _, e := range evs {
 		if e.EventType == "tool.execution.completed" {
@@ -53,5 +55,5 @@ func TestPermissionWithoutToolCallMaps(t *testing.T) {
 	evs = append(evs, pe...)
 	evs = append(evs, mp.RequestResolved(rr, ActionAccept)...)
 	evs = append(evs, mp.Settle(st, Settlement{TurnID: "t1", StopReason: "end_turn"})...)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }

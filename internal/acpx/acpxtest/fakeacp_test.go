@@ -17,6 +17,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
 // mapTurn maps every inbound message of a turn through the Mapper, the
@@ -67,7 +68,7 @@ func TestACP01_ColdOpen(t *testing.T) {
 	evs := testMapper().SessionOpened(rec, false, provider.Descriptor{Agent: "claude", ProviderVersion: "test"})
 	require.Equal(t, []string{"harness.ready", "session.started"}, types(evs))
 	require.Equal(t, "sess-0001", evs[1].Payload["providerSessionId"])
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }
 
 // TestACP02_EchoTurnOverPipes: "echo hi" → turn.started, item.delta
@@ -85,7 +86,7 @@ func TestACP02_EchoTurnOverPipes(t *testing.T) {
 	evs = append(evs, mapTurn(mp, st, p.until(t, settled), false)...)
 	out := first(t, done)
 	require.Equal(t, provider.StopEndTurn, out.StopReason)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	require.Equal(t, []string{"turn.started", "item.started", "item.delta", "item.completed", "turn.completed", "run.result.proposed", "run.terminal"}, types(evs))
 	require.Equal(t, "hi", evs[2].Payload["text"])
 	require.Equal(t, "hi", evs[5].Payload["summary"])
@@ -238,7 +239,7 @@ func TestACP08_CancelSleep(t *testing.T) {
 	require.Len(t, p.received(t, provider.MethodSessionCancel), 1)
 	require.True(t, p.conn.Record().ResetOnNextEnsure)
 	evs = append(evs, mapTurn(mp, st, p.until(t, settled), false)...)
-	requireValidEvents(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 	n := countTypes(evs)
 	require.Equal(t, 1, n["turn.interrupted"])
 	require.Equal(t, 0, n["run.result.proposed"], "no synthetic result without a contract (tools.md §4)")
@@ -323,7 +324,7 @@ func TestACP11_Permissions(t *testing.T) {
 			_, err := p.conn.Prompt("turn-1", "permission allow")
 			require.NoError(t, err)
 			evs = append(evs, mapTurn(mp, st, p.until(t, settled), false)...)
-			requireValidEvents(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			n := countTypes(evs)
 			require.Equal(t, 1, n["runtime_request.created"])
 			require.Equal(t, 1, n["runtime_request.resolved"])
@@ -423,7 +424,7 @@ func TestACP13_CrashMidTurn(t *testing.T) {
 			mp, st := testMapper(), &provider.MapState{}
 			evs := mp.TurnStarted(st, "turn-1")
 			evs = append(evs, mp.AgentExited(st, "turn-1", code, signal)...)
-			requireValidEvents(t, evs)
+			prpschema.RequireValidEvents(t, evs)
 			require.Equal(t, "harness.exited", evs[1].EventType)
 			require.Equal(t, "provider_exit", evs[2].Payload["lossReason"])
 			require.Equal(t, "session.failed", evs[len(evs)-1].EventType)
@@ -565,7 +566,7 @@ func TestUnsupportedMethodsAnswered(t *testing.T) {
 		_, err := p.conn.Prompt(turn, prompt)
 		require.NoError(t, err)
 		evs = append(evs, mapTurn(mp, st, p.until(t, settled), false)...)
-		requireValidEvents(t, evs)
+		prpschema.RequireValidEvents(t, evs)
 		require.Equal(t, 1, countTypes(evs)["run.terminal"], prompt)
 	}
 	require.NotEmpty(t, p.received(t, ""), "fakeacp received -32601 answers")

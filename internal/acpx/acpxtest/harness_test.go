@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/provider"
-	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -294,45 +292,4 @@ func countTypes(evs []provider.Event) map[string]int {
 		n[e.EventType]++
 	}
 	return n
-}
-
-// envelope wraps an event description the way runnerd's outbox does.
-func envelope(seq int, ev provider.Event) map[string]any {
-	env := map[string]any{
-		"schema":              "paperclip.prp.event.v1",
-		"sourceEventId":       fmt.Sprintf("event_runner-1_%016d", seq),
-		"sourceSeq":           seq,
-		"sourceInstanceId":    "runner-1",
-		"sourceKind":          "runner",
-		"runId":               "run-1",
-		"normalizedSessionId": "session-1",
-		"eventType":           ev.EventType,
-		"schemaVersion":       1,
-		"priority":            ev.Priority,
-		"emittedAt":           time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Format(time.RFC3339Nano),
-		"payload":             ev.Payload,
-	}
-	if ev.TurnID != "" {
-		env["turnId"] = ev.TurnID
-	}
-	if ev.ItemID != "" {
-		env["itemId"] = ev.ItemID
-	}
-	return env
-}
-
-// requireValidEvents validates every event against event.schema.json and
-// the finer schemas for usage receipts and runtime requests.
-func requireValidEvents(t *testing.T, evs []provider.Event) {
-	t.Helper()
-	s := prpschema.Load(t)
-	for i, ev := range evs {
-		require.NoError(t, prpschema.Validate(s.EventV1, envelope(i+1, ev)), "event %d %s", i, ev.EventType)
-		switch ev.EventType {
-		case "usage.reported":
-			require.NoError(t, prpschema.Validate(s.Usage, ev.Payload), "usage payload %d", i)
-		case "runtime_request.created":
-			require.NoError(t, prpschema.Validate(s.Request, ev.Payload["request"]), "request payload %d", i)
-		}
-	}
 }
