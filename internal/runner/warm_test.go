@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -49,13 +50,13 @@ type warmRig struct {
 // newWarmRig starts runnerd (listen or dial mode) over loopback with the
 // test pcwrap, prepares fakeacp, opens its session and runs one turn.
 func newWarmRig(t *testing.T, listen bool, extra ...string) *warmRig {
-	return newWarmRigWith(t, listen, nil, nil, extra...)
+	return newWarmRigWith(t, listen, nil, nil, nil, extra...)
 }
 
-// newWarmRigWith is newWarmRig with more fakeacp flags and a seed (the
-// rest of run.prepare's payload).
-func newWarmRigWith(t *testing.T, listen bool, agentFlags []string, seed map[string]json.RawMessage, extra ...string) *warmRig {
-	h := newHarness(t, nil)
+// newWarmRigWith is newWarmRig with a tweak of the core's config, more
+// fakeacp flags and a seed (the rest of run.prepare's payload).
+func newWarmRigWith(t *testing.T, listen bool, tweak func(*control.Config), agentFlags []string, seed map[string]json.RawMessage, extra ...string) *warmRig {
+	h := newHarness(t, tweak)
 	meta := filepath.Join(t.TempDir(), "meta.ndjson")
 	wr := &warmRig{h: h, metaFile: meta, seed: seed}
 	args := append([]string{"--pcwrap-path", testbin.Path(t, "pcwrap")}, extra...)
@@ -398,13 +399,57 @@ func TestWarmAttachInexactReceipt(t *testing.T) {
 	})
 }
 
+// TestWarmCommandQueuedWhileActivationAckSends: a command queued the moment
+// the core shows the rotation done, while its warm_transition_activated_ack
+// is still on the way out, goes out behind that ack: the runner takes the
+// new identity's commands only after it (prp.md §9.5), and the command's
+// result arrives.
+func TestWarmCommandQueuedWhileActivationAckSends(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex // guards sent
+	var sent []string // what the core sent from the ack on, in order
+	note := func(what string) {
+		mu.Lock()
+		if what == "ack" || len(sent) > 0 {
+			sent = append(sent, what)
+		}
+		mu.Unlock()
+	}
+	wr := newWarmRigWith(t, false, func(cc *control.Config) {
+		cc.Outbound = func(kind string, payload any) (any, error) {
+			switch kind {
+			case prp.KindWarmTransitionActivatedAck:
+				note("ack")
+				select { // hold the ack until the command is queued, bounded
+				case <-release:
+				case <-time.After(waitBound):
+				}
+				note("ack sent")
+			case prp.KindCommand:
+				note("command")
+			}
+			return payload, nil
+		}
+	}, nil, nil)
+	h := wr.h
+	h.queue(prp.CommandRunAttach, wr.attachPayload(nextIdentity, nil))
+	h.waitCore(func(s control.Snapshot) bool { return s.Warm == nil && s.Identity == nextIdentity })
+	cmd := h.queue("turn.start", `{"text":"echo after"}`)
+	close(release)
+	res := h.waitResult(cmd.CommandID)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"ack", "ack sent", "command"}, sent)
+}
+
 // TestWarmAttachToolBridgeCarriesOver: the tool bridge survives the
 // rotation with the agent, and a call made in the new run carries the new
 // run's identity as its correlation (agent Config.Correlation reads
 // state.Store.Identity), is answered through the same bridge, and the
 // turn completes: nothing is restarted or re-emitted.
 func TestWarmAttachToolBridgeCarriesOver(t *testing.T) {
-	wr := newWarmRigWith(t, false, []string{"--mcp-http"}, map[string]json.RawMessage{"authorizedTools": warmTestCatalog(t)})
+	wr := newWarmRigWith(t, false, nil, []string{"--mcp-http"}, map[string]json.RawMessage{"authorizedTools": warmTestCatalog(t)})
 	h := wr.h
 	var before struct {
 		Bridge struct {

@@ -115,7 +115,11 @@ type Core struct {
 	warm *coreWarm
 	// next journals the commands queued while a transition is pending:
 	// they belong to the new identity's journal and wait for activation.
-	next     []*coreCommand
+	next []*coreCommand
+	// acking is the connection whose warm_transition_activated_ack is
+	// being sent: no command goes out before it, since the runner takes
+	// the new identity's commands only after that ack (prp.md §9.5).
+	acking   *coreConn
 	epochs   []Epoch
 	conns    map[*coreConn]struct{}
 	current  *coreConn
@@ -576,11 +580,18 @@ func (c *Core) activate(cc *coreConn, env *prp.Envelope) error {
 	c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
 	c.commands, c.next, c.warm = c.next, nil, nil
 	cc.activation = nil
+	c.acking = cc
 	c.notifyLocked()
+	c.mu.Unlock()
+	err := c.sendOn(cc, prp.KindWarmTransitionActivatedAck, "activation_ack_"+r.TransitionID,
+		prp.WarmTransitionActivatedPayload{TransitionID: r.TransitionID})
+	// A command queued meanwhile (QueueCommand held it back) goes now,
+	// behind the ack.
+	c.mu.Lock()
+	c.acking = nil
 	next := c.lowestPendingLocked()
 	c.mu.Unlock()
-	if err := c.sendOn(cc, prp.KindWarmTransitionActivatedAck, "activation_ack_"+r.TransitionID,
-		prp.WarmTransitionActivatedPayload{TransitionID: r.TransitionID}); err != nil {
+	if err != nil {
 		return err
 	}
 	if next != nil {
@@ -836,7 +847,7 @@ func (c *Core) QueueCommand(cmd prp.Command) (prp.Command, error) {
 	}
 	cc := &coreCommand{cmd: cmd, raw: raw}
 	*journal = append(*journal, cc)
-	deliver := c.warm == nil && c.lowestPendingLocked() == cc
+	deliver := c.warm == nil && c.acking == nil && c.lowestPendingLocked() == cc
 	cur := c.current
 	c.mu.Unlock()
 	if deliver && cur != nil {
