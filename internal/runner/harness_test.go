@@ -25,12 +25,6 @@ import (
 // waitBound bounds every wait of these tests.
 const waitBound = 10 * time.Second
 
-// coreWaitBound bounds each wait on the loopback core: a safety net, never
-// a figure. A runnerd with a pcwrap and an agent under them, all built with
-// -race on a loaded 2-core machine, has been seen to take just over
-// waitBound to report the first results of a warm rig.
-const coreWaitBound = 3 * waitBound
-
 // stopBound bounds a runLoop's return after its context is cancelled: above
 // the runner's own bounded agent shutdown (agentShutdownWait), with room
 // for a loaded machine: waitBound alone leaves too small a margin above
@@ -85,7 +79,6 @@ func newPipeHarness(t *testing.T, tweak func(*control.Config)) *harness {
 func newHarness(t *testing.T, tweak func(*control.Config)) *harness {
 	t.Helper()
 	core := prptest.NewCore(t, coreConfig(tweak))
-	core.WaitBound = coreWaitBound
 	return &harness{t: t, core: core, connectURL: core.ServeLoopback(), stateDir: filepath.Join(t.TempDir(), "state")}
 }
 
