@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -166,14 +165,10 @@ func TestCodex06_HotRestart(t *testing.T) {
 func TestCodex06_ToolCallAcrossSIGKILL(t *testing.T) {
 	r := newAgentRig(t)
 	proc := r.start(t)
-	op := catalog.Operation{OperationID: "issue.comment", Version: 1, Description: "Comment on the task.",
-		InputSchema:    json.RawMessage(`{"type":"object","required":["body"],"properties":{"body":{"type":"string"}}}`),
-		ResponseSchema: json.RawMessage(`{"type":"object"}`)}
 	res := r.run(t, "run.prepare", map[string]any{
 		"provider": map[string]any{"kind": "codex", "approvalPolicy": "never", "command": fakecodexBin(t),
 			"args": []string{"--tool-call", "issue.comment", "--tool-args", `{"body":"survive"}`}, "cwd": t.TempDir()},
-		"authorizedTools": map[string]any{"schema": catalog.Schema, "schemaVersion": 1,
-			"catalogDigest": catalog.Digest([]catalog.Operation{op}), "operations": []catalog.Operation{op}},
+		"authorizedTools": commentCatalog(),
 	})
 	require.Equal(t, "completed", res.Status, string(res.Result))
 	r.open(t)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 )
@@ -153,13 +151,9 @@ func TestDurability30_RekeyDuringToolCall(t *testing.T) {
 	for name, style := range rekeyStyles {
 		t.Run(name, func(t *testing.T) {
 			r, log := startRekeyRig(t, style)
-			op := catalog.Operation{OperationID: "issue.comment", Version: 1, Description: "Comment on the task.",
-				InputSchema:    json.RawMessage(`{"type":"object","required":["body"],"properties":{"body":{"type":"string"}}}`),
-				ResponseSchema: json.RawMessage(`{"type":"object"}`)}
 			res := r.run(t, "run.prepare", map[string]any{
-				"provider": map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "args": []string{"--mcp-http"}, "cwd": t.TempDir()},
-				"authorizedTools": map[string]any{"schema": catalog.Schema, "schemaVersion": 1,
-					"catalogDigest": catalog.Digest([]catalog.Operation{op}), "operations": []catalog.Operation{op}},
+				"provider":        map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "args": []string{"--mcp-http"}, "cwd": t.TempDir()},
+				"authorizedTools": commentCatalog(),
 			})
 			require.Equal(t, "completed", res.Status, string(res.Result))
 			r.open(t)

@@ -52,13 +52,9 @@ func readToolState(t *testing.T, dir string) agentToolState {
 func TestTools05_RunnerdSIGKILL(t *testing.T) {
 	r := newAgentRig(t)
 	proc := r.start(t)
-	op := catalog.Operation{OperationID: "issue.comment", Version: 1, Description: "Comment on the task.",
-		InputSchema:    json.RawMessage(`{"type":"object","required":["body"],"properties":{"body":{"type":"string"}}}`),
-		ResponseSchema: json.RawMessage(`{"type":"object"}`)}
 	res := r.run(t, "run.prepare", map[string]any{
-		"provider": map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "args": []string{"--mcp-http"}, "cwd": t.TempDir()},
-		"authorizedTools": map[string]any{"schema": catalog.Schema, "schemaVersion": 1,
-			"catalogDigest": catalog.Digest([]catalog.Operation{op}), "operations": []catalog.Operation{op}},
+		"provider":        map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "args": []string{"--mcp-http"}, "cwd": t.TempDir()},
+		"authorizedTools": commentCatalog(),
 	})
 	require.Equal(t, "completed", res.Status, string(res.Result))
 	r.open(t)
@@ -103,4 +99,14 @@ func TestTools05_RunnerdSIGKILL(t *testing.T) {
 	require.Equal(t, 1, strings.Count(text, `tool issue.comment isError=false: {"id":"c-kill"}`), text)
 	require.Equal(t, pgid, childPgid(t, filepath.Join(r.dir, "process-sessions", sessions[0])), "the same agent process")
 	require.NoError(t, syscall.Kill(-pgid, 0), "the agent still runs")
+}
+
+// commentCatalog is run.prepare's authorizedTools with the one operation
+// the tool-call tests have the agent call: issue.comment with a body.
+func commentCatalog() map[string]any {
+	op := catalog.Operation{OperationID: "issue.comment", Version: 1, Description: "Comment on the task.",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["body"],"properties":{"body":{"type":"string"}}}`),
+		ResponseSchema: json.RawMessage(`{"type":"object"}`)}
+	return map[string]any{"schema": catalog.Schema, "schemaVersion": 1,
+		"catalogDigest": catalog.Digest([]catalog.Operation{op}), "operations": []catalog.Operation{op}}
 }
