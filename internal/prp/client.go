@@ -71,6 +71,9 @@ type ClientConfig struct {
 	// frame bounds (tests only: durability.md §11 scenarios 8 and 26);
 	// 0 means MaxSecureChannelFrames.
 	SendFrameLimit, ReceiveFrameLimit uint64
+	// SendQueue lowers the link's send queue (tests only: a core that
+	// stops reading fills it after a few events); 0 means SendQueueLen.
+	SendQueue int
 
 	// Resume reports the cursors for auth_hello. Nil: zero cursors.
 	Resume func() Resume
@@ -325,10 +328,11 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 			}
 			return act, env, err
 		},
-		Window:   win,
-		Pong:     func() ([]byte, error) { return c.pong(sess) },
-		PongSent: c.cfg.pongSent,
-		Logger:   c.log,
+		Window:    win,
+		SendQueue: c.cfg.SendQueue,
+		Pong:      func() ([]byte, error) { return c.pong(sess) },
+		PongSent:  c.cfg.pongSent,
+		Logger:    c.log,
 		// A rekey is announced (beyond: the reference runner just drops):
 		// the core then sees a plain Close 1012, as from its own bound.
 		RekeyClose: RekeyCloseFrame,

@@ -20,8 +20,8 @@ const (
 	// DefaultSilenceTimeout is --silence-timeout-ms's default: no inbound frame
 	// for this long closes the connection as half-open (beyond).
 	DefaultSilenceTimeout = 45 * time.Second
-	// sendQueueLen bounds the normal send lane; Send blocks (with its ctx) when full.
-	sendQueueLen = 256
+	// SendQueueLen bounds the normal send lane; Send blocks (with its ctx) when full.
+	SendQueueLen = 256
 	// maxInboundQueue bounds frames opened by the reader but not yet taken by
 	// the owner; the core keeps one command in flight, so reaching it means a
 	// stuck owner or a flooding peer, and the connection is dropped.
@@ -113,6 +113,8 @@ type linkConfig struct {
 	// the TCP connection without a Close frame (a dial-mode core's raw
 	// wire). Durability.md §2.1, §2.2 item 2.
 	RekeyClose RekeyClose
+	// SendQueue is the normal lane's length; 0 means SendQueueLen.
+	SendQueue int
 }
 
 // RekeyClose says how a link ends at a frame bound (linkConfig.RekeyClose).
@@ -195,10 +197,13 @@ func startLink(ws *wsConn, act *activity, s interface {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.SendQueue <= 0 {
+		cfg.SendQueue = SendQueueLen
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &link{
 		ws: ws, act: act, seal: s, open: s, cfg: cfg,
-		sendq:    make(chan []byte, sendQueueLen),
+		sendq:    make(chan []byte, cfg.SendQueue),
 		pongKick: make(chan struct{}, 1),
 		inKick:   make(chan struct{}, 1),
 		ctx:      ctx, cancel: cancel,

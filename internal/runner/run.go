@@ -80,6 +80,9 @@ type options struct {
 	// SendFrameLimit and ReceiveFrameLimit lower runnerd's secure-channel
 	// frame bounds (prp.ClientConfig; tests only). Run sets neither.
 	SendFrameLimit, ReceiveFrameLimit uint64
+	// SendQueue lowers the link's send queue (prp.ClientConfig; tests
+	// only). Run sets none.
+	SendQueue int
 }
 
 // runLoop is Run without the stderr line: it returns nil for every clean
@@ -131,7 +134,8 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		SilenceTimeout: cfg.SilenceTimeout, ReconnectDelay: cfg.ReconnectDelay,
 		IndexedState:   cfg.IndexedState,
 		SendFrameLimit: opts.SendFrameLimit, ReceiveFrameLimit: opts.ReceiveFrameLimit,
-		Resume: r.resume, Pong: r.pong,
+		SendQueue: opts.SendQueue,
+		Resume:    r.resume, Pong: r.pong,
 		OnAuthenticated: func(ctx context.Context, c *prp.Conn, w *prp.Welcome) error {
 			if w.Bootstrapped {
 				ticket.Destroy() // prp.md §2.4: the lease replaces it

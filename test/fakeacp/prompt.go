@@ -377,6 +377,8 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 			}
 			t.say(strconv.FormatInt(time.Now().UnixNano(), 10) + ";")
 		}
+	case "flood":
+		return t.flood(rest)
 	case "refuse":
 		return "refusal", nil, nil
 	case "max_tokens":
@@ -453,4 +455,53 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// Files of the `flood` scenario, in the agent's working directory.
+const (
+	floodGoFile     = "flood-go"    // the test creates it: write the flood now
+	cancelSeenFile  = "cancel-seen" // the agent creates it on session/cancel
+	floodStartBound = 30 * time.Second
+	floodPoll       = 10 * time.Millisecond
+)
+
+// flood is the scenario `flood N`: once the file flood-go exists, N tool
+// calls in one burst (each its own item, so nothing coalesces), then a
+// wait for session/cancel, recorded as the file cancel-seen. A test stops
+// its core's reading first, so the runner's send path is really full
+// when the interrupt comes.
+func (t *turn) flood(rest string) (string, any, *rpcError) {
+	n, err := strconv.Atoi(strings.TrimSpace(rest))
+	if err != nil || n < 0 || n > maxChunks {
+		return "", nil, &rpcError{Code: -32602, Message: "flood needs 0..100000"}
+	}
+	deadline := time.Now().Add(floodStartBound)
+	for {
+		if _, err := os.Stat(floodGoFile); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", nil, &rpcError{Code: -32603, Message: "flood-go never appeared"}
+		}
+		if !t.sleep(floodPoll) {
+			return "cancelled", nil, nil
+		}
+	}
+	// One write, so pcwrap reads the burst in as few event files as its
+	// buffer allows and the runner maps hundreds of events per file.
+	var burst []byte
+	for range n {
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{
+			"sessionId": t.s.id, "update": map[string]any{"sessionUpdate": "tool_call", "toolCallId": t.a.next("call"),
+				"title": "flood", "kind": "other", "status": "pending"}}})
+		burst = append(append(burst, b...), '\n')
+	}
+	t.a.writeRaw(burst)
+	if t.sleep(maxSleep) {
+		return "end_turn", nil, nil
+	}
+	if err := os.WriteFile(cancelSeenFile, nil, 0o600); err != nil {
+		return "", nil, &rpcError{Code: -32603, Message: "record the cancel: " + err.Error()}
+	}
+	return "cancelled", nil, nil
 }

@@ -137,6 +137,9 @@ type Core struct {
 	frames   []ConnFrames  // per ended connection, in the order they ended
 	changed  chan struct{} // closed and replaced by notifyLocked
 	closed   bool
+	// readHold, while non-nil, stops every connection's reader before its
+	// next frame (HoldReads); closing it resumes them.
+	readHold chan struct{}
 	// wg counts the dispatch goroutines: Add under mu once closed is
 	// known false, so Close (which sets closed first) waits for them all.
 	wg sync.WaitGroup
@@ -459,6 +462,12 @@ func (c *Core) lowestPendingLocked() *coreCommand {
 // arrive, not after the backlog of events ahead of them is committed, so
 // ping latency measures the runner and the wire, not this core's queue.
 func (c *Core) inspect(cc *coreConn, pt []byte) (prp.FrameAction, error) {
+	c.mu.Lock()
+	hold := c.readHold
+	c.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	if !bytes.Contains(pt, []byte(`"kind":"pong"`)) { // cheap sniff; confirmed below
 		return prp.FrameForward, nil
 	}
@@ -924,8 +933,32 @@ func (c *Core) cur() *coreConn {
 	return c.current
 }
 
+// HoldReads makes the core stop reading its connections, as a core behind
+// a stalled or half-open network would look to the runner: each link's
+// reader waits before its next frame, so the runner's writes back up,
+// while the core's own sends (commands, pings) go on. release resumes
+// reading; Close releases too.
+func (c *Core) HoldReads() (release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.readHold == nil {
+		c.readHold = make(chan struct{})
+	}
+	return c.releaseReads
+}
+
+func (c *Core) releaseReads() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.readHold != nil {
+		close(c.readHold)
+		c.readHold = nil
+	}
+}
+
 // Close drops every connection and waits for their goroutines.
 func (c *Core) Close() {
+	c.releaseReads()
 	c.mu.Lock()
 	c.closed = true
 	var all []*coreConn
