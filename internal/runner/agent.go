@@ -152,7 +152,7 @@ func (a *agentExec) Commit(st agent.Stored, evs []provider.Event, out *agent.Com
 	if err != nil {
 		return err
 	}
-	a.r.flush(a.ctx)
+	a.r.flush()
 	return nil
 }
 

@@ -173,7 +173,7 @@ func (r *loop) executeDrain(ctx context.Context, cmd *prp.Command) (state.Comman
 	if err != nil {
 		return state.CommandResult{}, err
 	}
-	r.flush(ctx)
+	r.flush()
 	return r.finishCommand(cmd, state.StatusCompleted,
 		jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
 }

@@ -33,14 +33,14 @@ var errCleanStop = errors.New("clean stop")
 // Concurrency: the prp.Client calls onAuthenticated and onControl serially
 // on its dispatch goroutine, so admission and effects never overlap. The
 // state other routines share is split by concern, each part with its own
-// lock: the sender (sender.go: the connection and the send cursor, which the
-// client's supervisor (onLost) and executor commits also touch), the
-// terminal fence (terminal.go: the §7.4 wait, its timer and the stop cause)
-// and the suspender (suspend.go: the automatic-suspend state of the
-// lifecycle routine, watchLifecycle). No part's lock is held while another
-// part's is taken, and only the sender's write lock across a network write. A commit only kicks the lifecycle
-// routine, since executor commits run under the executor's lock. Pongs read
-// only the store's lock-free summary.
+// lock: the sender (sender.go: the connection, the send cursor and the
+// queued results, shipped by its own send routine), the terminal fence
+// (terminal.go: the §7.4 wait, its timer and the stop cause) and the
+// suspender (suspend.go: the automatic-suspend state of the lifecycle
+// routine, watchLifecycle). No part's lock is held while another part's is
+// taken, and none across a network write: only the send routine writes,
+// so a commit or a command handler never waits for the socket (flush only
+// pokes it). Pongs read only the store's lock-free summary.
 type loop struct {
 	cfg      config.Config
 	store    *state.Store
@@ -112,7 +112,7 @@ func newLoop(cfg config.Config, st *state.Store, logger *slog.Logger, opts optio
 		cfg: cfg, store: st, log: logger, id: cfg.Identity, clk: clock.Or(opts.Clock),
 		handlers: map[string]handler{}, term: &terminal{},
 	}
-	r.send = &sender{store: st, id: r.id}
+	r.send = newSender(st, r.id)
 	r.started = r.clk.Now()
 	r.susp = &suspender{kick: make(chan struct{}, 1), lastActivity: r.started}
 	for typ, mk := range opts.Handlers {
@@ -137,8 +137,14 @@ func (r *loop) run(ctx context.Context, client *prp.Client) error {
 		r.exec.start(runCtx) // re-adopts a live agent (acp.md §3.5)
 	}
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); r.watchLifecycle(runCtx) }()
+	go func() {
+		defer wg.Done()
+		r.send.run(runCtx, func(err error) {
+			r.log.Warn("outbox send interrupted; the suffix is replayed on reconnect", "err", err)
+		})
+	}()
 	err := client.Run(runCtx)
 	cancel()
 	wg.Wait()
@@ -277,9 +283,7 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 		return fmt.Errorf("record connection: %w", err)
 	}
 
-	if err := r.send.attach(ctx, c, v); err != nil {
-		r.log.Warn("replay interrupted", "err", err)
-	}
+	r.send.attach(c, v)
 	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
 
 	fence := r.store.PendingTerminalDelivery()
@@ -385,14 +389,13 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		if cmd.Type == prp.CommandRunAttach && r.warm.owns(cmd.CommandID) {
 			// Re-delivered while this process still rotates: its result
 			// goes out when its wait ends, or already went with its receipt.
-			return r.warm.resendPrepared(ctx, r.send, r.log, cmd.CommandID)
+			r.warm.resendPrepared(r.send, cmd.CommandID)
+			return nil
 		}
 		r.log.Info("replaying recorded command result", "commandId", cmd.CommandID, "status", string(res.Status))
 	}
 	wire := wireStatus(res)
-	if err := r.send.sendResult(ctx, res); err != nil {
-		r.log.Warn("command result not sent; the core re-delivers the command", "commandId", cmd.CommandID, "err", err)
-	}
+	r.send.queueResult(res)
 	if terminalLifecycle(cmd.Type) != "" {
 		if f := r.store.PendingTerminalDelivery(); f != nil && f.CommandID == cmd.CommandID {
 			r.beginTerminal(*f, wire)
@@ -401,12 +404,11 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	return nil
 }
 
-// flush sends every committed, unsent outbox event on the current
-// connection, then kicks the lifecycle routine (a commit may end a turn).
-func (r *loop) flush(ctx context.Context) {
-	if err := r.send.flush(ctx); err != nil {
-		r.log.Warn("outbox send interrupted; the suffix is replayed on reconnect", "err", err)
-	}
+// flush has the send routine ship every committed, unsent outbox event on
+// the current connection, then kicks the lifecycle routine (a commit may
+// end a turn). It never waits for the socket.
+func (r *loop) flush() {
+	r.send.poke()
 	r.kick()
 }
 
@@ -426,7 +428,7 @@ func (r *loop) emit(ctx context.Context, events ...state.Event) error {
 		}
 		return err
 	}
-	r.flush(ctx)
+	r.flush()
 	return nil
 }
 
@@ -450,7 +452,7 @@ func (r *loop) reportBound(ctx context.Context, cause error) {
 		r.log.Warn("outbox bound not reported", "reasonCode", code, "err", err)
 		return
 	}
-	r.flush(ctx)
+	r.flush()
 }
 
 // outboxBound reports an outbox bound violation (prp.md §9.3): the event

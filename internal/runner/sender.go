@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"math"
 	"sync"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
@@ -11,27 +12,34 @@ import (
 
 // sender ships the committed outbox and command results on the current
 // connection, each event once and in sourceSeq order (prp.md §8.2, §8.5).
-// The dispatch goroutine, executor commits and the lifecycle routine all
-// send through it.
 //
-// Two locks, so nobody waits behind a blocked write only to read a field:
-// writeMu orders the writers and is held across Conn.Send (it guards no
-// field; helpers that need it end in WriteLocked); mu guards the fields
-// below and is never held across a send, so onLost, an ACK and the
-// lifecycle routine only wait for a field update.
+// One routine (run) does every send, so nothing else ever waits for the
+// socket: a commit, a command handler, the ACK path and a warm step only
+// change a field under mu and poke the routine, and return. While the
+// connection is slow or half-open, the link's send queue fills and only
+// the routine blocks; commands, interrupts and pings go on (a ping is
+// answered by the link's reader, ahead of queued events). mu is never
+// held across a send.
 type sender struct {
 	store *state.Store
-	id    prp.Identity
 
-	// writeMu orders the writers across Conn.Send; guards no field.
-	writeMu sync.Mutex
+	// wake is the routine's one-slot wake-up; poke never blocks.
+	wake chan struct{}
 
 	// mu guards the fields below; never held across a send.
-	mu          sync.Mutex
-	conn        *prp.Conn // current connection; nil while disconnected
-	version     int       // its PRP version
-	sentThrough uint64    // highest sourceSeq queued on conn
-	connections int       // authenticated connections in this process
+	mu      sync.Mutex
+	id      prp.Identity // the identity command results carry
+	conn    *prp.Conn    // current connection; nil while disconnected
+	version int          // its PRP version
+	// gen counts attach and detach: a send the routine started on an
+	// older generation does not move the cursor of the new one.
+	gen         uint64
+	sentThrough uint64 // highest sourceSeq queued on conn
+	// results are the command results waiting for the routine, in the
+	// order their commands finished; each goes after the events
+	// committed before it (its evidence) and before the later ones.
+	results     []pendingResult
+	connections int // authenticated connections in this process
 	// resultAfter is sentThrough when the last command_result was queued on
 	// conn (resultQueued): an ACK beyond it proves the result arrived, since
 	// the core handles one connection's frames in order.
@@ -40,6 +48,42 @@ type sender struct {
 	// boundReported is the outbox bound last reported as a diagnostic;
 	// cleared once the store leaves storage pressure.
 	boundReported string
+}
+
+// pendingResult is a command result waiting for the send routine, behind
+// the outbox prefix through after.
+type pendingResult struct {
+	res   state.CommandResult
+	after uint64
+}
+
+func newSender(st *state.Store, id prp.Identity) *sender {
+	return &sender{store: st, id: id, wake: make(chan struct{}, 1)}
+}
+
+// poke asks the send routine to ship what is committed; it never blocks.
+func (s *sender) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the send routine: it ships the outbox suffix and the queued
+// results each time it is poked, until ctx ends. A failed send leaves the
+// rest for the next connection, which replays from the acknowledged
+// cursor.
+func (s *sender) run(ctx context.Context, onErr func(error)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		if err := s.ship(ctx); err != nil {
+			onErr(err)
+		}
+	}
 }
 
 // countConnection records an authenticated connection and returns how many
@@ -58,17 +102,16 @@ func (s *sender) connectionCount() int {
 	return s.connections
 }
 
-// attach makes c (PRP version v) the current connection and replays the
-// unacknowledged outbox on it byte for byte (prp.md §9.4).
-func (s *sender) attach(ctx context.Context, c *prp.Conn, v int) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
+// attach makes c (PRP version v) the current connection; the routine
+// replays the unacknowledged outbox on it byte for byte (prp.md §9.4).
+func (s *sender) attach(c *prp.Conn, v int) {
 	s.mu.Lock()
 	s.conn, s.version = c, v
+	s.gen++
 	s.sentThrough = s.store.Summary().AckedSourceSeq
 	s.resultQueued = false
 	s.mu.Unlock()
-	return s.flushWriteLocked(ctx)
+	s.poke()
 }
 
 // protocolVersion is the current connection's PRP version (0 while disconnected).
@@ -84,41 +127,93 @@ func (s *sender) protocolVersion() int {
 // setIdentity makes later command results carry id (a warm rotation's new
 // identity); events carry the state's own.
 func (s *sender) setIdentity(id prp.Identity) {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	s.id = id
 	s.mu.Unlock()
 }
 
-// detach forgets the lost connection; a write in flight on it fails on its own.
+// detach forgets the lost connection and the results not yet queued on it:
+// the core re-delivers their commands and the journal replays them. A
+// send in flight on it fails on its own.
 func (s *sender) detach() {
 	s.mu.Lock()
 	s.conn = nil
+	s.gen++
+	s.results = nil
 	s.mu.Unlock()
 }
 
-// flush sends every committed, unsent outbox event on the current connection.
-func (s *sender) flush(ctx context.Context) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	return s.flushWriteLocked(ctx)
-}
-
-// flushWriteLocked sends the outbox suffix after sentThrough in order, each
-// event as stored (byte-identical on a replay), downgraded on a v1 link
-// (prp.md §8.2, §8.5). s.writeMu held; s.mu is taken only between sends. The
-// connection cannot change under it: attach waits for writeMu, and detach
-// only clears it.
-func (s *sender) flushWriteLocked(ctx context.Context) error {
+// queueResult hands the routine a command_result, to go after every event
+// committed before it, so evidence reaches the core ahead of the result
+// (prp.md §7.2 step 6). While disconnected it does nothing: the core
+// re-delivers the command and the journal replays this result.
+func (s *sender) queueResult(res state.CommandResult) {
+	after := s.store.Summary().HighestSourceSeq
 	s.mu.Lock()
-	c, v, after := s.conn, s.version, s.sentThrough
-	s.mu.Unlock()
-	if c == nil {
-		return nil
+	if s.conn == nil {
+		s.mu.Unlock()
+		return
 	}
-	for _, e := range s.store.Unsent(after) {
-		b, err := e.Wire(v)
+	s.results = append(s.results, pendingResult{res: res, after: after})
+	s.mu.Unlock()
+	s.poke()
+}
+
+// ship sends, on the current connection, the committed outbox suffix after
+// sentThrough in order, each event as stored (byte-identical on a replay)
+// and downgraded on a v1 link, with each queued result after its evidence
+// (prp.md §8.2, §8.5). Only the routine calls it. It returns once nothing
+// committed is left unsent; a connection change between two sends ends
+// the pass, and the poke that came with it starts the next.
+func (s *sender) ship(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		c, v, gen, after := s.conn, s.version, s.gen, s.sentThrough
+		s.mu.Unlock()
+		if c == nil {
+			return nil
+		}
+		evs := s.store.Unsent(after)
+		for _, e := range evs {
+			if err := s.shipResults(ctx, c, v, gen, e.SourceSeq); err != nil {
+				return err
+			}
+			b, err := e.Wire(v)
+			if err != nil {
+				return err
+			}
+			if err := c.Send(ctx, b); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			if s.gen != gen {
+				s.mu.Unlock()
+				return nil
+			}
+			s.sentThrough = e.SourceSeq
+			s.mu.Unlock()
+		}
+		if len(evs) == 0 {
+			// Every committed event is on the wire: so is every queued
+			// result's evidence.
+			return s.shipResults(ctx, c, v, gen, math.MaxUint64)
+		}
+		// Another pass: more may have been committed meanwhile.
+	}
+}
+
+// shipResults sends the queued results whose evidence ends before event
+// next.
+func (s *sender) shipResults(ctx context.Context, c *prp.Conn, v int, gen, next uint64) error {
+	for {
+		s.mu.Lock()
+		if s.gen != gen || len(s.results) == 0 || s.results[0].after >= next {
+			s.mu.Unlock()
+			return nil
+		}
+		pr, id := s.results[0], s.id
+		s.mu.Unlock()
+		b, err := resultEnvelope(pr.res, v, id)
 		if err != nil {
 			return err
 		}
@@ -126,55 +221,38 @@ func (s *sender) flushWriteLocked(ctx context.Context) error {
 			return err
 		}
 		s.mu.Lock()
-		s.sentThrough = e.SourceSeq
+		if s.gen == gen && len(s.results) > 0 {
+			s.results = s.results[1:]
+			s.resultAfter, s.resultQueued = s.sentThrough, true
+		}
 		s.mu.Unlock()
 	}
-	return nil
 }
 
-// sendResult queues the command_result after every event committed before
-// it, so evidence reaches the core ahead of the result (prp.md §7.2 step 6).
-// While disconnected it does nothing: the core re-delivers the command and
-// the journal replays this result.
-func (s *sender) sendResult(ctx context.Context, res state.CommandResult) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	if err := s.flushWriteLocked(ctx); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	c, v, id := s.conn, s.version, s.id
-	s.mu.Unlock()
-	if c == nil {
-		return nil
-	}
+// resultEnvelope is res as a command_result envelope of PRP version v for
+// identity id.
+func resultEnvelope(res state.CommandResult, v int, id prp.Identity) ([]byte, error) {
 	payload, err := jsonenc.Marshal(prp.CommandResultPayload{
 		CommandID: res.CommandID, ControllerSeq: res.ControllerSeq, CommandType: res.CommandType,
 		Status: wireStatus(res), Result: res.Result,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b, err := prp.MarshalEnvelope(prp.NewEventEnvelope(prp.KindCommandResult, v, id, payload))
-	if err != nil {
-		return err
-	}
-	if err := c.Send(ctx, b); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.resultAfter, s.resultQueued = s.sentThrough, true
-	s.mu.Unlock()
-	return nil
+	return prp.MarshalEnvelope(prp.NewEventEnvelope(prp.KindCommandResult, v, id, payload))
 }
 
-// resultUnproven reports whether the last command_result queued on this
-// connection may not have arrived: no ACK of a later event proves it yet.
-// With no later event (a command re-delivered after a reconnect) the core
-// re-delivers it to the next process, which replays the journaled result.
+// resultUnproven reports whether a command_result may not have arrived: one
+// still waits for the routine, or no ACK of a later event proves the last
+// one queued yet. With no later event (a command re-delivered after a
+// reconnect) the core re-delivers it to the next process, which replays
+// the journaled result.
 func (s *sender) resultUnproven(sum state.Summary) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.results) > 0 {
+		return true
+	}
 	return s.resultQueued && sum.AckedSourceSeq <= s.resultAfter && sum.HighestSourceSeq > s.resultAfter
 }
 

@@ -288,7 +288,7 @@ func (r *loop) beginSuspend(ctx context.Context, reason string) {
 		r.finish(config.NewError(config.CodeRunnerFailed, "record suspend", err))
 		return
 	}
-	r.flush(ctx)
+	r.flush()
 	r.checkSuspend()
 }
 

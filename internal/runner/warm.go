@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
@@ -47,7 +46,7 @@ const (
 // testhooks builds (warm_testhook_linux.go).
 const (
 	killPrepared    = "prepared"    // the prepared write is durable; no result sent
-	killResultSent  = "result-sent" // the result is queued on the old connection
+	killResultSent  = "result-sent" // the result is queued for the send routine
 	killAcked       = "acked"       // the exact receipt's ack arrived; nothing persisted for it
 	killActivating  = "activating"  // the activating write is durable; no reconnect yet
 	killReconnected = "reconnected" // the activated welcome arrived; warm_transition_activated sent
@@ -57,8 +56,9 @@ const (
 var warmKillPoint = func(point string) {}
 
 // warm is the runner half of a warm rotation in this process. One step at
-// a time: mu is held across each step (a store write and a send), since
-// the ACK path (dispatch goroutine) and the timers both drive them.
+// a time: mu is held across each step's store write, since the ACK path
+// (dispatch goroutine) and the timers both drive them; a step's result
+// only joins the send routine's queue, so no step waits for the socket.
 type warm struct {
 	mu sync.Mutex // guards every field below
 	// welcomeVersion is the current connection's welcome
@@ -195,9 +195,7 @@ func (r *loop) rejectAttachLocked(ctx context.Context, cmd *prp.Command, code, m
 	if err != nil {
 		return fmt.Errorf("record run.attach refusal: %w", err)
 	}
-	if err := r.send.sendResult(ctx, res); err != nil {
-		r.log.Warn("command result not sent; the core re-delivers the command", "commandId", cmd.CommandID, "err", err)
-	}
+	r.send.queueResult(res)
 	return nil
 }
 
@@ -276,9 +274,7 @@ func (r *loop) tryPrepareLocked(ctx context.Context) error {
 	w.waiting, w.prepared = nil, &receipt
 	w.ackTimer = r.clk.AfterFunc(warmWait, func() { r.attachAckExpired(receipt.TransitionID) })
 	r.log.Info("warm transition prepared", "commandId", cmd.CommandID, "transitionId", receipt.TransitionID)
-	if err := r.send.sendResult(ctx, res); err != nil {
-		r.log.Warn("run.attach result not sent; the rotation waits for its ack", "err", err)
-	}
+	r.send.queueResult(res) // its ack wait's bound settles a result that never arrives
 	warmKillPoint(killResultSent)
 	return nil
 }
@@ -404,19 +400,14 @@ func (w *warm) owns(commandID string) bool {
 // resendPrepared re-sends a prepared attach's journaled result, so the core
 // acknowledges it with its receipt again (CP: a replayed attach result
 // gets its receipt); a still-waiting attach sends nothing yet.
-func (w *warm) resendPrepared(ctx context.Context, s *sender, log *slog.Logger, commandID string) error {
+func (w *warm) resendPrepared(s *sender, commandID string) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.prepared == nil || w.prepared.CommandID != commandID {
-		return nil
+	prepared := w.prepared != nil && w.prepared.CommandID == commandID
+	w.mu.Unlock()
+	if !prepared {
+		return
 	}
-	res, ok := s.store.Result(commandID)
-	if !ok {
-		return nil
+	if res, ok := s.store.Result(commandID); ok {
+		s.queueResult(res) // the ack wait's bound settles a result that never arrives
 	}
-	if err := s.sendResult(ctx, res); err != nil {
-		// Not fatal: the ack wait's bound settles a result that never arrives.
-		log.Warn("run.attach result not re-sent", "err", err)
-	}
-	return nil
 }
