@@ -3,11 +3,14 @@
 // session, writes lines as stdin files, consumes event files exactly once,
 // detects channel loss and stops the agent.
 //
-// Durability contract: every state change goes through Sink.Commit, which
-// stores the Stored record and appends the PRP events in ONE durable write.
-// An event file is deleted only after the commit that covers it (parse →
-// commit → delete, acp.md §3.3); the record (next stdin sequence, request
-// ids) is committed before any line it covers is written (acp.md §3.2).
+// Durability contract: every state change is a batch prepared under the
+// Manager's lock and handed to the committer (commit.go), which stores the
+// Stored record and appends the PRP events in ONE durable write
+// (Sink.Commit) without that lock. An event file is deleted only after the
+// write that covers it (parse → commit → delete, acp.md §3.3); the record
+// (next stdin sequence, request ids) is durable before any line it covers
+// is written (acp.md §3.2). A command method returns once its changes are
+// durable (Sync).
 //
 // Drivers (provider.Driver): the Manager knows a provider's wire protocol
 // only through its Driver, made by the provider.Registration of
@@ -160,9 +163,10 @@ type Binding struct {
 // Sink is where the agent's state and events become durable.
 type Sink interface {
 	// Commit stores st and appends events to the outbox, in order, in one
-	// durable write, then sends what it can. A non-nil outcome is recorded
-	// as its command's result in that same write; the command's result
-	// has not been sent yet.
+	// durable write, and has them sent without waiting for the socket. A
+	// non-nil outcome is recorded as its command's result in that same
+	// write; the command's result has not been sent yet. Only the
+	// committer calls it, one write at a time, never under Manager.mu.
 	Commit(st Stored, events []provider.Event, outcome *CommandOutcome) error
 	// Drained reports whether new provider output may be taken (prp.md
 	// §8.5: everything sent is acknowledged). It must not block.
@@ -243,6 +247,14 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// commits makes the batches prepared under mu durable (commit.go);
+	// commitStop ends its routine and commitDone says it has ended;
+	// hooks counts the after-commit hooks it started.
+	commits    *committer
+	commitStop chan struct{}
+	commitDone chan struct{}
+	hooks      sync.WaitGroup
+
 	// mu guards every field below: the runner's calls, the event reader
 	// and the drivers (through host) take it.
 	mu       sync.Mutex
@@ -259,6 +271,10 @@ type Manager struct {
 	// drv is the driver of cl (driverLocked); drvCl the client it wraps.
 	drv   provider.Driver
 	drvCl *acpx.Client
+	// afterCommit and afterWrite wait for the next prepared batch: its
+	// after-commit hooks (provider.Host.AfterCommit) and its wake-ups.
+	afterCommit []func(context.Context)
+	afterWrite  []func()
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -291,6 +307,12 @@ func NewManager(cfg Config, st Stored) *Manager {
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.commits = newCommitter(m)
+	m.commitStop, m.commitDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(m.commitDone)
+		m.commits.run(m.commitStop)
+	}()
 	m.terms = terminal.New(terminal.Config{StateDir: cfg.StateDir, Pcwrap: cfg.Pcwrap,
 		Answer: m.answerTerminalWait, Logger: cfg.Logger})
 	if st.Session != nil {
@@ -321,7 +343,16 @@ func (m *Manager) setMapper() {
 // is marked gone.
 func (m *Manager) Start() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	err := m.startLocked()
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return m.commits.sync()
+}
+
+// startLocked is Start with m.mu held.
+func (m *Manager) startLocked() error {
 	if m.cl == nil {
 		return nil
 	}
@@ -396,7 +427,7 @@ func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
 		}
 		_ = p.w.Discard(staged)
 		_ = p.w.Close()
-		p.w = w
+		p.w, p.nextSeq = w, pr.Seq
 		if turn := m.cl.ActiveTurn(); turn != "" {
 			m.cl.AbandonTurn()
 			evs = m.mapper.ChannelLost(m.cl.Map(), turn, provider.LossWriteError)
@@ -437,7 +468,32 @@ func (m *Manager) Close() {
 	closeBridge(m, srv)
 	m.cancel()
 	m.wg.Wait()
+	close(m.commitStop) // after the readers: the committer settles what they prepared
+	<-m.commitDone
+	m.hooks.Wait()
 	m.terms.Close()
+}
+
+// Sync waits until every change prepared so far is durable and its
+// effects are done, and returns the failure of a commit, if any. A
+// command's result may be recorded only after it: the result must not
+// outrun its evidence. Never call it with m.mu held.
+func (m *Manager) Sync() error { return m.commits.sync() }
+
+// durable is a command's answer once every change prepared so far is
+// durable: the runner records the result in a later write, which must not
+// outrun its evidence.
+func (m *Manager) durable(out json.RawMessage, err error) (json.RawMessage, error) {
+	if serr := m.Sync(); serr != nil {
+		return nil, serr
+	}
+	return out, err
+}
+
+// wakeAfterCommitLocked runs fn once the next prepared batch is durable
+// (an answer the agent may see only then). m.mu held.
+func (m *Manager) wakeAfterCommitLocked(fn func()) {
+	m.afterWrite = append(m.afterWrite, fn)
 }
 
 // Shutdown stops the live agent (orderly runnerd stop, acp.md §3.6), then
@@ -447,45 +503,23 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	m.Close()
 }
 
-// persistLocked persists the stored record (with the live process fields)
-// and events in one write. m.mu held.
+// persistLocked prepares the stored record (with the live process fields)
+// and events, with outcome, as one batch. m.mu held.
 func (m *Manager) persistLocked(events []provider.Event, outcome *CommandOutcome) error {
-	st := m.st
-	if m.cl != nil {
-		rec := m.cl.Record()
-		if p := m.proc; p != nil {
-			rec.Process.UUID = p.uuid
-			// The lines this commit covers are written after it.
-			rec.Process.NextStdinSeq = uint64(p.w.Next() + int64(p.reserve))
-			rec.Process.ConsumedEventSeq = uint64(p.consumed)
-		} else {
-			rec.Process = nil
-		}
-		st.Session = &rec
-	} else {
-		st.Session = nil
-	}
-	if err := m.cfg.Sink.Commit(st, events, outcome); err != nil {
-		return fmt.Errorf("commit agent state: %w", err)
-	}
-	m.st = st
-	if p := m.proc; p != nil {
-		p.removeCovered(m) // parse → commit → delete (acp.md §3.3)
-	}
-	return nil
+	return m.prepareLocked(events, nil, outcome, nil, nil)
 }
 
-// commitThenWriteLocked is the agent's one durability step. It commits,
-// in ONE durable write, the record (whose next stdin sequence already
-// counts every line below) and the events, after whatever a pending batch
-// of consumed event files produced; then it deletes the files that commit
-// covers; then it writes the batch's lines and lines, in order, as stdin
-// files; last (on every path) it runs the batch's waiter wake-ups. So a
-// line exists only after the record that covers it (acp.md §3.2), and an
-// event file is gone only after the commit that consumed it (§3.3). A
-// failed commit writes nothing. A failed write latches write_error,
-// commits the loss, and returns an error wrapping acpx.ErrWrite. m.mu
-// held.
+// commitThenWriteLocked is the agent's one durability step: it prepares a
+// batch for the committer (commit.go) and returns without waiting for the
+// disk. The batch holds, for ONE durable write, the record (whose next
+// stdin sequence already counts every line below) and the events, after
+// whatever a pending batch of consumed event files produced; once that
+// write is durable the committer deletes the files it covers, writes the
+// lines in order as stdin files, and runs the waiter wake-ups. So a line
+// exists only after the record that covers it (acp.md §3.2), and an event
+// file is gone only after the commit that consumed it (§3.3). A failed
+// stdin write latches write_error and commits the loss. It returns the
+// latched failure of an earlier commit, if any. m.mu held.
 func (m *Manager) commitThenWriteLocked(events []provider.Event, lines [][]byte) error {
 	return m.commitThenWriteEffectLocked(events, lines, nil)
 }
@@ -502,110 +536,93 @@ type commandEffect struct {
 
 // commitThenWriteEffectLocked is commitThenWriteLocked that also records
 // effect's completed result in the same write (prp.md §7.2 item 8). A
-// turn.start prompt is written last: it is first written completely under
-// its temporary name; the commit then records that name with its sequence
-// reservation and the command's completed result; the prompt is published
-// (renamed) after the other lines. A restart that finds the temporary name
-// knows the prompt never reached the agent.
+// turn.start prompt is written last: the committer first writes it
+// completely under its temporary name; the write then records that name
+// with its sequence reservation and the command's completed result; the
+// prompt is published (renamed) after the other lines. A restart that
+// finds the temporary name knows the prompt never reached the agent.
 func (m *Manager) commitThenWriteEffectLocked(events []provider.Event, lines [][]byte, effect *commandEffect) error {
-	p := m.proc
-	var wakes []func()
-	if p != nil && (len(p.bufEvents) > 0 || len(p.bufLines) > 0 || len(p.bufWakes) > 0) {
-		// A batch of consumed files is pending: this commit covers it, in
-		// stream order before what the caller adds.
-		events = append(p.bufEvents, events...)
-		lines = append(p.bufLines, lines...)
-		wakes = p.bufWakes
-		p.bufEvents, p.bufLines, p.bufWakes = nil, nil, nil
-		if p.lost {
-			lines = nil
-			if effect != nil {
-				effect.prompt = nil // nothing more reaches a lost agent
-			}
-		}
-	}
-	defer func() {
-		for _, w := range wakes {
-			w()
-		}
-	}()
 	var outcome *CommandOutcome
-	var line []byte
+	var prompt []byte
 	if effect != nil {
 		outcome = &CommandOutcome{CommandID: effect.commandID, Status: outcomeCompleted, Result: effect.result}
-		line = effect.prompt
+		prompt = effect.prompt
 	}
-	if p == nil && (len(lines) > 0 || line != nil) {
-		return failed("no agent is running")
-	}
-	var staged sessiondir.Staged
-	var unpublished *sessiondir.Staged // the staged prompt until it is published
-	var stageErr error                 // committed first, then latched as write_error
-	if line != nil {
-		staged, stageErr = p.w.StageStdin(line, p.w.Next()+int64(len(lines)))
-		if stageErr == nil {
-			unpublished = &staged
-			m.st.Prompt = &PromptDelivery{CommandID: effect.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
-		}
-	}
-	if n := len(lines); p != nil && (n > 0 || line != nil) {
-		if line != nil {
-			n++
-		}
-		p.reserve = n
-		defer func() { p.reserve = 0 }()
-	}
-	if err := m.persistLocked(events, outcome); err != nil {
-		if unpublished != nil {
-			m.st.Prompt = nil
-			_ = p.w.Discard(staged)
-		}
+	return m.prepareLocked(events, lines, outcome, prompt, nil)
+}
+
+// prepareLocked queues one batch (commit.go): the pending batch of consumed
+// event files first, in stream order, then events, lines and prompt; a
+// lost agent gets no line. discard is a staged prompt to remove once the
+// write is durable. It never blocks. m.mu held.
+func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome *CommandOutcome, prompt []byte, discard *sessiondir.Staged) error {
+	if err := m.commits.err(); err != nil {
 		return err
 	}
-	if stageErr != nil {
-		return m.writeFailedLocked(p, stageErr, nil)
-	}
-	if unpublished != nil {
-		hookBeforePublish()
-	}
-	for _, l := range lines {
-		if _, err := p.w.Stdin(m.ctx, l); err != nil {
-			return m.writeFailedLocked(p, err, unpublished)
+	p := m.proc
+	b := &batch{outcome: outcome, discard: discard, after: m.afterCommit, wakes: m.afterWrite, done: make(chan struct{})}
+	m.afterCommit, m.afterWrite = nil, nil
+	if p != nil {
+		events = append(p.bufEvents, events...)
+		lines = append(p.bufLines, lines...)
+		b.wakes = append(p.bufWakes, b.wakes...)
+		p.bufEvents, p.bufLines, p.bufWakes = nil, nil, nil
+		if p.lost {
+			lines, prompt = nil, nil // nothing more reaches a lost agent
 		}
-		p.reserve--
 	}
-	if unpublished != nil {
-		if _, err := p.w.Publish(staged); err != nil {
-			return m.writeFailedLocked(p, err, unpublished)
+	if p == nil && (len(lines) > 0 || prompt != nil) {
+		for _, w := range b.wakes {
+			w()
 		}
-		// Published: the next write needs no proof. The durable record
-		// keeps it until the command's result is recorded (SettlePrompt).
-		m.st.Prompt = nil
-		p.reserve--
+		return failed("no agent is running")
 	}
+	b.events = events
+	if p != nil {
+		b.proc, b.w, b.fs = p, p.w, p.fs
+		if p.fs != nil { // a closed reader's files wait for the next start's sweep
+			b.remove = p.pending
+		}
+		p.pending = nil
+		b.lines = lines
+		if prompt != nil {
+			b.prompt = &promptLine{commandID: outcome.CommandID, line: prompt, seq: p.nextSeq + int64(len(lines))}
+			p.nextSeq++
+		}
+		p.nextSeq += int64(len(lines))
+	}
+	st := m.st
+	st.Session = nil
+	if m.cl != nil {
+		rec := m.cl.Record()
+		if p != nil {
+			rec.Process.UUID = p.uuid
+			// The lines this write covers are written after it.
+			rec.Process.NextStdinSeq = uint64(p.nextSeq)
+			rec.Process.ConsumedEventSeq = uint64(p.consumed)
+		} else {
+			rec.Process = nil
+		}
+		st.Session = &rec
+	}
+	m.st = st
+	clone, err := cloneStored(st)
+	if err != nil {
+		return fmt.Errorf("copy agent state: %w", err)
+	}
+	b.st = clone
+	m.commits.push(b)
 	return nil
 }
 
-// writeFailedLocked latches write_error after a failed stdin write and
-// commits the loss, then discards an unpublished staged prompt (after the
-// commit: until then a restart must still find it unpublished). m.mu
-// held.
-func (m *Manager) writeFailedLocked(p *process, err error, staged *sessiondir.Staged) error {
-	m.log.Warn("stdin write failed", "err", err)
-	m.st.Prompt = nil
-	p.reserve = 0
-	evs := m.lostLocked(p, provider.LossWriteError)
-	if cerr := m.persistLocked(evs, nil); cerr != nil {
-		return cerr
-	}
-	if staged != nil {
-		_ = p.w.Discard(*staged)
-	}
-	return fmt.Errorf("%w: %w", provider.ErrWrite, err)
+// Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
+// It returns once what it changed is durable (Sync).
+func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
+	return m.durable(m.prepare(payload))
 }
 
-// Prepare binds the provider descriptor (run.prepare, prp.md §7.6).
-func (m *Manager) Prepare(payload json.RawMessage) (json.RawMessage, error) {
+// prepare is Prepare without the wait for durability.
+func (m *Manager) prepare(payload json.RawMessage) (json.RawMessage, error) {
 	b, err := parseDescriptor(payload, m.cfg.Drivers)
 	if err != nil {
 		return nil, err
@@ -738,7 +755,13 @@ var errDeadline = provider.ErrDeadline
 // Open runs session.open commandID (acp.md §4.1): adopt a live agent,
 // resume a reusable record, or start cold. The write that records the
 // session also records the completed result (prp.md §7.2 item 8).
+// It returns once what it changed is durable (Sync).
 func (m *Manager) Open(ctx context.Context, commandID string) (json.RawMessage, error) {
+	return m.durable(m.openSession(ctx, commandID))
+}
+
+// openSession is Open without the wait for durability.
+func (m *Manager) openSession(ctx context.Context, commandID string) (json.RawMessage, error) {
 	m.mu.Lock()
 	b := m.st.Binding
 	if b == nil {
@@ -925,32 +948,56 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 // once the prompt is durably queued; turn.started carries the
 // providerTurnId. The write that records the prompt's reservation and
 // turn.started also records the completed result (prp.md §7.2 item 8).
+// It returns once what it changed is durable (Sync).
 func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.RawMessage, error) {
+	out, prompt, err := m.startTurn(commandID, payload)
+	if out, err = m.durable(out, err); err != nil || prompt == nil {
+		return out, err
+	}
+	if err := prompt.waitChain(); err != nil {
+		return nil, err
+	}
+	if prompt.writeErr == nil {
+		return out, nil
+	}
+	// The prompt never reached the agent: its loss sequence follows, and
+	// the answer says so.
+	var accepted map[string]any
+	if json.Unmarshal(out, &accepted) != nil {
+		return out, nil
+	}
+	accepted["lossReason"] = string(provider.LossWriteError)
+	return jsonenc.MustMarshalEscaped(accepted), nil
+}
+
+// startTurn is StartTurn without the wait for durability; it returns the
+// batch that writes the prompt, if any.
+func (m *Manager) startTurn(commandID string, payload json.RawMessage) (json.RawMessage, *batch, error) {
 	var p struct {
 		Text   string  `json:"text"`
 		TurnID *string `json:"turnId"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil || strings.TrimSpace(p.Text) == "" {
-		return nil, failed("turn.start needs a non-empty text")
+		return nil, nil, failed("turn.start needs a non-empty text")
 	}
 	if p.TurnID != nil && !turnIDPattern.MatchString(*p.TurnID) {
-		return nil, rejected(CodeInvalidTurnID, "turn.start turnId does not match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+		return nil, nil, rejected(CodeInvalidTurnID, "turn.start turnId does not match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cl == nil || m.cl.Record().ACPSessionID == "" || m.st.Closed {
 		// After a deliberate stop the session is closed, not lost: a clear
 		// refusal, never a loss sequence (tools.md §7).
-		return nil, rejected(CodeSessionNotOpen, "no open session; run session.open first")
+		return nil, nil, rejected(CodeSessionNotOpen, "no open session; run session.open first")
 	}
 	if m.cl.ActiveTurn() != "" {
-		return nil, failed("a turn is already active")
+		return nil, nil, failed("a turn is already active")
 	}
 	next := m.st.NextTurn
 	var turnID string
 	if p.TurnID != nil {
 		if m.usedTurnLocked(*p.TurnID) {
-			return nil, rejected(CodeInvalidTurnID, "turn.start turnId was already used in this session")
+			return nil, nil, rejected(CodeInvalidTurnID, "turn.start turnId was already used in this session")
 		}
 		turnID = *p.TurnID
 	} else {
@@ -970,7 +1017,7 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 		}
 		if err != nil {
 			m.st.NextTurn = next
-			return nil, failed("the turn could not be started")
+			return nil, nil, failed("the turn could not be started")
 		}
 	}
 	m.recordTurnLocked(turnID)
@@ -983,20 +1030,16 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 		accepted["lossReason"] = string(loss)
 		result := jsonenc.MustMarshalEscaped(accepted)
 		if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return result, nil
+		return result, nil, nil
 	}
 	m.byRun = false
 	result := jsonenc.MustMarshalEscaped(accepted)
 	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
-		if errors.Is(err, provider.ErrWrite) {
-			accepted["lossReason"] = string(provider.LossWriteError)
-			return jsonenc.MustMarshalEscaped(accepted), nil
-		}
-		return nil, err
+		return nil, nil, err
 	}
-	return result, nil
+	return result, m.commits.newest(), nil
 }
 
 // steer is turn.steer: ACP v1 cannot steer (acp.md §4.3).
@@ -1017,7 +1060,13 @@ const (
 // Cancel runs turn.interrupt, turn.stop or run.cancel (acp.md §4.4):
 // session/cancel, cancelled answers to pending permissions, wait up to the
 // cancel grace, then stop the agent and set resetOnNextEnsure.
+// It returns once what it changed is durable (Sync).
 func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage, error) {
+	return m.durable(m.cancelTurn(ctx, kind))
+}
+
+// cancelTurn is Cancel without the wait for durability.
+func (m *Manager) cancelTurn(ctx context.Context, kind CancelKind) (json.RawMessage, error) {
 	reason := cancelReason(kind)
 	m.mu.Lock()
 	if m.cl == nil || m.cl.ActiveTurn() == "" {
@@ -1107,7 +1156,13 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 
 // CloseSession is session.close: stop the agent, keep the record
 // resumable (acpx "release").
+// It returns once what it changed is durable (Sync).
 func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
+	return m.durable(m.closeSession(ctx))
+}
+
+// closeSession is CloseSession without the wait for durability.
+func (m *Manager) closeSession(ctx context.Context) (json.RawMessage, error) {
 	m.mu.Lock()
 	m.stopToolCallsLocked() // tools.md §3 item 6; this commit records them detached
 	evs, _ := m.closeRequestsLocked(provider.RequestCancelled, "session_closed", forgetRequests)
@@ -1122,7 +1177,13 @@ func (m *Manager) CloseSession(ctx context.Context) (json.RawMessage, error) {
 }
 
 // Destroy is session.destroy: session/close if advertised, stop, discard.
+// It returns once what it changed is durable (Sync).
 func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
+	return m.durable(m.destroy(ctx))
+}
+
+// destroy is Destroy without the wait for durability.
+func (m *Manager) destroy(ctx context.Context) (json.RawMessage, error) {
 	m.mu.Lock()
 	canClose := m.proc != nil && !m.proc.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" &&
 		m.cl.Capabilities().SessionCapabilities.Close != nil && m.cl.ActiveTurn() == ""
@@ -1151,7 +1212,13 @@ func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
 // option of that kind) or by a raw response (an optionId, answers, or
 // outcome cancelled). The write that records the answer also records the
 // completed result {status:"delivered", requestId} (prp.md §7.2 item 8).
+// It returns once what it changed is durable (Sync).
 func (m *Manager) Resolve(commandID string, payload json.RawMessage) (json.RawMessage, error) {
+	return m.durable(m.resolve(commandID, payload))
+}
+
+// resolve is Resolve without the wait for durability.
+func (m *Manager) resolve(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		RequestID  string `json:"requestId"`
 		TurnID     string `json:"turnId"`

@@ -102,26 +102,13 @@ func (h host) Go(fn func(ctx context.Context)) {
 }
 
 func (h host) AfterCommit(fn func(ctx context.Context)) {
-	m := h.m
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.mu.Lock() // the caller holds it until its commit is durable
-		m.mu.Unlock()
-		fn(m.ctx)
-	}()
+	h.m.afterCommit = append(h.m.afterCommit, fn) // the next batch starts it once durable
 }
 
 func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) error {
 	m := h.m
 	m.mu.Lock()
-	var wakes []func()
-	defer func() {
-		m.mu.Unlock()
-		for _, w := range wakes {
-			w()
-		}
-	}()
+	defer m.mu.Unlock()
 	p := m.proc
 	if p == nil || m.cl == nil || m.driverLocked() != d {
 		return nil
@@ -136,7 +123,7 @@ func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) e
 		e, l, w := m.handleInbound(p, x)
 		evs, lines = append(evs, e...), append(lines, l...)
 		if w != nil {
-			wakes = append(wakes, w)
+			m.wakeAfterCommitLocked(w)
 		}
 	}
 	return m.commitThenWriteLocked(evs, lines)

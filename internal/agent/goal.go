@@ -115,7 +115,13 @@ func decodeGoalPayload(cmd GoalCommand, payload json.RawMessage) (goalPayload, e
 // projection. The write that records the projection's two P0 events
 // (session.capabilities.updated, then the goal event) also records the
 // completed result (prp.md §7.2 item 8).
+// It returns once what it changed is durable (Sync).
 func (m *Manager) Goal(ctx context.Context, commandID string, cmd GoalCommand, payload json.RawMessage) (json.RawMessage, error) {
+	return m.durable(m.goal(ctx, commandID, cmd, payload))
+}
+
+// goal is Goal without the wait for durability.
+func (m *Manager) goal(ctx context.Context, commandID string, cmd GoalCommand, payload json.RawMessage) (json.RawMessage, error) {
 	p, err := decodeGoalPayload(cmd, payload)
 	if err != nil {
 		return nil, err

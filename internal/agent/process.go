@@ -69,9 +69,10 @@ type process struct {
 	bufEvents []provider.Event
 	bufLines  [][]byte
 	bufWakes  []func()
-	// reserve counts lines covered by the next commit but not yet written:
-	// the committed next stdin seq includes them (acp.md §3.2).
-	reserve int
+	// nextSeq is the stdin sequence after every line a prepared batch
+	// holds: the committed next stdin seq includes lines not yet written
+	// (acp.md §3.2).
+	nextSeq int64
 
 	lost, stopping, quiet bool
 	frameExceeded         bool // the agent wrote a stdout line over provider.MaxLineBytes
@@ -136,7 +137,7 @@ func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consume
 	}
 	_, secrets := acpx.AgentEnv(m.agentName(), m.cfg.Environ)
 	p := &process{
-		uuid: uuid, dir: dir, w: w, consumed: int64(consumed),
+		uuid: uuid, dir: dir, w: w, consumed: int64(consumed), nextSeq: int64(nextSeq),
 		ended: make(chan struct{}), readerDone: make(chan struct{}),
 		tail: provider.StderrTail{Redactor: provider.NewRedactor(secrets...)},
 	}
@@ -173,6 +174,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 		m.mu.Lock()
 		p.fs = nil
 		m.mu.Unlock()
+		_ = m.commits.sync() // the batches that delete files through fs
 		fs.Close()
 	}()
 	m.mu.Lock()
@@ -269,6 +271,9 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if err := m.awaitDrained(ctx); err != nil {
 		return err
 	}
+	if err := m.commits.awaitRoom(ctx); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.proc != p {
@@ -279,7 +284,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if p.mayDeferCommitLocked(out.stop, more) {
 		return nil
 	}
-	if err := m.commitThenWriteLocked(nil, nil); err != nil && !errors.Is(err, provider.ErrWrite) {
+	if err := m.commitThenWriteLocked(nil, nil); err != nil {
 		return err
 	}
 	if out.stop {
@@ -553,6 +558,7 @@ func (m *Manager) goneLocked(reason provider.LossReason) []provider.Event {
 // .pcwrap.child rule when pcwrap died without an exit frame, remove the
 // session directory and forget the process.
 func (m *Manager) finishProcess(p *process) {
+	_ = m.commits.sync() // the lines prepared for p go first; its writer closes below
 	ctx := context.Background()
 	m.mu.Lock()
 	exit := p.exitSeen
@@ -597,6 +603,7 @@ func (m *Manager) finishProcess(p *process) {
 		}
 	}()
 	m.proc = nil
+	m.commits.forget(p)
 	if m.cl != nil {
 		m.cl.ResetProcess()
 	}
@@ -656,6 +663,7 @@ func (m *Manager) stopAgent(ctx context.Context, mode stopMode) bool {
 	ended := m.isEnded(p)
 	m.mu.Unlock()
 	if !ended {
+		_ = m.commits.sync() // stdinEnd follows every line already prepared
 		_, _ = p.w.StdinEnd(ctx)
 		_, _ = p.w.Shutdown(ctx)
 	}
@@ -686,20 +694,6 @@ func sweepConsumed(fs *sessiondir.DirFS, upTo int64, m *Manager) {
 			}
 		}
 	}
-}
-
-// removeCovered deletes the files the last commit covered. m.mu held.
-func (p *process) removeCovered(m *Manager) {
-	if p.fs == nil {
-		p.pending = nil
-		return
-	}
-	for _, n := range p.pending {
-		if err := p.fs.Remove(n); err != nil {
-			m.log.Warn("remove consumed event file", "file", n, "err", err)
-		}
-	}
-	p.pending = nil
 }
 
 // listingFS remembers the highest sequence of the latest listing, so the

@@ -47,7 +47,13 @@ func (m *Manager) sessionName() string {
 // SteerTurn is turn.steer (codex.md §3): turn/steer with the active turn's
 // id, waiting (bounded) for Codex's answer; a driver that cannot steer
 // fails as steer does.
+// It returns once what it changed is durable (Sync).
 func (m *Manager) SteerTurn(payload json.RawMessage) (json.RawMessage, error) {
+	return m.durable(m.steerTurn(payload))
+}
+
+// steerTurn is SteerTurn without the wait for durability.
+func (m *Manager) steerTurn(payload json.RawMessage) (json.RawMessage, error) {
 	m.mu.Lock()
 	var s provider.Steerer
 	turn := ""

@@ -328,6 +328,9 @@ func (h bridgeHandler) CallTool(ctx context.Context, call mcpbridge.Call) mcpbri
 	m := h.m
 	w, res := m.admitCall(call)
 	if w == nil {
+		if err := m.Sync(); err != nil { // the answer follows its durable record
+			return toolError(textNotRecorded)
+		}
 		return res
 	}
 	select {
@@ -489,7 +492,13 @@ func (m *Manager) answerLocked(c *toolcall.Call, o toolcall.Outcome) mcpbridge.R
 // items 4–6, §4): match, validate, then one write with the P0
 // semantic_tool.result event, the table and the command's outcome; then
 // the waiting agent request gets its answer.
+// It returns once what it changed is durable (Sync).
 func (m *Manager) ToolResult(commandID string, payload json.RawMessage) (json.RawMessage, error) {
+	return m.durable(m.toolResult(commandID, payload))
+}
+
+// toolResult is ToolResult without the wait for durability.
+func (m *Manager) toolResult(commandID string, payload json.RawMessage) (json.RawMessage, error) {
 	cmd, err := toolcall.DecodeResultCommand(payload)
 	if err != nil {
 		return nil, failed(err.Error()) // names the field, never a value
@@ -537,8 +546,7 @@ func (m *Manager) ToolResult(commandID string, payload json.RawMessage) (json.Ra
 		tb.Record(c.CallID, o)
 	}
 	result := toolcall.StatusResult(d.Verdict.Status(), c.CallID)
-	err = m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result})
-	if err != nil {
+	if err := m.commits.err(); err != nil {
 		if accepted {
 			m.cl.Map().SemanticResult = prevSemantic
 		}
@@ -548,7 +556,10 @@ func (m *Manager) ToolResult(commandID string, payload json.RawMessage) (json.Ra
 		return nil, err
 	}
 	if w != nil {
-		w.ch <- answer
+		m.wakeAfterCommitLocked(func() { w.ch <- answer }) // the answer follows its durable record
+	}
+	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
+		return nil, err
 	}
 	return result, nil
 }

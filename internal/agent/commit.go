@@ -1,0 +1,341 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
+)
+
+// maxUncommittedBatches bounds the batches prepared but not yet durable.
+// At the bound the event reader stops taking event files (the flow control
+// of prp.md §8.5 one step earlier: a file stays on disk, never dropped)
+// until the committer catches up. Commands and provider callbacks always
+// get in, since whoever holds Manager.mu never waits for the committer; they
+// come one at a time, so the queue exceeds the bound by a few at most. Four
+// lets the reader prepare the next batch while one is being written,
+// without letting a burst of files run far ahead of the disk.
+const maxUncommittedBatches = 4
+
+// batch is one durable step of the agent, prepared under Manager.mu and
+// made durable by the committer: the record and the events in one write
+// with the command outcome they are evidence of, then the effects the
+// write covers, in this order: the event files it consumed are deleted,
+// its stdin lines are written, its staged prompt is published, its waiters
+// are woken and its after-commit hooks start.
+type batch struct {
+	st      Stored // a deep copy: the Manager goes on changing its own
+	events  []provider.Event
+	outcome *CommandOutcome
+	// The process whose files and lines the batch covers (nil when none),
+	// with its writer and events directory as they were at preparation.
+	proc   *process
+	w      *sessiondir.Writer
+	fs     *sessiondir.DirFS
+	remove []string // event files the write covers
+	lines  [][]byte // stdin lines the write enables
+	// prompt is a turn.start prompt: staged (written under its temporary
+	// name) before the write, which records where (prp.md §7.2 item 8),
+	// and published after the lines.
+	prompt *promptLine
+	// discard is a staged prompt that will never be published (its
+	// publication failed): removed once the loss is durable.
+	discard *sessiondir.Staged
+	wakes   []func()
+	after   []func(context.Context)
+
+	done chan struct{} // closed once the batch is settled
+	err  error         // the failed commit, read after done
+	// writeErr is a failed stdin write of this batch (write_error was
+	// latched) and next the batch that commits the loss; both are read
+	// after done.
+	writeErr error
+	next     *batch
+}
+
+// promptLine is a turn.start prompt reserved as stdin file seq.
+type promptLine struct {
+	commandID string
+	line      []byte
+	seq       int64
+}
+
+// committer makes the agent's batches durable on one routine, one durable
+// write per batch, in the order they were prepared; a batch's effects
+// follow its write and precede the next batch's. Contract:
+//   - a stdin line is written, and an event file deleted, only after the
+//     write that covers it is durable;
+//   - a command outcome is in the same write as its evidence;
+//   - at most maxUncommittedBatches batches wait while the event reader
+//     prepares (awaitRoom); nothing that holds Manager.mu waits for it;
+//   - a failed write is fatal: that batch and every later one fail with its
+//     error and have no effect;
+//   - a failed stdin write latches write_error and commits the loss; the
+//     process's later lines are not written.
+//
+// Its routine takes Manager.mu only between writes (a write failure's
+// loss), never across the store's write.
+type committer struct {
+	m *Manager
+
+	// mu guards the fields below; never held across a write.
+	mu     sync.Mutex
+	queue  []*batch
+	last   *batch // the newest batch queued; nil before the first
+	failed error  // the first failed commit
+	// deadWriters are processes whose stdin write failed: none of their
+	// later lines is written.
+	deadWriters map[*process]bool
+	closed      bool          // the routine has ended: a batch fails at once
+	kick        chan struct{} // one-slot: a batch was queued
+	room        chan struct{} // closed and replaced each time a batch settles
+}
+
+func newCommitter(m *Manager) *committer {
+	return &committer{m: m, deadWriters: map[*process]bool{}, kick: make(chan struct{}, 1), room: make(chan struct{})}
+}
+
+// push queues b. It never blocks.
+func (c *committer) push(b *batch) {
+	c.mu.Lock()
+	if c.closed {
+		// The Manager is closed (a crash stand-in, or runnerd's stop):
+		// nothing is made durable any more.
+		c.last = b
+		c.mu.Unlock()
+		b.err = errCommitterClosed
+		close(b.done)
+		return
+	}
+	c.queue = append(c.queue, b)
+	c.last = b
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// newest is the batch queued last. Right after a preparation under
+// Manager.mu it is that preparation's: every push happens under it.
+func (c *committer) newest() *batch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// err is the latched failure of an earlier commit, or nil.
+func (c *committer) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+// sync waits until every batch queued so far is settled and returns the
+// latched commit failure, if any.
+func (c *committer) sync() error {
+	c.mu.Lock()
+	b := c.last
+	c.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	if err := b.waitChain(); err != nil {
+		return err
+	}
+	return c.err()
+}
+
+// waitChain waits until b is settled, and with it the loss a write
+// failure of b queued (b.next), and returns the first commit error.
+func (b *batch) waitChain() error {
+	for ; b != nil; b = b.next {
+		<-b.done
+		if b.err != nil {
+			return b.err
+		}
+	}
+	return nil
+}
+
+// awaitRoom waits, without any lock, until fewer than
+// maxUncommittedBatches batches wait, or ctx ends.
+func (c *committer) awaitRoom(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		n, room := len(c.queue), c.room
+		c.mu.Unlock()
+		if n < maxUncommittedBatches {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-room:
+		}
+	}
+}
+
+// run is the committer's routine. It settles every queued batch, then
+// returns once stop is closed and the queue is empty.
+func (c *committer) run(stop <-chan struct{}) {
+	for {
+		c.mu.Lock()
+		var b *batch
+		if len(c.queue) > 0 {
+			b = c.queue[0]
+		}
+		c.mu.Unlock()
+		if b == nil {
+			select {
+			case <-c.kick:
+				continue
+			case <-stop:
+				c.mu.Lock()
+				empty := len(c.queue) == 0
+				c.closed = empty
+				c.mu.Unlock()
+				if empty {
+					return
+				}
+				continue
+			}
+		}
+		c.settle(b)
+		c.mu.Lock()
+		c.queue = c.queue[1:]
+		close(c.room)
+		c.room = make(chan struct{})
+		c.mu.Unlock()
+		close(b.done)
+	}
+}
+
+// settle commits b and carries out its effects.
+func (c *committer) settle(b *batch) {
+	m := c.m
+	if err := c.err(); err != nil {
+		b.err = err
+		return
+	}
+	p := b.proc
+	c.mu.Lock()
+	dead := p != nil && c.deadWriters[p]
+	c.mu.Unlock()
+	var staged sessiondir.Staged
+	var stageErr error
+	if b.prompt != nil && !dead {
+		staged, stageErr = b.w.StageStdin(b.prompt.line, b.prompt.seq)
+		if stageErr == nil {
+			b.st.Prompt = &PromptDelivery{CommandID: b.prompt.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
+		}
+	}
+	if err := m.cfg.Sink.Commit(b.st, b.events, b.outcome); err != nil {
+		if b.st.Prompt != nil {
+			_ = b.w.Discard(staged)
+		}
+		err = fmt.Errorf("commit agent state: %w", err)
+		m.log.Error("agent state not durable; no later change is made", "err", err)
+		c.mu.Lock()
+		c.failed = err
+		c.mu.Unlock()
+		b.err = err
+		return
+	}
+	if b.discard != nil {
+		_ = b.w.Discard(*b.discard)
+	}
+	for _, n := range b.remove { // b.remove is empty without b.fs
+		if err := b.fs.Remove(n); err != nil {
+			m.log.Warn("remove consumed event file", "file", n, "err", err)
+		}
+	}
+	switch {
+	case dead:
+	case stageErr != nil:
+		c.writeFailed(b, stageErr, nil)
+	default:
+		c.writeLines(b, staged)
+	}
+	for _, w := range b.wakes {
+		w()
+	}
+	for _, fn := range b.after {
+		m.hooks.Add(1)
+		go func() {
+			defer m.hooks.Done()
+			fn(m.ctx)
+		}()
+	}
+}
+
+// writeLines writes b's stdin lines, then publishes its staged prompt.
+func (c *committer) writeLines(b *batch, staged sessiondir.Staged) {
+	var unpublished *sessiondir.Staged
+	if b.st.Prompt != nil {
+		unpublished = &staged
+		hookBeforePublish()
+	}
+	for _, l := range b.lines {
+		// Not the Manager's context: a line the record covers is written
+		// even while runnerd stops.
+		if _, err := b.w.Stdin(context.Background(), l); err != nil {
+			c.writeFailed(b, err, unpublished)
+			return
+		}
+	}
+	if unpublished != nil {
+		if _, err := b.w.Publish(staged); err != nil {
+			c.writeFailed(b, err, unpublished)
+		}
+	}
+}
+
+// writeFailed latches write_error on b's process after a failed stdin
+// write: none of its later lines is written, and the loss is committed
+// next (b.next, which sync waits for too), with the discard of an
+// unpublished staged prompt after it (until then a restart must still find
+// it unpublished).
+func (c *committer) writeFailed(b *batch, err error, staged *sessiondir.Staged) {
+	m, p := c.m, b.proc
+	b.writeErr = err
+	m.log.Warn("stdin write failed", "err", fmt.Errorf("%w: %w", provider.ErrWrite, err))
+	c.mu.Lock()
+	c.deadWriters[p] = true
+	c.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p.nextSeq = p.w.Next() // the lines never written are not reserved
+	if m.prepareLocked(m.lostLocked(p, provider.LossWriteError), nil, nil, nil, staged) == nil {
+		b.next = c.newest()
+	}
+}
+
+// forget drops what the committer keeps about p once p is gone.
+func (c *committer) forget(p *process) {
+	c.mu.Lock()
+	delete(c.deadWriters, p)
+	c.mu.Unlock()
+}
+
+// errCommitterClosed is what a change prepared after Close gets.
+var errCommitterClosed = errors.New("the agent executor is closed")
+
+// cloneStored deep-copies st through its JSON form, which is what the
+// write stores: the batch keeps the state as it was prepared while the
+// Manager changes its own.
+func cloneStored(st Stored) (Stored, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return Stored{}, err
+	}
+	var out Stored
+	if err := json.Unmarshal(b, &out); err != nil {
+		return Stored{}, err
+	}
+	return out, nil
+}
