@@ -125,7 +125,7 @@ func (a *agentExec) stop(orderly bool) {
 }
 
 // Commit implements agent.Sink: the record and the events in one durable
-// write, then a send of what is committed.
+// write, then a poke of the send routine (it never waits for the socket).
 func (a *agentExec) Commit(st agent.Stored, evs []provider.Event, out *agent.CommandOutcome) error {
 	events, err := stateEvents(evs)
 	if err != nil {

@@ -326,7 +326,7 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 			r.send.clearBound()
 		}
 		r.checkTerminal()
-		r.attachAcked(ctx)
+		r.attachAcked()
 		r.kick()
 	case prp.KindCommandResultAck:
 		var p prp.CommandResultAckPayload

@@ -55,10 +55,13 @@ const (
 
 var warmKillPoint = func(point string) {}
 
-// warm is the runner half of a warm rotation in this process. One step at
-// a time: mu is held across each step's store write, since the ACK path
-// (dispatch goroutine) and the timers both drive them; a step's result
-// only joins the send routine's queue, so no step waits for the socket.
+// warm is the runner half of a warm rotation in this process. The dispatch
+// goroutine drives its steps one at a time (the command, the ACK path, the
+// command_result_ack); only its two timers run beside it. mu guards the
+// fields and is never held across a store write, a send or another part's
+// call: a step claims what it acts on under mu (moving the rotation to its
+// next field, e.g. waiting to preparing), then writes without it, so a
+// timer that fires meanwhile finds the claim and leaves the step to it.
 type warm struct {
 	mu sync.Mutex // guards every field below
 	// welcomeVersion is the current connection's welcome
@@ -70,6 +73,11 @@ type warm struct {
 	dialer    *prp.Dialer
 	listen    string // the new listen path (listen mode)
 	waitTimer clock.Timer
+	// preparing is the attach whose prepared write is in progress;
+	// expired says its wait ran out meanwhile, so a write that has to
+	// wait for another ACK refuses it instead.
+	preparing *prp.Command
+	expired   bool
 	// prepared is the persisted receipt whose result was sent, waiting for
 	// command_result_ack; ackTimer bounds that wait.
 	prepared *prp.WarmTransition
@@ -85,7 +93,7 @@ type warm struct {
 func (w *warm) busy() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.waiting != nil || w.prepared != nil || w.activating != nil
+	return w.waiting != nil || w.preparing != nil || w.prepared != nil || w.activating != nil
 }
 
 // beginAttach runs an admitted run.attach (journaled pending): it checks
@@ -94,14 +102,17 @@ func (w *warm) busy() bool {
 func (r *loop) beginAttach(ctx context.Context, cmd *prp.Command) error {
 	w := &r.warm
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	d, listenPath, code, msg := r.checkAttach(ctx, cmd, w.welcomeVersion)
+	welcomeVersion := w.welcomeVersion
+	w.mu.Unlock()
+	d, listenPath, code, msg := r.checkAttach(ctx, cmd, welcomeVersion)
 	if code != "" {
-		return r.rejectAttachLocked(ctx, cmd, code, msg)
+		return r.rejectAttach(cmd, code, msg)
 	}
+	w.mu.Lock()
 	w.waiting, w.dialer, w.listen = cmd, d, listenPath
-	w.waitTimer = r.clk.AfterFunc(warmWait, func() { r.attachWaitExpired(ctx, cmd) })
-	return r.tryPrepareLocked(ctx)
+	w.waitTimer = r.clk.AfterFunc(warmWait, func() { r.attachWaitExpired(cmd) })
+	w.mu.Unlock()
+	return r.tryPrepare()
 }
 
 // checkAttach applies the run.attach checks, in order: PRP v2 with
@@ -183,8 +194,8 @@ func (r *loop) checkListen(conn prp.AuthorityConnection, runID string) string {
 	return ""
 }
 
-// rejectAttachLocked records and sends a refusal. w.mu held.
-func (r *loop) rejectAttachLocked(ctx context.Context, cmd *prp.Command, code, msg string) error {
+// rejectAttach records and sends a refusal.
+func (r *loop) rejectAttach(cmd *prp.Command, code, msg string) error {
 	r.log.Warn("run.attach refused", "commandId", cmd.CommandID, "code", code, "message", msg)
 	var res state.CommandResult
 	err := r.store.Update(func(tx *state.Tx) error {
@@ -200,45 +211,61 @@ func (r *loop) rejectAttachLocked(ctx context.Context, cmd *prp.Command, code, m
 }
 
 // attachAcked is the ACK path's turn: the old outbox may now be drained.
-func (r *loop) attachAcked(ctx context.Context) {
-	w := &r.warm
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.waiting == nil {
-		return
-	}
-	if err := r.tryPrepareLocked(ctx); err != nil {
+func (r *loop) attachAcked() {
+	if err := r.tryPrepare(); err != nil {
 		r.finish(config.NewError(config.CodeRunnerFailed, "prepare warm transition", err))
 	}
 }
 
 // attachWaitExpired refuses a run.attach whose old outbox was not
 // acknowledged within warmWait: nothing was persisted for it yet.
-func (r *loop) attachWaitExpired(ctx context.Context, cmd *prp.Command) {
+func (r *loop) attachWaitExpired(cmd *prp.Command) {
 	w := &r.warm
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.waiting != cmd {
+	switch {
+	case w.preparing == cmd:
+		w.expired = true // the prepared write in progress decides
+		w.mu.Unlock()
+		return
+	case w.waiting != cmd:
+		w.mu.Unlock()
 		return
 	}
 	w.waiting, w.dialer = nil, nil
-	if err := r.rejectAttachLocked(ctx, cmd, codeWarmAttachNotReady, "the old outbox was not acknowledged within "+warmWait.String()); err != nil {
+	w.mu.Unlock()
+	r.refuseNotReady(cmd)
+}
+
+// refuseNotReady refuses a run.attach whose old outbox was not
+// acknowledged within warmWait.
+func (r *loop) refuseNotReady(cmd *prp.Command) {
+	if err := r.rejectAttach(cmd, codeWarmAttachNotReady, "the old outbox was not acknowledged within "+warmWait.String()); err != nil {
 		r.finish(config.NewError(config.CodeRunnerFailed, "refuse run.attach", err))
 	}
 }
 
-// tryPrepareLocked runs §9.5 step 2 once the whole old outbox is ACKed:
-// the completed result and the receipt (phase prepared) in one write, then
-// the result is sent and the wait for its ack starts. w.mu held.
-func (r *loop) tryPrepareLocked(ctx context.Context) error {
+// tryPrepare runs §9.5 step 2 for the waiting attach once the whole old
+// outbox is ACKed: the completed result and the receipt (phase prepared)
+// in one write, then the result is sent and the wait for its ack starts.
+// Dispatch goroutine only.
+func (r *loop) tryPrepare() error {
 	w := &r.warm
+	w.mu.Lock()
 	cmd := w.waiting
-	if sum := r.store.Summary(); sum.AckedSourceSeq != sum.HighestSourceSeq {
+	if cmd == nil {
+		w.mu.Unlock()
 		return nil
 	}
+	if sum := r.store.Summary(); sum.AckedSourceSeq != sum.HighestSourceSeq {
+		w.mu.Unlock()
+		return nil
+	}
+	w.waiting, w.preparing, w.expired = nil, cmd, false
+	w.mu.Unlock()
 	lease, ok := r.client.Lease()
 	if !ok {
-		return nil // no lease yet: no receipt can bind one; the next ACK retries
+		// No lease yet: no receipt can bind one; the next ACK retries.
+		return r.prepareDeferred(cmd)
 	}
 	next, _, err := prp.ParseNextAuthority(cmd.Payload)
 	if err != nil {
@@ -264,18 +291,39 @@ func (r *loop) tryPrepareLocked(ctx context.Context) error {
 		return tx.PrepareWarmTransition(receipt, cmd.Raw, res)
 	})
 	if errors.Is(err, state.ErrWarmTransition) {
-		return nil // an event slipped in before the write: wait for its ACK
+		return r.prepareDeferred(cmd) // an event slipped in before the write: wait for its ACK
 	}
 	if err != nil {
 		return err
 	}
 	warmKillPoint(killPrepared)
+	w.mu.Lock()
 	w.waitTimer.Stop()
-	w.waiting, w.prepared = nil, &receipt
+	w.preparing, w.prepared = nil, &receipt
 	w.ackTimer = r.clk.AfterFunc(warmWait, func() { r.attachAckExpired(receipt.TransitionID) })
+	w.mu.Unlock()
 	r.log.Info("warm transition prepared", "commandId", cmd.CommandID, "transitionId", receipt.TransitionID)
 	r.send.queueResult(res) // its ack wait's bound settles a result that never arrives
 	warmKillPoint(killResultSent)
+	return nil
+}
+
+// prepareDeferred puts cmd back to wait for the next ACK after a prepare
+// that could not happen yet, or refuses it if its wait ran out meanwhile.
+func (r *loop) prepareDeferred(cmd *prp.Command) error {
+	w := &r.warm
+	w.mu.Lock()
+	expired := w.expired
+	w.preparing, w.expired = nil, false
+	if expired {
+		w.dialer = nil
+	} else {
+		w.waiting = cmd
+	}
+	w.mu.Unlock()
+	if expired {
+		r.refuseNotReady(cmd)
+	}
 	return nil
 }
 
@@ -287,8 +335,9 @@ func (r *loop) tryPrepareLocked(ctx context.Context) error {
 func (r *loop) attachAckExpired(transitionID string) {
 	w := &r.warm
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.prepared == nil || w.prepared.TransitionID != transitionID {
+	expired := w.prepared != nil && w.prepared.TransitionID == transitionID
+	w.mu.Unlock()
+	if !expired {
 		return
 	}
 	r.finish(config.NewError(config.CodeRunnerFailed, "run.attach result was not acknowledged within "+warmWait.String()+"; the next process settles the attach", nil))
@@ -302,15 +351,21 @@ func (r *loop) attachAckExpired(transitionID string) {
 func (r *loop) warmResultAck(p prp.CommandResultAckPayload) (bool, error) {
 	w := &r.warm
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	rcpt := w.prepared
 	if rcpt == nil || p.CommandID != rcpt.CommandID || p.CommandType != prp.CommandRunAttach {
+		w.mu.Unlock()
 		return false, nil
 	}
 	if !prp.SameWarmTransition(p.WarmTransition, *rcpt) {
+		w.mu.Unlock()
 		return true, errors.New("protocol error: command_result_ack carries another warm transition receipt")
 	}
 	w.ackTimer.Stop()
+	// Claimed: the ack wait's timer finds nothing prepared any more.
+	w.prepared, w.activating = nil, rcpt
+	d, listen := w.dialer, w.listen
+	w.dialer, w.listen = nil, ""
+	w.mu.Unlock()
 	warmKillPoint(killAcked)
 	// Nothing of the new identity may reach the old connection.
 	r.send.detach()
@@ -319,14 +374,11 @@ func (r *loop) warmResultAck(p prp.CommandResultAckPayload) (bool, error) {
 	}
 	warmKillPoint(killActivating)
 	r.send.setIdentity(rcpt.NewIdentity)
-	w.prepared, w.activating = nil, rcpt
-	if w.listen != "" {
-		if err := r.listener.SetPath(w.listen); err != nil {
+	if listen != "" {
+		if err := r.listener.SetPath(listen); err != nil {
 			return true, fmt.Errorf("rotate listener path: %w", err)
 		}
 	}
-	d := w.dialer
-	w.dialer, w.listen = nil, ""
 	if err := r.client.BeginWarmActivation(*rcpt, d); err != nil {
 		return true, fmt.Errorf("begin warm activation: %w", err)
 	}
@@ -394,7 +446,12 @@ func resultPayload(res state.CommandResult) json.RawMessage {
 func (w *warm) owns(commandID string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return (w.waiting != nil && w.waiting.CommandID == commandID) || (w.prepared != nil && w.prepared.CommandID == commandID)
+	for _, c := range []*prp.Command{w.waiting, w.preparing} {
+		if c != nil && c.CommandID == commandID {
+			return true
+		}
+	}
+	return w.prepared != nil && w.prepared.CommandID == commandID
 }
 
 // resendPrepared re-sends a prepared attach's journaled result, so the core
