@@ -511,17 +511,13 @@ func BenchmarkStdinLatency(b *testing.B) {
 				samples     []time.Duration
 				child, self sched
 			)
-			var writer sched // the benchmark's own thread: writes each stdin file, waits for the echo
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			thread := fmt.Sprintf("/proc/self/task/%d/schedstat", unix.Gettid())
 			for b.Loop() {
 				c := v.start(b, "cat")
 				if _, err := roundTripOnce(c); err != nil { // startup is not counted
 					b.Fatal(err)
 				}
 				samples = samples[:0]
-				c0, s0, w0 := procSched(b, c.pid()), procSched(b, os.Getpid()), taskSched(b, thread)
+				c0, s0 := procSched(b, c.pid()), procSched(b, os.Getpid())
 				for range latencySamples {
 					d, err := roundTrip(c, payload)
 					if err != nil {
@@ -529,7 +525,7 @@ func BenchmarkStdinLatency(b *testing.B) {
 					}
 					samples = append(samples, d)
 				}
-				child, self, writer = procSched(b, c.pid()).sub(c0), procSched(b, os.Getpid()).sub(s0), taskSched(b, thread).sub(w0)
+				child, self = procSched(b, c.pid()).sub(c0), procSched(b, os.Getpid()).sub(s0)
 				c.close(b)
 			}
 			b.ReportMetric(ms(percentile(samples, 0.50)), "p50-ms")
@@ -537,19 +533,12 @@ func BenchmarkStdinLatency(b *testing.B) {
 			// Per stdin file: pcwrap's (or, on the pipe, cat's) wake-ups
 			// and CPU, and the test process's: it writes the stdin file
 			// and reads the output (events mode: one event file each,
-			// through sessiondir's EventReader, as runnerd does). The
-			// test process is also split: its writing thread, and the
-			// rest, which is the output's reader (events mode: the cost
-			// per event file of reading it the way runnerd does).
-			reader := self.sub(writer)
+			// through sessiondir's EventReader, as runnerd does; so these
+			// are also the figures per event file).
 			b.ReportMetric(float64(child.runs)/latencySamples, "wakeups/file")
 			b.ReportMetric(float64(child.cpu.Microseconds())/latencySamples, "cpu-us/file")
 			b.ReportMetric(float64(self.runs)/latencySamples, "test-wakeups/file")
 			b.ReportMetric(float64(self.cpu.Microseconds())/latencySamples, "test-cpu-us/file")
-			b.ReportMetric(float64(writer.runs)/latencySamples, "writer-wakeups/file")
-			b.ReportMetric(float64(writer.cpu.Microseconds())/latencySamples, "writer-cpu-us/file")
-			b.ReportMetric(float64(reader.runs)/latencySamples, "reader-wakeups/file")
-			b.ReportMetric(float64(reader.cpu.Microseconds())/latencySamples, "reader-cpu-us/file")
 		})
 	}
 }
