@@ -2,7 +2,11 @@ package stdinpoll
 
 import (
 	"io"
+	"os"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxQueuedBytes is how many bytes may wait for the child's stdin before
@@ -21,6 +25,14 @@ const freeBufs = 4
 // fits, a rare huge file does not pin its memory.
 const maxRecycled = 128 << 10
 
+// pipeBytes is the size the Feeder asks for the child's stdin pipe
+// (F_SETPIPE_SZ): four 64 KiB chunks, so a chunk goes into the pipe while
+// the child still reads the one before instead of the write stalling on
+// a full 64 KiB pipe and costing a park and a wake-up per chunk. 64 pages
+// a pipe keeps a user far below the kernel's default soft limit
+// (pipe-user-pages-soft, 16384 pages) with hundreds of sessions.
+const pipeBytes = 256 << 10
+
 // Feeder is the one ordered writer of the child's stdin (spec §6.3): the
 // reader hands it chunks and never blocks on the pipe. End closes the
 // pipe after the queued bytes; Drop (terminate) discards them and closes
@@ -28,9 +40,11 @@ const maxRecycled = 128 << 10
 // rest is discarded.
 type Feeder struct {
 	w       io.WriteCloser
+	raw     syscall.RawConn // w's descriptor when w is a pipe, for Write's direct attempt; else nil
 	onDrain func()
 
-	// mu guards queue, queued, ended, dropped and closed; cond waits on it.
+	// mu guards queue, queued, ended, dropped, closed, writing and
+	// broken; cond waits on it.
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   [][]byte
@@ -38,6 +52,8 @@ type Feeder struct {
 	ended   bool
 	dropped bool
 	closed  bool
+	writing bool // the writer goroutine has a chunk in flight
+	broken  bool // a write failed: the rest is discarded
 	done    chan struct{}
 	free    chan []byte
 }
@@ -47,6 +63,13 @@ type Feeder struct {
 // after having been full.
 func NewFeeder(w io.WriteCloser, onDrain func()) *Feeder {
 	f := &Feeder{w: w, onDrain: onDrain, done: make(chan struct{}), free: make(chan []byte, freeBufs)}
+	if file, ok := w.(*os.File); ok {
+		if raw, err := file.SyscallConn(); err == nil {
+			// Best effort: a smaller pipe only costs more wake-ups.
+			_ = raw.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeBytes) })
+			f.raw = raw
+		}
+	}
 	f.cond = sync.NewCond(&f.mu)
 	go f.loop()
 	return f
@@ -64,7 +87,11 @@ func (f *Feeder) Buffer() []byte {
 }
 
 // Write queues b (owned by the Feeder from now on; its storage may come
-// back from Buffer once written).
+// back from Buffer once written). When nothing is queued or in flight it
+// first writes what the pipe takes at once, without waiting: a chunk
+// that fits then costs no hand-off to the writer goroutine, which is a
+// wake-up of another thread per chunk (on a busy machine, the larger
+// part of pcwrap's cost per stdin file after the decoding itself).
 func (f *Feeder) Write(b []byte) {
 	if len(b) == 0 {
 		return
@@ -74,9 +101,56 @@ func (f *Feeder) Write(b []byte) {
 	if f.ended || f.dropped {
 		return
 	}
+	if len(f.queue) == 0 && !f.writing && !f.broken && f.raw != nil {
+		n := f.writeNow(b)
+		if n == len(b) {
+			f.recycle(b)
+			return
+		}
+		b = b[n:]
+	}
 	f.queue = append(f.queue, b)
 	f.queued += len(b)
 	f.cond.Signal()
+}
+
+// writeNow writes what of b the pipe takes without blocking (it never
+// waits for room, so Write may call it holding mu) and returns how much;
+// a failure other than a full pipe marks the Feeder broken, as the
+// writer goroutine's would.
+func (f *Feeder) writeNow(b []byte) int {
+	n := 0
+	var werr error
+	err := f.raw.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, err := unix.Write(int(fd), b[n:])
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				if err != unix.EAGAIN {
+					werr = err
+				}
+				break
+			}
+			n += m
+		}
+		return true // done either way: the rest goes to the writer goroutine
+	})
+	if err != nil || werr != nil {
+		f.broken = true // child closed stdin, or the pipe is closed
+	}
+	return n
+}
+
+// recycle offers a written buffer to Buffer.
+func (f *Feeder) recycle(b []byte) {
+	if cap(b) <= maxRecycled {
+		select {
+		case f.free <- b[:0]:
+		default:
+		}
+	}
 }
 
 // SetOnDrain sets the callback of NewFeeder's onDrain.
@@ -124,7 +198,6 @@ func (f *Feeder) closeLocked() {
 
 func (f *Feeder) loop() {
 	defer close(f.done)
-	broken := false
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for {
@@ -138,19 +211,19 @@ func (f *Feeder) loop() {
 		b := f.queue[0]
 		f.queue[0] = nil
 		f.queue = f.queue[1:]
+		broken := f.broken
+		f.writing = true
 		f.mu.Unlock()
+		var err error
 		if !broken {
-			if _, err := f.w.Write(b); err != nil {
-				broken = true // child closed stdin or Drop closed the pipe
-			}
+			_, err = f.w.Write(b)
 		}
-		if cap(b) <= maxRecycled {
-			select {
-			case f.free <- b[:0]:
-			default:
-			}
-		}
+		f.recycle(b)
 		f.mu.Lock()
+		f.writing = false
+		if err != nil {
+			f.broken = true // child closed stdin or Drop closed the pipe
+		}
 		// Full is judged now, not before the write: the reader may have
 		// filled the queue (and stopped, waiting for onDrain) while the
 		// write was in flight.

@@ -1,10 +1,12 @@
 package stdinpoll
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
@@ -81,6 +84,57 @@ func TestFeederRecyclesWrittenBuffers(t *testing.T) {
 	assert.Same(t, &b[0], &back[:1][0])
 	f.End()
 	<-f.Done()
+}
+
+// A chunk the pipe has room for is in the pipe when Write returns: no
+// hand-off to the writer goroutine (and no wake-up of another thread).
+func TestFeederWritesIntoRoomyPipeAtOnce(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	f := NewFeeder(w, nil)
+	defer func() { f.End(); <-f.Done() }()
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 64<<10/16)
+	f.Write(chunk)
+	require.NoError(t, unix.SetNonblock(int(r.Fd()), true))
+	got := make([]byte, len(chunk)+1)
+	n, err := unix.Read(int(r.Fd()), got)
+	require.NoError(t, err)
+	assert.Equal(t, len(chunk), n)
+	assert.NotNil(t, f.Buffer(), "a chunk written at once is free again at once")
+}
+
+// A chunk larger than the pipe's room is written partly at once and the
+// rest by the writer goroutine, and chunks after it keep their order.
+func TestFeederKeepsOrderPastAFullPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	f := NewFeeder(w, nil)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3*pipeBytes/16)
+	f.Write(big)
+	f.Write([]byte("tail"))
+	f.End()
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Equal(t, string(big)+"tail", string(got))
+	<-f.Done()
+}
+
+// The Feeder asks for a pipe of pipeBytes (the kernel may round it up).
+func TestFeederEnlargesPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	f := NewFeeder(w, nil)
+	defer func() { f.End(); <-f.Done() }()
+	limit, err := os.ReadFile("/proc/sys/fs/pipe-max-size")
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(limit))); err != nil || n < pipeBytes {
+		t.Skipf("pipe-max-size %q is below %d", limit, pipeBytes)
+	}
+	size, err := unix.FcntlInt(r.Fd(), unix.F_GETPIPE_SZ, 0)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, size, pipeBytes)
 }
 
 // stallingWriter holds every write until the rest of the bubble is

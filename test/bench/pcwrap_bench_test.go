@@ -533,7 +533,8 @@ func BenchmarkStdinLatency(b *testing.B) {
 			// Per stdin file: pcwrap's (or, on the pipe, cat's) wake-ups
 			// and CPU, and the test process's: it writes the stdin file
 			// and reads the output (events mode: one event file each,
-			// through sessiondir's EventReader, as runnerd does).
+			// through sessiondir's EventReader, as runnerd does; so these
+			// are also the figures per event file).
 			b.ReportMetric(float64(child.runs)/latencySamples, "wakeups/file")
 			b.ReportMetric(float64(child.cpu.Microseconds())/latencySamples, "cpu-us/file")
 			b.ReportMetric(float64(self.runs)/latencySamples, "test-wakeups/file")
@@ -588,6 +589,7 @@ func BenchmarkThroughput(b *testing.B) {
 					}
 					if v.wrapper {
 						b.ReportMetric(r.mbPerCPU, "MB/cpu-s")
+						b.ReportMetric(r.wakeupsPerFile, "wakeups/file")
 						b.ReportMetric(r.writerMBPerCPU, "writer-MB/cpu-s")
 						if r.consumerMBPerCPU > 0 {
 							b.ReportMetric(r.consumerMBPerCPU, "consumer-MB/cpu-s")
@@ -639,6 +641,8 @@ func BenchmarkSpacedJSON(b *testing.B) {
 			b.ReportMetric(cc, "compact-MB/cpu-s")
 			b.ReportMetric(sc, "spaced-MB/cpu-s")
 			b.ReportMetric(sc/cc, "spaced/compact-cpu")
+			wake := func(r throughputRun) float64 { return r.wakeupsPerFile }
+			b.ReportMetric(medianOf(c, wake), "compact-wakeups/file")
 		})
 	}
 }
@@ -655,6 +659,7 @@ func medianOf(runs []throughputRun, f func(throughputRun) float64) float64 {
 type throughputRun struct {
 	mbps, rss                                  float64
 	mbPerCPU, writerMBPerCPU, consumerMBPerCPU float64
+	wakeupsPerFile                             float64 // of the measured process, per 64 KiB stdin file
 }
 
 func runThroughput(b *testing.B, start func(testing.TB, ...string) child, roundTrip bool, chunk []byte) throughputRun {
@@ -670,10 +675,7 @@ func runThroughput(b *testing.B, start func(testing.TB, ...string) child, roundT
 			b.Fatal(err)
 		}
 	}
-	cpu0, err := procCPU(c.pid())
-	if err != nil {
-		b.Fatal(err)
-	}
+	s0 := procSched(b, c.pid())
 	cons0 := c.consumerCPU()
 	var writerCPU time.Duration
 	errc := make(chan error, 1)
@@ -717,19 +719,16 @@ func runThroughput(b *testing.B, start func(testing.TB, ...string) child, roundT
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
-	cpu1, err := procCPU(c.pid())
-	if err != nil {
-		b.Fatal(err)
-	}
+	used := procSched(b, c.pid()).sub(s0)
 	cons := c.consumerCPU() - cons0
 	kib, err := procStatusKiB(c.pid(), "VmHWM")
 	if err != nil {
 		b.Fatal(err)
 	}
 	mb := float64(throughputTotal) / 1e6
-	r := throughputRun{mbps: mb / el.Seconds(), rss: float64(kib) / 1024}
-	if cpu1 > cpu0 {
-		r.mbPerCPU = mb / (cpu1 - cpu0).Seconds()
+	r := throughputRun{mbps: mb / el.Seconds(), rss: float64(kib) / 1024, wakeupsPerFile: float64(used.runs) / (throughputTotal / throughputChunk)}
+	if used.cpu > 0 {
+		r.mbPerCPU = mb / used.cpu.Seconds()
 	}
 	if writerCPU > 0 {
 		r.writerMBPerCPU = mb / writerCPU.Seconds()
@@ -788,23 +787,44 @@ func procSched(tb testing.TB, pid int) sched {
 	}
 	var sum sched
 	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
+		s, err := readSched(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 			continue // the thread exited meanwhile
 		}
-		f := strings.Fields(string(b))
-		if len(f) < 3 {
-			continue
+		if err != nil {
+			tb.Fatal(err)
 		}
-		ns, err1 := strconv.ParseInt(f[0], 10, 64)
-		runs, err2 := strconv.ParseInt(f[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			tb.Fatalf("parse %s: %q", t.Name(), b)
-		}
-		sum.cpu += time.Duration(ns)
-		sum.runs += runs
+		sum.cpu += s.cpu
+		sum.runs += s.runs
 	}
 	return sum
+}
+
+// taskSched is sched of one thread's schedstat file.
+func taskSched(tb testing.TB, path string) sched {
+	s, err := readSched(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// readSched parses a schedstat file: on-CPU ns, wait ns, timeslices.
+func readSched(path string) (sched, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return sched{}, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return sched{}, fmt.Errorf("parse %s: %q", path, b)
+	}
+	ns, err1 := strconv.ParseInt(f[0], 10, 64)
+	runs, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return sched{}, fmt.Errorf("parse %s: %q", path, b)
+	}
+	return sched{time.Duration(ns), runs}, nil
 }
 
 // BenchmarkBase64Decode: encoding/base64 decoding the throughput runs'
@@ -816,20 +836,29 @@ func BenchmarkBase64Decode(b *testing.B) {
 		chunk := bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16)
 		src := []byte(base64.StdEncoding.EncodeToString(chunk))
 		dst := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
-		var runs []time.Duration
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		thread := fmt.Sprintf("/proc/self/task/%d/schedstat", unix.Gettid())
+		var runs, cpu []time.Duration
 		for b.Loop() {
-			runs = runs[:0]
+			runs, cpu = runs[:0], cpu[:0]
 			for range base64Runs {
-				t0 := time.Now()
+				t0, c0 := time.Now(), taskSched(b, thread).cpu
 				for range throughputTotal / throughputChunk {
 					if _, err := base64.StdEncoding.Decode(dst, src); err != nil {
 						b.Fatal(err)
 					}
 				}
 				runs = append(runs, time.Since(t0))
+				cpu = append(cpu, taskSched(b, thread).cpu-c0)
 			}
 		}
-		b.ReportMetric(float64(throughputTotal)/1e6/percentile(runs, 0.50).Seconds(), "MB/s")
+		mb := float64(throughputTotal) / 1e6
+		b.ReportMetric(mb/percentile(runs, 0.50).Seconds(), "MB/s")
+		// Per CPU-second of the decoding thread: what the one-way MB per
+		// CPU-second of pcwrap compares with when neighbours take turns
+		// on the CPUs (wall-clock MB/s then measures them).
+		b.ReportMetric(mb/percentile(cpu, 0.50).Seconds(), "MB/cpu-s")
 	})
 }
 
