@@ -162,12 +162,13 @@ type Binding struct {
 
 // Sink is where the agent's state and events become durable.
 type Sink interface {
-	// Commit stores st and appends events to the outbox, in order, in one
-	// durable write, and has them sent without waiting for the socket. A
+	// Commit stores record (the Stored record, encoded) and appends events
+	// to the outbox, in order, in one durable write, and has them sent
+	// without waiting for the socket. A
 	// non-nil outcome is recorded as its command's result in that same
 	// write; the command's result has not been sent yet. Only the
 	// committer calls it, one write at a time, never under Manager.mu.
-	Commit(st Stored, events []provider.Event, outcome *CommandOutcome) error
+	Commit(record json.RawMessage, events []provider.Event, outcome *CommandOutcome) error
 	// Drained reports whether new provider output may be taken (prp.md
 	// §8.5: everything sent is acknowledged). It must not block.
 	Drained() bool
@@ -606,11 +607,12 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 		st.Session = &rec
 	}
 	m.st = st
-	clone, err := cloneStored(st)
+	// Encoded now: the Manager goes on changing its own state.
+	record, err := jsonenc.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("copy agent state: %w", err)
+		return fmt.Errorf("encode agent state: %w", err)
 	}
-	b.st = clone
+	b.record = record
 	m.commits.push(b)
 	return nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,8 +20,8 @@ type stampSink struct {
 	samples []time.Duration
 }
 
-func (s *stampSink) Commit(st Stored, evs []provider.Event, out *CommandOutcome) error {
-	if err := s.memSink.Commit(st, evs, out); err != nil {
+func (s *stampSink) Commit(record json.RawMessage, evs []provider.Event, out *CommandOutcome) error {
+	if err := s.memSink.Commit(record, evs, out); err != nil {
 		return err
 	}
 	now := time.Now()

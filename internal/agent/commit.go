@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
@@ -28,7 +29,7 @@ const maxUncommittedBatches = 4
 // its stdin lines are written, its staged prompt is published, its waiters
 // are woken and its after-commit hooks start.
 type batch struct {
-	st      Stored // a deep copy: the Manager goes on changing its own
+	record  json.RawMessage // the Stored record as prepared
 	events  []provider.Event
 	outcome *CommandOutcome
 	// The process whose files and lines the batch covers (nil when none),
@@ -228,14 +229,16 @@ func (c *committer) settle(b *batch) {
 	c.mu.Unlock()
 	var staged sessiondir.Staged
 	var stageErr error
+	var unpublished *sessiondir.Staged // the staged prompt until it is published
 	if b.prompt != nil && !dead {
 		staged, stageErr = b.w.StageStdin(b.prompt.line, b.prompt.seq)
 		if stageErr == nil {
-			b.st.Prompt = &PromptDelivery{CommandID: b.prompt.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
+			unpublished = &staged
+			stageErr = b.recordPrompt(staged)
 		}
 	}
-	if err := m.cfg.Sink.Commit(b.st, b.events, b.outcome); err != nil {
-		if b.st.Prompt != nil {
+	if err := m.cfg.Sink.Commit(b.record, b.events, b.outcome); err != nil {
+		if unpublished != nil {
 			_ = b.w.Discard(staged)
 		}
 		err = fmt.Errorf("commit agent state: %w", err)
@@ -257,9 +260,9 @@ func (c *committer) settle(b *batch) {
 	switch {
 	case dead:
 	case stageErr != nil:
-		c.writeFailed(b, stageErr, nil)
+		c.writeFailed(b, stageErr, unpublished)
 	default:
-		c.writeLines(b, staged)
+		c.writeLines(b, unpublished)
 	}
 	for _, w := range b.wakes {
 		w()
@@ -274,10 +277,8 @@ func (c *committer) settle(b *batch) {
 }
 
 // writeLines writes b's stdin lines, then publishes its staged prompt.
-func (c *committer) writeLines(b *batch, staged sessiondir.Staged) {
-	var unpublished *sessiondir.Staged
-	if b.st.Prompt != nil {
-		unpublished = &staged
+func (c *committer) writeLines(b *batch, unpublished *sessiondir.Staged) {
+	if unpublished != nil {
 		hookBeforePublish()
 	}
 	for _, l := range b.lines {
@@ -289,7 +290,7 @@ func (c *committer) writeLines(b *batch, staged sessiondir.Staged) {
 		}
 	}
 	if unpublished != nil {
-		if _, err := b.w.Publish(staged); err != nil {
+		if _, err := b.w.Publish(*unpublished); err != nil {
 			c.writeFailed(b, err, unpublished)
 		}
 	}
@@ -325,17 +326,18 @@ func (c *committer) forget(p *process) {
 // errCommitterClosed is what a change prepared after Close gets.
 var errCommitterClosed = errors.New("the agent executor is closed")
 
-// cloneStored deep-copies st through its JSON form, which is what the
-// write stores: the batch keeps the state as it was prepared while the
-// Manager changes its own.
-func cloneStored(st Stored) (Stored, error) {
-	b, err := json.Marshal(st)
+// recordPrompt adds where the prompt was staged to b's record, so a
+// restart can tell whether it was published (prp.md §7.2 item 8).
+func (b *batch) recordPrompt(staged sessiondir.Staged) error {
+	var st Stored
+	if err := json.Unmarshal(b.record, &st); err != nil {
+		return fmt.Errorf("record the staged prompt: %w", err)
+	}
+	st.Prompt = &PromptDelivery{CommandID: b.prompt.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
+	record, err := jsonenc.Marshal(st)
 	if err != nil {
-		return Stored{}, err
+		return fmt.Errorf("record the staged prompt: %w", err)
 	}
-	var out Stored
-	if err := json.Unmarshal(b, &out); err != nil {
-		return Stored{}, err
-	}
-	return out, nil
+	b.record = record
+	return nil
 }

@@ -45,13 +45,9 @@ type memSink struct {
 
 func newMemSink() *memSink { return &memSink{changed: make(chan struct{})} }
 
-func (s *memSink) Commit(st Stored, evs []provider.Event, out *CommandOutcome) error {
-	b, err := json.Marshal(st) // the record must stay serialisable
-	if err != nil {
-		return err
-	}
+func (s *memSink) Commit(record json.RawMessage, evs []provider.Event, out *CommandOutcome) error {
 	var cp Stored
-	if err := json.Unmarshal(b, &cp); err != nil {
+	if err := json.Unmarshal(record, &cp); err != nil {
 		return err
 	}
 	s.keep(cp, evs, out)

@@ -34,25 +34,26 @@ type coreSink struct {
 	mu     sync.Mutex
 }
 
-func (s *coreSink) Commit(st Stored, evs []provider.Event, out *CommandOutcome) error {
+func (s *coreSink) Commit(record json.RawMessage, evs []provider.Event, out *CommandOutcome) error {
 	if s.store != nil {
-		// The store serialised st as the runner's Sink does: keep it
-		// without the harness's JSON copy, which would double the cost
-		// measured.
-		if err := s.durable(st, evs); err != nil {
+		if err := s.durable(record, evs); err != nil {
 			return err
 		}
 		s.answer(evs)
+		var st Stored
+		if err := json.Unmarshal(record, &st); err != nil {
+			return err
+		}
 		s.keep(st, nil, out)
 		return nil
 	}
 	s.answer(evs)
-	return s.memSink.Commit(st, nil, out) // keep the record, not the events: the run is long
+	return s.memSink.Commit(record, nil, out) // keep the record, not the events: the run is long
 }
 
-func (s *coreSink) durable(st Stored, evs []provider.Event) error {
+func (s *coreSink) durable(record json.RawMessage, evs []provider.Event) error {
 	err := s.store.Update(func(tx *state.Tx) error {
-		if err := tx.SetRecord("acpAgent", st); err != nil {
+		if err := tx.SetRecord("acpAgent", record); err != nil {
 			return err
 		}
 		for _, e := range evs {

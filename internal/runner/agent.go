@@ -126,13 +126,13 @@ func (a *agentExec) stop(orderly bool) {
 
 // Commit implements agent.Sink: the record and the events in one durable
 // write, then a poke of the send routine (it never waits for the socket).
-func (a *agentExec) Commit(st agent.Stored, evs []provider.Event, out *agent.CommandOutcome) error {
+func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *agent.CommandOutcome) error {
 	events, err := stateEvents(evs)
 	if err != nil {
 		return err
 	}
 	err = a.r.store.Update(func(tx *state.Tx) error {
-		if err := tx.SetRecord(agentRecord, st); err != nil {
+		if err := tx.SetRecord(agentRecord, record); err != nil {
 			return err
 		}
 		if out != nil {
