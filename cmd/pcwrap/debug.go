@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/pcrunner/pcrunner/internal/quote"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -113,7 +114,7 @@ func debugMain(ctx context.Context, name string, args []string, stdin io.Reader,
 		return debugSend(ctx, *dir, fs.Args(), *end, stdin, usage, fail)
 	case "stop":
 		if fs.NArg() > 0 {
-			return usage(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+			return usage(fmt.Sprintf("unexpected argument %s", quote.Text(fs.Arg(0))))
 		}
 		err := sessiondir.Stop(ctx, *dir, sessiondir.StopOptions{OnNoAck: func() {
 			fmt.Fprintln(stderr, "pcwrap stop: the wrapper did not acknowledge shutdown within 3000ms; removing the session directory anyway.")
@@ -127,7 +128,7 @@ func debugMain(ctx context.Context, name string, args []string, stdin io.Reader,
 		return fail(err)
 	case "tail":
 		if fs.NArg() > 0 {
-			return usage(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+			return usage(fmt.Sprintf("unexpected argument %s", quote.Text(fs.Arg(0))))
 		}
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		if err := sessiondir.Tail(ctx, *dir, stdout, sessiondir.EventReaderOptions{Logger: log}); err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // validate applies the mode rules and cross-flag rules, then fills the
@@ -102,7 +104,7 @@ func (p *parser) validateStateDir(c *Config) error {
 		// Agents' pcwrap sessions live under it and outlive this process: a
 		// path that depends on the working directory could name another
 		// directory for them or for the next runnerd.
-		return &usageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
+		return &usageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %s", quote.Text(c.StateDir))}
 	}
 	c.StateDir = filepath.Clean(c.StateDir)
 	return nil
@@ -163,7 +165,7 @@ func (p *parser) validateLifecycle(c *Config) error {
 			return &usageError{Flag: "--idle-timeout-ms", Problem: "required with --lifecycle-mode warm"}
 		}
 	default:
-		return &usageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %q", p.lifecycle)}
+		return &usageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %s", quote.Text(p.lifecycle))}
 	}
 	c.Lifecycle = Lifecycle(p.lifecycle)
 	return nil
@@ -175,14 +177,14 @@ func (p *parser) validateLogging(c *Config) error {
 	case LogFormatJSON, LogFormatText:
 		c.LogFormat = LogFormat(p.logFormat)
 	default:
-		return &usageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
+		return &usageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %s", quote.Text(p.logFormat))}
 	}
 
 	c.LogLevel = defaultLogLevel
 	if p.changed("log-level") {
 		lv, ok := parseLogLevel(p.logLevel)
 		if !ok {
-			return &usageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
+			return &usageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %s", quote.Text(p.logLevel))}
 		}
 		c.LogLevel = lv
 	}
@@ -305,7 +307,7 @@ func (p *parser) validateDial(c *Config) error {
 func (p *parser) validateListen(c *Config) error {
 	addr, err := netip.ParseAddr(p.listenAddress)
 	if err != nil || addr.Zone() != "" {
-		return &usageError{Code: CodeIngressBindConflict, Flag: "--listen-address", Problem: fmt.Sprintf("must be an IP address, got %q", p.listenAddress)}
+		return &usageError{Code: CodeIngressBindConflict, Flag: "--listen-address", Problem: fmt.Sprintf("must be an IP address, got %s", quote.Text(p.listenAddress))}
 	}
 	c.ListenAddress, c.ListenPort = addr, uint16(p.listenPort)
 	if !p.changed("listen-path") {
