@@ -20,6 +20,7 @@ demo:
 demo-warm:
 	./scripts/demo-warm
 
+# MET/MISSED per target; BENCH_STRICT=1 makes a missed target fail.
 bench:
 	./scripts/bench
 
