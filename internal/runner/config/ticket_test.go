@@ -91,7 +91,7 @@ func TestNewBootstrapTicketRejectsBadValues(t *testing.T) {
 		tk, err := NewBootstrapTicket(v)
 		require.Nil(t, tk)
 		require.ErrorIs(t, err, errBootstrapTicketInvalid)
-		require.Equal(t, ExitUsage, ExitCode(err))
+		require.Equal(t, ExitFailure, ExitCode(err), "the reference exits 1")
 	}
 }
 

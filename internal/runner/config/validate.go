@@ -81,12 +81,24 @@ func (p *parser) validateMode(c *Config) error {
 	return nil
 }
 
-// validateIdentity requires every identity flag, each bounded text.
+// validateIdentity requires every identity flag, each bounded text. All
+// missing flags are named in one error (led by the first), so one run
+// shows what a launch lacks.
 func (p *parser) validateIdentity(*Config) error {
+	var missing []string
 	for _, name := range identityFlags {
 		if !p.changed(name) {
-			return &usageError{Flag: "--" + name, Problem: "required"}
+			missing = append(missing, "--"+name)
 		}
+	}
+	switch len(missing) {
+	case 0:
+	case 1:
+		return &usageError{Flag: missing[0], Problem: "required"}
+	default:
+		return &usageError{Flag: missing[0], Problem: "required; so are " + strings.Join(missing[1:], ", ")}
+	}
+	for _, name := range identityFlags {
 		f := p.fs.Lookup(name)
 		if err := checkText(f.Value.String(), maxIdentityBytes); err != nil {
 			return &usageError{Flag: "--" + name, Problem: err.Error()}
@@ -238,7 +250,9 @@ func (p *parser) collectIgnored(c *Config) {
 // no userinfo, query, fragment, backslash, whitespace or control characters;
 // no '%' in the authority; IPv6 bracketed; a non-zero port.
 func (p *parser) validateDial(c *Config) error {
-	bad := func(problem string) error { return &usageError{Flag: "--connect-url", Problem: problem} }
+	bad := func(problem string) error {
+		return &usageError{Code: CodeConnectURLInvalid, Flag: "--connect-url", Problem: problem}
+	}
 	raw := p.connectURL
 	if len(raw) > maxConnectURLBytes {
 		return bad("too long")
@@ -297,6 +311,14 @@ func (p *parser) validateDial(c *Config) error {
 		port = n
 	} else if strings.HasSuffix(authority, ":") {
 		return bad("empty port")
+	}
+	if scheme == "ws" {
+		// Checked here, before any state exists, whenever the host alone
+		// decides it; a name is resolved by the dialer, which refuses a
+		// ws:// target unless every address is loopback (prp.md §1.3).
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsLoopback() {
+			return bad("ws:// is only for loopback addresses (127.0.0.0/8, ::1); use wss:// for " + host)
+		}
 	}
 	c.ConnectURL, c.DialHost, c.DialPort = u, host, uint16(port)
 	return nil
