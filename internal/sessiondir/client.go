@@ -71,7 +71,7 @@ func WaitSendTarget(ctx context.Context, sessionDir string, wait time.Duration) 
 	for {
 		err := CheckSendTarget(sessionDir)
 		if err == nil {
-			gone, gerr := WrapperGone(sessionDir)
+			gone, gerr := WrapperGone(ctx, sessionDir)
 			switch {
 			case gerr != nil:
 				return fmt.Errorf("check session: %w", gerr)
@@ -200,15 +200,15 @@ func queueStop(ctx context.Context, sessionDir string, w *Writer, exitWait time.
 		return err
 	}
 	pollUntil(ctx, exitWait, func(seen map[string]bool) bool {
-		return hasFrame(sessionDir, frame.FrameExit, seen) || wrapperGone(sessionDir)
+		return hasFrame(sessionDir, frame.FrameExit, seen) || wrapperGone(ctx, sessionDir)
 	})
 	_, err := w.Shutdown(ctx)
 	return err
 }
 
 // wrapperGone is WrapperGone with an error counting as "still there".
-func wrapperGone(sessionDir string) bool {
-	gone, err := WrapperGone(sessionDir)
+func wrapperGone(ctx context.Context, sessionDir string) bool {
+	gone, err := WrapperGone(ctx, sessionDir)
 	return err == nil && gone
 }
 
@@ -237,7 +237,7 @@ func pollUntil(ctx context.Context, wait time.Duration, done func(seen map[strin
 // acknowledged. exit and error frames do not shorten the wait (§9.4).
 func waitAck(ctx context.Context, sessionDir string, wait time.Duration) bool {
 	return pollUntil(ctx, wait, func(seen map[string]bool) bool {
-		return acknowledged(sessionDir, seen) || wrapperGone(sessionDir)
+		return acknowledged(sessionDir, seen) || wrapperGone(ctx, sessionDir)
 	})
 }
 

@@ -163,18 +163,18 @@ func TestStopEndsAtOnceWhenTheWrapperIsGone(t *testing.T) {
 func TestWrapperGone(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s")
 	require.NoError(t, os.MkdirAll(filepath.Join(path, StdinDir), 0o700))
-	gone, err := WrapperGone(path)
+	gone, err := WrapperGone(context.Background(), path)
 	require.NoError(t, err)
 	assert.False(t, gone, "no lock file: still starting")
 
 	d, err := Open(path, true)
 	require.NoError(t, err)
-	gone, err = WrapperGone(path)
+	gone, err = WrapperGone(context.Background(), path)
 	require.NoError(t, err)
 	assert.False(t, gone, "lock held: running")
 
 	d.Close()
-	gone, err = WrapperGone(path)
+	gone, err = WrapperGone(context.Background(), path)
 	require.NoError(t, err)
 	assert.True(t, gone, "lock free: ended")
 }
@@ -211,7 +211,7 @@ func TestWaitSendTargetGivesUp(t *testing.T) {
 		start = time.Now()
 		err = WaitSendTarget(context.Background(), path, SendWait)
 		require.ErrorIs(t, err, ErrSessionEnded)
-		assert.Zero(t, time.Since(start))
+		assert.Equal(t, lockSettle, time.Since(start), "one second look, then at once")
 		assert.Contains(t, err.Error(), path)
 	})
 }
@@ -331,3 +331,28 @@ func (r *removeAfterExit) List() ([]string, error) {
 }
 
 func intp(i int) *int { return &i }
+
+// A pcwrap creates .pcwrap.lock a moment before it locks it: a lock file
+// that is free at the first look but held at the second is a starting
+// session, not an ended one. The probe never takes the lock itself, so the
+// starting wrapper's own non-blocking lock cannot fail because of it.
+func TestWrapperGoneLooksTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "s")
+		require.NoError(t, os.MkdirAll(filepath.Join(path, StdinDir), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(path, LockFile), nil, 0o600))
+		locked := make(chan *Dir, 1)
+		go func() {
+			time.Sleep(lockSettle / 2)
+			d, err := Open(path, true)
+			assert.NoError(t, err, "the probe must never hold the lock")
+			locked <- d
+		}()
+		gone, err := WrapperGone(context.Background(), path)
+		require.NoError(t, err)
+		assert.False(t, gone)
+		if d := <-locked; d != nil {
+			d.Close()
+		}
+	})
+}
