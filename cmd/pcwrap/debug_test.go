@@ -96,7 +96,7 @@ func TestDebugMissingDir(t *testing.T) {
 	for _, name := range []string{"send", "stop", "tail"} {
 		args := []string{"--session-dir", missing}
 		if name == "send" {
-			args = append(args, "x")
+			args = append(args, "--wait=0", "x")
 		}
 		code, _, errOut := debug(t, "", name, args...)
 		assert.Equal(t, debugFailed, code, name)
@@ -139,9 +139,9 @@ func dirNames(t *testing.T, dir string) []string {
 func TestDebugSendNeverEchoesInput(t *testing.T) {
 	const secret = "sk-live-SECRET-value"
 	missing := filepath.Join(t.TempDir(), "gone")
-	_, out, errOut := debug(t, secret, "send", "--session-dir", missing, "-")
+	_, out, errOut := debug(t, secret, "send", "--session-dir", missing, "--wait=0", "-")
 	assert.NotContains(t, out+errOut, secret)
-	_, out, errOut = debug(t, "", "send", "--session-dir", missing, secret)
+	_, out, errOut = debug(t, "", "send", "--session-dir", missing, "--wait=0", secret)
 	assert.NotContains(t, out+errOut, secret)
 }
 
@@ -184,12 +184,12 @@ func FuzzDebugArgs(f *testing.F) {
 // .pcwrap-stdin-seq).
 func TestDebugSendClearErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "gone")
-	code, _, errOut := debug(t, "", "send", "--session-dir", missing, "x")
+	code, _, errOut := debug(t, "", "send", "--session-dir", missing, "--wait=10ms", "x")
 	assert.Equal(t, debugFailed, code)
-	assert.Equal(t, "pcwrap send: no session directory at "+missing+": no such file or directory\n", errOut)
+	assert.Equal(t, "pcwrap send: no session directory at "+missing+": no such file or directory (waited 10ms for it)\n", errOut)
 
 	plain := t.TempDir()
-	code, _, errOut = debug(t, "", "send", "--session-dir", plain, "x")
+	code, _, errOut = debug(t, "", "send", "--session-dir", plain, "--wait=0", "x")
 	assert.Equal(t, debugFailed, code)
 	assert.Contains(t, errOut, "not a process session directory")
 	assert.NotContains(t, errOut, "seq counter")
@@ -212,4 +212,15 @@ func TestDebugRefusesRelativeDir(t *testing.T) {
 	}
 	assert.Empty(t, dirNames(t, filepath.Join(d, sessiondir.StdinDir)))
 	assert.DirExists(t, d, "stop removed nothing")
+}
+
+// send to a session whose pcwrap has exited fails at once, naming the
+// session, and queues nothing nobody would read.
+func TestDebugSendToAnEndedSession(t *testing.T) {
+	d := debugSession(t)
+	require.NoError(t, os.WriteFile(filepath.Join(d, sessiondir.LockFile), nil, 0o600)) // nobody holds it
+	code, _, errOut := debug(t, "", "send", "--session-dir", d, "x")
+	assert.Equal(t, debugFailed, code)
+	assert.Equal(t, "pcwrap send: session "+d+" has ended: its pcwrap has exited (.pcwrap.lock is free), so nothing would read the input\n", errOut)
+	assert.Empty(t, dirNames(t, filepath.Join(d, sessiondir.StdinDir)))
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
@@ -71,8 +72,8 @@ Output: frames (data, exit, error, shutdownAck) as files DIR/events/*.json
 
 Exit status: the child's exit code; 1 if the child was killed by a signal,
 pcwrap could not set up the session, or a setting has a bad value (e.g.
---output=xml, spec §2.2); 2 for an unknown flag or a stray argument; 127 if
-the child could not be spawned.
+--output=xml, spec §2.2); 2 for an unknown flag, a stray argument or a
+relative --session-dir; 127 if the child could not be spawned.
 
 Flags:
 `
@@ -99,8 +100,15 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, int, bool) {
 		// Someone typed a bare "pcwrap": the spec's line (§2.1), then
 		// where the help is. The host never runs pcwrap on a terminal, so
 		// its stderr keeps exactly the line run prints.
-		fmt.Fprintf(stderr, "%s\nRun 'pcwrap --help' for usage.\n", pcwrap.MsgMissingEnv)
+		fmt.Fprintf(stderr, "%s\npcwrap: set %s to an absolute session directory, or run pcwrap --session-dir DIR -- CMD.\nRun 'pcwrap --help' for usage.\n", pcwrap.MsgMissingEnv, sessiondir.EnvDir)
 		return o, exitFailure, false
+	}
+	if o.sessionDir != "" && !filepath.IsAbs(o.sessionDir) {
+		// A usage error, as for send, stop and tail: the flag is typed by
+		// hand. (A relative PAPERCLIP_PROCESS_SESSION_DIR stays the
+		// setup failure, exit 1, that spec §2.1 gives.)
+		fmt.Fprint(stderr, "pcwrap: --session-dir must be an absolute path\nRun 'pcwrap --help' for usage.\n")
+		return o, exitUsage, false
 	}
 	rest := fs.Args()
 	if dash := fs.ArgsLenAtDash(); dash >= 0 {

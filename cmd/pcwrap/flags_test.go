@@ -53,6 +53,7 @@ func TestBarePcwrapOnTerminalPointsToHelp(t *testing.T) {
 	}
 	assert.Contains(t, string(got), pcwrap.MsgMissingEnv)
 	assert.Contains(t, string(got), "Run 'pcwrap --help' for usage.")
+	assert.Contains(t, string(got), sessiondir.EnvDir, "names the variable to set")
 
 	var pipe bytes.Buffer
 	_, _, ok = parseFlags(nil, &bytes.Buffer{}, &pipe)

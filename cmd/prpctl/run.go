@@ -30,6 +30,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // Bounds of prpctl (beyond; an operator tool).
@@ -130,11 +131,14 @@ type options struct {
 	timeout, leaseTTL                    time.Duration
 }
 
-func parseOptions(args []string, stderr io.Writer) (options, error) {
+// parseOptions parses prpctl's flags. --help prints the usage to stdout
+// (so it pages) and returns pflag.ErrHelp; an error is the caller's to
+// report, with a pointer to --help.
+func parseOptions(args []string, stdout io.Writer) (options, error) {
 	var o options
 	fs := pflag.NewFlagSet("prpctl", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage+fs.FlagUsages()) }
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&o.mode, "mode", "dial", "dial | listen | attach | mint-ticket")
 	fs.StringVar(&o.runnerd, "runnerd", "paperclip-runnerd", "runnerd binary to launch (dial and listen modes)")
 	fs.StringVar(&o.url, "url", "", "listener URL of a running runnerd (attach mode)")
@@ -154,23 +158,24 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of the whole run")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", control.DefaultLeaseTTL, "connection lease TTL the core grants")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprint(stdout, usage+fs.FlagUsages())
+		}
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, errors.New("unexpected arguments")
+		return o, fmt.Errorf("unexpected argument %s", quote.Text(fs.Arg(0)))
 	}
 	switch o.mode {
 	case "dial", "listen":
 		if o.stateDir == "" {
 			return o, errors.New("--state-dir is required in dial and listen mode")
 		}
-		// runnerd takes only an absolute --state-dir; a relative one here
-		// means prpctl's working directory, which runnerd shares.
-		abs, err := filepath.Abs(o.stateDir)
-		if err != nil {
-			return o, fmt.Errorf("--state-dir: %w", err)
+		if !filepath.IsAbs(o.stateDir) {
+			// As runnerd: a relative state dir would land wherever prpctl
+			// happens to run (a repository checkout, typically).
+			return o, fmt.Errorf("--state-dir must be an absolute path, got %s", quote.Text(o.stateDir))
 		}
-		o.stateDir = abs
 	case "attach":
 		if o.url == "" {
 			return o, errors.New("--url is required in attach mode")
@@ -206,12 +211,12 @@ func (o *out) line(v any) {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	o, err := parseOptions(args, stderr)
+	o, err := parseOptions(args, stdout)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
+		fmt.Fprintf(stderr, "prpctl: usage: %v\nRun 'prpctl --help' for usage.\n", err)
 		return 2
 	}
 	if o.mode == "mint-ticket" {
@@ -221,6 +226,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 0
 	}
 	steps, err := loadSteps(o, stdin)
+	if err == nil && len(steps) == 0 {
+		err = errors.New("nothing to do: give --command or --script")
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "prpctl: usage: %v\n", err)
 		return 2

@@ -14,14 +14,37 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRelativeStateDirBecomesAbsolute: runnerd refuses a relative
-// --state-dir, so prpctl resolves its own against its working directory.
-func TestRelativeStateDirBecomesAbsolute(t *testing.T) {
-	o, err := parseOptions([]string{"--mode", "dial", "--state-dir", "rel/state"}, io.Discard)
-	require.NoError(t, err)
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	require.Equal(t, filepath.Join(wd, "rel/state"), o.stateDir)
+// TestRelativeStateDirRefused: runnerd refuses a relative --state-dir, and
+// so does prpctl, rather than create one wherever it happens to run.
+func TestRelativeStateDirRefused(t *testing.T) {
+	_, err := parseOptions([]string{"--mode", "dial", "--state-dir", "rel/state"}, io.Discard)
+	require.ErrorContains(t, err, `--state-dir must be an absolute path, got "rel/state"`)
+}
+
+// TestUsageErrors: --help goes to stdout with status 0; a mistyped command
+// is named before anything starts; no command at all is a usage error, not
+// a run that connects only to end.
+func TestUsageErrors(t *testing.T) {
+	var stdout, stderr strings.Builder
+	require.Equal(t, 0, run(context.Background(), []string{"--help"}, strings.NewReader(""), &stdout, &stderr))
+	require.Contains(t, stdout.String(), "USAGE")
+	require.Empty(t, stderr.String())
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state-dir", t.TempDir(), "--command", "bogus.cmd"}, `unknown command type "bogus.cmd" (known: `},
+		{[]string{"--state-dir", t.TempDir()}, "nothing to do: give --command or --script"},
+		{[]string{"--bogus"}, "unknown flag: --bogus"},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		code := run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
+		require.Contains(t, stderr.String(), tc.want)
+		require.Empty(t, stdout.String())
+	}
 }
 
 // runBound bounds one in-process prpctl run in these tests; prpctl's own

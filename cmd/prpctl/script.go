@@ -12,6 +12,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // Script bounds (beyond: prpctl's own; the core journal holds 500 commands,
@@ -129,7 +130,7 @@ func parseStep(b []byte) (step, error) {
 		return step{}, fmt.Errorf("%w: sleepMs outside 0..%d", errScript, maxSleep.Milliseconds())
 	case s.Revoke < 0:
 		return step{}, fmt.Errorf("%w: revoke epoch must be positive", errScript)
-	case s.WaitEvent != "" && checkCommandType(s.WaitEvent) != nil:
+	case s.WaitEvent != "" && checkTypeName(s.WaitEvent) != nil:
 		return step{}, fmt.Errorf("%w: waitEvent type empty, too long or has spaces", errScript)
 	case s.Resolve != "" && resolveAction(s.Resolve) == "":
 		return step{}, fmt.Errorf("%w: resolve must be allow, allow_always, reject or cancel", errScript)
@@ -223,9 +224,22 @@ func parseCommandFlag(v string) (step, error) {
 	return s, nil
 }
 
-func checkCommandType(typ string) error {
+// checkTypeName checks the shape of a command or event type name.
+func checkTypeName(typ string) error {
 	if typ == "" || len(typ) > 64 || strings.ContainsFunc(typ, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errScript
+	}
+	return nil
+}
+
+// checkCommandType refuses a type prp.md §7.5 does not list, naming it,
+// before anything starts: runnerd would answer only "unknown type".
+func checkCommandType(typ string) error {
+	if err := checkTypeName(typ); err != nil {
 		return fmt.Errorf("%w: command type empty, too long or has spaces", errScript)
+	}
+	if _, ok := prp.LookupCommand(typ); !ok {
+		return fmt.Errorf("%w: unknown command type %s (known: %s)", errScript, quote.Text(typ), strings.Join(prp.CommandTypes(), ", "))
 	}
 	return nil
 }

@@ -247,14 +247,29 @@ func TestServerLaunchArgvAccepted(t *testing.T) {
 	// The logger is JSON on stderr and says which flags it ignored.
 	require.Contains(t, out, `"flags":["--fake-harness","--fake-harness-script"]`)
 
-	// The same argv without a ticket is refused before anything starts.
+	// The same argv without a ticket is refused before anything starts,
+	// with the reference's status, 1.
 	r := runBin(t, bin, nil, serverLaunchArgv(t.TempDir())...)
-	require.Equal(t, config.ExitUsage, r.code)
+	require.Equal(t, config.ExitFailure, r.code)
 	require.Equal(t, "paperclip-runnerd: bootstrap_ticket_missing: PAPERCLIP_RUNNER_BOOTSTRAP_TICKET is required in dial and listen mode\n", r.stderr)
 
 	r = runBin(t, bin, []string{config.BootstrapTicketEnv + "=  "}, serverLaunchArgv(t.TempDir())...)
-	require.Equal(t, config.ExitUsage, r.code)
+	require.Equal(t, config.ExitFailure, r.code)
 	require.True(t, strings.HasPrefix(r.stderr, "paperclip-runnerd: bootstrap_ticket_invalid: "), r.stderr)
+}
+
+// A ws:// --connect-url to an address that is not loopback is refused
+// before any state exists: exit 1 (the reference's status), one
+// connect_url_invalid line, and no runner-state.json for a later start to
+// "recover".
+func TestNonLoopbackWSRefusedBeforeState(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	stateDir := filepath.Join(t.TempDir(), "state")
+	args := append([]string{"--connect-url", "ws://10.1.2.3/api/runner/v1/connect/" + runID}, serverLaunchArgv(stateDir)[6:]...)
+	r := runBin(t, bin, []string{config.BootstrapTicketEnv + "=" + secretTicket}, args...)
+	require.Equal(t, config.ExitFailure, r.code, r.stderr)
+	require.True(t, strings.HasPrefix(r.stderr, "paperclip-runnerd: connect_url_invalid: --connect-url: ws:// is only for loopback"), r.stderr)
+	require.NoDirExists(t, stateDir)
 }
 
 // TestTicketNeverReachesChildren uses the test-hook build: runnerd starts a

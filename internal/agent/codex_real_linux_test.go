@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/testutil/netns"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -56,7 +57,11 @@ func startFakeLLMForCodex(t *testing.T) string {
 func TestCodex07_RealCLI(t *testing.T) {
 	bin := os.Getenv(envRealCodex)
 	if bin == "" {
-		t.Skipf("%s is not set: install @openai/codex@0.169.0 and set it to node_modules/.bin/codex", envRealCodex)
+		netns.SkipOrFail(t, envRealCodex+" is not set: install @openai/codex@0.169.0 and set it to node_modules/.bin/codex")
+	}
+	// Offline, as test/realagents: the real app-server sees only loopback.
+	if !netns.Isolate(t) {
+		return
 	}
 	llm := startFakeLLMForCodex(t)
 	// A wrapper records both directions of the wire (tee on each side), so

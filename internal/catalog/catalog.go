@@ -17,6 +17,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // Catalog bounds and names (tools.md §1; reference runner-core
@@ -139,7 +140,7 @@ func Parse(raw json.RawMessage) (*Catalog, error) {
 			return nil, err
 		}
 		if seen[e.id] {
-			return nil, fmt.Errorf("parse catalog: operation %q appears twice", e.id)
+			return nil, fmt.Errorf("parse catalog: operation %s appears twice", quote.Text(e.id))
 		}
 		seen[e.id] = true
 		entries = append(entries, e)
@@ -166,25 +167,25 @@ func parseEntry(i int, item json.RawMessage) (digestEntry, error) {
 		return digestEntry{}, fmt.Errorf("parse catalog: operation %d has no valid operationId (^[A-Za-z0-9][A-Za-z0-9_.:-]*$, at most %d bytes)", i, maxOperationIDLen)
 	}
 	if !isOne(m["version"]) {
-		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: version is not 1", id)
+		return digestEntry{}, fmt.Errorf("parse catalog: operation %s: version is not 1", quote.Text(id))
 	}
 	var desc string
 	if json.Unmarshal(m["description"], &desc) != nil {
-		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: description is not a string", id)
+		return digestEntry{}, fmt.Errorf("parse catalog: operation %s: description is not a string", quote.Text(id))
 	}
 	if desc == "" {
-		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: description is empty", id)
+		return digestEntry{}, fmt.Errorf("parse catalog: operation %s: description is empty", quote.Text(id))
 	}
 	if len(desc) > maxDescription {
-		return digestEntry{}, fmt.Errorf("parse catalog: operation %q: description is longer than %d bytes", id, maxDescription)
+		return digestEntry{}, fmt.Errorf("parse catalog: operation %s: description is longer than %d bytes", quote.Text(id), maxDescription)
 	}
 	for _, name := range []string{"inputSchema", "responseSchema"} {
 		s := bytes.TrimSpace(m[name])
 		if len(s) == 0 || s[0] != '{' {
-			return digestEntry{}, fmt.Errorf("parse catalog: operation %q: %s is not a JSON object", id, name)
+			return digestEntry{}, fmt.Errorf("parse catalog: operation %s: %s is not a JSON object", quote.Text(id), name)
 		}
 		if len(s) > maxSchemaBytes {
-			return digestEntry{}, fmt.Errorf("parse catalog: operation %q: %s is larger than %d bytes", id, name, maxSchemaBytes)
+			return digestEntry{}, fmt.Errorf("parse catalog: operation %s: %s is larger than %d bytes", quote.Text(id), name, maxSchemaBytes)
 		}
 	}
 	return digestEntry{

@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // Run result names and bounds (tools.md §4; the share's result.schema.json,
@@ -211,7 +212,7 @@ func runResultSchemaJSON() json.RawMessage { return mustJSON(resultSchema(false,
 // schema error (instance path and keyword, never the value) or the mismatch.
 func NormalizeResult(tool string, input json.RawMessage) (json.RawMessage, error) {
 	if tool != FinishTool && tool != BlockTool {
-		return nil, fmt.Errorf("%q is not a result tool", tool)
+		return nil, fmt.Errorf("%s is not a result tool", quote.Text(tool))
 	}
 	if len(bytes.TrimSpace(input)) == 0 {
 		input = json.RawMessage("{}")

@@ -11,6 +11,8 @@ import (
 	"github.com/dlclark/regexp2"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // maxErrorPath bounds the instance path quoted in a validation error, so an
@@ -77,16 +79,16 @@ func schemaURL(id, which string) string { return "urn:paperclip:op:" + id + ":" 
 func compileSchema(id, which string, raw json.RawMessage) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("parse catalog: operation %q: %sSchema is not JSON", id, which)
+		return nil, fmt.Errorf("parse catalog: operation %s: %sSchema is not JSON", quote.Text(id), which)
 	}
 	c := newCompiler()
 	url := schemaURL(id, which)
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("parse catalog: operation %q: %sSchema does not compile", id, which)
+		return nil, fmt.Errorf("parse catalog: operation %s: %sSchema does not compile", quote.Text(id), which)
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse catalog: operation %q: %sSchema does not compile: %s", id, which, compileProblem(err))
+		return nil, fmt.Errorf("parse catalog: operation %s: %sSchema does not compile: %s", quote.Text(id), which, compileProblem(err))
 	}
 	return sch, nil
 }
@@ -177,7 +179,7 @@ func describe(e *jsonschema.ValidationError) string {
 	}
 	where := "at the root"
 	if path != "" {
-		where = fmt.Sprintf("at %q", path)
+		where = fmt.Sprintf("at %s", quote.Text(path))
 	}
 	return where + ": " + kindMessage(e.ErrorKind)
 }
@@ -194,7 +196,7 @@ func kindMessage(k jsonschema.ErrorKind) string {
 	case *kind.Pattern:
 		return "value does not match the pattern"
 	case *kind.Format:
-		return fmt.Sprintf("value is not a valid %q", k.Want)
+		return fmt.Sprintf("value is not a valid %s", quote.Text(k.Want))
 	case *kind.Minimum:
 		return fmt.Sprintf("value must be >= %s", k.Want.RatString())
 	case *kind.Maximum:
@@ -210,13 +212,13 @@ func kindMessage(k jsonschema.ErrorKind) string {
 	case *kind.Required:
 		return "missing " + plural(len(k.Missing), "property", "properties") + " " + quoteList(k.Missing)
 	case *kind.Dependency:
-		return fmt.Sprintf("properties %s required by %q are missing", quoteList(k.Missing), k.Prop)
+		return fmt.Sprintf("properties %s required by %s are missing", quoteList(k.Missing), quote.Text(k.Prop))
 	case *kind.DependentRequired:
-		return fmt.Sprintf("properties %s required by %q are missing", quoteList(k.Missing), k.Prop)
+		return fmt.Sprintf("properties %s required by %s are missing", quoteList(k.Missing), quote.Text(k.Prop))
 	case *kind.AdditionalProperties:
 		return "additional " + plural(len(k.Properties), "property", "properties") + " " + quoteList(k.Properties) + " not allowed"
 	case *kind.PropertyNames:
-		return fmt.Sprintf("invalid property name %q", k.Property)
+		return fmt.Sprintf("invalid property name %s", quote.Text(k.Property))
 	case *kind.MinLength:
 		return fmt.Sprintf("length must be >= %d", k.Want)
 	case *kind.MaxLength:
@@ -257,7 +259,7 @@ func kindMessage(k jsonschema.ErrorKind) string {
 		if len(path) == 0 {
 			return "value does not validate"
 		}
-		return fmt.Sprintf("keyword %q failed", path[len(path)-1])
+		return fmt.Sprintf("keyword %s failed", quote.Text(path[len(path)-1]))
 	}
 }
 
@@ -277,7 +279,7 @@ func quoteList(names []string) string {
 			q = append(q, "…")
 			break
 		}
-		q = append(q, fmt.Sprintf("%q", cutUTF16(n, maxErrorPath)))
+		q = append(q, quote.Text(n))
 	}
 	return strings.Join(q, ", ")
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // ValidateInput checks args (absent or empty: {}) against the operation's
@@ -18,7 +20,7 @@ import (
 func (c *Catalog) ValidateInput(operationID string, args json.RawMessage) error {
 	op, ok := c.ops[operationID]
 	if !ok {
-		return fmt.Errorf("unknown operation %q", operationID)
+		return fmt.Errorf("unknown operation %s", quote.Text(operationID))
 	}
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
@@ -49,7 +51,7 @@ func (c *Catalog) validateCallResult(operationID, callID string, result json.Raw
 func (c *Catalog) validateResult(operationID, callID string, checkCall bool, result json.RawMessage) error {
 	op, ok := c.ops[operationID]
 	if !ok {
-		return fmt.Errorf("unknown operation %q", operationID)
+		return fmt.Errorf("unknown operation %s", quote.Text(operationID))
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(result))
 	if err != nil {

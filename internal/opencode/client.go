@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // errUnauthorized is a 401: the password is wrong (or the server is not
@@ -240,7 +242,7 @@ func (c *Client) replyPermission(ctx context.Context, requestID, reply string) e
 	switch reply {
 	case replyOnce, replyAlways, replyReject:
 	default:
-		return fmt.Errorf("reply permission: unknown reply %q", reply)
+		return fmt.Errorf("reply permission: unknown reply %s", quote.Text(reply))
 	}
 	var ok bool
 	return c.do(ctx, http.MethodPost, "/permission/"+url.PathEscape(requestID)+"/reply", "/permission/{id}/reply",

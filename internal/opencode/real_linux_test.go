@@ -15,6 +15,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/testutil/netns"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
@@ -64,7 +65,11 @@ func startFakeLLM(t *testing.T) string {
 func TestOpenCodeRealServer(t *testing.T) {
 	exe := os.Getenv(envRealOpenCode)
 	if exe == "" {
-		t.Skipf("%s not set; the real opencode server is not tried", envRealOpenCode)
+		netns.SkipOrFail(t, envRealOpenCode+" not set; the real opencode server is not tried")
+	}
+	// Offline, as test/realagents: the real server sees only loopback.
+	if !netns.Isolate(t) {
+		return
 	}
 	llm := startFakeLLM(t)
 	home, cwd := t.TempDir(), t.TempDir()

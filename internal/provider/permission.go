@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // PermissionMode is the descriptor's permissionMode (acp.md §2.2, tools.md
@@ -35,7 +37,7 @@ func ParsePermissionMode(s string) (PermissionMode, error) {
 	case ApproveAll, ApprovePaperclip, ApproveReads, DenyAll, Manual:
 		return PermissionMode(s), nil
 	}
-	return "", fmt.Errorf("parse permission mode: unknown mode %q", s)
+	return "", fmt.Errorf("parse permission mode: unknown mode %s", quote.Text(s))
 }
 
 // Decision is what a permission mode does with one request.

@@ -81,7 +81,8 @@ type peerKey struct{}
 
 // Listen binds the listener and starts serving. A bind failure wraps
 // errBindConflict. An address or port other than 0.0.0.0:43127 is accepted
-// with a warning (prp.md §15 scenario 46).
+// (prp.md §15 scenario 46); runnerd's configuration logs the one warning
+// about it.
 func Listen(cfg ListenConfig) (*Listener, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -100,10 +101,6 @@ func Listen(cfg ListenConfig) (*Listener, error) {
 	}
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("%w: listen port out of range", errBindConflict)
-	}
-	if cfg.Address != defaultListenAddress || cfg.Port != defaultListenPort {
-		cfg.Logger.Warn("listening on a non-default address; the reference server expects 0.0.0.0:43127",
-			"address", cfg.Address, "port", cfg.Port)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)))
 	if err != nil {

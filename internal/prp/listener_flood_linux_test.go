@@ -39,7 +39,7 @@ const (
 func TestHelperFlood(t *testing.T) {
 	addr := os.Getenv("PRP_FLOOD_ADDR")
 	if addr == "" {
-		t.Skip("flooder process only")
+		return // the flooder child's body only; not a skip, so none is reported
 	}
 	var conns []net.Conn
 	defer func() {

@@ -255,7 +255,11 @@ func (r *loop) lifecycleCheck(ctx context.Context) {
 			return
 		}
 	case lifetimeOver && !busy && !r.turnActive():
-		r.log.Info("lifetime reached while connected; suspending", "maxLifetime", r.cfg.MaxLifetime.String())
+		if r.send.connectionCount() == 0 {
+			r.log.Info("lifetime reached and no server has connected; suspending", "maxLifetime", r.cfg.MaxLifetime.String())
+		} else {
+			r.log.Info("lifetime reached; suspending", "maxLifetime", r.cfg.MaxLifetime.String())
+		}
 		r.beginSuspend(ctx, suspendLifetime)
 		return
 	}

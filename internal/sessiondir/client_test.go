@@ -58,7 +58,9 @@ func TestStopAcknowledged(t *testing.T) {
 		err := Stop(context.Background(), d, StopOptions{OnNoAck: func() { noAck = true }})
 		require.NoError(t, err)
 		assert.False(t, noAck)
-		assert.Less(t, time.Since(start), time.Second)
+		// The child here ignores stdinEnd: shutdown comes after the exit wait.
+		assert.GreaterOrEqual(t, time.Since(start), StdinEndExitWait)
+		assert.Less(t, time.Since(start), StdinEndExitWait+time.Second)
 		assert.NoDirExists(t, d)
 	})
 }
@@ -100,8 +102,117 @@ func TestStopStdoutModeWaitsForDrainedQueue(t *testing.T) {
 		start := time.Now()
 		require.NoError(t, Stop(context.Background(), d, StopOptions{}))
 		<-done
+		assert.Less(t, time.Since(start), StdinEndExitWait+time.Second)
+		assert.NoDirExists(t, d)
+	})
+}
+
+// A child that ends on EOF (cat) exits with its own status: the stop
+// writes shutdown only after the exit frame, and does not wait out the
+// exit bound.
+func TestStopLetsTheChildExitOnStdinEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSession(t)
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			// pcwrap running cat: stdinEnd ends cat, pcwrap reports its
+			// exit and acknowledges (spec §2.5: exit, then shutdownAck).
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+				b, err := os.ReadFile(filepath.Join(d, StdinDir, SeqName(1)))
+				if err != nil {
+					continue
+				}
+				m, err := frame.ParseMessage(b)
+				if assert.NoError(t, err) && assert.Equal(t, frame.MsgStdinEnd, m.Type) {
+					writeEvents(t, d, 1, frame.ExitFrame(intp(0), ""), frame.ShutdownAckFrame())
+				}
+				return
+			}
+		}()
+		start := time.Now()
+		require.NoError(t, Stop(context.Background(), d, StopOptions{}))
 		assert.Less(t, time.Since(start), time.Second)
 		assert.NoDirExists(t, d)
+	})
+}
+
+// A wrapper that has exited (its lock is free) acknowledged whatever it
+// was going to: the stop waits out neither bound.
+func TestStopEndsAtOnceWhenTheWrapperIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSession(t)
+		require.NoError(t, os.Remove(filepath.Join(d, EventsDir))) // stdout mode: the queue is never drained
+		require.NoError(t, os.WriteFile(filepath.Join(d, LockFile), nil, 0o600))
+		start := time.Now()
+		noAck := false
+		require.NoError(t, Stop(context.Background(), d, StopOptions{OnNoAck: func() { noAck = true }}))
+		assert.False(t, noAck)
+		assert.Less(t, time.Since(start), time.Second)
+		assert.NoDirExists(t, d)
+	})
+}
+
+// WrapperGone: no lock file yet (starting) and a held lock (running) are
+// not an end; a lock file nobody holds is.
+func TestWrapperGone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	require.NoError(t, os.MkdirAll(filepath.Join(path, StdinDir), 0o700))
+	gone, err := WrapperGone(context.Background(), path)
+	require.NoError(t, err)
+	assert.False(t, gone, "no lock file: still starting")
+
+	d, err := Open(path, true)
+	require.NoError(t, err)
+	gone, err = WrapperGone(context.Background(), path)
+	require.NoError(t, err)
+	assert.False(t, gone, "lock held: running")
+
+	d.Close()
+	gone, err = WrapperGone(context.Background(), path)
+	require.NoError(t, err)
+	assert.True(t, gone, "lock free: ended")
+}
+
+// WaitSendTarget waits for a session that appears within the bound.
+func TestWaitSendTargetWaitsForAStartingSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "s")
+		go func() {
+			time.Sleep(time.Second)
+			_ = os.Mkdir(path, 0o700)
+			time.Sleep(time.Second)
+			_ = os.Mkdir(filepath.Join(path, StdinDir), 0o700)
+		}()
+		start := time.Now()
+		require.NoError(t, WaitSendTarget(context.Background(), path, SendWait))
+		assert.Less(t, time.Since(start), 3*time.Second)
+	})
+}
+
+// A session that never appears is an error after the bound, naming it; an
+// ended one is ErrSessionEnded at once.
+func TestWaitSendTargetGivesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "s")
+		start := time.Now()
+		err := WaitSendTarget(context.Background(), path, SendWait)
+		require.ErrorIs(t, err, os.ErrNotExist)
+		assert.Equal(t, SendWait, time.Since(start))
+		assert.Equal(t, "no session directory at "+path+": no such file or directory (waited 5s for it)", err.Error())
+
+		require.NoError(t, os.MkdirAll(filepath.Join(path, StdinDir), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(path, LockFile), nil, 0o600))
+		start = time.Now()
+		err = WaitSendTarget(context.Background(), path, SendWait)
+		require.ErrorIs(t, err, ErrSessionEnded)
+		assert.Equal(t, lockSettle, time.Since(start), "one second look, then at once")
+		assert.Contains(t, err.Error(), path)
 	})
 }
 
@@ -136,7 +247,7 @@ func TestTailPrintsFramesWithSeqUntilExit(t *testing.T) {
 		d := newSession(t)
 		writeEvents(t, d, 1, stdoutFrame("hello"), frame.ExitFrame(intp(0), ""), frame.ShutdownAckFrame())
 		var out bytes.Buffer
-		require.NoError(t, Tail(context.Background(), d, &out, EventReaderOptions{Logger: discard(), PollOnly: true}))
+		require.NoError(t, Tail(context.Background(), d, &out, TailOptions{EventReaderOptions: EventReaderOptions{Logger: discard(), PollOnly: true}}))
 		assert.Equal(t, `{"seq":1,"type":"data","stream":"stdout","data":"aGVsbG8="}`+"\n"+
 			`{"seq":2,"type":"exit","code":0,"signal":null}`+"\n"+
 			`{"seq":3,"type":"shutdownAck"}`+"\n", out.String())
@@ -153,17 +264,39 @@ func TestTailSessionVanishes(t *testing.T) {
 			os.RemoveAll(d)
 		}()
 		var out bytes.Buffer
-		err := Tail(context.Background(), d, &out, EventReaderOptions{Logger: discard(), PollOnly: true})
+		err := Tail(context.Background(), d, &out, TailOptions{EventReaderOptions: EventReaderOptions{Logger: discard(), PollOnly: true}})
 		require.ErrorIs(t, err, ErrSessionGone)
 		assert.Contains(t, out.String(), `"seq":1`)
 	})
 }
 
-func TestTailWithoutEventsDir(t *testing.T) {
+// Tail and Stop name the missing path once, without repeating what they
+// were doing.
+func TestTailAndStopNameTheMissingPath(t *testing.T) {
 	d := newSession(t)
 	require.NoError(t, os.Remove(filepath.Join(d, EventsDir)))
-	err := Tail(context.Background(), d, &bytes.Buffer{}, EventReaderOptions{Logger: discard(), PollOnly: true})
+	err := Tail(context.Background(), d, &bytes.Buffer{}, TailOptions{EventReaderOptions: EventReaderOptions{Logger: discard(), PollOnly: true}})
 	require.ErrorIs(t, err, os.ErrNotExist)
+	assert.Equal(t, "no directory at "+d+"/events: no such file or directory", err.Error())
+
+	missing := filepath.Join(t.TempDir(), "gone")
+	err = Tail(context.Background(), missing, &bytes.Buffer{}, TailOptions{})
+	assert.Equal(t, "no directory at "+missing+": no such file or directory", err.Error())
+	err = Stop(context.Background(), missing, StopOptions{})
+	assert.Equal(t, "no directory at "+missing+": no such file or directory", err.Error())
+}
+
+// --text shows a data frame's bytes as a string; other frames are as
+// without it.
+func TestTailText(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSession(t)
+		writeEvents(t, d, 1, stdoutFrame("hello <&>\n"), frame.ExitFrame(intp(0), ""))
+		var out bytes.Buffer
+		require.NoError(t, Tail(context.Background(), d, &out, TailOptions{EventReaderOptions: EventReaderOptions{Logger: discard(), PollOnly: true}, Text: true}))
+		assert.Equal(t, `{"seq":1,"type":"data","stream":"stdout","text":"hello <&>\n"}`+"\n"+
+			`{"seq":2,"type":"exit","code":0,"signal":null}`+"\n", out.String())
+	})
 }
 
 // A stop that removes the directory right after the exit frame does not turn
@@ -178,7 +311,7 @@ func TestTailExitThenRemoved(t *testing.T) {
 		require.NoError(t, err)
 		defer fs.Close()
 		gone.EventFS = fs
-		require.NoError(t, tailWith(context.Background(), gone, &out, EventReaderOptions{Logger: discard(), PollOnly: true}))
+		require.NoError(t, tailWith(context.Background(), gone, &out, TailOptions{EventReaderOptions: EventReaderOptions{Logger: discard(), PollOnly: true}}))
 		assert.Equal(t, `{"seq":1,"type":"exit","code":0,"signal":null}`+"\n", out.String())
 	})
 }
@@ -198,3 +331,28 @@ func (r *removeAfterExit) List() ([]string, error) {
 }
 
 func intp(i int) *int { return &i }
+
+// A pcwrap creates .pcwrap.lock a moment before it locks it: a lock file
+// that is free at the first look but held at the second is a starting
+// session, not an ended one. The probe never takes the lock itself, so the
+// starting wrapper's own non-blocking lock cannot fail because of it.
+func TestWrapperGoneLooksTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "s")
+		require.NoError(t, os.MkdirAll(filepath.Join(path, StdinDir), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(path, LockFile), nil, 0o600))
+		locked := make(chan *Dir, 1)
+		go func() {
+			time.Sleep(lockSettle / 2)
+			d, err := Open(path, true)
+			assert.NoError(t, err, "the probe must never hold the lock")
+			locked <- d
+		}()
+		gone, err := WrapperGone(context.Background(), path)
+		require.NoError(t, err)
+		assert.False(t, gone)
+		if d := <-locked; d != nil {
+			d.Close()
+		}
+	})
+}

@@ -26,7 +26,7 @@ type DirFS struct {
 func OpenEventsDir(sessionDir string) (*DirFS, error) {
 	dir, err := openControlDir(sessionDir, EventsDir)
 	if err != nil {
-		return nil, fmt.Errorf("open events dir: %w", err)
+		return nil, err // it names the path
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {

@@ -15,7 +15,7 @@ func openControlDir(sessionDir, sub string) (*os.File, error) {
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	fd, err := unix.Open(sessionDir, flags, 0)
 	if err != nil {
-		return nil, controlPathError("open session dir", symlinkCause(unix.AT_FDCWD, sessionDir, err))
+		return nil, controlPathError(sessionDir, symlinkCause(unix.AT_FDCWD, sessionDir, err))
 	}
 	if sub == "" {
 		return os.NewFile(uintptr(fd), sessionDir), nil
@@ -26,7 +26,7 @@ func openControlDir(sessionDir, sub string) (*os.File, error) {
 	}
 	unix.Close(fd)
 	if err != nil {
-		return nil, controlPathError("open "+sub+" dir", err)
+		return nil, controlPathError(sessionDir+"/"+sub, err)
 	}
 	return os.NewFile(uintptr(subfd), sessionDir+"/"+sub), nil
 }
@@ -44,15 +44,18 @@ func symlinkCause(dirfd int, name string, err error) error {
 	return err
 }
 
-// controlPathError maps the errors the spec names to the client sentinels.
-func controlPathError(op string, err error) error {
+// controlPathError maps the errors the spec names to the client sentinels;
+// every message names the path once, and the caller adds no second name.
+func controlPathError(path string, err error) error {
 	switch {
 	case errors.Is(err, unix.ELOOP):
-		return fmt.Errorf("%s: %w", op, errClientSymlink)
+		return fmt.Errorf("%s: %w", path, errClientSymlink)
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%s: %w", op, errClientNotDir)
+		return fmt.Errorf("%s: %w", path, errClientNotDir)
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("no directory at %s: %w", path, err)
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return fmt.Errorf("open %s: %w", path, err)
 }
 
 // publish writes body to a fresh temporary sibling of final inside dir and

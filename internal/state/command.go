@@ -7,6 +7,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // Result codes of the journal (prp.md §7.2, §11).
@@ -145,7 +146,7 @@ func (tx *Tx) journal(entry CommandResult, fp string) {
 // object; it is sanitised and bounded by maxCommandResultBytes.
 func (tx *Tx) FinishCommand(commandID string, status CommandStatus, result json.RawMessage) (CommandResult, error) {
 	if status != StatusCompleted && status != StatusFailed && status != StatusRejected {
-		return CommandResult{}, fmt.Errorf("finish command: unsupported status %q", status)
+		return CommandResult{}, fmt.Errorf("finish command: unsupported status %s", quote.Text(status))
 	}
 	prev, ok := tx.st.ProcessedCommands[commandID]
 	if !ok || prev.Status != StatusPending {
@@ -185,7 +186,7 @@ func (tx *Tx) RecordedResult(commandID string) (CommandResult, bool) {
 // FinishCommand's.
 func (tx *Tx) ReviseCommand(commandID string, status CommandStatus, result json.RawMessage) (CommandResult, error) {
 	if status != StatusCompleted && status != StatusFailed && status != StatusIndeterminate {
-		return CommandResult{}, fmt.Errorf("revise command: unsupported status %q", status)
+		return CommandResult{}, fmt.Errorf("revise command: unsupported status %s", quote.Text(status))
 	}
 	prev, ok := tx.st.ProcessedCommands[commandID]
 	if !ok || prev.Status == StatusRejected {

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // File names and schema names (R-state, prp.md §9.1).
@@ -226,7 +227,7 @@ func (s *State) MarshalJSON() ([]byte, error) {
 	buf.Truncate(buf.Len() - 1) // drop the closing brace
 	for _, k := range slices.Sorted(maps.Keys(s.Extensions)) {
 		if knownFields()[k] {
-			return nil, fmt.Errorf("encode state: extension %q shadows a state field", k)
+			return nil, fmt.Errorf("encode state: extension %s shadows a state field", quote.Text(k))
 		}
 		key, err := jsonenc.Marshal(k)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // Tx is one logical step on a private copy of the state. It is valid only
@@ -34,7 +35,7 @@ func (tx *Tx) HighestSourceSeq() uint64 { return tx.st.HighestSourceSeq() }
 // SetLifecycle sets the lifecycle (prp.md §9.2).
 func (tx *Tx) SetLifecycle(l Lifecycle) error {
 	if !l.Valid() {
-		return fmt.Errorf("set lifecycle: unknown lifecycle %q", l)
+		return fmt.Errorf("set lifecycle: unknown lifecycle %s", quote.Text(l))
 	}
 	tx.st.Lifecycle = l
 	return nil
@@ -75,7 +76,7 @@ func (tx *Tx) SetProtocolVersion(v int) error {
 // sent (prp.md §7.4).
 func (tx *Tx) SetTerminalFence(r CommandResult, l Lifecycle) error {
 	if l != Suspended && l != Stopped {
-		return fmt.Errorf("set terminal fence: lifecycle %q is not terminal", l)
+		return fmt.Errorf("set terminal fence: lifecycle %s is not terminal", quote.Text(l))
 	}
 	tx.st.Lifecycle = l
 	tx.st.PendingTerminalDelivery = &TerminalFence{CommandID: r.CommandID, ControllerSeq: r.ControllerSeq, CommandType: r.CommandType, Lifecycle: l}
@@ -116,7 +117,7 @@ func (tx *Tx) Revoke(epoch, leaseEpoch uint64) error {
 // Never put secrets in a record.
 func (tx *Tx) SetRecord(name string, v any) error {
 	if name == "" || knownFields()[name] {
-		return fmt.Errorf("set record: %q is reserved", name)
+		return fmt.Errorf("set record: %s is reserved", quote.Text(name))
 	}
 	b, err := jsonenc.Marshal(v)
 	if err != nil {

@@ -3,9 +3,12 @@
 // tests only), then prints one line per skipped test with its reason, so a
 // skip is never silent. A small reader over test2json instead of gotestsum:
 // no new dependency (deps_test.go pins the module set). It exits 0 (1 only
-// if it cannot write -skips); the caller keeps go test's own exit status.
+// if it cannot write -skips or -counts); the caller keeps go test's own exit
+// status. -counts FILE writes "PASSED FAILED SKIPPED" (top-level tests; a
+// subtest's result is its parent's), so a caller can sum several go test
+// runs into one summary line.
 //
-// Usage: go test -json ./... | go run ./scripts/testreport [-skips FILE]
+// Usage: go test -json ./... | go run ./scripts/testreport [-skips FILE] [-counts FILE]
 package main
 
 import (
@@ -34,8 +37,17 @@ const maxLine = 16 << 20
 
 func main() {
 	skipFile := flag.String("skips", "", "write the skipped tests to this file instead of printing them last")
+	countFile := flag.String("counts", "", "write \"PASSED FAILED SKIPPED\" (top-level tests) to this file")
 	flag.Parse()
-	skips := report(os.Stdin, os.Stdout)
+	res := report(os.Stdin, os.Stdout)
+	if *countFile != "" {
+		line := fmt.Sprintf("%d %d %d\n", res.passed, res.failed, res.skipped)
+		if err := os.WriteFile(*countFile, []byte(line), 0o600); err != nil {
+			fmt.Fprintf(os.Stderr, "testreport: write counts: %v\n", err)
+			os.Exit(1)
+		}
+	}
+	skips := res.skips
 	var b strings.Builder
 	for _, s := range skips {
 		b.WriteString("SKIP " + s + "\n")
@@ -52,9 +64,18 @@ func main() {
 	}
 }
 
-// report renders r to w and returns the skipped tests, "pkg Test: reason",
-// sorted.
-func report(r io.Reader, w io.Writer) []string {
+// result is what report found: the skipped tests ("pkg Test: reason",
+// sorted, subtests included) and the count of top-level tests by outcome
+// (a package that failed without a failed test counts as one failure).
+type result struct {
+	skips                   []string
+	passed, failed, skipped int
+}
+
+// report renders r to w and returns what it found.
+func report(r io.Reader, w io.Writer) result {
+	var res result
+	pkgFailed := map[string]bool{} // packages with a failed test
 	type key struct{ pkg, test string }
 	buf := map[key][]string{}
 	// Packages run in parallel and their events interleave; like go test,
@@ -89,6 +110,11 @@ func report(r io.Reader, w io.Writer) []string {
 				out(ev.Package, ev.Output)
 			}
 		case ev.Test == "" && (ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip"):
+			if ev.Action == "fail" && !pkgFailed[ev.Package] {
+				// The package failed outside any test (a build failure, a
+				// panic or leak in TestMain): that counts as one failure.
+				res.failed++
+			}
 			if b := pkgOut[ev.Package]; b != nil {
 				fmt.Fprint(w, b.String())
 				delete(pkgOut, ev.Package)
@@ -97,6 +123,10 @@ func report(r io.Reader, w io.Writer) []string {
 		case ev.Action == "output":
 			buf[k] = append(buf[k], ev.Output)
 		case ev.Action == "fail":
+			if !strings.Contains(ev.Test, "/") {
+				res.failed++
+			}
+			pkgFailed[ev.Package] = true
 			for _, o := range buf[k] {
 				if !isFrame(o) {
 					out(ev.Package, o)
@@ -104,9 +134,15 @@ func report(r io.Reader, w io.Writer) []string {
 			}
 			delete(buf, k)
 		case ev.Action == "skip":
+			if !strings.Contains(ev.Test, "/") {
+				res.skipped++
+			}
 			skips = append(skips, fmt.Sprintf("%s %s: %s", ev.Package, ev.Test, reason(buf[k])))
 			delete(buf, k)
 		case ev.Action == "pass":
+			if !strings.Contains(ev.Test, "/") {
+				res.passed++
+			}
 			delete(buf, k)
 		}
 	}
@@ -122,7 +158,8 @@ func report(r io.Reader, w io.Writer) []string {
 		fmt.Fprintf(w, "testreport: read go test output: %v\n", err)
 	}
 	sort.Strings(skips)
-	return skips
+	res.skips = skips
+	return res
 }
 
 // isFrame reports the lines -v adds around a test (=== RUN and the like).

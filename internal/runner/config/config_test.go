@@ -435,10 +435,26 @@ func TestPRP01_DialURLSyntax(t *testing.T) {
 		"ws://::1/x",
 		"wss://host/\x01",
 		"",
+		"ws://10.1.2.3/api/runner/v1/connect/x", // ws:// is loopback-only
+		"ws://[2001:db8::1]:3100/x",
+		"ws://0.0.0.0:3100/x",
 	}
 	for _, raw := range bad {
-		requireUsage(t, dialArgs(raw), "--connect-url", CodeUsage)
+		_, err := ParseArgs(dialArgs(raw), noEnv)
+		var ue *usageError
+		require.ErrorAs(t, err, &ue, raw)
+		require.Equal(t, "--connect-url", ue.Flag, raw)
+		require.Equal(t, CodeConnectURLInvalid, CodeOf(err), raw)
+		require.Equal(t, ExitFailure, ExitCode(err), "%s: the reference exits 1", raw)
+		require.True(t, strings.HasPrefix(FormatError(err), StderrPrefix+"connect_url_invalid: --connect-url: "), raw)
 	}
+}
+
+// All missing identity flags are named in one error, so one run shows
+// everything a launch lacks.
+func TestMissingIdentityFlagsInOneError(t *testing.T) {
+	ue := requireUsage(t, []string{"--connect-url", "ws://127.0.0.1:1/x", "--runner-id", "r", "--turn-id", "t"}, "--state-dir", CodeUsage)
+	require.Equal(t, "required; so are --environment-lease-id, --run-id, --session-id, --item-id, --runner-version, --runner-digest", ue.Problem)
 }
 
 func TestParseArgsRefusesWhileTicketInEnvironment(t *testing.T) {

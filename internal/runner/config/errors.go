@@ -50,6 +50,10 @@ const (
 	// CodeBootstrapFailedClosed: the ticket may have been consumed before a
 	// welcome arrived (prp.md §2.4). The reference prints only the message.
 	CodeBootstrapFailedClosed Code = "bootstrap_failed_closed"
+	// CodeConnectURLInvalid: a --connect-url runnerd refuses (prp.md §1.3
+	// syntax, or ws:// to an address that is not loopback). Beyond: the
+	// reference prints only a message; it exits 1, and so does runnerd.
+	CodeConnectURLInvalid Code = "connect_url_invalid"
 	// CodeBootstrapTicketMissing: durable mode without PAPERCLIP_RUNNER_BOOTSTRAP_TICKET.
 	CodeBootstrapTicketMissing Code = "bootstrap_ticket_missing"
 	// CodeBootstrapTicketInvalid: the ticket variable is empty or out of bounds.
@@ -149,6 +153,7 @@ var (
 	ErrBootstrapFailedClosed     error = &Error{Code: CodeBootstrapFailedClosed, Msg: msgBootstrapFailedClosed}
 	ErrBootstrapTicketMissing    error = &Error{Code: CodeBootstrapTicketMissing}
 	errBootstrapTicketInvalid    error = &Error{Code: CodeBootstrapTicketInvalid}
+	errConnectURLInvalid         error = &Error{Code: CodeConnectURLInvalid}
 )
 
 func codeOf(err error) Code {
@@ -179,15 +184,16 @@ func CodeOf(err error) Code {
 }
 
 // ExitCode maps err to the process exit status: ExitOK for nil, ExitUsage
-// for usage errors (and a missing or malformed bootstrap ticket: the launch
-// itself was wrong), ExitFailure otherwise.
+// for usage errors, ExitFailure otherwise. A missing or malformed bootstrap
+// ticket and a refused --connect-url exit 1 as the reference's runner does
+// (it exits 1 for every failure), each with its own code on the line.
 func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, errUsage),
-		errors.Is(err, ErrBootstrapTicketMissing),
-		errors.Is(err, errBootstrapTicketInvalid):
+	case errors.Is(err, errConnectURLInvalid):
+		return ExitFailure
+	case errors.Is(err, errUsage):
 		return ExitUsage
 	default:
 		return ExitFailure

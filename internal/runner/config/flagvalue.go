@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // parseDecimal parses a plain non-negative base-10 integer: no sign, no
@@ -196,7 +198,7 @@ func (a *agentTimeouts) Set(s string) error {
 	}
 	for _, e := range a.entries {
 		if e.agent == agent {
-			return fmt.Errorf("agent %q given more than once", agent)
+			return fmt.Errorf("agent %s given more than once", quote.Text(agent))
 		}
 	}
 	if len(a.entries) >= maxColdTimeoutAgents {

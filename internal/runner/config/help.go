@@ -155,9 +155,12 @@ EXIT STATUS
      transport_reconnect_grace_exceeded,
      transport_reconnect_deadline_exceeded, lease_expired_requires_bootstrap,
      bootstrap_failed_closed (the ticket may be used up: start again with a
-     fresh one), indexed_state_unsupported, storage_unsupported
-  2  usage: a bad flag, a missing or conflicting mode, or a missing ticket;
-     nothing was started. The line reads "paperclip-runnerd: usage: ...",
+     fresh one), indexed_state_unsupported, storage_unsupported; and, as the
+     reference exits 1 for them too, with nothing started:
+     bootstrap_ticket_missing, bootstrap_ticket_invalid, connect_url_invalid
+     (a malformed --connect-url, or ws:// to an address that is not loopback)
+  2  usage: a bad flag, or a missing or conflicting mode; nothing was
+     started. The line reads "paperclip-runnerd: usage: ...",
      except for a bad --listen-path or --listen-address, whose line starts
      with runner_ingress_bind_conflict, the code the server looks for.
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // ignoredFlags are the reference's flags that runnerd accepts, each with a
@@ -168,7 +170,7 @@ func (p *parser) parse(args []string) error {
 		if err := p.fs.Set(f.Name, value); err != nil {
 			var inv *pflag.InvalidValueError
 			if errors.As(err, &inv) {
-				return &usageError{Flag: "--" + f.Name, Problem: fmt.Sprintf("invalid value %q: %v", value, inv.Unwrap())}
+				return &usageError{Flag: "--" + f.Name, Problem: fmt.Sprintf("invalid value %s: %v", quote.Text(value), inv.Unwrap())}
 			}
 			return &usageError{Flag: "--" + f.Name, Problem: err.Error()}
 		}
@@ -187,7 +189,7 @@ func (p *parser) parse(args []string) error {
 		return &usageError{Problem: err.Error()}
 	}
 	if rest := p.fs.Args(); len(rest) > 0 {
-		return &usageError{Problem: fmt.Sprintf("unexpected argument %q (every option is a --flag)", rest[0])}
+		return &usageError{Problem: fmt.Sprintf("unexpected argument %s (every option is a --flag)", quote.Text(rest[0]))}
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/pcrunner/pcrunner/internal/quote"
 )
 
 // validate applies the mode rules and cross-flag rules, then fills the
@@ -79,12 +81,24 @@ func (p *parser) validateMode(c *Config) error {
 	return nil
 }
 
-// validateIdentity requires every identity flag, each bounded text.
+// validateIdentity requires every identity flag, each bounded text. All
+// missing flags are named in one error (led by the first), so one run
+// shows what a launch lacks.
 func (p *parser) validateIdentity(*Config) error {
+	var missing []string
 	for _, name := range identityFlags {
 		if !p.changed(name) {
-			return &usageError{Flag: "--" + name, Problem: "required"}
+			missing = append(missing, "--"+name)
 		}
+	}
+	switch len(missing) {
+	case 0:
+	case 1:
+		return &usageError{Flag: missing[0], Problem: "required"}
+	default:
+		return &usageError{Flag: missing[0], Problem: "required; so are " + strings.Join(missing[1:], ", ")}
+	}
+	for _, name := range identityFlags {
 		f := p.fs.Lookup(name)
 		if err := checkText(f.Value.String(), maxIdentityBytes); err != nil {
 			return &usageError{Flag: "--" + name, Problem: err.Error()}
@@ -102,7 +116,7 @@ func (p *parser) validateStateDir(c *Config) error {
 		// Agents' pcwrap sessions live under it and outlive this process: a
 		// path that depends on the working directory could name another
 		// directory for them or for the next runnerd.
-		return &usageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %q", c.StateDir)}
+		return &usageError{Flag: "--state-dir", Problem: fmt.Sprintf("must be an absolute path, got %s", quote.Text(c.StateDir))}
 	}
 	c.StateDir = filepath.Clean(c.StateDir)
 	return nil
@@ -163,7 +177,7 @@ func (p *parser) validateLifecycle(c *Config) error {
 			return &usageError{Flag: "--idle-timeout-ms", Problem: "required with --lifecycle-mode warm"}
 		}
 	default:
-		return &usageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %q", p.lifecycle)}
+		return &usageError{Flag: "--lifecycle-mode", Problem: fmt.Sprintf("must be per_turn or warm, got %s", quote.Text(p.lifecycle))}
 	}
 	c.Lifecycle = Lifecycle(p.lifecycle)
 	return nil
@@ -175,14 +189,14 @@ func (p *parser) validateLogging(c *Config) error {
 	case LogFormatJSON, LogFormatText:
 		c.LogFormat = LogFormat(p.logFormat)
 	default:
-		return &usageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %q", p.logFormat)}
+		return &usageError{Flag: "--log-format", Problem: fmt.Sprintf("must be json or text, got %s", quote.Text(p.logFormat))}
 	}
 
 	c.LogLevel = defaultLogLevel
 	if p.changed("log-level") {
 		lv, ok := parseLogLevel(p.logLevel)
 		if !ok {
-			return &usageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %q", p.logLevel)}
+			return &usageError{Flag: "--log-level", Problem: fmt.Sprintf("must be debug, info, warn or error, got %s", quote.Text(p.logLevel))}
 		}
 		c.LogLevel = lv
 	}
@@ -236,7 +250,9 @@ func (p *parser) collectIgnored(c *Config) {
 // no userinfo, query, fragment, backslash, whitespace or control characters;
 // no '%' in the authority; IPv6 bracketed; a non-zero port.
 func (p *parser) validateDial(c *Config) error {
-	bad := func(problem string) error { return &usageError{Flag: "--connect-url", Problem: problem} }
+	bad := func(problem string) error {
+		return &usageError{Code: CodeConnectURLInvalid, Flag: "--connect-url", Problem: problem}
+	}
 	raw := p.connectURL
 	if len(raw) > maxConnectURLBytes {
 		return bad("too long")
@@ -296,6 +312,14 @@ func (p *parser) validateDial(c *Config) error {
 	} else if strings.HasSuffix(authority, ":") {
 		return bad("empty port")
 	}
+	if scheme == "ws" {
+		// Checked here, before any state exists, whenever the host alone
+		// decides it; a name is resolved by the dialer, which refuses a
+		// ws:// target unless every address is loopback (prp.md §1.3).
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsLoopback() {
+			return bad("ws:// is only for loopback addresses (127.0.0.0/8, ::1); use wss:// for " + host)
+		}
+	}
 	c.ConnectURL, c.DialHost, c.DialPort = u, host, uint16(port)
 	return nil
 }
@@ -305,7 +329,7 @@ func (p *parser) validateDial(c *Config) error {
 func (p *parser) validateListen(c *Config) error {
 	addr, err := netip.ParseAddr(p.listenAddress)
 	if err != nil || addr.Zone() != "" {
-		return &usageError{Code: CodeIngressBindConflict, Flag: "--listen-address", Problem: fmt.Sprintf("must be an IP address, got %q", p.listenAddress)}
+		return &usageError{Code: CodeIngressBindConflict, Flag: "--listen-address", Problem: fmt.Sprintf("must be an IP address, got %s", quote.Text(p.listenAddress))}
 	}
 	c.ListenAddress, c.ListenPort = addr, uint16(p.listenPort)
 	if !p.changed("listen-path") {
