@@ -30,8 +30,8 @@ const (
 	maxUpgradeHeaderBytes = 16 << 10
 )
 
-// errNonLoopback reports a ws:// target with a resolved address that is not loopback.
-var errNonLoopback = errors.New("plain ws:// requires every resolved address to be loopback")
+// ErrNonLoopback reports a ws:// target with a resolved address that is not loopback.
+var ErrNonLoopback = errors.New("plain ws:// requires every resolved address to be loopback")
 
 // errConnectFailed reports that every pinned address failed.
 var errConnectFailed = errors.New("connect failed")
@@ -64,7 +64,7 @@ func resolve(ctx context.Context, r Resolver, t DialTarget) ([]netip.AddrPort, e
 	for _, a := range ips {
 		a = a.Unmap().WithZone("")
 		if !t.Secure && !a.IsLoopback() {
-			return nil, fmt.Errorf("resolve host: %w", errNonLoopback)
+			return nil, fmt.Errorf("resolve host: %w", ErrNonLoopback)
 		}
 		out = append(out, netip.AddrPortFrom(a, t.Port))
 	}

@@ -83,6 +83,9 @@ type options struct {
 	// SendQueue lowers the link's send queue (prp.ClientConfig; tests
 	// only). Run sets none.
 	SendQueue int
+	// Resolver, in dial mode, resolves the --connect-url host instead of
+	// the system's (tests). Run sets none.
+	Resolver prp.Resolver
 }
 
 // runLoop is Run without the stderr line: it returns nil for every clean
@@ -95,6 +98,24 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 	}
 	if err := refuseIndexedStore(cfg.StateDir); err != nil {
 		return err
+	}
+	// The dial target is resolved and checked before any state exists: a
+	// ws:// name that is not loopback, or one that does not resolve, leaves
+	// nothing behind for the next start to "recover".
+	var dialer *prp.Dialer
+	if cfg.Mode == config.ModeDial {
+		d, err := prp.NewDialer(ctx, prp.DialerConfig{
+			URL: cfg.ConnectURL.String(), CABundlePath: cfg.CABundlePath, Transport: opts.Transport,
+			Resolver: opts.Resolver,
+		})
+		switch {
+		case errors.Is(err, prp.ErrNonLoopback):
+			return config.NewError(config.CodeConnectURLInvalid, "--connect-url", err)
+		case err != nil:
+			return config.NewError(config.CodeRunnerFailed, "prepare dialer", err)
+		}
+		defer d.CloseIdle()
+		dialer = d
 	}
 	st, err := state.Open(state.Config{
 		Dir: cfg.StateDir, Identity: cfg.Identity,
@@ -155,14 +176,7 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 	}
 	switch cfg.Mode {
 	case config.ModeDial:
-		d, err := prp.NewDialer(ctx, prp.DialerConfig{
-			URL: cfg.ConnectURL.String(), CABundlePath: cfg.CABundlePath, Transport: opts.Transport,
-		})
-		if err != nil {
-			return config.NewError(config.CodeRunnerFailed, "prepare dialer", err)
-		}
-		defer d.CloseIdle()
-		ccfg.Dialer = d
+		ccfg.Dialer = dialer
 	case config.ModeListen:
 		ln, err := prp.Listen(prp.ListenConfig{
 			Address: cfg.ListenAddress.String(), Port: int(cfg.ListenPort), Path: cfg.ListenPath,
