@@ -8,9 +8,11 @@ import (
 
 // commonEnv passes to every agent (acp.md §2.2); LC_* and SSL_CERT_* are
 // prefixes. Every other name is exact: a wildcard such as OPENCODE_* would
-// let OPENCODE_SERVER_PASSWORD through.
+// let OPENCODE_SERVER_PASSWORD through. TMPDIR goes beyond §2.2's list: a
+// sandbox (or a test) that points it somewhere keeps the agent's scratch
+// files there, not in a shared /tmp.
 var commonEnv = []string{
-	"PATH", "HOME", "LANG", "TZ", "NODE_EXTRA_CA_CERTS", "RUST_BACKTRACE",
+	"PATH", "HOME", "LANG", "TZ", "TMPDIR", "NODE_EXTRA_CA_CERTS", "RUST_BACKTRACE",
 	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
 }
 

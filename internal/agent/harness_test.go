@@ -174,7 +174,7 @@ var testDrivers = []provider.Registration{acpx.Registration, codexapp.Registrati
 func testConfig(t testing.TB, sink *memSink, stateDir string) Config {
 	return Config{
 		StateDir: stateDir, Pcwrap: testbin.Path(t, "pcwrap"), Sink: sink, Drivers: testDrivers,
-		Environ:     []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
+		Environ:     []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TMPDIR=" + t.TempDir()},
 		ResumeBound: 10 * time.Second,
 		ColdBound:   func(string) time.Duration { return 10 * time.Second },
 		CancelGrace: 500 * time.Millisecond,

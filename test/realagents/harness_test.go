@@ -60,7 +60,8 @@ func newRig(t *testing.T, spec agentSpec, agentDir string) *rig {
 	llm := startFakellm(t, r.record)
 	extra := spec.configure(t, r.home, llm)
 	path := filepath.Join(agentDir, "node_modules", ".bin") + string(os.PathListSeparator) + os.Getenv("PATH")
-	r.env = append([]string{"HOME=" + r.home, "PATH=" + path}, extra...)
+	// The agents' scratch files stay in the test's own directory.
+	r.env = append([]string{"HOME=" + r.home, "PATH=" + path, "TMPDIR=" + t.TempDir()}, extra...)
 	r.args = []string{
 		"--state-dir", r.dir,
 		"--runner-id", identity.RunnerInstanceID, "--environment-lease-id", identity.EnvironmentLeaseID,
