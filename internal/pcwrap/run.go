@@ -39,9 +39,12 @@ type Config struct {
 	// Signals carries the signals delivered to pcwrap (§8.2); the caller
 	// catches SIGHUP, SIGINT, SIGTERM and SIGPIPE into it.
 	Signals <-chan os.Signal
-	Stdout  io.Writer
-	Stderr  io.Writer
-	Logger  *slog.Logger
+	// OOMScoreAdj replaces PCWRAP_OOM_SCORE_ADJ when set (--oom-score-adj):
+	// the child's oom_score_adj, at least pcwrap's own.
+	OOMScoreAdj *int
+	Stdout      io.Writer
+	Stderr      io.Writer
+	Logger      *slog.Logger
 }
 
 // Run is pcwrap's whole life: set up the session (spec §4), spawn the

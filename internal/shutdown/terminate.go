@@ -75,15 +75,17 @@ func (t *Terminator) Attach(g signaler) bool {
 	return false
 }
 
-// Detach takes the group back before its leader is reaped: a later
-// Terminate signals nothing, as after a reap (§8.1 step 2). It reports
-// whether Terminate already ran; if so the group got its SIGTERM and
-// the caller keeps the leader unreaped until the group is empty or
-// GraceOver, so that the SIGKILL still reaches a TERM-ignoring member.
-func (t *Terminator) Detach() (terminated bool) {
+// Detach takes the group back before its leader is reaped and puts rest
+// in its place: the descendants that may outlive the leader (nil for
+// none). A later Terminate (child close, §8.1) signals only rest, never
+// the group id, as after a reap. It reports whether Terminate already
+// ran; if so the group got its SIGTERM and the caller keeps the leader
+// unreaped until no descendant lives or GraceOver, so that the SIGKILL
+// still reaches a TERM-ignoring one.
+func (t *Terminator) Detach(rest signaler) (terminated bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.group = nil
+	t.group = rest
 	return t.done
 }
 

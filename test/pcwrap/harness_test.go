@@ -29,7 +29,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit)) }
+func TestMain(m *testing.M) {
+	runCatcherIfAsked()
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
+}
 
 // hookTag selects the test-hook build of pcwrap.
 const hookTag = testbin.HooksTag
@@ -141,12 +144,15 @@ func start(t testing.TB, o opts) *session {
 		close(s.done)
 	}()
 	t.Cleanup(func() {
+		// A SIGKILLed pcwrap leaves its cgroup: end it as runnerd does.
+		cg := recordedCgroup(dir)
 		select {
 		case <-s.done:
 		default:
 			_ = cmd.Process.Kill()
 			<-s.done
 		}
+		cleanupCgroup(cg)
 	})
 	return s
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -65,9 +66,10 @@ func grep(src map[string]string, re *regexp.Regexp) []string {
 
 // TestPcwrap21_SourceInvariants (T11) checks by inspection: one
 // exec.Cmd per pcwrap; every signal goes to the group through the live
-// handle (no stored pid, no Process.Kill/Signal); one identity latch that
-// is never cleared; the identity capture precedes the spawn and the
-// reader start.
+// handle or to one descendant through a pidfd opened before its identity
+// is re-checked (no stored pid, no Process.Kill/Signal); one identity
+// latch that is never cleared; the identity capture precedes the spawn
+// and the reader start.
 func TestPcwrap21_SourceInvariants(t *testing.T) {
 	src := pcwrapSources(t)
 
@@ -75,9 +77,16 @@ func TestPcwrap21_SourceInvariants(t *testing.T) {
 	assert.Len(t, spawns, 1, "exactly one child construction: %v", spawns)
 
 	kills := grep(src, regexp.MustCompile(`\b(unix|syscall)\.Kill\(|\.Process\.(Kill|Signal)\(|Tgkill|PidfdSendSignal`))
-	require.Len(t, kills, 1, "one signal call site: %v", kills)
+	sort.Strings(kills)
+	require.Len(t, kills, 2, "two signal call sites: %v", kills)
 	assert.Contains(t, kills[0], "internal/shutdown/group_linux.go")
 	assert.Contains(t, kills[0], "unix.Kill(-g.cmd.Process.Pid, sig)", "signals go to the group from the live handle")
+	assert.Contains(t, kills[1], "internal/shutdown/tree_linux.go")
+	assert.Contains(t, kills[1], "unix.PidfdSendSignal(fd, sig, nil, 0)", "a descendant is signalled through its pidfd")
+	tree := src[filepath.Join("internal", "shutdown", "tree_linux.go")]
+	open, check, send := strings.Index(tree, "unix.PidfdOpen("), strings.Index(tree, "cur.Start != p.Start"), strings.Index(tree, "unix.PidfdSendSignal(")
+	assert.True(t, open > 0 && open < check && check < send, "the pidfd is opened, then the pid's identity re-checked, then signalled")
+	assert.Empty(t, grep(src, regexp.MustCompile(`\bWait4\(-1|P_ALL`)), "never wait for any child: the leader's status belongs to its Group")
 
 	latches := grep(src, regexp.MustCompile(`lost\s+atomic\.Bool`))
 	assert.Len(t, latches, 1, "one latch: %v", latches)

@@ -1,0 +1,285 @@
+package pcwrap
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pcrunner/pcrunner/internal/cgroup"
+	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/shutdown"
+)
+
+// Bounds of ending the descendants that outlive the leader (spec §8.3).
+const (
+	// restKillWait bounds the SIGKILL rounds after the grace: a process
+	// forking as fast as it can is caught within a few rounds, so only a
+	// task stuck in the kernel outlasts it; pcwrap then names it and
+	// exits.
+	restKillWait = 2 * time.Second
+	// restKillRound paces those rounds.
+	restKillRound = 20 * time.Millisecond
+	// maxSurvivorsNamed bounds the survivor list in the error frame.
+	maxSurvivorsNamed = 20
+)
+
+// OOM policy (spec §2.4): the child starts at least this much more
+// likely than pcwrap and runnerd to be the OOM killer's pick.
+const (
+	// EnvOOMScoreAdj sets the child's oom_score_adj (absolute,
+	// -1000..1000); stripped from the child's environment.
+	EnvOOMScoreAdj = "PCWRAP_OOM_SCORE_ADJ"
+	// DefaultOOMScoreAdj is the child's value when neither the variable
+	// nor the flag sets one.
+	DefaultOOMScoreAdj = 500
+	minOOMScoreAdj     = -1000
+	maxOOMScoreAdj     = 1000
+	oomScoreAdjPath    = "/proc/self/oom_score_adj"
+)
+
+// ParseOOMScoreAdj parses an oom_score_adj setting: a decimal integer in
+// -1000..1000.
+func ParseOOMScoreAdj(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < minOOMScoreAdj || n > maxOOMScoreAdj {
+		return 0, fmt.Errorf("invalid oom_score_adj %q; want an integer from %d to %d", v, minOOMScoreAdj, maxOOMScoreAdj)
+	}
+	return n, nil
+}
+
+// containment finds and ends every descendant of the child (spec §8.3):
+// pcwrap is a child subreaper, so orphans re-parent to it and the
+// process-tree walk sees them; where a cgroup v2 child could be made,
+// the child runs in it and cgroup.kill ends everything at once. Its
+// fields are set before the child starts and never change after.
+type containment struct {
+	tree *shutdown.Tree
+	cg   *cgroup.Cgroup // nil where no cgroup could be made
+	log  *slog.Logger
+
+	reaperStop chan struct{}
+	reaperDone chan struct{}
+}
+
+// newContainment makes pcwrap a subreaper and tries for a cgroup. Neither
+// failing fails the session: each is said once at debug level.
+func newContainment(log *slog.Logger) *containment {
+	c := &containment{tree: shutdown.NewTree(), log: log}
+	if err := shutdown.Subreaper(); err != nil {
+		log.Debug("not a subreaper; orphans go to init", "err", err)
+	}
+	cg, err := cgroup.Create()
+	if err != nil {
+		log.Debug("no cgroup for the child; the process-tree walk alone ends its descendants", "err", err)
+	} else {
+		c.cg = cg
+	}
+	return c
+}
+
+// startReaper reaps re-parented orphans until stopReaper; leader is the
+// child whose reaping belongs to its Group.
+func (c *containment) startReaper(leader int) {
+	c.tree.SetLeader(leader)
+	c.reaperStop = make(chan struct{})
+	c.reaperDone = make(chan struct{})
+	go func() {
+		defer close(c.reaperDone)
+		c.tree.RunReaper(c.reaperStop)
+	}()
+}
+
+// close stops the reaper (after a last reap) and removes the cgroup if
+// it is empty; close is called once, after end.
+func (c *containment) close() {
+	if c.reaperStop != nil {
+		close(c.reaperStop)
+		<-c.reaperDone
+		c.tree.ReapOrphans()
+	}
+	if c.cg != nil {
+		c.cg.Close()
+	}
+}
+
+// cgroupPath is the cgroup's directory, "" without one.
+func (c *containment) cgroupPath() string {
+	if c.cg == nil {
+		return ""
+	}
+	return c.cg.Path()
+}
+
+// living reports whether any descendant still runs.
+func (c *containment) living() bool { return len(c.tree.Living()) > 0 }
+
+// reach signals the leader's group through its Group (while the leader
+// is unreaped: the zombie keeps the id ours) and every other descendant
+// through a pidfd; SIGKILL also goes to the cgroup. With no Group it is
+// the rest that may outlive the leader.
+type reach struct {
+	c *containment
+	g *shutdown.Group
+}
+
+// Signal reports whether anything was signalled.
+func (r reach) Signal(sig syscall.Signal) bool {
+	delivered, skip := false, 0
+	if r.g != nil && r.g.Signal(sig) {
+		delivered, skip = true, r.g.Pgid()
+	}
+	if r.c.tree.Signal(sig, skip) > 0 {
+		delivered = true
+	}
+	if sig == syscall.SIGKILL && r.c.cg != nil {
+		if pop, _ := r.c.cg.Populated(); pop && r.c.cg.Kill() == nil {
+			delivered = true
+		}
+	}
+	return delivered
+}
+
+// endRest is the last step of a run (spec §8.3): after exit and
+// terminate(), wait for the descendants that got SIGTERM to go, within
+// the grace; after the grace SIGKILL whatever is left, in rounds, within
+// restKillWait; end and remove the cgroup. Survivors are named in an
+// error frame and on stderr; pcwrap exits anyway.
+func (s *session) endRest() {
+	if s.awaitRest() {
+		s.killRest()
+	}
+	if cg := s.contain.cg; cg != nil {
+		if err := cg.End(); err != nil {
+			s.reportSurvivors(nil, err)
+		}
+	}
+}
+
+// awaitRest waits until no descendant lives (false) or the grace of
+// terminate() is over with its SIGKILL sent (true), scanning /proc every
+// groupScanInterval: a stop whose descendants die on SIGTERM ends at once.
+func (s *session) awaitRest() (graceOver bool) {
+	t := time.NewTicker(groupScanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.term.GraceOver():
+			return true
+		default:
+		}
+		if !s.contain.living() {
+			return false
+		}
+		select {
+		case <-s.term.GraceOver():
+			return true
+		case <-t.C:
+		}
+	}
+}
+
+// killRest SIGKILLs every living descendant in rounds until none is left
+// or restKillWait has passed; survivors are reported.
+func (s *session) killRest() {
+	c := s.contain
+	rest := reach{c: c}
+	deadline := time.NewTimer(restKillWait)
+	defer deadline.Stop()
+	round := time.NewTicker(restKillRound)
+	defer round.Stop()
+	for {
+		living := c.tree.Living()
+		if len(living) == 0 {
+			return
+		}
+		rest.Signal(syscall.SIGKILL)
+		select {
+		case <-deadline.C:
+			if living = c.tree.Living(); len(living) > 0 {
+				s.reportSurvivors(living, nil)
+			}
+			return
+		case <-round.C:
+		}
+	}
+}
+
+// reportSurvivors names what outlived terminate() in an error frame and
+// on stderr.
+func (s *session) reportSurvivors(living []shutdown.Proc, err error) {
+	var msg string
+	if err != nil {
+		msg = "pcwrap: descendants survived terminate: " + err.Error()
+	} else {
+		names := make([]string, 0, len(living))
+		for i, p := range living {
+			if i == maxSurvivorsNamed {
+				names = append(names, "…")
+				break
+			}
+			names = append(names, p.String())
+		}
+		msg = fmt.Sprintf("pcwrap: %d descendants survived terminate after %v: %s", len(living), restKillWait, strings.Join(names, ", "))
+	}
+	fmt.Fprintln(s.cfg.Stderr, msg)
+	s.out.Emit(frame.ErrorFrame(msg))
+}
+
+// oomPolicy raises pcwrap's own oom_score_adj to the child's target
+// around the spawn, so the child starts with it and there is no window
+// in which it runs unadjusted; the returned func lowers it back (allowed
+// unprivileged down to the inherited value). A target at or below
+// pcwrap's own changes nothing: the child inherits pcwrap's.
+func oomPolicy(target int, log *slog.Logger) (restore func()) {
+	b, err := os.ReadFile(oomScoreAdjPath)
+	if err != nil {
+		log.Debug("read oom_score_adj", "err", err)
+		return func() {}
+	}
+	own, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || target <= own {
+		return func() {}
+	}
+	if err := writeOOMScoreAdj(target); err != nil {
+		log.Warn("raise oom_score_adj for the child", "err", err)
+		return func() {}
+	}
+	return func() {
+		if err := writeOOMScoreAdj(own); err != nil {
+			log.Warn("lower oom_score_adj back", "err", err)
+		}
+	}
+}
+
+func writeOOMScoreAdj(v int) error {
+	f, err := os.OpenFile(oomScoreAdjPath, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open oom_score_adj: %w", err)
+	}
+	_, werr := f.WriteString(strconv.Itoa(v))
+	cerr := f.Close()
+	if werr != nil {
+		return fmt.Errorf("write oom_score_adj: %w", werr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("close oom_score_adj: %w", cerr)
+	}
+	return nil
+}
+
+// cgroupRefused reports a CLONE_INTO_CGROUP failure worth one retry
+// without it (then cgroup.procs): the kernel or a security module may
+// refuse the cgroup fd where a plain spawn works.
+func cgroupRefused(err error) bool {
+	for _, e := range []error{syscall.EPERM, syscall.ENOSYS, syscall.EBUSY, syscall.EOPNOTSUPP, syscall.EINVAL, syscall.EACCES} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
