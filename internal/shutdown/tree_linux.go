@@ -10,13 +10,15 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // reapTick is the safety-net pace of the orphan reaper: SIGCHLD wakes it
-// at once, the tick catches a SIGCHLD merged with another or lost to a
-// full channel.
+// at once for a full /proc scan; the tick only retries the direct
+// children the last scan saw (a few waitid calls, no scan: an idle
+// session must stay cheap).
 const reapTick = time.Second
 
 // Subreaper makes the calling process a child subreaper
@@ -104,8 +106,11 @@ func (p Proc) zombie() bool { return p.State == 'Z' || p.State == 'X' }
 type Tree struct {
 	self int
 
-	mu     sync.Mutex // guards leader
+	mu     sync.Mutex // guards leader and known
 	leader int        // the child pcwrap keeps unreaped: never reaped here
+	// known are the direct children other than the leader that the last
+	// scan saw, unreaped: their pids cannot be reused meanwhile.
+	known map[int]bool
 }
 
 // NewTree returns the tree of the calling process.
@@ -182,23 +187,63 @@ func signalProc(p Proc, sig syscall.Signal) bool {
 }
 
 // ReapOrphans reaps every exited direct child except the leader: the
-// processes re-parented here. Each is waited for by its own pid with
-// WNOHANG, never wait4(-1) or P_ALL, so the leader's status stays with
-// its Group.
+// processes re-parented here, found by a /proc scan. Each is waited for
+// by its own pid with WNOHANG, never wait4(-1) or P_ALL, so the leader's
+// status stays with its Group.
 func (t *Tree) ReapOrphans() {
 	leader := t.leaderPid()
+	known := map[int]bool{}
 	for _, p := range scanProcs() {
-		if p.Ppid != t.self || p.Pid == leader || !p.zombie() {
+		if p.Ppid != t.self || p.Pid == leader {
 			continue
 		}
-		var info unix.Siginfo
-		for unix.Waitid(unix.P_PID, p.Pid, &info, unix.WEXITED|unix.WNOHANG, nil) == unix.EINTR {
+		if !p.zombie() || !reap(p.Pid) {
+			known[p.Pid] = true
+		}
+	}
+	t.mu.Lock()
+	t.known = known
+	t.mu.Unlock()
+}
+
+// reapKnown retries the direct children the last scan saw.
+func (t *Tree) reapKnown() {
+	t.mu.Lock()
+	pids := make([]int, 0, len(t.known))
+	for pid := range t.known {
+		pids = append(pids, pid)
+	}
+	t.mu.Unlock()
+	for _, pid := range pids {
+		if reap(pid) {
+			t.mu.Lock()
+			delete(t.known, pid)
+			t.mu.Unlock()
 		}
 	}
 }
 
-// RunReaper reaps re-parented orphans on every SIGCHLD and every
-// reapTick until stop is closed; it returns when it has stopped.
+// reap reaps the child pid if it has exited; it reports whether the
+// child is gone (reaped now, or no longer ours).
+func reap(pid int) bool {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG, nil)
+		switch err {
+		case unix.EINTR:
+			continue
+		case nil:
+			// si_pid is 0 when the child has not exited (WNOHANG).
+			return (*sigchld)(unsafe.Pointer(&info)).pid != 0
+		default:
+			return true // ECHILD: not ours (any more)
+		}
+	}
+}
+
+// RunReaper reaps re-parented orphans on every SIGCHLD (a full scan) and
+// every reapTick (the known children only) until stop is closed; it
+// returns when it has stopped.
 func (t *Tree) RunReaper(stop <-chan struct{}) {
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGCHLD)
@@ -210,8 +255,9 @@ func (t *Tree) RunReaper(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-sigc:
+			t.ReapOrphans()
 		case <-tick.C:
+			t.reapKnown()
 		}
-		t.ReapOrphans()
 	}
 }
