@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,6 +28,12 @@ const (
 	restKillRound = 20 * time.Millisecond
 	// maxSurvivorsNamed bounds the survivor list in the error frame.
 	maxSurvivorsNamed = 20
+	// threadReserve is how many OS threads pcwrap makes at the spawn and
+	// keeps idle (the runtime never frees an idle thread). A fork bomb
+	// under the child's uid exhausts RLIMIT_NPROC, which counts threads,
+	// and the Go runtime dies when it cannot make a thread it needs, as
+	// during the terminate that ends the bomb (seen with 10 threads).
+	threadReserve = 16
 )
 
 // OOM policy (spec §2.4): the child starts at least this much more
@@ -64,12 +72,17 @@ type containment struct {
 
 	reaperStop chan struct{}
 	reaperDone chan struct{}
+	reserved   chan struct{} // closed once threadReserve threads exist
 }
 
 // newContainment makes pcwrap a subreaper and tries for a cgroup. Neither
 // failing fails the session: each is said once at debug level.
 func newContainment(log *slog.Logger) *containment {
-	c := &containment{tree: shutdown.NewTree(), log: log}
+	c := &containment{tree: shutdown.NewTree(), log: log, reserved: make(chan struct{})}
+	go func() {
+		defer close(c.reserved)
+		reserveThreads(threadReserve)
+	}()
 	if err := shutdown.Subreaper(); err != nil {
 		log.Debug("not a subreaper; orphans go to init", "err", err)
 	}
@@ -80,6 +93,30 @@ func newContainment(log *slog.Logger) *containment {
 		c.cg = cg
 	}
 	return c
+}
+
+// reserveThreads makes the runtime hold at least n OS threads: each of n
+// goroutines locks a thread and blocks, so every other goroutine needs a
+// thread of its own; unlocked, the threads stay idle for later use.
+func reserveThreads(n int) {
+	ready := make(chan struct{}, n)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			ready <- struct{}{}
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	for range n {
+		<-ready
+	}
+	close(release)
+	wg.Wait()
 }
 
 // startReaper reaps re-parented orphans until stopReaper; leader is the
@@ -97,6 +134,7 @@ func (c *containment) startReaper(leader int) {
 // close stops the reaper (after a last reap) and removes the cgroup if
 // it is empty; close is called once, after end.
 func (c *containment) close() {
+	<-c.reserved
 	if c.reaperStop != nil {
 		close(c.reaperStop)
 		<-c.reaperDone

@@ -26,6 +26,10 @@ import (
 // kills and reaps them, and exits with pcwrap's status.
 const (
 	envCatcher = "PCRUNNER_TEST_ORPHAN_CATCHER" // the orphans file; set: run as the catcher
+	// envCatcherUID runs pcwrap under this uid (and gid), with
+	// RLIMIT_NPROC envCatcherNproc: the limit binds only a non-root user.
+	envCatcherUID   = "PCRUNNER_TEST_CATCHER_UID"
+	envCatcherNproc = "PCRUNNER_TEST_CATCHER_NPROC"
 )
 
 // runCatcherIfAsked runs the catcher when the test binary was started as
@@ -45,7 +49,7 @@ func runCatcher(out string, argv []string) int {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envCatcher+"=") {
+		if !strings.HasPrefix(kv, "PCRUNNER_TEST_CATCHER") && !strings.HasPrefix(kv, envCatcher+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -53,6 +57,18 @@ func runCatcher(out string, argv []string) int {
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if v := os.Getenv(envCatcherUID); v != "" {
+		uid, _ := strconv.Atoi(v)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
+		if n, err := strconv.Atoi(os.Getenv(envCatcherNproc)); err == nil {
+			// Inherited by pcwrap; root (the catcher) is not bound by it.
+			lim := unix.Rlimit{Cur: uint64(n), Max: uint64(n)}
+			if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+				fmt.Fprintln(os.Stderr, "catcher:", err)
+				return 125
+			}
+		}
+	}
 	err := cmd.Run()
 	code := 0
 	var ee *exec.ExitError

@@ -3,9 +3,12 @@ package pcwrap_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/procsession"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // containGraceMS is the grace of the containment scenarios (CI: 200 ms).
@@ -185,5 +189,123 @@ func TestContainmentFigures(t *testing.T) {
 			fmt.Printf("containment %-10s %-22s runs=%d orphans=%d exit p50=%v p95=%v max=%v\n", tr.name, esc.name, runs, orphans,
 				took[len(took)/2].Round(time.Millisecond), took[len(took)*95/100].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 		}
+	}
+}
+
+// Fork bomb bounds: the uid's process limit, and how full the bomb must
+// be before the stop (pcwrap's own threads count against the limit too).
+const (
+	bombNproc = 64
+	bombFull  = 30
+	// unusedUID runs the bomb: no account, no process of its own here.
+	unusedUID = 54321
+)
+
+// forkBomb forks for ever, ignoring SIGTERM; a failed fork waits 5 ms.
+const forkBomb = `$SIG{TERM} = "IGNORE"; while (1) { defined(fork()) or select(undef, undef, undef, 0.005) }`
+
+// TestContainmentForkBomb: a fork bomb that left the child's process
+// group (setsid), run by an unused uid under RLIMIT_NPROC (root ignores
+// the limit) and so without a cgroup (not writable for that uid): the
+// process-tree walk's SIGKILL rounds end it, and nothing outlives pcwrap.
+// Serial: it fills the machine's process table with what it can.
+func TestContainmentForkBomb(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run pcwrap as an unused uid")
+	}
+	if n := processesOf(unusedUID); n > 0 {
+		t.Skipf("uid %d runs %d processes here: not unused", unusedUID, n)
+	}
+	// pcwrap and its session dir must be reachable by that uid.
+	base := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(base), 0o755))
+	require.NoError(t, os.Chmod(base, 0o755))
+	src, err := os.ReadFile(testbin.Path(t, "pcwrap"))
+	require.NoError(t, err)
+	bin := filepath.Join(base, "pcwrap")
+	require.NoError(t, os.WriteFile(bin, src, 0o755))
+	dir := filepath.Join(base, "session")
+	for _, d := range []string{dir, filepath.Join(dir, "stdin")} {
+		require.NoError(t, os.Mkdir(d, 0o700))
+		require.NoError(t, os.Chown(d, unusedUID, unusedUID))
+	}
+	wrapper, env, orphans := catcherWrapper(t)
+	env = append(env, envCatcherUID+"="+strconv.Itoa(unusedUID), envCatcherNproc+"="+strconv.Itoa(bombNproc),
+		fmt.Sprintf("PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=%d", containGraceMS))
+	// Every member forks for ever (a failed fork only retries, where a
+	// shell would exit), so the bomb stays at the limit, and ignores
+	// SIGTERM: only the SIGKILL rounds end it.
+	perl, err := exec.LookPath("perl")
+	if err != nil {
+		t.Skip("no perl to run the fork bomb")
+	}
+	p := sh(`setsid ` + perl + ` -e '` + forkBomb + `' </dev/null >/dev/null 2>&1 & echo ready; exec cat`)
+	p.Cwd = "/"
+	s := start(t, opts{mode: "stdout", bin: bin, dir: dir, payload: p, wrapper: wrapper, env: env})
+	t.Cleanup(func() { killAllOf(unusedUID) })
+	s.waitFrame(containBound, "ready", func(fr []frame.Frame) bool { return strings.Contains(output(fr, frame.StreamStdout), "ready\n") })
+	eventually(t, containBound, "the bomb to fill the uid's limit", func() bool { return processesOf(unusedUID) >= bombFull })
+	assert.Empty(t, recordedCgroup(dir), "no cgroup for an unprivileged uid here")
+	began := time.Now()
+	// Readable by pcwrap's uid: the harness's put writes 0600 as root.
+	tmp := filepath.Join(dir, "stdin", "shutdown.tmp")
+	require.NoError(t, os.WriteFile(tmp, []byte(shutdownMsg), 0o644))
+	require.NoError(t, os.Rename(tmp, s.stdinPath(1)))
+	s.wait(containBound)
+	t.Logf("fork bomb of at least %d processes ended %v after the shutdown", bombFull, time.Since(began).Round(time.Millisecond))
+	fr := s.frames()
+	require.NotEmpty(t, fr)
+	assert.Equal(t, frame.FrameExit, fr[len(fr)-1].Type, "pcwrap's stderr: %s", s.stderr.String())
+	assert.Empty(t, orphansOf(t, orphans), "processes outlived pcwrap")
+	assert.Zero(t, processesOf(unusedUID), "nothing of the uid is left")
+	assert.NotContains(t, s.stderr.String(), "survived", "pcwrap ended every descendant")
+}
+
+// processesOf counts the living processes whose real uid is uid.
+func processesOf(uid int) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var state string
+		var ruid int
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "State:"); ok {
+				state = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				ruid, _ = strconv.Atoi(strings.Fields(v)[0])
+			}
+		}
+		if ruid == uid && !strings.HasPrefix(state, "Z") {
+			n++
+		}
+	}
+	return n
+}
+
+// killAllOf SIGKILLs every process of uid until none is left (bounded):
+// the safety net of a failed fork bomb test.
+func killAllOf(uid int) {
+	deadline := time.Now().Add(containBound)
+	for processesOf(uid) > 0 && time.Now().Before(deadline) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

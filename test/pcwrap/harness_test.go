@@ -69,6 +69,7 @@ type opts struct {
 	wrapper   []string // run pcwrap under this command (e.g. nohup)
 	stdout    *os.File // pcwrap's stdout instead of the frame reader
 	cred      *syscall.Credential
+	bin       string // the pcwrap binary; default the one testbin built
 }
 
 // session is a running pcwrap.
@@ -92,7 +93,10 @@ func catPayload() payload { return payload{Command: "cat", Args: []string{}} }
 // start launches pcwrap per o and registers cleanup (kill + wait).
 func start(t testing.TB, o opts) *session {
 	t.Helper()
-	bin := testbin.Path(t, "pcwrap", o.tags...)
+	bin := o.bin
+	if bin == "" {
+		bin = testbin.Path(t, "pcwrap", o.tags...)
+	}
 	dir := o.dir
 	if dir == "" {
 		dir = filepath.Join(t.TempDir(), "session")
