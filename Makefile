@@ -3,7 +3,7 @@ GO ?= go
 # Per fuzz target, for `make fuzz` (any go test -fuzztime value: 10s, 1m, 500x).
 FUZZTIME ?= 10s
 
-.PHONY: build test demo demo-warm bench fuzz image-test
+.PHONY: build test demo demo-warm bench fuzz image-test containment
 
 build:
 	./scripts/build
@@ -24,6 +24,11 @@ bench:
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz
+
+# Orphan counts and terminate times of pcwrap's containment, N runs per case.
+N ?= 100
+containment:
+	N=$(N) ./scripts/containment
 
 # Builds Dockerfile.sandbox with podman offline and runs it (needs root; minutes).
 image-test:

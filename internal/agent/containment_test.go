@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/procsession"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 )
@@ -90,4 +92,34 @@ func TestSessionEndLeavesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKilledPcwrapCgroupEnded: kill -9 of an agent's pcwrap takes only
+// the agent with it (its parent-death signal); the kernel does not end
+// the cgroup. runnerd finds the wrapper gone (transport_closed) and ends
+// what the session's recorded cgroup still holds: the agent's setsid
+// daemon dies and the cgroup is removed.
+func TestKilledPcwrapCgroupEnded(t *testing.T) {
+	daemonPid := filepath.Join(t.TempDir(), "daemon")
+	r := newRig(t)
+	r.prepare("--setsid-daemon", daemonPid)
+	r.open()
+	dir := r.sessionDir()
+	agent := agentPgid(t, dir)
+	daemon := readPidFile(t, daemonPid)
+	rec, err := procsession.ReadChildRecord(dir)
+	require.NoError(t, err)
+	if rec.Cgroup == "" {
+		t.Skip("no writable cgroup2 hierarchy: pcwrap made no cgroup, and a SIGKILLed pcwrap's escaped descendants are out of reach")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(agent) + "/stat")
+	require.NoError(t, err)
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	pcwrap, err := strconv.Atoi(f[1])
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pcwrap, syscall.SIGKILL))
+
+	eventually(t, "the setsid daemon gone", func() bool { return !running(daemon) })
+	eventually(t, "the cgroup removed", func() bool { _, err := os.Stat(rec.Cgroup); return os.IsNotExist(err) })
+	assert.False(t, running(agent))
 }

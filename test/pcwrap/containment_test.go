@@ -28,8 +28,13 @@ const containGraceMS = 200
 // SIGKILL rounds, and a loaded machine's slack.
 const containBound = 10 * time.Second
 
-// envContainRuns sets the runs per case (make containment N=100).
-const envContainRuns = "PCRUNNER_CONTAINMENT_N"
+// envContainRuns sets the runs per case (make containment N=100);
+// envContainBin measures another pcwrap binary (an older build, for the
+// figures before a change).
+const (
+	envContainRuns = "PCRUNNER_CONTAINMENT_N"
+	envContainBin  = "PCRUNNER_CONTAINMENT_PCWRAP"
+)
 
 // escapes are the ways a descendant leaves the child's process group
 // (spec §8.3); each script starts its escapee in the background.
@@ -52,6 +57,14 @@ var triggers = []struct {
 	{"leaderExit", "exit 0", ""},
 }
 
+// fiftyIgnoringTerm starts 50 descendants out of the group that ignore
+// SIGTERM: the terminate figure of 50 descendants (spec §8.3: under 1 s
+// past the grace).
+const fiftyIgnoringTerm = `i=0; while [ $i -lt 50 ]; do setsid sh -c 'trap "" TERM; exec sleep 308' </dev/null >/dev/null 2>&1 & i=$((i+1)); done`
+
+// defaultContainRuns is the runs per case in CI; -short runs one.
+const defaultContainRuns = 10
+
 // containRuns is how many times each case runs.
 func containRuns(t testing.TB) int {
 	if v := os.Getenv(envContainRuns); v != "" {
@@ -59,7 +72,10 @@ func containRuns(t testing.TB) int {
 		require.NoError(t, err)
 		return n
 	}
-	return 1
+	if testing.Short() {
+		return 1
+	}
+	return defaultContainRuns
 }
 
 // containResult is one run: what outlived pcwrap, how long it took.
@@ -76,7 +92,7 @@ func runContained(t *testing.T, mode, script, tail, put string, extraEnv ...stri
 	wrapper, env, orphans := catcherWrapper(t)
 	env = append(env, fmt.Sprintf("PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=%d", containGraceMS))
 	env = append(env, extraEnv...)
-	s := start(t, opts{mode: mode, payload: sh(script + "\necho ready\n" + tail), wrapper: wrapper, env: env})
+	s := start(t, opts{mode: mode, payload: sh(script + "\necho ready\n" + tail), wrapper: wrapper, env: env, bin: os.Getenv(envContainBin)})
 	s.waitFrame(containBound, "ready", func(fr []frame.Frame) bool { return strings.Contains(output(fr, frame.StreamStdout), "ready\n") })
 	cg := recordedCgroup(s.dir)
 	began := time.Now()
@@ -169,26 +185,56 @@ func TestKilledPcwrapCgroupCleanedUp(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the cgroup is removed")
 }
 
+// TestContainmentFiftyDescendants: 50 descendants out of the group that
+// ignore SIGTERM all end at the grace's SIGKILL; nothing outlives pcwrap.
+func TestContainmentFiftyDescendants(t *testing.T) {
+	t.Parallel()
+	res := runContained(t, "events", fiftyIgnoringTerm, "cat", shutdownMsg)
+	assert.Empty(t, res.orphans, "processes outlived pcwrap")
+	t.Logf("50 TERM-ignoring descendants: pcwrap exited %v after the shutdown (grace %d ms)", res.took.Round(time.Millisecond), containGraceMS)
+}
+
 // TestContainmentFigures prints the orphan counts and terminate times
-// of `make containment` (N runs per case, PCRUNNER_CONTAINMENT_N).
+// of `make containment` (N runs per case, PCRUNNER_CONTAINMENT_N), events
+// mode; the cases run side by side.
 func TestContainmentFigures(t *testing.T) {
 	if os.Getenv(envContainRuns) == "" {
 		t.Skip("figures only under make containment (PCRUNNER_CONTAINMENT_N)")
 	}
 	runs := containRuns(t)
-	for _, tr := range triggers {
-		for _, esc := range escapes {
-			var orphans int
-			var took []time.Duration
-			for range runs {
-				res := runContained(t, "events", esc.script, tr.tail, tr.put)
-				orphans += len(res.orphans)
-				took = append(took, res.took)
+	type row struct {
+		name    string
+		orphans int
+		took    []time.Duration
+	}
+	var rows []*row
+	t.Run("cases", func(t *testing.T) {
+		cases := append([]struct{ name, script string }{}, escapes...)
+		cases = append(cases, struct{ name, script string }{"fifty-ignore-term", fiftyIgnoringTerm})
+		for _, tr := range triggers {
+			for _, esc := range cases {
+				r := &row{name: fmt.Sprintf("%-10s %-20s", tr.name, esc.name)}
+				rows = append(rows, r)
+				t.Run(tr.name+"/"+esc.name, func(t *testing.T) {
+					t.Parallel()
+					for range runs {
+						res := runContained(t, "events", esc.script, tr.tail, tr.put)
+						r.orphans += len(res.orphans)
+						r.took = append(r.took, res.took)
+					}
+				})
 			}
-			sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-			fmt.Printf("containment %-10s %-22s runs=%d orphans=%d exit p50=%v p95=%v max=%v\n", tr.name, esc.name, runs, orphans,
-				took[len(took)/2].Round(time.Millisecond), took[len(took)*95/100].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 		}
+	})
+	fmt.Printf("containment: %d runs per case, grace %d ms; time = trigger to pcwrap's exit\n", runs, containGraceMS)
+	for _, r := range rows {
+		took := r.took
+		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+		if len(took) == 0 {
+			continue
+		}
+		fmt.Printf("containment %s runs=%d orphans=%d p50=%v p95=%v max=%v\n", r.name, len(took), r.orphans,
+			took[len(took)/2].Round(time.Millisecond), took[len(took)*95/100].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 	}
 }
 

@@ -3,6 +3,7 @@ package pcwrap_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -115,4 +116,45 @@ func TestProductionBuildHasNoTestHooks(t *testing.T) {
 	hooked, err := os.ReadFile(testbin.Path(t, "pcwrap", hookTag))
 	require.NoError(t, err)
 	assert.True(t, bytes.Contains(hooked, []byte("PCWRAP_TEST_")))
+}
+
+// TestRunnerdNeverSubreaper: only pcwrap becomes a child subreaper.
+// runnerd must not: a runnerd restart (SIGTERM or SIGKILL) leaves every
+// pcwrap running, and a subreaper runnerd would collect, and on exit
+// orphan, what its sessions' children start. The prctl lives in the
+// shutdown package alone, only pcwrap calls it, and runnerd links
+// neither.
+func TestRunnerdNeverSubreaper(t *testing.T) {
+	root := testbin.RepoRoot(t)
+	var callers []string
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) && p != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		s := string(b)
+		if strings.Contains(s, "PR_SET_CHILD_SUBREAPER, 1") || strings.Contains(s, "shutdown.Subreaper(") {
+			callers = append(callers, rel)
+		}
+		return nil
+	}))
+	sort.Strings(callers)
+	assert.Equal(t, []string{filepath.Join("internal", "pcwrap", "contain.go"), filepath.Join("internal", "shutdown", "tree_linux.go")}, callers)
+	cmd := exec.Command("go", "list", "-deps", "./cmd/runnerd")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, pkg := range strings.Fields(string(out)) {
+		assert.NotContains(t, []string{"github.com/pcrunner/pcrunner/internal/pcwrap", "github.com/pcrunner/pcrunner/internal/shutdown"}, pkg, "runnerd links %s", pkg)
+	}
 }
