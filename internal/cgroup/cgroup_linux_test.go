@@ -110,3 +110,47 @@ func TestAddProcAndCleanup(t *testing.T) {
 	assert.NoDirExists(t, c.Path())
 	assert.NoError(t, Cleanup(c.Path()), "already gone: nothing to do")
 }
+
+// TestEventValues: the flat-keyed files are read by key, a missing key
+// or a bad number is an error (any directory serves: the files are read
+// relative to its fd).
+func TestEventValues(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, eventsFile), []byte("populated 1\nfrozen 0\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, memEventsFile), []byte("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\noom_group_kill 0\n"), 0o600))
+	c, err := open(dir)
+	require.NoError(t, err)
+	defer c.Close()
+	pop, err := c.Populated()
+	require.NoError(t, err)
+	assert.True(t, pop)
+	n, err := c.OOMKills()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), n)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, eventsFile), []byte("frozen 0\n"), 0o600))
+	_, err = c.Populated()
+	assert.Error(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, memEventsFile), []byte("oom_kill x\n"), 0o600))
+	_, err = c.OOMKills()
+	assert.Error(t, err)
+}
+
+// FuzzCleanupPath: a recorded cgroup path is untrusted disk content;
+// anything that is not an absolute, clean pcwrap-<pid>-<hex> path is
+// refused before any file is touched.
+func FuzzCleanupPath(f *testing.F) {
+	f.Add("/sys/fs/cgroup/pcwrap-1-0123456789ab")
+	f.Add("../pcwrap-1-0123456789ab")
+	f.Add("/sys/fs/cgroup/system.slice")
+	f.Fuzz(func(t *testing.T, p string) {
+		if validName(filepath.Base(p)) && !strings.HasPrefix(filepath.Base(p), namePrefix) {
+			t.Fatalf("accepted %q", p)
+		}
+		_ = unescape(p)
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || !validName(filepath.Base(p)) {
+			if err := Cleanup(p); err != ErrNotCgroup {
+				t.Fatalf("Cleanup(%q) = %v, want ErrNotCgroup", p, err)
+			}
+		}
+	})
+}

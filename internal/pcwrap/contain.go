@@ -247,6 +247,21 @@ func (s *session) killRest() {
 	}
 }
 
+// reportOOM names the OOM killer as the cause of a leader's SIGKILL where
+// the cgroup's memory.events counts an oom_kill (only where the memory
+// controller is enabled for it): an error frame before the exit frame,
+// so the consumer can fail the turn with the reason.
+func (s *session) reportOOM(sig string) {
+	if sig != "SIGKILL" || s.contain.cg == nil {
+		return
+	}
+	if n, err := s.contain.cg.OOMKills(); err == nil && n > 0 {
+		msg := fmt.Sprintf("pcwrap: the child was killed by the OOM killer (memory.events oom_kill %d)", n)
+		fmt.Fprintln(s.cfg.Stderr, msg)
+		s.out.Emit(frame.ErrorFrame(msg))
+	}
+}
+
 // reportSurvivors names what outlived terminate() in an error frame and
 // on stderr.
 func (s *session) reportSurvivors(living []shutdown.Proc, err error) {

@@ -41,6 +41,7 @@ func (s *session) drain(ch *child, r *routines) int {
 		// leader may die before the ack is out.
 		<-s.term.Done()
 	}
+	s.reportOOM(sig)
 	s.out.Emit(frame.ExitFrame(code, sig))
 	s.term.Terminate() // child close: TERM to what is left, shutdownAck after exit
 	s.endRest()

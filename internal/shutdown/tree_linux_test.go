@@ -126,3 +126,21 @@ func TestReapOrphansLeavesTheLeader(t *testing.T) {
 	require.NotNil(t, code)
 	assert.Equal(t, 0, *code)
 }
+
+// FuzzParseProc: /proc/<pid>/stat lines are parsed from the last ')' on;
+// any input gets a Proc or a refusal, never a panic, and a parsed comm
+// is what lies between the first '(' and the last ')'.
+func FuzzParseProc(f *testing.F) {
+	f.Add([]byte("1234 (we ird) name)) S 77 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200"))
+	f.Add([]byte("1 (x) Z 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 0 0 1 0 5"))
+	f.Add([]byte(")("))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, ok := parseProc(1, b)
+		if !ok {
+			return
+		}
+		if !strings.Contains(string(b), "("+p.Comm+")") {
+			t.Fatalf("comm %q not in %q", p.Comm, b)
+		}
+	})
+}
