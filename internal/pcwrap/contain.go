@@ -73,6 +73,7 @@ type containment struct {
 	reaperStop chan struct{}
 	reaperDone chan struct{}
 	reserved   chan struct{} // closed once threadReserve threads exist
+	closeOnce  sync.Once
 }
 
 // newContainment makes pcwrap a subreaper and tries for a cgroup. Neither
@@ -131,18 +132,20 @@ func (c *containment) startReaper(leader int) {
 	}()
 }
 
-// close stops the reaper (after a last reap) and removes the cgroup if
-// it is empty; close is called once, after end.
+// close stops the reaper (after a last reap) and releases the cgroup's
+// fd; endRest has removed the cgroup itself. Only the first call acts.
 func (c *containment) close() {
-	<-c.reserved
-	if c.reaperStop != nil {
-		close(c.reaperStop)
-		<-c.reaperDone
-		c.tree.ReapOrphans()
-	}
-	if c.cg != nil {
-		c.cg.Close()
-	}
+	c.closeOnce.Do(func() {
+		<-c.reserved
+		if c.reaperStop != nil {
+			close(c.reaperStop)
+			<-c.reaperDone
+			c.tree.ReapOrphans()
+		}
+		if c.cg != nil {
+			c.cg.Close()
+		}
+	})
 }
 
 // cgroupPath is the cgroup's directory, "" without one.

@@ -1,8 +1,13 @@
-// Package shutdown ends pcwrap's child (spec pcwrap-protocol.md §8):
-// terminate() sends SIGTERM to the child's process group, arms a SIGKILL
-// after a grace period and acknowledges with shutdownAck. Signals reach
-// the group only through the live process handle while the leader is
-// unreaped (invariant I2); no numeric pid is ever stored or reused.
+// Package shutdown ends pcwrap's child and everything it started (spec
+// pcwrap-protocol.md §8): terminate() sends SIGTERM to the child's
+// process group and to every other descendant, arms a SIGKILL after a
+// grace period and acknowledges with shutdownAck. Signals reach the
+// group only through the live process handle while the leader is
+// unreaped, and any other descendant only through a pidfd checked
+// against the process a /proc scan found (invariant I2); no numeric pid
+// is ever stored and reused. pcwrap is a child subreaper (Subreaper), so
+// a descendant that leaves the group (setsid, a daemon) stays in its
+// tree (Tree).
 package shutdown
 
 import (
@@ -62,13 +67,17 @@ func New(grace time.Duration, begin, ack func()) *Terminator {
 // false.
 func (t *Terminator) Attach(g signaler) bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.group = g
-	if !t.done {
+	done := t.done
+	t.mu.Unlock()
+	if !done {
 		return true
 	}
+	// Signalling scans /proc: not under the lock.
 	if g.Signal(syscall.SIGTERM) {
+		t.mu.Lock()
 		t.armLocked(g)
+		t.mu.Unlock()
 	} else {
 		t.endGrace()
 	}
