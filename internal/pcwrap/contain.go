@@ -120,6 +120,39 @@ func reserveThreads(n int) {
 	wg.Wait()
 }
 
+// pendingContainment is a containment being made beside setup: the
+// cgroup's mkdir and the thread reserve cost a few hundred microseconds
+// that need not come before the child's start.
+type pendingContainment struct {
+	done chan struct{}
+	c    *containment // set before done closes
+}
+
+// startContainment begins making the containment in the background.
+func startContainment(log *slog.Logger) *pendingContainment {
+	p := &pendingContainment{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.c = newContainment(log)
+	}()
+	return p
+}
+
+// get waits for the containment.
+func (p *pendingContainment) get() *containment {
+	<-p.done
+	return p.c
+}
+
+// abandon releases a containment no child ever used.
+func (p *pendingContainment) abandon() {
+	c := p.get()
+	if c.cg != nil {
+		_ = c.cg.Remove()
+	}
+	c.close()
+}
+
 // startReaper reaps re-parented orphans until stopReaper; leader is the
 // child whose reaping belongs to its Group.
 func (c *containment) startReaper(leader int) {

@@ -53,10 +53,15 @@ type Config struct {
 // for terminate(), as SIGTERM does; Run still returns only once the child
 // is gone and the output is flushed.
 func Run(ctx context.Context, cfg Config) int {
+	// The containment (§8.3) is made beside setup and the identity
+	// capture; the spawn waits for it.
+	pend := startContainment(cfg.Logger)
 	s, code, ok := setup(cfg)
 	if !ok {
+		pend.abandon()
 		return code
 	}
+	s.pending = pend
 	defer s.close()
 	// Identity capture precedes the spawn and the reader (§4 step 3).
 	verifier, code, ok := s.prepare(ctx)

@@ -59,7 +59,9 @@ type session struct {
 	payload sessiondir.Payload
 	// oomScoreAdj is the child's oom_score_adj target (§2.4).
 	oomScoreAdj int
-	// contain finds and ends the child's descendants (§8.3); set by spawn.
+	// pending is the containment being made; spawn takes it as contain,
+	// which finds and ends the child's descendants (§8.3).
+	pending *pendingContainment
 	contain *containment
 
 	// feedMu guards feeder: the child's stdin writer exists only after
@@ -190,8 +192,11 @@ func (s *session) beginShutdown() {
 // close releases what setup and spawn hold.
 func (s *session) close() {
 	s.term.Stop()
-	if s.contain != nil {
+	switch {
+	case s.contain != nil:
 		s.contain.close()
+	case s.pending != nil:
+		s.pending.abandon() // no child was spawned
 	}
 	s.sd.Close()
 }

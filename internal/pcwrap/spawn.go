@@ -145,7 +145,7 @@ func (s *session) spawn() (*child, int, bool) {
 	if cwd == "" {
 		cwd, _ = os.Getwd()
 	}
-	s.contain = newContainment(s.cfg.Logger)
+	s.contain = s.pending.get()
 	restore := oomPolicy(s.oomScoreAdj, s.cfg.Logger)
 	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env), s.contain.cg, s.cfg.Logger)
 	restore()

@@ -87,25 +87,49 @@ type containResult struct {
 
 // runContained runs one case under the orphan catcher and returns what
 // was left once pcwrap had exited.
-func runContained(t *testing.T, mode, script, tail, put string, extraEnv ...string) containResult {
+func runContained(t *testing.T, mode, script, tail, put string) containResult {
 	t.Helper()
-	wrapper, env, orphans := catcherWrapper(t)
-	env = append(env, fmt.Sprintf("PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=%d", containGraceMS))
-	env = append(env, extraEnv...)
-	s := start(t, opts{mode: mode, payload: sh(script + "\necho ready\n" + tail), wrapper: wrapper, env: env, bin: os.Getenv(envContainBin)})
-	s.waitFrame(containBound, "ready", func(fr []frame.Frame) bool { return strings.Contains(output(fr, frame.StreamStdout), "ready\n") })
-	cg := recordedCgroup(s.dir)
-	began := time.Now()
-	if put != "" {
-		s.put(1, put)
+	return runContainedBatch(t, 1, mode, script, tail, put)[0]
+}
+
+// runContainedBatch runs n sessions of one case side by side, each under
+// its own orphan catcher: all start, all are ready, all are triggered,
+// then each is waited for. A time is exact only for n = 1.
+func runContainedBatch(t *testing.T, n int, mode, script, tail, put string) []containResult {
+	t.Helper()
+	type run struct {
+		s       *session
+		orphans string
+		cg      string
+		began   time.Time
 	}
-	s.wait(containBound)
-	res := containResult{orphans: orphansOf(t, orphans), took: time.Since(began), cgroup: cg}
-	if cg != "" {
-		_, err := os.Stat(cg)
-		assert.True(t, os.IsNotExist(err), "the child's cgroup %s is removed", cg)
+	runs := make([]*run, n)
+	for i := range runs {
+		wrapper, env, orphans := catcherWrapper(t)
+		env = append(env, fmt.Sprintf("PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS=%d", containGraceMS))
+		s := start(t, opts{mode: mode, payload: sh(script + "\necho ready\n" + tail), wrapper: wrapper, env: env, bin: os.Getenv(envContainBin)})
+		runs[i] = &run{s: s, orphans: orphans}
 	}
-	return res
+	for _, r := range runs {
+		r.s.waitFrame(containBound, "ready", func(fr []frame.Frame) bool { return strings.Contains(output(fr, frame.StreamStdout), "ready\n") })
+		r.cg = recordedCgroup(r.s.dir)
+	}
+	for _, r := range runs {
+		r.began = time.Now()
+		if put != "" {
+			r.s.put(1, put)
+		}
+	}
+	out := make([]containResult, 0, n)
+	for _, r := range runs {
+		r.s.wait(containBound)
+		out = append(out, containResult{orphans: orphansOf(t, r.orphans), took: time.Since(r.began), cgroup: r.cg})
+		if r.cg != "" {
+			_, err := os.Stat(r.cg)
+			assert.True(t, os.IsNotExist(err), "the child's cgroup %s is removed", r.cg)
+		}
+	}
+	return out
 }
 
 // TestContainmentNoOrphans: whichever way a descendant escapes the
@@ -114,7 +138,7 @@ func runContained(t *testing.T, mode, script, tail, put string, extraEnv ...stri
 // and whichever way the session ends (shutdown, stdinEnd, the leader's
 // own exit), no process outlives pcwrap, counted by ancestry (pcwrap runs
 // under a subreaper that catches every orphan) and by the cgroup's
-// removal; both output modes.
+// removal; both output modes. The runs of a case go side by side.
 func TestContainmentNoOrphans(t *testing.T) {
 	if ok, why := cgroupWritable(); !ok {
 		t.Logf("no writable cgroup2 here (%s): the process-tree walk alone is tested", why)
@@ -125,8 +149,7 @@ func TestContainmentNoOrphans(t *testing.T) {
 			for _, esc := range escapes {
 				t.Run(mode+"/"+tr.name+"/"+esc.name, func(t *testing.T) {
 					t.Parallel()
-					for range runs {
-						res := runContained(t, mode, esc.script, tr.tail, tr.put)
+					for _, res := range runContainedBatch(t, runs, mode, esc.script, tr.tail, tr.put) {
 						assert.Empty(t, res.orphans, "processes outlived pcwrap")
 					}
 				})
