@@ -138,9 +138,11 @@ func startContainment(log *slog.Logger) *pendingContainment {
 	return p
 }
 
-// get waits for the containment.
+// get waits for the containment, thread reserve included: a child that
+// forks at once must not find the reserve still being made.
 func (p *pendingContainment) get() *containment {
 	<-p.done
+	<-p.c.reserved
 	return p.c
 }
 

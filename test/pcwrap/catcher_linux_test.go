@@ -176,6 +176,20 @@ func recordedCgroup(dir string) string {
 	return rec.Cgroup
 }
 
+// waitCgroup waits for the session's child record (written just after
+// the spawn, possibly after the child's first output) and returns the
+// cgroup it names, "" when none.
+func waitCgroup(t testing.TB, dir string) string {
+	t.Helper()
+	var rec procsession.ChildRecord
+	eventually(t, waitBound, "the child record", func() bool {
+		var err error
+		rec, err = procsession.ReadChildRecord(dir)
+		return err == nil
+	})
+	return rec.Cgroup
+}
+
 // cleanupCgroup ends a cgroup a killed pcwrap left behind, as runnerd does.
 func cleanupCgroup(path string) {
 	if path != "" {

@@ -112,7 +112,7 @@ func runContainedBatch(t *testing.T, n int, mode, script, tail, put string) []co
 	}
 	for _, r := range runs {
 		r.s.waitFrame(containBound, "ready", func(fr []frame.Frame) bool { return strings.Contains(output(fr, frame.StreamStdout), "ready\n") })
-		r.cg = recordedCgroup(r.s.dir)
+		r.cg = waitCgroup(t, r.s.dir)
 	}
 	for _, r := range runs {
 		r.began = time.Now()
@@ -168,7 +168,7 @@ func TestContainmentUsesWritableCgroup(t *testing.T) {
 	t.Parallel()
 	s := start(t, opts{mode: "stdout", payload: sh(`cat /proc/self/cgroup; cat`)})
 	s.waitFrame(containBound, "cgroup line", func(fr []frame.Frame) bool { return strings.Contains(output(fr, frame.StreamStdout), "0::") })
-	cg := recordedCgroup(s.dir)
+	cg := waitCgroup(t, s.dir)
 	require.NotEmpty(t, cg, "the child record names the cgroup")
 	var line string
 	for _, l := range strings.Split(output(s.frames(), frame.StreamStdout), "\n") {
@@ -196,7 +196,7 @@ func TestKilledPcwrapCgroupCleanedUp(t *testing.T) {
 	pidFile := t.TempDir() + "/pid"
 	s := start(t, opts{payload: sh(`setsid sh -c 'echo $$ > ` + pidFile + `; exec sleep 307' </dev/null >/dev/null 2>&1 & sleep 300`)})
 	escapee := readPid(t, pidFile)
-	cg := recordedCgroup(s.dir)
+	cg := waitCgroup(t, s.dir)
 	require.NotEmpty(t, cg)
 	require.NoError(t, s.cmd.Process.Kill())
 	s.wait(waitBound)
@@ -314,7 +314,7 @@ func TestContainmentForkBomb(t *testing.T) {
 	t.Cleanup(func() { killAllOf(unusedUID) })
 	s.waitFrame(containBound, "ready", func(fr []frame.Frame) bool { return strings.Contains(output(fr, frame.StreamStdout), "ready\n") })
 	eventually(t, containBound, "the bomb to fill the uid's limit", func() bool { return processesOf(unusedUID) >= bombFull })
-	assert.Empty(t, recordedCgroup(dir), "no cgroup for an unprivileged uid here")
+	assert.Empty(t, waitCgroup(t, dir), "no cgroup for an unprivileged uid here")
 	began := time.Now()
 	// Readable by pcwrap's uid: the harness's put writes 0600 as root.
 	tmp := filepath.Join(dir, "stdin", "shutdown.tmp")

@@ -149,12 +149,17 @@ func start(t testing.TB, o opts) *session {
 	}()
 	t.Cleanup(func() {
 		// A SIGKILLed pcwrap leaves its cgroup: end it as runnerd does.
+		// The record may appear only now (written just after the spawn),
+		// or be gone with a removed session dir: look before and after.
 		cg := recordedCgroup(dir)
 		select {
 		case <-s.done:
 		default:
 			_ = cmd.Process.Kill()
 			<-s.done
+		}
+		if cg == "" {
+			cg = recordedCgroup(dir)
 		}
 		cleanupCgroup(cg)
 	})
