@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/cgroup"
 	"github.com/pcrunner/pcrunner/internal/frame"
@@ -28,12 +29,14 @@ const (
 	restKillRound = 20 * time.Millisecond
 	// maxSurvivorsNamed bounds the survivor list in the error frame.
 	maxSurvivorsNamed = 20
-	// threadReserve is how many OS threads pcwrap makes at the spawn and
-	// keeps idle (the runtime never frees an idle thread). A fork bomb
-	// under the child's uid exhausts RLIMIT_NPROC, which counts threads,
-	// and the Go runtime dies when it cannot make a thread it needs, as
-	// during the terminate that ends the bomb (seen with 10 threads).
-	threadReserve = 16
+	// nprocHeadroom is how many of the uid's RLIMIT_NPROC slots the
+	// child's tree may not take: the limit counts threads, and the Go
+	// runtime dies when it cannot make one it needs, as during the
+	// terminate that ends a fork bomb (seen at 8 to 11 threads). The
+	// kernel checks a fork against the forking process's own limit, so
+	// the child starts with the soft limit lowered by this much while
+	// pcwrap keeps its own.
+	nprocHeadroom = 16
 )
 
 // OOM policy (spec §2.4): the child starts at least this much more
@@ -72,18 +75,13 @@ type containment struct {
 
 	reaperStop chan struct{}
 	reaperDone chan struct{}
-	reserved   chan struct{} // closed once threadReserve threads exist
 	closeOnce  sync.Once
 }
 
 // newContainment makes pcwrap a subreaper and tries for a cgroup. Neither
 // failing fails the session: each is said once at debug level.
 func newContainment(log *slog.Logger) *containment {
-	c := &containment{tree: shutdown.NewTree(), log: log, reserved: make(chan struct{})}
-	go func() {
-		defer close(c.reserved)
-		reserveThreads(threadReserve)
-	}()
+	c := &containment{tree: shutdown.NewTree(), log: log}
 	if err := shutdown.Subreaper(); err != nil {
 		log.Debug("not a subreaper; orphans go to init", "err", err)
 	}
@@ -96,33 +94,9 @@ func newContainment(log *slog.Logger) *containment {
 	return c
 }
 
-// reserveThreads makes the runtime hold at least n OS threads: each of n
-// goroutines locks a thread and blocks, so every other goroutine needs a
-// thread of its own; unlocked, the threads stay idle for later use.
-func reserveThreads(n int) {
-	ready := make(chan struct{}, n)
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			ready <- struct{}{}
-			<-release
-			runtime.UnlockOSThread()
-		}()
-	}
-	for range n {
-		<-ready
-	}
-	close(release)
-	wg.Wait()
-}
-
 // pendingContainment is a containment being made beside setup: the
-// cgroup's mkdir and the thread reserve cost a few hundred microseconds
-// that need not come before the child's start.
+// cgroup's mkdir costs about 0.15 ms that need not come before the
+// child's start.
 type pendingContainment struct {
 	done chan struct{}
 	c    *containment // set before done closes
@@ -138,11 +112,9 @@ func startContainment(log *slog.Logger) *pendingContainment {
 	return p
 }
 
-// get waits for the containment, thread reserve included: a child that
-// forks at once must not find the reserve still being made.
+// get waits for the containment.
 func (p *pendingContainment) get() *containment {
 	<-p.done
-	<-p.c.reserved
 	return p.c
 }
 
@@ -171,7 +143,6 @@ func (c *containment) startReaper(leader int) {
 // fd; endRest has removed the cgroup itself. Only the first call acts.
 func (c *containment) close() {
 	c.closeOnce.Do(func() {
-		<-c.reserved
 		if c.reaperStop != nil {
 			close(c.reaperStop)
 			<-c.reaperDone
@@ -361,6 +332,30 @@ func writeOOMScoreAdj(v int) error {
 		return fmt.Errorf("close oom_score_adj: %w", cerr)
 	}
 	return nil
+}
+
+// nprocPolicy lowers pcwrap's soft RLIMIT_NPROC by nprocHeadroom around
+// the spawn, so the child's tree can never take the last slots of the
+// uid's limit from pcwrap's own threads; the returned func restores it
+// (raising a soft limit up to the hard one needs no privilege). An
+// unlimited or tiny limit is left alone. A child may raise its own soft
+// limit again; a fork bomb does not.
+func nprocPolicy(log *slog.Logger) (restore func()) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY || lim.Cur <= 2*nprocHeadroom {
+		return func() {}
+	}
+	lowered := lim
+	lowered.Cur -= nprocHeadroom
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lowered); err != nil {
+		log.Debug("lower RLIMIT_NPROC for the child", "err", err)
+		return func() {}
+	}
+	return func() {
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			log.Warn("restore RLIMIT_NPROC", "err", err)
+		}
+	}
 }
 
 // cgroupRefused reports a CLONE_INTO_CGROUP failure worth one retry

@@ -136,7 +136,7 @@ type child struct {
 }
 
 // spawn starts the payload's command (spec §2.4) inside the containment
-// (subreaper, cgroup, OOM policy; §8.3) and hands its group to
+// (subreaper, cgroup, OOM policy, NPROC headroom; §8.3) and hands its group to
 // terminate(). A failed spawn is reported as error, exit 127 and
 // shutdownAck (§2.5).
 func (s *session) spawn() (*child, int, bool) {
@@ -146,9 +146,11 @@ func (s *session) spawn() (*child, int, bool) {
 		cwd, _ = os.Getwd()
 	}
 	s.contain = s.pending.get()
-	restore := oomPolicy(s.oomScoreAdj, s.cfg.Logger)
+	restoreOOM := oomPolicy(s.oomScoreAdj, s.cfg.Logger)
+	restoreNproc := nprocPolicy(s.cfg.Logger)
 	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env), s.contain.cg, s.cfg.Logger)
-	restore()
+	restoreNproc()
+	restoreOOM()
 	if err != nil {
 		s.contain.close()
 		if cg := s.contain.cg; cg != nil {

@@ -277,7 +277,9 @@ const forkBomb = `$SIG{TERM} = "IGNORE"; while (1) { defined(fork()) or select(u
 // group (setsid), run by an unused uid under RLIMIT_NPROC (root ignores
 // the limit) and so without a cgroup (not writable for that uid): the
 // process-tree walk's SIGKILL rounds end it, and nothing outlives pcwrap.
-// Serial: it fills the machine's process table with what it can.
+// pcwrap survives it (its threads count against the same limit) because
+// the child starts with the soft limit lowered by pcwrap's headroom.
+// Serial: it fills the uid's process table with what it can.
 func TestContainmentForkBomb(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run pcwrap as an unused uid")
