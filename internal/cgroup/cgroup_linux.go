@@ -153,6 +153,7 @@ func Create() (*Cgroup, error) {
 	if _, err := rand.Read(r[:]); err != nil {
 		return nil, fmt.Errorf("read random: %w", err)
 	}
+	sweep(parent)
 	path := filepath.Join(parent, namePrefix+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(r[:]))
 	if err := unix.Mkdir(path, dirMode); err != nil {
 		return nil, fmt.Errorf("mkdir %s: %w", path, err)
@@ -175,6 +176,28 @@ func Create() (*Cgroup, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// sweep removes the empty cgroups that wrappers killed before their
+// cleanup left under parent: pcwrap-<pid>-… whose pid no longer runs.
+// rmdir refuses a populated cgroup, and a cgroup whose pid runs (its
+// wrapper, or a stranger with the reused pid) is left alone.
+func sweep(parent string) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || !validName(name) {
+			continue
+		}
+		pid, _, _ := strings.Cut(strings.TrimPrefix(name, namePrefix), "-")
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue
+		}
+		_ = unix.Rmdir(filepath.Join(parent, name))
+	}
 }
 
 // open opens an existing cgroup directory without following a symlink.

@@ -154,3 +154,20 @@ func FuzzCleanupPath(f *testing.F) {
 		}
 	})
 }
+
+// TestCreateSweepsStaleCgroups: an empty cgroup left by a wrapper that no
+// longer runs is removed by the next Create; a live wrapper's is kept.
+func TestCreateSweepsStaleCgroups(t *testing.T) {
+	c := writable(t)
+	parent := filepath.Dir(c.Path())
+	cmd := exec.Command("true")
+	require.NoError(t, cmd.Run()) // its pid no longer runs
+	stale := filepath.Join(parent, namePrefix+strconv.Itoa(cmd.Process.Pid)+"-0123456789ab")
+	require.NoError(t, os.Mkdir(stale, dirMode))
+	t.Cleanup(func() { _ = os.Remove(stale) })
+	c2, err := Create()
+	require.NoError(t, err)
+	defer func() { _ = c2.End(); c2.Close() }()
+	assert.NoDirExists(t, stale)
+	assert.DirExists(t, c.Path(), "this process runs: its cgroup stays")
+}
