@@ -4,7 +4,7 @@ GO ?= go
 # all targets at 10s take about 15 to 20 minutes on two cores.
 FUZZTIME ?= 10s
 
-.PHONY: build test demo demo-warm bench fuzz image-test
+.PHONY: build test demo demo-warm bench fuzz image-test containment
 
 build:
 	./scripts/build
@@ -26,6 +26,11 @@ bench:
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz
+
+# Orphan counts and terminate times of pcwrap's containment, N runs per case.
+N ?= 100
+containment:
+	N=$(N) ./scripts/containment
 
 # Builds Dockerfile.sandbox with podman offline and runs it (needs root; minutes).
 image-test:

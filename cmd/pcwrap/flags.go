@@ -26,6 +26,7 @@ type options struct {
 	sessionDir string   // --session-dir (overrides the env)
 	output     string   // --output ("" = from the env)
 	command    []string // after "--": the child, instead of the payload
+	oomAdj     *int     // --oom-score-adj (nil = from the env)
 }
 
 // isTerminal reports whether w is a terminal (TCGETS succeeds on it).
@@ -50,6 +51,8 @@ Usage:
         PAPERCLIP_PROCESS_SESSION_STDIN_MAX_RETRIES   retry budget in 50 ms ticks (100)
         PAPERCLIP_PROCESS_SESSION_TERMINATE_GRACE_MS  SIGTERM->SIGKILL grace (3000)
         PAPERCLIP_PROCESS_SESSION_OUTPUT       events (default) or stdout
+        PCWRAP_OOM_SCORE_ADJ                   the child's oom_score_adj, at least
+                                               pcwrap's own (500); not passed on
         PAPERCLIP_PROCESS_SESSION_KEEP_GROUP_ON_EXIT  1: when the child exits,
                                                report its exit and leave the rest
                                                of its process group running until
@@ -87,6 +90,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, int, bool) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.sessionDir, "session-dir", "", "session directory (absolute); overrides PAPERCLIP_PROCESS_SESSION_DIR")
 	fs.StringVar(&o.output, "output", "", "output mode: events (files in DIR/events) or stdout (JSON lines)")
+	oomAdj := fs.String("oom-score-adj", "", "the child's oom_score_adj (-1000..1000, at least pcwrap's own); overrides PCWRAP_OOM_SCORE_ADJ")
 	help := fs.BoolP("help", "h", false, "show this help")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "pcwrap: %v\nRun 'pcwrap --help' for usage.\n", err)
@@ -95,6 +99,14 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, int, bool) {
 	if *help {
 		fmt.Fprint(stdout, usage+fs.FlagUsages())
 		return o, 0, false
+	}
+	if fs.Changed("oom-score-adj") {
+		v, err := pcwrap.ParseOOMScoreAdj(*oomAdj)
+		if err != nil {
+			fmt.Fprintf(stderr, "pcwrap: --oom-score-adj: %v\nRun 'pcwrap --help' for usage.\n", err)
+			return o, exitUsage, false
+		}
+		o.oomAdj = &v
 	}
 	if len(args) == 0 && os.Getenv(sessiondir.EnvDir) == "" && os.Getenv(sessiondir.EnvOutput) == "" && isTerminal(stderr) {
 		// Someone typed a bare "pcwrap": the spec's line (§2.1), then

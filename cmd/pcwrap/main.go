@@ -43,13 +43,14 @@ func main() {
 	startProfile()
 	log := logging.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "pcwrap")
 	exit(pcwrap.Run(context.Background(), pcwrap.Config{
-		SessionDir: opts.sessionDir,
-		Output:     opts.output,
-		Command:    opts.command,
-		Environ:    os.Environ(),
-		Signals:    sigs,
-		Stdout:     os.Stdout,
-		Stderr:     os.Stderr,
-		Logger:     log,
+		SessionDir:  opts.sessionDir,
+		Output:      opts.output,
+		Command:     opts.command,
+		Environ:     os.Environ(),
+		Signals:     sigs,
+		OOMScoreAdj: opts.oomAdj,
+		Stdout:      os.Stdout,
+		Stderr:      os.Stderr,
+		Logger:      log,
 	}))
 }

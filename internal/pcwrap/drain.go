@@ -17,25 +17,35 @@ const (
 	// drainAfterKill: after that SIGKILL, how long buffered output may
 	// still be read; a holder outside the group cannot stall exit.
 	drainAfterKill = 500 * time.Millisecond
-	// groupScanInterval paces the /proc scans for live group members
-	// while an exited leader is kept unreaped after terminate() (spec
-	// §8.1 step 2: every 50 ms, bounded by the grace).
+	// groupScanInterval paces the /proc scans for living descendants
+	// while terminate() waits for them within the grace (spec §8.1 step
+	// 2: every 50 ms).
 	groupScanInterval = 50 * time.Millisecond
 )
 
-// drain ends the run once the leader has exited (spec §8.1): it drains
-// the pipes within the bound of item 4, reaps the leader, emits exit and
-// then shutdownAck through terminate() (child close), stops the reader
-// and flushes the output. It returns the exit status of §2.5.
+// drain ends the run once the leader has exited (spec §8.1, §8.3): it
+// drains the pipes within the bound of item 4, reaps the leader, emits
+// exit and then shutdownAck through terminate() (child close, which also
+// sends SIGTERM to every descendant left), ends those within the grace
+// and restKillWait, stops the reader and flushes the output. It returns
+// the exit status of §2.5.
 func (s *session) drain(ch *child, r *routines) int {
 	s.drainPipes(ch, r)
-	if s.term.Detach() {
-		s.awaitGroup(ch)
+	if s.term.Detach(reach{c: s.contain}) {
+		s.awaitRest()
 	}
 	code, sig := shutdown.Status(ch.group.Reap())
-	s.term.Stop()
+	if s.term.Terminated() {
+		// A terminate() under way acknowledges before the exit, as
+		// always: its signals reach descendants one by one, so the
+		// leader may die before the ack is out.
+		<-s.term.Done()
+	}
+	s.reportOOM(sig)
 	s.out.Emit(frame.ExitFrame(code, sig))
-	s.term.Terminate() // child close: the kill is a no-op, shutdownAck follows exit
+	s.term.Terminate() // child close: TERM to what is left, shutdownAck after exit
+	s.endRest()
+	s.term.Stop()
 	r.stopReader()
 	<-r.readerDone
 	<-ch.feeder.Done()
@@ -48,8 +58,8 @@ func (s *session) drain(ch *child, r *routines) int {
 	return *code
 }
 
-// drainPipes waits for both pumps to reach EOF, killing the group when
-// descendants hold the pipes past drainWait (item 4).
+// drainPipes waits for both pumps to reach EOF, killing every descendant
+// when they hold the pipes past drainWait (item 4).
 func (s *session) drainPipes(ch *child, r *routines) {
 	drained := make(chan struct{})
 	go func() { r.pumps.Wait(); close(drained) }()
@@ -57,40 +67,15 @@ func (s *session) drainPipes(ch *child, r *routines) {
 		return
 	}
 	// The leader is unreaped, so its group id is still ours.
-	ch.group.Signal(syscall.SIGKILL)
+	reach{c: s.contain, g: ch.group}.Signal(syscall.SIGKILL)
 	if waitFor(drained, drainAfterKill) {
 		return
 	}
-	// A holder outside the group: stop reading what never ends.
+	// A holder that is no descendant: stop reading what never ends.
 	now := time.Now()
 	ch.stdout.SetReadDeadline(now)
 	ch.stderr.SetReadDeadline(now)
 	<-drained
-}
-
-// awaitGroup keeps the exited leader unreaped after terminate() until no
-// live member of its group remains or the grace has ended with the group
-// SIGKILL (spec §8.1 step 2): the zombie keeps the group id ours, so the
-// SIGKILL reaches a TERM-ignoring descendant whose stdio left the pipes,
-// and a group that died on SIGTERM ends the stop at once.
-func (s *session) awaitGroup(ch *child) {
-	t := time.NewTicker(groupScanInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.term.GraceOver():
-			return // the group SIGKILL is sent: no scan needed
-		default:
-		}
-		if !ch.group.HasMembers() {
-			return
-		}
-		select {
-		case <-s.term.GraceOver():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // waitFor waits up to d for c to close.

@@ -8,8 +8,8 @@ import (
 	"github.com/pcrunner/pcrunner/internal/frame"
 )
 
-// keepScanInterval paces the /proc scans for live group members while a
-// kept group runs after its leader (keep-group option): a dev server may
+// keepScanInterval paces the /proc scans for living descendants while
+// they run on after the leader (keep-group option): a dev server may
 // run for hours, so the scan is slower than the 50 ms of a stop, and only
 // decides when pcwrap may end on its own.
 const keepScanInterval = 500 * time.Millisecond
@@ -18,11 +18,12 @@ const keepScanInterval = 500 * time.Millisecond
 // (sessiondir.EnvKeepGroup, for client terminals, tools.md §8): once the
 // leader exits by itself, pcwrap drains what the pipes hold within the
 // bound of §8.1 item 4, emits exit with the leader's status, and leaves
-// the rest of the group running. The leader stays unreaped, so the group
+// every other descendant running. The leader stays unreaped, so the group
 // id stays ours. pcwrap then ends when terminate() runs (shutdown
-// message, SIGTERM/SIGINT: the group gets TERM, then KILL after the
-// grace) or when no live member is left. done is false when terminate()
-// already ran before the leader exited: the usual drain applies.
+// message, SIGTERM/SIGINT: the group and every descendant get TERM,
+// then KILL after the grace) or when no descendant lives. done is false
+// when terminate() already ran before the leader exited: the usual
+// drain applies.
 func (s *session) keep(ctx context.Context, ch *child, r *routines) (code int, done bool) {
 	if s.term.Terminated() {
 		return 0, false
@@ -39,7 +40,7 @@ func (s *session) keep(ctx context.Context, ch *child, r *routines) (code int, d
 	ctxDone := ctx.Done()
 	// A leader that left nothing behind (the common case) ends pcwrap at
 	// once rather than at the first scan.
-	alone := !ch.group.HasMembers()
+	alone := !s.contain.living()
 	for !alone {
 		select {
 		case sig := <-s.cfg.Signals:
@@ -53,18 +54,19 @@ func (s *session) keep(ctx context.Context, ch *child, r *routines) (code int, d
 			broken = nil
 			s.term.Terminate()
 		case <-s.term.Done():
-			if s.term.Detach() {
-				s.awaitGroup(ch)
+			if s.term.Detach(reach{c: s.contain}) {
+				s.awaitRest()
 			}
 			alone = true
 		case <-t.C:
-			alone = !ch.group.HasMembers()
+			alone = !s.contain.living()
 		}
 	}
-	s.term.Detach() // a Terminate from here on only acknowledges
+	s.term.Detach(reach{c: s.contain}) // from here on the group id is not used
 	ch.group.Reap()
-	s.term.Stop()
 	s.term.Terminate() // shutdownAck (after exit, as for a child that exits)
+	s.endRest()
+	s.term.Stop()
 	if !waitFor(drained, drainAfterKill) {
 		// A holder outside the group: stop reading what never ends.
 		now := time.Now()

@@ -39,9 +39,12 @@ type Config struct {
 	// Signals carries the signals delivered to pcwrap (§8.2); the caller
 	// catches SIGHUP, SIGINT, SIGTERM and SIGPIPE into it.
 	Signals <-chan os.Signal
-	Stdout  io.Writer
-	Stderr  io.Writer
-	Logger  *slog.Logger
+	// OOMScoreAdj replaces PCWRAP_OOM_SCORE_ADJ when set (--oom-score-adj):
+	// the child's oom_score_adj, at least pcwrap's own.
+	OOMScoreAdj *int
+	Stdout      io.Writer
+	Stderr      io.Writer
+	Logger      *slog.Logger
 }
 
 // Run is pcwrap's whole life: set up the session (spec §4), spawn the
@@ -50,10 +53,15 @@ type Config struct {
 // for terminate(), as SIGTERM does; Run still returns only once the child
 // is gone and the output is flushed.
 func Run(ctx context.Context, cfg Config) int {
+	// The containment (§8.3) is made beside setup and the identity
+	// capture; the spawn waits for it.
+	pend := startContainment(cfg.Logger)
 	s, code, ok := setup(cfg)
 	if !ok {
+		pend.abandon()
 		return code
 	}
+	s.pending = pend
 	defer s.close()
 	// Identity capture precedes the spawn and the reader (§4 step 3).
 	verifier, code, ok := s.prepare(ctx)

@@ -57,6 +57,12 @@ type session struct {
 	keepGroup bool
 	// payload is what to spawn (§2.3), read by prepare.
 	payload sessiondir.Payload
+	// oomScoreAdj is the child's oom_score_adj target (§2.4).
+	oomScoreAdj int
+	// pending is the containment being made; spawn takes it as contain,
+	// which finds and ends the child's descendants (§8.3).
+	pending *pendingContainment
+	contain *containment
 
 	// feedMu guards feeder: the child's stdin writer exists only after
 	// spawn, and terminate() closes it from any goroutine.
@@ -73,7 +79,12 @@ func setup(cfg Config) (s *session, code int, ok bool) {
 	if !ok {
 		return nil, ExitFailure, false
 	}
-	s = &session{cfg: cfg, env: e}
+	oomAdj, err := oomTarget(cfg, e)
+	if err != nil {
+		fmt.Fprintf(cfg.Stderr, "pcwrap: %s: %v\n", EnvOOMScoreAdj, err)
+		return nil, ExitFailure, false
+	}
+	s = &session{cfg: cfg, env: e, oomScoreAdj: oomAdj}
 	events := mode == sessiondir.OutputEvents
 	if !events {
 		s.out = newStdoutEmitter(cfg.Stdout, cfg.Logger)
@@ -178,10 +189,29 @@ func (s *session) beginShutdown() {
 	s.feedMu.Unlock()
 }
 
-// close releases what setup holds.
+// close releases what setup and spawn hold.
 func (s *session) close() {
 	s.term.Stop()
+	switch {
+	case s.contain != nil:
+		s.contain.close()
+	case s.pending != nil:
+		s.pending.abandon() // no child was spawned
+	}
 	s.sd.Close()
+}
+
+// oomTarget is the child's oom_score_adj: the flag, else
+// PCWRAP_OOM_SCORE_ADJ, else DefaultOOMScoreAdj.
+func oomTarget(cfg Config, e env) (int, error) {
+	if cfg.OOMScoreAdj != nil {
+		return *cfg.OOMScoreAdj, nil
+	}
+	v := e.get(EnvOOMScoreAdj)
+	if v == "" {
+		return DefaultOOMScoreAdj, nil
+	}
+	return ParseOOMScoreAdj(v)
 }
 
 // prepare reads the payload and captures the identity (spec §4 step 3).

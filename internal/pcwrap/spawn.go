@@ -3,6 +3,7 @@ package pcwrap
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pcrunner/pcrunner/internal/cgroup"
 	"github.com/pcrunner/pcrunner/internal/frame"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/shutdown"
@@ -22,7 +24,8 @@ import (
 const defaultPath = "/bin:/usr/bin"
 
 // childEnv returns pcwrap's environment overlaid with the payload env,
-// minus every PAPERCLIP_PROCESS_SESSION* variable (spec §2.4). Entries
+// minus every PAPERCLIP_PROCESS_SESSION* variable and pcwrap's own
+// PCWRAP_OOM_SCORE_ADJ (spec §2.4). Entries
 // execve cannot carry (a NUL, an empty name or '=' in the name) are
 // skipped.
 func childEnv(base []string, overlay [][2]string) []string {
@@ -46,7 +49,7 @@ func childEnv(base []string, overlay [][2]string) []string {
 	env := make([]string, 0, len(keys))
 	for _, k := range keys {
 		v := vals[k]
-		if k == "" || strings.HasPrefix(k, sessiondir.EnvPrefix) || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+		if k == "" || strings.HasPrefix(k, sessiondir.EnvPrefix) || k == EnvOOMScoreAdj || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			continue
 		}
 		env = append(env, k+"="+v)
@@ -132,7 +135,8 @@ type child struct {
 	stdout, stderr *os.File
 }
 
-// spawn starts the payload's command (spec §2.4) and hands its group to
+// spawn starts the payload's command (spec §2.4) inside the containment
+// (subreaper, cgroup, OOM policy, NPROC headroom; §8.3) and hands its group to
 // terminate(). A failed spawn is reported as error, exit 127 and
 // shutdownAck (§2.5).
 func (s *session) spawn() (*child, int, bool) {
@@ -141,8 +145,17 @@ func (s *session) spawn() (*child, int, bool) {
 	if cwd == "" {
 		cwd, _ = os.Getwd()
 	}
-	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env))
+	s.contain = s.pending.get()
+	restoreOOM := oomPolicy(s.oomScoreAdj, s.cfg.Logger)
+	restoreNproc := nprocPolicy(s.cfg.Logger)
+	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env), s.contain.cg, s.cfg.Logger)
+	restoreNproc()
+	restoreOOM()
 	if err != nil {
+		s.contain.close()
+		if cg := s.contain.cg; cg != nil {
+			_ = cg.Remove()
+		}
 		code := exitSpawn
 		fmt.Fprintf(s.cfg.Stderr, "pcwrap: cannot spawn %s: %s (%s)\n", p.Command, spawnReason(err), spawnErrno(err))
 		s.out.Emit(frame.ErrorFrame(fmt.Sprintf("spawn %s %s", p.Command, spawnErrno(err))))
@@ -151,16 +164,19 @@ func (s *session) spawn() (*child, int, bool) {
 		s.out.Close()
 		return nil, exitSpawn, false
 	}
+	s.contain.startReaper(ch.group.Pgid())
 	s.feedMu.Lock()
 	s.feeder = ch.feeder
 	s.feedMu.Unlock()
-	s.term.Attach(ch.group)
+	s.term.Attach(reach{c: s.contain, g: ch.group})
 	return ch, 0, true
 }
 
 // startChild starts command (resolved through the child's PATH) with
-// three pipes, no shell, in its own process group (spec §2.4).
-func startChild(command string, args []string, cwd string, cenv []string) (*child, error) {
+// three pipes, no shell, in its own process group (spec §2.4), inside cg
+// when there is one: CLONE_INTO_CGROUP, so its first forks land inside,
+// else (refused) a plain spawn moved in through cgroup.procs.
+func startChild(command string, args []string, cwd string, cenv []string, cg *cgroup.Cgroup, log *slog.Logger) (*child, error) {
 	path, err := lookPath(command, cenv, cwd)
 	if err != nil {
 		return nil, err
@@ -183,16 +199,33 @@ func startChild(command string, args []string, cwd string, cenv []string) (*chil
 		outW.Close()
 		return nil, err
 	}
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   append([]string{command}, args...),
-		Env:    cenv,
-		Dir:    cwd,
-		Stdin:  inR,
-		Stdout: outW,
-		Stderr: errW,
+	newCmd := func() *exec.Cmd {
+		return &exec.Cmd{
+			Path:   path,
+			Args:   append([]string{command}, args...),
+			Env:    cenv,
+			Dir:    cwd,
+			Stdin:  inR,
+			Stdout: outW,
+			Stderr: errW,
+		}
 	}
-	g, err := shutdown.Start(cmd)
+	var g *shutdown.Group
+	if cg != nil {
+		cmd := newCmd()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cg.FD()}
+		g, err = shutdown.Start(cmd)
+		if err != nil && cgroupRefused(err) {
+			log.Debug("spawn into the cgroup refused; moving the child in after the spawn", "err", err)
+			if g, err = shutdown.Start(newCmd()); err == nil {
+				if aerr := cg.AddProc(g.Pgid()); aerr != nil {
+					log.Debug("move the child into its cgroup", "err", aerr)
+				}
+			}
+		}
+	} else {
+		g, err = shutdown.Start(newCmd())
+	}
 	inR.Close()
 	outW.Close()
 	errW.Close()

@@ -54,7 +54,7 @@ func (s *session) start(ch *child, verifier *sessiondir.Verifier) *routines {
 	// already flowing: a file create costs up to a millisecond on a busy
 	// filesystem, which the child's first frame need not wait for.
 	if st, err := ch.group.StartTime(); err == nil {
-		if err := s.sd.WriteChild(sessiondir.ChildRecord{Pgid: ch.group.Pgid(), StartTime: st}); err != nil {
+		if err := s.sd.WriteChild(sessiondir.ChildRecord{Pgid: ch.group.Pgid(), StartTime: st, Cgroup: s.contain.cgroupPath()}); err != nil {
 			s.cfg.Logger.Warn("write child record failed", "err", err)
 		}
 	}

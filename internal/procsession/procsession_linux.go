@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pcrunner/pcrunner/internal/cgroup"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -162,8 +163,9 @@ func WrapperAlive(dir string) bool {
 	return errors.Is(err, unix.EWOULDBLOCK)
 }
 
-// maxChildFileBytes bounds .pcwrap.child ({"pgid":…,"startTime":…}).
-const maxChildFileBytes = 256
+// maxChildFileBytes bounds .pcwrap.child ({"pgid":…,"startTime":…,
+// "cgroup":…}; a cgroup path is at most PATH_MAX).
+const maxChildFileBytes = 4096 + 256
 
 // stopWait bounds StopWrapper: the stdin sequence lock and the two
 // files; a healthy session takes milliseconds.
@@ -208,21 +210,29 @@ func ReadChildRecord(dir string) (ChildRecord, error) {
 }
 
 // KillOrphanGroup applies acp.md §5.1 when pcwrap died without an exit
-// frame: SIGKILL the recorded process group only while a member still runs
-// whose start time is not earlier than the recorded one. It reports whether
-// it signalled.
+// frame: end what the recorded cgroup still holds (cgroup.kill, then
+// "populated 0", then remove it: the kernel does not kill a cgroup whose
+// creator died), and SIGKILL the recorded process group only while a
+// member still runs whose start time is not earlier than the recorded
+// one. It reports whether it signalled the group.
 func KillOrphanGroup(dir string) (bool, error) {
 	rec, err := ReadChildRecord(dir)
 	if err != nil {
 		return false, err
 	}
+	var cgErr error
+	if rec.Cgroup != "" {
+		if cgErr = cgroup.Cleanup(rec.Cgroup); cgErr != nil {
+			cgErr = fmt.Errorf("end agent cgroup: %w", cgErr)
+		}
+	}
 	if !groupHasMemberSince(rec.Pgid, rec.StartTime) {
-		return false, nil
+		return false, cgErr
 	}
 	if err := unix.Kill(-rec.Pgid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 		return false, fmt.Errorf("kill agent group: %w", err)
 	}
-	return true, nil
+	return true, cgErr
 }
 
 // groupHasMemberSince scans /proc for a process in group pgid whose start
@@ -265,6 +275,8 @@ func groupHasMemberSince(pgid int, since uint64) bool {
 type ChildRecord struct {
 	Pgid      int    `json:"pgid"`
 	StartTime uint64 `json:"startTime"`
+	// Cgroup is the child's cgroup v2 directory (§8.3), "" without one.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // ParseChildRecord decodes .pcwrap.child; a group id of 0 or 1 (or a

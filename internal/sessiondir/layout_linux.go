@@ -1,6 +1,7 @@
 package sessiondir
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -273,11 +274,21 @@ func ReadRegular(fd int, max int64, buf []byte) ([]byte, error) {
 type ChildRecord struct {
 	Pgid      int
 	StartTime uint64
+	// Cgroup is the child's cgroup directory (§8.3), "" without one.
+	Cgroup string
 }
 
 // WriteChild writes .pcwrap.child (temp + rename via the held fd, 0600).
 func (d *Dir) WriteChild(rec ChildRecord) error {
-	body := fmt.Appendf(nil, `{"pgid":%d,"startTime":%d}`, rec.Pgid, rec.StartTime)
+	body := fmt.Appendf(nil, `{"pgid":%d,"startTime":%d`, rec.Pgid, rec.StartTime)
+	if rec.Cgroup != "" {
+		q, err := json.Marshal(rec.Cgroup)
+		if err != nil {
+			return fmt.Errorf("encode child record: %w", err)
+		}
+		body = append(append(body, `,"cgroup":`...), q...)
+	}
+	body = append(body, '}')
 	return writeAtomic(int(d.Session.Fd()), ChildFile, ChildFile+TmpSuffix, body)
 }
 

@@ -149,50 +149,6 @@ func (g *Group) Reap() *os.ProcessState {
 	return g.state
 }
 
-// HasMembers reports whether a live (not zombie) process other than the
-// exited leader is still in the group, by a scan of /proc; false once
-// the leader is reaped, since the group id is no longer ours then.
-func (g *Group) HasMembers() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.reaped {
-		return false
-	}
-	return groupHasLiveMember(g.cmd.Process.Pid)
-}
-
-// groupHasLiveMember scans /proc/<pid>/stat for a non-zombie process
-// whose process group (field 5) is pgid.
-func groupHasLiveMember(pgid int) bool {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
-	}
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // exited meanwhile
-		}
-		st := string(b)
-		i := strings.LastIndexByte(st, ')')
-		if i < 0 {
-			continue
-		}
-		// After ')' come field 3 (state), 4 (ppid), 5 (pgrp).
-		f := strings.Fields(st[i+1:])
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
-			return true
-		}
-	}
-	return false
-}
-
 // Pgid returns the group id while the leader is unreaped (0 after).
 func (g *Group) Pgid() int {
 	g.mu.Lock()

@@ -1,8 +1,13 @@
-// Package shutdown ends pcwrap's child (spec pcwrap-protocol.md §8):
-// terminate() sends SIGTERM to the child's process group, arms a SIGKILL
-// after a grace period and acknowledges with shutdownAck. Signals reach
-// the group only through the live process handle while the leader is
-// unreaped (invariant I2); no numeric pid is ever stored or reused.
+// Package shutdown ends pcwrap's child and everything it started (spec
+// pcwrap-protocol.md §8): terminate() sends SIGTERM to the child's
+// process group and to every other descendant, arms a SIGKILL after a
+// grace period and acknowledges with shutdownAck. Signals reach the
+// group only through the live process handle while the leader is
+// unreaped, and any other descendant only through a pidfd checked
+// against the process a /proc scan found (invariant I2); no numeric pid
+// is ever stored and reused. pcwrap is a child subreaper (Subreaper), so
+// a descendant that leaves the group (setsid, a daemon) stays in its
+// tree (Tree).
 package shutdown
 
 import (
@@ -62,28 +67,34 @@ func New(grace time.Duration, begin, ack func()) *Terminator {
 // false.
 func (t *Terminator) Attach(g signaler) bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.group = g
-	if !t.done {
+	done := t.done
+	t.mu.Unlock()
+	if !done {
 		return true
 	}
+	// Signalling scans /proc: not under the lock.
 	if g.Signal(syscall.SIGTERM) {
+		t.mu.Lock()
 		t.armLocked(g)
+		t.mu.Unlock()
 	} else {
 		t.endGrace()
 	}
 	return false
 }
 
-// Detach takes the group back before its leader is reaped: a later
-// Terminate signals nothing, as after a reap (§8.1 step 2). It reports
-// whether Terminate already ran; if so the group got its SIGTERM and
-// the caller keeps the leader unreaped until the group is empty or
-// GraceOver, so that the SIGKILL still reaches a TERM-ignoring member.
-func (t *Terminator) Detach() (terminated bool) {
+// Detach takes the group back before its leader is reaped and puts rest
+// in its place: the descendants that may outlive the leader (nil for
+// none). A later Terminate (child close, §8.1) signals only rest, never
+// the group id, as after a reap. It reports whether Terminate already
+// ran; if so the group got its SIGTERM and the caller keeps the leader
+// unreaped until no descendant lives or GraceOver, so that the SIGKILL
+// still reaches a TERM-ignoring one.
+func (t *Terminator) Detach(rest signaler) (terminated bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.group = nil
+	t.group = rest
 	return t.done
 }
 

@@ -99,14 +99,14 @@ func TestStopDisarmsTimer(t *testing.T) {
 
 // §8.1 step 2: after Detach (the leader exited, not yet reaped) a
 // terminate() that already ran still ends its grace with the SIGKILL and
-// closes GraceOver; a terminate() after Detach signals nothing.
+// closes GraceOver; a terminate() after Detach signals only the rest.
 func TestDetachKeepsTheArmedKill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		term := New(200*time.Millisecond, nil, nil)
 		g := &fakeGroup{}
 		term.Attach(g)
 		term.Terminate()
-		assert.True(t, term.Detach(), "terminate() ran before the detach")
+		assert.True(t, term.Detach(nil), "terminate() ran before the detach")
 		select {
 		case <-term.GraceOver():
 			t.Fatal("grace over before the grace")
@@ -120,9 +120,22 @@ func TestDetachKeepsTheArmedKill(t *testing.T) {
 		term := New(200*time.Millisecond, nil, nil)
 		g := &fakeGroup{}
 		term.Attach(g)
-		assert.False(t, term.Detach(), "no terminate() yet")
+		assert.False(t, term.Detach(nil), "no terminate() yet")
 		term.Terminate()
 		assert.Empty(t, g.got(), "a detached group gets no signal")
+	})
+	// The descendants that outlive the leader take the group's place: a
+	// first terminate() after the detach (child close) sends them TERM
+	// and KILL after the grace, and never the group.
+	synctest.Test(t, func(t *testing.T) {
+		term := New(200*time.Millisecond, nil, nil)
+		g, rest := &fakeGroup{}, &fakeGroup{}
+		term.Attach(g)
+		assert.False(t, term.Detach(rest))
+		term.Terminate()
+		<-term.GraceOver()
+		assert.Empty(t, g.got(), "the group id is not used after the detach")
+		assert.Equal(t, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, rest.got())
 	})
 	synctest.Test(t, func(t *testing.T) {
 		term := New(200*time.Millisecond, nil, nil)

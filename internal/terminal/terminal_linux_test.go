@@ -331,3 +331,47 @@ func TestKeepTail(t *testing.T) {
 	tail, _ = keepTail(tail, []byte("\x80b"), 2, cut) // the rest of a character whose start is gone
 	assert.Equal(t, "b", string(tail))
 }
+
+// TestTerminalOOMScoreAdj: a client terminal's command starts with
+// pcwrap's OOM policy (oom_score_adj 500, not runnerd's), so under
+// memory pressure the kernel picks it before runnerd or pcwrap.
+func TestTerminalOOMScoreAdj(t *testing.T) {
+	t.Parallel()
+	own, err := os.ReadFile("/proc/self/oom_score_adj")
+	require.NoError(t, err)
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(own))); n > 500 {
+		t.Skipf("this process's oom_score_adj %d is above the policy's 500", n)
+	}
+	h := newHarness(t)
+	id := h.create(`cat /proc/self/oom_score_adj`)
+	h.waitExit(id, 1)
+	assert.Equal(t, "500\n", h.output(id).Output)
+	after, err := os.ReadFile("/proc/self/oom_score_adj")
+	require.NoError(t, err)
+	assert.Equal(t, string(own), string(after), "runnerd keeps its own")
+}
+
+// TestTerminalSetsidJobEndsAtRelease: a background job that left the
+// terminal's process group by setsid still ends at release.
+func TestTerminalSetsidJobEndsAtRelease(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id := h.create(`setsid sh -c 'echo $$ > ` + pidFile + `; exec sleep 300' </dev/null >/dev/null 2>&1 & echo hi`)
+	h.waitExit(id, 1)
+	var pid int
+	eventually(t, "the job's pid", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	require.NoError(t, syscall.Kill(pid, 0), "the job runs after its leader exited")
+	require.NoError(t, h.m.Release(Request{SessionID: sess, TerminalID: id}))
+	eventually(t, "the setsid job to end", func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
+}

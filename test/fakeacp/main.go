@@ -55,6 +55,7 @@ type config struct {
 	loadReplay       int
 	loadFailCode     int
 	stubbornChild    bool
+	setsidDaemon     string
 	cancelOwnTerm    bool
 	readFile         string
 	writeFile        string
@@ -109,6 +110,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.loadReplay, "load-replay", 0, "replay N synthetic updates on session/load")
 	fs.IntVar(&c.loadFailCode, "load-fail-code", 0, "session/load fails with this JSON-RPC code")
 	fs.BoolVar(&c.stubbornChild, "stubborn-grandchild", false, "spawn a grandchild that ignores SIGTERM")
+	fs.StringVar(&c.setsidDaemon, "setsid-daemon", "", "start a daemon in its own session (stdio closed) and write its pid to this file")
 	fs.BoolVar(&c.cancelOwnTerm, "cancel-own-terminal", false, "on cancel, $/cancel_request its own pending terminal/create")
 	fs.StringVar(&c.readFile, "read-file", "", "at the start of every prompt, fs/read_text_file this path and say what came back")
 	fs.StringVar(&c.writeFile, "write-file", "", "at the start of every prompt, fs/write_text_file --write-content to this path and say what came back")
@@ -223,6 +225,17 @@ func run(cfg config, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "fakeacp: spawn grandchild:", err)
 			return 2
 		}
+	}
+	if cfg.setsidDaemon != "" {
+		// A dev server an agent leaves behind: out of the agent's
+		// process group and session, its stdio on /dev/null.
+		cmd := exec.Command("sh", "-c", `echo $$ > "$0.tmp" && mv "$0.tmp" "$0" && exec sleep 300`, cfg.setsidDaemon)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(stderr, "fakeacp: start daemon:", err)
+			return 2
+		}
+		go func() { _ = cmd.Wait() }()
 	}
 	for i := 1; i <= cfg.stdoutBanner; i++ {
 		a.writeRaw([]byte(fmt.Sprintf("fakeacp banner line %d\n", i)))

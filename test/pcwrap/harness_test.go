@@ -29,7 +29,10 @@ import (
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit)) }
+func TestMain(m *testing.M) {
+	runCatcherIfAsked()
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
+}
 
 // hookTag selects the test-hook build of pcwrap.
 const hookTag = testbin.HooksTag
@@ -66,6 +69,7 @@ type opts struct {
 	wrapper   []string // run pcwrap under this command (e.g. nohup)
 	stdout    *os.File // pcwrap's stdout instead of the frame reader
 	cred      *syscall.Credential
+	bin       string // the pcwrap binary; default the one testbin built
 }
 
 // session is a running pcwrap.
@@ -89,7 +93,10 @@ func catPayload() payload { return payload{Command: "cat", Args: []string{}} }
 // start launches pcwrap per o and registers cleanup (kill + wait).
 func start(t testing.TB, o opts) *session {
 	t.Helper()
-	bin := testbin.Path(t, "pcwrap", o.tags...)
+	bin := o.bin
+	if bin == "" {
+		bin = testbin.Path(t, "pcwrap", o.tags...)
+	}
 	dir := o.dir
 	if dir == "" {
 		dir = filepath.Join(t.TempDir(), "session")
@@ -141,12 +148,20 @@ func start(t testing.TB, o opts) *session {
 		close(s.done)
 	}()
 	t.Cleanup(func() {
+		// A SIGKILLed pcwrap leaves its cgroup: end it as runnerd does.
+		// The record may appear only now (written just after the spawn),
+		// or be gone with a removed session dir: look before and after.
+		cg := recordedCgroup(dir)
 		select {
 		case <-s.done:
 		default:
 			_ = cmd.Process.Kill()
 			<-s.done
 		}
+		if cg == "" {
+			cg = recordedCgroup(dir)
+		}
+		cleanupCgroup(cg)
 	})
 	return s
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/procsession"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
@@ -489,10 +490,10 @@ func TestPcwrap70_KillNinePcwrapKillsChild(t *testing.T) {
 	pgid := s.childPgid()
 	b, err := os.ReadFile(filepath.Join(s.dir, sessiondir.ChildFile))
 	require.NoError(t, err)
-	var gotPgid int
-	var start uint64
-	_, err = fmt.Sscanf(string(b), `{"pgid":%d,"startTime":%d}`, &gotPgid, &start)
+	rec, err := procsession.ParseChildRecord(b)
 	require.NoError(t, err)
+	assert.Equal(t, pgid, rec.Pgid)
+	start := rec.StartTime
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pgid))
 	require.NoError(t, err)
 	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))

@@ -3,8 +3,10 @@ package pcwrap_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -65,9 +67,10 @@ func grep(src map[string]string, re *regexp.Regexp) []string {
 
 // TestPcwrap21_SourceInvariants (T11) checks by inspection: one
 // exec.Cmd per pcwrap; every signal goes to the group through the live
-// handle (no stored pid, no Process.Kill/Signal); one identity latch that
-// is never cleared; the identity capture precedes the spawn and the
-// reader start.
+// handle or to one descendant through a pidfd opened before its identity
+// is re-checked (no stored pid, no Process.Kill/Signal); one identity
+// latch that is never cleared; the identity capture precedes the spawn
+// and the reader start.
 func TestPcwrap21_SourceInvariants(t *testing.T) {
 	src := pcwrapSources(t)
 
@@ -75,9 +78,16 @@ func TestPcwrap21_SourceInvariants(t *testing.T) {
 	assert.Len(t, spawns, 1, "exactly one child construction: %v", spawns)
 
 	kills := grep(src, regexp.MustCompile(`\b(unix|syscall)\.Kill\(|\.Process\.(Kill|Signal)\(|Tgkill|PidfdSendSignal`))
-	require.Len(t, kills, 1, "one signal call site: %v", kills)
+	sort.Strings(kills)
+	require.Len(t, kills, 2, "two signal call sites: %v", kills)
 	assert.Contains(t, kills[0], "internal/shutdown/group_linux.go")
 	assert.Contains(t, kills[0], "unix.Kill(-g.cmd.Process.Pid, sig)", "signals go to the group from the live handle")
+	assert.Contains(t, kills[1], "internal/shutdown/tree_linux.go")
+	assert.Contains(t, kills[1], "unix.PidfdSendSignal(fd, sig, nil, 0)", "a descendant is signalled through its pidfd")
+	tree := src[filepath.Join("internal", "shutdown", "tree_linux.go")]
+	open, check, send := strings.Index(tree, "unix.PidfdOpen("), strings.Index(tree, "cur.Start != p.Start"), strings.Index(tree, "unix.PidfdSendSignal(")
+	assert.True(t, open > 0 && open < check && check < send, "the pidfd is opened, then the pid's identity re-checked, then signalled")
+	assert.Empty(t, grep(src, regexp.MustCompile(`\bWait4\(-1|P_ALL`)), "never wait for any child: the leader's status belongs to its Group")
 
 	latches := grep(src, regexp.MustCompile(`lost\s+atomic\.Bool`))
 	assert.Len(t, latches, 1, "one latch: %v", latches)
@@ -106,4 +116,45 @@ func TestProductionBuildHasNoTestHooks(t *testing.T) {
 	hooked, err := os.ReadFile(testbin.Path(t, "pcwrap", hookTag))
 	require.NoError(t, err)
 	assert.True(t, bytes.Contains(hooked, []byte("PCWRAP_TEST_")))
+}
+
+// TestRunnerdNeverSubreaper: only pcwrap becomes a child subreaper.
+// runnerd must not: a runnerd restart (SIGTERM or SIGKILL) leaves every
+// pcwrap running, and a subreaper runnerd would collect, and on exit
+// orphan, what its sessions' children start. The prctl lives in the
+// shutdown package alone, only pcwrap calls it, and runnerd links
+// neither.
+func TestRunnerdNeverSubreaper(t *testing.T) {
+	root := testbin.RepoRoot(t)
+	var callers []string
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) && p != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		s := string(b)
+		if strings.Contains(s, "PR_SET_CHILD_SUBREAPER, 1") || strings.Contains(s, "shutdown.Subreaper(") {
+			callers = append(callers, rel)
+		}
+		return nil
+	}))
+	sort.Strings(callers)
+	assert.Equal(t, []string{filepath.Join("internal", "pcwrap", "contain.go"), filepath.Join("internal", "shutdown", "tree_linux.go")}, callers)
+	cmd := exec.Command("go", "list", "-deps", "./cmd/runnerd")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, pkg := range strings.Fields(string(out)) {
+		assert.NotContains(t, []string{"github.com/pcrunner/pcrunner/internal/pcwrap", "github.com/pcrunner/pcrunner/internal/shutdown"}, pkg, "runnerd links %s", pkg)
+	}
 }
