@@ -49,6 +49,11 @@ const (
 // (pcwrap-protocol.md §6.3; acp.md §3.3: fail the session).
 var lostInputPrefixes = []string{"Dropped unreadable stdin file", "Advanced past missing stdin files"}
 
+// reasonAgentOOMKilled is the harness.diagnostic reasonCode of an agent the
+// OOM killer took, from pcwrap's error frame (beyond): the turn then fails
+// through harness.exited with SIGKILL, and this says why.
+const reasonAgentOOMKilled = "agent_oom_killed"
+
 // process is one live pcwrap session. Fields are guarded by Manager.mu,
 // except the channels.
 type process struct {
@@ -353,8 +358,12 @@ func (m *Manager) feedLocked(p *process, data []byte, out *eventOutcome) {
 // pcwrapErrorLocked reports a pcwrap error frame as a diagnostic, and as a
 // channel loss when its message says stdin input was lost.
 func (m *Manager) pcwrapErrorLocked(p *process, message string) []provider.Event {
+	code := "pcwrap_error"
+	if strings.HasPrefix(message, frame.OOMKilledPrefix) {
+		code = reasonAgentOOMKilled
+	}
 	evs := []provider.Event{{EventType: prp.EventHarnessDiagnostic, Priority: provider.P1,
-		Payload: map[string]any{"reasonCode": "pcwrap_error"}}}
+		Payload: map[string]any{"reasonCode": code}}}
 	for _, pre := range lostInputPrefixes {
 		if strings.HasPrefix(message, pre) {
 			evs = append(evs, m.lostLocked(p, provider.LossOther)...)

@@ -65,6 +65,11 @@ func ExitFrame(code *int, signal string) Frame {
 	return Frame{Type: FrameExit, Code: code, Signal: signal}
 }
 
+// OOMKilledPrefix starts the error frame pcwrap emits before the exit
+// frame of a child the OOM killer took (beyond): a consumer names the
+// cause from it.
+const OOMKilledPrefix = "pcwrap: the child was killed by the OOM killer"
+
 // ErrorFrame returns an error frame carrying msg.
 func ErrorFrame(msg string) Frame { return Frame{Type: FrameError, Message: msg} }
 

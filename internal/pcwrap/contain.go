@@ -265,7 +265,7 @@ func (s *session) reportOOM(sig string) {
 		return
 	}
 	if n, err := s.contain.cg.OOMKills(); err == nil && n > 0 {
-		msg := fmt.Sprintf("pcwrap: the child was killed by the OOM killer (memory.events oom_kill %d)", n)
+		msg := fmt.Sprintf("%s (memory.events oom_kill %d)", frame.OOMKilledPrefix, n)
 		fmt.Fprintln(s.cfg.Stderr, msg)
 		s.out.Emit(frame.ErrorFrame(msg))
 	}
