@@ -254,6 +254,7 @@ type Manager struct {
 	commits    *committer
 	commitStop chan struct{}
 	commitDone chan struct{}
+	stopOnce   sync.Once // closes commitStop: Close may run twice
 	hooks      sync.WaitGroup
 
 	// mu guards every field below: the runner's calls, the event reader
@@ -469,7 +470,7 @@ func (m *Manager) Close() {
 	closeBridge(m, srv)
 	m.cancel()
 	m.wg.Wait()
-	close(m.commitStop) // after the readers: the committer settles what they prepared
+	m.stopOnce.Do(func() { close(m.commitStop) }) // after the readers: the committer settles what they prepared
 	<-m.commitDone
 	m.hooks.Wait()
 	m.terms.Close()
