@@ -116,7 +116,7 @@ AGENTS
 
 AGENT ENVIRONMENT
   Agents get a cleared environment plus these variables, by exact name:
-  every agent: PATH HOME LANG LC_* TZ SSL_CERT_* NODE_EXTRA_CA_CERTS
+  every agent: PATH HOME LANG LC_* TZ TMPDIR SSL_CERT_* NODE_EXTRA_CA_CERTS
     RUST_BACKTRACE HTTP_PROXY HTTPS_PROXY NO_PROXY ALL_PROXY http_proxy
     https_proxy no_proxy all_proxy
   claude: ANTHROPIC_BASE_URL ANTHROPIC_API_KEY ANTHROPIC_AUTH_TOKEN
