@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,6 +282,33 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	}
 	out := m.interpretLocked(p, ev)
 	p.bufferLocked(ev, out)
+	if t, _ := m.endingTurnLocked(p.bufEvents); t != nil {
+		// The turn ended: walk the workspace and read the referenced
+		// files without the lock (this reader takes no further file
+		// meanwhile), then put what they show before the turn's end
+		// (workspace.md §4.5, §5).
+		m.mu.Unlock()
+		after, refs := m.afterWalk(t)
+		m.mu.Lock()
+		evs := m.settleEvents(t, after, refs)
+		if i := turnEnd(p.bufEvents, t.turnID); i >= 0 {
+			p.bufEvents = slices.Insert(p.bufEvents, i, evs...)
+		} else {
+			// A commit in the window took the turn's end: what the walk
+			// found follows it rather than being lost.
+			p.bufEvents = append(p.bufEvents, evs...)
+		}
+		if m.proc != p {
+			return sessiondir.ErrStopReading
+		}
+		if err := m.commitThenWriteLocked(nil, nil); err != nil {
+			return err
+		}
+		if out.stop {
+			return sessiondir.ErrStopReading
+		}
+		return nil
+	}
 	if p.mayDeferCommitLocked(out.stop, more) {
 		return nil
 	}
@@ -455,6 +483,7 @@ func (m *Manager) handleInbound(p *process, in provider.Inbound) ([]provider.Eve
 		evs, goalOnly := m.goalUpdateLocked(*in.Update)
 		if !goalOnly {
 			evs = append(m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), evs...)
+			evs = append(evs, m.workspaceUpdateLocked(in.TurnID, *in.Update)...)
 		}
 		return evs, nil, nil
 	case provider.KindEvents:

@@ -149,3 +149,7 @@ func cloneChange(fc FileChange) FileChange {
 	}
 	return fc
 }
+
+// Budget is the turn's shared diff budget (the verified diff spends the
+// rest of it).
+func (h *Harness) Budget() *Budget { return h.budget }

@@ -299,3 +299,14 @@ func mediaType(rel string) (*string, string) {
 	}
 	return nil, "generic"
 }
+
+// WirePath is the wire path of a path an agent reported (an ACP tool
+// location or diff path): relative paths join the root, absolute ones
+// must lie under it (by the resolved root or cwd as given); ok is false
+// otherwise.
+func (r *Root) WirePath(p, cwd string) (string, bool) {
+	if p == "" || strings.IndexByte(p, 0) >= 0 {
+		return "", false
+	}
+	return r.wirePath(Target{Path: path.Clean(filepath.ToSlash(p)), Absolute: filepath.IsAbs(p)}, cwd)
+}
