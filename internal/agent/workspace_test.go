@@ -2,6 +2,7 @@ package agent
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -252,4 +253,72 @@ func TestWorkspace02_Unavailable(t *testing.T) {
 	require.Equal(t, diagWorkspaceUnavailable, code(ws[0]))
 	_, evs = r.wsTurn("echo again [x](x.md)")
 	require.Empty(t, workspaceEvents(evs))
+}
+
+// TestWorkspace26_AfterWalkCapped: a turn that leaves more than 2,000
+// files → no verified set, workspace_walk_capped, the harness set
+// recorded as harness_reported; never an empty verified set.
+func TestWorkspace26_AfterWalkCapped(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	_, evs := r.wsTurn(`edit a.txt x ;; shell mkdir many && cd many && seq 1 2001 | xargs touch`)
+	ws := workspaceEvents(evs)
+	require.Equal(t, []string{"workspace.change.updated", "harness.diagnostic", "workspace.diff.recorded", "workspace.file.referenced"}, types(ws))
+	require.Equal(t, diagWalkCapped, code(ws[1]))
+	require.Equal(t, "harness_reported", ws[2].Payload["source"])
+	require.NotEmpty(t, ws[2].Payload["files"])
+	prpschema.RequireValidEvents(t, evs)
+}
+
+// TestWorkspace31_HarnessRate: 20 tool edits in a burst → at most one
+// harness snapshot per second of the turn plus the flush before the
+// verified set; the last holds all 20 files.
+func TestWorkspace31_HarnessRate(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	var steps []string
+	for i := range 20 {
+		steps = append(steps, "edit f"+strings.Repeat("x", i)+".txt v")
+	}
+	_, evs := r.wsTurn(strings.Join(steps, " ;; "))
+	var harness []provider.Event
+	for _, e := range workspaceEvents(evs) {
+		if e.EventType == "workspace.change.updated" && e.Payload["source"] == "harness_reported" {
+			harness = append(harness, e)
+		}
+	}
+	require.GreaterOrEqual(t, len(harness), 1)
+	require.LessOrEqual(t, len(harness), 3, "a burst well under 2 s: the first, at most one a second later, and the flush")
+	require.Len(t, harness[len(harness)-1].Payload["files"], 20)
+}
+
+// TestWorkspace29_FrameBound: with a small payload bound the later
+// files' diff text is dropped (stats kept) so each event fits.
+func TestWorkspace29_FrameBound(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.WorkspaceMaxPayloadBytes = 24 << 10 })
+	r.prepare()
+	r.open()
+	body := strings.Repeat(`twenty kib of text\n`, 20<<10/19)
+	var steps []string
+	for i := range 4 {
+		steps = append(steps, "edit f"+strings.Repeat("x", i)+".txt "+body)
+	}
+	_, evs := r.wsTurn(strings.Join(steps, " ;; "))
+	for _, e := range workspaceEvents(evs) {
+		if !strings.HasPrefix(e.EventType, "workspace.") || e.EventType == "workspace.file.referenced" {
+			continue
+		}
+		b, err := json.Marshal(e.Payload)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(b), 24<<10, e.EventType)
+		fs := e.Payload["files"].([]any)
+		last := fs[len(fs)-1].(map[string]any)
+		require.NotNil(t, last["additions"])
+		if len(fs) > 1 {
+			require.Nil(t, last["diff"])
+		}
+	}
+	prpschema.RequireValidEvents(t, evs)
 }
