@@ -290,6 +290,9 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 		m.mu.Unlock()
 		after, refs := m.afterWalk(t)
 		m.mu.Lock()
+		if after != nil {
+			m.keepSnapshotLocked(t, after)
+		}
 		evs := m.settleEvents(t, after, refs)
 		if i := turnEnd(p.bufEvents, t.turnID); i >= 0 {
 			p.bufEvents = slices.Insert(p.bufEvents, i, evs...)

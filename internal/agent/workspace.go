@@ -35,6 +35,9 @@ type wsState struct {
 	turn *wsTurn
 	// cancelBaseline cancels a running baseline walk (turn.interrupt).
 	cancelBaseline context.CancelFunc
+	// last is the newest complete snapshot of root: the next baseline's
+	// stat cache, so a turn that touches nothing reads no file.
+	last *workspace.Snapshot
 }
 
 // wsTurn tracks one provider turn's workspace.
@@ -70,8 +73,9 @@ func (m *Manager) baseline() *baselineResult {
 	}
 	cwd := m.st.Binding.Cwd
 	var root *workspace.Root
+	var prev *workspace.Snapshot
 	if m.ws.cwd == cwd {
-		root = m.ws.root
+		root, prev = m.ws.root, m.ws.last
 	}
 	known := m.ws.cwd == cwd
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.WorkspaceWalkTimeout)
@@ -93,7 +97,7 @@ func (m *Manager) baseline() *baselineResult {
 		}
 		return res
 	}
-	res.snap = res.root.Walk(ctx, nil)
+	res.snap = res.root.Walk(ctx, prev)
 	if errors.Is(ctx.Err(), context.Canceled) && m.ctx.Err() == nil {
 		res.snap.Incomplete = "cancelled"
 	}
@@ -116,7 +120,7 @@ func (m *Manager) startWorkspaceLocked(turnID string, b *baselineResult) []provi
 	}
 	var evs []provider.Event
 	if m.ws.cwd != b.cwd {
-		m.ws.cwd, m.ws.root, m.ws.reported = b.cwd, b.root, false
+		m.ws.cwd, m.ws.root, m.ws.reported, m.ws.last = b.cwd, b.root, false, nil
 	}
 	if b.root == nil {
 		if !m.ws.reported {
@@ -129,7 +133,7 @@ func (m *Manager) startWorkspaceLocked(turnID string, b *baselineResult) []provi
 		harness: workspace.NewHarness(turnID, workspace.NewBudget(workspace.WorkspaceDiffBudget, m.cfg.Clock.Now), m.cfg.Redact)}
 	switch {
 	case b.snap.Complete():
-		t.baseline = b.snap
+		t.baseline, m.ws.last = b.snap, b.snap
 	case b.snap.Incomplete == "cancelled":
 		evs = append(evs, wsDiagnostic(turnID, diagBaselineIncomplete, "the workspace baseline was cancelled; the turn has no verified diff"))
 	default:
@@ -311,6 +315,14 @@ func (m *Manager) settleEvents(t *wsTurn, after *workspace.Snapshot, refs []work
 			TurnID: t.turnID, Payload: r.Payload()})
 	}
 	return evs
+}
+
+// keepSnapshotLocked keeps a complete after-walk of t's root as the next
+// baseline's stat cache. m.mu held.
+func (m *Manager) keepSnapshotLocked(t *wsTurn, after *workspace.Snapshot) {
+	if after.Complete() && m.ws.root == t.root {
+		m.ws.last = after
+	}
 }
 
 // afterWalk is the work of a settling turn done without m.mu: the
