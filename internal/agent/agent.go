@@ -365,8 +365,12 @@ func (m *Manager) setMapper() {
 // consumed exactly once; a dead one has its files consumed, and the agent
 // is marked gone.
 func (m *Manager) Start() error {
+	root := m.restartRoot()
 	m.mu.Lock()
 	err := m.startLocked()
+	if err == nil {
+		err = m.resumeWorkspaceLocked(root)
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return err

@@ -336,3 +336,39 @@ func (m *Manager) afterWalk(t *wsTurn) (*workspace.Snapshot, []workspace.FileRef
 	}
 	return after, t.root.References(t.turnID, t.cwd, t.message, m.cfg.Redact)
 }
+
+// restartRoot opens the workspace root of a turn that was active when
+// runnerd stopped (without the lock); nil when none was.
+func (m *Manager) restartRoot() *workspace.Root {
+	m.mu.Lock()
+	active := m.cl != nil && m.cl.ActiveTurn() != "" && m.st.Binding != nil && m.st.Binding.Cwd != ""
+	var cwd string
+	if active {
+		cwd = m.st.Binding.Cwd
+	}
+	m.mu.Unlock()
+	if !active {
+		return nil
+	}
+	root, err := workspace.Open(cwd, m.cfg.StateDir)
+	if err != nil {
+		return nil
+	}
+	return root
+}
+
+// resumeWorkspaceLocked tracks a turn that outlived a runnerd restart:
+// its baseline was lost (§4.1), so it gets no verified set, only the
+// harness changes reported from now on, and the diagnostic says so.
+// m.mu held.
+func (m *Manager) resumeWorkspaceLocked(root *workspace.Root) error {
+	if root == nil || m.cl == nil || m.cl.ActiveTurn() == "" || m.ws.turn != nil {
+		return nil
+	}
+	turnID := m.cl.ActiveTurn()
+	m.ws.cwd, m.ws.root, m.ws.last = m.st.Binding.Cwd, root, nil
+	m.ws.turn = &wsTurn{turnID: turnID, root: root, cwd: m.st.Binding.Cwd, calls: map[string]*wsCall{},
+		harness: workspace.NewHarness(turnID, workspace.NewBudget(workspace.WorkspaceDiffBudget, m.cfg.Clock.Now), m.cfg.Redact)}
+	return m.persistLocked([]provider.Event{wsDiagnostic(turnID, diagBaselineIncomplete,
+		"runnerd restarted during the turn; its workspace baseline is lost and the turn has no verified diff")}, nil)
+}

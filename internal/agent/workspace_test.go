@@ -322,3 +322,32 @@ func TestWorkspace29_FrameBound(t *testing.T) {
 	}
 	prpschema.RequireValidEvents(t, evs)
 }
+
+// TestWorkspace30_RestartLosesBaseline: runnerd restarts mid-turn after
+// the baseline; the agent edits afterwards → workspace_baseline_incomplete,
+// no verified set, the harness set recorded as harness_reported.
+func TestWorkspace30_RestartLosesBaseline(t *testing.T) {
+	r := newRig(t)
+	require.NoError(t, os.WriteFile(filepath.Join(r.cwd, "a.txt"), []byte("a\n"), 0o644))
+	r.prepare()
+	r.open()
+	turn := r.turn(`sleep 1000 ;; edit a.txt b\n`)
+	r.m.Close()
+	st, _ := r.sink.snapshot()
+	r.m = NewManager(r.cfg, st) // the rig's cleanup shuts it down
+	require.NoError(t, r.m.Start())
+	evs := r.sink.waitFor(t, "turn end", func(_ Stored, evs []provider.Event) bool { return count(evs, "run.terminal") > 0 })
+	var mine []provider.Event
+	for _, e := range evs {
+		if e.TurnID == turn {
+			mine = append(mine, e)
+		}
+	}
+	ws := workspaceEvents(mine)
+	require.Equal(t, []string{"harness.diagnostic", "workspace.change.updated", "workspace.diff.recorded", "workspace.file.referenced"}, types(ws))
+	require.Equal(t, diagBaselineIncomplete, code(ws[0]))
+	require.Equal(t, "harness_reported", ws[2].Payload["source"])
+	require.Equal(t, true, ws[2].Payload["complete"])
+	requireEndOrder(t, mine)
+	prpschema.RequireValidEvents(t, mine)
+}
