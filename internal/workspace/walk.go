@@ -5,9 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -48,6 +45,11 @@ type Entry struct {
 // sameIdentity reports whether two entries have the same stat identity.
 func (e *Entry) sameIdentity(o *Entry) bool {
 	return e.Size == o.Size && e.Mtime == o.Mtime && e.Ctime == o.Ctime && e.Ino == o.Ino && e.Dev == o.Dev
+}
+
+// sameStat reports whether st has e's stat identity.
+func (e *Entry) sameStat(st *unix.Stat_t) bool {
+	return e.Size == st.Size && e.Mtime == st.Mtim.Nano() && e.Ctime == st.Ctim.Nano() && e.Ino == st.Ino && e.Dev == st.Dev
 }
 
 // sameContent reports whether two entries hold the same content: equal
@@ -91,6 +93,7 @@ type walker struct {
 	prev     *Snapshot
 	snap     *Snapshot
 	buf      []byte
+	dents    []byte
 	reusable time.Time // cached entries modified before this are reused unread
 }
 
@@ -101,8 +104,12 @@ type walker struct {
 // or at a cap; it never blocks on a FIFO or device and never follows a
 // symlink.
 func (r *Root) Walk(ctx context.Context, prev *Snapshot) *Snapshot {
+	hint := 0
+	if prev != nil {
+		hint = len(prev.Files)
+	}
 	w := &walker{ctx: ctx, root: r, prev: prev,
-		snap: &Snapshot{Started: time.Now(), Files: map[string]*Entry{}}}
+		snap: &Snapshot{Started: time.Now(), Files: make(map[string]*Entry, hint)}}
 	if prev != nil {
 		w.reusable = prev.Started.Add(-RecentWindow)
 	}
@@ -122,19 +129,11 @@ func (w *walker) stop(why, path string) error {
 }
 
 // dir walks the directory open as fd (which it closes) at wire path rel
-// ("" for the root), its entries in byte order of names.
+// ("" for the root), its entries in byte order of names. Entries are
+// opened relative to fd, never by re-resolving the directory's path.
 func (w *walker) dir(fd int, rel string) error {
-	// The listing consumes its own descriptor; entries are opened relative
-	// to a duplicate, never by re-resolving the directory's path.
-	dfd, err := unix.Dup(fd)
-	if err != nil {
-		unix.Close(fd)
-		return w.stop(IncompleteUnreadable, rel)
-	}
-	defer unix.Close(dfd)
-	f := os.NewFile(uintptr(fd), filepath.Join(w.root.dir, rel))
-	names, err := readNames(f)
-	f.Close()
+	defer unix.Close(fd)
+	names, err := w.readNames(fd)
 	if errors.Is(err, errTooManyEntries) {
 		return w.stop(IncompleteDirEntries, rel)
 	}
@@ -142,7 +141,7 @@ func (w *walker) dir(fd int, rel string) error {
 		return w.stop(IncompleteUnreadable, rel)
 	}
 	for _, name := range names {
-		if err := w.entry(dfd, rel, name); err != nil {
+		if err := w.entry(fd, rel, name); err != nil {
 			return err
 		}
 	}
@@ -152,21 +151,31 @@ func (w *walker) dir(fd int, rel string) error {
 // errTooManyEntries is a directory past MaxDirEntries.
 var errTooManyEntries = errors.New("too many directory entries")
 
-// readNames reads a directory's names, sorted, at most MaxDirEntries.
-func readNames(f *os.File) ([]string, error) {
+// direntBufBytes is the getdents buffer of a walk.
+const direntBufBytes = 32 << 10
+
+// readNames reads a directory's names ("." and ".." excluded), sorted,
+// at most MaxDirEntries.
+func (w *walker) readNames(fd int) ([]string, error) {
+	if w.dents == nil {
+		w.dents = make([]byte, direntBufBytes)
+	}
 	var names []string
 	for {
-		batch, err := f.Readdirnames(1024)
-		names = append(names, batch...)
-		if len(names) > MaxDirEntries {
-			return nil, errTooManyEntries
+		n, err := unix.Getdents(fd, w.dents)
+		if err == unix.EINTR {
+			continue
 		}
 		if err != nil {
-			if len(batch) == 0 && errors.Is(err, io.EOF) {
-				slices.Sort(names)
-				return names, nil
-			}
 			return nil, err
+		}
+		if n <= 0 {
+			slices.Sort(names)
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(w.dents[:n], -1, names)
+		if len(names) > MaxDirEntries {
+			return nil, errTooManyEntries
 		}
 	}
 }
@@ -180,7 +189,10 @@ func (w *walker) entry(dfd int, parent, name string) error {
 	if parent != "" {
 		rel = parent + "/" + name
 	}
-	if !utf8.ValidString(name) || strings.ContainsAny(name, "\n\r") || !ValidPath(rel) {
+	// The parent's path is valid and a name holds no '/' or NUL and is
+	// never "." or "..": only the name's text and the length remain.
+	if !utf8.ValidString(name) || strings.ContainsAny(name, "\n\r") ||
+		(len(rel) > MaxPathChars && utf8.RuneCountInString(rel) > MaxPathChars) {
 		return nil // dropped: no wire path can name it (§2)
 	}
 	var st unix.Stat_t
@@ -224,7 +236,7 @@ func identity(st *unix.Stat_t) *Entry {
 // file records the regular file name of dfd (at wire path rel).
 func (w *walker) file(dfd int, rel, name string, st *unix.Stat_t) error {
 	if w.prev != nil {
-		if old := w.prev.Files[rel]; old != nil && old.sameIdentity(identity(st)) &&
+		if old := w.prev.Files[rel]; old != nil && old.sameStat(st) &&
 			time.Unix(0, old.Mtime).Before(w.reusable) {
 			return w.keep(rel, old)
 		}
