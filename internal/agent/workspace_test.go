@@ -110,11 +110,16 @@ func TestWorkspace05_HarnessChangeSet(t *testing.T) {
 	require.Equal(t, "runner_verified", ws[3].Payload["source"])
 	require.Equal(t, "a.txt", ws[4].Payload["path"])
 	requireEndOrder(t, evs)
+	ids := map[any]bool{}
 	for _, e := range ws {
+		if e.EventType != "workspace.file.referenced" {
+			ids[e.Payload["changeSetId"]] = true
+		}
 		require.Equal(t, turn, e.TurnID)
 		require.NotContains(t, e.Payload, "itemId")
 		require.NotContains(t, e.Payload, "providerTurnId")
 	}
+	require.Len(t, ids, 1, "one change set per turn")
 	prpschema.RequireValidEvents(t, evs)
 
 	turn2, evs2 := r.wsTurn("edit b.txt new")
