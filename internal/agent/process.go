@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,24 +282,8 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	out := m.interpretLocked(p, ev)
 	p.bufferLocked(ev, out)
 	if t, _ := m.endingTurnLocked(p.bufEvents); t != nil {
-		// The turn ended: walk the workspace and read the referenced
-		// files without the lock (this reader takes no further file
-		// meanwhile), then put what they show before the turn's end
-		// (workspace.md §4.5, §5).
-		m.mu.Unlock()
-		after, refs := m.afterWalk(t)
-		m.mu.Lock()
-		if after != nil {
-			m.keepSnapshotLocked(t, after)
-		}
-		evs := m.settleEvents(t, after, refs)
-		if i := turnEnd(p.bufEvents, t.turnID); i >= 0 {
-			p.bufEvents = slices.Insert(p.bufEvents, i, evs...)
-		} else {
-			// A commit in the window took the turn's end: what the walk
-			// found follows it rather than being lost.
-			p.bufEvents = append(p.bufEvents, evs...)
-		}
+		// This reader takes no further file during the walk.
+		m.walkEndingTurnLocked(p, t)
 		if m.proc != p {
 			return sessiondir.ErrStopReading
 		}

@@ -325,6 +325,27 @@ func (m *Manager) keepSnapshotLocked(t *wsTurn, after *workspace.Snapshot) {
 	}
 }
 
+// walkEndingTurnLocked finishes the workspace side of turn t, whose end
+// events are in p's pending batch: it walks the workspace and reads the
+// referenced files without the lock, then puts what they show before the
+// turn's end (§4.5, §5). m.mu held on entry and on return, released
+// meanwhile; a commit in that window takes the pending batch with it
+// (nothing is lost), and what the walk found then follows the turn's end.
+func (m *Manager) walkEndingTurnLocked(p *process, t *wsTurn) {
+	m.mu.Unlock()
+	after, refs := m.afterWalk(t)
+	m.mu.Lock()
+	if after != nil {
+		m.keepSnapshotLocked(t, after)
+	}
+	evs := m.settleEvents(t, after, refs)
+	if i := turnEnd(p.bufEvents, t.turnID); i >= 0 {
+		p.bufEvents = slices.Insert(p.bufEvents, i, evs...)
+	} else {
+		p.bufEvents = append(p.bufEvents, evs...)
+	}
+}
+
 // afterWalk is the work of a settling turn done without m.mu: the
 // after-walk (stat cache: the baseline) and the file references.
 func (m *Manager) afterWalk(t *wsTurn) (*workspace.Snapshot, []workspace.FileReference) {

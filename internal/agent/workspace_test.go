@@ -356,3 +356,29 @@ func TestWorkspace30_RestartLosesBaseline(t *testing.T) {
 	requireEndOrder(t, mine)
 	prpschema.RequireValidEvents(t, mine)
 }
+
+// TestWorkspaceOpenCodeVerified: an OpenCode turn (its events arrive
+// over HTTP, not through the reader) gets the verified set too: a file
+// written during the turn → change.updated and diff.recorded before
+// turn.completed.
+func TestWorkspaceOpenCodeVerified(t *testing.T) {
+	r := newOpenCodeRig(t)
+	r.prepareOpenCode()
+	r.open()
+	n := len(r.sink.waitEvent(t, "session.started"))
+	turn := r.turn("FAKEOC: slow 50 20")
+	r.sink.waitEvent(t, "item.delta")
+	require.NoError(t, os.WriteFile(filepath.Join(r.cwd, "made.txt"), []byte("during the turn\n"), 0o644))
+	evs := since(r.sink.waitEvent(t, "run.terminal"), n)
+	var mine []provider.Event
+	for _, e := range evs {
+		if e.TurnID == turn {
+			mine = append(mine, e)
+		}
+	}
+	ws := workspaceEvents(mine)
+	require.Equal(t, []string{"workspace.change.updated", "workspace.diff.recorded"}, types(ws))
+	require.Equal(t, "create", files(ws[1])["made.txt"]["operation"])
+	requireEndOrder(t, mine)
+	prpschema.RequireValidEvents(t, mine)
+}
