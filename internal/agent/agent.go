@@ -1021,7 +1021,7 @@ func (m *Manager) startTurn(commandID string, payload json.RawMessage, base *bas
 		// refusal, never a loss sequence (tools.md §7).
 		return nil, nil, rejected(CodeSessionNotOpen, "no open session; run session.open first")
 	}
-	if m.cl.ActiveTurn() != "" {
+	if m.cl.ActiveTurn() != "" || m.ws.settling != "" {
 		return nil, nil, failed("a turn is already active")
 	}
 	next := m.st.NextTurn
@@ -1332,6 +1332,11 @@ func (m *Manager) Snapshot() (activeTurn string, warm bool) {
 		return "", false
 	}
 	t := m.cl.ActiveTurn()
+	if t == "" {
+		// A turn whose end waits for its workspace walk has not ended on
+		// the wire: nothing may suspend or rotate the runner before it.
+		t = m.ws.settling
+	}
 	return t, t == "" && m.proc != nil && !m.proc.lost && len(m.cl.PendingPermissions()) == 0
 }
 

@@ -38,6 +38,9 @@ type wsState struct {
 	// last is the newest complete snapshot of root: the next baseline's
 	// stat cache, so a turn that touches nothing reads no file.
 	last *workspace.Snapshot
+	// settling is the turn whose end events wait for its after-walk
+	// (the lock is released meanwhile); Snapshot still reports it active.
+	settling string
 }
 
 // wsTurn tracks one provider turn's workspace.
@@ -332,9 +335,11 @@ func (m *Manager) keepSnapshotLocked(t *wsTurn, after *workspace.Snapshot) {
 // meanwhile; a commit in that window takes the pending batch with it
 // (nothing is lost), and what the walk found then follows the turn's end.
 func (m *Manager) walkEndingTurnLocked(p *process, t *wsTurn) {
+	m.ws.settling = t.turnID
 	m.mu.Unlock()
 	after, refs := m.afterWalk(t)
 	m.mu.Lock()
+	m.ws.settling = ""
 	if after != nil {
 		m.keepSnapshotLocked(t, after)
 	}
