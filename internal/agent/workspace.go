@@ -360,7 +360,10 @@ func (m *Manager) afterWalk(t *wsTurn) (*workspace.Snapshot, []workspace.FileRef
 		after = t.root.Walk(ctx, t.baseline)
 		cancel()
 	}
-	return after, t.root.References(t.turnID, t.cwd, t.message, m.cfg.Redact)
+	// The references' reads get a bound of their own, the same length.
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.WorkspaceWalkTimeout)
+	defer cancel()
+	return after, t.root.References(ctx, t.turnID, t.cwd, t.message, m.cfg.Redact)
 }
 
 // restartRoot opens the workspace root of a turn that was active when

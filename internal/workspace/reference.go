@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -122,8 +123,9 @@ func ParseTarget(raw string) (Target, error) {
 // regular file beneath the root opened through os.Root. cwd is the
 // descriptor's cwd as given (an absolute target may name the root by it
 // or by its resolved path); redact is the outbox sanitiser's text
-// redactor (a preview it would change is null).
-func (r *Root) References(providerTurnID, cwd, message string, redact func(string) string) []FileReference {
+// redactor (a preview it would change is null). Once ctx ends no further
+// file is read.
+func (r *Root) References(ctx context.Context, providerTurnID, cwd, message string, redact func(string) string) []FileReference {
 	var out []FileReference
 	links := Links(message)
 	if len(links) == 0 {
@@ -136,7 +138,7 @@ func (r *Root) References(providerTurnID, cwd, message string, redact func(strin
 	defer fsRoot.Close()
 	seen := map[string]bool{}
 	for _, l := range links {
-		if len(out) >= MaxReferences {
+		if len(out) >= MaxReferences || ctx.Err() != nil {
 			break
 		}
 		t, err := ParseTarget(l.Target)

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
@@ -52,7 +53,7 @@ func TestWorkspace13_FileReference(t *testing.T) {
 	write(t, dir, "docs/guide.md", "# Guide\nline two\n")
 	r := openRoot(t, dir)
 	msg := "See [the guide](docs/guide.md#L2), [x](https://e.com/a.md), [out](/etc/passwd), [dup](docs/guide.md#L2)"
-	refs := r.References("pt-1", dir, msg, noRedact)
+	refs := r.References(context.Background(), "pt-1", dir, msg, noRedact)
 	require.Len(t, refs, 1)
 	ref := refs[0]
 	require.Equal(t, "docs/guide.md", ref.Path)
@@ -81,7 +82,7 @@ func TestWorkspace14_ReferenceLimits(t *testing.T) {
 		b.WriteString("[f](f" + itoa(i) + ".txt) ")
 	}
 	r := openRoot(t, dir)
-	require.Len(t, r.References("pt", dir, b.String(), noRedact), MaxReferences)
+	require.Len(t, r.References(context.Background(), "pt", dir, b.String(), noRedact), MaxReferences)
 
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "out")))
 	require.NoError(t, os.Symlink("../..", filepath.Join(dir, "up")))
@@ -89,7 +90,7 @@ func TestWorkspace14_ReferenceLimits(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
 	none := "[m](missing.md) [s](out) [u](up/etc/passwd) [h](file:///etc/hosts) [n](a%00.txt) [p](../../etc/passwd) " +
 		"[fifo](fifo) [d](sub) [w](" + dir + "/../x)\n```\n[c](f1.txt)\n```\n`[i](f2.txt)`"
-	require.Empty(t, r.References("pt", dir, none, noRedact))
+	require.Empty(t, r.References(context.Background(), "pt", dir, none, noRedact))
 
 	write(t, dir, "big.md", strings.Repeat("a", 2<<20))
 	write(t, dir, ".env", "K=v\n")
@@ -97,7 +98,7 @@ func TestWorkspace14_ReferenceLimits(t *testing.T) {
 	write(t, dir, "secret.txt", "token sk-ant-"+strings.Repeat("x", 20)+"\n")
 	write(t, dir, "bin.dat", "a\x00b")
 	redact := func(s string) string { return strings.ReplaceAll(s, "sk-ant-", "[REDACTED]") }
-	refs := r.References("pt", dir, "[b](big.md) [e](.env) [k](k.pem) [s](secret.txt) [bin](bin.dat) [abs]("+dir+"/f3.txt:4)", redact)
+	refs := r.References(context.Background(), "pt", dir, "[b](big.md) [e](.env) [k](k.pem) [s](secret.txt) [bin](bin.dat) [abs]("+dir+"/f3.txt:4)", redact)
 	require.Len(t, refs, 6)
 	m := map[string]FileReference{}
 	for _, ref := range refs {
