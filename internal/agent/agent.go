@@ -57,6 +57,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
+	"github.com/pcrunner/pcrunner/internal/workspace"
 )
 
 // Stored is the durable state of the agent executor, kept as one record in
@@ -205,6 +206,17 @@ type Config struct {
 	// Correlation returns the PRP run identity the semantic tool events
 	// name (tools.md §3 item 3).
 	Correlation func() toolcall.Correlation
+	// WorkspaceWalkTimeout bounds each workspace walk, the baseline before
+	// a prompt and the after-walk (--workspace-baseline-timeout-ms,
+	// workspace.md §4.1); 0 means workspace.DefaultWalkTimeout.
+	WorkspaceWalkTimeout time.Duration
+	// WorkspaceMaxPayloadBytes bounds a workspace change set's encoded
+	// payload (workspace.md §3.4); 0 means workspace.MaxPayloadBytes.
+	// The runner derives it from the frame limit.
+	WorkspaceMaxPayloadBytes int
+	// Redact is the outbox sanitiser's text rule: diff text passes it,
+	// and a file preview it would change is withheld. nil: identity.
+	Redact func(string) string
 }
 
 // Poll periods of the event watcher.
@@ -277,6 +289,8 @@ type Manager struct {
 	// after-commit hooks (provider.Host.AfterCommit) and its wake-ups.
 	afterCommit []func(context.Context)
 	afterWrite  []func()
+	// ws is the workspace root and the active turn's tracker (workspace.go).
+	ws wsState
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -306,6 +320,15 @@ func NewManager(cfg Config, st Stored) *Manager {
 	}
 	if cfg.Gate == nil {
 		cfg.Gate = acpx.NewColdStartGate(acpx.MaxConcurrentColdStarts, cfg.Clock)
+	}
+	if cfg.WorkspaceWalkTimeout <= 0 {
+		cfg.WorkspaceWalkTimeout = workspace.DefaultWalkTimeout
+	}
+	if cfg.WorkspaceMaxPayloadBytes <= 0 {
+		cfg.WorkspaceMaxPayloadBytes = workspace.MaxPayloadBytes
+	}
+	if cfg.Redact == nil {
+		cfg.Redact = func(s string) string { return s }
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -344,8 +367,12 @@ func (m *Manager) setMapper() {
 // consumed exactly once; a dead one has its files consumed, and the agent
 // is marked gone.
 func (m *Manager) Start() error {
+	root := m.restartRoot()
 	m.mu.Lock()
 	err := m.startLocked()
+	if err == nil {
+		err = m.resumeWorkspaceLocked(root)
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return err
@@ -579,7 +606,9 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 		}
 		return failed("no agent is running")
 	}
-	b.events = events
+	// A turn that ends here without the reader's after-walk (cancel,
+	// loss, exit) gets the workspace events it can have without I/O.
+	b.events = m.workspaceFallbackLocked(events)
 	if p != nil {
 		b.proc, b.w, b.fs = p, p.w, p.fs
 		if p.fs != nil { // a closed reader's files wait for the next start's sweep
@@ -953,7 +982,9 @@ func (m *Manager) call(ctx context.Context, deadline <-chan time.Time, mk func(*
 // turn.started also records the completed result (prp.md §7.2 item 8).
 // It returns once what it changed is durable (Sync).
 func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.RawMessage, error) {
-	out, prompt, err := m.startTurn(commandID, payload)
+	// The workspace baseline is taken before the prompt, bounded, without
+	// the lock (workspace.md §4.1).
+	out, prompt, err := m.startTurn(commandID, payload, m.baseline())
 	if out, err = m.durable(out, err); err != nil || prompt == nil {
 		return out, err
 	}
@@ -975,7 +1006,7 @@ func (m *Manager) StartTurn(commandID string, payload json.RawMessage) (json.Raw
 
 // startTurn is StartTurn without the wait for durability; it returns the
 // batch that writes the prompt, if any.
-func (m *Manager) startTurn(commandID string, payload json.RawMessage) (json.RawMessage, *batch, error) {
+func (m *Manager) startTurn(commandID string, payload json.RawMessage, base *baselineResult) (json.RawMessage, *batch, error) {
 	var p struct {
 		Text   string  `json:"text"`
 		TurnID *string `json:"turnId"`
@@ -993,7 +1024,7 @@ func (m *Manager) startTurn(commandID string, payload json.RawMessage) (json.Raw
 		// refusal, never a loss sequence (tools.md §7).
 		return nil, nil, rejected(CodeSessionNotOpen, "no open session; run session.open first")
 	}
-	if m.cl.ActiveTurn() != "" {
+	if m.cl.ActiveTurn() != "" || m.ws.settling != "" {
 		return nil, nil, failed("a turn is already active")
 	}
 	next := m.st.NextTurn
@@ -1025,6 +1056,7 @@ func (m *Manager) startTurn(commandID string, payload json.RawMessage) (json.Raw
 	}
 	m.recordTurnLocked(turnID)
 	evs := m.mapper.TurnStarted(m.cl.Map(), turnID)
+	evs = append(evs, m.startWorkspaceLocked(turnID, base)...)
 	accepted := map[string]any{"status": "accepted", "providerTurnId": turnID}
 	if loss != "" {
 		// A loss latched between turns fails this one at once (acp.md §5.1).
@@ -1072,6 +1104,7 @@ func (m *Manager) Cancel(ctx context.Context, kind CancelKind) (json.RawMessage,
 func (m *Manager) cancelTurn(ctx context.Context, kind CancelKind) (json.RawMessage, error) {
 	reason := cancelReason(kind)
 	m.mu.Lock()
+	m.cancelBaselineLocked()
 	if m.cl == nil || m.cl.ActiveTurn() == "" {
 		if kind != StopTurn {
 			m.mu.Unlock()
@@ -1302,6 +1335,11 @@ func (m *Manager) Snapshot() (activeTurn string, warm bool) {
 		return "", false
 	}
 	t := m.cl.ActiveTurn()
+	if t == "" {
+		// A turn whose end waits for its workspace walk has not ended on
+		// the wire: nothing may suspend or rotate the runner before it.
+		t = m.ws.settling
+	}
 	return t, t == "" && m.proc != nil && !m.proc.lost && len(m.cl.PendingPermissions()) == 0
 }
 

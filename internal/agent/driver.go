@@ -126,6 +126,16 @@ func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) e
 			m.wakeAfterCommitLocked(w)
 		}
 	}
+	if t, _ := m.endingTurnLocked(evs); t != nil {
+		// The turn ended: its events wait in the pending batch (a commit
+		// meanwhile takes them) while the workspace is walked.
+		p.bufEvents, p.bufLines = append(p.bufEvents, evs...), append(p.bufLines, lines...)
+		m.walkEndingTurnLocked(p, t)
+		if m.proc != p {
+			return nil
+		}
+		return m.commitThenWriteLocked(nil, nil)
+	}
 	return m.commitThenWriteLocked(evs, lines)
 }
 

@@ -286,6 +286,20 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	}
 	out := m.interpretLocked(p, ev)
 	p.bufferLocked(ev, out)
+	if t, _ := m.endingTurnLocked(p.bufEvents); t != nil {
+		// This reader takes no further file during the walk.
+		m.walkEndingTurnLocked(p, t)
+		if m.proc != p {
+			return sessiondir.ErrStopReading
+		}
+		if err := m.commitThenWriteLocked(nil, nil); err != nil {
+			return err
+		}
+		if out.stop {
+			return sessiondir.ErrStopReading
+		}
+		return nil
+	}
 	if p.mayDeferCommitLocked(out.stop, more) {
 		return nil
 	}
@@ -464,6 +478,7 @@ func (m *Manager) handleInbound(p *process, in provider.Inbound) ([]provider.Eve
 		evs, goalOnly := m.goalUpdateLocked(*in.Update)
 		if !goalOnly {
 			evs = append(m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), evs...)
+			evs = append(evs, m.workspaceUpdateLocked(in.TurnID, *in.Update)...)
 		}
 		return evs, nil, nil
 	case provider.KindEvents:

@@ -30,7 +30,7 @@ func (m *Manager) warmReadyLocked() bool {
 	if m.cl == nil || m.proc == nil || m.proc.lost || m.cl.Record().ACPSessionID == "" {
 		return false
 	}
-	if m.cl.ActiveTurn() != "" || len(m.cl.PendingPermissions()) != 0 {
+	if m.cl.ActiveTurn() != "" || m.ws.settling != "" || len(m.cl.PendingPermissions()) != 0 {
 		return false
 	}
 	return m.st.Tools == nil || len(m.st.Tools.Calls) == 0

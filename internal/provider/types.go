@@ -126,6 +126,7 @@ type ToolCallContent struct {
 	Type       string        `json:"type"`
 	Content    *ContentBlock `json:"content,omitempty"`
 	Path       string        `json:"path,omitempty"`
+	OldText    *string       `json:"oldText,omitempty"` // a diff's; null for a created file
 	NewText    string        `json:"newText,omitempty"`
 	TerminalID string        `json:"terminalId,omitempty"`
 }

@@ -60,6 +60,11 @@ const (
 
 	EventRunResultProposed = "run.result.proposed"
 	EventRunTerminal       = "run.terminal"
+
+	// workspace family (workspace.md §3-§5).
+	EventWorkspaceChangeUpdated  = "workspace.change.updated"
+	EventWorkspaceDiffRecorded   = "workspace.diff.recorded"
+	EventWorkspaceFileReferenced = "workspace.file.referenced"
 )
 
 // PayloadRule says what the runner may add to a mapped event's payload
@@ -164,6 +169,14 @@ var eventTable = map[string]EventRule{
 
 	EventRunResultProposed: {},
 	EventRunTerminal:       {},
+
+	// Closed v1 payloads (workspace-diff, workspace-file-reference): the
+	// ids they need are inside (changeSetId, referenceId), none is added.
+	// Snapshots are never coalesced: each is a whole change set, and the
+	// at most one per second of a turn keeps their number small.
+	EventWorkspaceChangeUpdated:  {Payload: PayloadExact},
+	EventWorkspaceDiffRecorded:   {Payload: PayloadExact},
+	EventWorkspaceFileReferenced: {Payload: PayloadExact},
 }
 
 // EventRuleOf returns the rule of an event type; a type without a row

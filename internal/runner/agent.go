@@ -15,6 +15,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
+	"github.com/pcrunner/pcrunner/internal/workspace"
 )
 
 // agentRecord is the runner-state.json field holding the agent executor's
@@ -63,6 +64,11 @@ func newAgentExec(r *loop) (*agentExec, error) {
 		ResumeBound: r.cfg.SessionOpenResumeTimeout, ColdBound: r.cfg.ColdTimeout,
 		CancelGrace: r.cfg.CancelGrace,
 		Gate:        acpx.NewColdStartGate(r.cfg.MaxConcurrentColdStarts, r.clk),
+		// A workspace event's sealed frame, 2×(len+16)+128 bytes for len
+		// encoded bytes, stays within the frame limit (workspace.md §3.4).
+		WorkspaceWalkTimeout:     r.cfg.WorkspaceWalkTimeout,
+		WorkspaceMaxPayloadBytes: workspacePayloadBound(int(r.cfg.MaxFrameBytes)),
+		Redact:                   state.RedactSecrets,
 		Correlation: func() toolcall.Correlation {
 			id := r.store.Identity()
 			return toolcall.Correlation{RunID: id.RunID, NormalizedSessionID: id.NormalizedSessionID, TurnID: id.TurnID, ItemID: id.ItemID}
@@ -178,6 +184,22 @@ func (a *agentExec) Drained() bool {
 
 // DrainSignal implements agent.Sink: closed at the next applied ACK.
 func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
+
+// workspacePayloadBound is the largest workspace change set payload whose
+// sealed envelope fits a frame of maxFrame bytes (workspace.md §3.4), at
+// most workspace.MaxPayloadBytes.
+func workspacePayloadBound(maxFrame int) int {
+	return max(1, min(workspace.MaxPayloadBytes, (maxFrame-sealOverheadBytes)/2-sealTagBytes-envelopeAllowanceBytes))
+}
+
+// The sealed frame's size for len encoded bytes is 2×(len+16)+128
+// (workspace.md §3.4); envelopeAllowanceBytes is the envelope around a
+// payload (ids, type, timestamps).
+const (
+	sealOverheadBytes      = 128
+	sealTagBytes           = 16
+	envelopeAllowanceBytes = 1024
+)
 
 // stateEvents converts mapped events for the outbox: the provider turn and
 // item ids go into an open payload (prp.PayloadRule; the envelope carries

@@ -48,6 +48,12 @@ func redactSecrets(s string) string {
 	return secretPattern.ReplaceAllString(s, Redacted)
 }
 
+// RedactSecrets is the sanitiser's text rule (credential-shaped
+// substrings become Redacted), for callers that must know beforehand
+// whether the outbox would change a text (a file preview is withheld
+// rather than rewritten).
+func RedactSecrets(s string) string { return redactSecrets(s) }
+
 // secretLiterals start alternatives of secretPattern (gh[pousr]_ and
 // (?i:bearer) are checked apart).
 var secretLiterals = []string{"sk-", "github_pat_", "AKIA", "xox", "-----BEGIN "}

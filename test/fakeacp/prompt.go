@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -224,6 +225,14 @@ func (t *turn) toolDone(id, status, text string) {
 
 // run plays the scenario named by the prompt's first word (acp.md §9).
 func (t *turn) run(text string) (string, any, *rpcError) {
+	// "A ;; B" plays A then B in one turn (the workspace scenarios chain
+	// edits); the last step's stop reason answers the prompt.
+	if first, more, ok := strings.Cut(text, stepSeparator); ok && !mcpWords[strings.Fields(text + " x")[0]] {
+		if stop, res, err := t.run(first); err != nil || stop == "cancelled" {
+			return stop, res, err
+		}
+		return t.run(more)
+	}
 	word, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
 	if t.a.cfg.crashMidTurn != "" {
 		t.say("about to crash")
@@ -251,6 +260,11 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 			return "cancelled", nil, nil
 		}
 		t.say(fmt.Sprintf("slept %d ms", ms))
+	case "edit": // edit <relpath> <content>: an edit tool call with diff content
+		path, content, _ := strings.Cut(rest, " ")
+		t.edit(path, strings.ReplaceAll(content, `\n`, "\n"))
+	case "delete": // delete <relpath>: a delete tool call with only a location
+		t.deleteFile(rest)
 	case "read":
 		t.readFile(rest)
 	case "write":
@@ -407,6 +421,42 @@ func (t *turn) readFile(path string) {
 	_ = json.Unmarshal(m.Result, &r)
 	t.toolDone(id, "completed", r.Content)
 	t.say("read " + path + ": " + r.Content + "\n")
+}
+
+// stepSeparator chains scenario steps in one prompt.
+const stepSeparator = " ;; "
+
+// edit writes content to relpath (under the agent's working directory)
+// itself, reported as an edit tool call whose content is the diff (ACP
+// {type:"diff", path, oldText, newText}; oldText null for a new file),
+// and says "edited [relpath](relpath)".
+func (t *turn) edit(rel, content string) {
+	abs, _ := filepath.Abs(rel)
+	id := t.toolCall("edit", "Edit "+rel, []string{abs})
+	var old any
+	if b, err := os.ReadFile(abs); err == nil {
+		old = string(b)
+	}
+	if err := os.WriteFile(abs, []byte(content), 0o644); err != nil {
+		t.toolDone(id, "failed", "write failed")
+		return
+	}
+	t.a.update(t.s, map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": id, "status": "completed",
+		"content": []any{map[string]any{"type": "diff", "path": abs, "oldText": old, "newText": content}}})
+	t.say("edited [" + rel + "](" + rel + ")\n")
+}
+
+// deleteFile removes relpath, reported as a delete tool call with only
+// its location.
+func (t *turn) deleteFile(rel string) {
+	abs, _ := filepath.Abs(rel)
+	id := t.toolCall("delete", "Delete "+rel, []string{abs})
+	if err := os.Remove(abs); err != nil {
+		t.toolDone(id, "failed", "delete failed")
+		return
+	}
+	t.toolDone(id, "completed", "")
+	t.say("deleted " + rel + "\n")
 }
 
 // writeFile writes content to path through the client as an edit tool

@@ -23,6 +23,7 @@ const (
 	defaultSessionOpenColdTimeout   = 30 * time.Second          // acp.md §7: cold bound for codex and other agents
 	defaultSessionOpenColdLong      = 60 * time.Second          // acp.md §2.1, §7: cold bound for claude, pi, opencode
 	defaultCancelGrace              = 5 * time.Second           // acp.md §4.4, §7
+	defaultWorkspaceWalkTimeout     = time.Second               // workspace.md §4.1 (LS uses 100 ms)
 	defaultMaxConcurrentColdStarts  = 4                         // acp.md §4.2 (Paperclip ACPX_MAX_CONCURRENT_SESSION_INITS)
 	defaultLifecycle                = LifecyclePerTurn          // prp.md §13 table
 	defaultLogFormat                = LogFormatJSON             // STYLE.md: JSON handler by default
@@ -161,9 +162,12 @@ type Config struct {
 	SessionOpenColdTimeout   time.Duration            // agents not in ColdTimeoutByAgent
 	ColdTimeoutByAgent       map[string]time.Duration // defaults merged with --session-open-cold-timeout-agent
 	CancelGrace              time.Duration
-	MaxConcurrentColdStarts  int    // <= 0 disables the gate (acp.md §4.2)
-	PcwrapPath               string // "" = next to the runnerd executable, else PATH (acp.md §3.1)
-	OpenCodeExecutable       string // "" = opencode on PATH (codex.md §6)
+	// WorkspaceWalkTimeout bounds each workspace walk of a turn, the
+	// baseline before the prompt and the walk after it (workspace.md §4.1).
+	WorkspaceWalkTimeout    time.Duration
+	MaxConcurrentColdStarts int    // <= 0 disables the gate (acp.md §4.2)
+	PcwrapPath              string // "" = next to the runnerd executable, else PATH (acp.md §3.1)
+	OpenCodeExecutable      string // "" = opencode on PATH (codex.md §6)
 
 	// Ignored lists the accepted-and-ignored flags that were given (sorted,
 	// without values), so the runner can log that it ignored them.

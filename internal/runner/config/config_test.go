@@ -183,6 +183,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 30*time.Second, cfg.SessionOpenResumeTimeout)
 	require.Equal(t, 30*time.Second, cfg.SessionOpenColdTimeout)
 	require.Equal(t, 5*time.Second, cfg.CancelGrace)
+	require.Equal(t, time.Second, cfg.WorkspaceWalkTimeout)
 	require.Equal(t, 4, cfg.MaxConcurrentColdStarts)
 	require.Empty(t, cfg.PcwrapPath)
 	require.Empty(t, cfg.DiagnosticsDir)
@@ -202,6 +203,7 @@ func TestOurFlags(t *testing.T) {
 		"--session-open-cold-timeout-agent", "codex=45000",
 		"--session-open-cold-timeout-agent", "claude=90000",
 		"--cancel-grace-ms", "0",
+		"--workspace-baseline-timeout-ms", "250",
 		"--max-concurrent-cold-starts", "-1",
 		"--pcwrap-path", "/usr/local/bin/pcwrap",
 		"--diagnostics-directory", "/tmp/diag",
@@ -217,6 +219,7 @@ func TestOurFlags(t *testing.T) {
 	require.Equal(t, 90*time.Second, cfg.ColdTimeout("claude"))
 	require.Equal(t, time.Minute, cfg.ColdTimeout("pi"))
 	require.Zero(t, cfg.CancelGrace)
+	require.Equal(t, 250*time.Millisecond, cfg.WorkspaceWalkTimeout)
 	require.Equal(t, -1, cfg.MaxConcurrentColdStarts)
 	require.Equal(t, "/usr/local/bin/pcwrap", cfg.PcwrapPath)
 	require.Equal(t, "/tmp/diag", cfg.DiagnosticsDir)

@@ -107,6 +107,8 @@ AGENTS
                                           Defaults: claude, pi, opencode = 60000.
   --cancel-grace-ms MS                    Wait for a cancelled prompt to settle
                                           before stopping the agent (default 5000).
+  --workspace-baseline-timeout-ms MS      Bound of each workspace walk of a turn,
+                                          before and after it (default 1000).
   --max-concurrent-cold-starts N          Cold starts at once (default 4; <= 0
                                           disables the gate).
   --pcwrap-path FILE                      pcwrap binary (default: next to

@@ -1,0 +1,112 @@
+package runner
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp/control"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/state"
+	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
+	"github.com/pcrunner/pcrunner/internal/workspace"
+)
+
+// TestWorkspaceEventsThroughCore: a turn in which fakeacp edits a file
+// and links it reaches prpctl's core with the harness snapshot, the
+// verified set, its record and the file reference, each valid against
+// the reference event schema (closed workspace payloads: no id added),
+// and the core keeps the connection (the turn's run.terminal arrives).
+func TestWorkspaceEventsThroughCore(t *testing.T) {
+	schemas := prpschema.Load(t)
+	h := newHarness(t, nil)
+	h.agentRun()
+	cwd := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(cwd, "a.txt"), []byte("one\ntwo\n"), 0o644))
+	b, err := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+		"command": fakeacpBin(t), "cwd": cwd}})
+	require.NoError(t, err)
+	require.Equal(t, "completed", h.waitResult(h.queue("run.prepare", string(b)).CommandID).Status)
+	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	tb, _ := json.Marshal(map[string]string{"text": `edit a.txt one\n2\n`})
+	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
+	h.waitCore(func(s control.Snapshot) bool {
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
+	})
+	var order []string
+	for _, raw := range h.core.Snapshot().Events {
+		var env struct {
+			EventType string          `json:"eventType"`
+			Payload   json.RawMessage `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &env))
+		require.NoError(t, prpschema.Validate(schemas.EventV1, env.Payload), "event %s", env.Payload)
+		var whole struct {
+			EventType string         `json:"eventType"`
+			Payload   map[string]any `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(env.Payload, &whole))
+		if strings.HasPrefix(whole.EventType, "workspace.") || whole.EventType == "turn.completed" {
+			order = append(order, whole.EventType)
+		}
+		if strings.HasPrefix(whole.EventType, "workspace.") {
+			require.NotContains(t, whole.Payload, "providerTurnId")
+			require.NotContains(t, whole.Payload, "itemId")
+		}
+	}
+	require.Equal(t, []string{"workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded",
+		"workspace.file.referenced", "turn.completed"}, order)
+}
+
+// TestWorkspaceEnvelopesInOutbox: workspace events as the outbox stores
+// them (stateEvents, then the store's sanitiser and envelope) keep their
+// exact payloads and validate against the reference schema; a credential
+// in diff text is redacted, the counts kept.
+func TestWorkspaceEnvelopesInOutbox(t *testing.T) {
+	schemas := prpschema.Load(t)
+	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
+	require.NoError(t, err)
+	defer st.Close()
+	secret := "ghp_" + strings.Repeat("a", 36)
+	h := workspace.NewHarness("pturn-1", workspace.NewBudget(workspace.WorkspaceDiffBudget, time.Now), func(s string) string { return s })
+	old := "x\n"
+	h.AddDiff("env.sh", &old, "TOKEN="+secret+"\n")
+	cs := h.Snapshot()
+	done := cs
+	done.Complete = true
+	evs := []provider.Event{
+		{EventType: "workspace.change.updated", Priority: 2, TurnID: "pturn-1", ItemID: "item-9", Payload: cs.Payload()},
+		{EventType: "workspace.diff.recorded", Priority: 1, TurnID: "pturn-1", Payload: done.Payload()},
+	}
+	events, err := stateEvents(evs)
+	require.NoError(t, err)
+	before := len(st.Unacked())
+	require.NoError(t, st.Update(func(tx *state.Tx) error {
+		for _, e := range events {
+			if _, err := tx.Enqueue(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	stored := st.Unacked()[before:]
+	require.Len(t, stored, 2, "snapshots are never coalesced")
+	for _, e := range stored {
+		raw, err := e.Wire(1)
+		require.NoError(t, err)
+		var whole struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &whole))
+		require.NoError(t, prpschema.Validate(schemas.EventV1, whole.Payload), "event %s", whole.Payload)
+		require.NotContains(t, string(whole.Payload), secret)
+		require.NotContains(t, string(whole.Payload), `"providerTurnId"`)
+		require.Contains(t, string(whole.Payload), `"additions":1`)
+	}
+}
