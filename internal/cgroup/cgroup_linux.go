@@ -38,9 +38,14 @@ const (
 )
 
 // KillWait bounds the wait for "populated 0" after cgroup.kill: SIGKILL
-// needs no cooperation, so only a task stuck in the kernel (D state)
-// takes longer.
-const KillWait = 2 * time.Second
+// needs no cooperation, so only a task stuck in the kernel (D state), or
+// one a loaded machine has not scheduled yet to exit, takes longer. A
+// CI run with a load average above 10 once needed more than 2 s.
+const KillWait = 5 * time.Second
+
+// rekillEvery re-arms cgroup.kill while End waits, should a task have
+// slipped past the first one.
+const rekillEvery = 500 * time.Millisecond
 
 // ErrNotCgroup refuses a recorded path that is not a cgroup this package
 // made (Cleanup reads it from a file on disk).
@@ -324,10 +329,14 @@ func (c *Cgroup) End() error {
 		return err
 	}
 	if pop {
-		if err := c.Kill(); err != nil {
-			return err
+		empty := false
+		for waited := time.Duration(0); !empty && waited < KillWait; waited += rekillEvery {
+			if err := c.Kill(); err != nil {
+				return err
+			}
+			empty = c.WaitEmpty(min(rekillEvery, KillWait-waited))
 		}
-		if !c.WaitEmpty(KillWait) {
+		if !empty {
 			return fmt.Errorf("cgroup %s still populated %v after cgroup.kill", c.path, KillWait)
 		}
 	}
