@@ -297,11 +297,15 @@ func (c *Cgroup) eventValue(file, key string) (uint64, error) {
 func (c *Cgroup) Kill() error { return c.writeFile(killFile, "1") }
 
 // WaitEmpty waits up to d for "populated 0"; it reports whether the
-// cgroup is empty.
+// cgroup is empty. A cgroup that vanished meanwhile (another pcwrap's sweep
+// removes an empty one whose creator is gone) is empty.
 func (c *Cgroup) WaitEmpty(d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
 		pop, err := c.Populated()
+		if gone(err) {
+			return true
+		}
 		if err != nil || !pop {
 			return err == nil
 		}
@@ -310,6 +314,11 @@ func (c *Cgroup) WaitEmpty(d time.Duration) bool {
 		}
 		time.Sleep(killRetry)
 	}
+}
+
+// gone reports an error of a control file whose cgroup was removed.
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV)
 }
 
 // Remove removes the (empty) cgroup directory.
@@ -325,13 +334,18 @@ func (c *Cgroup) Remove() error {
 // when the cgroup did not empty.
 func (c *Cgroup) End() error {
 	pop, err := c.Populated()
+	if gone(err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	if pop {
 		empty := false
 		for waited := time.Duration(0); !empty && waited < KillWait; waited += rekillEvery {
-			if err := c.Kill(); err != nil {
+			if err := c.Kill(); gone(err) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 			empty = c.WaitEmpty(min(rekillEvery, KillWait-waited))

@@ -171,3 +171,13 @@ func TestCreateSweepsStaleCgroups(t *testing.T) {
 	assert.NoDirExists(t, stale)
 	assert.DirExists(t, c.Path(), "this process runs: its cgroup stays")
 }
+
+// TestEndOfAVanishedCgroup: a cgroup another pcwrap's sweep removed while
+// its owner (runnerd's cleanup of a dead wrapper) was ending it counts as
+// ended, not as one that stayed populated.
+func TestEndOfAVanishedCgroup(t *testing.T) {
+	c := writable(t)
+	require.NoError(t, c.Remove()) // the sweep's rmdir
+	require.True(t, c.WaitEmpty(time.Millisecond))
+	require.NoError(t, c.End())
+}
