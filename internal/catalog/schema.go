@@ -30,12 +30,17 @@ func (noLoader) Load(string) (any, error) { return nil, errOutsideRef }
 
 // ecmaRegexp is a pattern compiled as an ECMAScript regular expression with
 // the u flag (the server compiles patterns with Ajv, whose unicodeRegExp
-// option is on by default), bounded by patternTimeout. A match that
-// times out counts as no match: the input is refused rather than waited on.
+// option is on by default), bounded by patternTimeout. The bound is wall
+// clock, and a loaded machine can deschedule even a trivial match for that
+// long, so a match that times out is tried once more; a second timeout
+// counts as no match: the input is refused rather than waited on.
 type ecmaRegexp struct{ re *regexp2.Regexp }
 
 func (r ecmaRegexp) MatchString(s string) bool {
 	ok, err := r.re.MatchString(s)
+	if err != nil {
+		ok, err = r.re.MatchString(s)
+	}
 	return err == nil && ok
 }
 
