@@ -13,14 +13,17 @@ import (
 )
 
 // maxUncommittedBatches bounds the batches prepared but not yet durable.
-// At the bound the event reader stops taking event files (the flow control
-// of prp.md §8.5 one step earlier: a file stays on disk, never dropped)
-// until the committer catches up. Commands and provider callbacks always
-// get in, since whoever holds Manager.mu never waits for the committer; they
-// come one at a time, so the queue exceeds the bound by a few at most. Four
-// lets the reader prepare the next batch while one is being written,
-// without letting a burst of files run far ahead of the disk.
-const maxUncommittedBatches = 4
+// At the bound the event reader stops taking event files (a file stays on
+// disk, never dropped) until the committer catches up. Commands and
+// provider callbacks always get in, since whoever holds Manager.mu never
+// waits for the committer; they come one at a time, so the queue exceeds
+// the bound by a few at most. One, so that prp.md §8.5's flow control
+// (provider output is taken once everything sent is acknowledged) counts
+// the reader's last batch as sent: with room for more, the reader ran
+// ahead of its own ACK wait and split a backlog into more, smaller writes
+// (BenchmarkAgentMessageOnWire: about 7% more runnerd CPU per message at
+// four).
+const maxUncommittedBatches = 1
 
 // batch is one durable step of the agent, prepared under Manager.mu and
 // made durable by the committer: the record and the events in one write

@@ -273,10 +273,12 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if err := ctx.Err(); err != nil {
 		return err // stopping: leave the rest unread
 	}
-	if err := m.awaitDrained(ctx); err != nil {
+	// Room first: the flow control below sees the reader's last batch
+	// only once it is durable.
+	if err := m.commits.awaitRoom(ctx); err != nil {
 		return err
 	}
-	if err := m.commits.awaitRoom(ctx); err != nil {
+	if err := m.awaitDrained(ctx); err != nil {
 		return err
 	}
 	m.mu.Lock()
