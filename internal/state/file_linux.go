@@ -66,6 +66,11 @@ type dirHandle struct {
 	noExchange bool
 	// clk times the pauses between write attempts; nil means the system clock.
 	clk clock.Clock
+	// leftovers name the files that a swap moved out of FileName when the
+	// directory sync after it failed: each may still be the state file on
+	// disk until a later write's directory sync succeeds, which removes
+	// them (a full disk retries many times; each holds a copy of the state).
+	leftovers []string
 	// fault, when set (tests), is consulted before each syscall of a write
 	// with its name; a non-nil result stands in for that syscall's error.
 	fault func(op string) error
@@ -198,7 +203,8 @@ func (d *dirHandle) read(limit int64) ([]byte, error) {
 // A transient failure (transientWriteErr) is retried up to writeAttempts
 // times with doubling pauses; each failed attempt has removed its temp
 // file, and the previous state file is untouched until a rename succeeds.
-// Any other failure (ENOSPC, EIO, ...) returns at once.
+// Any other failure (ENOSPC, EIO, ...) returns at once: the store decides
+// whether a full disk is waited out (Store.commit).
 func (d *dirHandle) write(b []byte) error {
 	pause := writeRetryBase
 	for attempt := 1; ; attempt++ {
@@ -351,21 +357,31 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 		d.release(d.cur)
 		d.cur = fd
 	}
-	if err := d.injected("fsync dir"); err != nil {
-		d.release(spareFD)
-		return fmt.Errorf("fsync state dir: %w", err)
+	err = d.injected("fsync dir")
+	if err == nil {
+		err = unix.Fsync(d.fd)
 	}
-	if err := unix.Fsync(d.fd); err != nil {
+	if err != nil {
 		// The swap happened; its directory entries may not be durable,
 		// so the file under name may still be the state file on disk:
-		// it is neither reused nor removed (Open removes it). Report it:
-		// the caller must not send.
+		// it is neither reused nor removed until a directory sync
+		// succeeds (Open removes it after a crash). Report it: the caller
+		// must not send.
 		d.release(spareFD)
+		if exchanged {
+			d.leftovers = append(d.leftovers, name)
+		}
 		return fmt.Errorf("fsync state dir: %w", err)
 	}
 	if exchanged {
 		d.spare, d.spareFD = name, spareFD
 	}
+	// FileName's entry is durable: an older swap's leftovers are no
+	// longer the state file on disk.
+	for _, n := range d.leftovers {
+		_ = unix.Unlinkat(d.fd, n, 0)
+	}
+	d.leftovers = nil
 	return nil
 }
 
@@ -373,6 +389,9 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 // FileName exists and the file system supports it (exchanged: the old
 // state file is now under name), else a rename over it.
 func (d *dirHandle) swap(name string) (exchanged bool, err error) {
+	if err := d.injected("rename"); err != nil {
+		return false, fmt.Errorf("renameat state file: %w", err)
+	}
 	if !d.noExchange {
 		err := unix.Renameat2(d.fd, name, d.fd, FileName, unix.RENAME_EXCHANGE)
 		switch {

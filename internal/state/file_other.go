@@ -3,6 +3,8 @@
 package state
 
 import (
+	"github.com/pcrunner/pcrunner/internal/clock"
+
 	"errors"
 	"fmt"
 )
@@ -15,7 +17,10 @@ const tempPrefix = "." + FileName + ".tmp-"
 // padBlock: no padding where there is no file discipline.
 const padBlock = 0
 
-type dirHandle struct{ path string }
+type dirHandle struct {
+	path string
+	clk  clock.Clock
+}
 
 func openDir(path string) (*dirHandle, error) {
 	return nil, fmt.Errorf("open state dir: %w", errors.ErrUnsupported)
