@@ -18,8 +18,9 @@ const tempPrefix = "." + FileName + ".tmp-"
 const padBlock = 0
 
 type dirHandle struct {
-	path string
-	clk  clock.Clock
+	path  string
+	clk   clock.Clock
+	fault func(op string) error
 }
 
 func openDir(path string) (*dirHandle, error) {

@@ -77,6 +77,11 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives lifecycle facts, never payloads; nil discards.
 	Logger *slog.Logger
+	// WriteFault (tests only) is consulted before each step of a state
+	// write with the step's name ("openat", "write", "fdatasync",
+	// "rename", "fsync dir"); a non-nil result stands in for that step's
+	// error. Nil in production.
+	WriteFault func(op string) error
 }
 
 // Summary is the lock-free view a PRP pong needs (prp.md §3.2).
@@ -195,7 +200,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir.clk = cfg.Clock
+	dir.clk, dir.fault = cfg.Clock, cfg.WriteFault
 	s := &Store{cfg: cfg, log: log.With("component", "state"), dir: dir, abort: make(chan struct{})}
 	if err := s.load(); err != nil {
 		dir.close()
