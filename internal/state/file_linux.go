@@ -473,3 +473,112 @@ func (d *dirHandle) removeStaleTemps() error {
 	}
 	return nil
 }
+
+// Reading the state of a live runnerd from outside (Dump).
+const (
+	// maxInspectBytes bounds the state file an inspection reads: the
+	// largest outbox the server configures (16 MiB) plus the state's
+	// overhead allowance, with room to spare.
+	maxInspectBytes = 64 * 1024 * 1024
+	// inspectAttempts bounds the re-reads of a file a live runnerd changed
+	// while it was being read.
+	inspectAttempts = 8
+)
+
+// errStateChanging: every inspection attempt saw the file change under it.
+var errStateChanging = errors.New("runner state kept changing while being read")
+
+// openDirReadOnly opens an existing state directory for reading only: it
+// never creates the directory or changes its mode, and refuses what
+// openDir refuses (a symlink, not a directory, another user's).
+func openDirReadOnly(path string) (*dirHandle, error) {
+	if path == "" {
+		return nil, fmt.Errorf("open state dir: %w: empty path", errUnsafePath)
+	}
+	fd, err := unix.Open(filepath.Clean(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+		return nil, fmt.Errorf("open state dir: %w: not a real directory", errUnsafePath)
+	case err != nil:
+		return nil, fmt.Errorf("open state dir: %w", err)
+	}
+	d := &dirHandle{fd: fd, path: path, cur: -1, spareFD: -1}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		d.close()
+		return nil, fmt.Errorf("fstat state dir: %w", err)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		d.close()
+		return nil, fmt.Errorf("open state dir: %w: owned by another user", errUnsafePath)
+	}
+	return d, nil
+}
+
+// readConsistent reads the state file like read, but from a runnerd that
+// may be writing: a write overwrites the previous write's file in place
+// before swapping it back in, so a reader that opened that inode could see
+// a mix. The read is kept only when the inode's change and modification
+// times and size are the same after it as before, and the inode is still
+// FileName; otherwise it is redone, at most inspectAttempts times.
+func (d *dirHandle) readConsistent(limit int64) ([]byte, error) {
+	for range inspectAttempts {
+		fd, err := unix.Openat(d.fd, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			switch {
+			case errors.Is(err, unix.ENOENT):
+				return nil, os.ErrNotExist
+			case errors.Is(err, unix.ELOOP):
+				return nil, fmt.Errorf("open state file: %w: symlink", errUnsafePath)
+			}
+			return nil, fmt.Errorf("openat state file: %w", err)
+		}
+		b, ok, err := d.readStable(fd, limit)
+		_ = unix.Close(fd)
+		if err != nil || ok {
+			return b, err
+		}
+	}
+	return nil, fmt.Errorf("read state file: %w (%d attempts)", errStateChanging, inspectAttempts)
+}
+
+// readStable reads the open state file fd; ok is false when it changed
+// during the read.
+func (d *dirHandle) readStable(fd int, limit int64) (b []byte, ok bool, err error) {
+	var before, after, named unix.Stat_t
+	if err := unix.Fstat(fd, &before); err != nil {
+		return nil, false, fmt.Errorf("fstat state file: %w", err)
+	}
+	if before.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, false, fmt.Errorf("open state file: %w: not a regular file", errUnsafePath)
+	}
+	if int(before.Uid) != os.Geteuid() {
+		return nil, false, fmt.Errorf("open state file: %w: owned by another user", errUnsafePath)
+	}
+	if before.Size > limit {
+		return nil, false, fmt.Errorf("read state file: %w", errStateTooLarge)
+	}
+	b = make([]byte, before.Size)
+	for off := 0; off < len(b); {
+		n, err := unix.Pread(fd, b[off:], int64(off))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("read state file: %w", err)
+		}
+		if n == 0 {
+			return nil, false, nil // shrank: changed
+		}
+		off += n
+	}
+	if err := unix.Fstat(fd, &after); err != nil {
+		return nil, false, fmt.Errorf("fstat state file: %w", err)
+	}
+	if err := unix.Fstatat(d.fd, FileName, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, false, nil // swapped out and not yet back
+	}
+	same := before.Ctim == after.Ctim && before.Mtim == after.Mtim && before.Size == after.Size &&
+		named.Ino == before.Ino && named.Dev == before.Dev
+	return b, same, nil
+}
