@@ -116,6 +116,11 @@ type ClientConfig struct {
 	// released here, since its routine must end for Run to return. It runs
 	// on Run's goroutine and must not block.
 	OnEnding func(err error)
+	// HoldReconnect, when set, is asked before each dial (dial mode):
+	// while it reports true, the client does not connect, so it neither
+	// authenticates nor renews the lease, and the lease's expiry and the
+	// lifetime deadline still end Run. It must not block.
+	HoldReconnect func() bool
 
 	Logger *slog.Logger
 	Rand   io.Reader
@@ -700,6 +705,9 @@ func (c *Client) handshakeFailed(err error) (fatal bool) {
 	return false
 }
 
+// holdReconnectPoll is how often a held dial loop asks HoldReconnect again.
+const holdReconnectPoll = 100 * time.Millisecond
+
 func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan<- *Conn) {
 	bo := backoff{Base: c.cfg.ReconnectDelay}
 	first := true
@@ -715,6 +723,11 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 		}
 		first = false
 		for {
+			for c.cfg.HoldReconnect != nil && c.cfg.HoldReconnect() {
+				if !sleepCtx(ctx, c.clk, holdReconnectPoll) {
+					return
+				}
+			}
 			conn, err := c.dialOnce(ctx)
 			if err == nil {
 				bo.Reset()

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
@@ -132,5 +134,31 @@ func TestDurability18_FreshStopUnderPressure(t *testing.T) {
 		require.Nil(t, s.Results[cmd.CommandID], "no invented result")
 		require.Nil(t, s.Results[stop.CommandID], "no invented result")
 		_ = h.readState()
+	})
+}
+
+// TestDurability19_DropUnderPressureLeaseExpires (scenario 19): the
+// connection drops during the wait; runnerd does not reconnect (so it
+// does not renew), the lease expires and ends the wait: the runner exits
+// with lease_expired and the state file is as it was before the wait.
+func TestDurability19_DropUnderPressureLeaseExpires(t *testing.T) {
+	simTest(t, func(c *control.Config) { c.LeaseTTL = pressureLease }, func(t *testing.T, h *harness) {
+		var full atomic.Bool
+		var effects atomic.Int32
+		run, cmd := startUnderPressure(t, h, &full, &effects)
+		before, err := readFile(filepath.Join(h.stateDir, state.FileName))
+		require.NoError(t, err)
+		auths := h.core.Snapshot().Authentications
+		h.core.DropCurrent()
+		time.Sleep(pressureLease) // the lease's remaining time at most
+		err = run.wait(t)
+		require.ErrorIs(t, err, config.ErrLeaseExpired)
+		s := h.core.Snapshot()
+		require.Equal(t, auths, s.Authentications, "no reconnect during the wait")
+		require.Nil(t, s.Results[cmd.CommandID])
+		require.Zero(t, effects.Load())
+		after, err := readFile(filepath.Join(h.stateDir, state.FileName))
+		require.NoError(t, err)
+		require.Equal(t, before, after, "state file intact")
 	})
 }

@@ -170,6 +170,9 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		OnControl: r.onControl,
 		OnLost:    r.onLost,
 		OnEnding:  r.onEnding,
+		// durability.md §6.2 item 4: no reconnect while a write waits for
+		// disk space (the lease's expiry ends the wait instead).
+		HoldReconnect: func() bool { return r.store.Summary().DiskFull },
 
 		OnCommandArrived: r.onCommandArrived,
 		Logger:           logger,
