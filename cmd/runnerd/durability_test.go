@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -103,4 +104,56 @@ func TestDurability21_StorageOperationsUnsupported(t *testing.T) {
 		require.Equal(t, config.ExitUsage, r.code, "%q", args)
 		require.Regexp(t, `^paperclip-runnerd: usage: storage [^\n]+\n$`, r.stderr)
 	}
+}
+
+// TestStateDump: `paperclip-runnerd state dump --state-dir DIR` prints the
+// state a stopped runnerd left (header, outbox, records) with no ticket,
+// exit 0, and changes nothing in the directory; a directory without a
+// state is one clear stderr line, exit 1, and is not created.
+func TestStateDump(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	dir := t.TempDir()
+	r := runBin(t, bin, []string{config.BootstrapTicketEnv + "=" + secretTicket}, idleListenArgs(dir)...)
+	require.Equal(t, config.ExitOK, r.code, "stderr: %s", r.stderr)
+	before := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		fi, err := e.Info()
+		require.NoError(t, err)
+		before[e.Name()] = fi.ModTime().String() + string(b)
+	}
+
+	r = runBin(t, bin, nil, "state", "dump", "--state-dir", dir)
+	require.Equal(t, config.ExitOK, r.code, "stderr: %s", r.stderr)
+	require.Empty(t, r.stderr)
+	require.Regexp(t, `(?m)^runId: +"`+regexp.QuoteMeta(runID)+`"$`, r.stdout)
+	require.Regexp(t, `(?m)^lifecycle: +"[a-z_]+"$`, r.stdout)
+	require.Regexp(t, `(?m)^outbox: \d+ events, \d+ bytes$`, r.stdout)
+	require.Regexp(t, `(?m)^records: \d+$`, r.stdout)
+
+	after := map[string]string{}
+	entries, err = os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		fi, err := e.Info()
+		require.NoError(t, err)
+		after[e.Name()] = fi.ModTime().String() + string(b)
+	}
+	require.Equal(t, before, after, "the dump changes nothing")
+
+	missing := filepath.Join(t.TempDir(), "missing")
+	r = runBin(t, bin, nil, "state", "dump", "--state-dir", missing)
+	require.Equal(t, config.ExitFailure, r.code)
+	require.Regexp(t, `^paperclip-runnerd: runner_failed: state dump: [^\n]+\n$`, r.stderr)
+	require.Empty(t, r.stdout)
+	require.NoDirExists(t, missing)
+
+	r = runBin(t, bin, nil, "state", "dump")
+	require.Equal(t, config.ExitUsage, r.code)
+	require.Regexp(t, `^paperclip-runnerd: usage: --state-dir: [^\n]+\n$`, r.stderr)
 }

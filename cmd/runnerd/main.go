@@ -19,6 +19,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/logging"
 	"github.com/pcrunner/pcrunner/internal/runner"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
+	"github.com/pcrunner/pcrunner/internal/state"
 )
 
 func main() {
@@ -53,6 +54,11 @@ func run(args []string, ticket *config.BootstrapTicket, ticketErr error, stdout,
 		// Every storage operation belongs to the reference's indexed store,
 		// which runnerd does not keep (durability.md §7.3, §8.1).
 		return fail(stderr, config.StorageUnsupported(cfg.StorageOperation))
+	case cfg.Mode == config.ModeStateDump:
+		if err := state.Dump(cfg.StateDir, stdout); err != nil {
+			return fail(stderr, config.NewError(config.CodeRunnerFailed, "state dump", err))
+		}
+		return config.ExitOK
 	case ticketErr != nil:
 		return fail(stderr, ticketErr)
 	case !ticket.Present():

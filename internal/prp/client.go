@@ -104,6 +104,23 @@ type ClientConfig struct {
 	// connection supersedes it). It runs on the supervisor goroutine, so it
 	// may overlap an OnControl call, and must not block.
 	OnLost func(err error)
+	// OnCommandArrived sees every command frame the reader accepts, as it
+	// arrives, before it queues behind the command running on the command
+	// routine: the place to notice a stop that must preempt a command
+	// blocked on something other than ctx. It runs on the reader goroutine
+	// and must not block; it may not keep env.
+	OnCommandArrived func(env *Envelope)
+	// OnEnding receives the error Run is about to return, once, before Run
+	// waits for the routines of the current connection: a hook blocked on
+	// something other than ctx (a state write waiting for disk space) is
+	// released here, since its routine must end for Run to return. It runs
+	// on Run's goroutine and must not block.
+	OnEnding func(err error)
+	// HoldReconnect, when set, is asked before each dial (dial mode):
+	// while it reports true, the client does not connect, so it neither
+	// authenticates nor renews the lease, and the lease's expiry and the
+	// lifetime deadline still end Run. It must not block.
+	HoldReconnect func() bool
 
 	Logger *slog.Logger
 	Rand   io.Reader
@@ -396,6 +413,9 @@ func (c *Client) inspect(sess *Session, pt []byte) (FrameAction, *Envelope, erro
 		c.failFatal(rev)
 		return 0, nil, rev
 	}
+	if env.Kind == KindCommand && c.cfg.OnCommandArrived != nil {
+		c.cfg.OnCommandArrived(env)
+	}
 	return FrameForward, env, nil // json.Unmarshal copied every field: env owns its memory
 }
 
@@ -430,7 +450,7 @@ func (c *Client) applyRenewed(env *Envelope) error {
 // ErrReconnectGraceExceeded, ErrReconnectDeadlineExceeded, ErrTicketConsumed
 // (fail closed), an error from a hook, or ctx's end. State (the outbox, the
 // journal) is the caller's and is never touched here.
-func (c *Client) Run(ctx context.Context) error {
+func (c *Client) Run(ctx context.Context) (runErr error) {
 	ctx, cancel := context.WithCancel(ctx)
 	authed := make(chan *Conn)
 	s := &supervisor{c: c, need: make(chan struct{}, 1), d: &dispatcher{kick: make(chan struct{}, 1)}}
@@ -445,6 +465,9 @@ func (c *Client) Run(ctx context.Context) error {
 
 	defer func() {
 		cancel()
+		if c.cfg.OnEnding != nil {
+			c.cfg.OnEnding(runErr)
+		}
 		if s.cur != nil {
 			s.cur.l.close(nil)
 		}
@@ -682,6 +705,9 @@ func (c *Client) handshakeFailed(err error) (fatal bool) {
 	return false
 }
 
+// holdReconnectPoll is how often a held dial loop asks HoldReconnect again.
+const holdReconnectPoll = 100 * time.Millisecond
+
 func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan<- *Conn) {
 	bo := backoff{Base: c.cfg.ReconnectDelay}
 	first := true
@@ -697,6 +723,11 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 		}
 		first = false
 		for {
+			for c.cfg.HoldReconnect != nil && c.cfg.HoldReconnect() {
+				if !sleepCtx(ctx, c.clk, holdReconnectPoll) {
+					return
+				}
+			}
 			conn, err := c.dialOnce(ctx)
 			if err == nil {
 				bo.Reset()

@@ -100,7 +100,7 @@ func (r *loop) stopExecutor(orderly bool) {
 // orderlyStop reports whether the loop's outcome shuts the executor down
 // (prp.md §5, §6.1, §7.4, §13) rather than leaving it for re-adoption.
 func orderlyStop(outcome error) bool {
-	return outcome == nil || errors.Is(outcome, config.ErrLeaseExpired) ||
+	return outcome == nil || outcome == errStopUnderPressure || errors.Is(outcome, config.ErrLeaseExpired) ||
 		errors.Is(outcome, config.ErrReconnectGraceExceeded) || errors.Is(outcome, config.ErrReconnectDeadlineExceeded)
 }
 

@@ -86,6 +86,9 @@ type options struct {
 	// Resolver, in dial mode, resolves the --connect-url host instead of
 	// the system's (tests). Run sets none.
 	Resolver prp.Resolver
+	// StoreFault injects state write failures (state.Config.WriteFault;
+	// tests only). Run sets none.
+	StoreFault func(op string) error
 }
 
 // runLoop is Run without the stderr line: it returns nil for every clean
@@ -121,6 +124,7 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		Dir: cfg.StateDir, Identity: cfg.Identity,
 		MaxOutboxBytes: int(cfg.MaxOutboxBytes), P0ReserveBytes: int(cfg.P0ReserveBytes),
 		MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger, Clock: opts.Clock,
+		WriteFault: opts.StoreFault,
 	})
 	switch {
 	case errors.Is(err, state.ErrExitNow):
@@ -165,8 +169,14 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		},
 		OnControl: r.onControl,
 		OnLost:    r.onLost,
-		Logger:    logger,
-		Clock:     r.clk,
+		OnEnding:  r.onEnding,
+		// durability.md §6.2 item 4: no reconnect while a write waits for
+		// disk space (the lease's expiry ends the wait instead).
+		HoldReconnect: func() bool { return r.store.Summary().DiskFull },
+
+		OnCommandArrived: r.onCommandArrived,
+		Logger:           logger,
+		Clock:            r.clk,
 	}
 	if cfg.HasReconnectGrace {
 		ccfg.ReconnectGrace = cfg.ReconnectGrace
@@ -252,6 +262,12 @@ func (r *loop) exitFor(ctx context.Context, err error) error {
 			return tx.Revoke(uint64(max(rev.Epoch, 0)), uint64(max(rev.LeaseEpoch, 0)))
 		})
 		switch {
+		case errors.Is(uerr, state.ErrWriteAborted):
+			// Revoked while a write waited for disk space: the core no
+			// longer honours this lease, so the agents stop and the
+			// process exits without the revoked lifecycle on disk.
+			r.log.Warn("lease revoked while the disk is full; revoked lifecycle not persisted", "err", uerr)
+			return nil
 		case errors.Is(uerr, state.ErrRevokeNotAdvancing):
 			// Below an epoch this state already honoured: a replayed revoke.
 			return config.NewError(config.CodeRunnerFailed, "protocol error: revoke did not advance the stored revocation epoch", nil)

@@ -51,6 +51,9 @@ var (
 	// ErrExitNow: the loaded state is revoked, or stopped with no pending
 	// fence (§9.4). The caller MUST exit 0 at once without connecting.
 	ErrExitNow = errors.New("runner state is final; exit now")
+	// ErrWriteAborted: Abort ended a write's wait for disk space; the
+	// state committed before that write is what the disk holds.
+	ErrWriteAborted = errors.New("state write abandoned while waiting for disk space")
 	// errClosed: the store was closed.
 	errClosed = errors.New("state store is closed")
 )

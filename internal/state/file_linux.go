@@ -66,6 +66,11 @@ type dirHandle struct {
 	noExchange bool
 	// clk times the pauses between write attempts; nil means the system clock.
 	clk clock.Clock
+	// leftovers name the files that a swap moved out of FileName when the
+	// directory sync after it failed: each may still be the state file on
+	// disk until a later write's directory sync succeeds, which removes
+	// them (a full disk retries many times; each holds a copy of the state).
+	leftovers []string
 	// fault, when set (tests), is consulted before each syscall of a write
 	// with its name; a non-nil result stands in for that syscall's error.
 	fault func(op string) error
@@ -198,7 +203,8 @@ func (d *dirHandle) read(limit int64) ([]byte, error) {
 // A transient failure (transientWriteErr) is retried up to writeAttempts
 // times with doubling pauses; each failed attempt has removed its temp
 // file, and the previous state file is untouched until a rename succeeds.
-// Any other failure (ENOSPC, EIO, ...) returns at once.
+// Any other failure (ENOSPC, EIO, ...) returns at once: the store decides
+// whether a full disk is waited out (Store.commit).
 func (d *dirHandle) write(b []byte) error {
 	pause := writeRetryBase
 	for attempt := 1; ; attempt++ {
@@ -351,21 +357,31 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 		d.release(d.cur)
 		d.cur = fd
 	}
-	if err := d.injected("fsync dir"); err != nil {
-		d.release(spareFD)
-		return fmt.Errorf("fsync state dir: %w", err)
+	err = d.injected("fsync dir")
+	if err == nil {
+		err = unix.Fsync(d.fd)
 	}
-	if err := unix.Fsync(d.fd); err != nil {
+	if err != nil {
 		// The swap happened; its directory entries may not be durable,
 		// so the file under name may still be the state file on disk:
-		// it is neither reused nor removed (Open removes it). Report it:
-		// the caller must not send.
+		// it is neither reused nor removed until a directory sync
+		// succeeds (Open removes it after a crash). Report it: the caller
+		// must not send.
 		d.release(spareFD)
+		if exchanged {
+			d.leftovers = append(d.leftovers, name)
+		}
 		return fmt.Errorf("fsync state dir: %w", err)
 	}
 	if exchanged {
 		d.spare, d.spareFD = name, spareFD
 	}
+	// FileName's entry is durable: an older swap's leftovers are no
+	// longer the state file on disk.
+	for _, n := range d.leftovers {
+		_ = unix.Unlinkat(d.fd, n, 0)
+	}
+	d.leftovers = nil
 	return nil
 }
 
@@ -373,6 +389,9 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 // FileName exists and the file system supports it (exchanged: the old
 // state file is now under name), else a rename over it.
 func (d *dirHandle) swap(name string) (exchanged bool, err error) {
+	if err := d.injected("rename"); err != nil {
+		return false, fmt.Errorf("renameat state file: %w", err)
+	}
 	if !d.noExchange {
 		err := unix.Renameat2(d.fd, name, d.fd, FileName, unix.RENAME_EXCHANGE)
 		switch {
@@ -453,4 +472,113 @@ func (d *dirHandle) removeStaleTemps() error {
 		}
 	}
 	return nil
+}
+
+// Reading the state of a live runnerd from outside (Dump).
+const (
+	// maxInspectBytes bounds the state file an inspection reads: the
+	// largest outbox the server configures (16 MiB) plus the state's
+	// overhead allowance, with room to spare.
+	maxInspectBytes = 64 * 1024 * 1024
+	// inspectAttempts bounds the re-reads of a file a live runnerd changed
+	// while it was being read.
+	inspectAttempts = 8
+)
+
+// errStateChanging: every inspection attempt saw the file change under it.
+var errStateChanging = errors.New("runner state kept changing while being read")
+
+// openDirReadOnly opens an existing state directory for reading only: it
+// never creates the directory or changes its mode, and refuses what
+// openDir refuses (a symlink, not a directory, another user's).
+func openDirReadOnly(path string) (*dirHandle, error) {
+	if path == "" {
+		return nil, fmt.Errorf("open state dir: %w: empty path", errUnsafePath)
+	}
+	fd, err := unix.Open(filepath.Clean(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+		return nil, fmt.Errorf("open state dir: %w: not a real directory", errUnsafePath)
+	case err != nil:
+		return nil, fmt.Errorf("open state dir: %w", err)
+	}
+	d := &dirHandle{fd: fd, path: path, cur: -1, spareFD: -1}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		d.close()
+		return nil, fmt.Errorf("fstat state dir: %w", err)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		d.close()
+		return nil, fmt.Errorf("open state dir: %w: owned by another user", errUnsafePath)
+	}
+	return d, nil
+}
+
+// readConsistent reads the state file like read, but from a runnerd that
+// may be writing: a write overwrites the previous write's file in place
+// before swapping it back in, so a reader that opened that inode could see
+// a mix. The read is kept only when the inode's change and modification
+// times and size are the same after it as before, and the inode is still
+// FileName; otherwise it is redone, at most inspectAttempts times.
+func (d *dirHandle) readConsistent(limit int64) ([]byte, error) {
+	for range inspectAttempts {
+		fd, err := unix.Openat(d.fd, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			switch {
+			case errors.Is(err, unix.ENOENT):
+				return nil, os.ErrNotExist
+			case errors.Is(err, unix.ELOOP):
+				return nil, fmt.Errorf("open state file: %w: symlink", errUnsafePath)
+			}
+			return nil, fmt.Errorf("openat state file: %w", err)
+		}
+		b, ok, err := d.readStable(fd, limit)
+		_ = unix.Close(fd)
+		if err != nil || ok {
+			return b, err
+		}
+	}
+	return nil, fmt.Errorf("read state file: %w (%d attempts)", errStateChanging, inspectAttempts)
+}
+
+// readStable reads the open state file fd; ok is false when it changed
+// during the read.
+func (d *dirHandle) readStable(fd int, limit int64) (b []byte, ok bool, err error) {
+	var before, after, named unix.Stat_t
+	if err := unix.Fstat(fd, &before); err != nil {
+		return nil, false, fmt.Errorf("fstat state file: %w", err)
+	}
+	if before.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, false, fmt.Errorf("open state file: %w: not a regular file", errUnsafePath)
+	}
+	if int(before.Uid) != os.Geteuid() {
+		return nil, false, fmt.Errorf("open state file: %w: owned by another user", errUnsafePath)
+	}
+	if before.Size > limit {
+		return nil, false, fmt.Errorf("read state file: %w", errStateTooLarge)
+	}
+	b = make([]byte, before.Size)
+	for off := 0; off < len(b); {
+		n, err := unix.Pread(fd, b[off:], int64(off))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("read state file: %w", err)
+		}
+		if n == 0 {
+			return nil, false, nil // shrank: changed
+		}
+		off += n
+	}
+	if err := unix.Fstat(fd, &after); err != nil {
+		return nil, false, fmt.Errorf("fstat state file: %w", err)
+	}
+	if err := unix.Fstatat(d.fd, FileName, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, false, nil // swapped out and not yet back
+	}
+	same := before.Ctim == after.Ctim && before.Mtim == after.Mtim && before.Size == after.Size &&
+		named.Ino == before.Ino && named.Dev == before.Dev
+	return b, same, nil
 }

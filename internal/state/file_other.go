@@ -3,6 +3,8 @@
 package state
 
 import (
+	"github.com/pcrunner/pcrunner/internal/clock"
+
 	"errors"
 	"fmt"
 )
@@ -15,7 +17,11 @@ const tempPrefix = "." + FileName + ".tmp-"
 // padBlock: no padding where there is no file discipline.
 const padBlock = 0
 
-type dirHandle struct{ path string }
+type dirHandle struct {
+	path  string
+	clk   clock.Clock
+	fault func(op string) error
+}
 
 func openDir(path string) (*dirHandle, error) {
 	return nil, fmt.Errorf("open state dir: %w", errors.ErrUnsupported)
@@ -25,3 +31,11 @@ func (d *dirHandle) close()                           {}
 func (d *dirHandle) read(limit int64) ([]byte, error) { return nil, errors.ErrUnsupported }
 func (d *dirHandle) write(b []byte) error             { return errors.ErrUnsupported }
 func (d *dirHandle) removeStaleTemps() error          { return errors.ErrUnsupported }
+
+func openDirReadOnly(path string) (*dirHandle, error) {
+	return nil, fmt.Errorf("open state dir: %w", errors.ErrUnsupported)
+}
+
+func (d *dirHandle) readConsistent(limit int64) ([]byte, error) { return nil, errors.ErrUnsupported }
+
+const maxInspectBytes = 0

@@ -2,11 +2,16 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -81,24 +86,161 @@ func TestStateWriteGivesUpAfterBoundedRetries(t *testing.T) {
 	})
 }
 
-// TestStateWriteENOSPCIsFatalAndKeepsFile: ENOSPC is not retried: one
-// attempt, the store poisons itself, the previous state file is intact and
-// the temp file is gone.
-func TestStateWriteENOSPCIsFatalAndKeepsFile(t *testing.T) {
-	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
-	s, err := Open(cfg)
-	require.NoError(t, err)
-	require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 1) }))
-	before := readStateFile(t, cfg.Dir)
-	var calls atomic.Int64
-	s.dir.fault = faultN("write", 1<<30, unix.ENOSPC, &calls)
-	err = s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) })
-	require.ErrorIs(t, err, unix.ENOSPC)
-	require.EqualValues(t, 1, calls.Load(), "not retried")
-	require.ErrorIs(t, s.Update(func(tx *Tx) error { return nil }), unix.ENOSPC, "poisoned")
-	require.Equal(t, before, readStateFile(t, cfg.Dir))
-	require.ErrorIs(t, s.Close(), unix.ENOSPC, "Close reports the poison")
-	requireOnlyStateFile(t, cfg.Dir)
+// opLog records every faultable step of the writes, failing the first n
+// calls of op with errno.
+type opLog struct {
+	mu    sync.Mutex // guards ops and fails
+	ops   []string
+	fails int
+}
+
+func (l *opLog) fault(op string, n int, errno error) func(string) error {
+	return func(got string) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.ops = append(l.ops, got)
+		if got == op && l.fails < n {
+			l.fails++
+			return errno
+		}
+		return nil
+	}
+}
+
+func (l *opLog) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ops)
+}
+
+// TestDurability28_FullDiskAtEachStepRedoesWholeWrite (durability.md §11
+// scenario 28, §6.2 item 1): ENOSPC or EDQUOT at the temp file's write,
+// its data sync, the rename or the directory sync blocks the write instead
+// of poisoning the store: the summary reports storage pressure (never the
+// outbox's backpressure), nothing is published, each retry redoes the
+// whole write in a new temp file (every sync follows a write of the same
+// attempt: no lone fsync), and once space returns the write completes and
+// leaves one parseable state file.
+func TestDurability28_FullDiskAtEachStepRedoesWholeWrite(t *testing.T) {
+	const failures = 3
+	for _, errno := range []unix.Errno{unix.ENOSPC, unix.EDQUOT} {
+		for _, op := range []string{"write", "fdatasync", "rename", "fsync dir"} {
+			t.Run(strings.ReplaceAll(op, " ", "_")+"_"+unix.ErrnoName(errno), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					cfg := testConfig(filepath.Join(t.TempDir(), "state"))
+					s, err := Open(cfg)
+					require.NoError(t, err)
+					require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 1) }))
+					var log opLog
+					s.dir.fault = log.fault(op, failures, errno)
+					done := make(chan error, 1)
+					go func() { done <- s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) }) }()
+					synctest.Wait()
+					select {
+					case err := <-done:
+						t.Fatalf("the write returned under pressure: %v", err)
+					default:
+					}
+					sum := s.Summary()
+					require.True(t, sum.StoragePressure)
+					require.True(t, sum.DiskFull)
+					require.NotEqual(t, Backpressure, sum.Lifecycle, "a full disk is not the outbox bound")
+					ok, err := s.Record("n", new(int))
+					require.NoError(t, err)
+					require.True(t, ok)
+					var n int
+					_, _ = s.Record("n", &n)
+					require.Equal(t, 1, n, "nothing is published before it is durable")
+
+					require.NoError(t, <-done, "the write completes once space returns")
+					require.False(t, s.Summary().StoragePressure)
+					_, _ = s.Record("n", &n)
+					require.Equal(t, 2, n)
+
+					// Every attempt after the first starts in a new temp file
+					// and syncs only what it wrote itself.
+					ops := log.snapshot()
+					require.Equal(t, failures, count(ops, "openat"), "one new temp file per retry: %v", ops)
+					attempt := []string{}
+					for _, o := range append(ops, "openat") {
+						if o == "openat" && len(attempt) > 0 {
+							require.Equal(t, "write", attempt[0], "an attempt starts with a write: %v", ops)
+							attempt = attempt[:0]
+						}
+						if o != "openat" {
+							attempt = append(attempt, o)
+						}
+					}
+					require.NoError(t, s.Close())
+					requireOnlyStateFile(t, cfg.Dir)
+					require.NoError(t, json.Unmarshal(recordOf(t, cfg, "n"), &n))
+					require.Equal(t, 2, n)
+				})
+			})
+		}
+	}
+}
+
+func count(ops []string, op string) int {
+	n := 0
+	for _, o := range ops {
+		if o == op {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFullDiskWaitIsAborted: Abort ends a write's wait for space: the write
+// fails with ErrWriteAborted and the cause, the state file keeps the
+// previous contents, and later writes fail at once.
+func TestFullDiskWaitIsAborted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(filepath.Join(t.TempDir(), "state"))
+		s, err := Open(cfg)
+		require.NoError(t, err)
+		require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 1) }))
+		before := readStateFile(t, cfg.Dir)
+		var calls atomic.Int64
+		s.dir.fault = faultN("write", 1<<30, unix.ENOSPC, &calls)
+		done := make(chan error, 1)
+		go func() { done <- s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) }) }()
+		synctest.Wait()
+		require.True(t, s.Summary().StoragePressure)
+		cause := errors.New("revoked")
+		s.Abort(cause)
+		err = <-done
+		require.ErrorIs(t, err, ErrWriteAborted)
+		require.ErrorIs(t, err, cause)
+		require.ErrorIs(t, err, unix.ENOSPC)
+		require.False(t, s.Summary().StoragePressure)
+		require.ErrorIs(t, s.Update(func(tx *Tx) error { return nil }), ErrWriteAborted, "poisoned")
+		require.Equal(t, before, readStateFile(t, cfg.Dir))
+		require.ErrorIs(t, s.Close(), ErrWriteAborted)
+	})
+}
+
+// TestFullDiskWaitIsBounded: a disk that stays full poisons the store after
+// pressureMaxWait, with the full-disk error; the retries are spaced at
+// least pressureRetryFirst apart and at most pressureRetryMax.
+func TestFullDiskWaitIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(filepath.Join(t.TempDir(), "state"))
+		s, err := Open(cfg)
+		require.NoError(t, err)
+		before := readStateFile(t, cfg.Dir)
+		var calls atomic.Int64
+		s.dir.fault = faultN("fdatasync", 1<<30, unix.ENOSPC, &calls)
+		start := time.Now()
+		err = s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) })
+		require.ErrorIs(t, err, unix.ENOSPC)
+		require.Equal(t, pressureMaxWait, time.Since(start))
+		require.Less(t, calls.Load(), int64(pressureMaxWait/pressureRetryFirst))
+		require.Greater(t, calls.Load(), int64(pressureMaxWait/pressureRetryMax))
+		require.ErrorIs(t, s.Update(func(tx *Tx) error { return nil }), unix.ENOSPC, "poisoned")
+		require.Equal(t, before, readStateFile(t, cfg.Dir))
+		_ = s.Close()
+	})
 }
 
 func readStateFile(t *testing.T, dir string) []byte {

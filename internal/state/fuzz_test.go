@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // FuzzLoadState: any file content either loads into a consistent state that
-// re-encodes and reloads to the same state, or fails with a clear error.
+// re-encodes and reloads to the same state, or fails with a clear error;
+// whatever decodes can be dumped.
 func FuzzLoadState(f *testing.F) {
 	cfg := testConfig("")
 	cfg.MaxOutboxBytes, cfg.P0ReserveBytes, cfg.MaxFrameBytes = defaultMaxOutboxBytes, defaultP0ReserveBytes, defaultMaxFrameBytes
@@ -52,6 +54,10 @@ func FuzzLoadState(f *testing.F) {
 				t.Fatalf("decode error does not wrap ErrCorruptState: %v", err)
 			}
 			return
+		}
+		// Whatever decodes, an operator's dump prints (state dump).
+		if err := dumpState(st, len(b), io.Discard); err != nil {
+			t.Fatalf("dump: %v", err)
 		}
 		if err := st.check(cfg); err != nil {
 			if !errors.Is(err, errCorruptState) && !errors.Is(err, errStateBinding) {

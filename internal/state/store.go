@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
@@ -32,6 +33,20 @@ const (
 	// next write; an older cursor after a crash only causes a
 	// byte-identical replay the core deduplicates.
 	ackIdleFlush = 100 * time.Millisecond
+
+	// A state write that meets a full disk (ENOSPC, EDQUOT) is storage
+	// pressure (durability.md §6.2): the write is redone whole from memory
+	// until it succeeds, the wait is aborted (Abort), or pressureMaxWait
+	// has passed, and only then does the store poison itself.
+	// pressureRetryFirst is the first pause (the reference's floor between
+	// attempts is 25 ms); it doubles up to pressureRetryMax.
+	pressureRetryFirst = 25 * time.Millisecond
+	pressureRetryMax   = time.Second
+	// pressureMaxWait bounds one write's wait for space. A lease shorter
+	// than this ends the wait first (Abort on the lease's expiry); the
+	// bound covers a lease the core keeps renewing while the disk stays
+	// full.
+	pressureMaxWait = 30 * time.Minute
 )
 
 // validIdentity checks the six durable identity fields (prp.md §3.2).
@@ -62,6 +77,11 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives lifecycle facts, never payloads; nil discards.
 	Logger *slog.Logger
+	// WriteFault (tests only) is consulted before each step of a state
+	// write with the step's name ("openat", "write", "fdatasync",
+	// "rename", "fsync dir"); a non-nil result stands in for that step's
+	// error. Nil in production.
+	WriteFault func(op string) error
 }
 
 // Summary is the lock-free view a PRP pong needs (prp.md §3.2).
@@ -73,9 +93,13 @@ type Summary struct {
 	// LastControllerCommandSeq and ReconnectCount feed auth_hello.resume.
 	LastControllerCommandSeq uint64
 	ReconnectCount           uint64
-	// StoragePressure is true while the outbox is in backpressure or its P0
-	// reserve is exhausted (pong.storagePressure).
+	// StoragePressure is true while a durable write waits for disk space
+	// (DiskFull) or the outbox is in backpressure (pong.storagePressure,
+	// durability.md §6.2 item 5).
 	StoragePressure bool
+	// DiskFull is true while a durable write waits for disk space; the
+	// committed state is the one before that write.
+	DiskFull bool
 	// TurnEnded: a provider turn's terminal event is committed and the
 	// runner has not cleared it yet (State.TurnEnded).
 	TurnEnded bool
@@ -133,6 +157,14 @@ type Store struct {
 
 	recovery Recovery
 	writes   atomic.Uint64 // durable writes done, for tests and benchmarks
+
+	// diskFull is set while a write waits for disk space (published in the
+	// summary). abort is closed by Abort to end that wait; abortOnce and
+	// abortErr (written before the close) belong to it.
+	diskFull  atomic.Bool
+	abort     chan struct{}
+	abortOnce sync.Once
+	abortErr  error
 }
 
 // Open loads the state in cfg.Dir or creates a fresh one, and performs
@@ -168,7 +200,8 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, log: log.With("component", "state"), dir: dir}
+	dir.clk, dir.fault = cfg.Clock, cfg.WriteFault
+	s := &Store{cfg: cfg, log: log.With("component", "state"), dir: dir, abort: make(chan struct{})}
 	if err := s.load(); err != nil {
 		dir.close()
 		return nil, err
@@ -354,7 +387,8 @@ func (s *Store) unpin() {
 // with one durable write. If fn fails nothing is written, except that a
 // bound violation inside fn (ErrBackpressure, ErrP0StorageExhausted) still
 // commits its lifecycle change and diagnostic on the previous state. A
-// failed write poisons the store: every later call returns that error.
+// write that meets a full disk waits for space (see commit); a failed
+// write poisons the store: every later call returns that error.
 // fn must not call Update, ApplyAck, Flush or Close (they take the same lock).
 func (s *Store) Update(fn func(tx *Tx) error) error {
 	s.mu.Lock()
@@ -501,6 +535,12 @@ func (s *Store) usable() error {
 }
 
 // commit writes st and publishes it. Called with mu held (or during Open).
+// A full disk (ENOSPC, EDQUOT at any step of the write) is storage
+// pressure: the summary reports it and the whole write is redone from
+// memory (a new temp file, its data sync, the swap, the directory sync;
+// never a lone sync, which Linux may report clean after losing the data)
+// until it succeeds, Abort ends the wait, or pressureMaxWait passes. Until
+// then nothing is published, so nothing depending on st is released.
 func (s *Store) commit(st *State) error {
 	b, err := st.MarshalJSON()
 	if err != nil {
@@ -509,7 +549,11 @@ func (s *Store) commit(st *State) error {
 	if int64(len(b)) > s.stateLimit() {
 		return fmt.Errorf("save state: %w", errStateTooLarge)
 	}
-	if err := s.dir.write(b); err != nil {
+	err = s.dir.write(b)
+	if err != nil && diskFullErr(err) {
+		err = s.waitForSpace(b, err)
+	}
+	if err != nil {
 		s.failed = fmt.Errorf("save state: %w", err)
 		s.log.Error("runner state write failed; store is unusable", "err", err)
 		return s.failed
@@ -522,12 +566,77 @@ func (s *Store) commit(st *State) error {
 	return nil
 }
 
+// waitForSpace redoes the write of b, which failed with the full-disk
+// error first, with doubling pauses (pressureRetryFirst up to
+// pressureRetryMax) until it succeeds or fails otherwise, Abort is called,
+// or pressureMaxWait has passed. The summary reports the pressure
+// meanwhile. Called with mu held.
+func (s *Store) waitForSpace(b []byte, first error) error {
+	clk := clock.Or(s.cfg.Clock)
+	s.setDiskFull(true)
+	defer s.setDiskFull(false)
+	s.log.Warn("runner state write blocked by a full disk; retrying", "err", first)
+	deadline := clk.Now().Add(pressureMaxWait)
+	pause := pressureRetryFirst
+	err := first
+	for attempt := 2; ; attempt++ {
+		left := deadline.Sub(clk.Now())
+		if left <= 0 {
+			return fmt.Errorf("storage pressure: no space within %s: %w", pressureMaxWait, err)
+		}
+		t := clk.NewTimer(min(pause, left))
+		select {
+		case <-t.C():
+		case <-s.abort:
+			t.Stop()
+			return errors.Join(fmt.Errorf("storage pressure: %w", ErrWriteAborted), s.abortErr, err)
+		}
+		pause = min(2*pause, pressureRetryMax)
+		err = s.dir.write(b)
+		if err == nil {
+			s.log.Info("runner state write completed after a full disk", "attempts", attempt)
+			return nil
+		}
+		if !diskFullErr(err) {
+			return err
+		}
+	}
+}
+
+// Abort ends a write's wait for disk space, now or when one starts: that
+// write, and every later one, fails with ErrWriteAborted and cause, and
+// the store keeps the state committed before it. For a runner that is
+// stopping (a revoke, a stop command, the lease's end) while a write is
+// blocked, so it can unwind without persisting or reporting what it
+// cannot persist. A write that does not meet a full disk is unaffected.
+func (s *Store) Abort(cause error) {
+	s.abortOnce.Do(func() {
+		s.abortErr = cause
+		close(s.abort)
+	})
+}
+
+func (s *Store) setDiskFull(v bool) {
+	s.diskFull.Store(v)
+	s.publish(s.cur.Load())
+}
+
+// diskFullErr reports a write failure for lack of space: no blocks, or the
+// user's quota.
+func diskFullErr(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
 func (s *Store) publish(st *State) {
+	if st == nil {
+		return // a write blocked during Open: nothing committed yet
+	}
 	s.cur.Store(st)
+	full := s.diskFull.Load()
 	s.sum.Store(&Summary{
 		Lifecycle: st.Lifecycle, AckedSourceSeq: st.AckedSourceSeq, HighestSourceSeq: st.HighestSourceSeq(),
 		OutboxBytes: st.outboxBytes(), LastControllerCommandSeq: st.LastControllerCommandSeq,
-		ReconnectCount: st.ReconnectCount, StoragePressure: st.Backpressure || st.Lifecycle == Unrecoverable,
+		ReconnectCount: st.ReconnectCount, StoragePressure: st.Backpressure || full, DiskFull: full,
 		TurnEnded: st.TurnEnded,
 	})
 }

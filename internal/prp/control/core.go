@@ -132,6 +132,7 @@ type Core struct {
 	results  map[string]json.RawMessage // settled results by commandId; replaced, never mutated
 	issued   int                        // commands queued over all epochs (the commandId counter)
 	pongs    int
+	lastPong prp.PongPayload
 	auths    int
 	renewals int
 	frames   []ConnFrames  // per ended connection, in the order they ended
@@ -250,7 +251,8 @@ type Snapshot struct {
 	Events          []json.RawMessage
 	Results         map[string]json.RawMessage // by commandId; shared, read-only
 	Pongs           int
-	Renewals        int // lease_renew requests applied
+	LastPong        prp.PongPayload // the payload of the latest pong
+	Renewals        int             // lease_renew requests applied
 	Authentications int
 	Connected       bool
 	// Connections counts the authenticated connections the core holds: a
@@ -288,7 +290,7 @@ func (c *Core) Snapshot() Snapshot {
 func (c *Core) snapshotLocked() Snapshot {
 	s := Snapshot{
 		AckedSourceSeq: c.acked, Events: c.events[:len(c.events):len(c.events)], // append-only: safe to share
-		Results: c.results, Pongs: c.pongs, Renewals: c.renewals, Authentications: c.auths,
+		Results: c.results, Pongs: c.pongs, LastPong: c.lastPong, Renewals: c.renewals, Authentications: c.auths,
 		Identity: c.identity, Epochs: c.epochs[:len(c.epochs):len(c.epochs)], Connections: len(c.conns),
 		Frames: c.frames[:len(c.frames):len(c.frames)], // append-only: safe to share
 	}
@@ -481,8 +483,11 @@ func (c *Core) inspect(cc *coreConn, pt []byte) (prp.FrameAction, error) {
 	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
 		return 0, errLeaseNotUsable
 	}
+	var p prp.PongPayload
+	_ = env.DecodePayload(&p) // a pong is accepted whatever it says (durability.md §6.1)
 	c.mu.Lock()
 	c.pongs++
+	c.lastPong = p
 	c.notifyLocked()
 	c.mu.Unlock()
 	return prp.FrameConsumed, nil

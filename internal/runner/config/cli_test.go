@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 )
 
@@ -116,4 +117,24 @@ func TestStorageMode(t *testing.T) {
 	}
 	// "storage" anywhere but first is an ordinary stray argument.
 	requireUsage(t, listenArgs("storage", "seal"), "", CodeUsage)
+}
+
+// TestStateDumpMode: `state dump --state-dir DIR` is its own mode and
+// takes nothing else; a relative directory is cleaned, not refused.
+func TestStateDumpMode(t *testing.T) {
+	cfg := mustParse(t, []string{"state", "dump", "--state-dir", "/s/x/../state/"})
+	require.Equal(t, ModeStateDump, cfg.Mode)
+	require.Equal(t, "/s/state", cfg.StateDir)
+	require.Equal(t, "rel/state", mustParse(t, []string{"state", "dump", "--state-dir=rel//state"}).StateDir)
+	_, err := ParseArgs([]string{"state", "dump", "--help"}, noEnv)
+	require.ErrorIs(t, err, pflag.ErrHelp)
+	requireUsage(t, []string{"state"}, "", CodeUsage)
+	requireUsage(t, []string{"state", "show", "--state-dir", "/s"}, "", CodeUsage)
+	requireUsage(t, []string{"state", "dump"}, "--state-dir", CodeUsage)
+	requireUsage(t, []string{"state", "dump", "--state-dir", ""}, "--state-dir", CodeUsage)
+	requireUsage(t, []string{"state", "dump", "--state-dir", "a\x00b"}, "--state-dir", CodeUsage)
+	requireUsage(t, []string{"state", "dump", "--state-dir", "/s", "--run-id", "r"}, "", CodeUsage)
+	requireUsage(t, []string{"state", "dump", "--state-dir", "/s", "extra"}, "", CodeUsage)
+	// "state" anywhere but first is an ordinary stray argument.
+	requireUsage(t, listenArgs("state", "dump"), "", CodeUsage)
 }

@@ -65,6 +65,9 @@ const (
 	// ModeStorage runs one `storage <operation>` (durability.md §8.1): no
 	// ticket, no network, no state directory.
 	ModeStorage
+	// ModeStateDump prints the state in StateDir (`state dump`): no
+	// ticket, no network, nothing written.
+	ModeStateDump
 )
 
 func (m Mode) String() string {
@@ -77,6 +80,8 @@ func (m Mode) String() string {
 		return "listen"
 	case ModeStorage:
 		return "storage"
+	case ModeStateDump:
+		return "state_dump"
 	}
 	return "unknown"
 }

@@ -491,6 +491,7 @@ func FuzzParseArgs(f *testing.F) {
 	f.Add(strings.Join(append([]string{"--listen-path", listenPathPrefix + "r", "--state-dir", "rel"}, identityArgs()[2:]...), "\x00"))
 	f.Add("storage\x00inspect-state\x00--path\x00/s/runner-state.json")
 	f.Add("storage")
+	f.Add("state\x00dump\x00--state-dir\x00/s")
 	f.Add(strings.Join(append([]string{"--indexed-state"}, listenArgs()...), "\x00"))
 	f.Fuzz(func(t *testing.T, joined string) {
 		var args []string
@@ -521,6 +522,12 @@ func FuzzParseArgs(f *testing.F) {
 			}
 			if line := FormatError(StorageUnsupported(cfg.StorageOperation)); line != StderrPrefix+"storage_unsupported: "+cfg.StorageOperation+"\n" {
 				t.Fatalf("storage line %q", line)
+			}
+			return
+		case ModeStateDump:
+			if len(args) < 2 || args[0] != StateCommand || args[1] != StateDumpOperation ||
+				cfg.StateDir == "" || cfg.StateDir != filepath.Clean(cfg.StateDir) || strings.ContainsRune(cfg.StateDir, 0) {
+				t.Fatalf("state dump of %q from %q", cfg.StateDir, args)
 			}
 			return
 		}

@@ -14,6 +14,7 @@ USAGE
   paperclip-runnerd --connect-url ws(s)://HOST/api/runner/v1/connect/RUN  IDENTITY [OPTIONS]
   paperclip-runnerd --listen-path /api/runner/v1/connect/RUN  IDENTITY [OPTIONS]
   paperclip-runnerd storage OPERATION [--flag value]...
+  paperclip-runnerd state dump --state-dir DIR
 
 MODES (exactly one)
   --build-metadata             Print this build's capabilities as JSON and exit.
@@ -28,6 +29,11 @@ MODES (exactly one)
                                keeps no indexed store: every operation exits 1
                                with "paperclip-runnerd: storage_unsupported:
                                OPERATION" and touches nothing. Needs no ticket.
+  state dump --state-dir DIR   Print the state in DIR for an operator: the
+                               header fields, the outbox (sequence, type,
+                               priority, size) and the records (names, sizes).
+                               Reads only; works beside a live runnerd without
+                               blocking it. Needs no ticket.
 
 SECRET (environment only, never a flag)
   PAPERCLIP_RUNNER_BOOTSTRAP_TICKET

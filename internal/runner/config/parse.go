@@ -59,6 +59,9 @@ func ParseArgs(args []string, env Environ) (Config, error) {
 	if len(args) > 0 && args[0] == StorageCommand {
 		return parseStorage(args[1:])
 	}
+	if len(args) > 0 && args[0] == StateCommand {
+		return parseStateCommand(args[1:])
+	}
 	p := newParser()
 	if err := p.parse(args); err != nil {
 		return Config{}, err
