@@ -45,10 +45,18 @@ func countingStart(n *atomic.Int32) map[string]func(emit) handler {
 // startUnderPressure starts a runner, fills its disk and queues a
 // turn.start whose journal write then waits for space; it returns once a
 // pong reports storage pressure.
+// idleFlushSettle is longer than the store's idle write of the ACK cursor.
+const idleFlushSettle = time.Second
+
 func startUnderPressure(t *testing.T, h *harness, full *atomic.Bool, effects *atomic.Int32) (*running, prp.Command) {
 	t.Helper()
 	run := h.start(h.config(false), options{Handlers: countingStart(effects), StoreFault: fullDisk(full)})
 	h.waitCore(func(s control.Snapshot) bool { return s.Connected })
+	// The connection's ACK schedules the store's idle cursor write: let it
+	// happen before the disk fills. Otherwise it may be a second writer
+	// during the wait, blocked on the store's lock, and a goroutine blocked
+	// on a mutex keeps the bubble's clock from advancing.
+	time.Sleep(idleFlushSettle)
 	full.Store(true)
 	cmd := h.queue("turn.start", `{"text":"x"}`)
 	for i := 1; ; i++ {
