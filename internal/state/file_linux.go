@@ -95,30 +95,41 @@ func openDir(path string) (*dirHandle, error) {
 	} else {
 		return nil, fmt.Errorf("lstat state dir: %w", err)
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	d, mode, err := openOwnedDir(path)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return nil, fmt.Errorf("open state dir: %w: not a real directory", errUnsafePath)
-		}
-		return nil, fmt.Errorf("open state dir: %w", err)
+		return nil, err
 	}
-	d := &dirHandle{fd: fd, path: path, cur: -1, spareFD: -1}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		d.close()
-		return nil, fmt.Errorf("fstat state dir: %w", err)
-	}
-	if int(st.Uid) != os.Geteuid() {
-		d.close()
-		return nil, fmt.Errorf("open state dir: %w: owned by another user", errUnsafePath)
-	}
-	if st.Mode&0o777 != dirMode {
-		if err := unix.Fchmod(fd, dirMode); err != nil {
+	if mode&0o777 != dirMode {
+		if err := unix.Fchmod(d.fd, dirMode); err != nil {
 			d.close()
 			return nil, fmt.Errorf("fchmod state dir: %w", err)
 		}
 	}
 	return d, nil
+}
+
+// openOwnedDir opens the directory at path without following a final
+// symlink and refuses one another user owns; it returns the directory's
+// mode.
+func openOwnedDir(path string) (*dirHandle, uint32, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+		return nil, 0, fmt.Errorf("open state dir: %w: not a real directory", errUnsafePath)
+	case err != nil:
+		return nil, 0, fmt.Errorf("open state dir: %w", err)
+	}
+	d := &dirHandle{fd: fd, path: path, cur: -1, spareFD: -1}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		d.close()
+		return nil, 0, fmt.Errorf("fstat state dir: %w", err)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		d.close()
+		return nil, 0, fmt.Errorf("open state dir: %w: owned by another user", errUnsafePath)
+	}
+	return d, st.Mode, nil
 }
 
 // close releases the held file and the directory, and waits for every
@@ -495,24 +506,8 @@ func openDirReadOnly(path string) (*dirHandle, error) {
 	if path == "" {
 		return nil, fmt.Errorf("open state dir: %w: empty path", errUnsafePath)
 	}
-	fd, err := unix.Open(filepath.Clean(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
-		return nil, fmt.Errorf("open state dir: %w: not a real directory", errUnsafePath)
-	case err != nil:
-		return nil, fmt.Errorf("open state dir: %w", err)
-	}
-	d := &dirHandle{fd: fd, path: path, cur: -1, spareFD: -1}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		d.close()
-		return nil, fmt.Errorf("fstat state dir: %w", err)
-	}
-	if int(st.Uid) != os.Geteuid() {
-		d.close()
-		return nil, fmt.Errorf("open state dir: %w: owned by another user", errUnsafePath)
-	}
-	return d, nil
+	d, _, err := openOwnedDir(filepath.Clean(path))
+	return d, err
 }
 
 // readConsistent reads the state file like read, but from a runnerd that
