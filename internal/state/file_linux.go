@@ -152,18 +152,28 @@ func (d *dirHandle) close() {
 	}
 }
 
+// openStateFile opens the state file for reading without following a
+// symlink (or blocking on a FIFO put in its place); os.ErrNotExist when
+// there is none.
+func (d *dirHandle) openStateFile() (int, error) {
+	fd, err := unix.Openat(d.fd, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return -1, os.ErrNotExist
+	case errors.Is(err, unix.ELOOP):
+		return -1, fmt.Errorf("open state file: %w: symlink", errUnsafePath)
+	case err != nil:
+		return -1, fmt.Errorf("openat state file: %w", err)
+	}
+	return fd, nil
+}
+
 // read returns the state file's bytes, or os.ErrNotExist. It refuses a
 // symlink, a non-regular file, a file of another user and a file above limit.
 func (d *dirHandle) read(limit int64) ([]byte, error) {
-	fd, err := unix.Openat(d.fd, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	fd, err := d.openStateFile()
 	if err != nil {
-		switch {
-		case errors.Is(err, unix.ENOENT):
-			return nil, os.ErrNotExist
-		case errors.Is(err, unix.ELOOP):
-			return nil, fmt.Errorf("open state file: %w: symlink", errUnsafePath)
-		}
-		return nil, fmt.Errorf("openat state file: %w", err)
+		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), FileName)
 	defer f.Close()
@@ -518,15 +528,9 @@ func openDirReadOnly(path string) (*dirHandle, error) {
 // FileName; otherwise it is redone, at most inspectAttempts times.
 func (d *dirHandle) readConsistent(limit int64) ([]byte, error) {
 	for range inspectAttempts {
-		fd, err := unix.Openat(d.fd, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		fd, err := d.openStateFile()
 		if err != nil {
-			switch {
-			case errors.Is(err, unix.ENOENT):
-				return nil, os.ErrNotExist
-			case errors.Is(err, unix.ELOOP):
-				return nil, fmt.Errorf("open state file: %w: symlink", errUnsafePath)
-			}
-			return nil, fmt.Errorf("openat state file: %w", err)
+			return nil, err
 		}
 		b, ok, err := d.readStable(fd, limit)
 		_ = unix.Close(fd)
