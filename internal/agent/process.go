@@ -281,6 +281,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if err := m.awaitDrained(ctx); err != nil {
 		return err
 	}
+	defer m.commits.drain() // after the unlock below: the batch this file made
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.proc != p {
@@ -294,7 +295,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 		if m.proc != p {
 			return sessiondir.ErrStopReading
 		}
-		if err := m.commitThenWriteLocked(nil, nil); err != nil {
+		if err := m.commitFromReaderLocked(); err != nil {
 			return err
 		}
 		if out.stop {
@@ -305,13 +306,22 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if p.mayDeferCommitLocked(out.stop, more) {
 		return nil
 	}
-	if err := m.commitThenWriteLocked(nil, nil); err != nil {
+	if err := m.commitFromReaderLocked(); err != nil {
 		return err
 	}
 	if out.stop {
 		return sessiondir.ErrStopReading
 	}
 	return nil
+}
+
+// commitFromReaderLocked prepares the reader's batch for the reader to
+// settle itself (deliver drains after it unlocks mu): on the agent's hot
+// path the durable write happens on the goroutine that read the file.
+func (m *Manager) commitFromReaderLocked() error {
+	m.settleInline = true
+	defer func() { m.settleInline = false }()
+	return m.commitThenWriteLocked(nil, nil)
 }
 
 // eventOutcome is what one event file produces: events to commit, stdin
