@@ -94,7 +94,7 @@ type committer struct {
 	// deadWriters are processes whose stdin write failed: none of their
 	// later lines is written.
 	deadWriters map[*process]bool
-	closed      bool          // the routine has ended: a batch fails at once
+	closed      bool // the routine has ended: a batch fails at once
 	// draining is held by the one goroutine settling the queue (the
 	// routine, or a preparer settling its own batch); it goes only once
 	// the queue is empty, so a batch queued meanwhile is settled by it.
