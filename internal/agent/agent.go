@@ -291,6 +291,9 @@ type Manager struct {
 	afterWrite  []func()
 	// ws is the workspace root and the active turn's tracker (workspace.go).
 	ws wsState
+	// settleInline is set while the event reader prepares a batch it
+	// settles itself once it has released mu (commitFromReaderLocked).
+	settleInline bool
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -643,7 +646,7 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 		return fmt.Errorf("encode agent state: %w", err)
 	}
 	b.record = record
-	m.commits.push(b)
+	m.commits.push(b, m.settleInline)
 	return nil
 }
 

@@ -23,40 +23,82 @@ func (m *Manager) advertiseLocked(b *Binding, resume bool) {
 	m.cl.SetClientCapabilities(caps)
 }
 
-// clientFSLocked answers fs/read_text_file and fs/write_text_file when the
+// clientFSLocked takes fs/read_text_file and fs/write_text_file when the
 // session's record says initialize advertised them; ok is false for any
-// other request, which then gets -32601 like any unknown method. The answer is made
-// here, in stream order, so it is committed with the event file that
-// carried the request (a restart re-reads and re-answers an uncommitted
-// one; a write is idempotent). m.mu held.
-func (m *Manager) clientFSLocked(in provider.Inbound) ([][]byte, bool) {
+// other request, which then gets -32601 like any unknown method. A request
+// it refuses is answered at once (lines); an accepted one becomes op, which
+// the caller runs without m.mu (the file work, a write's fsyncs) and
+// answers in stream order, so the answer is committed with the event file
+// that carried the request (a restart re-reads and re-answers an
+// uncommitted one; a write is idempotent). m.mu held.
+func (m *Manager) clientFSLocked(in provider.Inbound) (lines [][]byte, op *clientOp, ok bool) {
 	caps := m.cl.ClientCapabilities()
 	if !(in.Method == clientfs.MethodReadTextFile && caps.FS.ReadTextFile) &&
 		!(in.Method == clientfs.MethodWriteTextFile && caps.FS.WriteTextFile) {
-		return nil, false
+		return nil, nil, false
 	}
+	const what = "client file system"
 	rec := m.cl.Record()
 	roots := m.fsRoots(rec.Cwd)
-	var result any
-	var err error
 	switch in.Method {
 	case clientfs.MethodReadTextFile:
-		var req clientfs.ReadRequest
-		if req, err = clientfs.DecodeRead(in.Params); err == nil {
-			if err = checkFSSession(rec, req.SessionID); err == nil {
-				result, err = clientfs.Read(roots, req)
-			}
+		req, err := clientfs.DecodeRead(in.Params)
+		if err == nil {
+			err = checkFSSession(rec, req.SessionID)
 		}
+		if err != nil {
+			return m.answerClientLocked(in, nil, err, what), nil, true
+		}
+		return nil, &clientOp{in: in, what: what, run: func() (any, bool, error) {
+			res, err := clientfs.Read(roots, req)
+			return res, true, err
+		}}, true
 	default:
-		var req clientfs.WriteRequest
-		if req, err = clientfs.DecodeWrite(in.Params); err == nil {
-			if err = checkFSSession(rec, req.SessionID); err == nil {
-				err = clientfs.Write(roots, req)
-				result = clientfs.WriteResult{}
-			}
+		req, err := clientfs.DecodeWrite(in.Params)
+		if err == nil {
+			err = checkFSSession(rec, req.SessionID)
 		}
+		if err != nil {
+			return m.answerClientLocked(in, nil, err, what), nil, true
+		}
+		return nil, &clientOp{in: in, what: what, run: func() (any, bool, error) {
+			return clientfs.WriteResult{}, true, clientfs.Write(roots, req)
+		}}, true
 	}
-	return m.answerClientLocked(in, result, err, "client file system"), true
+}
+
+// clientOp is an accepted client-side request (file system, terminals)
+// whose work may block: it runs without m.mu (runClientOpLocked).
+type clientOp struct {
+	in   provider.Inbound
+	what string // the kind of request, for the log
+	// run does the work; answer is false when the answer comes later
+	// (a terminal's wait_for_exit while the command runs).
+	run func() (result any, answer bool, err error)
+	// abandon undoes what run made when its answer is dropped (a terminal
+	// created for a session that ended meanwhile); nil when nothing needs it.
+	abandon func(result any)
+}
+
+// runClientOpLocked runs op with m.mu released and returns its answer
+// lines. ok is false when, meanwhile, p stopped being the live process or
+// the ACP client changed: the caller stops handling p's messages (the
+// event file stays unconsumed). m.mu held on entry and on return.
+func (m *Manager) runClientOpLocked(p *process, op *clientOp) (lines [][]byte, ok bool) {
+	cl := m.cl
+	m.mu.Unlock()
+	result, answer, err := op.run()
+	m.mu.Lock()
+	if m.proc != p || m.cl != cl {
+		if op.abandon != nil && err == nil {
+			op.abandon(result)
+		}
+		return nil, false
+	}
+	if !answer {
+		return nil, true
+	}
+	return m.answerClientLocked(op.in, result, err, op.what), true
 }
 
 // answerClientLocked is the answer line of a client-side request (file

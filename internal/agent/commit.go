@@ -94,17 +94,22 @@ type committer struct {
 	// deadWriters are processes whose stdin write failed: none of their
 	// later lines is written.
 	deadWriters map[*process]bool
-	closed      bool          // the routine has ended: a batch fails at once
-	kick        chan struct{} // one-slot: a batch was queued
-	room        chan struct{} // closed and replaced each time a batch settles
+	closed      bool // the routine has ended: a batch fails at once
+	// draining is held by the one goroutine settling the queue (the
+	// routine, or a preparer settling its own batch); it goes only once
+	// the queue is empty, so a batch queued meanwhile is settled by it.
+	draining bool
+	kick     chan struct{} // one-slot: a batch was queued
+	room     chan struct{} // closed and replaced each time a batch settles
 }
 
 func newCommitter(m *Manager) *committer {
 	return &committer{m: m, deadWriters: map[*process]bool{}, kick: make(chan struct{}, 1), room: make(chan struct{})}
 }
 
-// push queues b. It never blocks.
-func (c *committer) push(b *batch) {
+// push queues b and wakes the routine, unless the caller settles it
+// itself (inline: it calls drain once it holds no lock). It never blocks.
+func (c *committer) push(b *batch, inline bool) {
 	c.mu.Lock()
 	if c.closed {
 		// The Manager is closed (a crash stand-in, or runnerd's stop):
@@ -118,6 +123,9 @@ func (c *committer) push(b *batch) {
 	c.queue = append(c.queue, b)
 	c.last = b
 	c.mu.Unlock()
+	if inline {
+		return
+	}
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -188,35 +196,50 @@ func (c *committer) awaitRoom(ctx context.Context) error {
 // returns once stop is closed and the queue is empty.
 func (c *committer) run(stop <-chan struct{}) {
 	for {
-		c.mu.Lock()
-		var b *batch
-		if len(c.queue) > 0 {
-			b = c.queue[0]
-		}
-		c.mu.Unlock()
-		if b == nil {
-			select {
-			case <-c.kick:
-				continue
-			case <-stop:
-				c.mu.Lock()
-				empty := len(c.queue) == 0
-				c.closed = empty
-				c.mu.Unlock()
-				if empty {
-					return
-				}
-				continue
+		c.drain()
+		select {
+		case <-c.kick:
+		case <-stop:
+			c.mu.Lock()
+			// A preparer still draining keeps the committer open until
+			// it has settled the queue.
+			c.closed = len(c.queue) == 0 && !c.draining
+			closed, wait, room := c.closed, c.draining, c.room
+			c.mu.Unlock()
+			if closed {
+				return
+			}
+			if wait {
+				<-room // the drainer settles a batch; then look again
 			}
 		}
+	}
+}
+
+// drain settles the queued batches in order, unless another goroutine is
+// already doing so: that one settles whatever is queued before it stops.
+// The caller holds no lock. Settling on the goroutine that prepared the
+// batch spares the agent's hot path two hand-offs (preparer to committer,
+// and back to the next event file).
+func (c *committer) drain() {
+	c.mu.Lock()
+	if c.draining {
+		c.mu.Unlock()
+		return
+	}
+	c.draining = true
+	for len(c.queue) > 0 {
+		b := c.queue[0]
+		c.mu.Unlock()
 		c.settle(b)
 		c.mu.Lock()
 		c.queue = c.queue[1:]
 		close(c.room)
 		c.room = make(chan struct{})
-		c.mu.Unlock()
 		close(b.done)
 	}
+	c.draining = false
+	c.mu.Unlock()
 }
 
 // settle commits b and carries out its effects.

@@ -207,3 +207,70 @@ func TestCommitFailureIsFatal(t *testing.T) {
 	require.ErrorContains(t, err, "disk gone")
 	require.Empty(t, r.sink.committed())
 }
+
+// prepareInline queues one batch marked n the way the event reader does:
+// for the caller to settle (commits.drain) once it holds no lock.
+func (r *commitRig) prepareInline(t *testing.T, n int) {
+	t.Helper()
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	r.m.settleInline = true
+	defer func() { r.m.settleInline = false }()
+	ev := provider.Event{EventType: "harness.diagnostic", Payload: map[string]any{"n": strconv.Itoa(n)}}
+	require.NoError(t, r.m.commitThenWriteLocked([]provider.Event{ev}, nil))
+}
+
+// TestCommitSettledByItsPreparer: the reader's batch is settled on the
+// reader's own goroutine (drain returns only after the write); while
+// another goroutine is settling, drain leaves the batch to it and returns
+// at once, and the order of preparation holds across both.
+func TestCommitSettledByItsPreparer(t *testing.T) {
+	r := newCommitRig(t)
+	r.prepareInline(t, 1)
+	drained := make(chan struct{})
+	go func() {
+		r.m.commits.drain()
+		close(drained)
+	}()
+	r.sink.awaitEntered(t)
+	select {
+	case <-drained:
+		t.Fatal("drain returned before its batch was written: the batch was not settled inline")
+	default:
+	}
+	r.prepareInline(t, 2) // queued behind the write in progress
+	r.m.commits.drain()   // the first drainer holds the turn: returns at once
+	r.sink.release <- nil
+	r.sink.awaitEntered(t) // the first drainer settles the second batch too
+	r.sink.release <- nil
+	select {
+	case <-drained:
+	case <-time.After(testWait):
+		t.Fatal("drain did not return")
+	}
+	require.NoError(t, r.m.Sync())
+	require.Equal(t, []string{"1", "2"}, r.sink.committed())
+}
+
+// TestCommitCloseWaitsForTheDrainer: closing the Manager while a preparer
+// settles its batch lets that batch complete; only later ones fail.
+func TestCommitCloseWaitsForTheDrainer(t *testing.T) {
+	r := newCommitRig(t)
+	r.prepareInline(t, 1)
+	go r.m.commits.drain()
+	r.sink.awaitEntered(t)
+	closed := make(chan struct{})
+	go func() {
+		r.m.Close()
+		close(closed)
+	}()
+	r.sink.release <- nil
+	select {
+	case <-closed:
+	case <-time.After(testWait):
+		t.Fatal("Close did not return after the drainer finished")
+	}
+	require.Equal(t, []string{"1"}, r.sink.committed())
+	b := r.m.commits.newest()
+	require.NoError(t, b.waitChain())
+}

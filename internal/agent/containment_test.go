@@ -67,9 +67,8 @@ func TestSessionEndLeavesNothing(t *testing.T) {
 			rec := r.m.cl.Record()
 			params, _ := json.Marshal(map[string]any{"sessionId": rec.ACPSessionID, "command": "sh", "args": []string{"-c",
 				`setsid sh -c 'echo $$ > "$0.tmp" && mv "$0.tmp" "$0" && exec sleep 300' ` + jobPid + ` </dev/null >/dev/null 2>&1 & exec sleep 300`}})
-			_, ok := r.m.terminalLocked(provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(`"t1"`), Method: terminal.MethodCreate, Params: params})
 			r.m.mu.Unlock()
-			require.True(t, ok)
+			r.handleAsAgent(t, provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(`"t1"`), Method: terminal.MethodCreate, Params: params})
 			job := readPidFile(t, jobPid)
 
 			if n, _ := strconv.Atoi(own); n <= 500 {

@@ -120,7 +120,13 @@ func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) e
 		if x.Kind == provider.KindTurnSettled {
 			m.cl.Wire().Turn = nil
 		}
-		e, l, w := m.handleInbound(p, x)
+		e, l, w, op := m.handleInbound(p, x)
+		if op != nil {
+			var ok bool
+			if l, ok = m.runClientOpLocked(p, op); !ok {
+				return nil
+			}
+		}
 		evs, lines = append(evs, e...), append(lines, l...)
 		if w != nil {
 			m.wakeAfterCommitLocked(w)

@@ -281,12 +281,16 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if err := m.awaitDrained(ctx); err != nil {
 		return err
 	}
+	defer m.commits.drain() // after the unlock below: the batch this file made
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.proc != p {
 		return sessiondir.ErrStopReading
 	}
 	out := m.interpretLocked(p, ev)
+	if out.gone || m.proc != p {
+		return sessiondir.ErrStopReading
+	}
 	p.bufferLocked(ev, out)
 	if t, _ := m.endingTurnLocked(p.bufEvents); t != nil {
 		// This reader takes no further file during the walk.
@@ -294,7 +298,7 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 		if m.proc != p {
 			return sessiondir.ErrStopReading
 		}
-		if err := m.commitThenWriteLocked(nil, nil); err != nil {
+		if err := m.commitFromReaderLocked(); err != nil {
 			return err
 		}
 		if out.stop {
@@ -305,13 +309,22 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	if p.mayDeferCommitLocked(out.stop, more) {
 		return nil
 	}
-	if err := m.commitThenWriteLocked(nil, nil); err != nil {
+	if err := m.commitFromReaderLocked(); err != nil {
 		return err
 	}
 	if out.stop {
 		return sessiondir.ErrStopReading
 	}
 	return nil
+}
+
+// commitFromReaderLocked prepares the reader's batch for the reader to
+// settle itself (deliver drains after it unlocks mu): on the agent's hot
+// path the durable write happens on the goroutine that read the file.
+func (m *Manager) commitFromReaderLocked() error {
+	m.settleInline = true
+	defer func() { m.settleInline = false }()
+	return m.commitThenWriteLocked(nil, nil)
 }
 
 // eventOutcome is what one event file produces: events to commit, stdin
@@ -322,6 +335,9 @@ type eventOutcome struct {
 	lines [][]byte
 	wake  []func()
 	stop  bool
+	// gone: the process or its client changed while a client operation
+	// ran without the lock; the file is left unconsumed.
+	gone bool
 }
 
 // interpretLocked maps one pcwrap frame to its outcome. Stderr goes to the
@@ -353,10 +369,21 @@ func (m *Manager) interpretLocked(p *process, ev sessiondir.Event) eventOutcome 
 
 // feedLocked hands stdout bytes to the ACP client and maps every complete
 // message; a framing fault loses the channel after the messages before it.
+//
+// A client operation runs with m.mu released (runClientOpLocked); if p
+// stops being the live process meanwhile, or its channel is lost, the
+// rest of the data is dropped (out.gone: the file stays unconsumed).
 func (m *Manager) feedLocked(p *process, data []byte, out *eventOutcome) {
 	msgs, ferr := m.driverLocked().Feed(data)
 	for _, in := range msgs {
-		e, l, w := m.handleInbound(p, in)
+		e, l, w, op := m.handleInbound(p, in)
+		if op != nil {
+			var ok bool
+			if l, ok = m.runClientOpLocked(p, op); !ok || p.lost {
+				out.gone = !ok
+				return
+			}
+		}
 		out.evs, out.lines = append(out.evs, e...), append(out.lines, l...)
 		if w != nil {
 			out.wake = append(out.wake, w)
@@ -432,34 +459,36 @@ func (m *Manager) awaitDrained(ctx context.Context) error {
 }
 
 // handleInbound maps one agent message to events, answer lines and a
-// waiter wake-up (run after the commit). m.mu held.
-func (m *Manager) handleInbound(p *process, in provider.Inbound) ([]provider.Event, [][]byte, func()) {
+// waiter wake-up (run after the commit), or to a client operation the
+// caller runs without m.mu (runClientOpLocked). m.mu held.
+func (m *Manager) handleInbound(p *process, in provider.Inbound) ([]provider.Event, [][]byte, func(), *clientOp) {
 	switch in.Kind {
 	case provider.KindResponse:
 		id, _ := strconv.ParseInt(string(in.ID), 10, 64)
 		if ch, ok := m.waiters[id]; ok {
 			delete(m.waiters, id)
-			return nil, nil, func() { ch <- in }
+			return nil, nil, func() { ch <- in }, nil
 		}
 	case provider.KindRequest:
 		if evs, lines, ok := m.driverLocked().HandleRequest(in); ok {
 			// Commit the file that carried the request now, with what the
 			// driver linked to it, so a restart never reads it again after
 			// its answer (a quiet file's commit may otherwise wait).
-			return evs, lines, func() {}
+			return evs, lines, func() {}, nil
 		}
 		if in.Method == provider.MethodRequestPermission && in.Permission != nil {
-			return m.permissionLocked(in)
+			e, l, w := m.permissionLocked(in)
+			return e, l, w, nil
 		}
-		if l, ok := m.clientFSLocked(in); ok {
-			return nil, l, nil
+		if l, op, ok := m.clientFSLocked(in); ok {
+			return nil, l, nil, op
 		}
-		if l, ok := m.terminalLocked(in); ok {
-			return nil, l, nil
+		if l, op, ok := m.terminalLocked(in); ok {
+			return nil, l, nil, op
 		}
 		// Not advertised, or no terminal capability (acp.md §2.2).
 		if l, err := m.cl.RespondError(in.ID, provider.CodeMethodNotFound, "method not found"); err == nil {
-			return nil, [][]byte{l}, nil
+			return nil, [][]byte{l}, nil, nil
 		}
 	case provider.KindRequestResolved:
 		// The provider closed its own request: its runtime request is
@@ -469,31 +498,31 @@ func (m *Manager) handleInbound(p *process, in provider.Inbound) ([]provider.Eve
 			evs = m.mapper.RequestClosed(provider.RuntimeRequestOf(r), provider.RequestCancelled, reasonProviderResolved)
 		}
 		m.cl.ForgetAgentRequest(in.ID)
-		return evs, nil, nil
+		return evs, nil, nil, nil
 	case provider.KindCancelRequest:
 		evs := m.withdrawnLocked(in.ID)
 		if l, err := m.cl.RespondError(in.ID, provider.CodeRequestCancelled, "request cancelled"); err == nil {
-			return evs, [][]byte{l}, nil
+			return evs, [][]byte{l}, nil, nil
 		}
-		return evs, nil, nil
+		return evs, nil, nil, nil
 	case provider.KindUpdate:
 		evs, goalOnly := m.goalUpdateLocked(*in.Update)
 		if !goalOnly {
 			evs = append(m.mapper.Update(m.cl.Map(), in.TurnID, *in.Update), evs...)
 			evs = append(evs, m.workspaceUpdateLocked(in.TurnID, *in.Update)...)
 		}
-		return evs, nil, nil
+		return evs, nil, nil, nil
 	case provider.KindEvents:
-		return in.Events, nil, nil
+		return in.Events, nil, nil, nil
 	case provider.KindTurnSettled:
 		// A runtime request still open when its turn completes expires
 		// (tools.md §7); the agent gets a cancelled answer.
 		evs, lines := m.closeRequestsLocked(provider.RequestExpired, reasonTurnCompleted, answerRequests)
 		evs = append(evs, m.mapper.Settle(m.cl.Map(), provider.SettlementOf(*in.Outcome, m.byRun))...)
 		m.closeTurnLocked()
-		return evs, lines, nil
+		return evs, lines, nil, nil
 	}
-	return nil, nil, nil
+	return nil, nil, nil, nil
 }
 
 // exitedLocked maps pcwrap's exit frame (acp.md §5). m.mu held.

@@ -8,52 +8,67 @@ import (
 	"github.com/pcrunner/pcrunner/internal/terminal"
 )
 
-// terminalLocked answers terminal/* when the session's record says
+// terminalLocked takes terminal/* when the session's record says
 // initialize advertised terminal: true (tools.md §8); ok is false for any
-// other request. A wait_for_exit whose command still runs gets no line
-// here: answerTerminalWait writes it when the exit arrives, so the read
-// loop never blocks on a command. m.mu held.
-func (m *Manager) terminalLocked(in provider.Inbound) ([][]byte, bool) {
+// other request. A request it refuses is answered at once (lines); an
+// accepted one becomes op, run without m.mu (a create spawns pcwrap). A
+// wait_for_exit whose command still runs gets no line: answerTerminalWait
+// writes it when the exit arrives, so the read loop never blocks on a
+// command. m.mu held.
+func (m *Manager) terminalLocked(in provider.Inbound) (lines [][]byte, op *clientOp, ok bool) {
 	if !terminal.IsMethod(in.Method) || !m.cl.ClientCapabilities().Terminal {
-		return nil, false
+		return nil, nil, false
 	}
+	const what = "client terminal"
 	rec := m.cl.Record()
-	var result any
-	var err error
+	refuse := func(err error) ([][]byte, *clientOp, bool) {
+		return m.answerClientLocked(in, nil, err, what), nil, true
+	}
+	accept := func(run func() (any, bool, error)) ([][]byte, *clientOp, bool) {
+		return nil, &clientOp{in: in, what: what, run: run}, true
+	}
 	if in.Method == terminal.MethodCreate {
-		var req terminal.CreateRequest
-		if req, err = terminal.DecodeCreate(in.Params); err == nil {
-			if err = checkTerminalSession(rec, req.SessionID); err == nil {
-				result, err = m.terms.Create(req, m.fsRoots(rec.Cwd).Cwd, m.terminalEnvLocked())
-			}
-		}
-	} else {
-		var req terminal.Request
-		if req, err = terminal.DecodeRequest(in.Params); err == nil {
+		req, err := terminal.DecodeCreate(in.Params)
+		if err == nil {
 			err = checkTerminalSession(rec, req.SessionID)
 		}
-		if err == nil {
-			switch in.Method {
-			case terminal.MethodOutput:
-				result, err = m.terms.Output(req)
-			case terminal.MethodWaitForExit:
-				var st terminal.ExitStatus
-				var done bool
-				st, done, err = m.terms.WaitForExit(req, in.ID)
-				if err == nil && !done {
-					return nil, true // answered by answerTerminalWait
-				}
-				result = st
-			case terminal.MethodKill:
-				err = m.terms.Kill(req)
-				result = terminal.KillResult{}
-			default:
-				err = m.terms.Release(req)
-				result = terminal.ReleaseResult{}
-			}
+		if err != nil {
+			return refuse(err)
 		}
+		cwd, env := m.fsRoots(rec.Cwd).Cwd, m.terminalEnvLocked()
+		lines, op, ok := accept(func() (any, bool, error) {
+			res, err := m.terms.Create(req, cwd, env)
+			return res, true, err
+		})
+		op.abandon = func(res any) {
+			// Its session ended while it started: nobody will release it.
+			_ = m.terms.Release(terminal.Request{SessionID: req.SessionID, TerminalID: terminal.CreatedID(res)})
+		}
+		return lines, op, ok
 	}
-	return m.answerClientLocked(in, result, err, "client terminal"), true
+	req, err := terminal.DecodeRequest(in.Params)
+	if err == nil {
+		err = checkTerminalSession(rec, req.SessionID)
+	}
+	if err != nil {
+		return refuse(err)
+	}
+	switch in.Method {
+	case terminal.MethodOutput:
+		return accept(func() (any, bool, error) {
+			res, err := m.terms.Output(req)
+			return res, true, err
+		})
+	case terminal.MethodWaitForExit:
+		return accept(func() (any, bool, error) {
+			st, done, err := m.terms.WaitForExit(req, in.ID)
+			return st, done || err != nil, err
+		})
+	case terminal.MethodKill:
+		return accept(func() (any, bool, error) { return terminal.KillResult{}, true, m.terms.Kill(req) })
+	default:
+		return accept(func() (any, bool, error) { return terminal.ReleaseResult{}, true, m.terms.Release(req) })
+	}
 }
 
 // checkTerminalSession refuses a request for another session than this one.

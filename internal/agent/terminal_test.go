@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -39,11 +40,8 @@ func TestTerminalReleasedAtSessionEnd(t *testing.T) {
 	r.m.mu.Lock()
 	rec := r.m.cl.Record()
 	params, _ := json.Marshal(map[string]any{"sessionId": rec.ACPSessionID, "command": "sleep", "args": []string{"300"}})
-	// Handled as if the agent had sent it (no answer line: the client
-	// knows no such pending request).
-	_, ok := r.m.terminalLocked(provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(`"t1"`), Method: terminal.MethodCreate, Params: params})
 	r.m.mu.Unlock()
-	require.True(t, ok)
+	r.handleAsAgent(t, provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(`"t1"`), Method: terminal.MethodCreate, Params: params})
 	require.Equal(t, 1, r.m.terms.Open())
 	_, err := r.m.CloseSession(t.Context())
 	require.NoError(t, err)
@@ -104,4 +102,103 @@ func TestTools12_TerminalSurvivesRestart(t *testing.T) {
 		}
 	}
 	require.Equal(t, "shell exit 0 output \"before\\nafter\\n\"\n", out)
+}
+
+// handleAsAgent handles a client request as if the agent had sent it,
+// running its operation the way the reader does (no answer line: the
+// client knows no such pending request).
+func (r *rig) handleAsAgent(t *testing.T, in provider.Inbound) {
+	t.Helper()
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	_, op, ok := r.m.terminalLocked(in)
+	if !ok {
+		_, op, ok = r.m.clientFSLocked(in)
+	}
+	require.True(t, ok, "not a client request")
+	if op != nil {
+		_, ok = r.m.runClientOpLocked(r.m.proc, op)
+		require.True(t, ok, "the process changed while the operation ran")
+	}
+}
+
+// TestClientOpRunsWithoutTheLock: a client operation (a file write's
+// fsyncs, a terminal's spawn) runs with the Manager's lock released, so
+// commands and interrupts go on meanwhile; if the process changes while it
+// runs, its answer is dropped and the reader stops.
+func TestClientOpRunsWithoutTheLock(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	running, release := make(chan struct{}), make(chan struct{})
+	op := &clientOp{in: provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(`7`), Method: "fs/read_text_file"},
+		what: "test", run: func() (any, bool, error) {
+			close(running)
+			<-release
+			return map[string]string{"content": "x"}, true, nil
+		}}
+	done := make(chan bool, 1)
+	go func() {
+		r.m.mu.Lock()
+		defer r.m.mu.Unlock()
+		_, ok := r.m.runClientOpLocked(r.m.proc, op)
+		done <- ok
+	}()
+	<-running
+	locked := make(chan struct{})
+	go func() {
+		r.m.mu.Lock()
+		r.m.mu.Unlock()
+		close(locked)
+	}()
+	select {
+	case <-locked:
+	case <-time.After(testWait):
+		t.Fatal("the Manager's lock is held while a client operation runs")
+	}
+	close(release)
+	require.True(t, <-done) // no answer line: the client knows no such pending request
+
+	// The process goes away while the next operation runs.
+	op.run = func() (any, bool, error) {
+		r.m.mu.Lock()
+		r.m.proc = nil
+		r.m.mu.Unlock()
+		return nil, true, nil
+	}
+	r.m.mu.Lock()
+	p := r.m.proc
+	lines, ok := r.m.runClientOpLocked(p, op)
+	r.m.proc = p
+	r.m.mu.Unlock()
+	require.False(t, ok)
+	require.Empty(t, lines)
+}
+
+// TestTerminalCreatedForAnEndedSessionIsReleased: a terminal whose create
+// ran while its session ended is released, not left running unanswered.
+func TestTerminalCreatedForAnEndedSessionIsReleased(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	rec := r.m.cl.Record()
+	params, _ := json.Marshal(map[string]any{"sessionId": rec.ACPSessionID, "command": "sleep", "args": []string{"300"}})
+	_, op, ok := r.m.terminalLocked(provider.Inbound{Kind: provider.KindRequest, ID: json.RawMessage(`"t1"`), Method: terminal.MethodCreate, Params: params})
+	require.True(t, ok)
+	require.NotNil(t, op)
+	p := r.m.proc
+	create := op.run
+	op.run = func() (any, bool, error) {
+		res, answer, err := create()
+		r.m.mu.Lock()
+		r.m.proc = nil // the session ends while the terminal starts
+		r.m.mu.Unlock()
+		return res, answer, err
+	}
+	_, ok = r.m.runClientOpLocked(p, op)
+	r.m.proc = p
+	require.False(t, ok)
+	require.Zero(t, r.m.terms.Open(), "the terminal is released")
 }

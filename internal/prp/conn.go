@@ -44,6 +44,10 @@ func (c *Conn) Done() <-chan struct{} { return c.l.Done() }
 // socket ahead of a pong.
 func (c *Conn) Send(ctx context.Context, plaintext []byte) error { return c.l.send(ctx, plaintext) }
 
+// TrySend is Send that never waits: queued is false, and nothing was
+// queued, when the send queue is full.
+func (c *Conn) TrySend(plaintext []byte) (queued bool, err error) { return c.l.trySend(plaintext) }
+
 // SendControl builds a control envelope of kind on this connection and queues it.
 func (c *Conn) SendControl(ctx context.Context, kind string, payload any) error {
 	env, err := c.sess.NewControl(kind, payload)

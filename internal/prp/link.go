@@ -298,6 +298,25 @@ func (l *link) send(ctx context.Context, plaintext []byte) error {
 	}
 }
 
+// trySend is send that never waits: queued is false when the normal lane
+// is full, and nothing was queued.
+func (l *link) trySend(plaintext []byte) (queued bool, err error) {
+	if err := l.fits(plaintext); err != nil {
+		return false, err
+	}
+	select {
+	case <-l.done:
+		return false, fmt.Errorf("send frame: %w", l.err)
+	default:
+	}
+	select {
+	case l.sendq <- plaintext:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
 // secureFrameOverhead bounds the secure-frame JSON around the hex
 // ciphertext: schema, counter (≤ 20 digits) and punctuation (prp.md §2.2).
 const secureFrameOverhead = 128

@@ -174,3 +174,49 @@ func TestOversizeSendRejectedUpFront(t *testing.T) {
 		_ = srv.CloseNow()
 	})
 }
+
+// TestTrySendNeverWaits: while the peer reads nothing, trySend queues
+// until the normal lane is full, then reports it without waiting and
+// without queuing; an oversize plaintext and a closed link are errors.
+func TestTrySendNeverWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		act := newActivity()
+		ws, srv := wsPipe(t, act, nil)
+		l := startLink(ws, act, &plainSession{}, linkConfig{
+			PingInterval: time.Hour, SilenceTimeout: time.Hour, Inspect: inspectKinds, SendQueue: 4,
+		})
+		queued := 0
+		for range 64 {
+			ok, err := l.trySend([]byte(`{"kind":"event"}`))
+			require.NoError(t, err)
+			if !ok {
+				break
+			}
+			queued++
+			synctest.Wait() // the writer takes what it can
+		}
+		require.Less(t, queued, 64, "the lane never filled")
+		require.Len(t, l.sendq, 4, "a refused trySend queued nothing")
+		ws.setMaxFrameBytes(minMaxFrameBytes)
+		ok, err := l.trySend(make([]byte, minMaxFrameBytes/2))
+		require.ErrorIs(t, err, errFrameTooLarge)
+		require.False(t, ok)
+		srvCtx, srvCancel := context.WithCancel(context.Background())
+		readDone := make(chan struct{})
+		go func() { // the peer reads again, so the writer can finish
+			defer close(readDone)
+			for {
+				if _, _, err := srv.Read(srvCtx); err != nil {
+					return
+				}
+			}
+		}()
+		l.close(nil)
+		srvCancel()
+		<-readDone
+		_ = srv.CloseNow()
+		ok, err = l.trySend([]byte(`{"kind":"event"}`))
+		require.Error(t, err)
+		require.False(t, ok)
+	})
+}

@@ -404,11 +404,12 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	return nil
 }
 
-// flush has the send routine ship every committed, unsent outbox event on
-// the current connection, then kicks the lifecycle routine (a commit may
-// end a turn). It never waits for the socket.
+// flush ships every committed, unsent outbox event on the current
+// connection (inline while the link's queue has room, else through the
+// send routine), then kicks the lifecycle routine (a commit may end a
+// turn). It never waits for the socket.
 func (r *loop) flush() {
-	r.send.poke()
+	r.send.shipNow()
 	r.kick()
 }
 

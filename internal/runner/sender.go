@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 
@@ -25,6 +26,9 @@ type sender struct {
 
 	// wake is the routine's one-slot wake-up; poke never blocks.
 	wake chan struct{}
+	// turn is the one-slot token of whoever ships (the routine, or a
+	// committer shipping inline), so events go out in order.
+	turn chan struct{}
 
 	// mu guards the fields below; never held across a send.
 	mu      sync.Mutex
@@ -58,7 +62,7 @@ type pendingResult struct {
 }
 
 func newSender(st *state.Store, id prp.Identity) *sender {
-	return &sender{store: st, id: id, wake: make(chan struct{}, 1)}
+	return &sender{store: st, id: id, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
 }
 
 // poke asks the send routine to ship what is committed; it never blocks.
@@ -66,6 +70,25 @@ func (s *sender) poke() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
+	}
+}
+
+// shipNow ships what is committed on the caller's goroutine when nobody
+// else is shipping and the link's queue has room, which spares a commit's
+// events the hand-off to the routine; whatever it cannot queue at once,
+// and any failure, it leaves to the routine. It never blocks, so a commit
+// never waits for the socket. The caller holds no lock.
+func (s *sender) shipNow() {
+	select {
+	case s.turn <- struct{}{}:
+	default:
+		s.poke() // the shipper may have passed this commit's events
+		return
+	}
+	err := s.ship(context.Background(), false)
+	<-s.turn
+	if err != nil {
+		s.poke()
 	}
 }
 
@@ -80,10 +103,32 @@ func (s *sender) run(ctx context.Context, onErr func(error)) {
 			return
 		case <-s.wake:
 		}
-		if err := s.ship(ctx); err != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case s.turn <- struct{}{}:
+		}
+		err := s.ship(ctx, true)
+		<-s.turn
+		if err != nil {
 			onErr(err)
 		}
 	}
+}
+
+// errQueueFull ends an inline pass (shipNow) at a full send queue.
+var errQueueFull = errors.New("the send queue is full")
+
+// send queues b on c; without wait, errQueueFull when the queue is full.
+func send(ctx context.Context, c *prp.Conn, b []byte, wait bool) error {
+	if wait {
+		return c.Send(ctx, b)
+	}
+	queued, err := c.TrySend(b)
+	if err == nil && !queued {
+		err = errQueueFull
+	}
+	return err
 }
 
 // countConnection records an authenticated connection and returns how many
@@ -162,10 +207,11 @@ func (s *sender) queueResult(res state.CommandResult) {
 // ship sends, on the current connection, the committed outbox suffix after
 // sentThrough in order, each event as stored (byte-identical on a replay)
 // and downgraded on a v1 link, with each queued result after its evidence
-// (prp.md §8.2, §8.5). Only the routine calls it. It returns once nothing
+// (prp.md §8.2, §8.5). Only the holder of turn calls it; without wait it
+// never blocks and stops with errQueueFull. It returns once nothing
 // committed is left unsent; a connection change between two sends ends
 // the pass, and the poke that came with it starts the next.
-func (s *sender) ship(ctx context.Context) error {
+func (s *sender) ship(ctx context.Context, wait bool) error {
 	for {
 		s.mu.Lock()
 		c, v, gen, after := s.conn, s.version, s.gen, s.sentThrough
@@ -175,14 +221,14 @@ func (s *sender) ship(ctx context.Context) error {
 		}
 		evs := s.store.Unsent(after)
 		for _, e := range evs {
-			if err := s.shipResults(ctx, c, v, gen, e.SourceSeq); err != nil {
+			if err := s.shipResults(ctx, c, v, gen, e.SourceSeq, wait); err != nil {
 				return err
 			}
 			b, err := e.Wire(v)
 			if err != nil {
 				return err
 			}
-			if err := c.Send(ctx, b); err != nil {
+			if err := send(ctx, c, b, wait); err != nil {
 				return err
 			}
 			s.mu.Lock()
@@ -196,15 +242,15 @@ func (s *sender) ship(ctx context.Context) error {
 		if len(evs) == 0 {
 			// Every committed event is on the wire: so is every queued
 			// result's evidence.
-			return s.shipResults(ctx, c, v, gen, math.MaxUint64)
+			return s.shipResults(ctx, c, v, gen, math.MaxUint64, wait)
 		}
 		// Another pass: more may have been committed meanwhile.
 	}
 }
 
 // shipResults sends the queued results whose evidence ends before event
-// next.
-func (s *sender) shipResults(ctx context.Context, c *prp.Conn, v int, gen, next uint64) error {
+// next; without wait it never blocks (see ship).
+func (s *sender) shipResults(ctx context.Context, c *prp.Conn, v int, gen, next uint64, wait bool) error {
 	for {
 		s.mu.Lock()
 		if s.gen != gen || len(s.results) == 0 || s.results[0].after >= next {
@@ -217,7 +263,7 @@ func (s *sender) shipResults(ctx context.Context, c *prp.Conn, v int, gen, next 
 		if err != nil {
 			return err
 		}
-		if err := c.Send(ctx, b); err != nil {
+		if err := send(ctx, c, b, wait); err != nil {
 			return err
 		}
 		s.mu.Lock()

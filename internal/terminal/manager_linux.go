@@ -72,8 +72,11 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex // guards terms
+	mu    sync.Mutex // guards terms and creating
 	terms map[string]*term
+	// creating counts creates past the open-terminal check whose terminal
+	// is not in terms yet (the spawn runs without mu).
+	creating int
 }
 
 // term is one terminal; fields below mu are guarded by it.
@@ -146,10 +149,17 @@ func (m *Manager) Create(req CreateRequest, cwd string, env []string) (createRes
 		cwd = req.Cwd
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.terms) >= maxOpen {
+	if len(m.terms)+m.creating >= maxOpen {
+		m.mu.Unlock()
 		return createResult{}, &Error{Code: codeInvalidParams, Message: "create terminal: the session already has 16 open terminals"}
 	}
+	m.creating++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.creating--
+		m.mu.Unlock()
+	}()
 	var penv map[string]string
 	if len(req.Env) > 0 {
 		penv = make(map[string]string, len(req.Env))
@@ -186,8 +196,10 @@ func (m *Manager) Create(req CreateRequest, cwd string, env []string) (createRes
 		m.startCleanup(t)
 		return createResult{}, fmt.Errorf("create terminal: %w", err)
 	}
+	m.startReader(t) // before t is published: its reader fields are set
+	m.mu.Lock()
 	m.terms[t.id] = t
-	m.startReader(t)
+	m.mu.Unlock()
 	return createResult{TerminalID: t.id}, nil
 }
 

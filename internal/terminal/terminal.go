@@ -91,6 +91,14 @@ type createResult struct {
 	TerminalID string `json:"terminalId"`
 }
 
+// CreatedID is the terminal id in a Create result; "" for anything else.
+func CreatedID(result any) string {
+	if r, ok := result.(createResult); ok {
+		return r.TerminalID
+	}
+	return ""
+}
+
 // Request is the params of output, wait_for_exit, kill and release.
 type Request struct {
 	SessionID  string `json:"sessionId"`
