@@ -268,6 +268,9 @@ type Manager struct {
 	commitDone chan struct{}
 	stopOnce   sync.Once // closes commitStop: Close may run twice
 	hooks      sync.WaitGroup
+	// duringWalk, when set (tests only, before the first turn), runs in
+	// each after-walk's window, without mu.
+	duringWalk func()
 
 	// mu guards every field below: the runner's calls, the event reader
 	// and the drivers (through host) take it.
@@ -631,6 +634,7 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 			// The lines this write covers are written after it.
 			rec.Process.NextStdinSeq = uint64(p.nextSeq)
 			rec.Process.ConsumedEventSeq = uint64(p.consumed)
+			p.recorded = p.consumed
 		} else {
 			rec.Process = nil
 		}
