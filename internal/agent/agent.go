@@ -212,8 +212,11 @@ type Config struct {
 	WorkspaceWalkTimeout time.Duration
 	// WorkspaceMaxPayloadBytes bounds a workspace change set's encoded
 	// payload (workspace.md §3.4); 0 means workspace.MaxPayloadBytes.
-	// The runner derives it from the frame limit.
 	WorkspaceMaxPayloadBytes int
+	// WorkspacePayloadBound, when set, is the bound now, below
+	// WorkspaceMaxPayloadBytes: the runner's follows the connection's
+	// frame limit.
+	WorkspacePayloadBound func() int
 	// Redact is the outbox sanitiser's text rule: diff text passes it,
 	// and a file preview it would change is withheld. nil: identity.
 	Redact func(string) string

@@ -233,10 +233,18 @@ func (m *Manager) harnessDueLocked(t *wsTurn, flush bool) []provider.Event {
 // changeSetEvents is cs as one event, bounded to the frame (§3.4); one
 // that cannot fit becomes a diagnostic.
 func (m *Manager) changeSetEvents(turnID string, cs workspace.ChangeSet, eventType string, prio int) []provider.Event {
-	if !cs.Bound(m.cfg.WorkspaceMaxPayloadBytes) {
+	if !cs.Bound(m.workspacePayloadBound()) {
 		return []provider.Event{wsDiagnostic(turnID, diagEventTooLarge, "a workspace change set does not fit the frame limit")}
 	}
 	return []provider.Event{{EventType: eventType, Priority: prio, TurnID: turnID, Payload: cs.Payload()}}
+}
+
+// workspacePayloadBound is the encoded size a workspace payload fits now.
+func (m *Manager) workspacePayloadBound() int {
+	if m.cfg.WorkspacePayloadBound != nil {
+		return min(m.cfg.WorkspaceMaxPayloadBytes, m.cfg.WorkspacePayloadBound())
+	}
+	return m.cfg.WorkspaceMaxPayloadBytes
 }
 
 // observeLocked records the turn's latest assistant message from evs.
