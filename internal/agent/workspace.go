@@ -175,6 +175,11 @@ func (m *Manager) workspaceUpdateLocked(turnID string, u provider.SessionUpdate)
 	if t == nil || t.turnID != turnID {
 		return nil
 	}
+	if u.Kind == provider.UpdateTurnDiff {
+		// Codex's own diff of the turn so far (§3.2): it replaces the set.
+		t.harness.ReplaceGit(u.TurnDiff)
+		return m.harnessDueLocked(t, false)
+	}
 	if u.Kind != provider.UpdateToolCall && u.Kind != provider.UpdateToolCallUpdate {
 		return nil
 	}

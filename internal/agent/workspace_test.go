@@ -437,3 +437,33 @@ func TestWorkspaceCommitDuringAfterWalk(t *testing.T) {
 	require.Less(t, during.Session.Process.ConsumedEventSeq, final.Session.Process.ConsumedEventSeq,
 		"the write during the walk does not record the files that ended the turn")
 }
+
+// TestWorkspace28_CodexTurnDiff: a Codex turn's turn/diff/updated with a
+// rename, a mode change and a binary → a harness_reported change set
+// (P2) with rename + previousPath, mode_change, and binary with stats and
+// diff null, counts only from hunks; the verified set still comes last
+// before the turn's end.
+func TestWorkspace28_CodexTurnDiff(t *testing.T) {
+	r := newRig(t)
+	r.prepareCodex(nil)
+	r.open()
+	_, evs := r.wsTurn("turndiff")
+	ws := workspaceEvents(evs)
+	require.Equal(t, []string{"workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded"}, types(ws))
+	h := ws[0]
+	require.Equal(t, provider.P2, h.Priority)
+	require.Equal(t, "harness_reported", h.Payload["source"])
+	fs := files(h)
+	require.Len(t, fs, 3)
+	require.Equal(t, "rename", fs["new.go"]["operation"])
+	require.Equal(t, "old.go", fs["new.go"]["previousPath"])
+	require.EqualValues(t, 1, fs["new.go"]["additions"])
+	require.EqualValues(t, 1, fs["new.go"]["deletions"])
+	require.Equal(t, "mode_change", fs["run.sh"]["operation"])
+	require.Equal(t, true, fs["logo.png"]["binary"])
+	require.Nil(t, fs["logo.png"]["additions"])
+	require.Nil(t, fs["logo.png"]["diff"])
+	require.Equal(t, "runner_verified", ws[1].Payload["source"])
+	requireEndOrder(t, evs)
+	prpschema.RequireValidEvents(t, evs)
+}

@@ -153,3 +153,23 @@ func cloneChange(fc FileChange) FileChange {
 // Budget is the turn's shared diff budget (the verified diff spends the
 // rest of it).
 func (h *Harness) Budget() *Budget { return h.budget }
+
+// ReplaceGit makes the set the aggregated git diff text of the turn so far
+// (Codex's turn/diff/updated, §3.2), in place of what it held; diff text
+// is scrubbed. An unchanged text changes nothing.
+func (h *Harness) ReplaceGit(text string) {
+	if h.budget.Spent() {
+		return
+	}
+	files := ParseGitDiff(text)
+	h.files, h.order = make(map[string]*FileChange, len(files)), h.order[:0]
+	for i := range files {
+		fc := &files[i]
+		if fc.Diff != nil {
+			fc.Diff = strp(h.redact(*fc.Diff))
+		}
+		h.files[fc.Path] = fc
+		h.order = append(h.order, fc.Path)
+	}
+	h.dirty = true
+}
