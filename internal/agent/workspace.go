@@ -177,7 +177,7 @@ func (m *Manager) workspaceUpdateLocked(turnID string, u provider.SessionUpdate)
 	}
 	if u.Kind == provider.UpdateTurnDiff {
 		// Codex's own diff of the turn so far (§3.2): it replaces the set.
-		t.harness.ReplaceGit(u.TurnDiff)
+		t.harness.ReplaceGit(u.TurnDiff, func(p string) (string, bool) { return t.root.WirePath(p, t.cwd) })
 		return m.harnessDueLocked(t, false)
 	}
 	if u.Kind != provider.UpdateToolCall && u.Kind != provider.UpdateToolCallUpdate {

@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"path/filepath"
 	"strings"
 )
 
@@ -17,7 +16,8 @@ const MaxGitDiffChars = 256 << 10
 // mode_change; `Binary files … differ` or `GIT binary patch` is binary
 // with stats and diff null. Counts come only from lines inside hunks. At
 // most MaxFiles entries; a later section of a path already read replaces
-// it. Text outside any section is ignored.
+// it. Text outside any section is ignored. Paths are as the diff names
+// them (Harness.ReplaceGit maps them to wire paths).
 func ParseGitDiff(text string) []FileChange {
 	var out []FileChange
 	index := map[string]int{}
@@ -124,8 +124,7 @@ func parseSection(sec string) (FileChange, bool) {
 	default:
 		fc.Path = headB
 	}
-	// Paths are the agent's word, never opened: still, only local ones.
-	if !filepath.IsLocal(fc.Path) || strings.ContainsAny(fc.Path, "\x00\n") {
+	if fc.Path == "" || strings.ContainsAny(fc.Path, "\x00\n") {
 		return FileChange{}, false
 	}
 	if renameFrom != "" || (headA != "" && headB != "" && headA != headB && fc.Operation == OpModify) {
@@ -133,7 +132,7 @@ func parseSection(sec string) (FileChange, bool) {
 		if prev == "" {
 			prev = headA
 		}
-		if !filepath.IsLocal(prev) {
+		if prev == "" || strings.ContainsAny(prev, "\x00\n") {
 			return FileChange{}, false
 		}
 		fc.Operation, fc.PreviousPath = OpRename, &prev

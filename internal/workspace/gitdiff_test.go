@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -88,8 +89,9 @@ func TestWorkspace28_CodexTurnDiff(t *testing.T) {
 }
 
 // TestCodexTurnDiffReplaces: each turn/diff/updated is the whole turn's
-// diff, so it replaces the harness set rather than adding to it; diff
-// text is scrubbed.
+// diff, so it replaces the harness set rather than adding to it; an entry
+// whose path or previous path the root refuses is left out; diff text is
+// scrubbed.
 func TestCodexTurnDiffReplaces(t *testing.T) {
 	h := NewHarness("t", budget(), func(s string) string {
 		if s == "" {
@@ -97,9 +99,12 @@ func TestCodexTurnDiffReplaces(t *testing.T) {
 		}
 		return s + "scrubbed\n"
 	})
-	h.ReplaceGit(codexTurnDiff)
+	local := func(p string) (string, bool) { return p, filepath.IsLocal(p) }
+	h.ReplaceGit(codexTurnDiff, local)
 	require.Len(t, h.Snapshot().Files, 5)
-	h.ReplaceGit("diff --git a/made.txt b/made.txt\nnew file mode 100644\n--- /dev/null\n+++ b/made.txt\n@@ -0,0 +1,2 @@\n+hello\n+again\n")
+	h.ReplaceGit("diff --git a/made.txt b/made.txt\nnew file mode 100644\n--- /dev/null\n+++ b/made.txt\n@@ -0,0 +1,2 @@\n+hello\n+again\n"+
+		"diff --git a/../x b/../x\nold mode 100644\nnew mode 100755\n"+
+		"diff --git a/x b/y\nrename from /etc/passwd\nrename to y\n", local)
 	cs := h.Snapshot()
 	require.Len(t, cs.Files, 1)
 	require.Equal(t, 2, *cs.Files[0].Additions)
@@ -112,8 +117,6 @@ func TestCodexTurnDiffReplaces(t *testing.T) {
 func TestParseGitDiffBounds(t *testing.T) {
 	require.Empty(t, ParseGitDiff("not a diff\n+++ b/x\n@@ -1 +1 @@\n+y\n"))
 	require.Empty(t, ParseGitDiff("diff --git nonsense\n"))
-	require.Empty(t, ParseGitDiff("diff --git a/../x b/../x\nold mode 100644\nnew mode 100755\n"), "a path out of the root")
-	require.Empty(t, ParseGitDiff("diff --git a/x b/y\nrename from /etc/passwd\nrename to y\n"), "a previous path out of the root")
 	var s []byte
 	for i := range MaxFiles + 5 {
 		s = append(s, []byte("diff --git a/f"+strconv.Itoa(i)+" b/f"+strconv.Itoa(i)+"\nold mode 100644\nnew mode 100755\n")...)

@@ -155,21 +155,37 @@ func cloneChange(fc FileChange) FileChange {
 func (h *Harness) Budget() *Budget { return h.budget }
 
 // ReplaceGit makes the set the aggregated git diff text of the turn so far
-// (Codex's turn/diff/updated, §3.2), in place of what it held; diff text
-// is scrubbed. An unchanged text changes nothing.
-func (h *Harness) ReplaceGit(text string) {
+// (Codex's turn/diff/updated, §3.2), in place of what it held. wire maps
+// each path the diff names to its wire path (Root.WirePath); an entry
+// whose path or previous path it refuses (out of the root) is left out.
+// Diff text is scrubbed.
+func (h *Harness) ReplaceGit(text string, wire func(string) (string, bool)) {
 	if h.budget.Spent() {
 		return
 	}
 	files := ParseGitDiff(text)
-	h.files, h.order = make(map[string]*FileChange, len(files)), h.order[:0]
+	h.files, h.order = make(map[string]*FileChange, len(files)), nil
 	for i := range files {
 		fc := &files[i]
+		p, ok := wire(fc.Path)
+		if !ok {
+			continue
+		}
+		fc.Path = p
+		if fc.PreviousPath != nil {
+			prev, ok := wire(*fc.PreviousPath)
+			if !ok {
+				continue
+			}
+			fc.PreviousPath = &prev
+		}
 		if fc.Diff != nil {
 			fc.Diff = strp(h.redact(*fc.Diff))
 		}
-		h.files[fc.Path] = fc
-		h.order = append(h.order, fc.Path)
+		if h.files[p] == nil {
+			h.order = append(h.order, p)
+		}
+		h.files[p] = fc
 	}
 	h.dirty = true
 }
