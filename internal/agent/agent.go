@@ -212,8 +212,11 @@ type Config struct {
 	WorkspaceWalkTimeout time.Duration
 	// WorkspaceMaxPayloadBytes bounds a workspace change set's encoded
 	// payload (workspace.md §3.4); 0 means workspace.MaxPayloadBytes.
-	// The runner derives it from the frame limit.
 	WorkspaceMaxPayloadBytes int
+	// WorkspacePayloadBound, when set, is the bound now, below
+	// WorkspaceMaxPayloadBytes: the runner's follows the connection's
+	// frame limit.
+	WorkspacePayloadBound func() int
 	// Redact is the outbox sanitiser's text rule: diff text passes it,
 	// and a file preview it would change is withheld. nil: identity.
 	Redact func(string) string
@@ -268,6 +271,9 @@ type Manager struct {
 	commitDone chan struct{}
 	stopOnce   sync.Once // closes commitStop: Close may run twice
 	hooks      sync.WaitGroup
+	// duringWalk, when set (tests only, before the first turn), runs in
+	// each after-walk's window, without mu.
+	duringWalk func()
 
 	// mu guards every field below: the runner's calls, the event reader
 	// and the drivers (through host) take it.
@@ -634,6 +640,7 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 			// The lines this write covers are written after it.
 			rec.Process.NextStdinSeq = uint64(p.nextSeq)
 			rec.Process.ConsumedEventSeq = uint64(p.consumed)
+			p.recorded = p.consumed
 		} else {
 			rec.Process = nil
 		}

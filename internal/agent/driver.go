@@ -116,6 +116,7 @@ func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) e
 	record()
 	var evs []provider.Event
 	var lines [][]byte
+	var wakes []func()
 	for _, x := range in {
 		if x.Kind == provider.KindTurnSettled {
 			m.cl.Wire().Turn = nil
@@ -129,18 +130,16 @@ func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) e
 		}
 		evs, lines = append(evs, e...), append(lines, l...)
 		if w != nil {
-			m.wakeAfterCommitLocked(w)
+			wakes = append(wakes, w)
 		}
 	}
 	if t, _ := m.endingTurnLocked(evs); t != nil {
-		// The turn ended: its events wait in the pending batch (a commit
-		// meanwhile takes them) while the workspace is walked.
-		p.bufEvents, p.bufLines = append(p.bufEvents, evs...), append(p.bufLines, lines...)
-		m.walkEndingTurnLocked(p, t)
-		if m.proc != p {
-			return nil
-		}
-		return m.commitThenWriteLocked(nil, nil)
+		// The turn ended: its events are parked while the workspace is
+		// walked (a commit meanwhile takes none of them).
+		return m.walkEndingTurnLocked(p, t, m.parkLocked(evs, lines, wakes))
+	}
+	for _, w := range wakes {
+		m.wakeAfterCommitLocked(w)
 	}
 	return m.commitThenWriteLocked(evs, lines)
 }

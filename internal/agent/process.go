@@ -74,6 +74,11 @@ type process struct {
 	bufEvents []provider.Event
 	bufLines  [][]byte
 	bufWakes  []func()
+	// recorded is the consumed cursor the last prepared batch recorded.
+	recorded int64
+	// parked is the pending batch of a turn whose end waits for its
+	// after-walk; nil when none (workspace.go).
+	parked *parkedBatch
 	// nextSeq is the stdin sequence after every line a prepared batch
 	// holds: the committed next stdin seq includes lines not yet written
 	// (acp.md §3.2).
@@ -142,7 +147,7 @@ func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consume
 	}
 	_, secrets := acpx.AgentEnv(m.agentName(), m.cfg.Environ)
 	p := &process{
-		uuid: uuid, dir: dir, w: w, consumed: int64(consumed), nextSeq: int64(nextSeq),
+		uuid: uuid, dir: dir, w: w, consumed: int64(consumed), recorded: int64(consumed), nextSeq: int64(nextSeq),
 		ended: make(chan struct{}), readerDone: make(chan struct{}),
 		tail: provider.StderrTail{Redactor: provider.NewRedactor(secrets...)},
 	}
@@ -294,11 +299,11 @@ func (m *Manager) deliver(ctx context.Context, p *process, ev sessiondir.Event, 
 	p.bufferLocked(ev, out)
 	if t, _ := m.endingTurnLocked(p.bufEvents); t != nil {
 		// This reader takes no further file during the walk.
-		m.walkEndingTurnLocked(p, t)
+		err := m.walkEndingTurnLocked(p, t, m.parkPendingLocked(p))
 		if m.proc != p {
 			return sessiondir.ErrStopReading
 		}
-		if err := m.commitFromReaderLocked(); err != nil {
+		if err != nil {
 			return err
 		}
 		if out.stop {

@@ -175,6 +175,11 @@ func (m *Manager) workspaceUpdateLocked(turnID string, u provider.SessionUpdate)
 	if t == nil || t.turnID != turnID {
 		return nil
 	}
+	if u.Kind == provider.UpdateTurnDiff {
+		// Codex's own diff of the turn so far (§3.2): it replaces the set.
+		t.harness.ReplaceGit(u.TurnDiff, func(p string) (string, bool) { return t.root.WirePath(p, t.cwd) })
+		return m.harnessDueLocked(t, false)
+	}
 	if u.Kind != provider.UpdateToolCall && u.Kind != provider.UpdateToolCallUpdate {
 		return nil
 	}
@@ -233,10 +238,18 @@ func (m *Manager) harnessDueLocked(t *wsTurn, flush bool) []provider.Event {
 // changeSetEvents is cs as one event, bounded to the frame (§3.4); one
 // that cannot fit becomes a diagnostic.
 func (m *Manager) changeSetEvents(turnID string, cs workspace.ChangeSet, eventType string, prio int) []provider.Event {
-	if !cs.Bound(m.cfg.WorkspaceMaxPayloadBytes) {
+	if !cs.Bound(m.workspacePayloadBound()) {
 		return []provider.Event{wsDiagnostic(turnID, diagEventTooLarge, "a workspace change set does not fit the frame limit")}
 	}
 	return []provider.Event{{EventType: eventType, Priority: prio, TurnID: turnID, Payload: cs.Payload()}}
+}
+
+// workspacePayloadBound is the encoded size a workspace payload fits now.
+func (m *Manager) workspacePayloadBound() int {
+	if m.cfg.WorkspacePayloadBound != nil {
+		return min(m.cfg.WorkspaceMaxPayloadBytes, m.cfg.WorkspacePayloadBound())
+	}
+	return m.cfg.WorkspaceMaxPayloadBytes
 }
 
 // observeLocked records the turn's latest assistant message from evs.
@@ -328,13 +341,52 @@ func (m *Manager) keepSnapshotLocked(t *wsTurn, after *workspace.Snapshot) {
 	}
 }
 
+// parkedBatch is what a settling turn's end sets aside while its
+// after-walk runs without m.mu: the events up to and including the turn's
+// end, the lines and wake-ups they came with, the hooks waiting for the
+// next commit and, from the reader, the consumed event files and their
+// cursor. A commit made meanwhile (a command result, a terminal answer)
+// takes none of it and records the cursor from before these files, so
+// nothing after the turn's end is durable before its verified set, and a
+// crash in the window re-reads the files that ended the turn.
+type parkedBatch struct {
+	events      []provider.Event
+	lines       [][]byte
+	wakes       []func()
+	afterCommit []func(context.Context)
+	afterWrite  []func()
+	// files is set when the batch holds the reader's consumed files
+	// (pending) and its cursor (consumed); OpenCode's HTTP channel has none.
+	files    bool
+	pending  []string
+	consumed int64
+}
+
+// parkPendingLocked moves p's whole pending batch, files and cursor
+// included, into a parked batch (the reader takes no file meanwhile).
+// m.mu held.
+func (m *Manager) parkPendingLocked(p *process) *parkedBatch {
+	b := m.parkLocked(p.bufEvents, p.bufLines, p.bufWakes)
+	b.files, b.pending, b.consumed = true, p.pending, p.consumed
+	p.bufEvents, p.bufLines, p.bufWakes, p.pending = nil, nil, nil, nil
+	p.consumed = p.recorded
+	return b
+}
+
+// parkLocked sets events, lines and wakes aside with the hooks waiting for
+// the next commit. m.mu held.
+func (m *Manager) parkLocked(events []provider.Event, lines [][]byte, wakes []func()) *parkedBatch {
+	b := &parkedBatch{events: events, lines: lines, wakes: wakes, afterCommit: m.afterCommit, afterWrite: m.afterWrite}
+	m.afterCommit, m.afterWrite = nil, nil
+	return b
+}
+
 // walkEndingTurnLocked finishes the workspace side of turn t, whose end
-// events are in p's pending batch: it walks the workspace and reads the
+// events are in the parked batch b: it walks the workspace and reads the
 // referenced files without the lock, then puts what they show before the
-// turn's end (§4.5, §5). m.mu held on entry and on return, released
-// meanwhile; a commit in that window takes the pending batch with it
-// (nothing is lost), and what the walk found then follows the turn's end.
-func (m *Manager) walkEndingTurnLocked(p *process, t *wsTurn) {
+// turn's end (§4.5, §5) and commits b ahead of anything that arrived
+// meanwhile. m.mu held on entry and on return, released meanwhile.
+func (m *Manager) walkEndingTurnLocked(p *process, t *wsTurn, b *parkedBatch) error {
 	m.ws.settling = t.turnID
 	m.mu.Unlock()
 	after, refs := m.afterWalk(t)
@@ -344,16 +396,35 @@ func (m *Manager) walkEndingTurnLocked(p *process, t *wsTurn) {
 		m.keepSnapshotLocked(t, after)
 	}
 	evs := m.settleEvents(t, after, refs)
-	if i := turnEnd(p.bufEvents, t.turnID); i >= 0 {
-		p.bufEvents = slices.Insert(p.bufEvents, i, evs...)
+	if i := turnEnd(b.events, t.turnID); i >= 0 {
+		b.events = slices.Insert(b.events, i, evs...)
 	} else {
-		p.bufEvents = append(p.bufEvents, evs...)
+		b.events = append(b.events, evs...)
 	}
+	m.afterCommit = append(b.afterCommit, m.afterCommit...)
+	m.afterWrite = append(b.afterWrite, m.afterWrite...)
+	if m.proc != p {
+		// The agent went meanwhile: its turn's end still goes; no line
+		// reaches it, and its files wait for the next start's sweep.
+		m.afterWrite = append(m.afterWrite, b.wakes...)
+		return m.commitThenWriteLocked(b.events, nil)
+	}
+	p.bufEvents = append(b.events, p.bufEvents...)
+	p.bufLines = append(b.lines, p.bufLines...)
+	p.bufWakes = append(b.wakes, p.bufWakes...)
+	if b.files {
+		p.pending = append(b.pending, p.pending...)
+		p.consumed = b.consumed
+	}
+	return m.commitThenWriteLocked(nil, nil)
 }
 
 // afterWalk is the work of a settling turn done without m.mu: the
 // after-walk (stat cache: the baseline) and the file references.
 func (m *Manager) afterWalk(t *wsTurn) (*workspace.Snapshot, []workspace.FileReference) {
+	if m.duringWalk != nil {
+		m.duringWalk()
+	}
 	var after *workspace.Snapshot
 	if t.baseline != nil {
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.WorkspaceWalkTimeout)

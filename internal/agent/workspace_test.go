@@ -4,9 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -382,4 +385,85 @@ func TestWorkspaceOpenCodeVerified(t *testing.T) {
 	require.Equal(t, "create", files(ws[1])["made.txt"]["operation"])
 	requireEndOrder(t, mine)
 	prpschema.RequireValidEvents(t, mine)
+}
+
+// TestWorkspaceCommitDuringAfterWalk: another change committed while a
+// turn's after-walk runs (a command result, a terminal answer) takes none
+// of the turn's end events with it: the verified set still comes before
+// the turn's terminal event, and the write made meanwhile records the
+// event-file cursor from before the turn's end, so a crash then re-reads
+// the end rather than losing it.
+func TestWorkspaceCommitDuringAfterWalk(t *testing.T) {
+	r := newRig(t)
+	r.prepare()
+	r.open()
+	var (
+		once    sync.Once
+		during  Stored
+		walkErr error
+	)
+	r.m.duringWalk = func() {
+		once.Do(func() {
+			r.m.mu.Lock()
+			walkErr = r.m.commitThenWriteLocked([]provider.Event{{EventType: prp.EventHarnessDiagnostic,
+				Priority: provider.P1, Payload: map[string]any{"reasonCode": "during_walk"}}}, nil)
+			r.m.mu.Unlock()
+			deadline := time.Now().Add(testWait)
+			for time.Now().Before(deadline) {
+				st, evs := r.sink.snapshot()
+				if slices.ContainsFunc(evs, func(e provider.Event) bool { return e.Payload["reasonCode"] == "during_walk" }) {
+					during = st
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			walkErr = errors.New("the commit made during the walk never became durable")
+		})
+	}
+	_, before := r.sink.snapshot()
+	turn, mine := r.wsTurn(`edit a.txt one\n`)
+	require.NoError(t, walkErr)
+	ws := workspaceEvents(mine)
+	require.Equal(t, []string{"workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded",
+		"workspace.file.referenced"}, types(ws))
+	requireEndOrder(t, mine)
+	_, all := r.sink.snapshot()
+	all = all[len(before):]
+	diag := slices.IndexFunc(all, func(e provider.Event) bool { return e.Payload["reasonCode"] == "during_walk" })
+	end := turnEnd(all, turn)
+	require.Less(t, diag, end, "the change committed during the walk comes before the turn's end")
+	final, _ := r.sink.snapshot()
+	require.NotNil(t, during.Session)
+	require.Less(t, during.Session.Process.ConsumedEventSeq, final.Session.Process.ConsumedEventSeq,
+		"the write during the walk does not record the files that ended the turn")
+}
+
+// TestWorkspace28_CodexTurnDiff: a Codex turn's turn/diff/updated with a
+// rename, a mode change and a binary → a harness_reported change set
+// (P2) with rename + previousPath, mode_change, and binary with stats and
+// diff null, counts only from hunks; the verified set still comes last
+// before the turn's end.
+func TestWorkspace28_CodexTurnDiff(t *testing.T) {
+	r := newRig(t)
+	r.prepareCodex(nil)
+	r.open()
+	_, evs := r.wsTurn("turndiff")
+	ws := workspaceEvents(evs)
+	require.Equal(t, []string{"workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded"}, types(ws))
+	h := ws[0]
+	require.Equal(t, provider.P2, h.Priority)
+	require.Equal(t, "harness_reported", h.Payload["source"])
+	fs := files(h)
+	require.Len(t, fs, 3)
+	require.Equal(t, "rename", fs["new.go"]["operation"])
+	require.Equal(t, "old.go", fs["new.go"]["previousPath"])
+	require.EqualValues(t, 1, fs["new.go"]["additions"])
+	require.EqualValues(t, 1, fs["new.go"]["deletions"])
+	require.Equal(t, "mode_change", fs["run.sh"]["operation"])
+	require.Equal(t, true, fs["logo.png"]["binary"])
+	require.Nil(t, fs["logo.png"]["additions"])
+	require.Nil(t, fs["logo.png"]["diff"])
+	require.Equal(t, "runner_verified", ws[1].Payload["source"])
+	requireEndOrder(t, evs)
+	prpschema.RequireValidEvents(t, evs)
 }

@@ -99,3 +99,30 @@ func TestEarlyBound(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestWorkspace28_TurnDiffUpdated: Codex's turn/diff/updated of the
+// active turn becomes the workspace's turn-diff update with the diff text
+// as sent (the agent parses it, workspace.ParseGitDiff); another thread's
+// or another turn's is dropped, and the mapper makes no event of it.
+func TestWorkspace28_TurnDiffUpdated(t *testing.T) {
+	cl := provider.NewCore(provider.Record{ACPSessionID: "thr"}, nil, provider.Dialect{})
+	c := New(cl)
+	call, err := c.turnStart("turn-1", "hi")
+	require.NoError(t, err)
+	feed := func(s string) []provider.Inbound {
+		ins, err := c.feed([]byte(s + "\n"))
+		require.NoError(t, err)
+		return ins
+	}
+	feed(`{"id":` + jsonInt(call.ID) + `,"result":{"turn":{"id":"u-7","status":"inProgress"}}}`)
+	diff := `diff --git a/x b/x\nold mode 100644\nnew mode 100755\n`
+	ins := feed(`{"method":"turn/diff/updated","params":{"threadId":"thr","turnId":"u-7","diff":"` + diff + `"}}`)
+	require.Len(t, ins, 1)
+	require.Equal(t, provider.KindUpdate, ins[0].Kind)
+	require.Equal(t, provider.UpdateTurnDiff, ins[0].Update.Kind)
+	require.Equal(t, "diff --git a/x b/x\nold mode 100644\nnew mode 100755\n", ins[0].Update.TurnDiff)
+	require.Equal(t, "turn-1", ins[0].TurnID)
+	require.Empty(t, c.Mapper.Update(cl.Map(), ins[0].TurnID, *ins[0].Update))
+	require.Empty(t, feed(`{"method":"turn/diff/updated","params":{"threadId":"other","turnId":"u-7","diff":""}}`))
+	require.Empty(t, feed(`{"method":"turn/diff/updated","params":{"threadId":"thr","turnId":"u-8","diff":""}}`))
+}

@@ -41,6 +41,7 @@ func FuzzNotificationMapper(f *testing.F) {
 		`{"method":"item/agentMessage/delta","params":{"threadId":"thread-1","turnId":"u1","itemId":"i","delta":"hi"}}`,
 		`{"method":"turn/completed","params":{"threadId":"thread-1","turn":{"id":"u1","status":"failed"}}}`,
 		`{"method":"turn/plan/updated","params":{"threadId":"thread-1","turnId":"u1","plan":[{"step":"a","status":"inProgress"}]}}`,
+		`{"method":"turn/diff/updated","params":{"threadId":"thread-1","turnId":"u1","diff":"diff --git a/x b/x\nold mode 100644\nnew mode 100755\n"}}`,
 		`{"method":"thread/tokenUsage/updated","params":{"threadId":"thread-1","turnId":"u1","tokenUsage":{"total":{"totalTokens":3},"last":{}}}}`,
 		`{"method":"item/completed","params":{"threadId":"thread-1","turnId":"u1","item":{"type":"commandExecution","id":"c","status":"completed","aggregatedOutput":"x"}}}`,
 		`{"method":"item/completed","params":{"threadId":"thread-1","turnId":"u1","item":{"type":"contextCompaction","id":"k"}}}`,

@@ -41,6 +41,13 @@ func (c *Client) notification(m Message) []provider.Inbound {
 		}
 		u := provider.SessionUpdate{Kind: kind, MessageID: n.ItemID, Content: &provider.ContentBlock{Type: "text", Text: n.Delta}}
 		return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
+	case noteTurnDiffUpdated:
+		var n turnDiffNotification
+		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {
+			return nil
+		}
+		u := provider.SessionUpdate{Kind: provider.UpdateTurnDiff, TurnDiff: n.Diff}
+		return []provider.Inbound{{Kind: provider.KindUpdate, Method: m.Method, Update: &u, TurnID: turn.ID}}
 	case notePlanUpdated:
 		var n planNotification
 		if !c.decode(m, &n) || !c.ours(n.ThreadID) || !c.inTurn(n.TurnID) {

@@ -52,6 +52,7 @@ const (
 	noteReasoningSummary = "item/reasoning/summaryTextDelta"
 	noteItemStarted      = "item/started"
 	noteItemCompleted    = "item/completed"
+	noteTurnDiffUpdated  = "turn/diff/updated"
 	noteThreadCompacted  = "thread/compacted" // deprecated; contextCompaction items replace it
 	noteError            = "error"
 	noteWarning          = "warning"
@@ -202,6 +203,14 @@ type planStep struct {
 }
 
 // planNotification is turn/plan/updated.
+// turnDiffNotification is turn/diff/updated: the turn's whole git diff
+// so far (TurnDiffUpdatedNotification).
+type turnDiffNotification struct {
+	ThreadID string `json:"threadId"`
+	TurnID   string `json:"turnId"`
+	Diff     string `json:"diff"`
+}
+
 type planNotification struct {
 	ThreadID    string     `json:"threadId"`
 	TurnID      string     `json:"turnId"`

@@ -78,6 +78,9 @@ const (
 	UpdateConfigOption      = "config_option_update"
 	UpdateSessionInfo       = "session_info_update"
 	updateUsage             = "usage_update"
+	// UpdateTurnDiff is runnerd's own variant, not ACP's: a Codex turn's
+	// aggregated git diff (turn/diff/updated) for the workspace change set.
+	UpdateTurnDiff = "runnerd_turn_diff"
 )
 
 // SessionUpdate is the decoded union of the variants runnerd maps; unknown
@@ -110,6 +113,9 @@ type SessionUpdate struct {
 	AvailableCommands []json.RawMessage `json:"availableCommands,omitempty"`
 	ConfigOptions     []json.RawMessage `json:"configOptions,omitempty"`
 	SessionTitle      *string           `json:"-"`
+	// TurnDiff is UpdateTurnDiff's diff text.
+	TurnDiff string `json:"-"`
+
 	// Meta is the update's _meta (session_info_update carries the goal
 	// snapshot there).
 	Meta json.RawMessage `json:"_meta,omitempty"`

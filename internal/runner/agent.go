@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
@@ -15,7 +16,6 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
-	"github.com/pcrunner/pcrunner/internal/workspace"
 )
 
 // agentRecord is the runner-state.json field holding the agent executor's
@@ -66,9 +66,11 @@ func newAgentExec(r *loop) (*agentExec, error) {
 		Gate:        acpx.NewColdStartGate(r.cfg.MaxConcurrentColdStarts, r.clk),
 		// A workspace event's sealed frame, 2×(len+16)+128 bytes for len
 		// encoded bytes, stays within the frame limit (workspace.md §3.4).
-		WorkspaceWalkTimeout:     r.cfg.WorkspaceWalkTimeout,
-		WorkspaceMaxPayloadBytes: workspacePayloadBound(int(r.cfg.MaxFrameBytes)),
-		Redact:                   state.RedactSecrets,
+		WorkspaceWalkTimeout: r.cfg.WorkspaceWalkTimeout,
+		WorkspacePayloadBound: func() int {
+			return workspacePayloadBound(r.frames.get(), r.store.Identity())
+		},
+		Redact: state.RedactSecrets,
 		Correlation: func() toolcall.Correlation {
 			id := r.store.Identity()
 			return toolcall.Correlation{RunID: id.RunID, NormalizedSessionID: id.NormalizedSessionID, TurnID: id.TurnID, ItemID: id.ItemID}
@@ -149,7 +151,11 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 			}
 		}
 		for _, e := range tx.Fold(events) {
-			if _, err := tx.Enqueue(e); err != nil && !outboxBound(err) {
+			_, err := tx.Enqueue(e)
+			if errors.Is(err, state.ErrEventTooLarge) {
+				err = a.refuseTooLarge(tx, e)
+			}
+			if err != nil && !outboxBound(err) {
 				return err
 			}
 		}
@@ -161,6 +167,24 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 	a.r.flush()
 	return nil
 }
+
+// refuseTooLarge stands in for an event the outbox refused because its
+// sealed frame exceeds the frame limit: the agent bounds workspace events
+// to the limit beforehand, so one refused still says so
+// (harness.diagnostic workspace_event_too_large, workspace.md §3.4); any
+// other is logged. The write goes on either way: never a stall.
+func (a *agentExec) refuseTooLarge(tx *state.Tx, e state.Event) error {
+	a.r.log.Warn("event refused: its sealed frame exceeds the frame limit", "type", e.Type, "bytes", len(e.Payload))
+	if !strings.HasPrefix(e.Type, workspaceEventPrefix) {
+		return nil
+	}
+	_, err := tx.Enqueue(state.Event{Type: prp.EventHarnessDiagnostic, Priority: state.P1,
+		Payload: json.RawMessage(`{"code":"workspace_event_too_large","message":"a workspace event does not fit the frame limit"}`)})
+	return err
+}
+
+// workspaceEventPrefix starts the workspace event types (workspace.md §1).
+const workspaceEventPrefix = "workspace."
 
 // settled runs in the write that records commandID's result after its
 // handler returned: the agent's proof of a staged prompt is dropped.
@@ -184,22 +208,6 @@ func (a *agentExec) Drained() bool {
 
 // DrainSignal implements agent.Sink: closed at the next applied ACK.
 func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
-
-// workspacePayloadBound is the largest workspace change set payload whose
-// sealed envelope fits a frame of maxFrame bytes (workspace.md §3.4), at
-// most workspace.MaxPayloadBytes.
-func workspacePayloadBound(maxFrame int) int {
-	return max(1, min(workspace.MaxPayloadBytes, (maxFrame-sealOverheadBytes)/2-sealTagBytes-envelopeAllowanceBytes))
-}
-
-// The sealed frame's size for len encoded bytes is 2×(len+16)+128
-// (workspace.md §3.4); envelopeAllowanceBytes is the envelope around a
-// payload (ids, type, timestamps).
-const (
-	sealOverheadBytes      = 128
-	sealTagBytes           = 16
-	envelopeAllowanceBytes = 1024
-)
 
 // stateEvents converts mapped events for the outbox: the provider turn and
 // item ids go into an open payload (prp.PayloadRule; the envelope carries

@@ -50,10 +50,11 @@ type loop struct {
 	clk      clock.Clock // every timer and timestamp of the loop
 	started  time.Time
 
-	send *sender
-	term *terminal
-	susp *suspender
-	warm warm // the warm rotation (warm.go)
+	send   *sender
+	frames *frameLimit // the limit outgoing events fit, sealed
+	term   *terminal
+	susp   *suspender
+	warm   warm // the warm rotation (warm.go)
 
 	// client, listener (listen mode) and transport (dial mode, tests) are
 	// what a warm rotation re-points; set before the client runs.
@@ -113,6 +114,7 @@ func newLoop(cfg config.Config, st *state.Store, logger *slog.Logger, opts optio
 		handlers: map[string]handler{}, term: &terminal{},
 	}
 	r.send = newSender(st, r.id)
+	r.frames = newFrameLimit(int(cfg.MaxFrameBytes))
 	r.started = r.clk.Now()
 	r.susp = &suspender{kick: make(chan struct{}, 1), lastActivity: r.started}
 	for typ, mk := range opts.Handlers {
@@ -212,6 +214,7 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 	r.warm.mu.Lock()
 	r.warm.welcomeVersion = w.WarmTransitionVersion
 	r.warm.mu.Unlock()
+	r.frames.connected(w)
 	v := c.Session().Version
 	// An activated welcome's cursor is the old identity's (the core resets
 	// its cursor only at warm_transition_activated): the new identity's

@@ -120,10 +120,11 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		defer d.CloseIdle()
 		dialer = d
 	}
+	frames := newFrameLimit(int(cfg.MaxFrameBytes))
 	st, err := state.Open(state.Config{
 		Dir: cfg.StateDir, Identity: cfg.Identity,
 		MaxOutboxBytes: int(cfg.MaxOutboxBytes), P0ReserveBytes: int(cfg.P0ReserveBytes),
-		MaxFrameBytes: int(cfg.MaxFrameBytes), Logger: logger, Clock: opts.Clock,
+		MaxFrameBytes: int(cfg.MaxFrameBytes), FrameLimit: frames.get, Logger: logger, Clock: opts.Clock,
 		WriteFault: opts.StoreFault,
 	})
 	switch {
@@ -140,6 +141,7 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 	}()
 
 	r := newLoop(cfg, st, logger, opts)
+	r.frames = frames
 	r.transport = opts.Transport
 	ax, err := newAgentExec(r)
 	if err != nil {

@@ -110,3 +110,67 @@ func TestWorkspaceEnvelopesInOutbox(t *testing.T) {
 		require.Contains(t, string(whole.Payload), `"additions":1`)
 	}
 }
+
+// TestWorkspace29_SealedFrameBound: with a 64 KiB frame limit, from
+// --max-frame-bytes or from a smaller welcome maxFrameBytes, a turn that
+// leaves 8 files of about 21 KB of diff each sends its workspace events
+// each within the limit once sealed, 2×(len+16)+128 bytes: the last
+// files keep their stats with diff null; the core (announcing the same
+// limit) takes every frame, and a later turn's events all arrive (no
+// stall).
+func TestWorkspace29_SealedFrameBound(t *testing.T) {
+	const limit = 65536
+	for name, flags := range map[string][]string{
+		"flag":    {"--max-frame-bytes", "65536"},
+		"welcome": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, func(c *control.Config) { c.MaxFrameBytes = limit })
+			// An outbox with room for the turn's events: the default's
+			// 32 KiB for P1 and P2 would refuse the second 27 KB set.
+			h.agentRun(append(flags, "--max-outbox-bytes", "1048576")...)
+			cwd := t.TempDir()
+			b, err := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+				"command": fakeacpBin(t), "cwd": cwd}})
+			require.NoError(t, err)
+			require.Equal(t, "completed", h.waitResult(h.queue("run.prepare", string(b)).CommandID).Status)
+			require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+			turn := func(text string, n int) {
+				tb, _ := json.Marshal(map[string]string{"text": text})
+				require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
+				h.waitCore(func(s control.Snapshot) bool {
+					return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == n
+				})
+			}
+			turn(`shell for i in 1 2 3 4 5 6 7 8; do seq 1 2200 | sed s/^/line-/ > f$i.txt; done`, 1)
+			turn("echo later", 2)
+			var verified []map[string]any
+			for _, raw := range h.core.Snapshot().Events {
+				var env struct {
+					Payload struct {
+						EventType string         `json:"eventType"`
+						Payload   map[string]any `json:"payload"`
+					} `json:"payload"`
+				}
+				require.NoError(t, json.Unmarshal(raw, &env))
+				whole := env.Payload
+				if !strings.HasPrefix(whole.EventType, "workspace.") {
+					continue
+				}
+				require.LessOrEqual(t, state.SealedFrameBytes(len(raw)), limit, "the envelope of %s", whole.EventType)
+				if whole.Payload["source"] == "runner_verified" {
+					verified = append(verified, whole.Payload)
+				}
+			}
+			require.Len(t, verified, 2, "change.updated and diff.recorded")
+			for _, p := range verified {
+				fs := p["files"].([]any)
+				require.Len(t, fs, 8)
+				require.NotNil(t, fs[0].(map[string]any)["diff"], "the first files keep their diff")
+				last := fs[7].(map[string]any)
+				require.Nil(t, last["diff"], "the last files' diff is dropped")
+				require.EqualValues(t, 2200, last["additions"], "stats kept")
+			}
+		})
+	}
+}

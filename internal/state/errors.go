@@ -25,8 +25,9 @@ var (
 	// ErrP0StorageExhausted: a P0 event would exceed the hard outbox limit
 	// (§9.3, code p0_storage_exhausted). The lifecycle becomes unrecoverable.
 	ErrP0StorageExhausted = errors.New("p0 storage exhausted")
-	// errEventTooLarge: one event envelope exceeds the transport frame limit.
-	errEventTooLarge = errors.New("event exceeds the frame limit")
+	// ErrEventTooLarge: one event envelope, sealed, exceeds the frame limit
+	// (SealedFrameBytes). The event is not stored; nothing else changes.
+	ErrEventTooLarge = errors.New("event exceeds the frame limit")
 	// errInvalidEvent: an event type, payload or identity is malformed.
 	errInvalidEvent = errors.New("invalid event")
 	// errExecutorEventConflict: an executor event id was reused with different event data.

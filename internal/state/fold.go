@@ -8,9 +8,10 @@ import (
 )
 
 // foldFrameShare: a folded run's payloads stay under 1/foldFrameShare of
-// the frame bound, which leaves room for the envelope and for escaping (the
-// outbox's own merge still checks the merged envelope against the bound).
-const foldFrameShare = 2
+// the frame bound, which leaves room for the envelope, for escaping and for
+// sealing, which doubles the size (SealedFrameBytes; the outbox's own merge
+// still checks the merged envelope against the bound).
+const foldFrameShare = 4
 
 // Fold is fold with the store's bound.
 func (tx *Tx) Fold(evs []Event) []Event { return fold(evs, tx.s.cfg.MaxFrameBytes/foldFrameShare) }

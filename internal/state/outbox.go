@@ -280,8 +280,8 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 // replaces replaced bytes (prp.md §9.3).
 func (tx *Tx) checkBounds(p Priority, size, replaced int) error {
 	cfg := tx.s.cfg
-	if size > cfg.MaxFrameBytes {
-		return fmt.Errorf("enqueue event: %w", errEventTooLarge)
+	if !tx.s.frameFits(size) {
+		return fmt.Errorf("enqueue event: %w", ErrEventTooLarge)
 	}
 	projected := tx.st.outboxBytes() - replaced + size
 	if p != P0 && projected > cfg.MaxOutboxBytes-cfg.P0ReserveBytes {
@@ -334,7 +334,7 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	if err != nil {
 		return 0, false, fmt.Errorf("encode envelope: %w", err)
 	}
-	if len(b) > tx.s.cfg.MaxFrameBytes {
+	if !tx.s.frameFits(len(b)) {
 		return 0, false, nil // too big to merge: start a new event
 	}
 	if err := tx.checkBounds(P2, len(b), last.ByteSize); err != nil {

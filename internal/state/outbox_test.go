@@ -306,7 +306,7 @@ func TestEventTooLargeForFrame(t *testing.T) {
 		_, err := tx.Enqueue(Event{Type: "item.delta", Priority: P0, Payload: obj(t, map[string]string{"x": strings.Repeat("a", 600)})})
 		return err
 	})
-	require.ErrorIs(t, err, errEventTooLarge)
+	require.ErrorIs(t, err, ErrEventTooLarge)
 }
 
 func TestInvalidEventsAreRefused(t *testing.T) {

@@ -70,6 +70,9 @@ type Config struct {
 	MaxOutboxBytes int
 	P0ReserveBytes int
 	MaxFrameBytes  int
+	// FrameLimit, when set, is the current connection's frame limit when
+	// smaller than MaxFrameBytes (a welcome's maxFrameBytes); framelimit.go.
+	FrameLimit func() int
 	// Now stamps emittedAt; nil means Clock's Now.
 	Now func() time.Time
 	// Clock times the idle write of the ACK cursor (ackIdleFlush); nil

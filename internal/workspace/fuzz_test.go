@@ -110,3 +110,31 @@ func atoiPrefix(s string) int {
 	}
 	return n
 }
+
+// FuzzParseGitDiff: any text parses within the bounds: at most MaxFiles
+// entries, each with a path, one of the schema's operations, null stats
+// exactly when binary, counts never negative and diff text within §3.4.
+func FuzzParseGitDiff(f *testing.F) {
+	f.Add(codexTurnDiff)
+	for _, s := range []string{"diff --git a/x b/x\n@@\n+", "diff --git a/ b/\n", "diff --git a/a b b/a b\nrename to \n", "\xff"} {
+		f.Add(s)
+	}
+	ops := map[string]bool{OpCreate: true, OpModify: true, OpDelete: true, OpRename: true, OpModeChange: true}
+	f.Fuzz(func(t *testing.T, s string) {
+		files := ParseGitDiff(s)
+		if len(files) > MaxFiles {
+			t.Fatalf("%d files", len(files))
+		}
+		for _, fc := range files {
+			if fc.Path == "" || !ops[fc.Operation] || fc.Binary != (fc.Additions == nil) {
+				t.Fatalf("bad entry %+v", fc)
+			}
+			if fc.Additions != nil && (*fc.Additions < 0 || *fc.Deletions < 0) {
+				t.Fatalf("negative counts %+v", fc)
+			}
+			if fc.Diff != nil && utf8.RuneCountInString(*fc.Diff) > MaxDiffChars+1+utf8.RuneCountInString(TruncationMarker)+1 {
+				t.Fatalf("diff of %d characters", utf8.RuneCountInString(*fc.Diff))
+			}
+		}
+	})
+}

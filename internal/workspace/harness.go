@@ -153,3 +153,39 @@ func cloneChange(fc FileChange) FileChange {
 // Budget is the turn's shared diff budget (the verified diff spends the
 // rest of it).
 func (h *Harness) Budget() *Budget { return h.budget }
+
+// ReplaceGit makes the set the aggregated git diff text of the turn so far
+// (Codex's turn/diff/updated, §3.2), in place of what it held. wire maps
+// each path the diff names to its wire path (Root.WirePath); an entry
+// whose path or previous path it refuses (out of the root) is left out.
+// Diff text is scrubbed.
+func (h *Harness) ReplaceGit(text string, wire func(string) (string, bool)) {
+	if h.budget.Spent() {
+		return
+	}
+	files := ParseGitDiff(text)
+	h.files, h.order = make(map[string]*FileChange, len(files)), nil
+	for i := range files {
+		fc := &files[i]
+		p, ok := wire(fc.Path)
+		if !ok {
+			continue
+		}
+		fc.Path = p
+		if fc.PreviousPath != nil {
+			prev, ok := wire(*fc.PreviousPath)
+			if !ok {
+				continue
+			}
+			fc.PreviousPath = &prev
+		}
+		if fc.Diff != nil {
+			fc.Diff = strp(h.redact(*fc.Diff))
+		}
+		if h.files[p] == nil {
+			h.order = append(h.order, p)
+		}
+		h.files[p] = fc
+	}
+	h.dirty = true
+}

@@ -96,6 +96,9 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 	if s.cfg.hangTurn {
 		<-stop
 	}
+	if prompt == "turndiff" {
+		s.notify("turn/diff/updated", ev(map[string]any{"diff": fakeTurnDiff}))
+	}
 	msgID := s.nextItem()
 	var ms, chunks int
 	switch {
@@ -151,6 +154,27 @@ func (s *server) runTurn(turn, prompt string, stop chan struct{}) {
 	s.mu.Unlock()
 	s.notify("turn/completed", map[string]any{"threadId": th, "turn": turnObject(turn, status)})
 }
+
+// fakeTurnDiff is the turn's aggregated git diff the prompt "turndiff"
+// gets: a rename with a hunk, a mode change and a binary file (the files
+// themselves are not touched).
+const fakeTurnDiff = `diff --git a/old.go b/new.go
+similarity index 90%
+rename from old.go
+rename to new.go
+--- a/old.go
++++ b/new.go
+@@ -1,2 +1,2 @@
+ package x
+-var a = 1
++var a = 2
+diff --git a/run.sh b/run.sh
+old mode 100644
+new mode 100755
+diff --git a/logo.png b/logo.png
+new file mode 100644
+Binary files /dev/null and b/logo.png differ
+`
 
 func sscan(s, format string, n *int) bool {
 	_, err := fmt.Sscanf(s, format, n)

@@ -15,7 +15,7 @@ const maxQuotedResult = 2000
 
 // turn is what the model reads of a request, whatever its API.
 type turn struct {
-	prompt     string   // the text of the last user message
+	prompt     string   // the text of the last user message that is not a tool result
 	toolResult *string  // set when the last message is a tool result
 	tools      []string // the names of the tools the request offers
 }
@@ -44,6 +44,9 @@ var shellTools = []string{"Bash", "exec_command", "shell", "bash", "run_shell_co
 // decide is the model: the same turn always gets the same answer.
 func decide(t turn) answer {
 	if t.toolResult != nil {
+		if s, err := parseScript(t.prompt); err == nil && s.kind == kindTool && s.then != "" {
+			return textAnswer(s.then)
+		}
 		r := *t.toolResult
 		if len(r) > maxQuotedResult {
 			r = r[:maxQuotedResult] + "..."

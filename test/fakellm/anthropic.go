@@ -59,19 +59,23 @@ func (q *anthropicRequest) turn() turn {
 		t.tools = append(t.tools, tl.Name)
 	}
 	// The turn is the last user message: Claude Code puts system
-	// messages after it.
+	// messages after it. A tool result's prompt is the user message
+	// before it that is not one (a directive's then WORDS).
 	for i := len(q.Messages) - 1; i >= 0; i-- {
 		switch q.Messages[i].Role {
 		case "user":
 			text, isResult := anthropicText(q.Messages[i].Content)
-			if isResult {
-				t.toolResult = &text
-			} else {
+			switch {
+			case !isResult:
 				t.prompt = text
+				return t
+			case t.toolResult == nil:
+				t.toolResult = &text
 			}
-			return t
 		case "assistant":
-			return t
+			if t.toolResult == nil {
+				return t
+			}
 		}
 	}
 	return t

@@ -269,6 +269,24 @@ func TestAnthropicMessagesStreamAndToolRoundTrip(t *testing.T) {
 	}
 }
 
+// TestAnthropicToolThen: a tool directive's then WORDS are the answer
+// once the tool's result is back (the prompt is the user message before
+// the results, however many tool rounds came between).
+func TestAnthropicToolThen(t *testing.T) {
+	f := startFake(t)
+	prompt := `FAKELLM: tool Write {"file_path":"/w/n.md","content":"x"} then Wrote [n](n.md).`
+	use := map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "t1", "name": "Write", "input": map[string]any{}}}}
+	result := map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "t1", "content": "File created"}}}
+	m := decodeJSON(t, f.post(t, "/v1/messages", map[string]any{"model": "claude-x", "tools": []any{map[string]any{"name": "Write"}},
+		"messages": []any{map[string]any{"role": "user", "content": prompt}}}))
+	require.Equal(t, "tool_use", at(m, "content", 0, "type"))
+	require.Equal(t, "Write", at(m, "content", 0, "name"))
+	m = decodeJSON(t, f.post(t, "/v1/messages", map[string]any{"model": "claude-x", "tools": []any{map[string]any{"name": "Write"}},
+		"messages": []any{map[string]any{"role": "user", "content": prompt}, use, result, use, result}}))
+	require.Equal(t, "Wrote [n](n.md).", at(m, "content", 0, "text"))
+	require.Equal(t, "end_turn", m["stop_reason"])
+}
+
 func TestOpenAIResponsesStreamAndToolRoundTrip(t *testing.T) {
 	f := startFake(t)
 	tools := []any{
@@ -670,13 +688,15 @@ func TestParseScript(t *testing.T) {
 		`"FAKELLM: shell echo "hi""`:       {kind: kindShell, cmd: `echo "hi"`},
 		"`FAKELLM: text a` b":              {kind: kindText, text: "a` b"},
 		`say "FAKELLM: text quoted" `:      {kind: kindText, text: "quoted"},
+		`FAKELLM: tool W {"a":1}  then  wrote [n](n.md)`: {kind: kindTool, name: "W", args: json.RawMessage(`{"a":1}`),
+			then: "wrote [n](n.md)"},
 	} {
 		got, err := parseScript(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 	}
 	for _, bad := range []string{"FAKELLM:", "FAKELLM: dance", "FAKELLM: tool", "FAKELLM: tool T [1]",
-		"FAKELLM: tool T {} {}", "FAKELLM: tool T {", "FAKELLM: tool T null", "FAKELLM: shell", "FAKELLM: slow 1",
+		"FAKELLM: tool T {} {}", "FAKELLM: tool T {} then", "FAKELLM: tool T {} now x", "FAKELLM: tool T {", "FAKELLM: tool T null", "FAKELLM: shell", "FAKELLM: slow 1",
 		"FAKELLM: slow 0 1", "FAKELLM: slow 1001 1", "FAKELLM: slow 1 10001", "FAKELLM: slow 1 -1"} {
 		_, err := parseScript(bad)
 		require.Error(t, err, bad)

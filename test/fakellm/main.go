@@ -36,7 +36,9 @@
 // The model reads the last message of the request that is not a system or
 // developer message (Claude Code sends system messages after the user's).
 // When it is a tool result, the answer is the text "tool said: " and the
-// result (the first 2000 bytes); when it is the model's own, the fixed
+// result (the first 2000 bytes), or, on the Anthropic API, the then WORDS of
+// the tool directive of the user message before the results; when it is
+// the model's own, the fixed
 // sentence. Otherwise that user message's text is the script: the
 // first occurrence of "FAKELLM:" starts a directive that runs to the end of
 // its line (anything around it, such as an agent's own context, is
@@ -49,6 +51,9 @@
 //	                              offered tool of that name, else the first
 //	                              whose name ends in "_NAME" (an MCP tool:
 //	                              mcp__paperclip__op for op)
+//	FAKELLM: tool NAME {JSON} then WORDS...
+//	                              the same; once the result is back, answer
+//	                              WORDS as text (Anthropic API only)
 //	FAKELLM: shell COMMAND...     call the request's shell tool (the first
 //	                              offered of Bash, exec_command, shell, bash,
 //	                              run_shell_command) with COMMAND in the

@@ -22,6 +22,9 @@ const (
 	maxSlowDelay  = 10 * time.Second
 )
 
+// thenWord starts a tool directive's answer to the tool's result.
+const thenWord = "then "
+
 // maxScriptLine bounds the directive line parsed; a prompt is bounded by
 // the request body limit, this keeps the tool arguments small.
 const maxScriptLine = 64 << 10
@@ -32,7 +35,7 @@ type kind int
 const (
 	kindDefault kind = iota // no directive: the fixed sentence
 	kindText                // text WORDS
-	kindTool                // tool NAME [JSON object]
+	kindTool                // tool NAME [JSON object] [then WORDS]
 	kindShell               // shell COMMAND
 	kindSlow                // slow N MS [WORDS]
 )
@@ -43,6 +46,7 @@ type script struct {
 	text   string          // text, slow: the words to answer
 	name   string          // tool: the tool name
 	args   json.RawMessage // tool: a JSON object
+	then   string          // tool: the words to answer once its result is back ("": quote the result)
 	cmd    string          // shell: the command line
 	chunks int             // slow: how many chunks
 	delay  time.Duration   // slow: the pause before each chunk
@@ -89,14 +93,16 @@ func parseScript(prompt string) (script, error) {
 		if err := dec.Decode(&obj); err != nil || obj == nil {
 			return script{}, errors.New("parse tool: arguments are not a JSON object")
 		}
-		if dec.More() {
-			return script{}, errors.New("parse tool: text after the JSON object")
+		args, after := args[:dec.InputOffset()], strings.TrimSpace(args[dec.InputOffset():])
+		then, hasThen := strings.CutPrefix(after, thenWord)
+		if after != "" && (!hasThen || strings.TrimSpace(then) == "") {
+			return script{}, errors.New("parse tool: text after the JSON object other than then WORDS")
 		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, []byte(args)); err != nil {
 			return script{}, fmt.Errorf("parse tool: %w", err)
 		}
-		return script{kind: kindTool, name: name, args: buf.Bytes()}, nil
+		return script{kind: kindTool, name: name, args: buf.Bytes(), then: strings.TrimSpace(then)}, nil
 	case "shell":
 		if rest == "" {
 			return script{}, errors.New("parse shell: no command")
