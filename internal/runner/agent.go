@@ -65,10 +65,11 @@ func newAgentExec(r *loop) (*agentExec, error) {
 		CancelGrace: r.cfg.CancelGrace,
 		Gate:        acpx.NewColdStartGate(r.cfg.MaxConcurrentColdStarts, r.clk),
 		// A workspace event's sealed frame, 2×(len+16)+128 bytes for len
-		// encoded bytes, stays within the frame limit (workspace.md §3.4).
+		// encoded bytes, stays within the frame limit (workspace.md §3.4),
+		// and the turn's workspace events fit the outbox together.
 		WorkspaceWalkTimeout: r.cfg.WorkspaceWalkTimeout,
 		WorkspacePayloadBound: func() int {
-			return workspacePayloadBound(r.frames.get(), r.store.Identity())
+			return workspacePayloadBound(r.frames.get(), int(r.cfg.MaxOutboxBytes-r.cfg.P0ReserveBytes), r.store.Identity())
 		},
 		Redact: state.RedactSecrets,
 		Correlation: func() toolcall.Correlation {

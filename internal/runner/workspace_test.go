@@ -174,3 +174,43 @@ func TestWorkspace29_SealedFrameBound(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkspaceVerifiedFitsDefaultOutbox: with runnerd's default outbox
+// (64 KiB, 32 KiB reserved for P0), a turn whose diffs would fill the
+// room sheds diff text so that both verified events are accepted and
+// arrive; the last files keep their stats with diff null.
+func TestWorkspaceVerifiedFitsDefaultOutbox(t *testing.T) {
+	h := newHarness(t, nil)
+	h.agentRun()
+	cwd := t.TempDir()
+	b, err := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+		"command": fakeacpBin(t), "cwd": cwd}})
+	require.NoError(t, err)
+	require.Equal(t, "completed", h.waitResult(h.queue("run.prepare", string(b)).CommandID).Status)
+	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	tb, _ := json.Marshal(map[string]string{"text": `shell for i in 1 2 3 4 5 6 7 8; do seq 1 400 | sed s/^/line-/ > f$i.txt; done`})
+	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
+	h.waitCore(func(s control.Snapshot) bool {
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
+	})
+	var verified []map[string]any
+	for _, e := range prptest.DecodeEvents(t, h.core.Snapshot().Events) {
+		if !strings.HasPrefix(e.EventType, "workspace.") {
+			continue
+		}
+		var p map[string]any
+		require.NoError(t, json.Unmarshal(e.Payload, &p))
+		if p["source"] == "runner_verified" {
+			verified = append(verified, p)
+		}
+	}
+	require.Len(t, verified, 2, "change.updated and diff.recorded both arrive")
+	for _, p := range verified {
+		fs := p["files"].([]any)
+		require.Len(t, fs, 8)
+		require.NotNil(t, fs[0].(map[string]any)["diff"], "the first files keep their diff")
+		last := fs[7].(map[string]any)
+		require.Nil(t, last["diff"], "the last files' diff is dropped")
+		require.EqualValues(t, 400, last["additions"], "stats kept")
+	}
+}
