@@ -9,7 +9,6 @@ package cgroup
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -187,9 +186,11 @@ func Create() (*Cgroup, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One getrandom(2): crypto/rand would first set up its vDSO state,
+	// a cost paid before every child's start for six bytes.
 	var r [nameRandBytes]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return nil, fmt.Errorf("read random: %w", err)
+	if n, err := unix.Getrandom(r[:], 0); err != nil || n != len(r) {
+		return nil, fmt.Errorf("read random: %d bytes, %v", n, err)
 	}
 	path := filepath.Join(parent, namePrefix+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(r[:]))
 	if err := unix.Mkdir(path, dirMode); err != nil {
@@ -200,17 +201,17 @@ func Create() (*Cgroup, error) {
 		_ = unix.Rmdir(path)
 		return nil, err
 	}
-	// The control files a terminate needs must be there: cgroup.kill
-	// came with kernel 5.14.
-	if err := unix.Faccessat(int(c.dir.Fd()), killFile, unix.W_OK, 0); err != nil {
-		c.Close()
-		_ = unix.Rmdir(path)
-		return nil, fmt.Errorf("access %s: %w", killFile, err)
-	}
-	if _, err := c.Populated(); err != nil {
-		c.Close()
-		_ = unix.Rmdir(path)
-		return nil, err
+	// The control files a terminate needs must be there (cgroup.kill
+	// came with kernel 5.14) and usable: access(2) asks without opening.
+	for _, f := range []struct {
+		name string
+		mode uint32
+	}{{killFile, unix.W_OK}, {eventsFile, unix.R_OK}} {
+		if err := unix.Faccessat(int(c.dir.Fd()), f.name, f.mode, 0); err != nil {
+			c.Close()
+			_ = unix.Rmdir(path)
+			return nil, fmt.Errorf("access %s: %w", f.name, err)
+		}
 	}
 	return c, nil
 }
