@@ -94,26 +94,27 @@ func newContainment(log *slog.Logger) *containment {
 }
 
 // pendingContainment is a containment being made beside setup: the
-// cgroup's mkdir costs about 0.15 ms that need not come before the
-// child's start.
+// cgroup's mkdir and the mountinfo read need not come before the child's
+// start. Whoever comes first makes it: the background goroutine, or the
+// spawn itself when that goroutine has not run yet (on a busy machine a
+// new thread can wait a millisecond for a CPU, and waking the spawn from
+// it afterwards costs another wake-up).
 type pendingContainment struct {
-	done chan struct{}
-	c    *containment // set before done closes
+	log  *slog.Logger
+	once sync.Once
+	c    *containment // set inside once
 }
 
 // startContainment begins making the containment in the background.
 func startContainment(log *slog.Logger) *pendingContainment {
-	p := &pendingContainment{done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		p.c = newContainment(log)
-	}()
+	p := &pendingContainment{log: log}
+	go p.get()
 	return p
 }
 
-// get waits for the containment.
+// get makes the containment or waits for the goroutine making it.
 func (p *pendingContainment) get() *containment {
-	<-p.done
+	p.once.Do(func() { p.c = newContainment(p.log) })
 	return p.c
 }
 
