@@ -291,6 +291,9 @@ func (t *Tree) leaderPid() int {
 // Living returns every living (not zombie) descendant, parents before
 // their children.
 func (t *Tree) Living() []Proc {
+	if !hasChildren() {
+		return nil
+	}
 	procs := scanProcs()
 	kids := make(map[int][]int, len(procs))
 	byPid := make(map[int]Proc, len(procs))
@@ -346,13 +349,18 @@ func signalProc(p Proc, sig syscall.Signal) bool {
 }
 
 // ReapOrphans reaps every exited direct child except the leader: the
-// processes re-parented here, found by a /proc scan. Each is waited for
-// by its own pid with WNOHANG, never wait4(-1) or P_ALL, so the leader's
-// status stays with its Group.
+// processes re-parented here, found by a /proc scan (none without a
+// child at all: hasChildren). Each is waited for by its own pid with
+// WNOHANG, never wait4(-1) or a reaping P_ALL, so the leader's status
+// stays with its Group.
 func (t *Tree) ReapOrphans() {
 	leader := t.leaderPid()
 	known := map[int]bool{}
-	for _, p := range scanProcs() {
+	var procs []Proc
+	if hasChildren() {
+		procs = scanProcs()
+	}
+	for _, p := range procs {
 		if p.Ppid != t.self || p.Pid == leader {
 			continue
 		}
@@ -363,6 +371,27 @@ func (t *Tree) ReapOrphans() {
 	t.mu.Lock()
 	t.known = known
 	t.mu.Unlock()
+}
+
+// hasChildren reports whether this process has any child, living or
+// exited, and so whether a /proc scan can find a descendant at all:
+// every living descendant's chain of parents ends at a living child of
+// this process (a process's children are re-parented before it becomes a
+// zombie, to this subreaper at the latest), so without a child there is
+// none. The question is waitid(P_ALL, WNOHANG|WNOWAIT): WNOWAIT only
+// looks, reaping nothing and leaving every status, the leader's
+// included, to its own waiter; ECHILD means no child of any kind (__WALL
+// counts those with another exit signal too). After the leader's reap
+// this answers the common case, nothing left, without reading a file
+// per process on the machine while the consumer reads the last frames.
+func hasChildren() bool {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+		if err != unix.EINTR {
+			return err != unix.ECHILD
+		}
+	}
 }
 
 // reapKnown retries the direct children the last scan saw.

@@ -221,3 +221,28 @@ func TestReaperReapsOrphansAfterSIGCHLD(t *testing.T) {
 	require.NotNil(t, code, "the leader was left for its Group")
 	assert.Equal(t, 0, *code)
 }
+
+// TestHasChildrenOnlyAsks: an exited child counts as a child and keeps
+// its status for its own wait (WNOWAIT); once it is reaped, a process
+// with no other child has none.
+func TestHasChildrenOnlyAsks(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "exit 3")
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	require.Eventually(t, func() bool { p, ok := readProc(pid); return ok && p.zombie() }, treeWait, 5*time.Millisecond)
+	assert.True(t, hasChildren())
+	assert.True(t, hasChildren(), "asking twice reaps nothing")
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, cmd.Wait(), &exitErr, "the status waited for its own wait")
+	assert.Equal(t, 3, exitErr.ExitCode())
+	others := 0
+	for _, p := range scanProcs() {
+		if p.Ppid == os.Getpid() {
+			others++
+		}
+	}
+	if others == 0 {
+		assert.False(t, hasChildren(), "no child left")
+		assert.Empty(t, NewTree().Living())
+	}
+}
