@@ -64,6 +64,9 @@ const (
 	// statBufSize holds a whole /proc/<pid>/stat line: 52 numeric fields
 	// and a comm of at most 64 bytes (TASK_COMM_LEN 16 on most kernels).
 	statBufSize = 1024
+	// taskDirBufSize is one getdents batch of /proc/self/task: pcwrap
+	// has a handful of threads.
+	taskDirBufSize = 4096
 	// procDirBufSize is one getdents batch of /proc: about 500 entries.
 	procDirBufSize = 16 << 10
 )
@@ -378,19 +381,65 @@ func (t *Tree) ReapOrphans() {
 // every living descendant's chain of parents ends at a living child of
 // this process (a process's children are re-parented before it becomes a
 // zombie, to this subreaper at the latest), so without a child there is
-// none. The question is waitid(P_ALL, WNOHANG|WNOWAIT): WNOWAIT only
-// looks, reaping nothing and leaving every status, the leader's
-// included, to its own waiter; ECHILD means no child of any kind (__WALL
-// counts those with another exit signal too). After the leader's reap
-// this answers the common case, nothing left, without reading a file
-// per process on the machine while the consumer reads the last frames.
+// none. It reads each thread's /proc/self/task/<tid>/children (a child,
+// re-parented ones included, hangs off the thread that forked it or took
+// it in, and stays listed until reaped): a file per thread of pcwrap
+// instead of one per process on the machine, and no wait call at all, so
+// nothing is reaped and every status stays with its own waiter. When a
+// file cannot be read (a kernel without CONFIG_PROC_CHILDREN, a thread
+// that just exited) the answer is yes, and the caller scans.
 func hasChildren() bool {
+	fd, err := unix.Open("/proc/self/task", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(fd)
+	dents := make([]byte, taskDirBufSize)
+	buf := make([]byte, 1)
 	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
-		if err != unix.EINTR {
-			return err != unix.ECHILD
+		n, err := unix.Getdents(fd, dents)
+		if err == unix.EINTR {
+			continue
 		}
+		if err != nil {
+			return true
+		}
+		if n <= 0 {
+			return false
+		}
+		for b := dents[:n]; len(b) > 0; {
+			tid, reclen := direntPid(b)
+			if reclen <= 0 || reclen > len(b) {
+				return true
+			}
+			b = b[reclen:]
+			if tid <= 0 {
+				continue
+			}
+			if listed, ok := threadHasChildren(tid, buf); listed || !ok {
+				return true
+			}
+		}
+	}
+}
+
+// threadHasChildren reads /proc/self/task/<tid>/children: listed when it
+// names a child; ok is false when it could not be read.
+func threadHasChildren(tid int, buf []byte) (listed, ok bool) {
+	cfd, err := unix.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, false
+	}
+	defer unix.Close(cfd)
+	for {
+		n, err := unix.Read(cfd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, false
+		}
+		return n > 0, true // the file is empty, or starts with a pid
 	}
 }
 

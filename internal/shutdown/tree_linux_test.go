@@ -222,10 +222,10 @@ func TestReaperReapsOrphansAfterSIGCHLD(t *testing.T) {
 	assert.Equal(t, 0, *code)
 }
 
-// TestHasChildrenOnlyAsks: an exited child counts as a child and keeps
-// its status for its own wait (WNOWAIT); once it is reaped, a process
-// with no other child has none.
-func TestHasChildrenOnlyAsks(t *testing.T) {
+// TestHasChildrenOnlyLooks: an exited child counts as a child and keeps
+// its status for its own wait (the question reaps nothing); once it is
+// reaped, a process with no other child has none.
+func TestHasChildrenOnlyLooks(t *testing.T) {
 	cmd := exec.Command("sh", "-c", "exit 3")
 	require.NoError(t, cmd.Start())
 	pid := cmd.Process.Pid
