@@ -9,10 +9,10 @@ package cgroup
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,6 +32,7 @@ const (
 	memEventsFile = "memory.events"       // only where the memory controller is enabled
 	namePrefix    = "pcwrap-"             // every cgroup made here; Cleanup refuses others
 	maxEventsSize = 4096                  // cgroup.events and memory.events are a few lines
+	maxSelfCgroup = 64 << 10              // /proc/self/cgroup: a line per v1 hierarchy and the v2 one
 	dirMode       = 0o755                 // as systemd makes its cgroups
 	nameRandBytes = 6                     // beside the pid, so a reused pid never collides
 	killRetry     = 10 * time.Millisecond // pace of the populated check after a kill
@@ -71,23 +72,20 @@ func (c *Cgroup) Close() error { return c.dir.Close() }
 // mountPoint returns the cgroup2 mount's directory and the cgroup it
 // shows as its root, from mountinfo.
 func mountPoint() (dir, root string, err error) {
-	f, err := os.Open(mountInfoPath)
+	f, err := openProc(mountInfoPath)
 	if err != nil {
 		return "", "", fmt.Errorf("open mountinfo: %w", err)
 	}
-	defer f.Close()
+	defer f.close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// "36 35 98:0 /root /mnt opts - fstype source super": the
-		// optional fields end at " - ".
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
+		// optional fields end at " - ". Only a cgroup2 line is split.
+		pre, post, ok := bytes.Cut(sc.Bytes(), []byte(" - "))
+		if !ok || !bytes.HasPrefix(post, []byte("cgroup2 ")) {
 			continue
 		}
-		if pf := strings.Fields(post); len(pf) == 0 || pf[0] != "cgroup2" {
-			continue
-		}
-		ff := strings.Fields(pre)
+		ff := strings.Fields(string(pre))
 		if len(ff) < 5 {
 			continue
 		}
@@ -98,6 +96,33 @@ func mountPoint() (dir, root string, err error) {
 	}
 	return "", "", errors.New("find cgroup2 mount: none")
 }
+
+// procFile reads a /proc file through a bare fd: an os.File would try
+// to register it with the poller first (five syscalls that fail), and
+// Create runs before every child's start.
+type procFile struct{ fd int }
+
+func openProc(path string) (procFile, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	return procFile{fd}, err
+}
+
+func (f procFile) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(f.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (f procFile) close() { unix.Close(f.fd) }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space).
 func unescape(s string) string {
@@ -125,7 +150,12 @@ func Own() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(selfCgroup)
+	f, err := openProc(selfCgroup)
+	if err != nil {
+		return "", fmt.Errorf("read own cgroup: %w", err)
+	}
+	defer f.close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSelfCgroup))
 	if err != nil {
 		return "", fmt.Errorf("read own cgroup: %w", err)
 	}
@@ -148,17 +178,20 @@ func Own() (string, error) {
 }
 
 // Create makes a fresh child of the calling process's cgroup, named
-// pcwrap-<pid>-<random>, and opens it.
+// pcwrap-<pid>-<random>, and opens it. It leaves the siblings alone:
+// Sweep removes what dead wrappers left, off the path to the child's
+// start.
 func Create() (*Cgroup, error) {
 	parent, err := Own()
 	if err != nil {
 		return nil, err
 	}
+	// One getrandom(2): crypto/rand would first set up its vDSO state,
+	// a cost paid before every child's start for six bytes.
 	var r [nameRandBytes]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return nil, fmt.Errorf("read random: %w", err)
+	if n, err := unix.Getrandom(r[:], 0); err != nil || n != len(r) {
+		return nil, fmt.Errorf("read random: %d bytes, %v", n, err)
 	}
-	sweep(parent)
 	path := filepath.Join(parent, namePrefix+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(r[:]))
 	if err := unix.Mkdir(path, dirMode); err != nil {
 		return nil, fmt.Errorf("mkdir %s: %w", path, err)
@@ -168,25 +201,27 @@ func Create() (*Cgroup, error) {
 		_ = unix.Rmdir(path)
 		return nil, err
 	}
-	// The control files a terminate needs must be there: cgroup.kill
-	// came with kernel 5.14.
-	if err := unix.Faccessat(int(c.dir.Fd()), killFile, unix.W_OK, 0); err != nil {
-		c.Close()
-		_ = unix.Rmdir(path)
-		return nil, fmt.Errorf("access %s: %w", killFile, err)
-	}
-	if _, err := c.Populated(); err != nil {
-		c.Close()
-		_ = unix.Rmdir(path)
-		return nil, err
+	// The control files a terminate needs must be there (cgroup.kill
+	// came with kernel 5.14) and usable: access(2) asks without opening.
+	for _, f := range []struct {
+		name string
+		mode uint32
+	}{{killFile, unix.W_OK}, {eventsFile, unix.R_OK}} {
+		if err := unix.Faccessat(int(c.dir.Fd()), f.name, f.mode, 0); err != nil {
+			c.Close()
+			_ = unix.Rmdir(path)
+			return nil, fmt.Errorf("access %s: %w", f.name, err)
+		}
 	}
 	return c, nil
 }
 
-// sweep removes the empty cgroups that wrappers killed before their
-// cleanup left under parent: pcwrap-<pid>-… whose pid no longer runs.
+// Sweep removes the empty cgroups that wrappers killed before their
+// cleanup left beside c: pcwrap-<pid>-… whose pid no longer runs.
 // rmdir refuses a populated cgroup, and a cgroup whose pid runs (its
 // wrapper, or a stranger with the reused pid) is left alone.
+func (c *Cgroup) Sweep() { sweep(filepath.Dir(c.path)) }
+
 func sweep(parent string) {
 	ents, err := os.ReadDir(parent)
 	if err != nil {

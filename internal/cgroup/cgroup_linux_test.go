@@ -155,9 +155,11 @@ func FuzzCleanupPath(f *testing.F) {
 	})
 }
 
-// TestCreateSweepsStaleCgroups: an empty cgroup left by a wrapper that no
-// longer runs is removed by the next Create; a live wrapper's is kept.
-func TestCreateSweepsStaleCgroups(t *testing.T) {
+// TestSweepRemovesStaleCgroups: an empty cgroup left by a wrapper that
+// no longer runs is removed by the next wrapper's Sweep, not by its
+// Create (that is on the way to its child's start); a live wrapper's is
+// kept.
+func TestSweepRemovesStaleCgroups(t *testing.T) {
 	c := writable(t)
 	parent := filepath.Dir(c.Path())
 	cmd := exec.Command("true")
@@ -168,6 +170,8 @@ func TestCreateSweepsStaleCgroups(t *testing.T) {
 	c2, err := Create()
 	require.NoError(t, err)
 	defer func() { _ = c2.End(); c2.Close() }()
+	assert.DirExists(t, stale)
+	c2.Sweep()
 	assert.NoDirExists(t, stale)
 	assert.DirExists(t, c.Path(), "this process runs: its cgroup stays")
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,26 +94,27 @@ func newContainment(log *slog.Logger) *containment {
 }
 
 // pendingContainment is a containment being made beside setup: the
-// cgroup's mkdir costs about 0.15 ms that need not come before the
-// child's start.
+// cgroup's mkdir and the mountinfo read need not come before the child's
+// start. Whoever comes first makes it: the background goroutine, or the
+// spawn itself when that goroutine has not run yet (on a busy machine a
+// new thread can wait a millisecond for a CPU, and waking the spawn from
+// it afterwards costs another wake-up).
 type pendingContainment struct {
-	done chan struct{}
-	c    *containment // set before done closes
+	log  *slog.Logger
+	once sync.Once
+	c    *containment // set inside once
 }
 
 // startContainment begins making the containment in the background.
 func startContainment(log *slog.Logger) *pendingContainment {
-	p := &pendingContainment{done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		p.c = newContainment(log)
-	}()
+	p := &pendingContainment{log: log}
+	go p.get()
 	return p
 }
 
-// get waits for the containment.
+// get makes the containment or waits for the goroutine making it.
 func (p *pendingContainment) get() *containment {
-	<-p.done
+	p.once.Do(func() { p.c = newContainment(p.log) })
 	return p.c
 }
 
@@ -204,6 +204,9 @@ func (s *session) endRest() {
 		if err := cg.End(); err != nil {
 			s.reportSurvivors(nil, err)
 		}
+		// What killed wrappers left beside it goes now, when the child
+		// no longer waits for it.
+		cg.Sweep()
 	}
 }
 
@@ -298,13 +301,12 @@ func (s *session) reportSurvivors(living []shutdown.Proc, err error) {
 // unprivileged down to the inherited value). A target at or below
 // pcwrap's own changes nothing: the child inherits pcwrap's.
 func oomPolicy(target int, log *slog.Logger) (restore func()) {
-	b, err := os.ReadFile(oomScoreAdjPath)
+	own, err := readOOMScoreAdj()
 	if err != nil {
 		log.Debug("read oom_score_adj", "err", err)
 		return func() {}
 	}
-	own, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || target <= own {
+	if target <= own {
 		return func() {}
 	}
 	if err := writeOOMScoreAdj(target); err != nil {
@@ -318,20 +320,45 @@ func oomPolicy(target int, log *slog.Logger) (restore func()) {
 	}
 }
 
+// oomScoreAdjSize holds "-1000\n" and more.
+const oomScoreAdjSize = 16
+
+// readOOMScoreAdj and writeOOMScoreAdj use bare fds: an os.File would
+// try to register the /proc file with the poller first (five syscalls
+// that fail), and both run before every child's start.
+func readOOMScoreAdj() (int, error) {
+	fd, err := unix.Open(oomScoreAdjPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open oom_score_adj: %w", err)
+	}
+	defer unix.Close(fd)
+	var buf [oomScoreAdjSize]byte
+	n, err := ignoringEINTR(func() (int, error) { return unix.Read(fd, buf[:]) })
+	if err != nil {
+		return 0, fmt.Errorf("read oom_score_adj: %w", err)
+	}
+	return ParseOOMScoreAdj(string(buf[:max(n, 0)]))
+}
+
 func writeOOMScoreAdj(v int) error {
-	f, err := os.OpenFile(oomScoreAdjPath, os.O_WRONLY, 0)
+	fd, err := unix.Open(oomScoreAdjPath, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open oom_score_adj: %w", err)
 	}
-	_, werr := f.WriteString(strconv.Itoa(v))
-	cerr := f.Close()
-	if werr != nil {
-		return fmt.Errorf("write oom_score_adj: %w", werr)
-	}
-	if cerr != nil {
-		return fmt.Errorf("close oom_score_adj: %w", cerr)
+	defer unix.Close(fd)
+	if _, err := ignoringEINTR(func() (int, error) { return unix.Write(fd, strconv.AppendInt(nil, int64(v), 10)) }); err != nil {
+		return fmt.Errorf("write oom_score_adj: %w", err)
 	}
 	return nil
+}
+
+func ignoringEINTR(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 // nprocPolicy lowers pcwrap's soft RLIMIT_NPROC by nprocHeadroom around

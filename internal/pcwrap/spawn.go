@@ -145,17 +145,14 @@ func (s *session) spawn() (*child, int, bool) {
 	if cwd == "" {
 		cwd, _ = os.Getwd()
 	}
-	s.contain = s.pending.get()
-	restoreOOM := oomPolicy(s.oomScoreAdj, s.cfg.Logger)
-	restoreNproc := nprocPolicy(s.cfg.Logger)
-	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env), s.contain.cg, s.cfg.Logger)
-	restoreNproc()
-	restoreOOM()
+	ch, err := startChild(p.Command, p.Args, cwd, childEnv(s.cfg.Environ, p.Env), s.enter, s.cfg.Logger)
 	if err != nil {
-		s.contain.close()
-		if cg := s.contain.cg; cg != nil {
-			_ = cg.Remove()
-		}
+		if s.contain != nil {
+			s.contain.close()
+			if cg := s.contain.cg; cg != nil {
+				_ = cg.Remove()
+			}
+		} // else close abandons the pending one
 		code := exitSpawn
 		fmt.Fprintf(s.cfg.Stderr, "pcwrap: cannot spawn %s: %s (%s)\n", p.Command, spawnReason(err), spawnErrno(err))
 		s.out.Emit(frame.ErrorFrame(fmt.Sprintf("spawn %s %s", p.Command, spawnErrno(err))))
@@ -172,11 +169,28 @@ func (s *session) spawn() (*child, int, bool) {
 	return ch, 0, true
 }
 
+// enter takes the containment for the spawn once everything else is
+// ready, so that its making (beside setup) has the longest start: it
+// waits for it, raises oom_score_adj and lowers RLIMIT_NPROC for the
+// child to inherit. The child is started inside cg when there is one;
+// leave restores pcwrap's own values once it runs.
+func (s *session) enter() (cg *cgroup.Cgroup, leave func()) {
+	s.contain = s.pending.get()
+	restoreOOM := oomPolicy(s.oomScoreAdj, s.cfg.Logger)
+	restoreNproc := nprocPolicy(s.cfg.Logger)
+	return s.contain.cg, func() {
+		restoreNproc()
+		restoreOOM()
+	}
+}
+
 // startChild starts command (resolved through the child's PATH) with
-// three pipes, no shell, in its own process group (spec §2.4), inside cg
-// when there is one: CLONE_INTO_CGROUP, so its first forks land inside,
-// else (refused) a plain spawn moved in through cgroup.procs.
-func startChild(command string, args []string, cwd string, cenv []string, cg *cgroup.Cgroup, log *slog.Logger) (*child, error) {
+// three pipes, no shell, in its own process group (spec §2.4), inside
+// the containment enter gives, called right before the clone: in its
+// cgroup when there is one through CLONE_INTO_CGROUP, so its first forks
+// land inside, else (refused) a plain spawn moved in through
+// cgroup.procs.
+func startChild(command string, args []string, cwd string, cenv []string, enter func() (*cgroup.Cgroup, func()), log *slog.Logger) (*child, error) {
 	path, err := lookPath(command, cenv, cwd)
 	if err != nil {
 		return nil, err
@@ -210,6 +224,7 @@ func startChild(command string, args []string, cwd string, cenv []string, cg *cg
 			Stderr: errW,
 		}
 	}
+	cg, leave := enter()
 	var g *shutdown.Group
 	if cg != nil {
 		cmd := newCmd()
@@ -226,6 +241,7 @@ func startChild(command string, args []string, cwd string, cenv []string, cg *cg
 	} else {
 		g, err = shutdown.Start(newCmd())
 	}
+	leave()
 	inR.Close()
 	outW.Close()
 	errW.Close()

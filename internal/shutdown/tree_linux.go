@@ -2,11 +2,12 @@ package shutdown
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,10 +17,18 @@ import (
 )
 
 // reapTick is the safety-net pace of the orphan reaper: SIGCHLD wakes it
-// at once for a full /proc scan; the tick only retries the direct
-// children the last scan saw (a few waitid calls, no scan: an idle
-// session must stay cheap).
+// for a full /proc scan; the tick only retries the direct children the
+// last scan saw (a few waitid calls, no scan: an idle session must stay
+// cheap).
 const reapTick = time.Second
+
+// reapSettle is how long after a SIGCHLD the reaper scans: the SIGCHLDs
+// of that window cost one scan, and the one of a short-lived leader's
+// exit none at all (drain ends the reaper with a last scan of its own),
+// so the scan, a file read per process on the machine, does not compete
+// with the leader's last output on its way to the consumer. An orphan's
+// zombie holds nothing but its pid meanwhile.
+const reapSettle = 50 * time.Millisecond
 
 // Subreaper makes the calling process a child subreaper
 // (PR_SET_CHILD_SUBREAPER): whatever its child starts and orphans
@@ -46,13 +55,52 @@ type Proc struct {
 
 func (p Proc) String() string { return fmt.Sprintf("%d (%s)", p.Pid, p.Comm) }
 
+// Bounds of the /proc reads. A scan runs on every SIGCHLD, including
+// the one of the leader's exit while its first output is on the way, so
+// it reads with bare syscalls into reused buffers: an os.File would try
+// to register each /proc file with the poller (five extra syscalls a
+// file) and a ReadFile would stat and read it twice.
+const (
+	// statBufSize holds a whole /proc/<pid>/stat line: 52 numeric fields
+	// and a comm of at most 64 bytes (TASK_COMM_LEN 16 on most kernels).
+	statBufSize = 1024
+	// taskDirBufSize is one getdents batch of /proc/self/task: pcwrap
+	// has a handful of threads.
+	taskDirBufSize = 4096
+	// procDirBufSize is one getdents batch of /proc: about 500 entries.
+	procDirBufSize = 16 << 10
+)
+
 // readProc parses /proc/<pid>/stat; ok is false once the process is gone.
 func readProc(pid int) (Proc, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	var buf [statBufSize]byte
+	return readProcBuf(pid, buf[:])
+}
+
+// readProcBuf is readProc reading into buf: one open, one read, one close.
+func readProcBuf(pid int, buf []byte) (Proc, bool) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return Proc{}, false
 	}
-	return parseProc(pid, b)
+	n, err := readOnce(fd, buf)
+	unix.Close(fd)
+	// A line that fills buf may be cut short: no trustworthy start time.
+	if err != nil || n <= 0 || n == len(buf) {
+		return Proc{}, false
+	}
+	return parseProc(pid, buf[:n])
+}
+
+// readOnce is one read(2), retried on EINTR; /proc's stat file comes
+// whole from one read into a large enough buffer.
+func readOnce(fd int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 // parseProc parses one /proc/<pid>/stat line. The comm field may hold
@@ -63,37 +111,151 @@ func parseProc(pid int, b []byte) (Proc, bool) {
 	if open < 0 || i < open {
 		return Proc{}, false
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state), f[1] ppid, f[2] pgrp, f[19] starttime.
-	if len(f) < 20 || len(f[0]) != 1 {
-		return Proc{}, false
+	// After ')': field 3 (state), 4 (ppid), 5 (pgrp), ..., 22 (starttime).
+	const (
+		fState, fPpid, fPgrp, fStart = 0, 1, 2, 19
+	)
+	var p Proc
+	rest, k := b[i+1:], 0
+	for ; k <= fStart; k++ {
+		var f []byte
+		if f, rest = nextField(rest); f == nil {
+			return Proc{}, false
+		}
+		var ok bool
+		switch k {
+		case fState:
+			if len(f) != 1 {
+				return Proc{}, false
+			}
+			p.State = f[0]
+			continue
+		case fPpid:
+			p.Ppid, ok = atoi(f)
+		case fPgrp:
+			p.Pgid, ok = atoi(f)
+		case fStart:
+			p.Start, ok = atou(f)
+		default:
+			continue
+		}
+		if !ok {
+			return Proc{}, false
+		}
 	}
-	ppid, err1 := strconv.Atoi(f[1])
-	pgid, err2 := strconv.Atoi(f[2])
-	start, err3 := strconv.ParseUint(f[19], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return Proc{}, false
-	}
-	return Proc{Pid: pid, Ppid: ppid, Pgid: pgid, State: f[0][0], Start: start, Comm: string(b[open+1 : i])}, true
+	p.Pid, p.Comm = pid, string(b[open+1:i])
+	return p, true
 }
 
-// scanProcs reads every process's stat line.
+// nextField splits the first whitespace-separated field off b; f is nil
+// when none is left.
+func nextField(b []byte) (f, rest []byte) {
+	start := 0
+	for start < len(b) && isSpace(b[start]) {
+		start++
+	}
+	if start == len(b) {
+		return nil, nil
+	}
+	end := start
+	for end < len(b) && !isSpace(b[end]) {
+		end++
+	}
+	return b[start:end], b[end:]
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// atoi parses a decimal int with an optional '-' (ppid and pgrp are 0 or
+// positive; a refusal beats a wrong number).
+func atoi(f []byte) (int, bool) {
+	neg := len(f) > 0 && f[0] == '-'
+	if neg {
+		f = f[1:]
+	}
+	u, ok := atou(f)
+	if !ok || u > math.MaxInt32 {
+		return 0, false
+	}
+	if neg {
+		return -int(u), true
+	}
+	return int(u), true
+}
+
+// atou parses an unsigned decimal of at most 19 digits (no overflow).
+func atou(f []byte) (uint64, bool) {
+	if len(f) == 0 || len(f) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range f {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	return u, true
+}
+
+// scanProcs reads every process's stat line: the pids from getdents of
+// /proc, each stat line through one buffer.
 func scanProcs() []Proc {
-	ents, err := os.ReadDir("/proc")
+	fd, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	out := make([]Proc, 0, len(ents))
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	defer unix.Close(fd)
+	dents := make([]byte, procDirBufSize)
+	stat := make([]byte, statBufSize)
+	var out []Proc
+	for {
+		n, err := unix.Getdents(fd, dents)
+		if err == unix.EINTR {
 			continue
 		}
-		if p, ok := readProc(pid); ok {
-			out = append(out, p)
+		if err != nil || n <= 0 {
+			return out
+		}
+		for b := dents[:n]; len(b) > 0; {
+			pid, reclen := direntPid(b)
+			if reclen <= 0 || reclen > len(b) {
+				return out
+			}
+			b = b[reclen:]
+			if pid <= 0 {
+				continue
+			}
+			if p, ok := readProcBuf(pid, stat); ok {
+				out = append(out, p)
+			}
 		}
 	}
-	return out
+}
+
+// direntPid reads one linux_dirent64 (u64 ino, s64 off, u16 reclen, u8
+// type, NUL-terminated name): the entry's length, and its name as a pid
+// (0 for a name that is not all digits).
+func direntPid(b []byte) (pid, reclen int) {
+	const nameOff = 19 // unsafe.Offsetof(unix.Dirent{}.Name)
+	if len(b) < nameOff {
+		return 0, 0
+	}
+	reclen = int(binary.NativeEndian.Uint16(b[16:18]))
+	if reclen < nameOff || reclen > len(b) {
+		return 0, 0
+	}
+	name := b[nameOff:reclen]
+	if end := bytes.IndexByte(name, 0); end >= 0 {
+		name = name[:end]
+	}
+	n, ok := atoi(name)
+	if !ok || len(name) == 0 || name[0] == '-' {
+		return 0, reclen
+	}
+	return n, reclen
 }
 
 // zombie reports a process that has exited and waits to be reaped.
@@ -132,6 +294,9 @@ func (t *Tree) leaderPid() int {
 // Living returns every living (not zombie) descendant, parents before
 // their children.
 func (t *Tree) Living() []Proc {
+	if !hasChildren() {
+		return nil
+	}
 	procs := scanProcs()
 	kids := make(map[int][]int, len(procs))
 	byPid := make(map[int]Proc, len(procs))
@@ -187,13 +352,18 @@ func signalProc(p Proc, sig syscall.Signal) bool {
 }
 
 // ReapOrphans reaps every exited direct child except the leader: the
-// processes re-parented here, found by a /proc scan. Each is waited for
-// by its own pid with WNOHANG, never wait4(-1) or P_ALL, so the leader's
-// status stays with its Group.
+// processes re-parented here, found by a /proc scan (none without a
+// child at all: hasChildren). Each is waited for by its own pid with
+// WNOHANG, never wait4(-1) or a reaping P_ALL, so the leader's status
+// stays with its Group.
 func (t *Tree) ReapOrphans() {
 	leader := t.leaderPid()
 	known := map[int]bool{}
-	for _, p := range scanProcs() {
+	var procs []Proc
+	if hasChildren() {
+		procs = scanProcs()
+	}
+	for _, p := range procs {
 		if p.Ppid != t.self || p.Pid == leader {
 			continue
 		}
@@ -204,6 +374,73 @@ func (t *Tree) ReapOrphans() {
 	t.mu.Lock()
 	t.known = known
 	t.mu.Unlock()
+}
+
+// hasChildren reports whether this process has any child, living or
+// exited, and so whether a /proc scan can find a descendant at all:
+// every living descendant's chain of parents ends at a living child of
+// this process (a process's children are re-parented before it becomes a
+// zombie, to this subreaper at the latest), so without a child there is
+// none. It reads each thread's /proc/self/task/<tid>/children (a child,
+// re-parented ones included, hangs off the thread that forked it or took
+// it in, and stays listed until reaped): a file per thread of pcwrap
+// instead of one per process on the machine, and no wait call at all, so
+// nothing is reaped and every status stays with its own waiter. When a
+// file cannot be read (a kernel without CONFIG_PROC_CHILDREN, a thread
+// that just exited) the answer is yes, and the caller scans.
+func hasChildren() bool {
+	fd, err := unix.Open("/proc/self/task", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(fd)
+	dents := make([]byte, taskDirBufSize)
+	buf := make([]byte, 1)
+	for {
+		n, err := unix.Getdents(fd, dents)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return true
+		}
+		if n <= 0 {
+			return false
+		}
+		for b := dents[:n]; len(b) > 0; {
+			tid, reclen := direntPid(b)
+			if reclen <= 0 || reclen > len(b) {
+				return true
+			}
+			b = b[reclen:]
+			if tid <= 0 {
+				continue
+			}
+			if listed, ok := threadHasChildren(tid, buf); listed || !ok {
+				return true
+			}
+		}
+	}
+}
+
+// threadHasChildren reads /proc/self/task/<tid>/children: listed when it
+// names a child; ok is false when it could not be read.
+func threadHasChildren(tid int, buf []byte) (listed, ok bool) {
+	cfd, err := unix.Open("/proc/self/task/"+strconv.Itoa(tid)+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, false
+	}
+	defer unix.Close(cfd)
+	for {
+		n, err := unix.Read(cfd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, false
+		}
+		return n > 0, true // the file is empty, or starts with a pid
+	}
 }
 
 // reapKnown retries the direct children the last scan saw.
@@ -241,20 +478,30 @@ func reap(pid int) bool {
 	}
 }
 
-// RunReaper reaps re-parented orphans on every SIGCHLD (a full scan) and
-// every reapTick (the known children only) until stop is closed; it
-// returns when it has stopped.
+// RunReaper reaps re-parented orphans reapSettle after a SIGCHLD (a full
+// scan) and every reapTick (the known children only) until stop is
+// closed; it returns when it has stopped.
 func (t *Tree) RunReaper(stop <-chan struct{}) {
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGCHLD)
 	defer signal.Stop(sigc)
 	tick := time.NewTicker(reapTick)
 	defer tick.Stop()
+	settle := time.NewTimer(reapSettle)
+	settle.Stop()
+	defer settle.Stop()
+	var settled <-chan time.Time // armed by a SIGCHLD until its scan
 	for {
 		select {
 		case <-stop:
 			return
 		case <-sigc:
+			if settled == nil {
+				settle.Reset(reapSettle)
+				settled = settle.C
+			}
+		case <-settled:
+			settled = nil
 			t.ReapOrphans()
 		case <-tick.C:
 			t.reapKnown()

@@ -144,3 +144,105 @@ func FuzzParseProc(f *testing.F) {
 		}
 	})
 }
+
+// TestScanProcsSeesSelf: the getdents walk of /proc finds this process
+// with its parent, group and the start time its own stat line gives.
+func TestScanProcsSeesSelf(t *testing.T) {
+	self, ok := readProc(os.Getpid())
+	require.True(t, ok)
+	var found []Proc
+	for _, p := range scanProcs() {
+		if p.Pid == os.Getpid() {
+			found = append(found, p)
+		}
+	}
+	require.Len(t, found, 1)
+	assert.Equal(t, os.Getppid(), found[0].Ppid)
+	assert.Equal(t, unix.Getpgrp(), found[0].Pgid)
+	assert.Equal(t, self.Start, found[0].Start)
+}
+
+// FuzzDirentPid: getdents bytes are walked by their own record lengths;
+// any input gives a length inside it (or 0 to stop) and never a panic.
+func FuzzDirentPid(f *testing.F) {
+	rec := make([]byte, 24)
+	rec[16] = 24
+	copy(rec[19:], "123\x00")
+	f.Add(rec)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pid, reclen := direntPid(b)
+		if reclen < 0 || reclen > len(b) || pid < 0 {
+			t.Fatalf("pid %d reclen %d of %d bytes", pid, reclen, len(b))
+		}
+	})
+}
+
+// BenchmarkScanProcs: one full /proc scan, as on every SIGCHLD; compare
+// ns/op with the machine's process count (a file read each).
+func BenchmarkScanProcs(b *testing.B) {
+	n := 0
+	for b.Loop() {
+		n = len(scanProcs())
+	}
+	b.ReportMetric(float64(n), "procs")
+}
+
+// TestReaperReapsOrphansAfterSIGCHLD: the running reaper reaps an
+// orphan that re-parented here and exited, within reapSettle of its
+// SIGCHLD (bounded here by treeWait), and never the leader.
+func TestReaperReapsOrphansAfterSIGCHLD(t *testing.T) {
+	require.NoError(t, Subreaper())
+	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
+	g, err := Start(exec.Command("sh", "-c", `( sleep 0.1 & ) ; sleep 1`))
+	require.NoError(t, err)
+	tree := NewTree()
+	tree.SetLeader(g.Pgid())
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); tree.RunReaper(stop) }()
+	self := os.Getpid()
+	orphans := func() (living, zombies int) {
+		for _, p := range scanProcs() {
+			if p.Ppid == self && p.Pid != g.Pgid() {
+				if p.zombie() {
+					zombies++
+				} else {
+					living++
+				}
+			}
+		}
+		return living, zombies
+	}
+	require.Eventually(t, func() bool { l, _ := orphans(); return l > 0 }, treeWait, 5*time.Millisecond, "the orphan re-parents here")
+	require.Eventually(t, func() bool { l, z := orphans(); return l == 0 && z == 0 }, treeWait, 5*time.Millisecond, "the orphan exits and is reaped")
+	close(stop)
+	<-done
+	code, _ := Status(g.Reap())
+	require.NotNil(t, code, "the leader was left for its Group")
+	assert.Equal(t, 0, *code)
+}
+
+// TestHasChildrenOnlyLooks: an exited child counts as a child and keeps
+// its status for its own wait (the question reaps nothing); once it is
+// reaped, a process with no other child has none.
+func TestHasChildrenOnlyLooks(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "exit 3")
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	require.Eventually(t, func() bool { p, ok := readProc(pid); return ok && p.zombie() }, treeWait, 5*time.Millisecond)
+	assert.True(t, hasChildren())
+	assert.True(t, hasChildren(), "asking twice reaps nothing")
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, cmd.Wait(), &exitErr, "the status waited for its own wait")
+	assert.Equal(t, 3, exitErr.ExitCode())
+	others := 0
+	for _, p := range scanProcs() {
+		if p.Ppid == os.Getpid() {
+			others++
+		}
+	}
+	if others == 0 {
+		assert.False(t, hasChildren(), "no child left")
+		assert.Empty(t, NewTree().Living())
+	}
+}
