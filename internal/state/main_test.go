@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		ackCrashChild()
 		return
 	}
+	if os.Getenv(killChildEnv) != "" {
+		killChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
