@@ -362,7 +362,14 @@ func (s *Store) Unsent(after uint64) []OutboxEvent {
 	s.gate.mu.Lock()
 	defer s.gate.mu.Unlock()
 	var out []OutboxEvent
-	for _, e := range s.cur.Load().Outbox {
+	ob := s.cur.Load().Outbox
+	// The outbox is contiguous by sourceSeq: the events at or below after
+	// are skipped by index, so a send costs nothing per unsent-and-kept
+	// event before it.
+	if len(ob) > 0 && after >= ob[0].SourceSeq {
+		ob = ob[min(after-ob[0].SourceSeq+1, uint64(len(ob))):]
+	}
+	for _, e := range ob {
 		if e.SourceSeq <= after {
 			continue
 		}
