@@ -23,8 +23,9 @@ const (
 	// DBName is the store inside the state directory. It has no .sqlite
 	// suffix: the server's archive code keys on runner-state.sqlite.
 	DBName = "runner-state.db"
-	// dbTempName is the store being built by a migration; it becomes
-	// DBName by a rename once it is durable, and is redone when found.
+	// dbTempName is the store being built by a migration or for a fresh
+	// state; it becomes DBName by a rename once it is durable, and is
+	// redone when found.
 	dbTempName = DBName + ".tmp"
 	// dbCompactName is a compacted copy being built; a leftover is removed.
 	dbCompactName = DBName + ".compact"
@@ -324,7 +325,8 @@ const (
 	// KillProjected: the projection is renamed into place; nothing the
 	// step enables (a send, a result) happened.
 	KillProjected = "projected"
-	// KillMigrateBuilt: a migration's temporary store is committed.
+	// KillMigrateBuilt: a migration's (or a fresh state's) temporary
+	// store is committed.
 	KillMigrateBuilt = "migrate-built"
 	// KillMigrateRenamed: the migrated store is renamed into place and
 	// the directory synced; the projection is not written.
@@ -335,8 +337,8 @@ const (
 // build armed it.
 var killPoint = func(string) {}
 
-// openStore opens the store and returns its state (nil when a fresh
-// state was created and committed):
+// openStore opens the store and returns its state; fresh reports that
+// there was no state and a fresh one was created:
 //   - a leftover temporary store of an interrupted migration is removed,
 //     so the migration is redone;
 //   - with a store, the state is the store's; FileName is re-projected
@@ -346,50 +348,76 @@ var killPoint = func(string) {}
 //     migrated (migrate); FileName stays untouched until the store is
 //     durable;
 //   - with neither, a fresh state is created.
-func (s *Store) openStore() (*State, error) {
+func (s *Store) openStore() (st *State, fresh bool, err error) {
 	for _, n := range []string{dbTempName, dbCompactName} {
 		if err := s.dir.removeName(n); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	haveDB, _, err := s.dir.statName(DBName)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !haveDB {
 		b, err := s.dir.read(s.stateLimit() + padBlock)
-		if errors.Is(err, os.ErrNotExist) {
-			if s.db, err = s.dir.openDB(DBName); err != nil {
-				return nil, err
-			}
-			if err := s.commit(s.fresh()); err != nil {
-				return nil, err
-			}
-			s.log.Info("created runner state")
-			return nil, nil
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// Built aside and renamed like a migration, so a store under
+			// DBName always has a header.
+			fresh = true
+			err = s.buildStore(s.fresh())
+		case err == nil:
+			err = s.migrate(b)
 		}
 		if err != nil {
-			return nil, err
-		}
-		if err := s.migrate(b); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	if s.db, err = s.dir.openDB(DBName); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	st, header, err := loadDB(s.db)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	s.written, s.writtenHeader = st, header
 	if err := s.compactIfSparse(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := s.reproject(header); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return st.cloneShared(), nil
+	return st.cloneShared(), fresh, nil
+}
+
+// buildStore writes st whole into dbTempName in one transaction
+// (committed and synced by bbolt) and renames it to DBName before
+// syncing the directory.
+func (s *Store) buildStore(st *State) error {
+	header, err := s.hdr.encode(st)
+	if err != nil {
+		return fmt.Errorf("encode header: %w", err)
+	}
+	db, err := s.dir.openDB(dbTempName)
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		_, err := putDelta(tx, nil, st, nil, header)
+		return err
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	killPoint(KillMigrateBuilt)
+	if err := s.dir.renameSync(dbTempName, DBName); err != nil {
+		return err
+	}
+	killPoint(KillMigrateRenamed)
+	return nil
 }
 
 // reproject rewrites FileName when it does not hold header.
@@ -433,29 +461,9 @@ func (s *Store) migrate(b []byte) error {
 	if err := probe.check(s.cfg); err != nil {
 		return err
 	}
-	header, err := s.hdr.encode(st)
-	if err != nil {
-		return fmt.Errorf("migrate state: encode header: %w", err)
-	}
-	db, err := s.dir.openDB(dbTempName)
-	if err != nil {
+	if err := s.buildStore(st); err != nil {
 		return fmt.Errorf("migrate state: %w", err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := putDelta(tx, nil, st, nil, header)
-		return err
-	})
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("migrate state: %w", err)
-	}
-	killPoint(KillMigrateBuilt)
-	if err := s.dir.renameSync(dbTempName, DBName); err != nil {
-		return fmt.Errorf("migrate state: %w", err)
-	}
-	killPoint(KillMigrateRenamed)
 	s.log.Info("migrated runner state into the store", "outboxEvents", len(st.Outbox))
 	return nil
 }

@@ -234,9 +234,15 @@ func (s *Store) load() error {
 	if err := s.dir.removeStaleTemps(); err != nil {
 		return err
 	}
-	st, err := s.openStore()
-	if err != nil || st == nil {
+	st, fresh, err := s.openStore()
+	if err != nil {
 		return err
+	}
+	if fresh {
+		st.sizeOutbox()
+		s.publish(st)
+		s.log.Info("created runner state")
+		return nil
 	}
 	if st.Schema == WarmTransitionSchema {
 		if err := st.recoverWarm(s.cfg.Identity); err != nil {
