@@ -47,7 +47,8 @@ const (
 )
 
 // BridgeRecord is the live bridge of the provider session as persisted in
-// runner-state.json (0600): the port, bearer secret and MCP session id a
+// the state store's records (runner-state.db, 0600; never in the
+// runner-state.json projection the server reads): the port, bearer secret and MCP session id a
 // hot restart listens with again, so the running agent still reaches it
 // (tools.md §2). They appear nowhere else.
 type BridgeRecord struct {

@@ -6,8 +6,8 @@ import (
 )
 
 // Record is the durable ACP session record (acp.md §3.4), one per PRP
-// normalizedSessionId. It is plain JSON so runnerd stores it inside
-// runner-state.json and a restarted runnerd resumes exactly where the old one
+// normalizedSessionId. It is plain JSON so runnerd stores it as a
+// record of its state store (runner-state.db) and a restarted runnerd resumes exactly where the old one
 // stopped. It never holds an environment value or a payload the agent sent,
 // except the partial stdout line that must survive a restart.
 type Record struct {

@@ -18,7 +18,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 )
 
-// agentRecord is the runner-state.json field holding the agent executor's
+// agentRecord is the state store's record holding the agent executor's
 // durable record (acp.md §3.4).
 const agentRecord = "acpAgent"
 

@@ -177,13 +177,13 @@ func (h *harness) openState() *state.Store {
 }
 
 // readState decodes runner-state.json without recovery side effects.
+// readState reads the durable state (the store, outbox and records
+// included) without touching the live runner's lock.
 func (h *harness) readState() *state.State {
 	h.t.Helper()
-	b, err := readFile(filepath.Join(h.stateDir, state.FileName))
+	st, err := state.Read(h.stateDir)
 	require.NoError(h.t, err)
-	var st state.State
-	require.NoError(h.t, json.Unmarshal(b, &st))
-	return &st
+	return st
 }
 
 func resultCodeOf(t *testing.T, p prp.CommandResultPayload) string {

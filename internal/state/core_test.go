@@ -81,6 +81,7 @@ func TestPRP26_OutboxAlwaysPassesCoreAdmission(t *testing.T) {
 			sent = s.Summary().AckedSourceSeq
 		default: // crash without flushing, then restart
 			s.mu.Lock()
+			_ = s.db.Close()
 			s.dir.close()
 			s.closed = true
 			s.mu.Unlock()

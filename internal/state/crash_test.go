@@ -110,5 +110,5 @@ func TestCrashMidWriteAlwaysLeavesLoadableState(t *testing.T) {
 	}
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	require.Len(t, entries, 1, "no temp file survives a reopen")
+	require.Len(t, entries, 2, "no temp file survives a reopen: the store and the projection")
 }

@@ -1,16 +1,19 @@
-// Package state is runnerd's durable state: the runner-state.json file that
-// holds the runner's identity, lifecycle, cursors, event outbox, command
-// journal and fences (prp.md §7, §8, §9).
+// Package state is runnerd's durable state: the store file runner-state.db
+// (bbolt) that holds the runner's identity, lifecycle, cursors, event
+// outbox, command journal, fences and the records other packages keep,
+// and runner-state.json, the projection of its header that the server
+// reads (prp.md §7, §8, §9; durability.md §7.2).
 //
 // Contracts:
 //
 //   - Every mutation goes through [Store.Update], which applies a function to a
-//     private copy of the state and commits it with exactly one durable write
-//     (a sibling temp file that is not the state file, fdatasync, an
-//     exchange or rename into place, directory fsync: one data sync and one
-//     directory sync); when Update returns nil the new state is durable. A
-//     failed function leaves the committed state untouched. Group the events,
-//     cursors and markers of one logical step into one Update.
+//     private copy of the state and commits it as one store transaction
+//     holding only what changed (appended and acknowledged events, changed
+//     records, the header), then rewrites runner-state.json when the header
+//     changed (temp file, fdatasync, exchange or rename, directory fsync);
+//     when Update returns nil both are durable. A failed function leaves
+//     the committed state untouched. Group the events, cursors and markers
+//     of one logical step into one Update.
 //
 //   - Committed states are immutable. Readers ([Store.Summary],
 //     [Store.Snapshot], [Store.Unacked]) never take the lock that a write holds
@@ -21,8 +24,11 @@
 //     effect may have started before a crash is reported as
 //     execution_indeterminate and never admitted for execution again.
 //
-//   - Loading never repairs or replaces a damaged file: a corrupt state file is
-//     a clear error and the bytes on disk are left as they are.
+//   - Loading never repairs or replaces a damaged store: a corrupt store, or
+//     a corrupt old-format runner-state.json (one is migrated into a new
+//     store on open), is a clear error and the bytes on disk are left as
+//     they are. runner-state.json beside a store is only a view of it and
+//     is re-projected on open.
 //
 //   - An ACK advances the cursor and trims the outbox in memory at once; the
 //     cursor reaches the file with the next write, or on its own after

@@ -15,32 +15,55 @@ import (
 
 // Dump prints the state in dir for an operator: the header fields, the
 // outbox (sequence, type, priority, size) and the records (names and
-// sizes). It changes nothing: the directory is opened read-only without
-// following a symlink, never created or re-moded, and no lock is taken,
-// so a live runnerd is never blocked; a file that a live runnerd replaces
-// during the read is read again (bounded). Nothing is printed unless the
-// whole file was read and decoded. Strings from the file are quoted.
+// sizes). It changes nothing and never blocks or waits for a live
+// runnerd (see Read). Nothing is printed unless the whole state was read
+// and decoded. Strings from the state are quoted.
 func Dump(dir string, w io.Writer) error {
-	d, err := openDirReadOnly(dir)
+	st, file, size, err := read(dir)
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	b, err := d.readConsistent(maxInspectBytes)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no %s in the state directory", FileName)
-	}
-	if err != nil {
-		return err
-	}
-	st, err := decodeState(b)
-	if err != nil {
-		return err
-	}
-	return dumpState(st, len(b), w)
+	return dumpState(st, file, size, w)
 }
 
-func dumpState(st *State, fileBytes int, out io.Writer) error {
+// Read returns the committed state in dir, outbox and records included,
+// without changing anything: the directory is opened read-only without
+// following a symlink, never created or re-moded. The store is read from
+// a private copy (openDBSnapshot), so a live runnerd's lock is neither
+// taken nor waited for; an old-format directory not yet migrated is read
+// from FileName.
+func Read(dir string) (*State, error) {
+	st, _, _, err := read(dir)
+	return st, err
+}
+
+func read(dir string) (st *State, file string, size int64, err error) {
+	d, err := openDirReadOnly(dir)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	defer d.close()
+	db, size, err := d.openDBSnapshot(maxInspectBytes)
+	if err == nil {
+		defer db.Close()
+		st, _, err := loadDB(db)
+		return st, DBName, size, err
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, "", 0, err
+	}
+	b, err := d.readConsistent(maxInspectBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, "", 0, fmt.Errorf("no %s or %s in the state directory", DBName, FileName)
+	}
+	if err != nil {
+		return nil, "", 0, err
+	}
+	st, err = decodeState(b)
+	return st, FileName, int64(len(b)), err
+}
+
+func dumpState(st *State, file string, fileBytes int64, out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(w, "%s:\t%v\n", k, v) }
 	str := func(s string) string { return quote.Text(s) }
@@ -60,7 +83,7 @@ func dumpState(st *State, fileBytes int, out io.Writer) error {
 	if st.LastConnectionProtocolVersion != nil {
 		version = strconv.Itoa(*st.LastConnectionProtocolVersion)
 	}
-	row("file", fmt.Sprintf("%s (%d bytes)", FileName, fileBytes))
+	row("file", fmt.Sprintf("%s (%d bytes)", file, fileBytes))
 	row("schema", str(st.Schema))
 	row("runnerInstanceId", str(st.RunnerInstanceID))
 	row("environmentLeaseId", str(st.EnvironmentLeaseID))

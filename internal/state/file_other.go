@@ -3,10 +3,12 @@
 package state
 
 import (
-	"github.com/pcrunner/pcrunner/internal/clock"
-
 	"errors"
 	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pcrunner/pcrunner/internal/clock"
 )
 
 // The state file discipline (openat, O_NOFOLLOW, renameat, directory fsync)
@@ -39,3 +41,23 @@ func openDirReadOnly(path string) (*dirHandle, error) {
 func (d *dirHandle) readConsistent(limit int64) ([]byte, error) { return nil, errors.ErrUnsupported }
 
 const maxInspectBytes = 0
+
+func (d *dirHandle) injected(op string) error { return nil }
+
+func (d *dirHandle) statName(name string) (bool, int64, error) {
+	return false, 0, errors.ErrUnsupported
+}
+
+func (d *dirHandle) openDB(name string) (*bolt.DB, error) { return nil, errors.ErrUnsupported }
+
+func (d *dirHandle) renameSync(from, to string) error { return errors.ErrUnsupported }
+
+func (d *dirHandle) removeName(name string) error { return errors.ErrUnsupported }
+
+func (d *dirHandle) openDBSnapshot(limit int64) (*bolt.DB, int64, error) {
+	return nil, 0, errors.ErrUnsupported
+}
+
+var errStoreLocked = errors.New("the state store is held by another runnerd")
+
+func padded(b []byte) []byte { return b }

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,9 +46,9 @@ func TestStateWriteRetriesTransientErrors(t *testing.T) {
 					require.NoError(t, err)
 					var calls atomic.Int64
 					s.dir.fault = faultN(op, writeAttempts-1, errno, &calls)
-					require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 1) }))
+					require.NoError(t, s.Update(func(tx *Tx) error { return setN(tx, 1) }))
 					require.EqualValues(t, writeAttempts, calls.Load(), "one attempt per failure, then success")
-					require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) }), "not poisoned")
+					require.NoError(t, s.Update(func(tx *Tx) error { return setN(tx, 2) }), "not poisoned")
 					require.NoError(t, s.Close())
 					requireOnlyStateFile(t, cfg.Dir)
 					var n int
@@ -67,7 +68,7 @@ func TestStateWriteGivesUpAfterBoundedRetries(t *testing.T) {
 		cfg := testConfig(filepath.Join(t.TempDir(), "state"))
 		s, err := Open(cfg)
 		require.NoError(t, err)
-		require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 1) }))
+		require.NoError(t, s.Update(func(tx *Tx) error { return setN(tx, 1) }))
 		// Reopened, the store holds no descriptor of a spare, so its next
 		// write opens one by name (a steady store reuses its descriptors).
 		require.NoError(t, s.Close())
@@ -76,7 +77,7 @@ func TestStateWriteGivesUpAfterBoundedRetries(t *testing.T) {
 		before := readStateFile(t, cfg.Dir)
 		var calls atomic.Int64
 		s.dir.fault = faultN("openat", 1<<30, unix.EMFILE, &calls)
-		err = s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) })
+		err = s.Update(func(tx *Tx) error { return setN(tx, 2) })
 		require.ErrorIs(t, err, unix.EMFILE)
 		require.EqualValues(t, writeAttempts, calls.Load())
 		require.ErrorIs(t, s.Update(func(tx *Tx) error { return nil }), unix.EMFILE, "poisoned")
@@ -124,17 +125,17 @@ func (l *opLog) snapshot() []string {
 func TestDurability28_FullDiskAtEachStepRedoesWholeWrite(t *testing.T) {
 	const failures = 3
 	for _, errno := range []unix.Errno{unix.ENOSPC, unix.EDQUOT} {
-		for _, op := range []string{"write", "fdatasync", "rename", "fsync dir"} {
+		for _, op := range []string{"store commit", "write", "fdatasync", "rename", "fsync dir"} {
 			t.Run(strings.ReplaceAll(op, " ", "_")+"_"+unix.ErrnoName(errno), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					cfg := testConfig(filepath.Join(t.TempDir(), "state"))
 					s, err := Open(cfg)
 					require.NoError(t, err)
-					require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 1) }))
+					require.NoError(t, s.Update(func(tx *Tx) error { return setN(tx, 1) }))
 					var log opLog
 					s.dir.fault = log.fault(op, failures, errno)
 					done := make(chan error, 1)
-					go func() { done <- s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) }) }()
+					go func() { done <- s.Update(func(tx *Tx) error { return setN(tx, 2) }) }()
 					synctest.Wait()
 					select {
 					case err := <-done:
@@ -157,9 +158,19 @@ func TestDurability28_FullDiskAtEachStepRedoesWholeWrite(t *testing.T) {
 					_, _ = s.Record("n", &n)
 					require.Equal(t, 2, n)
 
-					// Every attempt after the first starts in a new temp file
-					// and syncs only what it wrote itself.
+					// A failed store transaction is rerun whole, once per
+					// attempt. Every attempt of the projection after the
+					// first starts in a new temp file and syncs only what it
+					// wrote itself.
 					ops := log.snapshot()
+					if op == "store commit" {
+						require.Equal(t, failures+1, count(ops, "store commit"), "one transaction per attempt: %v", ops)
+						require.NoError(t, s.Close())
+						requireOnlyStateFile(t, cfg.Dir)
+						return
+					}
+					require.Equal(t, 1, count(ops, "store commit"), "the store committed once: %v", ops)
+					ops = slices.DeleteFunc(ops, func(o string) bool { return o == "store commit" })
 					require.Equal(t, failures, count(ops, "openat"), "one new temp file per retry: %v", ops)
 					attempt := []string{}
 					for _, o := range append(ops, "openat") {
@@ -199,12 +210,12 @@ func TestFullDiskWaitIsAborted(t *testing.T) {
 		cfg := testConfig(filepath.Join(t.TempDir(), "state"))
 		s, err := Open(cfg)
 		require.NoError(t, err)
-		require.NoError(t, s.Update(func(tx *Tx) error { return tx.SetRecord("n", 1) }))
+		require.NoError(t, s.Update(func(tx *Tx) error { return setN(tx, 1) }))
 		before := readStateFile(t, cfg.Dir)
 		var calls atomic.Int64
 		s.dir.fault = faultN("write", 1<<30, unix.ENOSPC, &calls)
 		done := make(chan error, 1)
-		go func() { done <- s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) }) }()
+		go func() { done <- s.Update(func(tx *Tx) error { return setN(tx, 2) }) }()
 		synctest.Wait()
 		require.True(t, s.Summary().StoragePressure)
 		cause := errors.New("revoked")
@@ -232,7 +243,7 @@ func TestFullDiskWaitIsBounded(t *testing.T) {
 		var calls atomic.Int64
 		s.dir.fault = faultN("fdatasync", 1<<30, unix.ENOSPC, &calls)
 		start := time.Now()
-		err = s.Update(func(tx *Tx) error { return tx.SetRecord("n", 2) })
+		err = s.Update(func(tx *Tx) error { return setN(tx, 2) })
 		require.ErrorIs(t, err, unix.ENOSPC)
 		require.Equal(t, pressureMaxWait, time.Since(start))
 		require.Less(t, calls.Load(), int64(pressureMaxWait/pressureRetryFirst))
@@ -254,6 +265,16 @@ func requireOnlyStateFile(t *testing.T, dir string) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	require.Len(t, entries, 1, "no temp file is left")
-	require.Equal(t, FileName, entries[0].Name())
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.Equal(t, []string{DBName, FileName}, names, "no temp file is left")
+}
+
+// setN is a step that changes the record "n" and, by as many bytes, the
+// header, so it writes both the store and the projection.
+func setN[T any](tx *Tx, v T) error {
+	tx.st.Diagnostics = []string{fmt.Sprint(v)}
+	return tx.SetRecord("n", v)
 }

@@ -86,11 +86,14 @@ func TestDirectorySwapAfterOpenDoesNotRedirectWrites(t *testing.T) {
 
 	enqueue(t, s, p1("runner.connected"))
 
-	_, err := os.Stat(filepath.Join(attacker, FileName))
-	require.ErrorIs(t, err, os.ErrNotExist)
-	b, err := os.ReadFile(filepath.Join(moved, FileName))
+	for _, n := range []string{FileName, DBName} {
+		_, err := os.Stat(filepath.Join(attacker, n))
+		require.ErrorIs(t, err, os.ErrNotExist)
+	}
+	st, err := Read(moved)
 	require.NoError(t, err)
-	require.Contains(t, string(b), "runner.connected")
+	require.Len(t, st.Outbox, 1)
+	require.Contains(t, string(st.Outbox[0].Envelope), "runner.connected")
 }
 
 func TestStaleTempFilesAreRemovedAndNeverRead(t *testing.T) {
@@ -103,7 +106,7 @@ func TestStaleTempFilesAreRemovedAndNeverRead(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 	entries, err := os.ReadDir(cfg.Dir)
 	require.NoError(t, err)
-	require.Len(t, entries, 1, "only runner-state.json remains")
+	require.Len(t, entries, 2, "only the store and runner-state.json remain")
 }
 
 // A truncated or damaged file is a clear error and is never replaced.
@@ -113,6 +116,9 @@ func TestCorruptStateIsReportedAndNotDestroyed(t *testing.T) {
 	require.NoError(t, s.Close())
 	good := readFile(t, cfg)
 	path := filepath.Join(cfg.Dir, FileName)
+	// An old-format directory (no store) is what a damaged file can
+	// still break: a store's directory re-projects FileName.
+	writeLegacy(t, cfg, good)
 
 	cases := map[string][]byte{
 		"empty":      {},
@@ -166,10 +172,9 @@ func TestExtensionRecordsAndUnknownFieldsRoundTrip(t *testing.T) {
 	require.NoError(t, s.Close())
 
 	// A newer writer's field survives our rewrite byte-for-byte.
-	path := filepath.Join(cfg.Dir, FileName)
 	b := readFile(t, cfg)
 	b = append(b[:len(b)-1], []byte(`,"zFutureField":{"b":[1,2.50,"<&>"],"a":null}}`)...)
-	require.NoError(t, os.WriteFile(path, b, 0o600))
+	writeLegacy(t, cfg, b)
 
 	s2 := openStore(t, cfg)
 	snap := s2.Snapshot()

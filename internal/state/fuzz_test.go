@@ -56,7 +56,7 @@ func FuzzLoadState(f *testing.F) {
 			return
 		}
 		// Whatever decodes, an operator's dump prints (state dump).
-		if err := dumpState(st, len(b), io.Discard); err != nil {
+		if err := dumpState(st, FileName, int64(len(b)), io.Discard); err != nil {
 			t.Fatalf("dump: %v", err)
 		}
 		if err := st.check(cfg); err != nil {

@@ -18,6 +18,7 @@ func TestCorruptStateNamesWhatIsWrong(t *testing.T) {
 	require.NoError(t, s.Close())
 	good := string(readFile(t, cfg))
 	path := filepath.Join(cfg.Dir, FileName)
+	writeLegacy(t, cfg, []byte(good)) // a damaged old-format directory
 	for _, tc := range []struct{ file, want string }{
 		{`[1,2,3]`, "state file: top level is an array, want an object"},
 		{`"runner.connected"`, "state file: top level is a string, want an object"},

@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		ackCrashChild()
 		return
 	}
+	if os.Getenv(killChildEnv) != "" {
+		killChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -60,9 +64,20 @@ func newStore(t *testing.T) (*Store, Config) {
 	return openStore(t, cfg), cfg
 }
 
-// readFile returns the state file's JSON without the whitespace that pads
-// it to a whole block (padBlock), so a test can edit its last bytes.
+// readFile returns the durable state in the form FileName had before the
+// store (the whole outbox and the records inside), read through Read.
 func readFile(t *testing.T, cfg Config) []byte {
+	t.Helper()
+	st, err := Read(cfg.Dir)
+	require.NoError(t, err)
+	b, err := st.MarshalJSON()
+	require.NoError(t, err)
+	return b
+}
+
+// readProjection returns FileName's JSON without the whitespace that pads
+// it to a whole block (padBlock).
+func readProjection(t *testing.T, cfg Config) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(cfg.Dir, FileName))
 	require.NoError(t, err)
@@ -70,6 +85,14 @@ func readFile(t *testing.T, cfg Config) []byte {
 		require.Zero(t, len(b)%padBlock, "the state file is padded to whole blocks")
 	}
 	return bytes.TrimRight(b, " \n")
+}
+
+// writeLegacy makes cfg.Dir an old-format directory holding b as
+// FileName and no store.
+func writeLegacy(t *testing.T, cfg Config, b []byte) {
+	t.Helper()
+	require.NoError(t, os.Remove(filepath.Join(cfg.Dir, DBName)))
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.Dir, FileName), b, 0o600))
 }
 
 func obj(t *testing.T, v any) json.RawMessage {

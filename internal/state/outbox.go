@@ -262,6 +262,7 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 	tx.st.Outbox = append(tx.st.Outbox, OutboxEvent{
 		SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Envelope: env, ByteSize: len(env),
 	})
+	tx.st.resizeOutbox(len(env))
 	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.outboxBytes())
 	rule := prp.EventRuleOf(ev.Type)
 	if rule.EndsTurn {
@@ -340,8 +341,15 @@ func (tx *Tx) tryCoalesce(ev Event) (seq uint64, ok bool, err error) {
 	if err := tx.checkBounds(P2, len(b), last.ByteSize); err != nil {
 		return 0, false, err
 	}
+	tx.st.resizeOutbox(len(b) - last.ByteSize)
 	last.Envelope, last.ByteSize = b, len(b)
-	tx.st.Outbox[n-1] = last
+	if last.SourceSeq <= tx.shared {
+		// The published state holds this element in the shared array
+		// (cloneShared): the outbox gets an array of its own first.
+		tx.st.Outbox = append(slices.Clip(tx.st.Outbox[:n-1]), last)
+	} else {
+		tx.st.Outbox[n-1] = last
+	}
 	tx.st.PeakOutboxBytes = max(tx.st.PeakOutboxBytes, tx.st.outboxBytes())
 	if prp.EventRuleOf(ev.Type).EndsTurn {
 		tx.st.TurnEnded = true
@@ -396,11 +404,14 @@ func (st *State) applyAck(seq uint64, protocolVersion int) (bool, error) {
 		return false, nil
 	}
 	st.AckedSourceSeq = seq
-	i := 0
+	i, freed := 0, 0
 	for i < len(st.Outbox) && st.Outbox[i].SourceSeq <= seq {
+		freed += st.Outbox[i].ByteSize
 		i++
 	}
-	st.Outbox = slices.Clone(st.Outbox[i:])
+	// A reslice, not a copy: the array is shared (cloneShared).
+	st.Outbox = st.Outbox[i:]
+	st.resizeOutbox(-freed)
 	if protocolVersion >= 2 {
 		for fam, e := range st.V2ReplayEvents {
 			if e.SourceSeq <= seq {

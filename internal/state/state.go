@@ -168,6 +168,12 @@ type State struct {
 	// and fields of a newer writer. They round-trip byte-for-byte. Use
 	// Tx.SetRecord.
 	Extensions map[string]json.RawMessage `json:"-"`
+
+	// outboxSize is the sum of the outbox's ByteSize when outboxSized;
+	// kept by the package's own changes to the outbox, so a step does not
+	// sum the whole outbox. A State built elsewhere sums it.
+	outboxSize  int
+	outboxSized bool
 }
 
 // plainState has State's fields without its methods, for the default codec.
@@ -212,13 +218,11 @@ func (s *State) MarshalJSON() ([]byte, error) {
 		if k > 0 {
 			buf.WriteByte(',')
 		}
-		typ, err := jsonenc.Marshal(e.EventType)
+		v, err := encodeOutboxEvent(e)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&buf, `{"sourceSeq":%d,"priority":%d,"eventType":%s,"envelope":`, e.SourceSeq, e.Priority, typ)
-		buf.Write(e.Envelope)
-		fmt.Fprintf(&buf, `,"byteSize":%d}`, e.ByteSize)
+		buf.Write(v)
 	}
 	buf.Write(b[i:])
 	if len(s.Extensions) == 0 {
@@ -298,8 +302,21 @@ func (s *State) normalize() {
 // Clone returns a deep copy. Raw JSON values are shared: nothing in this
 // package mutates them in place.
 func (s *State) Clone() *State {
-	c := *s
+	c := s.cloneShared()
 	c.Outbox = slices.Clone(s.Outbox)
+	return c
+}
+
+// cloneShared is Clone for a transaction: the outbox's backing array is
+// shared, not copied, so a step costs nothing per stored event. That is
+// safe because the array is append-only below every published length:
+// an append writes past the published state's length (a discarded
+// transaction's append is overwritten by the next), an ACK trims by
+// reslicing, and the one in-place change, a P2 merge into the newest
+// event, reallocates first (tryCoalesce). Only the store's writer, under
+// its lock, appends.
+func (s *State) cloneShared() *State {
+	c := *s
 	c.ProcessedCommands = maps.Clone(s.ProcessedCommands)
 	c.ProcessedCommandFingerprints = maps.Clone(s.ProcessedCommandFingerprints)
 	c.ExecutorEventReceipts = maps.Clone(s.ExecutorEventReceipts)
@@ -328,6 +345,23 @@ func (s *State) Clone() *State {
 
 // outboxBytes is the sum of the stored envelope sizes.
 func (s *State) outboxBytes() int {
+	if s.outboxSized {
+		return s.outboxSize
+	}
+	return s.sumOutbox()
+}
+
+// sizeOutbox caches the outbox's size on a state this package owns.
+func (s *State) sizeOutbox() { s.outboxSize, s.outboxSized = s.sumOutbox(), true }
+
+// resizeOutbox adds delta to a cached size.
+func (s *State) resizeOutbox(delta int) {
+	if s.outboxSized {
+		s.outboxSize += delta
+	}
+}
+
+func (s *State) sumOutbox() int {
 	n := 0
 	for _, e := range s.Outbox {
 		n += e.ByteSize

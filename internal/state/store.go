@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
@@ -125,13 +126,28 @@ type Recovery struct {
 	PendingProviderCleanup *TerminalFence
 }
 
-// Store owns runner-state.json. Its methods are safe for concurrent use.
+// Store owns the state directory: the store file DBName, the source of
+// truth, and FileName, its header's projection for the server. Its
+// methods are safe for concurrent use.
 type Store struct {
 	cfg Config
 	log *slog.Logger
 	dir *dirHandle
 
-	mu          sync.Mutex // serialises writers; held across the fsync
+	// db is the open store; the fields below it describe what it and
+	// FileName hold. All are guarded by mu (set during Open before the
+	// store is shared).
+	db *bolt.DB
+	// written is the state the store file holds (the target of the last
+	// committed transaction); writtenHeader its header. A step writes
+	// only its difference from written.
+	written       *State
+	writtenHeader []byte
+	// projected is the header FileName holds (nil: unknown).
+	projected []byte
+	hdr       headerEncoder
+
+	mu          sync.Mutex // serialises writers and guards the db fields above; held across the fsync
 	failed      error      // sticky write failure: disk and memory may differ
 	ackAdvances int        // ACK advances since the cursor was last written
 	// idle writes an unsaved ACK cursor after ackIdleFlush (nil until the
@@ -206,6 +222,9 @@ func Open(cfg Config) (*Store, error) {
 	dir.clk, dir.fault = cfg.Clock, cfg.WriteFault
 	s := &Store{cfg: cfg, log: log.With("component", "state"), dir: dir, abort: make(chan struct{})}
 	if err := s.load(); err != nil {
+		if s.db != nil {
+			_ = s.db.Close()
+		}
 		dir.close()
 		return nil, err
 	}
@@ -218,21 +237,15 @@ func (s *Store) load() error {
 	if err := s.dir.removeStaleTemps(); err != nil {
 		return err
 	}
-	b, err := s.dir.read(s.stateLimit() + padBlock)
-	if errors.Is(err, os.ErrNotExist) {
-		st := s.fresh()
-		if err := s.commit(st); err != nil {
-			return err
-		}
+	st, fresh, err := s.openStore()
+	if err != nil {
+		return err
+	}
+	if fresh {
+		st.sizeOutbox()
+		s.publish(st)
 		s.log.Info("created runner state")
 		return nil
-	}
-	if err != nil {
-		return err
-	}
-	st, err := decodeState(b)
-	if err != nil {
-		return err
 	}
 	if st.Schema == WarmTransitionSchema {
 		if err := st.recoverWarm(s.cfg.Identity); err != nil {
@@ -246,6 +259,7 @@ func (s *Store) load() error {
 	if st.Lifecycle == Revoked || (st.Lifecycle == Stopped && !fenced) {
 		return fmt.Errorf("open state: lifecycle %s: %w", st.Lifecycle, ErrExitNow)
 	}
+	st.sizeOutbox()
 	s.publish(st)
 	s.gate.everSent = st.HighestSourceSeq() // anything stored may have been sent
 	rec := Recovery{Resumed: true}
@@ -279,6 +293,7 @@ func (s *Store) fresh() *State {
 		MaxOutboxBytes: s.cfg.MaxOutboxBytes, P0ReserveBytes: s.cfg.P0ReserveBytes,
 	}
 	st.normalize()
+	st.sizeOutbox()
 	return st
 }
 
@@ -356,7 +371,14 @@ func (s *Store) Unsent(after uint64) []OutboxEvent {
 	s.gate.mu.Lock()
 	defer s.gate.mu.Unlock()
 	var out []OutboxEvent
-	for _, e := range s.cur.Load().Outbox {
+	ob := s.cur.Load().Outbox
+	// The outbox is contiguous by sourceSeq: the events at or below after
+	// are skipped by index, so a send costs nothing per unsent-and-kept
+	// event before it.
+	if len(ob) > 0 && after >= ob[0].SourceSeq {
+		ob = ob[min(after-ob[0].SourceSeq+1, uint64(len(ob))):]
+	}
+	for _, e := range ob {
 		if e.SourceSeq <= after {
 			continue
 		}
@@ -400,11 +422,11 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 		return err
 	}
 	base := s.cur.Load()
-	tx := &Tx{s: s, st: base.Clone(), coalesce: s.coalesce}
+	tx := &Tx{s: s, st: base.cloneShared(), coalesce: s.coalesce, shared: base.HighestSourceSeq()}
 	defer s.unpin()
 	if err := fn(tx); err != nil {
 		if tx.bound != nil {
-			st := base.Clone()
+			st := base.cloneShared()
 			tx.bound.apply(st)
 			if werr := s.commit(st); werr != nil {
 				return errors.Join(err, werr)
@@ -438,7 +460,7 @@ func (s *Store) ApplyAck(seq uint64, protocolVersion int) (persisted bool, err e
 	if err := s.usable(); err != nil {
 		return false, err
 	}
-	st := s.cur.Load().Clone()
+	st := s.cur.Load().cloneShared()
 	advanced, err := st.applyAck(seq, protocolVersion)
 	if err != nil || !advanced {
 		return false, err
@@ -519,6 +541,13 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		s.disarmIdleLocked()
+		if s.failed == nil {
+			err = errors.Join(err, s.compactIfSparse())
+		}
+		if s.db != nil {
+			err = errors.Join(err, s.db.Close())
+			s.db = nil
+		}
 		s.dir.close()
 	}
 	s.mu.Unlock()
@@ -537,24 +566,28 @@ func (s *Store) usable() error {
 	return s.failed
 }
 
-// commit writes st and publishes it. Called with mu held (or during Open).
-// A full disk (ENOSPC, EDQUOT at any step of the write) is storage
-// pressure: the summary reports it and the whole write is redone from
-// memory (a new temp file, its data sync, the swap, the directory sync;
-// never a lone sync, which Linux may report clean after losing the data)
-// until it succeeds, Abort ends the wait, or pressureMaxWait passes. Until
-// then nothing is published, so nothing depending on st is released.
+// commit makes st durable and publishes it. Called with mu held (or
+// during Open). One commit is one store transaction holding st's
+// difference from what the store holds (putDelta), then FileName's
+// projection of the header when it changed; only then is st published,
+// so nothing depending on it is released before both are durable. A full
+// disk (ENOSPC, EDQUOT at any step) is storage pressure: the summary
+// reports it and the failed step is redone whole from memory (a failed
+// store transaction leaves the store as it was, so it is rerun; the
+// projection is rewritten through a new temp file, never a lone sync,
+// which Linux may report clean after losing the data) until it succeeds,
+// Abort ends the wait, or pressureMaxWait passes.
 func (s *Store) commit(st *State) error {
-	b, err := st.MarshalJSON()
+	header, err := s.hdr.encode(st)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	if int64(len(b)) > s.stateLimit() {
+	if int64(len(header)) > stateOverheadBytes {
 		return fmt.Errorf("save state: %w", errStateTooLarge)
 	}
-	err = s.dir.write(b)
+	err = s.persist(st, header)
 	if err != nil && diskFullErr(err) {
-		err = s.waitForSpace(b, err)
+		err = s.waitForSpace(func() error { return s.persist(st, header) }, err)
 	}
 	if err != nil {
 		s.failed = fmt.Errorf("save state: %w", err)
@@ -569,12 +602,58 @@ func (s *Store) commit(st *State) error {
 	return nil
 }
 
-// waitForSpace redoes the write of b, which failed with the full-disk
+// persist writes what of st is not yet durable: the store transaction
+// (unless the store holds st already), then the projection (unless
+// FileName holds it already). Each part is redone whole on a retry.
+func (s *Store) persist(st *State, header []byte) error {
+	if s.written != st {
+		if err := s.writeDelta(st, header); err != nil {
+			return err
+		}
+		killPoint(KillStoreCommitted)
+	}
+	if !bytes.Equal(s.projected, header) {
+		if err := s.dir.write(header); err != nil {
+			return err
+		}
+		s.projected = header
+		killPoint(KillProjected)
+	}
+	return nil
+}
+
+// writeDelta commits st's difference from the store's content in one
+// transaction. A transaction that changes nothing is not committed.
+func (s *Store) writeDelta(st *State, header []byte) error {
+	if s.db == nil {
+		return errors.New("commit state store: the store is not open")
+	}
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("begin state store transaction: %w", err)
+	}
+	changed, err := putDelta(tx, s.written, st, s.writtenHeader, header)
+	if err == nil && changed {
+		if err = s.dir.injected("store commit"); err == nil {
+			err = tx.Commit()
+		}
+	}
+	if err != nil || !changed {
+		_ = tx.Rollback()
+	}
+	if err != nil {
+		return fmt.Errorf("commit state store: %w", err)
+	}
+	s.written, s.writtenHeader = st, header
+	return nil
+}
+
+// waitForSpace redoes the write (redo), which failed with the full-disk
 // error first, with doubling pauses (pressureRetryFirst up to
 // pressureRetryMax) until it succeeds or fails otherwise, Abort is called,
 // or pressureMaxWait has passed. The summary reports the pressure
 // meanwhile. Called with mu held.
-func (s *Store) waitForSpace(b []byte, first error) error {
+func (s *Store) waitForSpace(redo func() error, first error) error {
 	clk := clock.Or(s.cfg.Clock)
 	s.setDiskFull(true)
 	defer s.setDiskFull(false)
@@ -595,7 +674,7 @@ func (s *Store) waitForSpace(b []byte, first error) error {
 			return errors.Join(fmt.Errorf("storage pressure: %w", ErrWriteAborted), s.abortErr, err)
 		}
 		pause = min(2*pause, pressureRetryMax)
-		err = s.dir.write(b)
+		err = redo()
 		if err == nil {
 			s.log.Info("runner state write completed after a full disk", "attempts", attempt)
 			return nil

@@ -15,6 +15,9 @@ type Tx struct {
 	st       *State
 	bound    *boundFact
 	coalesce coalesceMark
+	// shared is the highest sourceSeq the published state holds: an
+	// outbox element at or below it sits in the array that state shares.
+	shared uint64
 }
 
 func (tx *Tx) setBound(l Lifecycle, backpressure bool, diagnostic string) {

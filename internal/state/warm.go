@@ -140,6 +140,7 @@ func (st *State) activateWarm(cur *PendingWarmTransition) {
 	st.NextSourceSeq, st.AckedSourceSeq = 1, 0
 	st.LastControllerCommandSeq, st.CompactedThroughControllerSeq = 0, 0
 	st.Outbox, st.PeakOutboxBytes = nil, 0
+	st.outboxSize, st.outboxSized = 0, true
 	st.ProcessedCommands, st.ProcessedCommandFingerprints = nil, nil
 	st.CompactedCommandFilter = nil
 	st.V2ReplayEvents, st.Diagnostics = nil, nil

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -12,13 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/catalog"
+	"github.com/pcrunner/pcrunner/internal/state"
 )
 
 // toolsBound bounds each wait of the tool scenarios over the binaries.
 const toolsBound = 30 * time.Second
 
-// agentToolState reads the executor's bridge and call table from
-// runner-state.json (written by rename, so a read sees one whole write).
+// agentToolState is the executor's bridge and call table, read from the
+// state store's acpAgent record (state.Read: a consistent copy, without
+// the live runnerd's lock).
 type agentToolState struct {
 	Bridge *struct {
 		Port int `json:"port"`
@@ -33,13 +34,12 @@ type agentToolState struct {
 
 func readToolState(t *testing.T, dir string) agentToolState {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "runner-state.json"))
+	st, err := state.Read(dir)
 	require.NoError(t, err)
-	var f struct {
-		Agent agentToolState `json:"acpAgent"`
-	}
-	require.NoError(t, json.Unmarshal(b, &f))
-	return f.Agent
+	var a agentToolState
+	_, err = st.Record("acpAgent", &a)
+	require.NoError(t, err)
+	return a
 }
 
 // TestTools05_RunnerdSIGKILL: runnerd is SIGKILLed while a tool call is

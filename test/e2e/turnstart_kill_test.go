@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/prp/control"
+	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
@@ -65,7 +66,6 @@ func TestTurnStartResultAfterKill(t *testing.T) {
 	proc := r.start(t)
 	r.prepare(t, "--transcript", transcript)
 	r.open(t)
-	statePath := filepath.Join(r.dir, "runner-state.json")
 
 	var delivered []string // markers whose turn.start completed, in order
 	counts := map[string]int{}
@@ -78,7 +78,7 @@ func TestTurnStartResultAfterKill(t *testing.T) {
 		case killEarly:
 			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 		case killStaged:
-			waitFileContains(t, statePath, `"commandId":"`+id+`"`)
+			waitStateContains(t, r.dir, `"commandId":"`+id+`"`)
 		case killLate:
 			r.result(t, id)
 			time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
@@ -166,16 +166,21 @@ func promptsSeen(t *testing.T, transcript string) []string {
 	return out
 }
 
-// waitFileContains waits, bounded by waitBound, until the state file
-// records the staged prompt of needle.
-func waitFileContains(t *testing.T, path, needle string) {
+// waitStateContains waits, bounded by waitBound, until the durable state
+// in dir (its records, read through the store) records the staged prompt
+// of needle.
+func waitStateContains(t *testing.T, dir, needle string) {
 	t.Helper()
 	deadline := time.Now().Add(waitBound)
 	for {
-		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), `"prompt":{`+needle) {
-			return
+		if st, err := state.Read(dir); err == nil {
+			for _, rec := range st.Extensions {
+				if strings.Contains(string(rec), `"prompt":{`+needle) {
+					return
+				}
+			}
 		}
-		require.True(t, time.Now().Before(deadline), "the state file never recorded %s", needle)
+		require.True(t, time.Now().Before(deadline), "the state never recorded %s", needle)
 		time.Sleep(2 * time.Millisecond)
 	}
 }

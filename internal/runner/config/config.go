@@ -39,7 +39,7 @@ var defaultColdTimeoutAgents = []string{"claude", "opencode", "pi"}
 const (
 	minMaxFrameBytes     = 1024                       // prp.md §1.4: allowed 1 KiB–16 MiB
 	maxMaxFrameBytes     = 16 * 1024 * 1024           // prp.md §1.4
-	maxOutboxBytesLimit  = 1 << 30                    // beyond: the outbox lives in runner-state.json in memory; the newest server passes 16 MiB
+	maxOutboxBytesLimit  = 1 << 30                    // beyond: the outbox is held in memory as well as in the store; the newest server passes 16 MiB
 	maxReconnectDelay    = 5 * time.Second            // prp.md §6.1: backoff is clamped to 1–5000 ms, a larger base means nothing
 	maxDurationFlag      = 24 * time.Hour             // beyond: no runnerd wait is meant to exceed a day (lease TTL max is 24 h, prp.md §5)
 	maxServerDuration    = 100 * 365 * 24 * time.Hour // R-bin takes any u64 ms for the server-set lifetime, grace and idle timeout; longer values saturate here

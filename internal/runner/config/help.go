@@ -66,7 +66,8 @@ CONNECTION
                                without receiving anything (default 45000).
 
 IDENTITY (required in dial and listen mode; assigned by the server)
-  --state-dir DIR              Durable state (runner-state.json, agent sessions);
+  --state-dir DIR              Durable state (runner-state.db, its projection
+                               runner-state.json, agent sessions);
                                an absolute path.
   --runner-id ID               Runner instance id.
   --environment-lease-id ID    Environment lease id.
