@@ -60,7 +60,7 @@ func TestWorkspaceEventsThroughCore(t *testing.T) {
 			require.NotContains(t, whole.Payload, "itemId")
 		}
 	}
-	require.Equal(t, []string{"workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded",
+	require.Equal(t, []string{"workspace.ready", "workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded",
 		"workspace.file.referenced", "turn.completed"}, order)
 }
 
