@@ -54,6 +54,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/sandbox"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -220,6 +221,11 @@ type Config struct {
 	// Redact is the outbox sanitiser's text rule: diff text passes it,
 	// and a file preview it would change is withheld. nil: identity.
 	Redact func(string) string
+	// MetricInterval is --sandbox-metric-interval-ms: a sandbox.metric
+	// every interval while a turn runs (workspace.md §9); 0 disables.
+	MetricInterval time.Duration
+	// Sampler reads the metrics; nil with an interval: sandbox.NewSampler.
+	Sampler *sandbox.Sampler
 }
 
 // Poll periods of the event watcher.
@@ -336,6 +342,9 @@ func NewManager(cfg Config, st Stored) *Manager {
 	if cfg.Redact == nil {
 		cfg.Redact = func(s string) string { return s }
 	}
+	if cfg.MetricInterval > 0 && cfg.Sampler == nil {
+		cfg.Sampler = sandbox.NewSampler() // runnerd's cgroup as it is at start (§9)
+	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.commits = newCommitter(m)
@@ -378,6 +387,9 @@ func (m *Manager) Start() error {
 	err := m.startLocked()
 	if err == nil {
 		err = m.resumeWorkspaceLocked(root)
+	}
+	if err == nil && m.cl != nil && m.cl.ActiveTurn() != "" && m.proc != nil && !m.proc.lost {
+		m.sampleTurnLocked(m.cl.ActiveTurn()) // a re-adopted turn is sampled too
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -1121,6 +1133,7 @@ func (m *Manager) startTurn(commandID string, payload json.RawMessage, base *bas
 	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
 		return nil, nil, err
 	}
+	m.sampleTurnLocked(turnID)
 	return result, m.commits.newest(), nil
 }
 

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/cgroup"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
@@ -201,4 +203,79 @@ func TestWorkspace25_RestartAdopts(t *testing.T) {
 	require.Equal(t, []string{"session.reconciled"}, types(got))
 	require.Equal(t, map[string]any{"providerSessionId": "sess-0001", "activeTurnId": nil, "outcome": "adopted"}, got[0].Payload)
 	prpschema.RequireValidEvents(t, got)
+}
+
+// metricsOf are the sandbox.metric events of evs.
+func metricsOf(evs []provider.Event) []provider.Event {
+	var out []provider.Event
+	for _, e := range evs {
+		if e.EventType == "sandbox.metric" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestWorkspace24_SandboxMetric: --sandbox-metric-interval-ms 1000 and a
+// 3 s turn → 2 to 4 sandbox.metric (P2), with cpuUsageSeconds,
+// diskFreeBytes, diskTotalBytes and loadAverage1m numeric where their
+// source exists; none while idle; interval 0 → none.
+func TestWorkspace24_SandboxMetric(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.MetricInterval = time.Second })
+	r.prepare()
+	r.open()
+	_, before := r.sink.snapshot()
+	require.Empty(t, metricsOf(before), "none before a turn")
+	r.turn("sleep 3000")
+	evs := r.sink.waitEvent(t, "run.terminal")
+	ms := metricsOf(evs)
+	require.GreaterOrEqual(t, len(ms), 2)
+	require.LessOrEqual(t, len(ms), 4)
+	end := len(evs)
+	for i, e := range evs {
+		if e.EventType == "run.terminal" {
+			end = i
+		}
+	}
+	for _, e := range metricsOf(evs[end:]) {
+		require.Fail(t, "a metric after the turn's end", "%v", e.Payload)
+	}
+	hasCgroup := sandboxCPUStat() != ""
+	for _, e := range ms {
+		require.Equal(t, provider.P2, e.Priority)
+		require.EqualValues(t, 1000, e.Payload["intervalMs"])
+		require.NotEmpty(t, e.Payload["sampledAt"])
+		require.IsType(t, uint64(0), e.Payload["diskFreeBytes"])
+		require.IsType(t, uint64(0), e.Payload["diskTotalBytes"])
+		require.IsType(t, float64(0), e.Payload["loadAverage1m"])
+		if hasCgroup {
+			require.IsType(t, float64(0), e.Payload["cpuUsageSeconds"])
+		}
+	}
+	prpschema.RequireValidEvents(t, ms)
+
+	// Idle: the ticker is gone with the turn.
+	n := len(evs)
+	time.Sleep(1500 * time.Millisecond)
+	_, evs = r.sink.snapshot()
+	require.Empty(t, metricsOf(evs[n:]), "none while idle")
+
+	off := newRig(t)
+	off.prepare()
+	off.open()
+	off.turn("sleep 1200")
+	require.Empty(t, metricsOf(off.sink.waitEvent(t, "run.terminal")), "interval 0 disables")
+}
+
+// sandboxCPUStat is this process's cgroup2 cpu.stat, "" when there is none.
+func sandboxCPUStat() string {
+	dir, err := cgroup.Own()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(dir, "cpu.stat")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
 }

@@ -109,6 +109,9 @@ type EventRule struct {
 	// CoalesceByItem marks the P2 deltas that merge by itemId into one
 	// unsent outbox event (prp.md §8.1, §9.3).
 	CoalesceByItem bool
+	// CoalesceNewest marks the P2 snapshots of which an unsent one is
+	// replaced by the next (every field takes the newest value).
+	CoalesceNewest bool
 }
 
 // SchemaVersion is the envelope's schemaVersion for the type (prp.md §8.1).
@@ -139,7 +142,9 @@ var eventTable = map[string]EventRule{
 	// The phase and lifecycle payloads are exactly what workspace.md §8
 	// and §9 list (turn.submitted is {}): the runner adds no id to them.
 	EventRuntimePhaseChanged: {Payload: PayloadExact},
-	EventSandboxMetric:       {Payload: PayloadExact},
+	// Each sample supersedes the last: an unsent one is replaced
+	// (workspace.md §9: P2, coalescing keeps the newest).
+	EventSandboxMetric: {Payload: PayloadExact, CoalesceNewest: true},
 
 	EventHarnessStarting:   {Payload: PayloadExact},
 	EventHarnessReady:      {},

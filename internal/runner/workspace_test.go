@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/sandbox"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/workspace"
@@ -173,4 +175,39 @@ func TestWorkspace29_SealedFrameBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWorkspace24_MetricCoalescesNewest: sandbox.metric is P2 and an
+// unsent one is replaced by the next (workspace.md §9, §10): two samples
+// enqueued while nothing is sent leave one outbox event with the newer
+// values, valid against the event schema.
+func TestWorkspace24_MetricCoalescesNewest(t *testing.T) {
+	schemas := prpschema.Load(t)
+	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
+	require.NoError(t, err)
+	defer st.Close()
+	sample := func(at time.Time, load float64) provider.Event {
+		s := sandbox.Sample{LoadAverage1m: &load}
+		return provider.Event{EventType: prp.EventSandboxMetric, Priority: provider.P2, Payload: s.Payload(at, time.Second)}
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	before := len(st.Unacked())
+	for i, ev := range []provider.Event{sample(t0, 1.5), sample(t0.Add(time.Second), 2.5)} {
+		events, err := stateEvents([]provider.Event{ev})
+		require.NoError(t, err)
+		require.Equal(t, prp.EventSandboxMetric, events[0].CoalesceKey, "sample %d", i)
+		require.NoError(t, st.Update(func(tx *state.Tx) error { _, err := tx.Enqueue(events[0]); return err }))
+	}
+	stored := st.Unacked()[before:]
+	require.Len(t, stored, 1, "the newer sample replaced the unsent one")
+	raw, err := stored[0].Wire(2)
+	require.NoError(t, err)
+	var whole struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &whole))
+	require.NoError(t, prpschema.Validate(schemas.EventV1, whole.Payload))
+	require.Contains(t, string(whole.Payload), `"loadAverage1m":2.5`)
+	require.Contains(t, string(whole.Payload), `"sampledAt":"2026-01-01T00:00:01.000Z"`)
+	require.Contains(t, string(whole.Payload), `"cpuUsageSeconds":null`)
 }
