@@ -211,3 +211,44 @@ func TestWorkspace24_MetricCoalescesNewest(t *testing.T) {
 	require.Contains(t, string(whole.Payload), `"sampledAt":"2026-01-01T00:00:01.000Z"`)
 	require.Contains(t, string(whole.Payload), `"cpuUsageSeconds":null`)
 }
+
+// TestWorkspace24_MetricAtBound: at the outbox's soft limit (prp.md §9.3)
+// a P1 phase event is rejected and dropped (backpressure), never retried,
+// while a sandbox.metric whose unsent predecessor is a metric still
+// replaces it: backpressure holds the newest sample, not a backlog
+// (workspace.md §10).
+func TestWorkspace24_MetricAtBound(t *testing.T) {
+	metric := func(sec int, load float64) state.Event {
+		s := sandbox.Sample{LoadAverage1m: &load}
+		evs, err := stateEvents([]provider.Event{{EventType: prp.EventSandboxMetric, Priority: provider.P2,
+			Payload: s.Payload(time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC), time.Second)}})
+		require.NoError(t, err)
+		return evs[0]
+	}
+	phase, err := stateEvents([]provider.Event{provider.PhaseChanged(provider.PhaseExecuting)})
+	require.NoError(t, err)
+	enqueue := func(st *state.Store, e state.Event) error {
+		return st.Update(func(tx *state.Tx) error { _, err := tx.Enqueue(e); return err })
+	}
+	// Measure one metric's stored size on a scratch store.
+	scratch, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
+	require.NoError(t, err)
+	base := scratch.Summary().OutboxBytes
+	require.NoError(t, enqueue(scratch, metric(0, 1.5)))
+	size := scratch.Summary().OutboxBytes - base
+	require.NoError(t, scratch.Close())
+
+	const reserve = 64 << 10
+	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity,
+		MaxOutboxBytes: base + size + 16 + reserve, P0ReserveBytes: reserve})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NoError(t, enqueue(st, metric(0, 1.5)))
+	require.NoError(t, enqueue(st, metric(1, 2.5)), "the newer sample replaces the unsent one at the bound")
+	require.Len(t, st.Unacked(), 1)
+	require.ErrorIs(t, enqueue(st, phase[0]), state.ErrBackpressure, "a P1 event past the soft limit is dropped")
+	require.Len(t, st.Unacked(), 1)
+	raw, err := st.Unacked()[0].Wire(2)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"loadAverage1m":2.5`)
+}
