@@ -22,7 +22,7 @@ var coldOpenTypes = []string{"harness.starting", "session.starting", "harness.re
 // runtime.phase.changed {workspace_preparing}, workspace.ready
 // {workingDirectory} (once per process and root); a missing cwd → one
 // harness.diagnostic {workspace_unavailable} and no workspace event
-// later, even once the directory exists.
+// later, even once the directory exists, until a run.prepare finds it.
 func TestWorkspace01_ReadyOnPrepare(t *testing.T) {
 	r := newRig(t)
 	r.prepare()
@@ -51,6 +51,13 @@ func TestWorkspace01_ReadyOnPrepare(t *testing.T) {
 	require.Empty(t, workspaceEvents(turn), "no workspace event for the session")
 	_, all := m.sink.snapshot()
 	require.Equal(t, 0, count(all, "workspace.ready"))
+
+	// A run.prepare that finds it there readies it, and turns report again.
+	m.prepare()
+	_, evs = m.sink.snapshot()
+	require.Equal(t, []string{"runtime.phase.changed", "workspace.ready"}, types(evs[len(all):]))
+	_, turn = m.wsTurn("edit b.txt y")
+	require.NotEmpty(t, workspaceEvents(turn))
 }
 
 // TestWorkspace02_ColdOpenPhases: a cold session.open → harness.starting

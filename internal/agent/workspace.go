@@ -162,6 +162,9 @@ func (m *Manager) workspaceReadyLocked(cwd string, rootErr error) []provider.Eve
 		m.ws.cwd, m.ws.root, m.ws.reported, m.ws.last = cwd, nil, true, nil
 		return []provider.Event{wsDiagnostic("", diagWorkspaceUnavailable, unavailableMessage)}
 	}
+	if m.ws.cwd == cwd && m.ws.root == nil {
+		m.ws.cwd, m.ws.reported = "", false // it exists now: the next baseline opens it
+	}
 	if m.ws.readied[cwd] {
 		return nil
 	}
