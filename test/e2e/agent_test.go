@@ -51,7 +51,8 @@ func TestACP01_02_EchoTurn(t *testing.T) {
 }
 
 // TestACP04_HandshakeTimeout: --hang-on-new-session → at the
-// bound the agent is stopped, no provider event, the command fails with
+// bound the agent is stopped, no provider event (only the phase events
+// from before the handshake), the command fails with
 // code session_handshake_timeout (scenario 4).
 func TestACP04_HandshakeTimeout(t *testing.T) {
 	r := newAgentRig(t, "--session-open-cold-timeout-agent", "claude=800")
@@ -61,7 +62,8 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 	require.Equal(t, "failed", res.Status)
 	require.Contains(t, string(res.Result), `"code":"session_handshake_timeout"`)
 	require.Contains(t, string(res.Result), "within 800ms")
-	require.Empty(t, agentTypes(r.events(t)), "no provider event")
+	require.Equal(t, []string{"runtime.phase.changed", "workspace.ready", "harness.starting", "session.starting"}, agentTypes(r.events(t)),
+		"no provider event, and no phase event after the handshake began (workspace.md §8)")
 	require.Empty(t, processSessions(r.dir))
 }
 
