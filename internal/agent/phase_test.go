@@ -237,6 +237,7 @@ func TestWorkspace24_SandboxMetric(t *testing.T) {
 	evs := r.sink.waitEvent(t, "run.terminal")
 	ms := metricsOf(evs)
 	require.GreaterOrEqual(t, len(ms), 2)
+	t.Logf("sandbox.metric in a 3 s turn at 1000 ms: %d; the first: %v", len(ms), ms[0].Payload)
 	require.LessOrEqual(t, len(ms), 4)
 	end := len(evs)
 	for i, e := range evs {
