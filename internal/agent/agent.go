@@ -54,6 +54,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/sandbox"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
@@ -220,6 +221,11 @@ type Config struct {
 	// Redact is the outbox sanitiser's text rule: diff text passes it,
 	// and a file preview it would change is withheld. nil: identity.
 	Redact func(string) string
+	// MetricInterval is --sandbox-metric-interval-ms: a sandbox.metric
+	// every interval while a turn runs (workspace.md §9); 0 disables.
+	MetricInterval time.Duration
+	// Sampler reads the metrics; nil with an interval: sandbox.NewSampler.
+	Sampler *sandbox.Sampler
 }
 
 // Poll periods of the event watcher.
@@ -339,6 +345,9 @@ func NewManager(cfg Config, st Stored) *Manager {
 	if cfg.Redact == nil {
 		cfg.Redact = func(s string) string { return s }
 	}
+	if cfg.MetricInterval > 0 && cfg.Sampler == nil {
+		cfg.Sampler = sandbox.NewSampler() // runnerd's cgroup as it is at start (§9)
+	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.commits = newCommitter(m)
@@ -382,6 +391,9 @@ func (m *Manager) Start() error {
 	if err == nil {
 		err = m.resumeWorkspaceLocked(root)
 	}
+	if err == nil && m.cl != nil && m.cl.ActiveTurn() != "" && m.proc != nil && !m.proc.lost {
+		m.sampleTurnLocked(m.cl.ActiveTurn()) // a re-adopted turn is sampled too
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return err
@@ -420,9 +432,17 @@ func (m *Manager) startLocked() error {
 		}
 		return m.persistLocked(evs, out)
 	}
-	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
+	live := wrapperAlive(dir)
+	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", live)
 	if a, ok := m.driverLocked().(provider.Adopter); ok {
 		a.Adopt() // a driver with a channel beside stdio reopens it
+	}
+	if rec := m.cl.Record(); live && rec.ACPSessionID != "" {
+		// After the store's runner.reconciled (enqueued when it opened).
+		ev := provider.SessionReconciled(rec.ACPSessionID, m.cl.ActiveTurn(), provider.ReconciledAdopted)
+		if err := m.persistLocked([]provider.Event{ev}, nil); err != nil {
+			return err
+		}
 	}
 	if evs := m.restartBridgeLocked(p); len(evs) > 0 || m.st.Tools != nil {
 		if err := m.persistLocked(evs, nil); err != nil {
@@ -686,15 +706,34 @@ func (m *Manager) prepare(payload json.RawMessage) (json.RawMessage, error) {
 			return nil, err
 		}
 	}
+	_, rootErr := workspace.Open(b.Cwd, m.cfg.StateDir)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Binding = b
 	m.setCatalogLocked(cat)
 	m.setMapper()
-	if err := m.commitThenWriteLocked(nil, nil); err != nil {
+	if err := m.commitThenWriteLocked(m.workspaceReadyLocked(b.Cwd, rootErr), nil); err != nil {
 		return nil, err
 	}
 	return jsonenc.MustMarshalEscaped(map[string]any{"agent": b.Agent, "prepared": true}), nil
+}
+
+// Attached reports the bound root to the run a warm run.attach rotated
+// to, under its identity (workspace.md §6, §8): the preparing phase and
+// workspace.ready again, or the workspace_unavailable diagnostic. It does
+// not wait for durability.
+func (m *Manager) Attached() error {
+	m.mu.Lock()
+	b := m.st.Binding
+	m.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	_, rootErr := workspace.Open(b.Cwd, m.cfg.StateDir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.ws.readied, b.Cwd) // a new run: its task page starts empty
+	return m.commitThenWriteLocked(m.workspaceReadyLocked(b.Cwd, rootErr), nil)
 }
 
 // parseDescriptor reads run.prepare's provider descriptor (prp.md §7.6,
@@ -813,7 +852,7 @@ func (m *Manager) openSession(ctx context.Context, commandID string) (json.RawMe
 	// 1. Adopt.
 	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
-		evs := m.mapper.SessionOpened(rec, true, provider.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs := m.mapper.SessionAdopted(rec, provider.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		m.st.Closed = false
 		evs = append(evs, m.openGoalEventsLocked()...)
 		result := m.openResultLocked(true, rec, b)
@@ -857,6 +896,7 @@ func (m *Manager) openSession(ctx context.Context, commandID string) (json.RawMe
 		m.st.Loss = ""
 		m.st.Closed = false
 		evs := m.mapper.SessionOpened(rec, resume, provider.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
+		evs = append(evs, provider.PhaseChanged(provider.PhaseExecuting))
 		evs = append(evs, m.openGoalEventsLocked()...)
 		evs = append(evs, m.toolDiagnosticsLocked()...)
 		evs = append(evs, instructionsDiagnostics(b)...)
@@ -891,6 +931,13 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		m.log.Error("session meta unavailable", "err", err)
 		return failed("the run's instructions could not be read")
 	}
+	reg, _ := m.registration(b.Driver)
+	m.mu.Lock()
+	err = m.commitThenWriteLocked([]provider.Event{provider.HarnessStarting(b.Driver, reg.Transport, b.Agent)}, nil)
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	env, _ := acpx.AgentEnv(b.Agent, m.cfg.Environ)
 	env = modelEnv(b.Agent, b.Model, env)
 	ls := provider.Launch{StateDir: m.cfg.StateDir, Session: m.sessionName(), Environ: m.cfg.Environ, Env: env}
@@ -902,7 +949,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	env, childEnv := ls.Env, ls.ChildEnv
 	argv := append([]string{b.Command}, b.Args...)
-	if reg, _ := m.registration(b.Driver); reg.Executable != "" {
+	if reg.Executable != "" {
 		argv[0] = reg.Executable
 	}
 	l, err := launch(launchSpec{stateDir: m.cfg.StateDir, pcwrap: m.cfg.Pcwrap, argv: argv, cwd: b.Cwd, env: env, childEnv: childEnv})
@@ -911,9 +958,11 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 		return provider.NewFailure(provider.ClassAgentSpawnFailed, err)
 	}
 	m.mu.Lock()
+	resumed := ""
 	if m.cl == nil {
 		m.cl = acpx.NewClient(provider.Record{}, acpx.ClientOptions{Logger: m.log})
 	} else {
+		resumed = m.cl.Record().ACPSessionID
 		m.cl.ResetProcess()
 	}
 	m.cl.SetLaunch(b.Agent, b.Command, b.Args, b.Cwd)
@@ -924,7 +973,8 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	m.cl.SetSessionMeta(meta)
 	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
 	if err == nil {
-		err = m.commitThenWriteLocked(nil, nil)
+		// Durable with the launch, before the handshake's first request.
+		err = m.commitThenWriteLocked([]provider.Event{provider.SessionStarting(resume, resumed)}, nil)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -1065,7 +1115,9 @@ func (m *Manager) startTurn(commandID string, payload json.RawMessage, base *bas
 		}
 	}
 	m.recordTurnLocked(turnID)
-	evs := m.mapper.TurnStarted(m.cl.Map(), turnID)
+	// turn.submitted carries no prompt text (workspace.md §8); its batch
+	// is durable before the prompt is written.
+	evs := append([]provider.Event{provider.TurnSubmitted(turnID)}, m.mapper.TurnStarted(m.cl.Map(), turnID)...)
 	evs = append(evs, m.startWorkspaceLocked(turnID, base)...)
 	accepted := map[string]any{"status": "accepted", "providerTurnId": turnID}
 	if loss != "" {
@@ -1084,6 +1136,7 @@ func (m *Manager) startTurn(commandID string, payload json.RawMessage, base *bas
 	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: call.Line}); err != nil {
 		return nil, nil, err
 	}
+	m.sampleTurnLocked(turnID)
 	return result, m.commits.newest(), nil
 }
 

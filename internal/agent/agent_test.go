@@ -32,15 +32,16 @@ func TestACP01_02_ColdOpenEchoTurn(t *testing.T) {
 	require.Equal(t, map[string]any{"status": "started", "provider": "acpx", "driver": "acpx_runtime",
 		"providerVersion": "", "providerSessionId": "sess-0001", "sessionId": "sess-0001"}, opened, "tools.md §7 session.open result")
 	st, evs := r.sink.snapshot()
-	require.Equal(t, []string{"harness.ready", "session.started"}, types(evs))
+	require.Equal(t, []string{"runtime.phase.changed", "workspace.ready", "harness.starting", "session.starting",
+		"harness.ready", "session.started", "runtime.phase.changed"}, types(evs))
 	require.Equal(t, "sess-0001", st.Session.ACPSessionID)
 	require.NotNil(t, st.Session.Process)
 
 	turn := r.turn("echo hi")
 	require.Equal(t, "pturn-1", turn)
 	evs = r.sink.waitEvent(t, "run.terminal")
-	got := types(evs[2:])
-	require.Equal(t, "turn.started", got[0])
+	got := types(evs[7:])
+	require.Equal(t, []string{"turn.submitted", "turn.started"}, got[:2])
 	require.Equal(t, 1, count(evs, "turn.completed"))
 	require.Equal(t, 0, count(evs, "run.result.proposed"), "no synthetic result without a completion contract (tools.md §4)")
 	require.Equal(t, 1, count(evs, "run.terminal"))
@@ -95,7 +96,8 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 	require.Contains(t, ce.Message, "did not complete ACP initialization within 700ms")
 	require.NotContains(t, ce.Message, "--hang")
 	st, evs := r.sink.snapshot()
-	require.Empty(t, evs, "no provider event on a handshake timeout")
+	require.Equal(t, []string{"runtime.phase.changed", "workspace.ready", "harness.starting", "session.starting"}, types(evs),
+		"no event after the handshake began (workspace.md §8)")
 	require.True(t, st.Session == nil || st.Session.Process == nil, "the agent is stopped")
 	entries, _ := os.ReadDir(r.state + "/" + processSessionsDir)
 	require.Empty(t, entries, "the session dir is removed")
@@ -141,7 +143,7 @@ func TestFlowControl(t *testing.T) {
 		return len(ents) > 0
 	})
 	_, evs := r.sink.snapshot()
-	require.Equal(t, []string{"turn.started"}, types(evs[n:]), "nothing consumed while the gate is closed")
+	require.Equal(t, []string{"turn.submitted", "turn.started"}, types(evs[n:]), "nothing consumed while the gate is closed")
 	r.sink.mu.Lock()
 	close(r.sink.gate)
 	r.sink.mu.Unlock()

@@ -208,7 +208,7 @@ func TestACP29_LossBetweenTurns(t *testing.T) {
 	r.turn("echo late")
 	_, evs := r.sink.snapshot()
 	evs = since(evs, n)
-	require.Equal(t, []string{"turn.started", "harness.diagnostic", "turn.failed", "run.terminal"}, types(evs))
+	require.Equal(t, []string{"turn.submitted", "turn.started", "harness.diagnostic", "turn.failed", "run.terminal"}, types(evs))
 	require.Equal(t, "provider_exit", payloadOf(evs, "harness.diagnostic")["lossReason"])
 }
 

@@ -41,6 +41,9 @@ type wsState struct {
 	// settling is the turn whose end events wait for its after-walk
 	// (the lock is released meanwhile); Snapshot still reports it active.
 	settling string
+	// readied are the cwds workspace.ready was sent for by this process
+	// (§6: once per runnerd process and root).
+	readied map[string]bool
 }
 
 // wsTurn tracks one provider turn's workspace.
@@ -128,7 +131,7 @@ func (m *Manager) startWorkspaceLocked(turnID string, b *baselineResult) []provi
 	if b.root == nil {
 		if !m.ws.reported {
 			m.ws.reported = true
-			evs = append(evs, wsDiagnostic(turnID, diagWorkspaceUnavailable, "the run's working directory is missing or not a directory; no workspace events"))
+			evs = append(evs, wsDiagnostic(turnID, diagWorkspaceUnavailable, unavailableMessage))
 		}
 		return evs
 	}
@@ -145,6 +148,35 @@ func (m *Manager) startWorkspaceLocked(turnID string, b *baselineResult) []provi
 	m.ws.turn = t
 	return evs
 }
+
+// workspaceReadyLocked is what a bound descriptor reports (§6, §8): the
+// preparing phase and workspace.ready the first time this process binds a
+// cwd that exists; for one that does not (rootErr), the one
+// workspace_unavailable diagnostic, and no workspace event later for it.
+// m.mu held.
+func (m *Manager) workspaceReadyLocked(cwd string, rootErr error) []provider.Event {
+	if rootErr != nil {
+		if m.ws.cwd == cwd && m.ws.root == nil && m.ws.reported {
+			return nil
+		}
+		m.ws.cwd, m.ws.root, m.ws.reported, m.ws.last = cwd, nil, true, nil
+		return []provider.Event{wsDiagnostic("", diagWorkspaceUnavailable, unavailableMessage)}
+	}
+	if m.ws.cwd == cwd && m.ws.root == nil {
+		m.ws.cwd, m.ws.reported = "", false // it exists now: the next baseline opens it
+	}
+	if m.ws.readied[cwd] {
+		return nil
+	}
+	if m.ws.readied == nil {
+		m.ws.readied = map[string]bool{}
+	}
+	m.ws.readied[cwd] = true
+	return provider.WorkspaceReady(cwd)
+}
+
+// unavailableMessage is workspace_unavailable's text.
+const unavailableMessage = "the run's working directory is missing or not a directory; no workspace events"
 
 func wsDiagnostic(turnID, code, message string) provider.Event {
 	return provider.Event{EventType: prp.EventHarnessDiagnostic, Priority: provider.P1, TurnID: turnID,

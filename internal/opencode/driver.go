@@ -65,7 +65,8 @@ func setPassword(c *provider.Core, pw string) {
 
 // Registration is OpenCode's entry in the runner's provider list; the
 // runner sets Executable from its --opencode-executable flag.
-var Registration = provider.Registration{Kind: "opencode", Driver: Kind, New: NewDriver, Describe: describe}
+var Registration = provider.Registration{Kind: "opencode", Driver: Kind, New: NewDriver, Describe: describe,
+	Transport: provider.TransportHTTP}
 
 // approvalNever is the only approvalPolicy a descriptor of kind opencode
 // may carry, as for Codex (codex.md §1).

@@ -79,6 +79,9 @@ type Registration struct {
 	// Executable, when set, runs instead of the command a binding records
 	// (a runnerd flag that names the provider's binary).
 	Executable string
+	// Transport names how runnerd speaks to the agent in harness.starting
+	// (workspace.md §8); empty is TransportStdio.
+	Transport string
 }
 
 // LaunchSpec is the part of run.prepare's provider descriptor that says

@@ -11,7 +11,8 @@ import (
 
 // TestACP26to29_LossSequence: every loss reason maps to
 // harness.diagnostic{lossReason} with reason-derived text, then
-// turn.failed and one run.terminal (failed), with no run.result.proposed
+// turn.failed and one run.terminal (failed); the open tool call closes
+// failed and then gets item.failed (workspace.md §8); no run.result.proposed
 // without an accepted result or a completion contract (tools.md §4)
 // (scenarios 26 transport_closed, 27 transport_closed, 28 write_error,
 // 29 provider_exit).
@@ -24,7 +25,8 @@ func TestACP26to29_LossSequence(t *testing.T) {
 			evs = append(evs, mp.ChannelLost(st, "turn-1", r)...)
 			prpschema.RequireValidEvents(t, evs)
 			got := types(evs)
-			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "item.completed", "turn.failed", "run.terminal"}, got[3:])
+			require.Equal(t, []string{"harness.diagnostic", "tool.execution.completed", "item.completed", "item.failed", "turn.failed", "run.terminal"}, got[3:])
+			require.Equal(t, map[string]any{"kind": "tool_call", "message": evs[7].Payload["message"]}, evs[6].Payload, "the message of the failure class alone")
 			d := evs[3].Payload
 			require.Equal(t, string(r), d["lossReason"])
 			require.Equal(t, r.message(), d["message"])

@@ -190,6 +190,12 @@ func (mp Mapper) SessionOpened(rec Record, resumed bool, d Descriptor) []Event {
 	}
 }
 
+// SessionAdopted yields session.resumed alone: a live agent was adopted,
+// no harness started (workspace.md §8).
+func (mp Mapper) SessionAdopted(rec Record, d Descriptor) []Event {
+	return mp.SessionOpened(rec, true, d)[1:]
+}
+
 // TurnStarted yields turn.started once the prompt is written (payload as
 // tools.md §7) and resets the per-turn state.
 func (mp Mapper) TurnStarted(st *MapState, turnID string) []Event {
@@ -325,6 +331,13 @@ func (mp Mapper) tool(st *MapState, turnID string, u SessionUpdate) []Event {
 			Event{EventType: prp.EventToolExecutionCompleted, Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload},
 			Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: turnID, ItemID: it.ItemID,
 				Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
+		if status == "failed" {
+			msg := strings.TrimSpace(output)
+			if msg == "" {
+				msg = "tool failed"
+			}
+			evs = append(evs, mp.itemFailed(turnID, it.ItemID, "tool_call", msg))
+		}
 	default:
 		evs = append(evs, Event{EventType: prp.EventToolExecutionProgressed, Priority: P2, TurnID: turnID, ItemID: it.ItemID, Payload: payload})
 	}
@@ -672,6 +685,16 @@ func RuntimeRequestOf(r AgentRequest) RuntimeRequest {
 func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 	var evs []Event
 	summaryText := ""
+	// An item a failed turn leaves open also gets item.failed after its
+	// closing event, its message from the failure class alone.
+	failure := ""
+	if s.Ending == EndFailed {
+		class := s.Class
+		if class == "" {
+			class = ClassUnclassified
+		}
+		failure = NewFailure(class, nil).Message
+	}
 	for _, key := range st.Order {
 		it := st.Items[key]
 		if it == nil || it.Done {
@@ -690,13 +713,16 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 					Payload: mp.toolPayload(it, status, "", false)},
 				Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
 					Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
-			continue
+		} else {
+			p := map[string]any{"kind": it.Kind, "text": it.Text}
+			if it.Truncated {
+				p["textTruncated"] = true
+			}
+			evs = append(evs, Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID, Payload: p})
 		}
-		p := map[string]any{"kind": it.Kind, "text": it.Text}
-		if it.Truncated {
-			p["textTruncated"] = true
+		if failure != "" {
+			evs = append(evs, mp.itemFailed(s.TurnID, it.ItemID, it.Kind, failure))
 		}
-		evs = append(evs, Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID, Payload: p})
 	}
 	if it := st.Items[st.LastMessage]; it != nil {
 		summaryText = it.Text

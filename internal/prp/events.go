@@ -18,12 +18,20 @@ const (
 	EventRunnerStopped     = "runner.stopped"
 	EventRunnerDiagnostic  = "runner.diagnostic"
 
+	// phase family (workspace.md §8, §9).
+	EventRuntimePhaseChanged = "runtime.phase.changed"
+	EventSandboxMetric       = "sandbox.metric"
+
+	EventHarnessStarting   = "harness.starting"
 	EventHarnessReady      = "harness.ready"
 	EventHarnessExited     = "harness.exited"
 	EventHarnessDiagnostic = "harness.diagnostic"
 
+	EventSessionStarting            = "session.starting"
 	EventSessionStarted             = "session.started"
+	EventSessionResuming            = "session.resuming"
 	EventSessionResumed             = "session.resumed"
+	EventSessionReconciled          = "session.reconciled"
 	EventSessionUpdated             = "session.updated"
 	EventSessionClosed              = "session.closed"
 	EventSessionFailed              = "session.failed"
@@ -32,6 +40,7 @@ const (
 	EventSessionGoalUpdated         = "session.goal.updated"
 	EventSessionGoalCleared         = "session.goal.cleared"
 
+	EventTurnSubmitted   = "turn.submitted"
 	EventTurnStarted     = "turn.started"
 	EventTurnCompleted   = "turn.completed"
 	EventTurnFailed      = "turn.failed"
@@ -41,6 +50,7 @@ const (
 	EventItemStarted   = "item.started"
 	EventItemDelta     = "item.delta"
 	EventItemCompleted = "item.completed"
+	EventItemFailed    = "item.failed"
 
 	EventUsageReported           = "usage.reported"
 	EventPlanUpdated             = "plan.updated"
@@ -62,6 +72,7 @@ const (
 	EventRunTerminal       = "run.terminal"
 
 	// workspace family (workspace.md §3-§5).
+	EventWorkspaceReady          = "workspace.ready"
 	EventWorkspaceChangeUpdated  = "workspace.change.updated"
 	EventWorkspaceDiffRecorded   = "workspace.diff.recorded"
 	EventWorkspaceFileReferenced = "workspace.file.referenced"
@@ -98,6 +109,9 @@ type EventRule struct {
 	// CoalesceByItem marks the P2 deltas that merge by itemId into one
 	// unsent outbox event (prp.md §8.1, §9.3).
 	CoalesceByItem bool
+	// CoalesceNewest marks the P2 snapshots of which an unsent one is
+	// replaced by the next (every field takes the newest value).
+	CoalesceNewest bool
 }
 
 // SchemaVersion is the envelope's schemaVersion for the type (prp.md §8.1).
@@ -125,12 +139,23 @@ var eventTable = map[string]EventRule{
 	EventRunnerStopped:     {},
 	EventRunnerDiagnostic:  {},
 
+	// The phase and lifecycle payloads are exactly what workspace.md §8
+	// and §9 list (turn.submitted is {}): the runner adds no id to them.
+	EventRuntimePhaseChanged: {Payload: PayloadExact},
+	// Each sample supersedes the last: an unsent one is replaced
+	// (workspace.md §9: P2, coalescing keeps the newest).
+	EventSandboxMetric: {Payload: PayloadExact, CoalesceNewest: true},
+
+	EventHarnessStarting:   {Payload: PayloadExact},
 	EventHarnessReady:      {},
 	EventHarnessExited:     {},
 	EventHarnessDiagnostic: {},
 
+	EventSessionStarting:            {Payload: PayloadExact},
 	EventSessionStarted:             {},
+	EventSessionResuming:            {Payload: PayloadExact},
 	EventSessionResumed:             {},
+	EventSessionReconciled:          {Payload: PayloadExact},
 	EventSessionUpdated:             {},
 	EventSessionClosed:              {},
 	EventSessionFailed:              {},
@@ -139,6 +164,7 @@ var eventTable = map[string]EventRule{
 	EventSessionGoalUpdated:         {V2Family: familySessionGoal},
 	EventSessionGoalCleared:         {V2Family: familySessionGoal},
 
+	EventTurnSubmitted:   {Payload: PayloadExact},
 	EventTurnStarted:     {},
 	EventTurnCompleted:   {EndsTurn: true},
 	EventTurnFailed:      {EndsTurn: true},
@@ -148,6 +174,7 @@ var eventTable = map[string]EventRule{
 	EventItemStarted:   {},
 	EventItemDelta:     {CoalesceByItem: true},
 	EventItemCompleted: {},
+	EventItemFailed:    {},
 
 	EventUsageReported:    {},
 	EventPlanUpdated:      {Payload: PayloadClosed},
@@ -174,6 +201,7 @@ var eventTable = map[string]EventRule{
 	// ids they need are inside (changeSetId, referenceId), none is added.
 	// Snapshots are never coalesced: each is a whole change set, and the
 	// at most one per second of a turn keeps their number small.
+	EventWorkspaceReady:          {Payload: PayloadExact},
 	EventWorkspaceChangeUpdated:  {Payload: PayloadExact},
 	EventWorkspaceDiffRecorded:   {Payload: PayloadExact},
 	EventWorkspaceFileReferenced: {Payload: PayloadExact},

@@ -68,6 +68,7 @@ func newAgentExec(r *loop) (*agentExec, error) {
 		// encoded bytes, stays within the frame limit (workspace.md §3.4),
 		// and the turn's workspace events fit the outbox together.
 		WorkspaceWalkTimeout: r.cfg.WorkspaceWalkTimeout,
+		MetricInterval:       r.cfg.SandboxMetricInterval,
 		WorkspacePayloadBound: func() int {
 			return workspacePayloadBound(r.frames.get(), int(r.cfg.MaxOutboxBytes-r.cfg.P0ReserveBytes), r.store.Identity())
 		},
@@ -215,7 +216,8 @@ func (a *agentExec) DrainSignal() <-chan struct{} { return a.drained.wait() }
 // the runner's durable identity). Types that coalesce by item (item.delta)
 // carry CoalesceKey = itemId: the outbox merges consecutive deltas of one
 // item into one unsent P2 event (prp.md §8.1, §9.3), in this commit or a
-// later one.
+// later one. Types that keep only the newest (sandbox.metric) carry their
+// type as the key.
 func stateEvents(evs []provider.Event) ([]state.Event, error) {
 	out := make([]state.Event, 0, len(evs))
 	for _, e := range evs {
@@ -244,6 +246,9 @@ func stateEvents(evs []provider.Event) ([]state.Event, error) {
 		ev := state.Event{Type: e.EventType, Priority: state.Priority(e.Priority), Payload: b, ExecutorID: e.ExecutorID}
 		if id, _ := p["itemId"].(string); rule.CoalesceByItem && id != "" {
 			ev.CoalesceKey = id
+		}
+		if rule.CoalesceNewest {
+			ev.CoalesceKey = e.EventType
 		}
 		out = append(out, ev)
 	}

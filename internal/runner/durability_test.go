@@ -318,6 +318,8 @@ func TestDurability25_PrepareDurabilityIgnored(t *testing.T) {
 	h.agentRun()
 	provider := map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "cwd": t.TempDir()}
 	prepare := func(extra map[string]any) (prp.CommandResultPayload, []string) {
+		// A fresh root each time: workspace.ready is once per process and root.
+		provider["cwd"] = t.TempDir()
 		p := map[string]any{"provider": provider}
 		for k, v := range extra {
 			p[k] = v

@@ -138,6 +138,18 @@ func TestPRP23_GoalEventsDowngradeOnV1(t *testing.T) {
 	require.Equal(t, 2, o[prp.EventSessionCapabilitiesUpdated], "session.open's and the set's: %v", o)
 	require.Equal(t, 1, o[prp.EventSessionGoalSnapshot], "session.open's: %v", o)
 	require.Equal(t, 2, o[prp.EventSessionGoalUpdated], "the set's and the agent's autonomous update: %v", o)
+	// The phase events are in the v1 event schema: they go out as they are.
+	for _, typ := range []string{prp.EventRuntimePhaseChanged, prp.EventWorkspaceReady, prp.EventHarnessStarting,
+		prp.EventSessionStarting, prp.EventTurnSubmitted} {
+		require.Zero(t, o[typ], "%s is never downgraded", typ)
+		sent := 0
+		for _, raw := range core.events {
+			if decode(raw).Payload.EventType == typ {
+				sent++
+			}
+		}
+		require.Positive(t, sent, "%s goes out on a v1 connection", typ)
+	}
 	for _, raw := range core.events {
 		e := decode(raw)
 		require.Equal(t, 1, e.Version)

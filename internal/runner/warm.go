@@ -428,6 +428,12 @@ func (r *loop) warmActivatedAck(ctx context.Context, c *prp.Conn, env *prp.Envel
 		return fmt.Errorf("complete warm transition: %w", err)
 	}
 	r.client.EndWarmActivation()
+	if r.exec != nil {
+		// The new run's task page hears of its workspace too.
+		if err := r.exec.m.Attached(); err != nil {
+			r.log.Warn("report the workspace to the attached run", "err", err)
+		}
+	}
 	warmKillPoint(killActivated)
 	r.log.Info("warm transition activated", "transitionId", rcpt.TransitionID, "runId", rcpt.NewIdentity.RunID)
 	return r.connected(ctx, c, wel, true)

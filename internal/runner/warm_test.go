@@ -218,6 +218,12 @@ func TestPRP24_WarmAttach(t *testing.T) {
 			}
 			require.NotEmpty(t, prptest.OfType(evs, "turn.started"))
 			require.Empty(t, prptest.OfType(evs, "session.started"), "no session restart")
+			require.Len(t, prptest.OfType(evs, "workspace.ready"), 1, "run.attach readies the root for the new run (workspace.md §6)")
+			for i, e := range evs {
+				if e.EventType == "workspace.ready" {
+					require.Equal(t, "runtime.phase.changed", evs[i-1].EventType)
+				}
+			}
 
 			// The same agent process: session.open adopts it.
 			res = h.waitResult(h.queue("session.open", `{"reuse":"same_session"}`).CommandID)

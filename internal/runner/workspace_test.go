@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/sandbox"
 	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/workspace"
@@ -60,7 +62,7 @@ func TestWorkspaceEventsThroughCore(t *testing.T) {
 			require.NotContains(t, whole.Payload, "itemId")
 		}
 	}
-	require.Equal(t, []string{"workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded",
+	require.Equal(t, []string{"workspace.ready", "workspace.change.updated", "workspace.change.updated", "workspace.diff.recorded",
 		"workspace.file.referenced", "turn.completed"}, order)
 }
 
@@ -213,4 +215,80 @@ func TestWorkspaceVerifiedFitsDefaultOutbox(t *testing.T) {
 		require.Nil(t, last["diff"], "the last files' diff is dropped")
 		require.EqualValues(t, 400, last["additions"], "stats kept")
 	}
+}
+
+// TestWorkspace24_MetricCoalescesNewest: sandbox.metric is P2 and an
+// unsent one is replaced by the next (workspace.md §9, §10): two samples
+// enqueued while nothing is sent leave one outbox event with the newer
+// values, valid against the event schema.
+func TestWorkspace24_MetricCoalescesNewest(t *testing.T) {
+	schemas := prpschema.Load(t)
+	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
+	require.NoError(t, err)
+	defer st.Close()
+	sample := func(at time.Time, load float64) provider.Event {
+		s := sandbox.Sample{LoadAverage1m: &load}
+		return provider.Event{EventType: prp.EventSandboxMetric, Priority: provider.P2, Payload: s.Payload(at, time.Second)}
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	before := len(st.Unacked())
+	for i, ev := range []provider.Event{sample(t0, 1.5), sample(t0.Add(time.Second), 2.5)} {
+		events, err := stateEvents([]provider.Event{ev})
+		require.NoError(t, err)
+		require.Equal(t, prp.EventSandboxMetric, events[0].CoalesceKey, "sample %d", i)
+		require.NoError(t, st.Update(func(tx *state.Tx) error { _, err := tx.Enqueue(events[0]); return err }))
+	}
+	stored := st.Unacked()[before:]
+	require.Len(t, stored, 1, "the newer sample replaced the unsent one")
+	raw, err := stored[0].Wire(2)
+	require.NoError(t, err)
+	var whole struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &whole))
+	require.NoError(t, prpschema.Validate(schemas.EventV1, whole.Payload))
+	require.Contains(t, string(whole.Payload), `"loadAverage1m":2.5`)
+	require.Contains(t, string(whole.Payload), `"sampledAt":"2026-01-01T00:00:01.000Z"`)
+	require.Contains(t, string(whole.Payload), `"cpuUsageSeconds":null`)
+}
+
+// TestWorkspace24_MetricAtBound: at the outbox's soft limit (prp.md §9.3)
+// a P1 phase event is rejected and dropped (backpressure), never retried,
+// while a sandbox.metric whose unsent predecessor is a metric still
+// replaces it: backpressure holds the newest sample, not a backlog
+// (workspace.md §10).
+func TestWorkspace24_MetricAtBound(t *testing.T) {
+	metric := func(sec int, load float64) state.Event {
+		s := sandbox.Sample{LoadAverage1m: &load}
+		evs, err := stateEvents([]provider.Event{{EventType: prp.EventSandboxMetric, Priority: provider.P2,
+			Payload: s.Payload(time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC), time.Second)}})
+		require.NoError(t, err)
+		return evs[0]
+	}
+	phase, err := stateEvents([]provider.Event{provider.PhaseChanged(provider.PhaseExecuting)})
+	require.NoError(t, err)
+	enqueue := func(st *state.Store, e state.Event) error {
+		return st.Update(func(tx *state.Tx) error { _, err := tx.Enqueue(e); return err })
+	}
+	// Measure one metric's stored size on a scratch store.
+	scratch, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity})
+	require.NoError(t, err)
+	base := scratch.Summary().OutboxBytes
+	require.NoError(t, enqueue(scratch, metric(0, 1.5)))
+	size := scratch.Summary().OutboxBytes - base
+	require.NoError(t, scratch.Close())
+
+	const reserve = 64 << 10
+	st, err := state.Open(state.Config{Dir: filepath.Join(t.TempDir(), "state"), Identity: testIdentity,
+		MaxOutboxBytes: base + size + 16 + reserve, P0ReserveBytes: reserve})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NoError(t, enqueue(st, metric(0, 1.5)))
+	require.NoError(t, enqueue(st, metric(1, 2.5)), "the newer sample replaces the unsent one at the bound")
+	require.Len(t, st.Unacked(), 1)
+	require.ErrorIs(t, enqueue(st, phase[0]), state.ErrBackpressure, "a P1 event past the soft limit is dropped")
+	require.Len(t, st.Unacked(), 1)
+	raw, err := st.Unacked()[0].Wire(2)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"loadAverage1m":2.5`)
 }

@@ -14,7 +14,8 @@ import (
 
 // TestACP01_02_EchoTurn: run.prepare, a cold session.open and
 // "echo hi" through the real runnerd, pcwrap and fakeacp; the core sees
-// harness.ready, session.started, turn.started, the delta "hi",
+// the phase events (workspace.md §8), harness.ready, session.started,
+// turn.submitted, turn.started, the delta "hi",
 // turn.completed and one run.terminal (no run.result.proposed without an
 // accepted result or a completion contract, tools.md §4), exactly
 // once; SIGTERM stops the agent and removes its session dir (acp.md §11
@@ -30,7 +31,8 @@ func TestACP01_02_EchoTurn(t *testing.T) {
 	evs := r.waitEvents(t, "run.terminal", 1)
 	requireContiguous(t, evs)
 	got := agentTypes(evs)
-	require.Equal(t, []string{"harness.ready", "session.started", "turn.started", "item.started", "item.delta"}, got[:5])
+	require.Equal(t, []string{"runtime.phase.changed", "workspace.ready", "harness.starting", "session.starting",
+		"harness.ready", "session.started", "runtime.phase.changed", "turn.submitted", "turn.started", "item.started", "item.delta"}, got[:11])
 	require.Equal(t, []string{"turn.completed", "run.terminal"}, got[len(got)-2:])
 	text := ""
 	for _, e := range evs {
@@ -49,7 +51,8 @@ func TestACP01_02_EchoTurn(t *testing.T) {
 }
 
 // TestACP04_HandshakeTimeout: --hang-on-new-session → at the
-// bound the agent is stopped, no provider event, the command fails with
+// bound the agent is stopped, no provider event (only the phase events
+// from before the handshake), the command fails with
 // code session_handshake_timeout (scenario 4).
 func TestACP04_HandshakeTimeout(t *testing.T) {
 	r := newAgentRig(t, "--session-open-cold-timeout-agent", "claude=800")
@@ -59,7 +62,8 @@ func TestACP04_HandshakeTimeout(t *testing.T) {
 	require.Equal(t, "failed", res.Status)
 	require.Contains(t, string(res.Result), `"code":"session_handshake_timeout"`)
 	require.Contains(t, string(res.Result), "within 800ms")
-	require.Empty(t, agentTypes(r.events(t)), "no provider event")
+	require.Equal(t, []string{"runtime.phase.changed", "workspace.ready", "harness.starting", "session.starting"}, agentTypes(r.events(t)),
+		"no provider event, and no phase event after the handshake began (workspace.md §8)")
 	require.Empty(t, processSessions(r.dir))
 }
 

@@ -267,6 +267,8 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.deleteFile(rest)
 	case "read":
 		t.readFile(rest)
+	case "tool-fail": // tool-fail <text>: an execute tool call that ends failed with text
+		t.toolDone(t.toolCall("execute", "Run a command", nil), "failed", rest)
 	case "write":
 		path, content, _ := strings.Cut(rest, " ")
 		t.writeFile(path, content)

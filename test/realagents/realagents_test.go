@@ -186,6 +186,9 @@ func runAgentSession(t *testing.T, spec agentSpec, dir string) {
 	step(t, a, "session.open", func() {
 		prepare("approve-all")
 		r.must("session.open", map[string]any{"reuse": "same_session"})
+		// The cold start's phase sequence (workspace.md §8).
+		require.Equal(t, []string{"runtime.phase.changed", "workspace.ready", "harness.starting", "session.starting",
+			"harness.ready", "session.started", "runtime.phase.changed"}, phaseTypes(r.events()))
 	})
 	step(t, a, "text", func() {
 		evs := turn("FAKELLM: text pcrunner real agent says hi")
@@ -273,6 +276,15 @@ func runAgentSession(t *testing.T, spec agentSpec, dir string) {
 		waitExit(t, proc)
 		proc = r.start()
 		r.waitCount("runner.reconciled", 1)
+		all := r.waitCount("session.reconciled", 1)
+		var after []string
+		for _, e := range all {
+			if e.EventType == "runner.reconciled" || e.EventType == "session.reconciled" {
+				after = append(after, e.EventType)
+			}
+		}
+		require.Equal(t, []string{"runner.reconciled", "session.reconciled"}, after)
+		require.Equal(t, "adopted", payload(t, prptest.OfType(all, "session.reconciled")[0])["outcome"])
 		evs := turnEvents(r.waitCount("run.terminal", terminals), terminals)
 		t.Logf("%s: the turn runnerd was killed in settled: %v", a, types(evs))
 		require.Equal(t, pgid, r.childPgid(), "the same agent process")
@@ -285,6 +297,20 @@ func runAgentSession(t *testing.T, spec agentSpec, dir string) {
 	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
 	waitExit(t, proc)
 	validateEvents(t, schemas, r.core.Snapshot().Events)
+}
+
+// phaseTypes are the phase and session lifecycle events of evs
+// (workspace.md §8), in order.
+func phaseTypes(evs []prptest.Event) []string {
+	var out []string
+	for _, e := range evs {
+		switch e.EventType {
+		case "runtime.phase.changed", "workspace.ready", "harness.starting", "session.starting", "harness.ready",
+			"session.started", "session.resuming", "session.resumed", "session.reconciled":
+			out = append(out, e.EventType)
+		}
+	}
+	return out
 }
 
 func types(evs []prptest.Event) []string {

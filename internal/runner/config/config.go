@@ -24,6 +24,7 @@ const (
 	defaultSessionOpenColdLong      = 60 * time.Second          // acp.md §2.1, §7: cold bound for claude, pi, opencode
 	defaultCancelGrace              = 5 * time.Second           // acp.md §4.4, §7
 	defaultWorkspaceWalkTimeout     = time.Second               // workspace.md §4.1 (LS uses 100 ms)
+	defaultSandboxMetricInterval    = time.Minute               // workspace.md §9 (beyond: no reference emitter)
 	defaultMaxConcurrentColdStarts  = 4                         // acp.md §4.2 (Paperclip ACPX_MAX_CONCURRENT_SESSION_INITS)
 	defaultLifecycle                = LifecyclePerTurn          // prp.md §13 table
 	defaultLogFormat                = LogFormatJSON             // STYLE.md: JSON handler by default
@@ -169,7 +170,10 @@ type Config struct {
 	CancelGrace              time.Duration
 	// WorkspaceWalkTimeout bounds each workspace walk of a turn, the
 	// baseline before the prompt and the walk after it (workspace.md §4.1).
-	WorkspaceWalkTimeout    time.Duration
+	WorkspaceWalkTimeout time.Duration
+	// SandboxMetricInterval is the period of sandbox.metric while a turn
+	// runs (workspace.md §9); 0 disables it.
+	SandboxMetricInterval   time.Duration
 	MaxConcurrentColdStarts int    // <= 0 disables the gate (acp.md §4.2)
 	PcwrapPath              string // "" = next to the runnerd executable, else PATH (acp.md §3.1)
 	OpenCodeExecutable      string // "" = opencode on PATH (codex.md §6)

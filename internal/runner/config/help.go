@@ -116,6 +116,9 @@ AGENTS
                                           before stopping the agent (default 5000).
   --workspace-baseline-timeout-ms MS      Bound of each workspace walk of a turn,
                                           before and after it (default 1000).
+  --sandbox-metric-interval-ms MS         A sandbox.metric (cgroup, disk, load)
+                                          this often while a turn runs (default
+                                          60000; 0 disables).
   --max-concurrent-cold-starts N          Cold starts at once (default 4; <= 0
                                           disables the gate).
   --pcwrap-path FILE                      pcwrap binary (default: next to

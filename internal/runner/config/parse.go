@@ -148,6 +148,8 @@ func newParser() *parser {
 	fs.Var(&msFlag{dst: &c.CancelGrace, max: maxDurationFlag}, "cancel-grace-ms", "wait this long for a cancelled prompt to settle")
 	c.WorkspaceWalkTimeout = defaultWorkspaceWalkTimeout
 	fs.Var(&msFlag{dst: &c.WorkspaceWalkTimeout, min: time.Millisecond, max: maxDurationFlag}, "workspace-baseline-timeout-ms", "bound each workspace walk of a turn (before and after it)")
+	c.SandboxMetricInterval = defaultSandboxMetricInterval
+	fs.Var(&msFlag{dst: &c.SandboxMetricInterval, max: maxDurationFlag}, "sandbox-metric-interval-ms", "a sandbox.metric this often while a turn runs; 0 disables")
 	p.coldStarts = defaultMaxConcurrentColdStarts
 	fs.Var(&intFlag{dst: &p.coldStarts, min: -maxColdStartsLimit, max: maxColdStartsLimit}, "max-concurrent-cold-starts", "cold starts at once; <= 0 disables the gate")
 	fs.StringVar(&c.PcwrapPath, "pcwrap-path", "", "pcwrap binary (default: next to runnerd, else PATH)")
