@@ -68,9 +68,11 @@ type promptLine struct {
 	seq       int64
 }
 
-// committer makes the agent's batches durable on one routine, one durable
+// committer makes the agent's batches durable one at a time, one durable
 // write per batch, in the order they were prepared; a batch's effects
-// follow its write and precede the next batch's. Contract:
+// follow its write and precede the next batch's. One goroutine at a time
+// settles the queue (drain): its routine, or the event reader settling the
+// batch it prepared itself once it has released Manager.mu. Contract:
 //   - a stdin line is written, and an event file deleted, only after the
 //     write that covers it is durable;
 //   - a command outcome is in the same write as its evidence;
@@ -81,7 +83,7 @@ type promptLine struct {
 //   - a failed stdin write latches write_error and commits the loss; the
 //     process's later lines are not written.
 //
-// Its routine takes Manager.mu only between writes (a write failure's
+// Whoever drains takes Manager.mu only between writes (a write failure's
 // loss), never across the store's write.
 type committer struct {
 	m *Manager
