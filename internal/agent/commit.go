@@ -194,13 +194,14 @@ func (c *committer) awaitRoom(ctx context.Context) error {
 	}
 }
 
-// run is the committer's routine. It settles every queued batch, then
-// returns once stop is closed and the queue is empty.
+// run is the committer's routine. It settles the queue whenever a batch
+// is queued for it (kick), and returns once stop is closed and the queue
+// is empty.
 func (c *committer) run(stop <-chan struct{}) {
 	for {
-		c.drain()
 		select {
 		case <-c.kick:
+			c.drain()
 		case <-stop:
 			c.mu.Lock()
 			// A preparer still draining keeps the committer open until
@@ -213,6 +214,8 @@ func (c *committer) run(stop <-chan struct{}) {
 			}
 			if wait {
 				<-room // the drainer settles a batch; then look again
+			} else {
+				c.drain()
 			}
 		}
 	}
