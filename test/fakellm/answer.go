@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 )
@@ -18,13 +19,24 @@ type turn struct {
 	prompt     string   // the text of the last user message that is not a tool result
 	toolResult *string  // set when the last message is a tool result
 	tools      []string // the names of the tools the request offers
+	freeform   []string // those of them that take free text (Responses API custom tools)
 }
 
 // toolCall is a call the model answers with.
 type toolCall struct {
 	name string
 	args json.RawMessage // a JSON object
+	// freeform marks a call of a free-text tool (a Responses API custom
+	// tool such as Codex's apply_patch): its input is the directive's
+	// string member freeformInput, not the JSON object.
+	freeform bool
+	input    string
 }
+
+// freeformInput is the member of a tool directive's JSON object that
+// holds a free-text tool's input, so a patch with newlines fits on the
+// directive's one line as a JSON string.
+const freeformInput = "input"
 
 // answer is what the model says: text in chunks, then at most one call.
 type answer struct {
@@ -64,7 +76,16 @@ func decide(t turn) answer {
 		if len(t.tools) == 0 {
 			return textAnswer("fakellm: the request offers no tools for " + s.name)
 		}
-		return answer{call: &toolCall{name: resolveTool(s.name, t.tools), args: s.args}}
+		name := resolveTool(s.name, t.tools)
+		if slices.Contains(t.freeform, name) {
+			var in map[string]json.RawMessage
+			var text string
+			if json.Unmarshal(s.args, &in) != nil || json.Unmarshal(in[freeformInput], &text) != nil {
+				return textAnswer("fakellm: the free-text tool " + name + " wants a string \"" + freeformInput + "\" member")
+			}
+			return answer{call: &toolCall{name: name, args: s.args, freeform: true, input: text}}
+		}
+		return answer{call: &toolCall{name: name, args: s.args}}
 	case kindShell:
 		for _, name := range shellTools {
 			for _, offered := range t.tools {

@@ -354,6 +354,60 @@ func TestOpenAIResponsesStreamAndToolRoundTrip(t *testing.T) {
 	require.Equal(t, "not streamed", at(m, "output", 0, "content", 0, "text"))
 }
 
+// TestOpenAIResponsesFreeformTool: a tool directive naming a tool the
+// request offers as a custom (freeform) tool, such as Codex's apply_patch,
+// is answered with a custom_tool_call whose input is the directive's
+// "input" string; the call's output gets the directive's then WORDS.
+func TestOpenAIResponsesFreeformTool(t *testing.T) {
+	f := startFake(t)
+	tools := []any{
+		map[string]any{"type": "function", "name": "exec_command", "parameters": map[string]any{}},
+		map[string]any{"type": "custom", "name": "apply_patch", "format": map[string]any{"type": "grammar"}},
+	}
+	const patch = "*** Begin Patch\n*** Update File: n.md\n@@\n-one\n+uno é\n*** End Patch\n"
+	args, err := json.Marshal(map[string]string{"input": patch})
+	require.NoError(t, err)
+	prompt := "FAKELLM: tool apply_patch " + string(args) + " then Patched."
+	user := map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": prompt}}}
+	evs := readSSE(t, f.post(t, "/v1/responses", map[string]any{"model": "gpt-x", "stream": true, "tools": tools,
+		"input": []any{user}}))
+	require.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added",
+		"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+		"response.output_item.done", "response.completed"}, compress(names(evs)))
+	added := evs[2].data
+	require.Equal(t, "custom_tool_call", at(added, "item", "type"))
+	require.Equal(t, "apply_patch", at(added, "item", "name"))
+	itemID, callID := at(added, "item", "id").(string), at(added, "item", "call_id").(string)
+	var input string
+	for _, e := range evs {
+		switch e.name {
+		case "response.custom_tool_call_input.delta":
+			require.Equal(t, itemID, e.data["item_id"])
+			input += e.data["delta"].(string)
+		case "response.custom_tool_call_input.done":
+			require.Equal(t, patch, e.data["input"])
+		case "response.output_item.done":
+			require.Equal(t, patch, at(e.data, "item", "input"))
+			require.Equal(t, callID, at(e.data, "item", "call_id"))
+		}
+	}
+	require.Equal(t, patch, input)
+	require.Equal(t, "custom_tool_call", at(evs[len(evs)-1].data, "response", "output", 0, "type"))
+
+	// The call's output gets the then WORDS.
+	m := decodeJSON(t, f.post(t, "/v1/responses", map[string]any{"model": "gpt-x", "tools": tools,
+		"input": []any{user,
+			map[string]any{"type": "custom_tool_call", "call_id": callID, "name": "apply_patch", "input": patch},
+			map[string]any{"type": "custom_tool_call_output", "call_id": callID, "output": "Success."},
+		}}))
+	require.Equal(t, "Patched.", at(m, "output", 0, "content", 0, "text"))
+
+	// A freeform call needs its input as a string.
+	m = decodeJSON(t, f.post(t, "/v1/responses", map[string]any{"model": "gpt-x", "tools": tools,
+		"input": "FAKELLM: tool apply_patch {\"patch\":\"x\"}"}))
+	require.Contains(t, at(m, "output", 0, "content", 0, "text"), "wants a string \"input\" member")
+}
+
 func TestOpenAIChatCompletionsStreamAndToolRoundTrip(t *testing.T) {
 	f := startFake(t)
 	tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "bash"}}}

@@ -11,10 +11,11 @@
 //     message_stop; else one Message), POST /v1/messages/count_tokens, and
 //     GET or HEAD / (200, Claude Code probes it).
 //   - OpenAI Responses: POST /v1/responses (SSE: response.created,
-//     response.in_progress, response.output_item.added/done for message and
-//     function_call items, response.content_part.added/done,
-//     response.output_text.delta/done,
-//     response.function_call_arguments.delta/done, response.completed with
+//     response.in_progress, response.output_item.added/done for message,
+//     function_call and custom_tool_call items,
+//     response.content_part.added/done, response.output_text.delta/done,
+//     response.function_call_arguments.delta/done,
+//     response.custom_tool_call_input.delta/done, response.completed with
 //     usage).
 //   - OpenAI Chat Completions: POST /v1/chat/completions (SSE chunks with
 //     delta.content and delta.tool_calls, a finish_reason chunk, a usage
@@ -36,8 +37,9 @@
 // The model reads the last message of the request that is not a system or
 // developer message (Claude Code sends system messages after the user's).
 // When it is a tool result, the answer is the text "tool said: " and the
-// result (the first 2000 bytes), or, on the Anthropic API, the then WORDS of
-// the tool directive of the user message before the results; when it is
+// result (the first 2000 bytes), or, on the Anthropic and OpenAI Responses
+// APIs, the then WORDS of the tool directive of the user message before the
+// results; when it is
 // the model's own, the fixed
 // sentence. Otherwise that user message's text is the script: the
 // first occurrence of "FAKELLM:" starts a directive that runs to the end of
@@ -50,10 +52,15 @@
 //	                              arguments (default {}); NAME picks the
 //	                              offered tool of that name, else the first
 //	                              whose name ends in "_NAME" (an MCP tool:
-//	                              mcp__paperclip__op for op)
+//	                              mcp__paperclip__op for op); a tool the
+//	                              Responses request offers as a custom
+//	                              (freeform) tool, such as Codex's
+//	                              apply_patch, gets a custom_tool_call whose
+//	                              input is the object's "input" string
 //	FAKELLM: tool NAME {JSON} then WORDS...
 //	                              the same; once the result is back, answer
-//	                              WORDS as text (Anthropic API only)
+//	                              WORDS as text (Anthropic and OpenAI
+//	                              Responses APIs)
 //	FAKELLM: shell COMMAND...     call the request's shell tool (the first
 //	                              offered of Bash, exec_command, shell, bash,
 //	                              run_shell_command) with COMMAND in the

@@ -54,6 +54,9 @@ func (q *responsesRequest) turn() turn {
 	for _, tl := range q.Tools {
 		if tl.Name != "" {
 			t.tools = append(t.tools, tl.Name)
+			if tl.Type == "custom" {
+				t.freeform = append(t.freeform, tl.Name)
+			}
 		} else if tl.Function.Name != "" {
 			t.tools = append(t.tools, tl.Function.Name)
 		}
@@ -66,19 +69,23 @@ func (q *responsesRequest) turn() turn {
 	var items []responsesItem
 	_ = json.Unmarshal(q.Input, &items)
 	// The turn is the last tool output or user message; system and
-	// developer messages after it do not count.
+	// developer messages after it do not count. A tool output's prompt is
+	// the user message before it (a directive's then WORDS).
 	for i := len(items) - 1; i >= 0; i-- {
 		it := items[i]
 		switch {
 		case it.Type == "function_call_output" || it.Type == "custom_tool_call_output":
-			out := openaiText(it.Output)
-			t.toolResult = &out
-			return t
+			if t.toolResult == nil {
+				out := openaiText(it.Output)
+				t.toolResult = &out
+			}
 		case it.Role == "user":
 			t.prompt = openaiText(it.Content)
 			return t
 		case it.Role == "assistant" || it.Type == "function_call" || it.Type == "custom_tool_call":
-			return t
+			if t.toolResult == nil {
+				return t
+			}
 		}
 	}
 	return t
@@ -119,15 +126,28 @@ func (s *server) openaiResponses(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{"id": msgID, "type": "message", "status": status, "role": "assistant", "content": content}
 	}
 	fcItem := func(status, args string) map[string]any {
+		if a.call.freeform {
+			return map[string]any{"id": fcID, "type": "custom_tool_call", "status": status,
+				"call_id": callID, "name": a.call.name, "input": args}
+		}
 		return map[string]any{"id": fcID, "type": "function_call", "status": status,
 			"call_id": callID, "name": a.call.name, "arguments": args}
+	}
+	// callArgs is what the call carries: a free-text tool's input, else
+	// the JSON arguments.
+	var callArgs string
+	if a.call != nil {
+		callArgs = string(a.call.args)
+		if a.call.freeform {
+			callArgs = a.call.input
+		}
 	}
 	var final []any
 	if msgID != "" {
 		final = append(final, msgItem("completed", a.text()))
 	}
 	if fcID != "" {
-		final = append(final, fcItem("completed", string(a.call.args)))
+		final = append(final, fcItem("completed", callArgs))
 	}
 	if !q.Stream {
 		resp["status"], resp["output"], resp["usage"] = "completed", final, usage
@@ -162,12 +182,19 @@ func (s *server) openaiResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	if fcID != "" {
 		send("response.output_item.added", map[string]any{"output_index": index, "item": fcItem("in_progress", "")})
-		for _, part := range splitHalves(string(a.call.args)) {
-			send("response.function_call_arguments.delta", map[string]any{"item_id": fcID, "output_index": index, "delta": part})
+		if a.call.freeform {
+			for _, part := range splitHalves(callArgs) {
+				send("response.custom_tool_call_input.delta", map[string]any{"item_id": fcID, "output_index": index, "delta": part})
+			}
+			send("response.custom_tool_call_input.done", map[string]any{"item_id": fcID, "output_index": index, "input": callArgs})
+		} else {
+			for _, part := range splitHalves(callArgs) {
+				send("response.function_call_arguments.delta", map[string]any{"item_id": fcID, "output_index": index, "delta": part})
+			}
+			send("response.function_call_arguments.done", map[string]any{"item_id": fcID, "output_index": index,
+				"name": a.call.name, "arguments": callArgs})
 		}
-		send("response.function_call_arguments.done", map[string]any{"item_id": fcID, "output_index": index,
-			"name": a.call.name, "arguments": string(a.call.args)})
-		send("response.output_item.done", map[string]any{"output_index": index, "item": fcItem("completed", string(a.call.args))})
+		send("response.output_item.done", map[string]any{"output_index": index, "item": fcItem("completed", callArgs)})
 	}
 	resp["status"], resp["output"], resp["usage"] = "completed", final, usage
 	send("response.completed", map[string]any{"response": resp})

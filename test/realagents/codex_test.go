@@ -205,3 +205,87 @@ func countOf(xs []string, x string) int {
 	}
 	return n
 }
+
+// codexPatchModel is a model of Codex's bundled catalog, for which Codex
+// offers apply_patch (as a freeform tool: a Responses API custom tool
+// fakellm calls with the patch as its input); for gpt-5, absent from the
+// catalog, it offers none.
+const codexPatchModel = "gpt-5.5"
+
+// TestRealCodexAppServerApplyPatch: the real codex app-server's model
+// (fakellm) edits a file in its cwd through Codex's apply_patch tool.
+// Codex's turn/diff/updated makes the harness set (harness_reported); the
+// runner's verified set (the last workspace.change.updated, then
+// workspace.diff.recorded) holds the file with its exact counts; every
+// workspace event precedes turn.completed and validates against the
+// reference schemas (workspace.md §4.5, §5).
+func TestRealCodexAppServerApplyPatch(t *testing.T) {
+	spec := codexCLI
+	dir := agentDir(t, spec)
+	slots <- struct{}{}
+	defer func() { <-slots }()
+	schemas := prpschema.Load(t)
+	r := newRig(t, spec, dir)
+	proc := r.start()
+	cwd := t.TempDir()
+	notes := filepath.Join(cwd, "notes.md")
+	require.NoError(t, os.WriteFile(notes, []byte("# Notes\none\ntwo\n"), 0o644))
+	const a = "codexcli"
+	step(t, a, "patch session.open", func() {
+		r.must("run.prepare", map[string]any{"provider": map[string]any{"kind": "codex",
+			"command": spec.argv(dir)[0], "args": spec.argv(dir)[1:], "cwd": cwd,
+			"approvalPolicy": "never", "model": codexPatchModel}})
+		r.must("session.open", map[string]any{"reuse": "same_session"})
+	})
+	step(t, a, "apply_patch turn", func() {
+		patch := "*** Begin Patch\n*** Update File: notes.md\n@@\n # Notes\n-one\n+uno\n two\n+three\n*** End Patch\n"
+		args, err := json.Marshal(map[string]string{"input": patch})
+		require.NoError(t, err)
+		r.must("turn.start", map[string]any{"text": "FAKELLM: tool apply_patch " + string(args) + " then Patched the notes."})
+		evs := turnEvents(r.waitCount("run.terminal", 1), 1)
+		require.Len(t, prptest.OfType(evs, "turn.completed"), 1, "turn events: %v", types(evs))
+		require.Contains(t, text(t, evs), "Patched the notes.")
+		b, err := os.ReadFile(notes)
+		require.NoError(t, err)
+		require.Equal(t, "# Notes\nuno\ntwo\nthree\n", string(b), "Codex applied the patch")
+
+		var ws []prptest.Event
+		end := -1
+		for i, e := range evs {
+			if strings.HasPrefix(e.EventType, "workspace.") {
+				require.Equal(t, -1, end, "%s after the turn's end", e.EventType)
+				ws = append(ws, e)
+			}
+			if e.EventType == "turn.completed" {
+				end = i
+			}
+		}
+		t.Logf("workspace events: %v", types(ws))
+		updates := prptest.OfType(ws, "workspace.change.updated")
+		require.GreaterOrEqual(t, len(updates), 2, "a harness set, then the verified set: %v", types(ws))
+		harness := payload(t, updates[0])
+		require.Equal(t, "harness_reported", harness["source"], "Codex's turn/diff/updated")
+		verified := payload(t, updates[len(updates)-1])
+		require.Equal(t, "runner_verified", verified["source"], "the last change.updated is the verified set")
+		recorded := prptest.OfType(ws, "workspace.diff.recorded")
+		require.Len(t, recorded, 1)
+		for _, p := range []map[string]any{harness, verified, payload(t, recorded[0])} {
+			files := p["files"].([]any)
+			require.Len(t, files, 1, "source %v", p["source"])
+			f := files[0].(map[string]any)
+			require.Equal(t, "notes.md", f["path"])
+			require.Equal(t, "modify", f["operation"])
+			require.EqualValues(t, 2, f["additions"])
+			require.EqualValues(t, 1, f["deletions"])
+			require.Contains(t, f["diff"], "-one\n+uno\n two\n+three\n")
+			totals := p["totals"].(map[string]any)
+			require.EqualValues(t, 1, totals["files"])
+			require.EqualValues(t, 2, totals["additions"])
+			require.EqualValues(t, 1, totals["deletions"])
+		}
+		require.Equal(t, true, payload(t, recorded[0])["complete"])
+	})
+	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
+	waitExit(t, proc)
+	validateEvents(t, schemas, r.core.Snapshot().Events)
+}
