@@ -103,7 +103,7 @@ func (a *agentExec) reviseUnstartedTurns() error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return a.r.store.Update(func(tx *state.Tx) error {
+	return a.r.update(func(tx *state.Tx) error {
 		for _, id := range ids {
 			if prev, ok := tx.RecordedResult(id); !ok || prev.Status != state.StatusIndeterminate {
 				continue // already revised by an earlier life
@@ -158,8 +158,18 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 	if err != nil {
 		return err
 	}
+	hookDurableWrite(eventTypes(events))
 	a.r.flush()
 	return nil
+}
+
+// eventTypes lists the types of events, for the kill-point hook.
+func eventTypes(events []state.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.Type
+	}
+	return out
 }
 
 // settled runs in the write that records commandID's result after its

@@ -145,7 +145,7 @@ func (r *loop) executeTerminal(_ context.Context, cmd *prp.Command) (state.Comma
 	if l == state.Suspended {
 		evt = prp.EventRunnerSuspended
 	}
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		var err error
 		if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, jsonenc.MustMarshal(map[string]any{"lifecycle": l})); err != nil {
 			return err
@@ -163,7 +163,7 @@ func (r *loop) executeTerminal(_ context.Context, cmd *prp.Command) (state.Comma
 // writes, like any executor effect: a crash between them leaves the fact
 // and an indeterminate command, never a second effect.
 func (r *loop) executeDrain(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		if err := tx.SetLifecycle(state.Draining); err != nil {
 			return err
 		}
@@ -201,7 +201,7 @@ func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.Com
 	out, herr := r.handlers[cmd.Type](ctx, cmd)
 	switch {
 	case errors.Is(herr, errCommandNotImplemented):
-		err = r.store.Update(func(tx *state.Tx) error {
+		err = r.update(func(tx *state.Tx) error {
 			var err error
 			res, err = tx.RejectCommand(cmd.CommandID, codeCommandNotImplemented, notImplemented(cmd.Type))
 			return err
@@ -209,7 +209,7 @@ func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.Com
 	case rejectedByAgent(herr) != nil:
 		// Refused before any effect (e.g. session_not_open, tools.md §7).
 		ce := rejectedByAgent(herr)
-		err = r.store.Update(func(tx *state.Tx) error {
+		err = r.update(func(tx *state.Tx) error {
 			var err error
 			res, err = tx.RejectCommand(cmd.CommandID, ce.Code, ce.Message)
 			return err
@@ -241,7 +241,7 @@ func warmAttachReady(providerIdle bool, sum state.Summary) bool {
 
 func (r *loop) finishCommand(cmd *prp.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
 	var res state.CommandResult
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		var err error
 		if prev, ok := tx.RecordedResult(cmd.CommandID); ok && prev.Status != state.StatusPending {
 			// The effect recorded a result with its durable evidence

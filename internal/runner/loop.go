@@ -252,7 +252,7 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 	}
 	fenced := r.store.PendingTerminalDelivery() != nil
 	// One write for the connection's facts (each write is two fsyncs).
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		if err := tx.SetProtocolVersion(v); err != nil {
 			return err
 		}
@@ -357,8 +357,9 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("protocol error: %w", err)
 	}
+	hookCommandReceived(cmd.Type)
 	var adm state.Admission
-	err = r.store.Update(func(tx *state.Tx) error {
+	err = r.update(func(tx *state.Tx) error {
 		var err error
 		if adm, err = tx.BeginCommand(cmd); err != nil || adm.Disposition != state.Execute {
 			return err
@@ -415,7 +416,7 @@ func (r *loop) flush() {
 
 // emit commits events to the outbox in one durable write, then sends them.
 func (r *loop) emit(ctx context.Context, events ...state.Event) error {
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		for _, e := range events {
 			if _, err := tx.Enqueue(e); err != nil {
 				return err
@@ -444,7 +445,7 @@ func (r *loop) reportBound(ctx context.Context, cause error) {
 	if !r.send.reportBound(code) {
 		return
 	}
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDiagnostic, Priority: state.P0,
 			Payload: jsonenc.MustMarshal(map[string]string{"reasonCode": code})})
 		return err
@@ -517,7 +518,7 @@ func (r *loop) checkTerminal() {
 	if !ok {
 		return
 	}
-	if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTerminalFence(); return nil }); err != nil {
+	if err := r.update(func(tx *state.Tx) error { tx.ClearTerminalFence(); return nil }); err != nil {
 		r.finish(config.NewError(config.CodeRunnerFailed, "clear terminal fence", err))
 		return
 	}
