@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"encoding/json"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
+)
+
+// killAfterEnv makes a testhooks runnerd SIGKILL itself right after the
+// durable write sel names (internal/runner killpoint_testhook_linux.go).
+func killAfterEnv(sel string) []string { return []string{"PCRUNNER_TESTHOOK_KILL_AFTER=" + sel} }
+
+// hookRig is an agent rig running the testhooks build of runnerd.
+func hookRig(t *testing.T, extra ...string) *agentRig {
+	t.Helper()
+	r := newAgentRig(t, extra...)
+	r.bin = testbin.Path(t, "runnerd", testbin.HooksTag)
+	return r
+}
+
+
+// openResult is the part of session.open's result these tests read.
+type openResult struct {
+	Status    string `json:"status"`
+	ProcessID int    `json:"processId"`
+}
+
+func decodeOpen(t *testing.T, res prp.CommandResultPayload) openResult {
+	t.Helper()
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	var o openResult
+	require.NoError(t, json.Unmarshal(res.Result, &o))
+	return o
+}
+
+// requireTurnWorks starts a turn and waits for its run.terminal: completed.
+func requireTurnWorks(t *testing.T, r *agentRig, text string) {
+	t.Helper()
+	n := countType(r.events(t), "run.terminal")
+	res := r.run(t, "turn.start", map[string]any{"text": text})
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	require.NotContains(t, string(res.Result), "lossReason")
+	evs := r.waitEvents(t, "run.terminal", n+1)
+	var last event
+	for _, e := range evs {
+		if e.EventType == "run.terminal" {
+			last = e
+		}
+	}
+	require.Equal(t, "completed", field(t, last, "turnTerminalState"))
+}
+
+// TestSessionCloseResultAfterKill: runnerd is SIGKILLed right after the
+// write that commits the closed agent's harness.exited; the relaunched
+// runnerd finds that evidence and reports the close completed, never
+// execution_indeterminate (prp.md §7.2 item 8, acp.md §3.5); the next
+// session.open and turn.start work.
+func TestSessionCloseResultAfterKill(t *testing.T) {
+	r := hookRig(t)
+	r.env = killAfterEnv(prp.EventHarnessExited)
+	proc := r.start(t)
+	r.prepare(t)
+	r.open(t)
+	id := r.queue(t, prp.CommandSessionClose, map[string]any{})
+	waitExit(t, proc)
+	require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+
+	r.env = nil
+	r.start(t)
+	res := r.result(t, id)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	require.JSONEq(t, `{"closed":true}`, string(res.Result))
+	decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+	requireTurnWorks(t, r, "echo after-close")
+}
