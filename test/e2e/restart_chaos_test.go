@@ -78,3 +78,29 @@ func TestSessionCloseResultAfterKill(t *testing.T) {
 	decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
 	requireTurnWorks(t, r, "echo after-close")
 }
+
+// TestDeadAgentNotAdoptedAfterRestart: the agent is SIGKILLed, and runnerd
+// is SIGKILLed right after the write that commits its harness.exited. The
+// relaunched runnerd records the session ended instead of re-adopting a
+// dead agent; the next session.open spawns a new agent (started: the
+// record was never prompted, acp.md §4.1) whose pid it reports, and the
+// next turn.start works.
+func TestDeadAgentNotAdoptedAfterRestart(t *testing.T) {
+	r := hookRig(t)
+	r.env = killAfterEnv(prp.EventHarnessExited)
+	proc := r.start(t)
+	r.prepare(t)
+	first := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+	require.Positive(t, first.ProcessID)
+	require.NoError(t, syscall.Kill(first.ProcessID, syscall.SIGKILL))
+	waitExit(t, proc)
+	require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+
+	r.env = nil
+	r.start(t)
+	again := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+	require.Equal(t, "started", again.Status)
+	require.Positive(t, again.ProcessID)
+	require.NotEqual(t, first.ProcessID, again.ProcessID, "a new agent, not the dead one")
+	requireTurnWorks(t, r, "echo after-restart")
+}
