@@ -414,7 +414,12 @@ func (m *Manager) startLocked() error {
 		}
 		return m.persistLocked(evs, out)
 	}
-	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", wrapperAlive(dir))
+	live := wrapperAlive(dir)
+	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", live)
+	// A dead pcwrap's files are consumed exactly once, then the agent is
+	// recorded gone; a session runnerd had closed ends as a stop, not a loss.
+	p.deadAtAdoption = !live
+	p.stopping = m.st.Closed
 	if a, ok := m.driverLocked().(provider.Adopter); ok {
 		a.Adopt() // a driver with a channel beside stdio reopens it
 	}
@@ -803,8 +808,15 @@ func (m *Manager) openSession(ctx context.Context, commandID string) (json.RawMe
 		m.mu.Unlock()
 		return nil, failed("run.prepare has not bound a provider")
 	}
+	m.mu.Unlock()
+	// A process whose pcwrap is gone is never adopted: its reader records
+	// it ended first (acp.md §3.5, §4.1).
+	adoptBound := m.cfg.Clock.NewTimer(m.cfg.ResumeBound)
+	m.awaitDeadProcess(ctx, adoptBound.C())
+	adoptBound.Stop()
+	m.mu.Lock()
 	// 1. Adopt.
-	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
+	if p := m.proc; p != nil && !p.lost && !p.deadAtAdoption && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionOpened(rec, true, provider.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		m.st.Closed = false

@@ -23,11 +23,11 @@ func hookRig(t *testing.T, extra ...string) *agentRig {
 	return r
 }
 
-
 // openResult is the part of session.open's result these tests read.
 type openResult struct {
-	Status    string `json:"status"`
-	ProcessID int    `json:"processId"`
+	Status            string `json:"status"`
+	ProcessID         int    `json:"processId"`
+	ProviderSessionID string `json:"providerSessionId"`
 }
 
 func decodeOpen(t *testing.T, res prp.CommandResultPayload) openResult {
@@ -82,25 +82,44 @@ func TestSessionCloseResultAfterKill(t *testing.T) {
 // TestDeadAgentNotAdoptedAfterRestart: the agent is SIGKILLed, and runnerd
 // is SIGKILLed right after the write that commits its harness.exited. The
 // relaunched runnerd records the session ended instead of re-adopting a
-// dead agent; the next session.open spawns a new agent (started: the
-// record was never prompted, acp.md §4.1) whose pid it reports, and the
-// next turn.start works.
+// dead agent; the next session.open spawns a new agent whose pid it
+// reports, and the next turn.start works. Per acp.md §4.1 a record that
+// was never prompted starts a new session (started); one with prompt
+// history is loaded into the new agent (resumed, same provider session).
 func TestDeadAgentNotAdoptedAfterRestart(t *testing.T) {
-	r := hookRig(t)
-	r.env = killAfterEnv(prp.EventHarnessExited)
-	proc := r.start(t)
-	r.prepare(t)
-	first := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
-	require.Positive(t, first.ProcessID)
-	require.NoError(t, syscall.Kill(first.ProcessID, syscall.SIGKILL))
-	waitExit(t, proc)
-	require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+	for _, tc := range []struct {
+		name     string
+		flags    []string
+		prompted bool
+		status   string
+	}{
+		{name: "never-prompted", status: "started"},
+		{name: "prompted", flags: []string{"--supports-load-session"}, prompted: true, status: "resumed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := hookRig(t)
+			r.env = killAfterEnv(prp.EventHarnessExited)
+			proc := r.start(t)
+			r.prepare(t, tc.flags...)
+			first := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			require.Positive(t, first.ProcessID)
+			if tc.prompted {
+				requireTurnWorks(t, r, "echo before")
+			}
+			require.NoError(t, syscall.Kill(first.ProcessID, syscall.SIGKILL))
+			waitExit(t, proc)
+			require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
 
-	r.env = nil
-	r.start(t)
-	again := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
-	require.Equal(t, "started", again.Status)
-	require.Positive(t, again.ProcessID)
-	require.NotEqual(t, first.ProcessID, again.ProcessID, "a new agent, not the dead one")
-	requireTurnWorks(t, r, "echo after-restart")
+			r.env = nil
+			r.start(t)
+			again := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			require.Equal(t, tc.status, again.Status)
+			require.Positive(t, again.ProcessID)
+			require.NotEqual(t, first.ProcessID, again.ProcessID, "a new agent, not the dead one")
+			if tc.prompted {
+				require.Equal(t, first.ProviderSessionID, again.ProviderSessionID, "the recorded provider session")
+			}
+			requireTurnWorks(t, r, "echo after-restart")
+		})
+	}
 }
