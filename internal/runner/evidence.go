@@ -1,0 +1,149 @@
+package runner
+
+import "github.com/pcrunner/pcrunner/internal/prp"
+
+// recovery is what a restarted runnerd does with a command whose journal
+// entry was still pending at the crash (prp.md §7.2 items 7–8). Reporting
+// execution_indeterminate makes the server block the task until a person
+// clicks Retry, so it is kept for effects that leave no durable evidence.
+type recovery int
+
+const (
+	// recoverIndeterminate: the effect may have half-happened and nothing
+	// durable tells: failed {code: execution_indeterminate}, never re-run.
+	recoverIndeterminate recovery = iota + 1
+	// recoverOneWrite: the journal entry, the result and the effect's
+	// evidence are one write, so the entry is never pending at a crash;
+	// before that write the command is not journaled and the core's next
+	// welcome delivers it again (its effect had not begun).
+	recoverOneWrite
+	// recoverFence: a terminal command: lifecycle, fence and result in
+	// one write (prp.md §7.4); pending only before it, with no effect.
+	recoverFence
+	// recoverTurnStart: the staged prompt's files tell whether it reached
+	// the agent (agent.recoverPromptLocked, reviseUnstartedTurns).
+	recoverTurnStart
+	// recoverCloseSession: the close's end state (agent gone, record
+	// closed) is brought about and reported completed (RecoverClose).
+	recoverCloseSession
+)
+
+// durableStep is one durable write of a command, in order: what it holds,
+// and what a restart right after it finds and reports.
+type durableStep struct {
+	write   string // what the write holds
+	reports string // the command's result after a crash right after it
+}
+
+// evidenceRow is a command type's durable steps and its recovery.
+type evidenceRow struct {
+	steps    []durableStep
+	recovery recovery
+}
+
+// Words shared by many rows.
+const (
+	stepPending      = "journal: pending marker"
+	stepResult       = "journal: result"
+	reportsIndet     = "failed execution_indeterminate"
+	reportsResult    = "the recorded result"
+	reportsRedeliver = "nothing journaled: the core delivers it again and it runs once"
+)
+
+// evidenceTable is, beside the dispatch table (commandHandlers), the
+// durable evidence every command type's effect leaves at each durable
+// step and what recovery reports when it finds it. Its test checks that
+// every type of the catalogue has a row, and the crash tests in test/e2e
+// kill runnerd after each step of the rows they cover.
+var evidenceTable = map[string]evidenceRow{
+	prp.CommandSessionSnapshot: {recovery: recoverOneWrite, steps: []durableStep{
+		{"journal entry and result together (read-only)", reportsResult},
+	}},
+	prp.CommandRunnerSuspend: {recovery: recoverFence, steps: []durableStep{
+		{stepPending, reportsIndet + " (no effect: the fence is the effect)"},
+		{"lifecycle, terminal fence, runner.suspended and result", "the recorded result; the fence is reconciled"},
+	}},
+	prp.CommandRunnerShutdown: {recovery: recoverFence, steps: []durableStep{
+		{stepPending, reportsIndet + " (no effect: the fence is the effect)"},
+		{"lifecycle, terminal fence, runner.stopped and result", "the recorded result; the fence is reconciled"},
+	}},
+	prp.CommandRunnerDrain: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"lifecycle draining and runner.draining", reportsIndet + " (the fact is durable)"},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandRunAttach: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet + " (state.warm: the attach was not applied)"},
+		{"prepared warm transition", reportsIndet},
+		{"activating write with the result", reportsResult},
+	}},
+	prp.CommandRunPrepare: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"binding (record) and side files", reportsIndet},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandSessionOpen: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"launched process session (record)", reportsIndet + "; the next session.open stops it and starts clean"},
+		{"session record, harness.ready, session.started|resumed and the result", reportsResult},
+	}},
+	prp.CommandTurnStart: {recovery: recoverTurnStart, steps: []durableStep{
+		{stepPending, "failed prompt_not_delivered (the prompt is staged only later)"},
+		{"staged prompt (temp name, seq), turn.started and the result", "completed if the prompt was published, else failed prompt_not_delivered; session dir gone: " + reportsIndet},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandSessionClose: {recovery: recoverCloseSession, steps: []durableStep{
+		{stepPending, "the close runs to its end state at restart: completed {closed:true}"},
+		{"record closed, requests cancelled, open tool calls detached", "the stop finishes at restart: completed {closed:true}"},
+		{"harness.exited (the agent's exit)", "completed {closed:true}"},
+		{"record without a process", "completed {closed:true}"},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandSemanticToolResult: {recovery: recoverOneWrite, steps: []durableStep{
+		{"journal entry, call table (result recorded), semantic_tool.result and the result together", "detached {callId} unless the agent's answer left: the repeated call takes the recorded answer once"},
+	}},
+	prp.CommandRequestResolve: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"runtime_request.resolved, the answer line's reservation and the result", reportsResult},
+	}},
+	prp.CommandTurnInterrupt: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"requests cancelled, record reset", reportsIndet},
+		{"turn settled (turn.interrupted)", reportsIndet},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandTurnStop: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"requests cancelled, record closed", reportsIndet},
+		{"harness.exited", reportsIndet},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandRunCancel: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"requests cancelled, record reset", reportsIndet},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandSessionDestroy: {recovery: recoverIndeterminate, steps: []durableStep{
+		{stepPending, reportsIndet},
+		{"session.closed and the record discarded", reportsIndet},
+		{stepResult, reportsResult},
+	}},
+	prp.CommandTurnSteer:                 noEffectRow,
+	prp.CommandSessionBudgetIncrease:     noEffectRow,
+	prp.CommandSessionGoalGet:            noEffectRow,
+	prp.CommandSessionGoalSet:            noEffectRow,
+	prp.CommandSessionGoalClear:          noEffectRow,
+	prp.CommandInteractionReceipt:        noEffectRow,
+	prp.CommandExternalProviderOperation: noEffectRow,
+}
+
+// noEffectRow is a type this runner refuses or answers without a durable
+// effect (rejected command_not_implemented, or a failure before any
+// write): refusal and journal entry are one write.
+var noEffectRow = evidenceRow{recovery: recoverIndeterminate, steps: []durableStep{
+	{stepPending, reportsIndet},
+	{stepResult, reportsResult},
+}}
+
+// recoveryOf returns the recovery of commandType.
+func recoveryOf(commandType string) recovery { return evidenceTable[commandType].recovery }
