@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -120,6 +121,59 @@ func TestDeadAgentNotAdoptedAfterRestart(t *testing.T) {
 				require.Equal(t, first.ProviderSessionID, again.ProviderSessionID, "the recorded provider session")
 			}
 			requireTurnWorks(t, r, "echo after-restart")
+		})
+	}
+}
+
+// TestToolResultAfterKill: the agent's issue.comment call is committed as
+// semantic_tool.input, the core answers with semantic_tool.result, and
+// runnerd is SIGKILLed right after the write that records that result
+// (the write holding the semantic_tool.result event, and the first write
+// the command makes) before the agent is answered. After the restart the
+// command's result is {status: detached, callId} and the agent's repeated
+// MCP call (fakeacp's real SDK client) gets the recorded answer exactly
+// once: no second semantic_tool.input, no semantic_tool.reconciled, and
+// the turn settles (tools.md §3 items 1, 5, 8; prp.md §7.2 item 8).
+func TestToolResultAfterKill(t *testing.T) {
+	for _, sel := range []string{prp.EventSemanticToolResult, prp.CommandSemanticToolResult + "#1"} {
+		t.Run(sel, func(t *testing.T) {
+			r := hookRig(t)
+			r.env = killAfterEnv(sel)
+			proc := r.start(t)
+			res := r.run(t, prp.CommandRunPrepare, map[string]any{
+				"provider":        map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "args": []string{"--mcp-http"}, "cwd": t.TempDir()},
+				"authorizedTools": commentCatalog(),
+			})
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			r.open(t)
+			res = r.run(t, prp.CommandTurnStart, map[string]any{"text": `mcp-call-retry issue.comment {"body":"chaos"}`})
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			evs := r.waitEvents(t, prp.EventSemanticToolInput, 1)
+			in, _ := find(evs, prp.EventSemanticToolInput)
+			st := field(t, in, "semantic_tool").(map[string]any)
+			callID := st["callId"].(string)
+
+			id := r.queue(t, prp.CommandSemanticToolResult, map[string]any{"callId": callID, "operationId": st["operationId"],
+				"inputDigest": st["content"].(map[string]any)["digest"], "result": map[string]any{"id": "c-chaos"}, "isError": false})
+			waitExit(t, proc)
+			require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+			r.env = nil
+			r.start(t)
+
+			res = r.result(t, id)
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			require.JSONEq(t, `{"status":"detached","callId":"`+callID+`"}`, string(res.Result))
+			evs = r.waitEvents(t, "run.terminal", 1)
+			require.Equal(t, 1, countType(evs, prp.EventSemanticToolInput), "no second input")
+			require.Equal(t, 1, countType(evs, prp.EventSemanticToolResult))
+			require.Zero(t, countType(evs, "semantic_tool.reconciled"))
+			text := ""
+			for _, e := range evs {
+				if e.EventType == "item.delta" {
+					text += field(t, e, "text").(string)
+				}
+			}
+			require.Equal(t, 1, strings.Count(text, `tool issue.comment isError=false: {"id":"c-chaos"}`), text)
 		})
 	}
 }
