@@ -333,6 +333,12 @@ func NewManager(cfg Config, st Stored) *Manager {
 	if cfg.Redact == nil {
 		cfg.Redact = func(s string) string { return s }
 	}
+	if st.Tools != nil {
+		// The runner revises the results of answers a crash may have cut
+		// off, in its own write (runner reviseUnanswered); the Manager's
+		// copy only forgets the marks.
+		st.Tools.Unanswered()
+	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.commits = newCommitter(m)

@@ -83,6 +83,9 @@ func (a *agentExec) start(ctx context.Context) {
 	if err := a.reviseUnstartedTurns(); err != nil {
 		a.r.log.Error("revise interrupted turn.start", "err", err)
 	}
+	if err := a.reviseUnanswered(); err != nil {
+		a.r.log.Error("revise cut-off tool answers", "err", err)
+	}
 	if err := a.m.Start(); err != nil {
 		a.r.log.Error("re-adopt agent", "err", err)
 	}
@@ -147,6 +150,36 @@ func (a *agentExec) reviseUnstartedTurns() error {
 	})
 }
 
+// reviseUnanswered settles each semantic_tool.result whose answer to the
+// waiting agent a crash may have cut off: its one write recorded the
+// result as delivered and kept it on the call, and the write that would
+// have confirmed the hand-over never came. The result is recorded, not
+// known delivered: {status: detached, callId}, and the agent's repeated
+// call takes it (tools.md §3 items 1, 5, 8). The marks are dropped in the
+// same write. Nothing has sent these results yet: a result goes out only
+// after that confirming write.
+func (a *agentExec) reviseUnanswered() error {
+	var st agent.Stored
+	if ok, err := a.r.store.Record(agentRecord, &st); err != nil || !ok || st.Tools == nil {
+		return err
+	}
+	cut := st.Tools.Unanswered()
+	if len(cut) == 0 {
+		return nil
+	}
+	return a.r.update(func(tx *state.Tx) error {
+		for commandID, callID := range cut {
+			if prev, ok := tx.RecordedResult(commandID); !ok || prev.Status != state.StatusCompleted {
+				continue
+			}
+			if _, err := tx.ReviseCommand(commandID, state.StatusCompleted, toolcall.StatusResult("detached", callID)); err != nil {
+				return err
+			}
+		}
+		return tx.SetRecord(agentRecord, st)
+	})
+}
+
 // stop ends the executor. An orderly stop (ctx cancelled by a signal, a
 // terminal command) stops the agent as acp.md §3.6 says; a fatal error
 // leaves it for re-adoption.
@@ -173,7 +206,11 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 		}
 		if out != nil {
 			// The result rides with the evidence of its effect (prp.md
-			// §7.2 item 8); it has not been sent.
+			// §7.2 item 8); it has not been sent. A one-write command is
+			// journaled here too.
+			if err := a.r.journalDeferred(tx, out.CommandID); err != nil {
+				return err
+			}
 			if _, err := tx.ReviseCommand(out.CommandID, state.CommandStatus(out.Status), out.Result); err != nil {
 				return err
 			}
@@ -209,7 +246,8 @@ func (a *agentExec) settled(tx *state.Tx, commandID string) error {
 	if ok, err := tx.Record(agentRecord, &st); err != nil || !ok {
 		return err
 	}
-	if !st.SettlePrompt(commandID) {
+	prompt := st.SettlePrompt(commandID)
+	if !st.SettleAnswer(commandID) && !prompt {
 		return nil
 	}
 	return tx.SetRecord(agentRecord, st)

@@ -202,6 +202,9 @@ func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.Com
 	switch {
 	case errors.Is(herr, errCommandNotImplemented):
 		err = r.update(func(tx *state.Tx) error {
+			if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+				return err
+			}
 			var err error
 			res, err = tx.RejectCommand(cmd.CommandID, codeCommandNotImplemented, notImplemented(cmd.Type))
 			return err
@@ -210,6 +213,9 @@ func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.Com
 		// Refused before any effect (e.g. session_not_open, tools.md §7).
 		ce := rejectedByAgent(herr)
 		err = r.update(func(tx *state.Tx) error {
+			if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+				return err
+			}
 			var err error
 			res, err = tx.RejectCommand(cmd.CommandID, ce.Code, ce.Message)
 			return err
@@ -242,6 +248,9 @@ func warmAttachReady(providerIdle bool, sum state.Summary) bool {
 func (r *loop) finishCommand(cmd *prp.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
 	var res state.CommandResult
 	err := r.update(func(tx *state.Tx) error {
+		if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+			return err
+		}
 		var err error
 		if prev, ok := tx.RecordedResult(cmd.CommandID); ok && prev.Status != state.StatusPending {
 			// The effect recorded a result with its durable evidence

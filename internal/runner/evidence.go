@@ -1,6 +1,12 @@
 package runner
 
-import "github.com/pcrunner/pcrunner/internal/prp"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
+	"github.com/pcrunner/pcrunner/internal/state"
+)
 
 // recovery is what a restarted runnerd does with a command whose journal
 // entry was still pending at the crash (prp.md §7.2 items 7–8). Reporting
@@ -15,7 +21,8 @@ const (
 	// recoverOneWrite: the journal entry, the result and the effect's
 	// evidence are one write, so the entry is never pending at a crash;
 	// before that write the command is not journaled and the core's next
-	// welcome delivers it again (its effect had not begun).
+	// welcome delivers it again (its effect had not begun). Later writes
+	// only revise the recorded result.
 	recoverOneWrite
 	// recoverFence: a terminal command: lifecycle, fence and result in
 	// one write (prp.md §7.4); pending only before it, with no effect.
@@ -100,7 +107,9 @@ var evidenceTable = map[string]evidenceRow{
 		{stepResult, reportsResult},
 	}},
 	prp.CommandSemanticToolResult: {recovery: recoverOneWrite, steps: []durableStep{
-		{"journal entry, call table (result recorded), semantic_tool.result and the result together", "detached {callId} unless the agent's answer left: the repeated call takes the recorded answer once"},
+		{"journal entry, semantic_tool.result, the result, and the call detached with its result recorded (marked answered by this command)",
+			"completed {status: detached, callId} (reviseUnanswered); the agent's repeated call takes the recorded answer once, no new input, never semantic_tool.reconciled"},
+		{"the result again, with the answered call settled (the answer was handed to the agent)", reportsResult},
 	}},
 	prp.CommandRequestResolve: {recovery: recoverIndeterminate, steps: []durableStep{
 		{stepPending, reportsIndet},
@@ -147,3 +156,28 @@ var noEffectRow = evidenceRow{recovery: recoverIndeterminate, steps: []durableSt
 
 // recoveryOf returns the recovery of commandType.
 func recoveryOf(commandType string) recovery { return evidenceTable[commandType].recovery }
+
+// errAdmissionDeferred aborts the admission write of a one-write command:
+// its journal entry goes into the write that records its result.
+var errAdmissionDeferred = errors.New("admission deferred to the result's write")
+
+// journalDeferred journals, inside tx, the one-write command being
+// executed (loop.deferred) if commandID names it and it is not journaled
+// yet; the caller then records its result in the same write.
+func (r *loop) journalDeferred(tx *state.Tx, commandID string) error {
+	cmd := r.deferred.Load()
+	if cmd == nil || cmd.CommandID != commandID {
+		return nil
+	}
+	if _, ok := tx.RecordedResult(commandID); ok {
+		return nil
+	}
+	adm, err := tx.BeginCommand(cmd)
+	if err != nil {
+		return err
+	}
+	if adm.Disposition != state.Execute {
+		return fmt.Errorf("journal command seq %d: admitted as %d, not for execution", cmd.ControllerSeq, adm.Disposition)
+	}
+	return nil
+}

@@ -64,6 +64,12 @@ type loop struct {
 	exec     *agentExec // the ACP executor; nil in loop-only tests
 	execStop sync.Once
 
+	// deferred is the one-write command being executed (recoverOneWrite):
+	// admitted without a write of its own, journaled by the write that
+	// records its result (journalDeferred), which may be the agent
+	// committer's. Set and cleared by the command routine.
+	deferred atomic.Pointer[prp.Command]
+
 	// lostAt is when the current outage began (r.clk, Unix nanoseconds),
 	// 0 while connected or before the first loss of this process: written
 	// by OnLost on the client's supervisor, read by the command routine.
@@ -371,8 +377,16 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 			adm = state.Admission{Disposition: state.Reject, Result: res}
 			return err
 		}
+		if recoveryOf(cmd.Type) == recoverOneWrite {
+			return errAdmissionDeferred // nothing is written now
+		}
 		return nil
 	})
+	if errors.Is(err, errAdmissionDeferred) {
+		err = nil
+		r.deferred.Store(cmd)
+		defer r.deferred.Store(nil)
+	}
 	if err != nil {
 		return fmt.Errorf("admit command seq %d: %w", cmd.ControllerSeq, err)
 	}
