@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -177,3 +178,54 @@ func TestToolResultAfterKill(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentSIGKILLMidTurn: the agent is SIGKILLed from outside during a
+// long turn. The turn ends promptly with a failure disposition (well
+// within the 30 s loss bound of acp.md §5.1, far before the turn's own
+// 30 s sleep), and the run is not blocked: the next session.open spawns a
+// new agent and resumes the recorded session, and the next turn works.
+// Combined with a runnerd SIGKILL right after the write of the agent's
+// harness.exited, the same holds after the restart.
+func TestAgentSIGKILLMidTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		runnerdToo bool
+	}{{name: "agent"}, {name: "agent-then-runnerd", runnerdToo: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := hookRig(t)
+			if tc.runnerdToo {
+				r.env = killAfterEnv(prp.EventHarnessExited)
+			}
+			proc := r.start(t)
+			r.prepare(t, "--supports-load-session")
+			first := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			res := r.run(t, prp.CommandTurnStart, map[string]any{"text": "sleep 30000"})
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			r.waitEvents(t, "turn.started", 1)
+			killed := time.Now()
+			require.NoError(t, syscall.Kill(first.ProcessID, syscall.SIGKILL))
+			if tc.runnerdToo {
+				waitExit(t, proc)
+				require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+				r.env = nil
+				r.start(t)
+			}
+			evs := r.waitEvents(t, "run.terminal", 1)
+			ended := time.Since(killed)
+			term, _ := find(evs, "run.terminal")
+			require.Equal(t, "failed", field(t, term, "turnTerminalState"))
+			require.Equal(t, 1, countType(evs, "turn.failed"))
+			require.Equal(t, 1, countType(evs, prp.EventHarnessExited))
+			require.Less(t, ended, lossBound, "the turn outlived the loss bound")
+			t.Logf("turn terminal %v after the agent's SIGKILL (loss bound %v)", ended.Round(time.Millisecond), lossBound)
+
+			again := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			require.Equal(t, "resumed", again.Status)
+			require.NotEqual(t, first.ProcessID, again.ProcessID)
+			requireTurnWorks(t, r, "echo after-kill")
+		})
+	}
+}
+
+// lossBound is acp.md §5.1's loss deadline (--loss-deadline-ms default).
+const lossBound = 30 * time.Second
