@@ -89,36 +89,30 @@ func (a *agentExec) start(ctx context.Context) {
 	if err := a.m.Start(); err != nil {
 		a.r.log.Error("re-adopt agent", "err", err)
 	}
-	if err := a.recoverInFlight(ctx); err != nil {
-		a.r.log.Error("recover in-flight commands", "err", err)
-	}
 }
 
-// recoverInFlight settles, after the re-adoption, each command that was
-// still pending at the crash and whose effect leaves evidence the
-// executor can read (recoveryOf, evidence.go). Nothing has sent these
-// results yet.
-func (a *agentExec) recoverInFlight(ctx context.Context) error {
-	for _, c := range a.r.store.Recovery().Indeterminate {
-		if recoveryOf(c.CommandType) != recoverCloseSession {
-			continue
-		}
-		if prev, ok := a.r.store.Result(c.CommandID); !ok || prev.Status != state.StatusIndeterminate {
-			continue // already revised by an earlier life
-		}
-		out, err := a.m.RecoverClose(ctx)
-		status := state.StatusCompleted
-		if err != nil {
-			status, out = state.StatusFailed, state.FailedResult(err.Error())
-		}
-		if err := a.r.update(func(tx *state.Tx) error {
-			_, err := tx.ReviseCommand(c.CommandID, status, out)
-			return err
-		}); err != nil {
-			return err
-		}
+// recoverReplayed settles a command that was pending at the crash, now
+// indeterminate, when the core delivers it again, if its effect leaves
+// evidence the executor can read (recoveryOf, evidence.go); else it
+// returns res unchanged. It runs on the live connection, so the agent's
+// reader can consume what a stopping agent writes (prp.md §8.5 flow
+// control needs the core's ACKs). Its result has never been sent.
+func (a *agentExec) recoverReplayed(ctx context.Context, res state.CommandResult) (state.CommandResult, error) {
+	if res.Status != state.StatusIndeterminate || recoveryOf(res.CommandType) != recoverCloseSession {
+		return res, nil
 	}
-	return nil
+	out, err := a.m.RecoverClose(ctx)
+	status := state.StatusCompleted
+	if err != nil {
+		status, out = state.StatusFailed, state.FailedResult(err.Error())
+	}
+	var rev state.CommandResult
+	uerr := a.r.update(func(tx *state.Tx) error {
+		var err error
+		rev, err = tx.ReviseCommand(res.CommandID, status, out)
+		return err
+	})
+	return rev, uerr
 }
 
 // reviseUnstartedTurns settles each turn.start that was still pending at

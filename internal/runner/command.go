@@ -159,23 +159,32 @@ func (r *loop) executeTerminal(_ context.Context, cmd *prp.Command) (state.Comma
 	return res, err
 }
 
-// executeDrain is runner.drain. The effect and the result are separate
-// writes, like any executor effect: a crash between them leaves the fact
-// and an indeterminate command, never a second effect.
-func (r *loop) executeDrain(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
+// executeDrain is runner.drain: its journal entry, the lifecycle, the
+// fact and the result in one write (a one-write command, evidence.go), so
+// a crash never leaves it indeterminate: before that write nothing
+// happened and the core delivers it again.
+func (r *loop) executeDrain(_ context.Context, cmd *prp.Command) (state.CommandResult, error) {
+	var res state.CommandResult
 	err := r.update(func(tx *state.Tx) error {
+		if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+			return err
+		}
 		if err := tx.SetLifecycle(state.Draining); err != nil {
 			return err
 		}
-		_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDraining, Priority: state.P0, Payload: commandFact(cmd)})
+		if _, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDraining, Priority: state.P0, Payload: commandFact(cmd)}); err != nil {
+			return err
+		}
+		var err error
+		res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted,
+			jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
 		return err
 	})
 	if err != nil {
 		return state.CommandResult{}, err
 	}
 	r.flush()
-	return r.finishCommand(cmd, state.StatusCompleted,
-		jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
+	return res, nil
 }
 
 // executeSnapshot is session.snapshot: the active provider turn and

@@ -31,7 +31,8 @@ const (
 	// the agent (agent.recoverPromptLocked, reviseUnstartedTurns).
 	recoverTurnStart
 	// recoverCloseSession: the close's end state (agent gone, record
-	// closed) is brought about and reported completed (RecoverClose).
+	// closed) is brought about and reported completed when the core
+	// delivers the command again after the restart (recoverReplayed).
 	recoverCloseSession
 )
 
@@ -74,10 +75,8 @@ var evidenceTable = map[string]evidenceRow{
 		{stepPending, reportsIndet + " (no effect: the fence is the effect)"},
 		{"lifecycle, terminal fence, runner.stopped and result", "the recorded result; the fence is reconciled"},
 	}},
-	prp.CommandRunnerDrain: {recovery: recoverIndeterminate, steps: []durableStep{
-		{stepPending, reportsIndet},
-		{"lifecycle draining and runner.draining", reportsIndet + " (the fact is durable)"},
-		{stepResult, reportsResult},
+	prp.CommandRunnerDrain: {recovery: recoverOneWrite, steps: []durableStep{
+		{"journal entry, lifecycle draining, runner.draining and the result together", reportsResult},
 	}},
 	prp.CommandRunAttach: {recovery: recoverIndeterminate, steps: []durableStep{
 		{stepPending, reportsIndet + " (state.warm: the attach was not applied)"},
@@ -100,8 +99,8 @@ var evidenceTable = map[string]evidenceRow{
 		{stepResult, reportsResult},
 	}},
 	prp.CommandSessionClose: {recovery: recoverCloseSession, steps: []durableStep{
-		{stepPending, "the close runs to its end state at restart: completed {closed:true}"},
-		{"record closed, requests cancelled, open tool calls detached", "the stop finishes at restart: completed {closed:true}"},
+		{stepPending, "the close runs to its end state when redelivered: completed {closed:true}"},
+		{"record closed, requests cancelled, open tool calls detached", "the stop finishes when redelivered: completed {closed:true}"},
 		{"harness.exited (the agent's exit)", "completed {closed:true}"},
 		{"record without a process", "completed {closed:true}"},
 		{stepResult, reportsResult},

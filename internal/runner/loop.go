@@ -407,6 +407,13 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 			r.warm.resendPrepared(r.send, cmd.CommandID)
 			return nil
 		}
+		if r.exec != nil {
+			// An effect cut by a crash whose evidence is readable now
+			// (evidence.go) is settled before its first result goes out.
+			if res, err = r.exec.recoverReplayed(ctx, res); err != nil {
+				return fmt.Errorf("recover command seq %d: %w", cmd.ControllerSeq, err)
+			}
+		}
 		r.log.Info("replaying recorded command result", "commandId", cmd.CommandID, "status", string(res.Status))
 	}
 	wire := wireStatus(res)
