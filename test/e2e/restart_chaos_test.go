@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -229,3 +230,76 @@ func TestAgentSIGKILLMidTurn(t *testing.T) {
 
 // lossBound is acp.md §5.1's loss deadline (--loss-deadline-ms default).
 const lossBound = 30 * time.Second
+
+// TestEvidenceRowsAfterKill kills runnerd right after each durable write
+// of a command (the testhooks build's <commandType>#<k> kill point) and
+// checks that the restarted runnerd reports what the evidence table
+// (internal/runner evidence.go) says for that row and step:
+// execution_indeterminate only where the table says no evidence can
+// exist. semantic_tool.result's row is TestToolResultAfterKill; turn.start's
+// seeded kills are TestTurnStartResultAfterKill.
+func TestEvidenceRowsAfterKill(t *testing.T) {
+	completed := func(want string) func(*testing.T, prp.CommandResultPayload) {
+		return func(t *testing.T, res prp.CommandResultPayload) {
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			if want != "" {
+				require.JSONEq(t, want, string(res.Result))
+			}
+		}
+	}
+	failedWith := func(code string) func(*testing.T, prp.CommandResultPayload) {
+		return func(t *testing.T, res prp.CommandResultPayload) {
+			require.Equal(t, "failed", res.Status, string(res.Result))
+			var body struct{ Code string }
+			require.NoError(t, json.Unmarshal(res.Result, &body))
+			require.Equal(t, code, body.Code, string(res.Result))
+		}
+	}
+	closed := completed(`{"closed":true}`)
+	for _, tc := range []struct {
+		cmd     string
+		payload map[string]any
+		k       int
+		noOpen  bool
+		want    func(*testing.T, prp.CommandResultPayload)
+	}{
+		{cmd: prp.CommandSessionSnapshot, k: 1, want: completed("")},
+		{cmd: prp.CommandRunnerDrain, k: 1, want: completed("")},
+		{cmd: prp.CommandSessionClose, k: 1, want: closed},
+		{cmd: prp.CommandSessionClose, k: 2, want: closed},
+		{cmd: prp.CommandSessionClose, k: 3, want: closed},
+		{cmd: prp.CommandSessionClose, k: 4, want: closed},
+		{cmd: prp.CommandSessionClose, k: 5, want: closed},
+		{cmd: prp.CommandTurnStart, payload: map[string]any{"text": "echo k1"}, k: 1, want: failedWith("prompt_not_delivered")},
+		{cmd: prp.CommandSessionOpen, k: 1, noOpen: true, want: failedWith("execution_indeterminate")},
+	} {
+		sel := fmt.Sprintf("%s#%d", tc.cmd, tc.k)
+		t.Run(sel, func(t *testing.T) {
+			r := hookRig(t)
+			r.env = killAfterEnv(sel)
+			proc := r.start(t)
+			r.prepare(t)
+			if !tc.noOpen {
+				r.open(t)
+			}
+			payload := tc.payload
+			if payload == nil {
+				payload = map[string]any{}
+			}
+			id := r.queue(t, tc.cmd, payload)
+			waitExit(t, proc)
+			require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+			r.env = nil
+			r.start(t)
+			tc.want(t, r.result(t, id))
+			if tc.cmd == prp.CommandSessionClose {
+				require.Equal(t, 1, countType(r.events(t), prp.EventHarnessExited), "the agent's exit, once")
+			}
+			// The run goes on: a session opens and a turn completes.
+			decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			if tc.cmd != prp.CommandRunnerDrain { // draining refuses new turns
+				requireTurnWorks(t, r, "echo after-"+strings.ReplaceAll(sel, "#", "-"))
+			}
+		})
+	}
+}
