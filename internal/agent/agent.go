@@ -1233,19 +1233,15 @@ func (m *Manager) closeSession(ctx context.Context) (json.RawMessage, error) {
 	return jsonenc.MustMarshalEscaped(map[string]any{"closed": true}), nil
 }
 
-// RecoverClose settles a session.close that was in flight when runnerd
-// went away (prp.md §7.2 item 8, acp.md §3.5). A close is idempotent and
-// its effect is an end state (the agent gone, the record kept resumable
-// and closed), so recovery brings that state about and reports it: an
-// agent that already exited (its harness.exited committed, or pcwrap
-// gone) is the evidence, and one still running is stopped now, which is
-// the close's own effect finishing, never a second one. Call it after
-// Start.
-func (m *Manager) RecoverClose(ctx context.Context) (json.RawMessage, error) {
+// SettleDeadProcess waits, bounded by the resume bound, until a recorded
+// agent whose pcwrap is gone has been recorded ended (its files consumed
+// once), so a command finished after a restart (the runner's recovery of
+// an idempotent command, evidence.go) sees the agent as it really is
+// (acp.md §3.5). It returns at once for a live agent or none.
+func (m *Manager) SettleDeadProcess(ctx context.Context) {
 	t := m.cfg.Clock.NewTimer(m.cfg.ResumeBound)
+	defer t.Stop()
 	m.awaitDeadProcess(ctx, t.C())
-	t.Stop()
-	return m.CloseSession(ctx)
 }
 
 // Destroy is session.destroy: session/close if advertised, stop, discard.

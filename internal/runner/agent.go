@@ -92,27 +92,42 @@ func (a *agentExec) start(ctx context.Context) {
 }
 
 // recoverReplayed settles a command that was pending at the crash, now
-// indeterminate, when the core delivers it again, if its effect leaves
-// evidence the executor can read (recoveryOf, evidence.go); else it
-// returns res unchanged. It runs on the live connection, so the agent's
-// reader can consume what a stopping agent writes (prp.md §8.5 flow
-// control needs the core's ACKs). Its result has never been sent.
-func (a *agentExec) recoverReplayed(ctx context.Context, res state.CommandResult) (state.CommandResult, error) {
-	if res.Status != state.StatusIndeterminate || recoveryOf(res.CommandType) != recoverCloseSession {
+// indeterminate, when the core delivers it again, from what its effect
+// left (recoveryOf, evidence.go); other commands keep res. It runs on the
+// live connection, so the agent's reader can consume what a stopping
+// agent writes (prp.md §8.5 flow control needs the core's ACKs). The
+// result has never been sent.
+func (a *agentExec) recoverReplayed(ctx context.Context, cmd *prp.Command, res state.CommandResult) (state.CommandResult, error) {
+	if res.Status != state.StatusIndeterminate {
 		return res, nil
 	}
-	out, err := a.m.RecoverClose(ctx)
-	status := state.StatusCompleted
-	if err != nil {
-		status, out = state.StatusFailed, state.FailedResult(err.Error())
+	var status state.CommandStatus
+	var out json.RawMessage
+	switch rec := evidenceTable[cmd.Type]; rec.recovery {
+	case recoverFinish:
+		// Idempotent: the effect is an end state, and finishing it now
+		// cannot do it twice.
+		a.m.SettleDeadProcess(ctx)
+		var err error
+		status = state.StatusCompleted
+		if out, err = a.handlers()[cmd.Type](ctx, cmd); err != nil {
+			status, out = state.StatusFailed, state.FailedResult(err.Error())
+			if coded := commandFailure(err); coded != nil {
+				out = coded
+			}
+		}
+	case recoverNotDone:
+		status, out = state.StatusFailed, codeResult(rec.code, rec.message)
+	default:
+		return res, nil
 	}
 	var rev state.CommandResult
-	uerr := a.r.update(func(tx *state.Tx) error {
+	err := a.r.update(func(tx *state.Tx) error {
 		var err error
 		rev, err = tx.ReviseCommand(res.CommandID, status, out)
 		return err
 	})
-	return rev, uerr
+	return rev, err
 }
 
 // reviseUnstartedTurns settles each turn.start that was still pending at

@@ -23,6 +23,10 @@ func TestEvidenceTableCoversEveryCommand(t *testing.T) {
 			require.NotEmpty(t, s.write, typ)
 			require.NotEmpty(t, s.reports, typ)
 		}
+		if row.recovery == recoverNotDone {
+			require.NotEmpty(t, row.code, typ)
+			require.NotEmpty(t, row.message, typ)
+		}
 		if row.recovery == recoverOneWrite {
 			require.NotEqual(t, stepPending, row.steps[0].write, "%s: journaled with its result", typ)
 		}

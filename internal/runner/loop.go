@@ -410,7 +410,7 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 		if r.exec != nil {
 			// An effect cut by a crash whose evidence is readable now
 			// (evidence.go) is settled before its first result goes out.
-			if res, err = r.exec.recoverReplayed(ctx, res); err != nil {
+			if res, err = r.exec.recoverReplayed(ctx, cmd, res); err != nil {
 				return fmt.Errorf("recover command seq %d: %w", cmd.ControllerSeq, err)
 			}
 		}
