@@ -256,11 +256,17 @@ func TestEvidenceRowsAfterKill(t *testing.T) {
 		}
 	}
 	closed := completed(`{"closed":true}`)
+	longTurn := func(t *testing.T, r *agentRig) {
+		res := r.run(t, prp.CommandTurnStart, map[string]any{"text": "sleep 30000"})
+		require.Equal(t, "completed", res.Status, string(res.Result))
+		r.waitEvents(t, "turn.started", 1)
+	}
 	for _, tc := range []struct {
 		cmd     string
 		payload map[string]any
 		k       int
 		noOpen  bool
+		setup   func(*testing.T, *agentRig)
 		want    func(*testing.T, prp.CommandResultPayload)
 	}{
 		{cmd: prp.CommandSessionSnapshot, k: 1, want: completed("")},
@@ -271,20 +277,34 @@ func TestEvidenceRowsAfterKill(t *testing.T) {
 		{cmd: prp.CommandSessionClose, k: 4, want: closed},
 		{cmd: prp.CommandSessionClose, k: 5, want: closed},
 		{cmd: prp.CommandTurnStart, payload: map[string]any{"text": "echo k1"}, k: 1, want: failedWith("prompt_not_delivered")},
-		{cmd: prp.CommandSessionOpen, k: 1, noOpen: true, want: failedWith("execution_indeterminate")},
+		{cmd: prp.CommandSessionOpen, k: 1, noOpen: true, want: failedWith("session_open_interrupted")},
+		{cmd: prp.CommandSessionOpen, k: 2, noOpen: true, want: failedWith("session_open_interrupted")},
+		{cmd: prp.CommandRunPrepare, k: 1, noOpen: true, want: completed("")},
+		{cmd: prp.CommandTurnInterrupt, k: 1, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandTurnStop, k: 1, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandRunCancel, k: 1, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandSessionDestroy, k: 1, want: completed(`{"destroyed":true}`)},
 	} {
 		sel := fmt.Sprintf("%s#%d", tc.cmd, tc.k)
 		t.Run(sel, func(t *testing.T) {
 			r := hookRig(t)
 			r.env = killAfterEnv(sel)
 			proc := r.start(t)
-			r.prepare(t)
+			if tc.cmd != prp.CommandRunPrepare { // the kill point counts from the first run.prepare
+				r.prepare(t)
+			}
 			if !tc.noOpen {
 				r.open(t)
+			}
+			if tc.setup != nil {
+				tc.setup(t, r)
 			}
 			payload := tc.payload
 			if payload == nil {
 				payload = map[string]any{}
+			}
+			if tc.cmd == prp.CommandRunPrepare {
+				payload = map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "cwd": t.TempDir()}}
 			}
 			id := r.queue(t, tc.cmd, payload)
 			waitExit(t, proc)
@@ -294,6 +314,10 @@ func TestEvidenceRowsAfterKill(t *testing.T) {
 			tc.want(t, r.result(t, id))
 			if tc.cmd == prp.CommandSessionClose {
 				require.Equal(t, 1, countType(r.events(t), prp.EventHarnessExited), "the agent's exit, once")
+			}
+			if tc.setup != nil {
+				evs := r.waitEvents(t, "run.terminal", 1)
+				require.Equal(t, 1, countType(evs, "run.terminal"), "the cut turn ends once")
 			}
 			// The run goes on: a session opens and a turn completes.
 			decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
