@@ -327,3 +327,52 @@ func TestEvidenceRowsAfterKill(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestResolveAfterKill: runnerd is SIGKILLed right after each
+// durable write of request.resolve. After its pending marker (#1) the
+// restarted runnerd reports it failed resolve_not_delivered (the answer
+// goes out only after the write that records the result), the agent's
+// request still waits, and a new request.resolve answers it. After the
+// write that records the answer (the one holding runtime_request.resolved)
+// it reports delivered, and the staged
+// answer reaches the agent. Either way the turn completes.
+func TestRequestResolveAfterKill(t *testing.T) {
+	for k, sel := range []string{1: prp.CommandRequestResolve + "#1", 2: prp.EventRuntimeRequestResolved} {
+		if sel == "" {
+			continue
+		}
+		t.Run(sel, func(t *testing.T) {
+			r := hookRig(t)
+			r.env = killAfterEnv(sel)
+			proc := r.start(t)
+			r.prepareDescriptor(t, map[string]any{"kind": "acpx", "agent": "claude", "command": fakeacpBin(t),
+				"cwd": t.TempDir(), "permissionMode": "manual"})
+			r.open(t)
+			res := r.run(t, prp.CommandTurnStart, map[string]any{"text": "permission allow"})
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			evs := r.waitEvents(t, "runtime_request.created", 1)
+			created, _ := find(evs, "runtime_request.created")
+			reqID := field(t, created, "request").(map[string]any)["requestId"]
+			require.NotEmpty(t, reqID)
+			resolve := map[string]any{"requestId": reqID, "resolution": map[string]any{"action": "accept"}}
+			id := r.queue(t, prp.CommandRequestResolve, resolve)
+			waitExit(t, proc)
+			require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+			r.env = nil
+			r.start(t)
+
+			res = r.result(t, id)
+			if k == 1 {
+				require.Equal(t, "failed", res.Status, string(res.Result))
+				require.Contains(t, string(res.Result), `"code":"resolve_not_delivered"`)
+				res = r.run(t, prp.CommandRequestResolve, resolve)
+			}
+			require.Equal(t, "completed", res.Status, string(res.Result))
+			require.Contains(t, string(res.Result), `"delivered"`)
+			evs = r.waitEvents(t, "run.terminal", 1)
+			term, _ := find(evs, "run.terminal")
+			require.Equal(t, "completed", field(t, term, "turnTerminalState"))
+			require.Equal(t, 1, countType(evs, "runtime_request.resolved"))
+		})
+	}
+}
