@@ -102,6 +102,9 @@ type PromptDelivery struct {
 	CommandID string `json:"commandId"`
 	Seq       int64  `json:"seq"`
 	Tmp       string `json:"tmp"`
+	// Answer: the staged line is request.resolve's answer (recorded
+	// delivered), which a restart publishes if it is still staged.
+	Answer bool `json:"answer,omitempty"`
 }
 
 // OutcomeStatus is a command status an agent commit records.
@@ -462,6 +465,24 @@ func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
 		m.log.Warn("cannot tell whether the prompt was queued", "err", err)
 		out = &CommandOutcome{CommandID: pr.CommandID, Status: outcomeIndeterminate,
 			Result: codeResult(codeExecutionIndeterminate, "whether the prompt reached the agent is unknown")}
+	case loc == sessiondir.Unpublished && pr.Answer:
+		// request.resolve recorded its answer delivered: deliver it now,
+		// under the number reserved for it.
+		w, werr := sessiondir.OpenWriter(p.dir, pr.Seq, sessiondir.WriterOptions{})
+		if werr == nil {
+			_, werr = w.Publish(staged)
+		}
+		if werr != nil {
+			if w != nil {
+				_ = w.Close()
+			}
+			m.log.Warn("cannot publish the staged answer", "err", werr)
+			out = &CommandOutcome{CommandID: pr.CommandID, Status: outcomeIndeterminate,
+				Result: codeResult(codeExecutionIndeterminate, "whether the answer reached the agent is unknown")}
+			break
+		}
+		_ = p.w.Close()
+		p.w = w
 	case loc == sessiondir.Unpublished:
 		// Its number never reached the queue: the next line takes it.
 		w, werr := sessiondir.OpenWriter(p.dir, pr.Seq, sessiondir.WriterOptions{})
@@ -549,7 +570,7 @@ func (m *Manager) Shutdown(ctx context.Context) {
 // persistLocked prepares the stored record (with the live process fields)
 // and events, with outcome, as one batch. m.mu held.
 func (m *Manager) persistLocked(events []provider.Event, outcome *CommandOutcome) error {
-	return m.prepareLocked(events, nil, outcome, nil, nil)
+	return m.prepareLocked(events, nil, outcome, nil, nil, false)
 }
 
 // commitThenWriteLocked is the agent's one durability step: it prepares a
@@ -575,6 +596,10 @@ type commandEffect struct {
 	commandID string
 	result    json.RawMessage
 	prompt    []byte
+	// answer marks prompt as request.resolve's answer to an agent request
+	// rather than a turn.start prompt: a restart that finds it staged
+	// publishes it, since its result already says delivered.
+	answer bool
 }
 
 // commitThenWriteEffectLocked is commitThenWriteLocked that also records
@@ -587,18 +612,19 @@ type commandEffect struct {
 func (m *Manager) commitThenWriteEffectLocked(events []provider.Event, lines [][]byte, effect *commandEffect) error {
 	var outcome *CommandOutcome
 	var prompt []byte
+	answer := false
 	if effect != nil {
 		outcome = &CommandOutcome{CommandID: effect.commandID, Status: outcomeCompleted, Result: effect.result}
-		prompt = effect.prompt
+		prompt, answer = effect.prompt, effect.answer
 	}
-	return m.prepareLocked(events, lines, outcome, prompt, nil)
+	return m.prepareLocked(events, lines, outcome, prompt, nil, answer)
 }
 
 // prepareLocked queues one batch (commit.go): the pending batch of consumed
 // event files first, in stream order, then events, lines and prompt; a
 // lost agent gets no line. discard is a staged prompt to remove once the
 // write is durable. It never blocks. m.mu held.
-func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome *CommandOutcome, prompt []byte, discard *sessiondir.Staged) error {
+func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome *CommandOutcome, prompt []byte, discard *sessiondir.Staged, answer bool) error {
 	if err := m.commits.err(); err != nil {
 		return err
 	}
@@ -631,7 +657,7 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 		p.pending = nil
 		b.lines = lines
 		if prompt != nil {
-			b.prompt = &promptLine{commandID: outcome.CommandID, line: prompt, seq: p.nextSeq + int64(len(lines))}
+			b.prompt = &promptLine{commandID: outcome.CommandID, line: prompt, seq: p.nextSeq + int64(len(lines)), answer: answer}
 			p.nextSeq++
 		}
 		p.nextSeq += int64(len(lines))
@@ -1346,14 +1372,15 @@ func (m *Manager) resolve(commandID string, payload json.RawMessage) (json.RawMe
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	lines := [][]byte{line}
 	if a, ok := m.driverLocked().(provider.Answerer); ok {
 		a.Answer(id, o) // over its own channel, after this commit
-		lines = nil
+		line = nil
 	}
 	evs := m.mapper.RequestResolved(rr, action)
 	result := jsonenc.MustMarshalEscaped(map[string]any{"status": "delivered", "requestId": p.RequestID})
-	if err := m.commitThenWriteEffectLocked(evs, lines, &commandEffect{commandID: commandID, result: result}); err != nil {
+	// The answer is staged before the write that records it delivered, and
+	// published after: a restart between the two publishes it.
+	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: line, answer: line != nil}); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -98,8 +98,8 @@ func (a *agentExec) start(ctx context.Context) {
 // agent writes (prp.md §8.5 flow control needs the core's ACKs). The
 // result has never been sent.
 func (a *agentExec) recoverReplayed(ctx context.Context, cmd *prp.Command, res state.CommandResult) (state.CommandResult, error) {
-	if res.Status != state.StatusIndeterminate {
-		return res, nil
+	if !res.RecoveredPending() {
+		return res, nil // settled, or revised from its evidence already
 	}
 	var status state.CommandStatus
 	var out json.RawMessage

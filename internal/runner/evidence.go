@@ -126,7 +126,8 @@ var evidenceTable = map[string]evidenceRow{
 		message: "runner restarted before the answer was written; the request still waits",
 		steps: []durableStep{
 			{stepPending, reportsNotDone},
-			{"runtime_request.resolved, the answer line's reservation and the result", reportsResult},
+			{"runtime_request.resolved, the staged answer's name and reservation, and the result",
+				reportsResult + " (delivered); an answer still staged is published at restart (agent.recoverPromptLocked)"},
 		}},
 	prp.CommandSessionClose: {recovery: recoverFinish, steps: []durableStep{
 		{stepPending, reportsFinish + " (the agent is stopped): completed {closed:true}"},
