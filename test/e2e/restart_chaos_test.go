@@ -280,10 +280,18 @@ func TestEvidenceRowsAfterKill(t *testing.T) {
 		{cmd: prp.CommandSessionOpen, k: 1, noOpen: true, want: failedWith("session_open_interrupted")},
 		{cmd: prp.CommandSessionOpen, k: 2, noOpen: true, want: failedWith("session_open_interrupted")},
 		{cmd: prp.CommandRunPrepare, k: 1, noOpen: true, want: completed("")},
+		{cmd: prp.CommandRunPrepare, k: 2, noOpen: true, want: completed("")},
+		{cmd: prp.CommandTurnStart, payload: map[string]any{"text": "echo k2"}, k: 2, want: failedWith("prompt_not_delivered")},
 		{cmd: prp.CommandTurnInterrupt, k: 1, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandTurnInterrupt, k: 2, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandTurnInterrupt, k: 3, setup: longTurn, want: completed("")},
 		{cmd: prp.CommandTurnStop, k: 1, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandTurnStop, k: 2, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandTurnStop, k: 3, setup: longTurn, want: completed("")},
 		{cmd: prp.CommandRunCancel, k: 1, setup: longTurn, want: completed("")},
+		{cmd: prp.CommandRunCancel, k: 2, setup: longTurn, want: completed("")},
 		{cmd: prp.CommandSessionDestroy, k: 1, want: completed(`{"destroyed":true}`)},
+		{cmd: prp.CommandSessionDestroy, k: 2, want: completed(`{"destroyed":true}`)},
 	} {
 		sel := fmt.Sprintf("%s#%d", tc.cmd, tc.k)
 		t.Run(sel, func(t *testing.T) {
