@@ -103,6 +103,9 @@ type PromptDelivery struct {
 	CommandID string `json:"commandId"`
 	Seq       int64  `json:"seq"`
 	Tmp       string `json:"tmp"`
+	// Answer: the staged line is request.resolve's answer (recorded
+	// delivered), which a restart publishes if it is still staged.
+	Answer bool `json:"answer,omitempty"`
 }
 
 // OutcomeStatus is a command status an agent commit records.
@@ -348,6 +351,12 @@ func NewManager(cfg Config, st Stored) *Manager {
 	if cfg.MetricInterval > 0 && cfg.Sampler == nil {
 		cfg.Sampler = sandbox.NewSampler() // runnerd's cgroup as it is at start (§9)
 	}
+	if st.Tools != nil {
+		// The runner revises the results of answers a crash may have cut
+		// off, in its own write (runner reviseUnanswered); the Manager's
+		// copy only forgets the marks.
+		st.Tools.Unanswered()
+	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.commits = newCommitter(m)
@@ -434,6 +443,10 @@ func (m *Manager) startLocked() error {
 	}
 	live := wrapperAlive(dir)
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", live)
+	// A dead pcwrap's files are consumed exactly once, then the agent is
+	// recorded gone; a session runnerd had closed ends as a stop, not a loss.
+	p.deadAtAdoption = !live
+	p.stopping = m.st.Closed
 	if a, ok := m.driverLocked().(provider.Adopter); ok {
 		a.Adopt() // a driver with a channel beside stdio reopens it
 	}
@@ -477,6 +490,24 @@ func (m *Manager) recoverPromptLocked(p *process, pr PromptDelivery) error {
 		m.log.Warn("cannot tell whether the prompt was queued", "err", err)
 		out = &CommandOutcome{CommandID: pr.CommandID, Status: outcomeIndeterminate,
 			Result: codeResult(codeExecutionIndeterminate, "whether the prompt reached the agent is unknown")}
+	case loc == sessiondir.Unpublished && pr.Answer:
+		// request.resolve recorded its answer delivered: deliver it now,
+		// under the number reserved for it.
+		w, werr := sessiondir.OpenWriter(p.dir, pr.Seq, sessiondir.WriterOptions{})
+		if werr == nil {
+			_, werr = w.Publish(staged)
+		}
+		if werr != nil {
+			if w != nil {
+				_ = w.Close()
+			}
+			m.log.Warn("cannot publish the staged answer", "err", werr)
+			out = &CommandOutcome{CommandID: pr.CommandID, Status: outcomeIndeterminate,
+				Result: codeResult(codeExecutionIndeterminate, "whether the answer reached the agent is unknown")}
+			break
+		}
+		_ = p.w.Close()
+		p.w = w
 	case loc == sessiondir.Unpublished:
 		// Its number never reached the queue: the next line takes it.
 		w, werr := sessiondir.OpenWriter(p.dir, pr.Seq, sessiondir.WriterOptions{})
@@ -564,7 +595,7 @@ func (m *Manager) Shutdown(ctx context.Context) {
 // persistLocked prepares the stored record (with the live process fields)
 // and events, with outcome, as one batch. m.mu held.
 func (m *Manager) persistLocked(events []provider.Event, outcome *CommandOutcome) error {
-	return m.prepareLocked(events, nil, outcome, nil, nil)
+	return m.prepareLocked(events, nil, outcome, nil, nil, false)
 }
 
 // commitThenWriteLocked is the agent's one durability step: it prepares a
@@ -590,6 +621,10 @@ type commandEffect struct {
 	commandID string
 	result    json.RawMessage
 	prompt    []byte
+	// answer marks prompt as request.resolve's answer to an agent request
+	// rather than a turn.start prompt: a restart that finds it staged
+	// publishes it, since its result already says delivered.
+	answer bool
 }
 
 // commitThenWriteEffectLocked is commitThenWriteLocked that also records
@@ -602,18 +637,19 @@ type commandEffect struct {
 func (m *Manager) commitThenWriteEffectLocked(events []provider.Event, lines [][]byte, effect *commandEffect) error {
 	var outcome *CommandOutcome
 	var prompt []byte
+	answer := false
 	if effect != nil {
 		outcome = &CommandOutcome{CommandID: effect.commandID, Status: outcomeCompleted, Result: effect.result}
-		prompt = effect.prompt
+		prompt, answer = effect.prompt, effect.answer
 	}
-	return m.prepareLocked(events, lines, outcome, prompt, nil)
+	return m.prepareLocked(events, lines, outcome, prompt, nil, answer)
 }
 
 // prepareLocked queues one batch (commit.go): the pending batch of consumed
 // event files first, in stream order, then events, lines and prompt; a
 // lost agent gets no line. discard is a staged prompt to remove once the
 // write is durable. It never blocks. m.mu held.
-func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome *CommandOutcome, prompt []byte, discard *sessiondir.Staged) error {
+func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome *CommandOutcome, prompt []byte, discard *sessiondir.Staged, answer bool) error {
 	if err := m.commits.err(); err != nil {
 		return err
 	}
@@ -646,7 +682,7 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 		p.pending = nil
 		b.lines = lines
 		if prompt != nil {
-			b.prompt = &promptLine{commandID: outcome.CommandID, line: prompt, seq: p.nextSeq + int64(len(lines))}
+			b.prompt = &promptLine{commandID: outcome.CommandID, line: prompt, seq: p.nextSeq + int64(len(lines)), answer: answer}
 			p.nextSeq++
 		}
 		p.nextSeq += int64(len(lines))
@@ -849,8 +885,15 @@ func (m *Manager) openSession(ctx context.Context, commandID string) (json.RawMe
 		m.mu.Unlock()
 		return nil, failed("run.prepare has not bound a provider")
 	}
+	m.mu.Unlock()
+	// A process whose pcwrap is gone is never adopted: its reader records
+	// it ended first (acp.md §3.5, §4.1).
+	adoptBound := m.cfg.Clock.NewTimer(m.cfg.ResumeBound)
+	m.awaitDeadProcess(ctx, adoptBound.C())
+	adoptBound.Stop()
+	m.mu.Lock()
 	// 1. Adopt.
-	if p := m.proc; p != nil && !p.lost && m.cl != nil && m.cl.Record().ACPSessionID != "" {
+	if p := m.proc; p != nil && !p.lost && !p.deadAtAdoption && m.cl != nil && m.cl.Record().ACPSessionID != "" {
 		rec := m.cl.Record()
 		evs := m.mapper.SessionAdopted(rec, provider.Descriptor{Agent: b.Agent, ProviderVersion: b.ProviderVersion})
 		m.st.Closed = false
@@ -1275,6 +1318,17 @@ func (m *Manager) closeSession(ctx context.Context) (json.RawMessage, error) {
 	return jsonenc.MustMarshalEscaped(map[string]any{"closed": true}), nil
 }
 
+// SettleDeadProcess waits, bounded by the resume bound, until a recorded
+// agent whose pcwrap is gone has been recorded ended (its files consumed
+// once), so a command finished after a restart (the runner's recovery of
+// an idempotent command, evidence.go) sees the agent as it really is
+// (acp.md §3.5). It returns at once for a live agent or none.
+func (m *Manager) SettleDeadProcess(ctx context.Context) {
+	t := m.cfg.Clock.NewTimer(m.cfg.ResumeBound)
+	defer t.Stop()
+	m.awaitDeadProcess(ctx, t.C())
+}
+
 // Destroy is session.destroy: session/close if advertised, stop, discard.
 // It returns once what it changed is durable (Sync).
 func (m *Manager) Destroy(ctx context.Context) (json.RawMessage, error) {
@@ -1377,14 +1431,15 @@ func (m *Manager) resolve(commandID string, payload json.RawMessage) (json.RawMe
 	if err != nil {
 		return nil, failed("no agent request is pending under that requestId")
 	}
-	lines := [][]byte{line}
 	if a, ok := m.driverLocked().(provider.Answerer); ok {
 		a.Answer(id, o) // over its own channel, after this commit
-		lines = nil
+		line = nil
 	}
 	evs := m.mapper.RequestResolved(rr, action)
 	result := jsonenc.MustMarshalEscaped(map[string]any{"status": "delivered", "requestId": p.RequestID})
-	if err := m.commitThenWriteEffectLocked(evs, lines, &commandEffect{commandID: commandID, result: result}); err != nil {
+	// The answer is staged before the write that records it delivered, and
+	// published after: a restart between the two publishes it.
+	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: line, answer: line != nil}); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -66,6 +66,7 @@ type promptLine struct {
 	commandID string
 	line      []byte
 	seq       int64
+	answer    bool // request.resolve's answer (PromptDelivery.Answer)
 }
 
 // committer makes the agent's batches durable one at a time, one durable
@@ -342,7 +343,7 @@ func (c *committer) writeFailed(b *batch, err error, staged *sessiondir.Staged) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p.nextSeq = p.w.Next() // the lines never written are not reserved
-	if m.prepareLocked(m.lostLocked(p, provider.LossWriteError), nil, nil, nil, staged) == nil {
+	if m.prepareLocked(m.lostLocked(p, provider.LossWriteError), nil, nil, nil, staged, false) == nil {
 		b.next = c.newest()
 	}
 }
@@ -364,7 +365,7 @@ func (b *batch) recordPrompt(staged sessiondir.Staged) error {
 	if err := json.Unmarshal(b.record, &st); err != nil {
 		return fmt.Errorf("record the staged prompt: %w", err)
 	}
-	st.Prompt = &PromptDelivery{CommandID: b.prompt.commandID, Seq: staged.Seq, Tmp: staged.Tmp}
+	st.Prompt = &PromptDelivery{CommandID: b.prompt.commandID, Seq: staged.Seq, Tmp: staged.Tmp, Answer: b.prompt.answer}
 	record, err := jsonenc.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("record the staged prompt: %w", err)

@@ -85,11 +85,15 @@ type process struct {
 	nextSeq int64
 
 	lost, stopping, quiet bool
-	frameExceeded         bool // the agent wrote a stdout line over provider.MaxLineBytes
-	exitSeen              bool
-	exitCode              *int
-	signal                string
-	tail                  provider.StderrTail
+	// deadAtAdoption: a restart found pcwrap already gone; the reader
+	// consumes what it left and ends the process at once, and nothing
+	// adopts it as a live agent (acp.md §3.5).
+	deadAtAdoption bool
+	frameExceeded  bool // the agent wrote a stdout line over provider.MaxLineBytes
+	exitSeen       bool
+	exitCode       *int
+	signal         string
+	tail           provider.StderrTail
 
 	endOnce    sync.Once
 	ended      chan struct{} // the agent is gone (exit frame or loss)
@@ -215,6 +219,12 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 			}
 			break
 		}
+		if m.isDeadAtAdoption(p) {
+			// No poll period to wait for: pcwrap was gone before this
+			// runnerd started.
+			m.wrapperGone(p, r, deliver)
+			continue
+		}
 		select {
 		case <-ctx.Done():
 		case _, ok := <-wake:
@@ -223,16 +233,7 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 			}
 		case <-tick.C():
 			if !p.alive() {
-				// pcwrap is gone: take what it left, then it is a loss
-				// unless its exit frame was among them.
-				_, _ = r.Cycle(deliver)
-				if !m.isEnded(p) && !m.isStopping(p) {
-					m.loseAndCommit(p, provider.LossTransportClosed)
-				}
-				m.mu.Lock()
-				p.lost = true
-				p.end()
-				m.mu.Unlock()
+				m.wrapperGone(p, r, deliver)
 			}
 		case <-p.pcwrapDone:
 		}
@@ -241,6 +242,44 @@ func (m *Manager) readLoop(ctx context.Context, p *process, fs *sessiondir.DirFS
 		return // runnerd is going away: the agent stays for re-adoption
 	}
 	m.finishProcess(p)
+}
+
+// wrapperGone ends a process whose pcwrap no longer runs: take the files
+// it left, then it is a loss unless its exit frame was among them or
+// runnerd was stopping it.
+func (m *Manager) wrapperGone(p *process, r *sessiondir.EventReader, deliver func(sessiondir.Event) error) {
+	_, _ = r.Cycle(deliver)
+	if !m.isEnded(p) && !m.isStopping(p) {
+		m.loseAndCommit(p, provider.LossTransportClosed)
+	}
+	m.mu.Lock()
+	p.lost = true
+	p.end()
+	m.mu.Unlock()
+}
+
+func (m *Manager) isDeadAtAdoption(p *process) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return p.deadAtAdoption
+}
+
+// awaitDeadProcess waits, bounded by deadline and ctx, until the reader of
+// a process whose pcwrap is gone has consumed what it left and recorded
+// the agent ended, so a command never takes a dead agent for a live one
+// (acp.md §3.5). It returns at once for a live process or none.
+func (m *Manager) awaitDeadProcess(ctx context.Context, deadline <-chan time.Time) {
+	m.mu.Lock()
+	p := m.proc
+	m.mu.Unlock()
+	if p == nil || p.alive() {
+		return
+	}
+	select {
+	case <-p.readerDone:
+	case <-deadline:
+	case <-ctx.Done():
+	}
 }
 
 func (m *Manager) isLost(p *process) bool {

@@ -144,7 +144,7 @@ func (m *Manager) answerQuestionLocked(commandID string, id json.RawMessage, req
 	}
 	evs := m.mapper.RequestResolved(provider.RuntimeRequestOf(req), action)
 	result, _ := json.Marshal(map[string]any{"status": "delivered", "requestId": p.RequestID})
-	if err := m.commitThenWriteEffectLocked(evs, [][]byte{line}, &commandEffect{commandID: commandID, result: result}); err != nil {
+	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result, prompt: line, answer: true}); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -542,7 +542,11 @@ func (m *Manager) toolResult(commandID string, payload json.RawMessage) (json.Ra
 		w = m.tools.waiters[c.CallID]
 		delete(m.tools.waiters, c.CallID)
 		answer = toolAnswer{res: m.answerLocked(c, o), taken: &o, call: *c}
-		tb.Settle(c.CallID, o)
+		// Durably the result stays recorded for a repeated call until the
+		// runner's write of the command's final result (settled, in
+		// runner); in memory the call is settled once this batch is
+		// prepared.
+		tb.Answering(c.CallID, commandID, o)
 	} else {
 		tb.Record(c.CallID, o)
 	}
@@ -562,5 +566,16 @@ func (m *Manager) toolResult(commandID string, payload json.RawMessage) (json.Ra
 	if err := m.commitThenWriteEffectLocked(evs, nil, &commandEffect{commandID: commandID, result: result}); err != nil {
 		return nil, err
 	}
+	if w != nil {
+		tb.Settle(c.CallID, o)
+	}
 	return result, nil
+}
+
+// SettleAnswer drops the crash mark of the tool calls commandID answered:
+// call it in the write that records the command's result after the
+// executor returned, once the answer was handed to the agent. It reports
+// whether st changed.
+func (st *Stored) SettleAnswer(commandID string) bool {
+	return st.Tools != nil && st.Tools.SettleAnswered(commandID)
 }

@@ -87,9 +87,51 @@ func (a *agentExec) start(ctx context.Context) {
 	if err := a.reviseUnstartedTurns(); err != nil {
 		a.r.log.Error("revise interrupted turn.start", "err", err)
 	}
+	if err := a.reviseUnanswered(); err != nil {
+		a.r.log.Error("revise cut-off tool answers", "err", err)
+	}
 	if err := a.m.Start(); err != nil {
 		a.r.log.Error("re-adopt agent", "err", err)
 	}
+}
+
+// recoverReplayed settles a command that was pending at the crash, now
+// indeterminate, when the core delivers it again, from what its effect
+// left (recoveryOf, evidence.go); other commands keep res. It runs on the
+// live connection, so the agent's reader can consume what a stopping
+// agent writes (prp.md §8.5 flow control needs the core's ACKs). The
+// result has never been sent.
+func (a *agentExec) recoverReplayed(ctx context.Context, cmd *prp.Command, res state.CommandResult) (state.CommandResult, error) {
+	if !res.RecoveredPending() {
+		return res, nil // settled, or revised from its evidence already
+	}
+	var status state.CommandStatus
+	var out json.RawMessage
+	switch rec := evidenceTable[cmd.Type]; rec.recovery {
+	case recoverFinish:
+		// Idempotent: the effect is an end state, and finishing it now
+		// cannot do it twice.
+		a.m.SettleDeadProcess(ctx)
+		var err error
+		status = state.StatusCompleted
+		if out, err = a.handlers()[cmd.Type](ctx, cmd); err != nil {
+			status, out = state.StatusFailed, state.FailedResult(err.Error())
+			if coded := commandFailure(err); coded != nil {
+				out = coded
+			}
+		}
+	case recoverNotDone:
+		status, out = state.StatusFailed, codeResult(rec.code, rec.message)
+	default:
+		return res, nil
+	}
+	var rev state.CommandResult
+	err := a.r.update(func(tx *state.Tx) error {
+		var err error
+		rev, err = tx.ReviseCommand(res.CommandID, status, out)
+		return err
+	})
+	return rev, err
 }
 
 // reviseUnstartedTurns settles each turn.start that was still pending at
@@ -107,7 +149,7 @@ func (a *agentExec) reviseUnstartedTurns() error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return a.r.store.Update(func(tx *state.Tx) error {
+	return a.r.update(func(tx *state.Tx) error {
 		for _, id := range ids {
 			if prev, ok := tx.RecordedResult(id); !ok || prev.Status != state.StatusIndeterminate {
 				continue // already revised by an earlier life
@@ -118,6 +160,36 @@ func (a *agentExec) reviseUnstartedTurns() error {
 			}
 		}
 		return nil
+	})
+}
+
+// reviseUnanswered settles each semantic_tool.result whose answer to the
+// waiting agent a crash may have cut off: its one write recorded the
+// result as delivered and kept it on the call, and the write that would
+// have confirmed the hand-over never came. The result is recorded, not
+// known delivered: {status: detached, callId}, and the agent's repeated
+// call takes it (tools.md §3 items 1, 5, 8). The marks are dropped in the
+// same write. Nothing has sent these results yet: a result goes out only
+// after that confirming write.
+func (a *agentExec) reviseUnanswered() error {
+	var st agent.Stored
+	if ok, err := a.r.store.Record(agentRecord, &st); err != nil || !ok || st.Tools == nil {
+		return err
+	}
+	cut := st.Tools.Unanswered()
+	if len(cut) == 0 {
+		return nil
+	}
+	return a.r.update(func(tx *state.Tx) error {
+		for commandID, callID := range cut {
+			if prev, ok := tx.RecordedResult(commandID); !ok || prev.Status != state.StatusCompleted {
+				continue
+			}
+			if _, err := tx.ReviseCommand(commandID, state.StatusCompleted, toolcall.StatusResult("detached", callID)); err != nil {
+				return err
+			}
+		}
+		return tx.SetRecord(agentRecord, st)
 	})
 }
 
@@ -147,7 +219,11 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 		}
 		if out != nil {
 			// The result rides with the evidence of its effect (prp.md
-			// §7.2 item 8); it has not been sent.
+			// §7.2 item 8); it has not been sent. A one-write command is
+			// journaled here too.
+			if err := a.r.journalDeferred(tx, out.CommandID); err != nil {
+				return err
+			}
 			if _, err := tx.ReviseCommand(out.CommandID, state.CommandStatus(out.Status), out.Result); err != nil {
 				return err
 			}
@@ -166,6 +242,7 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 	if err != nil {
 		return err
 	}
+	hookDurableWrite(eventTypes(events))
 	a.r.flush()
 	return nil
 }
@@ -188,6 +265,15 @@ func (a *agentExec) refuseTooLarge(tx *state.Tx, e state.Event) error {
 // workspaceEventPrefix starts the workspace event types (workspace.md §1).
 const workspaceEventPrefix = "workspace."
 
+// eventTypes lists the types of events, for the kill-point hook.
+func eventTypes(events []state.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.Type
+	}
+	return out
+}
+
 // settled runs in the write that records commandID's result after its
 // handler returned: the agent's proof of a staged prompt is dropped.
 func (a *agentExec) settled(tx *state.Tx, commandID string) error {
@@ -195,7 +281,8 @@ func (a *agentExec) settled(tx *state.Tx, commandID string) error {
 	if ok, err := tx.Record(agentRecord, &st); err != nil || !ok {
 		return err
 	}
-	if !st.SettlePrompt(commandID) {
+	prompt := st.SettlePrompt(commandID)
+	if !st.SettleAnswer(commandID) && !prompt {
 		return nil
 	}
 	return tx.SetRecord(agentRecord, st)

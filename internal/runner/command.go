@@ -145,7 +145,7 @@ func (r *loop) executeTerminal(_ context.Context, cmd *prp.Command) (state.Comma
 	if l == state.Suspended {
 		evt = prp.EventRunnerSuspended
 	}
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		var err error
 		if res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted, jsonenc.MustMarshal(map[string]any{"lifecycle": l})); err != nil {
 			return err
@@ -159,23 +159,32 @@ func (r *loop) executeTerminal(_ context.Context, cmd *prp.Command) (state.Comma
 	return res, err
 }
 
-// executeDrain is runner.drain. The effect and the result are separate
-// writes, like any executor effect: a crash between them leaves the fact
-// and an indeterminate command, never a second effect.
-func (r *loop) executeDrain(ctx context.Context, cmd *prp.Command) (state.CommandResult, error) {
-	err := r.store.Update(func(tx *state.Tx) error {
+// executeDrain is runner.drain: its journal entry, the lifecycle, the
+// fact and the result in one write (a one-write command, evidence.go), so
+// a crash never leaves it indeterminate: before that write nothing
+// happened and the core delivers it again.
+func (r *loop) executeDrain(_ context.Context, cmd *prp.Command) (state.CommandResult, error) {
+	var res state.CommandResult
+	err := r.update(func(tx *state.Tx) error {
+		if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+			return err
+		}
 		if err := tx.SetLifecycle(state.Draining); err != nil {
 			return err
 		}
-		_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDraining, Priority: state.P0, Payload: commandFact(cmd)})
+		if _, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDraining, Priority: state.P0, Payload: commandFact(cmd)}); err != nil {
+			return err
+		}
+		var err error
+		res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted,
+			jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
 		return err
 	})
 	if err != nil {
 		return state.CommandResult{}, err
 	}
 	r.flush()
-	return r.finishCommand(cmd, state.StatusCompleted,
-		jsonenc.MustMarshal(map[string]any{"lifecycle": state.Draining, "retainedEventsDrained": true}))
+	return res, nil
 }
 
 // executeSnapshot is session.snapshot: the active provider turn and
@@ -201,7 +210,10 @@ func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.Com
 	out, herr := r.handlers[cmd.Type](ctx, cmd)
 	switch {
 	case errors.Is(herr, errCommandNotImplemented):
-		err = r.store.Update(func(tx *state.Tx) error {
+		err = r.update(func(tx *state.Tx) error {
+			if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+				return err
+			}
 			var err error
 			res, err = tx.RejectCommand(cmd.CommandID, codeCommandNotImplemented, notImplemented(cmd.Type))
 			return err
@@ -209,7 +221,10 @@ func (r *loop) executeProvider(ctx context.Context, cmd *prp.Command) (state.Com
 	case rejectedByAgent(herr) != nil:
 		// Refused before any effect (e.g. session_not_open, tools.md §7).
 		ce := rejectedByAgent(herr)
-		err = r.store.Update(func(tx *state.Tx) error {
+		err = r.update(func(tx *state.Tx) error {
+			if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+				return err
+			}
 			var err error
 			res, err = tx.RejectCommand(cmd.CommandID, ce.Code, ce.Message)
 			return err
@@ -241,7 +256,10 @@ func warmAttachReady(providerIdle bool, sum state.Summary) bool {
 
 func (r *loop) finishCommand(cmd *prp.Command, status state.CommandStatus, result json.RawMessage) (state.CommandResult, error) {
 	var res state.CommandResult
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
+		if err := r.journalDeferred(tx, cmd.CommandID); err != nil {
+			return err
+		}
 		var err error
 		if prev, ok := tx.RecordedResult(cmd.CommandID); ok && prev.Status != state.StatusPending {
 			// The effect recorded a result with its durable evidence

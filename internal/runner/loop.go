@@ -65,6 +65,12 @@ type loop struct {
 	exec     *agentExec // the ACP executor; nil in loop-only tests
 	execStop sync.Once
 
+	// deferred is the one-write command being executed (recoverOneWrite):
+	// admitted without a write of its own, journaled by the write that
+	// records its result (journalDeferred), which may be the agent
+	// committer's. Set and cleared by the command routine.
+	deferred atomic.Pointer[prp.Command]
+
 	// lostAt is when the current outage began (r.clk, Unix nanoseconds),
 	// 0 while connected or before the first loss of this process: written
 	// by OnLost on the client's supervisor, read by the command routine.
@@ -255,7 +261,7 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 	}
 	fenced := r.store.PendingTerminalDelivery() != nil
 	// One write for the connection's facts (each write is two fsyncs).
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		if err := tx.SetProtocolVersion(v); err != nil {
 			return err
 		}
@@ -360,8 +366,9 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("protocol error: %w", err)
 	}
+	hookCommandReceived(cmd.Type)
 	var adm state.Admission
-	err = r.store.Update(func(tx *state.Tx) error {
+	err = r.update(func(tx *state.Tx) error {
 		var err error
 		if adm, err = tx.BeginCommand(cmd); err != nil || adm.Disposition != state.Execute {
 			return err
@@ -373,8 +380,16 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 			adm = state.Admission{Disposition: state.Reject, Result: res}
 			return err
 		}
+		if recoveryOf(cmd.Type) == recoverOneWrite {
+			return errAdmissionDeferred // nothing is written now
+		}
 		return nil
 	})
+	if errors.Is(err, errAdmissionDeferred) {
+		err = nil
+		r.deferred.Store(cmd)
+		defer r.deferred.Store(nil)
+	}
 	if err != nil {
 		return fmt.Errorf("admit command seq %d: %w", cmd.ControllerSeq, err)
 	}
@@ -394,6 +409,13 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 			// goes out when its wait ends, or already went with its receipt.
 			r.warm.resendPrepared(r.send, cmd.CommandID)
 			return nil
+		}
+		if r.exec != nil {
+			// An effect cut by a crash whose evidence is readable now
+			// (evidence.go) is settled before its first result goes out.
+			if res, err = r.exec.recoverReplayed(ctx, cmd, res); err != nil {
+				return fmt.Errorf("recover command seq %d: %w", cmd.ControllerSeq, err)
+			}
 		}
 		r.log.Info("replaying recorded command result", "commandId", cmd.CommandID, "status", string(res.Status))
 	}
@@ -418,7 +440,7 @@ func (r *loop) flush() {
 
 // emit commits events to the outbox in one durable write, then sends them.
 func (r *loop) emit(ctx context.Context, events ...state.Event) error {
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		for _, e := range events {
 			if _, err := tx.Enqueue(e); err != nil {
 				return err
@@ -447,7 +469,7 @@ func (r *loop) reportBound(ctx context.Context, cause error) {
 	if !r.send.reportBound(code) {
 		return
 	}
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		_, err := tx.Enqueue(state.Event{Type: prp.EventRunnerDiagnostic, Priority: state.P0,
 			Payload: jsonenc.MustMarshal(map[string]string{"reasonCode": code})})
 		return err
@@ -520,7 +542,7 @@ func (r *loop) checkTerminal() {
 	if !ok {
 		return
 	}
-	if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTerminalFence(); return nil }); err != nil {
+	if err := r.update(func(tx *state.Tx) error { tx.ClearTerminalFence(); return nil }); err != nil {
 		r.finish(config.NewError(config.CodeRunnerFailed, "clear terminal fence", err))
 		return
 	}

@@ -242,7 +242,7 @@ func (r *loop) exitFor(ctx context.Context, err error) error {
 		return stop
 	}
 	record := func(code config.Code) {
-		uerr := r.store.Update(func(tx *state.Tx) error {
+		uerr := r.update(func(tx *state.Tx) error {
 			tx.SetRecoverableFailure(string(code))
 			return tx.SetLifecycle(state.RecoverableFailure)
 		})
@@ -260,7 +260,7 @@ func (r *loop) exitFor(ctx context.Context, err error) error {
 		if !errors.As(err, &rev) {
 			return config.NewError(config.CodeRunnerFailed, "revoke without its epoch", err)
 		}
-		uerr := r.store.Update(func(tx *state.Tx) error {
+		uerr := r.update(func(tx *state.Tx) error {
 			return tx.Revoke(uint64(max(rev.Epoch, 0)), uint64(max(rev.LeaseEpoch, 0)))
 		})
 		switch {

@@ -250,7 +250,7 @@ func (r *loop) lifecycleCheck(ctx context.Context) {
 	case sum.TurnEnded:
 		// Warm: the turn's end starts the idle clock; nothing more to do.
 		r.touch()
-		if err := r.store.Update(func(tx *state.Tx) error { tx.ClearTurnEnded(); return nil }); err != nil {
+		if err := r.update(func(tx *state.Tx) error { tx.ClearTurnEnded(); return nil }); err != nil {
 			r.finish(config.NewError(config.CodeRunnerFailed, "record turn end", err))
 			return
 		}
@@ -273,7 +273,7 @@ func (r *loop) beginSuspend(ctx context.Context, reason string) {
 	if r.term.ending() || !r.susp.begin() {
 		return
 	}
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		tx.ClearTurnEnded()
 		if tx.Lifecycle() == state.Suspending {
 			return nil
@@ -314,7 +314,7 @@ func (r *loop) checkSuspend() {
 		r.checkSuspend()
 		return
 	}
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		tx.ClearTurnEnded()
 		return tx.SetLifecycle(state.Suspended)
 	})

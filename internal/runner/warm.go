@@ -198,7 +198,7 @@ func (r *loop) checkListen(conn prp.AuthorityConnection, runID string) string {
 func (r *loop) rejectAttach(cmd *prp.Command, code, msg string) error {
 	r.log.Warn("run.attach refused", "commandId", cmd.CommandID, "code", code, "message", msg)
 	var res state.CommandResult
-	err := r.store.Update(func(tx *state.Tx) error {
+	err := r.update(func(tx *state.Tx) error {
 		var err error
 		res, err = tx.RejectCommand(cmd.CommandID, code, msg)
 		return err
@@ -273,7 +273,7 @@ func (r *loop) tryPrepare() error {
 	}
 	var receipt prp.WarmTransition
 	var res state.CommandResult
-	err = r.store.Update(func(tx *state.Tx) error {
+	err = r.update(func(tx *state.Tx) error {
 		var err error
 		res, err = tx.FinishCommand(cmd.CommandID, state.StatusCompleted,
 			jsonenc.MustMarshal(map[string]any{"attached": true, "runId": next.Identity.RunID}))
@@ -369,7 +369,7 @@ func (r *loop) warmResultAck(p prp.CommandResultAckPayload) (bool, error) {
 	warmKillPoint(killAcked)
 	// Nothing of the new identity may reach the old connection.
 	r.send.detach()
-	if err := r.store.Update(func(tx *state.Tx) error { return tx.ActivateWarmTransition(p.WarmTransition) }); err != nil {
+	if err := r.update(func(tx *state.Tx) error { return tx.ActivateWarmTransition(p.WarmTransition) }); err != nil {
 		return true, fmt.Errorf("activate warm transition: %w", err)
 	}
 	warmKillPoint(killActivating)
@@ -424,7 +424,7 @@ func (r *loop) warmActivatedAck(ctx context.Context, c *prp.Conn, env *prp.Envel
 	}
 	w.activating, w.activation, w.welcome = nil, nil, nil
 	w.mu.Unlock()
-	if err := r.store.Update(func(tx *state.Tx) error { return tx.CompleteWarmTransition(rcpt.TransitionID) }); err != nil {
+	if err := r.update(func(tx *state.Tx) error { return tx.CompleteWarmTransition(rcpt.TransitionID) }); err != nil {
 		return fmt.Errorf("complete warm transition: %w", err)
 	}
 	r.client.EndWarmActivation()

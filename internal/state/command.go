@@ -224,6 +224,17 @@ func (tx *Tx) failCommand(commandID, message string) (CommandResult, error) {
 	return tx.FinishCommand(commandID, StatusFailed, FailedResult(message))
 }
 
+// msgRecoveredPending is the message of a pending entry that restart
+// recovery made indeterminate.
+const msgRecoveredPending = "runner recovered after journaling this command; it will not execute twice"
+
+// RecoveredPending reports whether r is a pending entry that restart
+// recovery made indeterminate (no executor has revised it from its
+// evidence since).
+func (r CommandResult) RecoveredPending() bool {
+	return r.Status == StatusIndeterminate && string(r.Result) == string(codeResult(CodeExecutionIndeterminate, msgRecoveredPending))
+}
+
 // reconcilePending rewrites pending entries to indeterminate (prp.md §7.2
 // step 7) and returns them.
 func (st *State) reconcilePending() []CommandResult {
@@ -231,7 +242,7 @@ func (st *State) reconcilePending() []CommandResult {
 	for id, r := range st.ProcessedCommands {
 		if r.Status == StatusPending {
 			r.Status = StatusIndeterminate
-			r.Result = codeResult(CodeExecutionIndeterminate, "runner recovered after journaling this command; it will not execute twice")
+			r.Result = codeResult(CodeExecutionIndeterminate, msgRecoveredPending)
 			st.ProcessedCommands[id] = r
 			out = append(out, r)
 		}

@@ -99,6 +99,13 @@ type Call struct {
 	State  state    `json:"state"`
 	// Recorded is the result of a detached call until a re-call takes it.
 	Recorded *Outcome `json:"recorded,omitempty"`
+	// AnsweredBy is the semantic_tool.result command whose answer was
+	// being handed to the waiting agent request when this was written: in
+	// memory the call is settled, on disk it stays detached with its
+	// result recorded until the write that records the command's final
+	// result, so a crash in between leaves the answer for the agent's
+	// repeated call (tools.md §3 items 1, 8).
+	AnsweredBy string `json:"answeredBy,omitempty"`
 	// Input is the canonical input of a paperclip_finish/paperclip_block
 	// call: the turn's semantic result once the server accepts it
 	// (tools.md §4). Catalog calls keep only the digest.
@@ -284,6 +291,46 @@ func (t *Table) Record(callID string, o Outcome) {
 	}
 }
 
+// Answering keeps o as the recorded result of callID while commandID
+// hands it to the waiting agent request: durably the call stays detached
+// with its result until SettleAnswered (see Call.AnsweredBy).
+func (t *Table) Answering(callID, commandID string, o Outcome) {
+	if c := t.Find(callID); c != nil {
+		c.State, c.Recorded, c.AnsweredBy = detached, &o, commandID
+	}
+}
+
+// SettleAnswered settles the calls commandID answered. It reports whether
+// t changed.
+func (t *Table) SettleAnswered(commandID string) bool {
+	changed := false
+	for _, c := range append([]*Call(nil), t.Calls...) {
+		if c.AnsweredBy == commandID && c.Recorded != nil {
+			t.Settle(c.CallID, *c.Recorded)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// Unanswered lists, by command id, the calls whose answer a crash may
+// have cut off (Answering without SettleAnswered), and forgets that
+// mark: they stay detached with their result for a repeated call.
+func (t *Table) Unanswered() map[string]string {
+	var out map[string]string
+	for _, c := range t.Calls {
+		if c.AnsweredBy == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[c.AnsweredBy] = c.CallID
+		c.AnsweredBy = ""
+	}
+	return out
+}
+
 // Drop forgets an unsettled call that never became durable.
 func (t *Table) Drop(callID string) {
 	for i, c := range t.Calls {
@@ -304,9 +351,10 @@ func (t *Table) Restore(c Call, o Outcome) {
 			break
 		}
 	}
-	if t.Find(c.CallID) != nil {
+	if x := t.Find(c.CallID); x != nil {
+		x.AnsweredBy = "" // its answer never reached the agent
 		return
 	}
-	c.State, c.Recorded = detached, &o
+	c.State, c.Recorded, c.AnsweredBy = detached, &o, ""
 	t.Calls = append(t.Calls, &c)
 }

@@ -233,3 +233,32 @@ func FuzzDecodeResultCommand(f *testing.F) {
 		}
 	})
 }
+
+// TestAnsweringSurvivesACrash: a delivered result is kept on its call,
+// detached, until the write that settles it; a crash in between leaves it
+// for the agent's repeated call (Reattachable, then the recorded result),
+// and Unanswered names the command whose answer was cut off, once.
+func TestAnsweringSurvivesACrash(t *testing.T) {
+	o := Outcome{Result: json.RawMessage(`{"id":"c"}`), Digest: "sha256:x"}
+	newTable := func() *Table {
+		tb := &Table{}
+		require.NoError(t, tb.Add(&Call{CallID: "call_1", OperationID: "issue.comment", InputDigest: "sha256:in", TurnID: "t1"}))
+		tb.Answering("call_1", "cmd_1", o)
+		return tb
+	}
+
+	crashed := newTable()
+	require.Equal(t, map[string]string{"cmd_1": "call_1"}, crashed.Unanswered())
+	require.Empty(t, crashed.Unanswered(), "the mark is dropped")
+	c := crashed.Reattachable("t1", "issue.comment", "sha256:in")
+	require.NotNil(t, c)
+	require.Equal(t, &o, c.Recorded)
+
+	settled := newTable()
+	require.False(t, settled.SettleAnswered("cmd_other"))
+	require.True(t, settled.SettleAnswered("cmd_1"))
+	require.Nil(t, settled.Find("call_1"))
+	require.Empty(t, settled.Unanswered())
+	_, ok := settled.findSettled("call_1")
+	require.True(t, ok)
+}

@@ -31,6 +31,8 @@ type agentRig struct {
 	dir  string
 	args []string
 	pid  int // runnerd's, when a benchmark started it
+	// env is added to runnerd's environment at each start (test hooks).
+	env []string
 }
 
 func newAgentRig(t *testing.T, extra ...string) *agentRig {
@@ -190,7 +192,7 @@ func (r *agentRig) startCapturing(t *testing.T) (*exec.Cmd, *syncbuf.Buffer) {
 	require.NoError(t, err)
 	buf := &syncbuf.Buffer{}
 	cmd := exec.Command(r.bin, r.args...)
-	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
+	cmd.Env = append(append(os.Environ(), r.env...), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
 	cmd.Stderr = buf
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
