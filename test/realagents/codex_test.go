@@ -145,8 +145,7 @@ func TestRealCodexAppServer(t *testing.T) {
 		// With the app-server still running, a re-open keeps its loaded
 		// thread (session.resumed, nothing written); after session.close
 		// ends its process group, a new app-server resumes the thread.
-		r.must("session.close", map[string]any{})
-		r.must("session.open", map[string]any{"reuse": "same_session"})
+		reopen(t, r)
 		evs := turn("FAKELLM: text back after the resume")
 		completed(evs)
 		require.Contains(t, text(t, evs), "after the resume")
@@ -165,6 +164,8 @@ func TestRealCodexAppServer(t *testing.T) {
 		waitExit(t, proc)
 		proc = r.start()
 		r.waitCount("runner.reconciled", 1)
+		rec := prptest.OfType(r.waitCount("session.reconciled", 1), "session.reconciled")
+		require.Equal(t, "adopted", payload(t, rec[0])["outcome"])
 		evs := turnEvents(r.waitCount("run.terminal", terminals), terminals)
 		t.Logf("codex app-server: the turn runnerd was killed in settled: %v", types(evs))
 		require.Equal(t, pgid, r.childPgid(), "the same app-server process")

@@ -294,9 +294,38 @@ func runAgentSession(t *testing.T, spec agentSpec, dir string) {
 		completed(evs)
 		require.Contains(t, text(t, evs), "after the restart")
 	})
+	step(t, a, "close + re-open", func() {
+		reopen(t, r)
+		evs := turn("FAKELLM: text after the re-open")
+		completed(evs)
+		require.Contains(t, text(t, evs), "after the re-open")
+	})
 	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
 	waitExit(t, proc)
 	validateEvents(t, schemas, r.core.Snapshot().Events)
+}
+
+// reopen closes the session and opens it again, and checks the phase
+// sequence of that session.open (workspace.md §8): a new agent either
+// resumes the recorded provider session or, for an agent that cannot load
+// one, starts a new one, as its result says.
+func reopen(t *testing.T, r *rig) {
+	t.Helper()
+	r.must("session.close", map[string]any{})
+	from := len(r.events())
+	executing := len(prptest.OfType(r.events(), "runtime.phase.changed"))
+	open := r.must("session.open", map[string]any{"reuse": "same_session"})
+	phases := phaseTypes(r.waitCount("runtime.phase.changed", executing+1)[from:])
+	var res struct {
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal(open.Result, &res))
+	want := []string{"harness.starting", "session.starting", "harness.ready", "session.started", "runtime.phase.changed"}
+	if res.Status == "resumed" {
+		want = []string{"harness.starting", "session.resuming", "harness.ready", "session.resumed", "runtime.phase.changed"}
+	}
+	require.Equal(t, want, phases, "session.open %s", res.Status)
+	t.Logf("session.open after session.close: %s, phases %v", res.Status, phases)
 }
 
 // phaseTypes are the phase and session lifecycle events of evs
