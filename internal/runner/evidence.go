@@ -185,10 +185,13 @@ var noEffectRow = evidenceRow{recovery: recoverIndeterminate, steps: []durableSt
 // goalRow is a session goal command: its request to the agent is written
 // after a write of its own and its result comes with the agent's answer,
 // so a crash between them leaves no evidence of whether the agent applied
-// it.
+// it. session.goal.get sends no request: it makes the first and the last
+// write only. The snapshot write happens when the agent publishes its goal
+// before answering (the extension's order, as fakeacp does).
 var goalRow = evidenceRow{recovery: recoverIndeterminate, steps: []durableStep{
 	{stepPending, reportsIndet},
 	{"the goal request's reservation", reportsIndet + " (the agent may have applied it)"},
+	{"the agent's goal snapshot (session_info_update) in the record", reportsIndet + " (applied, but the answer is not recorded)"},
 	{"the agent's answer, session.goal.* events and the result", reportsResult},
 }}
 
@@ -218,4 +221,16 @@ func (r *loop) journalDeferred(tx *state.Tx, commandID string) error {
 		return fmt.Errorf("journal command seq %d: admitted as %d, not for execution", cmd.ControllerSeq, adm.Disposition)
 	}
 	return nil
+}
+
+// EvidenceSteps returns, per command type, how many durable steps its
+// evidence row has: the kill points <commandType>#1..#n of the testhooks
+// build. test/e2e checks that a kill test names every row, so a new
+// command type without one fails CI.
+func EvidenceSteps() map[string]int {
+	out := make(map[string]int, len(evidenceTable))
+	for typ, row := range evidenceTable {
+		out[typ] = len(row.steps)
+	}
+	return out
 }

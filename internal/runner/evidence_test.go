@@ -32,3 +32,12 @@ func TestEvidenceTableCoversEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestEvidenceStepsMatchesTable: the exported step counts are the rows'.
+func TestEvidenceStepsMatchesTable(t *testing.T) {
+	steps := EvidenceSteps()
+	require.Len(t, steps, len(evidenceTable))
+	for typ, row := range evidenceTable {
+		require.Equal(t, len(row.steps), steps[typ], typ)
+	}
+}

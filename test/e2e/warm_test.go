@@ -56,6 +56,8 @@ type warmE2E struct {
 	provider map[string]any
 	meta     string
 	pid      any
+	// env is added to runnerd's environment at each start (test hooks).
+	env []string
 }
 
 func newWarmE2E(t *testing.T) *warmE2E {
@@ -77,7 +79,7 @@ func (w *warmE2E) start(t *testing.T, id prp.Identity, kill string) (*exec.Cmd, 
 	require.NoError(t, err)
 	buf := &syncbuf.Buffer{}
 	cmd := exec.Command(w.bin, asIdentity(w.args, id)...)
-	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
+	cmd.Env = append(append(os.Environ(), w.env...), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
 	if kill != "" {
 		cmd.Env = append(cmd.Env, "PCRUNNER_TESTHOOK_WARM_KILL="+kill)
 	}
