@@ -580,6 +580,13 @@ func TestRunAttachAfterKill(t *testing.T) {
 			require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
 			w.env = nil
 
+			if sel == prp.CommandRunAttach+"#3" {
+				// The activating write follows the core's acknowledgement
+				// of the prepared transition; the core records that
+				// transition as it sends the acknowledgement, so wait for
+				// the record before settling forward in its place.
+				w.c.wait(t, func(s control.Snapshot) bool { return s.Warm != nil || s.Identity == warmNext })
+			}
 			w.c.core.SettleWarmForward()
 			s := w.c.core.Snapshot()
 			w.start(t, s.Identity, "")

@@ -145,7 +145,7 @@ func TestRealCodexAppServer(t *testing.T) {
 		// With the app-server still running, a re-open keeps its loaded
 		// thread (session.resumed, nothing written); after session.close
 		// ends its process group, a new app-server resumes the thread.
-		reopen(t, r)
+		require.True(t, reopen(t, r), "the app-server resumes its thread")
 		evs := turn("FAKELLM: text back after the resume")
 		completed(evs)
 		require.Contains(t, text(t, evs), "after the resume")
