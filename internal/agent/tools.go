@@ -457,7 +457,7 @@ func (m *Manager) reattachLocked(c *toolcall.Call, id toolcall.Identity) (*toolW
 	c.Agent = id
 	if o := c.Recorded; o != nil {
 		res := m.answerLocked(c, *o)
-		tb.Settle(c.CallID, *o)
+		tb.MarkAnswered(c.CallID, *o)
 		if err := m.commitThenWriteLocked(nil, nil); err != nil {
 			m.log.Error("commit settled tool call", "err", err)
 		}
@@ -567,7 +567,7 @@ func (m *Manager) toolResult(commandID string, payload json.RawMessage) (json.Ra
 		return nil, err
 	}
 	if w != nil {
-		tb.Settle(c.CallID, o)
+		tb.MarkAnswered(c.CallID, o)
 	}
 	return result, nil
 }

@@ -33,7 +33,7 @@ func (m *Manager) warmReadyLocked() bool {
 	if m.cl.ActiveTurn() != "" || m.ws.settling != "" || len(m.cl.PendingPermissions()) != 0 {
 		return false
 	}
-	return m.st.Tools == nil || len(m.st.Tools.Calls) == 0
+	return m.st.Tools == nil || !m.st.Tools.Open()
 }
 
 // WarmCompatible checks a run.attach payload against the bound run:

@@ -95,7 +95,8 @@ var evidenceTable = map[string]evidenceRow{
 	prp.CommandSemanticToolResult: {recovery: recoverOneWrite, steps: []durableStep{
 		{"journal entry, semantic_tool.result, the result, and the call detached with its result recorded (marked answered by this command)",
 			"completed {status: detached, callId} (reviseUnanswered); the agent's repeated call takes the recorded answer once, no new input, never semantic_tool.reconciled"},
-		{"the result again, with the answered call settled (the answer was handed to the agent)", reportsResult},
+		{"the result again, with the call settled as answered (handed to the agent's request) and kept with its result while its turn may run",
+			"completed {status: delivered, callId}; the HTTP answer may not have left, so the agent's repeated call takes the kept result once, no new input"},
 	}},
 	prp.CommandRunnerSuspend: {recovery: recoverFence, steps: []durableStep{
 		{stepPending, reportsIndet + " (no effect: the fence is the effect; the core acks and the process stops)"},

@@ -133,6 +133,8 @@ func (t *Table) Decide(cmd resultCommand, waiting func(callID string) bool) deci
 		return decision{Verdict: Conflict, Call: c, Reason: "the callId is pending for another operationId"}
 	case cmd.InputDigest != "" && cmd.InputDigest != c.InputDigest:
 		return decision{Verdict: Conflict, Call: c, Reason: "the input does not match the pending call's input"}
+	case c.State == answered && (c.Recorded == nil || c.Recorded.Digest != cmd.ResultDigest || c.Recorded.IsError != cmd.IsError):
+		return decision{Verdict: Conflict, Call: c, Reason: "a different result was already delivered for that callId"}
 	case c.Recorded != nil && c.Recorded.Digest == cmd.ResultDigest && c.Recorded.IsError == cmd.IsError:
 		return decision{Verdict: Duplicate, Call: c}
 	case c.Recorded != nil:

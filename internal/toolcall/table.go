@@ -54,6 +54,12 @@ const (
 	// restart, notifications/cancelled, a stopped turn); the result is
 	// recorded, not delivered, and a re-call in the same turn takes it.
 	detached state = "detached"
+	// answered: the result was handed to the agent's request. It is in
+	// the settled history and stays here, with its result, while its turn
+	// may still run: a crash can cut the answer off before its HTTP write,
+	// and after the restart (DetachAll) the agent's repeated call takes it
+	// again (tools.md §3 items 1, 8). A live bridge never re-attaches it.
+	answered state = "answered"
 )
 
 // Identity is the agent side of a call: the MCP session, the JSON-RPC id
@@ -177,10 +183,11 @@ func (t *Table) findSettled(callID string) (settled, bool) {
 	return settled{}, false
 }
 
-// ByIdentity returns the unsettled call the agent request id names.
+// ByIdentity returns the unsettled call the agent request id names. An
+// answered call is not one: its request had its answer.
 func (t *Table) ByIdentity(id Identity) *Call {
 	for _, c := range t.Calls {
-		if c.Agent.same(id) {
+		if c.State != answered && c.Agent.same(id) {
 			return c
 		}
 	}
@@ -209,9 +216,18 @@ func (t *Table) Add(c *Call) error {
 	if n >= maxPending {
 		return errTooManyPending
 	}
+	// An answered call of another turn can no longer be repeated.
+	kept := t.Calls[:0]
+	for _, x := range t.Calls {
+		if x.State != answered || x.TurnID == c.TurnID {
+			kept = append(kept, x)
+		}
+	}
+	clear(t.Calls[len(kept):])
+	t.Calls = kept
 	if len(t.Calls) >= maxUnsettled {
 		for i, x := range t.Calls {
-			if x.State == detached {
+			if x.State == detached || x.State == answered {
 				t.Calls = append(t.Calls[:i:i], t.Calls[i+1:]...)
 				break
 			}
@@ -229,12 +245,43 @@ func (t *Table) Settle(callID string, o Outcome) {
 			continue
 		}
 		t.Calls = append(t.Calls[:i:i], t.Calls[i+1:]...)
-		t.Settled = append(t.Settled, settled{CallID: c.CallID, OperationID: c.OperationID, ResultDigest: o.Digest, IsError: o.IsError})
-		if over := len(t.Settled) - maxSettled; over > 0 {
-			t.Settled = append([]settled(nil), t.Settled[over:]...)
-		}
+		t.addSettled(c, o)
 		return
 	}
+}
+
+// addSettled puts c with outcome o in the settled history, once.
+func (t *Table) addSettled(c *Call, o Outcome) {
+	if _, ok := t.findSettled(c.CallID); ok {
+		return
+	}
+	t.Settled = append(t.Settled, settled{CallID: c.CallID, OperationID: c.OperationID, ResultDigest: o.Digest, IsError: o.IsError})
+	if over := len(t.Settled) - maxSettled; over > 0 {
+		t.Settled = append([]settled(nil), t.Settled[over:]...)
+	}
+}
+
+// MarkAnswered settles callID, whose result o was handed to the agent's
+// request, and keeps it with o for a repeated call after a restart (see
+// answered).
+func (t *Table) MarkAnswered(callID string, o Outcome) {
+	c := t.Find(callID)
+	if c == nil {
+		return
+	}
+	t.addSettled(c, o)
+	c.State, c.Recorded, c.AnsweredBy = answered, &o, ""
+}
+
+// Open reports whether a call is pending or detached (an answered call
+// kept for a repeat is not open).
+func (t *Table) Open() bool {
+	for _, c := range t.Calls {
+		if c.State != answered {
+			return true
+		}
+	}
+	return false
 }
 
 // Detach marks callID detached: its agent request is gone.
@@ -246,11 +293,13 @@ func (t *Table) Detach(callID string) {
 
 // DetachAll detaches every pending call: after a runnerd restart no agent
 // request of the previous life is still waiting (their connections died
-// with it). It reports whether anything changed.
+// with it). An answered call is detached too: its answer may have died
+// with them, so a repeated call takes its result. It reports whether
+// anything changed.
 func (t *Table) DetachAll() bool {
 	changed := false
 	for _, c := range t.Calls {
-		if c.State == Pending {
+		if c.State == Pending || c.State == answered {
 			c.State = detached
 			changed = true
 		}
@@ -304,9 +353,9 @@ func (t *Table) Answering(callID, commandID string, o Outcome) {
 // t changed.
 func (t *Table) SettleAnswered(commandID string) bool {
 	changed := false
-	for _, c := range append([]*Call(nil), t.Calls...) {
+	for _, c := range t.Calls {
 		if c.AnsweredBy == commandID && c.Recorded != nil {
-			t.Settle(c.CallID, *c.Recorded)
+			t.MarkAnswered(c.CallID, *c.Recorded)
 			changed = true
 		}
 	}
@@ -352,7 +401,8 @@ func (t *Table) Restore(c Call, o Outcome) {
 		}
 	}
 	if x := t.Find(c.CallID); x != nil {
-		x.AnsweredBy = "" // its answer never reached the agent
+		// Its answer never reached the agent.
+		x.State, x.Recorded, x.AnsweredBy = detached, &o, ""
 		return
 	}
 	c.State, c.Recorded, c.AnsweredBy = detached, &o, ""

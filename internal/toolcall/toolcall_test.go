@@ -257,8 +257,45 @@ func TestAnsweringSurvivesACrash(t *testing.T) {
 	settled := newTable()
 	require.False(t, settled.SettleAnswered("cmd_other"))
 	require.True(t, settled.SettleAnswered("cmd_1"))
-	require.Nil(t, settled.Find("call_1"))
+	require.Nil(t, settled.Reattachable("t1", "issue.comment", "sha256:in"), "answered: a live bridge never re-attaches it")
 	require.Empty(t, settled.Unanswered())
 	_, ok := settled.findSettled("call_1")
+	require.True(t, ok)
+}
+
+// TestAnsweredKeptForARepeatAfterRestart: a call settled as answered (its
+// answer handed to the agent's request, which a crash may have cut off
+// before the HTTP write) is in the settled history, blocks no warm attach,
+// names no request identity and is not re-attached while the bridge
+// lives; after a restart (DetachAll) the repeated call in its turn takes
+// the recorded result; a new call of another turn forgets it.
+func TestAnsweredKeptForARepeatAfterRestart(t *testing.T) {
+	o := Outcome{Result: json.RawMessage(`{"id":"c"}`), Digest: "sha256:x"}
+	id := Identity{SessionKey: "s", RequestID: json.RawMessage(`2`), Process: "p"}
+	tb := &Table{}
+	require.NoError(t, tb.Add(&Call{CallID: "call_1", OperationID: "issue.comment", InputDigest: "sha256:in", TurnID: "t1", Agent: id}))
+	tb.Answering("call_1", "cmd_1", o)
+	require.True(t, tb.SettleAnswered("cmd_1"))
+
+	require.False(t, tb.Open())
+	require.Nil(t, tb.ByIdentity(id))
+	require.Nil(t, tb.Reattachable("t1", "issue.comment", "sha256:in"))
+	require.Len(t, tb.Settled, 1)
+	d := tb.Decide(resultCommand{CallID: "call_1", OperationID: "issue.comment", ResultDigest: "sha256:x"}, nil)
+	require.Equal(t, Duplicate, d.Verdict)
+	d = tb.Decide(resultCommand{CallID: "call_1", OperationID: "issue.comment", ResultDigest: "sha256:y"}, nil)
+	require.Equal(t, Conflict, d.Verdict)
+
+	restarted := tb.clone()
+	require.True(t, restarted.DetachAll())
+	c := restarted.Reattachable("t1", "issue.comment", "sha256:in")
+	require.NotNil(t, c)
+	require.Equal(t, &o, c.Recorded)
+	restarted.MarkAnswered(c.CallID, *c.Recorded)
+	require.Len(t, restarted.Settled, 1, "settled once in the history")
+
+	require.NoError(t, tb.Add(&Call{CallID: "call_2", OperationID: "issue.comment", InputDigest: "sha256:in", TurnID: "t2"}))
+	require.Nil(t, tb.Find("call_1"), "its turn is over")
+	_, ok := tb.findSettled("call_1")
 	require.True(t, ok)
 }

@@ -141,8 +141,23 @@ func TestDeadAgentNotAdoptedAfterRestart(t *testing.T) {
 // MCP call (fakeacp's real SDK client) gets the recorded answer exactly
 // once: no second semantic_tool.input, no semantic_tool.reconciled, and
 // the turn settles (tools.md §3 items 1, 5, 8; prp.md §7.2 item 8).
+// Killed right after the second write (the call settled as answered, the
+// HTTP answer possibly not yet written), the result is delivered and the
+// repeated call still gets the recorded answer once. That kill point
+// counts the writes of other routines too: when an agent batch queued
+// before the command takes the first, the second is the result's own
+// write, and detached is the right report for it; either way the agent
+// gets one answer and the turn settles.
 func TestToolResultAfterKill(t *testing.T) {
-	for _, sel := range []string{prp.EventSemanticToolResult, prp.CommandSemanticToolResult + "#1"} {
+	for _, tc := range []struct {
+		sel    string
+		status []string
+	}{
+		{prp.EventSemanticToolResult, []string{"detached"}},
+		{prp.CommandSemanticToolResult + "#1", []string{"detached"}},
+		{prp.CommandSemanticToolResult + "#2", []string{"delivered", "detached"}},
+	} {
+		sel := tc.sel
 		t.Run(sel, func(t *testing.T) {
 			r := hookRig(t)
 			r.env = killAfterEnv(sel)
@@ -169,7 +184,11 @@ func TestToolResultAfterKill(t *testing.T) {
 
 			res = r.result(t, id)
 			require.Equal(t, "completed", res.Status, string(res.Result))
-			require.JSONEq(t, `{"status":"detached","callId":"`+callID+`"}`, string(res.Result))
+			var got struct{ Status, CallID string }
+			require.NoError(t, json.Unmarshal(res.Result, &got), string(res.Result))
+			require.Contains(t, tc.status, got.Status, string(res.Result))
+			require.Equal(t, callID, got.CallID)
+			t.Logf("result after the restart: %s", res.Result)
 			evs = r.waitEvents(t, "run.terminal", 1)
 			require.Equal(t, 1, countType(evs, prp.EventSemanticToolInput), "no second input")
 			require.Equal(t, 1, countType(evs, prp.EventSemanticToolResult))
@@ -613,6 +632,7 @@ func TestRunAttachAfterKill(t *testing.T) {
 // the lists above land on (some through an event type's kill point).
 var otherKills = map[string]string{
 	prp.CommandSemanticToolResult + "#1": "TestToolResultAfterKill",
+	prp.CommandSemanticToolResult + "#2": "TestToolResultAfterKill",
 	prp.CommandRequestResolve + "#1":     "TestRequestResolveAfterKill",
 	prp.CommandRequestResolve + "#2":     "TestRequestResolveAfterKill (the write of runtime_request.resolved)",
 }
@@ -620,9 +640,6 @@ var otherKills = map[string]string{
 // unkilledSteps are the durable steps of the evidence table no kill test
 // lands on, and why.
 var unkilledSteps = map[string]string{
-	prp.CommandSemanticToolResult + "#2": "open defect: killed right after this write (the call settled as answered), " +
-		"the result is delivered but in about 1 run in 3 the agent's repeated MCP call is never answered and the turn " +
-		"never settles; a TestToolResultAfterKill case at this step (want delivered) waits for the fix",
 	prp.CommandExternalProviderOperation + "#2": "unreachable: this runner refuses it command_not_implemented in its journal entry's write; no second write",
 	prp.CommandSessionGoalGet + "#3":            "unreachable: get sends no request, so it makes two writes (the pending marker, then the answer: its #2)",
 	prp.CommandSessionGoalGet + "#4":            "unreachable: get sends no request, so it makes two writes (the pending marker, then the answer: its #2)",
