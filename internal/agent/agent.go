@@ -78,6 +78,15 @@ type Stored struct {
 	// restart uses it to tell whether the prompt reached the agent
 	// (prp.md §7.2 item 8).
 	Prompt *PromptDelivery `json:"prompt,omitempty"`
+	// Lines are the stdin lines the write that holds them reserved, staged
+	// under their temporary names before it and published after it, in
+	// order: a restart publishes any still staged, so no reserved number
+	// is left a gap that pcwrap reports as lost input. A rewrite of an
+	// absent number instead could deliver a line twice (pcwrap deletes a
+	// file before delivering it and takes a late number without
+	// complaint); a temporary name still present proves it never reached
+	// the queue. A later write drops them: its lines come after these.
+	Lines []StagedLine `json:"lines,omitempty"`
 	// Closed is set by a deliberate stop (an interrupted or stopped turn,
 	// turn.stop, session.close, session.destroy): a turn.start before the
 	// next session.open is rejected session_not_open, never a loss
@@ -106,6 +115,12 @@ type PromptDelivery struct {
 	// Answer: the staged line is request.resolve's answer (recorded
 	// delivered), which a restart publishes if it is still staged.
 	Answer bool `json:"answer,omitempty"`
+}
+
+// StagedLine is a stdin line reserved as file Seq and staged under Tmp.
+type StagedLine struct {
+	Seq int64  `json:"seq"`
+	Tmp string `json:"tmp"`
 }
 
 // OutcomeStatus is a command status an agent commit records.
@@ -441,6 +456,8 @@ func (m *Manager) startLocked() error {
 		}
 		return m.persistLocked(evs, out)
 	}
+	// Before anything else is written: the recorded lines come first.
+	recoverLines(p, m.st.Lines, m.log)
 	live := wrapperAlive(dir)
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", live)
 	// A dead pcwrap's files are consumed exactly once, then the agent is
@@ -473,6 +490,41 @@ func (m *Manager) startLocked() error {
 		return nil
 	}
 	return m.recoverPromptLocked(p, *pr)
+}
+
+// recoverLines publishes, in order, the recorded lines that runnerd went
+// away before publishing (their temporary file is still there) under the
+// numbers the record reserved for them; a line whose temporary name is
+// gone was published, and is not written again. Lines are published in
+// order, so the still-staged ones are the last.
+func recoverLines(p *process, lines []StagedLine, log *slog.Logger) {
+	var w *sessiondir.Writer
+	defer func() {
+		if w != nil {
+			_ = w.Close()
+		}
+	}()
+	for _, sl := range lines {
+		s := sessiondir.Staged(sl)
+		loc, err := p.w.Locate(s)
+		if err != nil {
+			log.Warn("cannot tell whether a recorded stdin line was queued", "seq", s.Seq, "err", err)
+			return
+		}
+		if loc != sessiondir.Unpublished {
+			continue
+		}
+		if w == nil {
+			if w, err = sessiondir.OpenWriter(p.dir, s.Seq, sessiondir.WriterOptions{}); err != nil {
+				log.Warn("cannot publish a recorded stdin line", "seq", s.Seq, "err", err)
+				return
+			}
+		}
+		if _, err := w.Publish(s); err != nil {
+			log.Warn("cannot publish a recorded stdin line", "seq", s.Seq, "err", err)
+			return
+		}
+	}
 }
 
 // recoverPromptLocked settles a turn.start whose prompt was staged when
@@ -681,6 +733,13 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 		}
 		p.pending = nil
 		b.lines = lines
+		for i := range lines {
+			sl, err := sessiondir.NewStaged(p.nextSeq + int64(i))
+			if err != nil {
+				return fmt.Errorf("reserve stdin line: %w", err)
+			}
+			b.staged = append(b.staged, sl)
+		}
 		if prompt != nil {
 			b.prompt = &promptLine{commandID: outcome.CommandID, line: prompt, seq: p.nextSeq + int64(len(lines)), answer: answer}
 			p.nextSeq++
@@ -689,6 +748,10 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 	}
 	st := m.st
 	st.Session = nil
+	st.Lines = nil
+	for _, sl := range b.staged {
+		st.Lines = append(st.Lines, StagedLine(sl))
+	}
 	if m.cl != nil {
 		rec := m.cl.Record()
 		if p != nil {

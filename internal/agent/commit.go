@@ -26,11 +26,12 @@ import (
 const maxUncommittedBatches = 1
 
 // batch is one durable step of the agent, prepared under Manager.mu and
-// made durable by the committer: the record and the events in one write
-// with the command outcome they are evidence of, then the effects the
-// write covers, in this order: the event files it consumed are deleted,
-// its stdin lines are written, its staged prompt is published, its waiters
-// are woken and its after-commit hooks start.
+// made durable by the committer: its stdin lines and prompt are staged
+// under temporary names, then the record (which names them) and the events
+// go in one write with the command outcome they are evidence of, then the
+// effects the write covers, in this order: the event files it consumed are
+// deleted, its lines and then its prompt are published, its waiters are
+// woken and its after-commit hooks start.
 type batch struct {
 	record  json.RawMessage // the Stored record as prepared
 	events  []provider.Event
@@ -42,6 +43,9 @@ type batch struct {
 	fs     *sessiondir.DirFS
 	remove []string // event files the write covers
 	lines  [][]byte // stdin lines the write enables
+	// staged names lines[i]'s file: staged before the write, which
+	// records the names (Stored.Lines), and published after it.
+	staged []sessiondir.Staged
 	// prompt is a turn.start prompt: staged (written under its temporary
 	// name) before the write, which records where (prp.md §7.2 item 8),
 	// and published after the lines.
@@ -74,8 +78,9 @@ type promptLine struct {
 // follow its write and precede the next batch's. One goroutine at a time
 // settles the queue (drain): its routine, or the event reader settling the
 // batch it prepared itself once it has released Manager.mu. Contract:
-//   - a stdin line is written, and an event file deleted, only after the
-//     write that covers it is durable;
+//   - a stdin line is published, and an event file deleted, only after
+//     the write that covers it is durable; a restart publishes the lines a
+//     durable write named and runnerd left staged (Stored.Lines);
 //   - a command outcome is in the same write as its evidence;
 //   - at most maxUncommittedBatches batches wait while the event reader
 //     prepares (awaitRoom); nothing that holds Manager.mu waits for it;
@@ -262,7 +267,16 @@ func (c *committer) settle(b *batch) {
 	var staged sessiondir.Staged
 	var stageErr error
 	var unpublished *sessiondir.Staged // the staged prompt until it is published
-	if b.prompt != nil && !dead {
+	nlines := 0                        // b.staged[:nlines] are staged
+	if !dead {
+		for ; nlines < len(b.lines) && stageErr == nil; nlines++ {
+			stageErr = b.w.StageStdinAs(b.lines[nlines], b.staged[nlines])
+		}
+		if stageErr != nil {
+			nlines--
+		}
+	}
+	if b.prompt != nil && !dead && stageErr == nil {
 		staged, stageErr = b.w.StageStdin(b.prompt.line, b.prompt.seq)
 		if stageErr == nil {
 			unpublished = &staged
@@ -273,6 +287,7 @@ func (c *committer) settle(b *batch) {
 		if unpublished != nil {
 			_ = b.w.Discard(staged)
 		}
+		b.discardLines(0, nlines)
 		err = fmt.Errorf("commit agent state: %w", err)
 		m.log.Error("agent state not durable; no later change is made", "err", err)
 		c.mu.Lock()
@@ -292,6 +307,7 @@ func (c *committer) settle(b *batch) {
 	switch {
 	case dead:
 	case stageErr != nil:
+		b.discardLines(0, nlines)
 		c.writeFailed(b, stageErr, unpublished)
 	default:
 		c.writeLines(b, unpublished)
@@ -308,15 +324,15 @@ func (c *committer) settle(b *batch) {
 	}
 }
 
-// writeLines writes b's stdin lines, then publishes its staged prompt.
+// writeLines publishes b's staged stdin lines, then its staged prompt.
 func (c *committer) writeLines(b *batch, unpublished *sessiondir.Staged) {
 	if unpublished != nil {
 		hookBeforePublish()
 	}
-	for _, l := range b.lines {
-		// Not the Manager's context: a line the record covers is written
-		// even while runnerd stops.
-		if _, err := b.w.Stdin(context.Background(), l); err != nil {
+	// A line the record covers is published even while runnerd stops.
+	for i, sl := range b.staged {
+		if _, err := b.w.Publish(sl); err != nil {
+			b.discardLines(i, len(b.staged))
 			c.writeFailed(b, err, unpublished)
 			return
 		}
@@ -325,6 +341,14 @@ func (c *committer) writeLines(b *batch, unpublished *sessiondir.Staged) {
 		if _, err := b.w.Publish(*unpublished); err != nil {
 			c.writeFailed(b, err, unpublished)
 		}
+	}
+}
+
+// discardLines removes b's staged lines [from, to), which will never be
+// published: the agent is lost or the write never became durable.
+func (b *batch) discardLines(from, to int) {
+	for _, sl := range b.staged[from:to] {
+		_ = b.w.Discard(sl)
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pcrunner/pcrunner/internal/provider"
+	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
@@ -524,4 +526,86 @@ func allThreadsStopped(pid int) bool {
 		}
 	}
 	return true
+}
+
+// TestStdinLineSurvivesCrashAfterCommit: a batch's stdin lines are
+// reserved and named in its durable write and published after it; a
+// crash in between (here a goal control's request) leaves no gap. After
+// the restart the agent gets the line exactly once: a line still staged
+// is published under its reserved number, one already published or
+// consumed is not written again, and the next turn works (no lost input).
+// pcwrap is paused, so each crash point is laid out exactly.
+func TestStdinLineSurvivesCrashAfterCommit(t *testing.T) {
+	for _, name := range []string{"staged", "published", "consumed"} {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t)
+			r.prepare("--goal-actions", "set,pause,resume,clear")
+			r.open()
+			dir := r.sessionDir()
+			stdin := filepath.Join(dir, sessiondir.StdinDir)
+			r.m.mu.Lock()
+			pid := r.m.proc.pid
+			r.m.mu.Unlock()
+			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			eventually(t, "pcwrap stopped", func() bool { return allThreadsStopped(pid) })
+			resumed := false
+			resume := func() {
+				if !resumed {
+					resumed = true
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+				}
+			}
+			defer resume()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = r.m.Goal(ctx, "cmd-goal", GoalSet, json.RawMessage(`{"objective":"chaos"}`))
+			}()
+			var line StagedLine
+			eventually(t, "the goal request is durable and published", func() bool {
+				st, _ := r.sink.snapshot()
+				if len(st.Lines) != 1 {
+					return false
+				}
+				line = st.Lines[0]
+				_, err := os.Stat(filepath.Join(stdin, sessiondir.SeqName(line.Seq)))
+				return err == nil
+			})
+			st, _ := r.sink.snapshot()
+			require.Equal(t, uint64(line.Seq+1), st.Session.Process.NextStdinSeq, "the write reserves the line's number")
+			final := filepath.Join(stdin, sessiondir.SeqName(line.Seq))
+			switch name {
+			case "staged": // runnerd is SIGKILLed before the rename
+				require.NoError(t, os.Rename(final, filepath.Join(stdin, line.Tmp)))
+			case "consumed":
+				resume()
+				eventually(t, "pcwrap consumed the line", func() bool {
+					_, err := os.Stat(final)
+					return errors.Is(err, os.ErrNotExist)
+				})
+			}
+			r.m.Close() // runnerd is SIGKILLed here
+			cancel()
+			<-done
+
+			m2 := NewManager(r.cfg, st)
+			r.m = m2 // the rig's cleanup shuts it down
+			require.NoError(t, m2.Start())
+			_, err := os.Stat(filepath.Join(stdin, line.Tmp))
+			require.ErrorIs(t, err, os.ErrNotExist, "nothing stays staged")
+			if name != "consumed" {
+				_, err = os.Stat(final)
+				require.NoError(t, err, "the line is queued under its reserved number")
+			}
+			resume()
+			r.turn("echo again")
+			evs := r.sink.waitEvent(t, "turn.completed")
+			require.Zero(t, count(evs, "turn.failed"), "no lost input")
+			require.Equal(t, 1, count(evs, prp.EventSessionGoalUpdated), "the agent got the goal request exactly once")
+			st2, _ := r.sink.snapshot()
+			require.Empty(t, st2.Lines, "a later write drops the names")
+		})
+	}
 }

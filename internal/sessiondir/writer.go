@@ -201,6 +201,35 @@ func (w *Writer) StageStdin(data []byte, seq int64) (Staged, error) {
 	return Staged{Seq: seq, Tmp: tmp}, nil
 }
 
+// NewStaged names a stdin file to be staged as seq later (StageStdinAs):
+// a caller that records the temporary name in the same write that
+// reserves seq knows it before the file is written.
+func NewStaged(seq int64) (Staged, error) {
+	tmp, err := tmpName(SeqName(seq))
+	if err != nil {
+		return Staged{}, fmt.Errorf("name staged stdin file %s: %w", SeqName(seq), err)
+	}
+	return Staged{Seq: seq, Tmp: tmp}, nil
+}
+
+// StageStdinAs is StageStdin under the name s (from NewStaged).
+func (w *Writer) StageStdinAs(data []byte, s Staged) error {
+	body, release := encodeBody(frame.Message{Type: frame.MsgStdin, Data: data})
+	defer release()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dir == nil {
+		return fmt.Errorf("stage stdin file: %w", errWriterClosed)
+	}
+	if s.Seq < w.next {
+		return fmt.Errorf("stage stdin file %s: %w", SeqName(s.Seq), errSeqTaken)
+	}
+	if err := stageAs(w.dir, s.Tmp, body); err != nil {
+		return fmt.Errorf("stage stdin file %s: %w", SeqName(s.Seq), err)
+	}
+	return nil
+}
+
 // Publish renames a staged file to its final name. It must be the next
 // file of the queue. On failure the staged file stays, so a restart still
 // sees it unpublished, and its number stays free; the caller records the

@@ -79,16 +79,24 @@ func stage(dir *os.File, final string, body []byte) (tmp string, err error) {
 	if err != nil {
 		return "", err
 	}
+	if err := stageAs(dir, tmp, body); err != nil {
+		return "", err
+	}
+	return tmp, nil
+}
+
+// stageAs writes body completely to the new temporary file tmp inside dir.
+func stageAs(dir *os.File, tmp string, body []byte) (err error) {
 	dfd := int(dir.Fd())
 	switch err := createFilled(dfd, tmp, body, stdinFileMode); {
 	case err == nil:
-		return tmp, nil
+		return nil
 	case errors.Is(err, unix.EEXIST):
-		return "", fmt.Errorf("link temp file: %w", err) // as O_EXCL would
+		return fmt.Errorf("link temp file: %w", err) // as O_EXCL would
 	}
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, stdinFileMode)
 	if err != nil {
-		return "", fmt.Errorf("openat temp file: %w", err)
+		return fmt.Errorf("openat temp file: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -98,12 +106,12 @@ func stage(dir *os.File, final string, body []byte) (tmp string, err error) {
 	werr := writeAll(fd, body)
 	cerr := unix.Close(fd)
 	if werr != nil {
-		return "", fmt.Errorf("write temp file: %w", werr)
+		return fmt.Errorf("write temp file: %w", werr)
 	}
 	if cerr != nil {
-		return "", fmt.Errorf("close temp file: %w", cerr)
+		return fmt.Errorf("close temp file: %w", cerr)
 	}
-	return tmp, nil
+	return nil
 }
 
 // rename publishes a staged temp file under final.

@@ -330,6 +330,32 @@ func TestWriterStagesThenPublishes(t *testing.T) {
 	require.ErrorIs(t, err, errSeqTaken)
 }
 
+// A file named before it is written (NewStaged) is staged under that very
+// name, never over an existing file, and published as StageStdin's.
+func TestWriterStagesUnderGivenName(t *testing.T) {
+	d := newSession(t)
+	w, err := OpenWriter(d, 1, WriterOptions{})
+	require.NoError(t, err)
+	defer w.Close()
+	stdin := filepath.Join(d, StdinDir)
+
+	s, err := NewStaged(1)
+	require.NoError(t, err)
+	require.NoError(t, w.StageStdinAs([]byte("line"), s))
+	require.Equal(t, []string{s.Tmp}, dirNames(t, stdin), "only the given temporary name exists")
+	require.Error(t, w.StageStdinAs([]byte("again"), s), "never over an existing file")
+	seq, err := w.Publish(s)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), seq)
+	body, err := os.ReadFile(filepath.Join(stdin, SeqName(1)))
+	require.NoError(t, err)
+	require.Equal(t, "{\"type\":\"stdin\",\"data\":\"bGluZQ==\"}\n", string(body))
+
+	late, err := NewStaged(1)
+	require.NoError(t, err)
+	require.ErrorIs(t, w.StageStdinAs([]byte("x"), late), errSeqTaken)
+}
+
 // TestWriterWriteBody: a body the caller encoded is published as is,
 // under the next sequence number, after the same reservation as Write.
 func TestWriterWriteBody(t *testing.T) {
