@@ -2,6 +2,7 @@ package runner
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,48 +132,11 @@ func TestWorkspace29_SealedFrameBound(t *testing.T) {
 			// An outbox with room for the turn's events: the default's
 			// 32 KiB for P1 and P2 would refuse the second 27 KB set.
 			h.agentRun(append(flags, "--max-outbox-bytes", "1048576")...)
-			cwd := t.TempDir()
-			b, err := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
-				"command": fakeacpBin(t), "cwd": cwd}})
-			require.NoError(t, err)
-			require.Equal(t, "completed", h.waitResult(h.queue("run.prepare", string(b)).CommandID).Status)
-			require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
-			turn := func(text string, n int) {
-				tb, _ := json.Marshal(map[string]string{"text": text})
-				require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
-				h.waitCore(func(s control.Snapshot) bool {
-					return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == n
-				})
+			evs := shedTurns(t, h, 2200)
+			for _, e := range evs {
+				require.LessOrEqual(t, state.SealedFrameBytes(len(e.raw)), limit, "the envelope of %s", e.eventType)
 			}
-			turn(`shell for i in 1 2 3 4 5 6 7 8; do seq 1 2200 | sed s/^/line-/ > f$i.txt; done`, 1)
-			turn("echo later", 2)
-			var verified []map[string]any
-			for _, raw := range h.core.Snapshot().Events {
-				var env struct {
-					Payload struct {
-						EventType string         `json:"eventType"`
-						Payload   map[string]any `json:"payload"`
-					} `json:"payload"`
-				}
-				require.NoError(t, json.Unmarshal(raw, &env))
-				whole := env.Payload
-				if !strings.HasPrefix(whole.EventType, "workspace.") {
-					continue
-				}
-				require.LessOrEqual(t, state.SealedFrameBytes(len(raw)), limit, "the envelope of %s", whole.EventType)
-				if whole.Payload["source"] == "runner_verified" {
-					verified = append(verified, whole.Payload)
-				}
-			}
-			require.Len(t, verified, 2, "change.updated and diff.recorded")
-			for _, p := range verified {
-				fs := p["files"].([]any)
-				require.Len(t, fs, 8)
-				require.NotNil(t, fs[0].(map[string]any)["diff"], "the first files keep their diff")
-				last := fs[7].(map[string]any)
-				require.Nil(t, last["diff"], "the last files' diff is dropped")
-				require.EqualValues(t, 2200, last["additions"], "stats kept")
-			}
+			requireShed(t, evs, 2200)
 		})
 	}
 }
@@ -184,26 +148,61 @@ func TestWorkspace29_SealedFrameBound(t *testing.T) {
 func TestWorkspaceVerifiedFitsDefaultOutbox(t *testing.T) {
 	h := newHarness(t, nil)
 	h.agentRun()
-	cwd := t.TempDir()
+	requireShed(t, shedTurns(t, h, 400), 400)
+}
+
+// workspaceEvent is a committed workspace event: its envelope as the
+// core took it, its type and payload.
+type workspaceEvent struct {
+	raw       json.RawMessage
+	eventType string
+	payload   map[string]any
+}
+
+// shedTurns prepares a fakeacp session, runs a turn whose shell writes 8
+// files of lines lines each, then a second turn (later events still
+// arrive), and returns the workspace events the core committed.
+func shedTurns(t *testing.T, h *harness, lines int) []workspaceEvent {
+	t.Helper()
 	b, err := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
-		"command": fakeacpBin(t), "cwd": cwd}})
+		"command": fakeacpBin(t), "cwd": t.TempDir()}})
 	require.NoError(t, err)
 	require.Equal(t, "completed", h.waitResult(h.queue("run.prepare", string(b)).CommandID).Status)
 	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
-	tb, _ := json.Marshal(map[string]string{"text": `shell for i in 1 2 3 4 5 6 7 8; do seq 1 400 | sed s/^/line-/ > f$i.txt; done`})
-	require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
-	h.waitCore(func(s control.Snapshot) bool {
-		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == 1
-	})
-	var verified []map[string]any
-	for _, e := range prptest.DecodeEvents(t, h.core.Snapshot().Events) {
-		if !strings.HasPrefix(e.EventType, "workspace.") {
-			continue
+	turn := func(text string, n int) {
+		tb, _ := json.Marshal(map[string]string{"text": text})
+		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
+		h.waitCore(func(s control.Snapshot) bool {
+			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == n
+		})
+	}
+	turn(fmt.Sprintf(`shell for i in 1 2 3 4 5 6 7 8; do seq 1 %d | sed s/^/line-/ > f$i.txt; done`, lines), 1)
+	turn("echo later", 2)
+	var out []workspaceEvent
+	for _, raw := range h.core.Snapshot().Events {
+		var env struct {
+			Payload struct {
+				EventType string         `json:"eventType"`
+				Payload   map[string]any `json:"payload"`
+			} `json:"payload"`
 		}
-		var p map[string]any
-		require.NoError(t, json.Unmarshal(e.Payload, &p))
-		if p["source"] == "runner_verified" {
-			verified = append(verified, p)
+		require.NoError(t, json.Unmarshal(raw, &env))
+		if strings.HasPrefix(env.Payload.EventType, "workspace.") {
+			out = append(out, workspaceEvent{raw: raw, eventType: env.Payload.EventType, payload: env.Payload.Payload})
+		}
+	}
+	return out
+}
+
+// requireShed checks the turn's verified change.updated and diff.recorded:
+// both arrived, with all 8 files; the first files keep their diff, the
+// last lost it and kept its stats.
+func requireShed(t *testing.T, evs []workspaceEvent, additions int) {
+	t.Helper()
+	var verified []map[string]any
+	for _, e := range evs {
+		if e.payload["source"] == "runner_verified" {
+			verified = append(verified, e.payload)
 		}
 	}
 	require.Len(t, verified, 2, "change.updated and diff.recorded both arrive")
@@ -213,7 +212,7 @@ func TestWorkspaceVerifiedFitsDefaultOutbox(t *testing.T) {
 		require.NotNil(t, fs[0].(map[string]any)["diff"], "the first files keep their diff")
 		last := fs[7].(map[string]any)
 		require.Nil(t, last["diff"], "the last files' diff is dropped")
-		require.EqualValues(t, 400, last["additions"], "stats kept")
+		require.EqualValues(t, additions, last["additions"], "stats kept")
 	}
 }
 
