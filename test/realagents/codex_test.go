@@ -250,18 +250,7 @@ func TestRealCodexAppServerApplyPatch(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "# Notes\nuno\ntwo\nthree\n", string(b), "Codex applied the patch")
 
-		var ws []prptest.Event
-		end := -1
-		for i, e := range evs {
-			if strings.HasPrefix(e.EventType, "workspace.") {
-				require.Equal(t, -1, end, "%s after the turn's end", e.EventType)
-				ws = append(ws, e)
-			}
-			if e.EventType == "turn.completed" {
-				end = i
-			}
-		}
-		t.Logf("workspace events: %v", types(ws))
+		ws := workspaceBeforeEnd(t, evs)
 		updates := prptest.OfType(ws, "workspace.change.updated")
 		require.GreaterOrEqual(t, len(updates), 2, "a harness set, then the verified set: %v", types(ws))
 		harness := payload(t, updates[0])

@@ -45,18 +45,7 @@ func TestWorkspaceRealClaudeEdit(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "# Notes\none\ntwo\n", string(b), "Claude wrote the file")
 
-		var ws []prptest.Event
-		end := -1
-		for i, e := range evs {
-			if strings.HasPrefix(e.EventType, "workspace.") {
-				require.Equal(t, -1, end, "%s after the turn's end", e.EventType)
-				ws = append(ws, e)
-			}
-			if e.EventType == "turn.completed" {
-				end = i
-			}
-		}
-		t.Logf("workspace events: %v", types(ws))
+		ws := workspaceBeforeEnd(t, evs)
 		updates := prptest.OfType(ws, "workspace.change.updated")
 		require.NotEmpty(t, updates)
 		harness := payload(t, updates[0])
@@ -85,4 +74,24 @@ func TestWorkspaceRealClaudeEdit(t *testing.T) {
 	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
 	waitExit(t, proc)
 	validateEvents(t, schemas, r.core.Snapshot().Events)
+}
+
+// workspaceBeforeEnd returns the turn's workspace events, requiring every
+// one of them before the turn's turn.completed (workspace.md §4: the
+// verified set is part of the turn).
+func workspaceBeforeEnd(t *testing.T, evs []prptest.Event) []prptest.Event {
+	t.Helper()
+	var ws []prptest.Event
+	end := -1
+	for i, e := range evs {
+		if strings.HasPrefix(e.EventType, "workspace.") {
+			require.Equal(t, -1, end, "%s after the turn's end", e.EventType)
+			ws = append(ws, e)
+		}
+		if e.EventType == "turn.completed" {
+			end = i
+		}
+	}
+	t.Logf("workspace events: %v", types(ws))
+	return ws
 }
