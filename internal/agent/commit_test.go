@@ -127,17 +127,7 @@ func TestCommitLeavesTheLockFree(t *testing.T) {
 	r := newCommitRig(t)
 	r.prepare(t, 1)
 	r.sink.awaitEntered(t)
-	locked := make(chan struct{})
-	go func() {
-		r.m.mu.Lock()
-		r.m.mu.Unlock()
-		close(locked)
-	}()
-	select {
-	case <-locked:
-	case <-time.After(testWait):
-		t.Fatal("the Manager's lock is held across the store's write")
-	}
+	requireLockFree(t, r.m, "the Manager's lock is held across the store's write")
 	for n := 2; n <= 5; n++ {
 		r.prepare(t, n)
 	}
@@ -206,6 +196,23 @@ func TestCommitFailureIsFatal(t *testing.T) {
 	r.m.mu.Unlock()
 	require.ErrorContains(t, err, "disk gone")
 	require.Empty(t, r.sink.committed())
+}
+
+// requireLockFree fails with why unless m's lock can be taken within
+// testWait.
+func requireLockFree(t *testing.T, m *Manager, why string) {
+	t.Helper()
+	locked := make(chan struct{})
+	go func() {
+		m.mu.Lock()
+		m.mu.Unlock()
+		close(locked)
+	}()
+	select {
+	case <-locked:
+	case <-time.After(testWait):
+		t.Fatal(why)
+	}
 }
 
 // prepareInline queues one batch marked n the way the event reader does:

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -442,19 +443,7 @@ func TestTurnStartResultRidesWithPrompt(t *testing.T) {
 			r.open()
 			dir := r.sessionDir()
 			pgid := agentPgid(t, dir)
-			r.m.mu.Lock()
-			pid := r.m.proc.pid
-			r.m.mu.Unlock()
-			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-			eventually(t, "pcwrap stopped", func() bool { return allThreadsStopped(pid) })
-			resumed := false
-			resume := func() {
-				if !resumed {
-					resumed = true
-					_ = syscall.Kill(pid, syscall.SIGCONT)
-				}
-			}
-			defer resume()
+			pid, resume := r.freezePcwrap(t)
 
 			b, _ := json.Marshal(map[string]string{"text": "echo hi"})
 			res, err := r.m.StartTurn("cmd-1", b)
@@ -507,6 +496,21 @@ func TestTurnStartResultRidesWithPrompt(t *testing.T) {
 	}
 }
 
+// freezePcwrap stops the agent's pcwrap (pid, SIGSTOP) and waits until every
+// thread of it is stopped; resume lets it go on (once; the test's cleanup
+// resumes it in any case).
+func (r *rig) freezePcwrap(t *testing.T) (pid int, resume func()) {
+	t.Helper()
+	r.m.mu.Lock()
+	pid = r.m.proc.pid
+	r.m.mu.Unlock()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	resume = sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	t.Cleanup(resume)
+	eventually(t, "pcwrap stopped", func() bool { return allThreadsStopped(pid) })
+	return pid, resume
+}
+
 // allThreadsStopped reports whether every thread of pid is in the stopped
 // state (a SIGSTOP lands asynchronously).
 func allThreadsStopped(pid int) bool {
@@ -543,19 +547,7 @@ func TestStdinLineSurvivesCrashAfterCommit(t *testing.T) {
 			r.open()
 			dir := r.sessionDir()
 			stdin := filepath.Join(dir, sessiondir.StdinDir)
-			r.m.mu.Lock()
-			pid := r.m.proc.pid
-			r.m.mu.Unlock()
-			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-			eventually(t, "pcwrap stopped", func() bool { return allThreadsStopped(pid) })
-			resumed := false
-			resume := func() {
-				if !resumed {
-					resumed = true
-					_ = syscall.Kill(pid, syscall.SIGCONT)
-				}
-			}
-			defer resume()
+			_, resume := r.freezePcwrap(t)
 
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -145,17 +144,7 @@ func TestClientOpRunsWithoutTheLock(t *testing.T) {
 		done <- ok
 	}()
 	<-running
-	locked := make(chan struct{})
-	go func() {
-		r.m.mu.Lock()
-		r.m.mu.Unlock()
-		close(locked)
-	}()
-	select {
-	case <-locked:
-	case <-time.After(testWait):
-		t.Fatal("the Manager's lock is held while a client operation runs")
-	}
+	requireLockFree(t, r.m, "the Manager's lock is held while a client operation runs")
 	close(release)
 	require.True(t, <-done) // no answer line: the client knows no such pending request
 
