@@ -116,10 +116,12 @@ type ClientConfig struct {
 	// released here, since its routine must end for Run to return. It runs
 	// on Run's goroutine and must not block.
 	OnEnding func(err error)
-	// HoldReconnect, when set, is asked before each dial (dial mode):
-	// while it reports true, the client does not connect, so it neither
-	// authenticates nor renews the lease, and the lease's expiry and the
-	// lifetime deadline still end Run. It must not block.
+	// HoldReconnect, when set, is asked before each dial (dial mode) and
+	// before each accepted peer's handshake (listen mode): while it reports
+	// true, the client neither connects nor authenticates a peer (a held
+	// peer waits, unanswered, or gives up), so it does not renew the lease,
+	// and the lease's expiry and the lifetime deadline still end Run. It
+	// must not block.
 	HoldReconnect func() bool
 
 	Logger *slog.Logger
@@ -705,8 +707,20 @@ func (c *Client) handshakeFailed(err error) (fatal bool) {
 	return false
 }
 
-// holdReconnectPoll is how often a held dial loop asks HoldReconnect again.
+// holdReconnectPoll is how often a held dial or handshake asks
+// HoldReconnect again.
 const holdReconnectPoll = 100 * time.Millisecond
+
+// awaitReconnect waits while HoldReconnect reports true; false means ctx
+// ended first (Run is ending: the lease's expiry, the lifetime deadline).
+func (c *Client) awaitReconnect(ctx context.Context) bool {
+	for c.cfg.HoldReconnect != nil && c.cfg.HoldReconnect() {
+		if !sleepCtx(ctx, c.clk, holdReconnectPoll) {
+			return false
+		}
+	}
+	return true
+}
 
 func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan<- *Conn) {
 	bo := backoff{Base: c.cfg.ReconnectDelay}
@@ -723,10 +737,8 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 		}
 		first = false
 		for {
-			for c.cfg.HoldReconnect != nil && c.cfg.HoldReconnect() {
-				if !sleepCtx(ctx, c.clk, holdReconnectPoll) {
-					return
-				}
+			if !c.awaitReconnect(ctx) {
+				return
 			}
 			conn, err := c.dialOnce(ctx)
 			if err == nil {

@@ -16,9 +16,10 @@ import (
 // What must end the wait from outside is a stop: a revoke, the lease's
 // expiry or the lifetime's end (Run is ending: onEnding), or a fresh stop
 // command that is queued behind the blocked one (onCommandArrived). A
-// connection lost during the wait is not redialled until the write
-// completes (ClientConfig.HoldReconnect), so the lease is not renewed and
-// its expiry ends the wait.
+// connection lost during the wait is not redialled, nor a listen-mode
+// peer authenticated, until the write completes
+// (ClientConfig.HoldReconnect), so the lease is not renewed and its expiry
+// ends the wait.
 
 // errStopUnderPressure ends a runner told to stop while a state write waits
 // for disk space: its agents are stopped, and the stop's result, which
