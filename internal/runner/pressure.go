@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,4 +65,47 @@ func (r *loop) onCommandArrived(env *prp.Envelope) {
 	}
 	r.log.Warn("stop command while a state write waits for disk space; stopping without its result", "type", c.Type)
 	r.finish(errStopUnderPressure)
+}
+
+// deferral tells the client's reader whether inbound frames wait behind a
+// state write blocked by a full disk (durability.md §6.2 item 2), and the
+// cursor and produced sequence a deferred ACK must lie within. It reads
+// only the store's lock-free summary.
+func (r *loop) deferral() prp.Deferral {
+	s := r.store.Summary()
+	return prp.Deferral{
+		Deferring:      s.DiskFull,
+		AckedSourceSeq: int64(s.AckedSourceSeq), ProducedSourceSeq: int64(s.HighestSourceSeq),
+	}
+}
+
+// readHeld logs the reader stopping at the deferral bound, then tells
+// observe (tests) when set.
+func (r *loop) readHeld(observe func(int, int64)) func(int, int64) {
+	return func(frames int, bytes int64) {
+		r.log.Warn("inbound frames deferred behind a full disk reached their bound; not reading the socket until they apply",
+			"frames", frames, "bytes", bytes)
+		if observe != nil {
+			observe(frames, bytes)
+		}
+	}
+}
+
+// awaitSpace holds a deferred ACK while a state write waits for disk space
+// (durability.md §6.2 item 2): the ack routine waits for the wait's end
+// rather than queuing on the store's lock, and the frames behind the ACK
+// wait in order (the client's reader bounds them). False means ctx ended
+// first; Run's end aborts the blocked write too (onEnding).
+func (r *loop) awaitSpace(ctx context.Context) bool {
+	for {
+		ch := r.store.SpaceWait()
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }

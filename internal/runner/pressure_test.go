@@ -50,7 +50,15 @@ const idleFlushSettle = time.Second
 
 func startUnderPressure(t *testing.T, h *harness, full *atomic.Bool, effects *atomic.Int32) (*running, prp.Command) {
 	t.Helper()
-	run := h.start(h.config(false), options{Handlers: countingStart(effects), StoreFault: fullDisk(full)})
+	return startUnderPressureWith(t, h, full, options{Handlers: countingStart(effects)})
+}
+
+// startUnderPressureWith is startUnderPressure with the runner's options
+// (their StoreFault is the full disk).
+func startUnderPressureWith(t *testing.T, h *harness, full *atomic.Bool, opts options) (*running, prp.Command) {
+	t.Helper()
+	opts.StoreFault = fullDisk(full)
+	run := h.start(h.config(false), opts)
 	h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 	// The connection's ACK schedules the store's idle cursor write: let it
 	// happen before the disk fills. Otherwise it may be a second writer
