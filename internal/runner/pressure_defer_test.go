@@ -141,3 +141,34 @@ func TestDurability29_DeferredAckOutsideRangeIsFatal(t *testing.T) {
 		})
 	}
 }
+
+// TestDurability29_ConsecutiveAcksCollapse (durability.md §6.2 item 2):
+// during the wait a burst of ACKs well over the frame bound collapses
+// into the newest one waiting, so it does not fill the bound: the reader
+// keeps reading, and a ping behind the burst is answered with
+// storagePressure while the write still waits.
+func TestDurability29_ConsecutiveAcksCollapse(t *testing.T) {
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		var full atomic.Bool
+		var effects atomic.Int32
+		var helds atomic.Int32
+		_, cmd := startUnderPressureWith(t, h, &full, options{
+			Handlers:   countingStart(&effects),
+			OnReadHeld: func(int, int64) { helds.Add(1) },
+		})
+		acked := h.core.Snapshot().AckedSourceSeq
+		for range deferFillers {
+			h.sendRaw(prp.KindAck, prp.AckPayload{AckedSourceSeq: acked})
+		}
+		pongs := h.core.Snapshot().Pongs
+		h.sendRaw(prp.KindPing, struct{}{}) // behind the burst, on the normal lane
+		s := h.waitCore(func(s control.Snapshot) bool { return s.Pongs > pongs })
+		require.True(t, *s.LastPong.StoragePressure, "answered during the wait")
+		require.Zero(t, helds.Load(), "the collapsed ACKs never reached the bound")
+		require.Zero(t, effects.Load())
+
+		full.Store(false)
+		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+		require.EqualValues(t, 1, effects.Load())
+	})
+}
