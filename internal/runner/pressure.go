@@ -14,7 +14,10 @@ import (
 // space, the command routine is blocked inside the store. The client's
 // reader still answers pings (the pong reads the store's lock-free summary,
 // which reports storagePressure) and its supervisor still renews the lease.
-// What must end the wait from outside is a stop: a revoke, the lease's
+// Other frames wait in arrival order (deferral, awaitSpace): an ACK waits
+// for the write, not on the store's lock, and the reader stops reading
+// once prp.MaxDeferredFrames or prp.MaxDeferredBytes wait, so none is
+// dropped and, once the write completes, they apply in order. What must end the wait from outside is a stop: a revoke, the lease's
 // expiry or the lifetime's end (Run is ending: onEnding), or a fresh stop
 // command that is queued behind the blocked one (onCommandArrived). A
 // connection lost during the wait is not redialled, nor a listen-mode
