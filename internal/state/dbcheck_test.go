@@ -53,6 +53,7 @@ func storeDamages(db []byte) []storeDamage {
 		out = append(out, storeDamage{fmt.Sprintf("truncated-%d", n), db[:n:n], n < len(db)-ps || n < 4*ps})
 	}
 	out = append(out, storeDamage{"zero-filled", make([]byte, len(db)), true})
+	out = append(out, storeDamage{"cycle", rootCycle(db, ps), true})
 	for p := range pages {
 		b := append([]byte(nil), db...)
 		clear(b[p*ps : (p+1)*ps])
@@ -145,4 +146,25 @@ func FuzzDamagedStore(f *testing.F) {
 			require.ErrorIs(t, err, errCorruptState)
 		}
 	})
+}
+
+// rootCycle turns the root bucket's page of db into a branch page whose
+// one child is itself: bbolt would recurse on it without end.
+func rootCycle(db []byte, ps int) []byte {
+	m0, _ := parseMeta(db[boltPageHeader:])
+	m1, _ := parseMeta(db[ps+boltPageHeader:])
+	m := m0
+	if m1.txid > m0.txid {
+		m = m1
+	}
+	b := append([]byte(nil), db...)
+	p := b[int(m.root)*ps:]
+	le := binary.LittleEndian
+	le.PutUint16(p[8:], boltBranchPage)
+	le.PutUint16(p[10:], 1)
+	le.PutUint32(p[12:], 0)
+	le.PutUint32(p[boltPageHeader:], boltElementSize) // the key follows the element
+	le.PutUint32(p[boltPageHeader+4:], 1)
+	le.PutUint64(p[boltPageHeader+8:], m.root)
+	return b
 }
