@@ -157,3 +157,30 @@ func TestStateDump(t *testing.T) {
 	require.Equal(t, config.ExitUsage, r.code)
 	require.Regexp(t, `^paperclip-runnerd: usage: --state-dir: [^\n]+\n$`, r.stderr)
 }
+
+// TestDamagedStoreRefusedClearly: a store file cut short (as by a full
+// disk or a bad copy) gives `state dump` and runnerd's start one clear
+// stderr line and exit 1, never a crash, and neither rewrites it.
+func TestDamagedStoreRefusedClearly(t *testing.T) {
+	bin := testbin.Path(t, "runnerd")
+	dir := t.TempDir()
+	r := runBin(t, bin, []string{config.BootstrapTicketEnv + "=" + secretTicket}, idleListenArgs(dir)...)
+	require.Equal(t, config.ExitOK, r.code, "stderr: %s", r.stderr)
+	db := filepath.Join(dir, "runner-state.db")
+	b, err := os.ReadFile(db)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(db, b[:len(b)/2], 0o600))
+
+	r = runBin(t, bin, nil, "state", "dump", "--state-dir", dir)
+	require.Equal(t, config.ExitFailure, r.code)
+	require.Regexp(t, `^paperclip-runnerd: runner_failed: state dump: runner state store is damaged: [^\n]+\n$`, r.stderr)
+	require.Empty(t, r.stdout)
+
+	r = runBin(t, bin, []string{config.BootstrapTicketEnv + "=" + secretTicket}, idleListenArgs(dir)...)
+	require.Equal(t, config.ExitFailure, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "runner state store is damaged")
+	require.NotContains(t, r.stderr, "panic")
+	after, err := os.ReadFile(db)
+	require.NoError(t, err)
+	require.Equal(t, b[:len(b)/2], after, "the damaged store is left as it was")
+}

@@ -54,6 +54,13 @@ func (c *Client) acceptLoop(ctx context.Context, authed chan<- *Conn) {
 // an earlier one is dropped before it sends anything. Lease handshakes
 // never wait.
 func (c *Client) serveAccepted(ctx context.Context, a accepted, boot chan struct{}, authed chan<- *Conn) {
+	// A held peer is not authenticated until the hold lifts (a state write
+	// waiting for disk space, durability.md §6.2 item 4); Run's end
+	// releases it.
+	if !c.awaitReconnect(ctx) {
+		_ = a.ws.Close()
+		return
+	}
 	actx, cancel := c.attemptCtx(ctx)
 	defer cancel()
 	h := c.clientHandshake()

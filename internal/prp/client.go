@@ -116,10 +116,28 @@ type ClientConfig struct {
 	// released here, since its routine must end for Run to return. It runs
 	// on Run's goroutine and must not block.
 	OnEnding func(err error)
-	// HoldReconnect, when set, is asked before each dial (dial mode):
-	// while it reports true, the client does not connect, so it neither
-	// authenticates nor renews the lease, and the lease's expiry and the
-	// lifetime deadline still end Run. It must not block.
+	// Deferral, when set, reports whether the owner defers inbound frames
+	// (durability.md §6.2 item 2: a state write waits for disk space, so
+	// OnControl's routines are blocked), with the bounds of a valid ACK.
+	// While it does: an ACK is checked at arrival (ErrDeferredAck is
+	// fatal); consecutive ACKs still waiting for the ack routine collapse
+	// into the newest; and once MaxDeferredFrames frames or
+	// MaxDeferredBytes bytes are unsettled (forwarded, and not yet applied
+	// or, for a command, not yet returned from its handler) the reader
+	// stops reading the socket until frames settle or the deferral ends.
+	// No deferred frame is dropped: each reaches OnControl in arrival
+	// order. It runs on the reader and must not block.
+	Deferral func() Deferral
+	// OnReadHeld, when set, observes the reader stopping at the deferral
+	// bound, with the unsettled frames and bytes (logs, tests). It runs on
+	// the reader and must not block.
+	OnReadHeld func(frames int, bytes int64)
+	// HoldReconnect, when set, is asked before each dial (dial mode) and
+	// before each accepted peer's handshake (listen mode): while it reports
+	// true, the client neither connects nor authenticates a peer (a held
+	// peer waits, unanswered, or gives up), so it does not renew the lease,
+	// and the lease's expiry and the lifetime deadline still end Run. It
+	// must not block.
 	HoldReconnect func() bool
 
 	Logger *slog.Logger
@@ -328,23 +346,35 @@ func (c *Client) adopt(ws *wsConn, act *activity, sess *Session, w *Welcome) *Co
 	if w.MaxFrameBytes > 0 {
 		ws.setMaxFrameBytes(min(max(w.MaxFrameBytes, minMaxFrameBytes), maxMaxFrameBytes))
 	}
-	conn := &Conn{sess: sess, welcome: w}
+	d := newDeferral(c.cfg.Deferral, c.clk, c.cfg.OnReadHeld)
+	conn := &Conn{sess: sess, welcome: w, d: d}
 	win := newSendWindow()
 	conn.l = startLink(ws, act, sess, linkConfig{
 		PingInterval:   c.cfg.PingInterval,
 		SilenceTimeout: c.cfg.SilenceTimeout,
 		Inspect: func(pt []byte) (FrameAction, any, error) {
 			act, env, err := c.inspect(sess, pt)
-			if err == nil && env != nil && env.Kind == KindAck {
+			if err != nil || act != FrameForward {
+				return act, nil, err
+			}
+			if env.Kind == KindAck {
 				// The window only paces: a malformed ack is the ack
 				// routine's to reject (prp.md §8.4), so it is ignored here.
 				var p AckPayload
 				if env.DecodePayload(&p) == nil {
+					if err := d.checkAck(p.AckedSourceSeq); err != nil {
+						c.failFatal(err)
+						return 0, nil, err
+					}
 					win.ack(p.AckedSourceSeq)
 				}
 			}
-			return act, env, err
+			in := &inbound{env: env, size: int64(len(pt))}
+			d.arrive(in)
+			return act, in, nil
 		},
+		Gate:      d.gate,
+		Merge:     d.merge,
 		Window:    win,
 		SendQueue: c.cfg.SendQueue,
 		Pong:      func() ([]byte, error) { return c.pong(sess) },
@@ -705,8 +735,20 @@ func (c *Client) handshakeFailed(err error) (fatal bool) {
 	return false
 }
 
-// holdReconnectPoll is how often a held dial loop asks HoldReconnect again.
+// holdReconnectPoll is how often a held dial or handshake asks
+// HoldReconnect again.
 const holdReconnectPoll = 100 * time.Millisecond
+
+// awaitReconnect waits while HoldReconnect reports true; false means ctx
+// ended first (Run is ending: the lease's expiry, the lifetime deadline).
+func (c *Client) awaitReconnect(ctx context.Context) bool {
+	for c.cfg.HoldReconnect != nil && c.cfg.HoldReconnect() {
+		if !sleepCtx(ctx, c.clk, holdReconnectPoll) {
+			return false
+		}
+	}
+	return true
+}
 
 func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan<- *Conn) {
 	bo := backoff{Base: c.cfg.ReconnectDelay}
@@ -723,10 +765,8 @@ func (c *Client) dialLoop(ctx context.Context, need <-chan struct{}, authed chan
 		}
 		first = false
 		for {
-			for c.cfg.HoldReconnect != nil && c.cfg.HoldReconnect() {
-				if !sleepCtx(ctx, c.clk, holdReconnectPoll) {
-					return
-				}
+			if !c.awaitReconnect(ctx) {
+				return
 			}
 			conn, err := c.dialOnce(ctx)
 			if err == nil {

@@ -25,6 +25,7 @@ type Conn struct {
 	l       *link
 	sess    *Session
 	welcome *Welcome
+	d       *deferral // the inbound frames not yet settled (deferral.go)
 }
 
 // Session returns the connection's secure session.

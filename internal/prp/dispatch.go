@@ -89,7 +89,7 @@ func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
 func (c *Client) serveConn(ctx context.Context, conn *Conn, current func() bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	q := newCommandQueue()
+	q := newCommandQueue(conn.d.release)
 	releaseWelcome := q.hold(commandIDs(conn.welcome.PendingCommands))
 	cmdErr := make(chan error, 1)
 	go func() { cmdErr <- c.commandLoop(ctx, cancel, conn, q, releaseWelcome, current) }()
@@ -114,14 +114,15 @@ func (c *Client) ackLoop(ctx context.Context, conn *Conn, q *commandQueue, curre
 		if !current() {
 			return nil // superseded: the newer connection's replay covers the rest
 		}
-		env := v.(*Envelope) // decoded by the reader (Client.inspect), owned here
+		in := v.(*inbound) // decoded by the reader (Client.inspect), owned here
+		env := in.env
 		switch env.Kind {
 		case KindCommand:
-			if !q.push(env, commandIDOf(env.Payload)) {
+			if !q.push(in, commandIDOf(env.Payload)) {
 				conn.l.fail(errInboundOverflow)
 				return nil
 			}
-			continue
+			continue // settled when its handler returns (commandQueue.settle)
 		case KindCommandResultAck:
 			if !q.waitSettled(ctx, commandIDOf(env.Payload)) {
 				return nil
@@ -132,6 +133,7 @@ func (c *Client) ackLoop(ctx context.Context, conn *Conn, q *commandQueue, curre
 				return err
 			}
 		}
+		conn.d.release(in)
 	}
 }
 
@@ -156,7 +158,7 @@ func (c *Client) commandLoop(ctx context.Context, cancel context.CancelFunc, con
 			return nil // abandon releases it and the rest
 		}
 		if c.cfg.OnControl != nil {
-			err = c.cfg.OnControl(ctx, conn, it.env)
+			err = c.cfg.OnControl(ctx, conn, it.in.env)
 		}
 		q.settle(it)
 		if err != nil {
@@ -168,7 +170,7 @@ func (c *Client) commandLoop(ctx context.Context, cancel context.CancelFunc, con
 
 // queuedCommand is a command waiting for or running on the command routine.
 type queuedCommand struct {
-	env  *Envelope
+	in   *inbound // nil for a welcome's pending command (hold)
 	id   string
 	done chan struct{} // closed once its handler returned or it was dropped
 }
@@ -185,10 +187,13 @@ type commandQueue struct {
 	closed   bool
 	kick     chan struct{}
 	inflight map[string][]chan struct{} // commandId → done of each unsettled copy
+	// released settles a command's frame in the connection's deferral
+	// count once its handler returned or it was dropped; fixed at creation.
+	released func(*inbound)
 }
 
-func newCommandQueue() *commandQueue {
-	return &commandQueue{kick: make(chan struct{}, 1), inflight: map[string][]chan struct{}{}}
+func newCommandQueue(released func(*inbound)) *commandQueue {
+	return &commandQueue{kick: make(chan struct{}, 1), inflight: map[string][]chan struct{}{}, released: released}
 }
 
 // hold marks ids as in flight until the returned release runs (the
@@ -214,13 +219,13 @@ func (q *commandQueue) hold(ids []string) (release func()) {
 }
 
 // push queues a command; false means the queue is full.
-func (q *commandQueue) push(env *Envelope, id string) bool {
+func (q *commandQueue) push(in *inbound, id string) bool {
 	q.mu.Lock()
 	if len(q.items) >= maxInboundQueue {
 		q.mu.Unlock()
 		return false
 	}
-	it := &queuedCommand{env: env, id: id, done: make(chan struct{})}
+	it := &queuedCommand{in: in, id: id, done: make(chan struct{})}
 	q.items = append(q.items, it)
 	q.inflight[id] = append(q.inflight[id], it.done)
 	q.mu.Unlock()
@@ -263,6 +268,9 @@ func (q *commandQueue) settle(it *queuedCommand) {
 	}
 	q.mu.Unlock()
 	close(it.done)
+	if it.in != nil && q.released != nil {
+		q.released(it.in)
+	}
 }
 
 // abandon settles whatever the command routine will not run.

@@ -115,6 +115,17 @@ type linkConfig struct {
 	RekeyClose RekeyClose
 	// SendQueue is the normal lane's length; 0 means SendQueueLen.
 	SendQueue int
+	// Gate, if set, runs in the reader goroutine before each read: no
+	// frame is read until it returns, so while it waits the peer's frames
+	// stay in the socket. It returns only the error of the ctx it is
+	// given, once the link ends. The silence watchdog does not count the
+	// time it waits: that silence is this side's.
+	Gate func(ctx context.Context) error
+	// Merge, if set, runs in the reader goroutine, under the inbox's lock,
+	// for each forwarded value while the inbox is not empty: true replaces
+	// the newest waiting value (last) with next instead of queuing next
+	// behind it. It must not block.
+	Merge func(last, next any) bool
 }
 
 // RekeyClose says how a link ends at a frame bound (linkConfig.RekeyClose).
@@ -168,6 +179,8 @@ type link struct {
 	prioQ    [][]byte // control frames that must not wait behind queued events (lease_renew)
 	pongKick chan struct{}
 	pinging  atomic.Bool
+	// gated is set while the reader waits in cfg.Gate.
+	gated atomic.Bool
 
 	// inMu guards inbox.
 	inMu      sync.Mutex
@@ -409,6 +422,16 @@ func (l *link) pending() int {
 func (l *link) readLoop() {
 	defer l.wg.Done()
 	for {
+		if l.cfg.Gate != nil {
+			l.gated.Store(true)
+			err := l.cfg.Gate(l.ctx)
+			l.act.touch() // the watchdog measures the peer's silence from here
+			l.gated.Store(false)
+			if err != nil {
+				l.fail(err)
+				return
+			}
+		}
 		frame, err := l.ws.readMsgInto(l.ctx, l.fbuf)
 		if err != nil {
 			l.fail(err)
@@ -445,6 +468,11 @@ func (l *link) readLoop() {
 			continue
 		}
 		l.inMu.Lock()
+		if n := len(l.inbox); n > 0 && l.cfg.Merge != nil && l.cfg.Merge(l.inbox[n-1], v) {
+			l.inbox[n-1] = v
+			l.inMu.Unlock()
+			continue
+		}
 		if len(l.inbox) >= maxInboundQueue {
 			l.inMu.Unlock()
 			l.fail(errInboundOverflow)
@@ -630,6 +658,11 @@ func (l *link) watchdog() {
 		case <-l.ctx.Done():
 			return
 		case <-t.C():
+			if l.gated.Load() {
+				// The reader holds off on purpose: the peer is not silent.
+				t.Reset(l.cfg.SilenceTimeout)
+				continue
+			}
 			idle := l.act.idle()
 			if idle >= l.cfg.SilenceTimeout {
 				l.cfg.Logger.Warn("closing half-open connection", "silence", idle.String())

@@ -327,6 +327,9 @@ func (r *loop) onControl(ctx context.Context, c *prp.Conn, env *prp.Envelope) er
 		if p.AckedSourceSeq < 0 {
 			return errors.New("protocol error: ackedSourceSeq is negative")
 		}
+		if !r.awaitSpace(ctx) {
+			return nil // the client is ending; the next welcome carries the cursor
+		}
 		if _, err := r.store.ApplyAck(uint64(p.AckedSourceSeq), c.Session().Version); err != nil {
 			return fmt.Errorf("protocol error: %w", err)
 		}

@@ -50,7 +50,15 @@ const idleFlushSettle = time.Second
 
 func startUnderPressure(t *testing.T, h *harness, full *atomic.Bool, effects *atomic.Int32) (*running, prp.Command) {
 	t.Helper()
-	run := h.start(h.config(false), options{Handlers: countingStart(effects), StoreFault: fullDisk(full)})
+	return startUnderPressureWith(t, h, full, options{Handlers: countingStart(effects)})
+}
+
+// startUnderPressureWith is startUnderPressure with the runner's options
+// (their StoreFault is the full disk).
+func startUnderPressureWith(t *testing.T, h *harness, full *atomic.Bool, opts options) (*running, prp.Command) {
+	t.Helper()
+	opts.StoreFault = fullDisk(full)
+	run := h.start(h.config(false), opts)
 	h.waitCore(func(s control.Snapshot) bool { return s.Connected })
 	// The connection's ACK schedules the store's idle cursor write: let it
 	// happen before the disk fills. Otherwise it may be a second writer
@@ -168,5 +176,58 @@ func TestDurability19_DropUnderPressureLeaseExpires(t *testing.T) {
 		after, err := readFile(filepath.Join(h.stateDir, state.FileName))
 		require.NoError(t, err)
 		require.Equal(t, before, after, "state file intact")
+	})
+}
+
+// pressureRekeyLimit is the core's frame bound in scenario 10: high enough
+// for the connection to reach the wait (welcome, events, ACKs, the
+// command, the first pressure pong), low enough that a few pings during
+// the wait reach it.
+const pressureRekeyLimit = 32
+
+// TestDurability10_RekeyDuringPressureWait (durability.md §11 scenario
+// 10, §2.2 item 5): the core's frame bound ends the connection while a
+// state write waits for disk space. That is a disconnect, not a failure:
+// runnerd does not redial during the wait (§6.2 item 4) and does not exit;
+// once space returns the write completes, runnerd reconnects with its
+// lease, and the command's one effect and its result are delivered once.
+func TestDurability10_RekeyDuringPressureWait(t *testing.T) {
+	tweak := func(c *control.Config) {
+		c.LeaseTTL = pressureLease
+		coreLimit(pressureRekeyLimit, prp.RekeyDrop)(c)
+	}
+	simTest(t, tweak, func(t *testing.T, h *harness) {
+		var full atomic.Bool
+		var effects atomic.Int32
+		run, cmd := startUnderPressure(t, h, &full, &effects)
+		auths := h.core.Snapshot().Authentications
+		// Pings spend the core's frames until its bound ends the connection.
+		for i := 0; h.core.Ping(t.Context()) == nil; i++ {
+			require.Less(t, i, pressureRekeyLimit, "the core's bound never ended the connection")
+			time.Sleep(100 * time.Millisecond)
+		}
+		ended := h.waitCore(func(s control.Snapshot) bool { return !s.Connected && len(s.Frames) == 1 }).Frames[0]
+		require.True(t, ended.Sent >= pressureRekeyLimit || ended.Received >= pressureRekeyLimit,
+			"the core's frame bound ended the connection: %+v", ended)
+		time.Sleep(pressureLease / 4) // the wait goes on, disconnected
+		s := h.core.Snapshot()
+		require.Equal(t, auths, s.Authentications, "no reconnect during the wait")
+		require.Nil(t, s.Results[cmd.CommandID])
+		require.Zero(t, effects.Load())
+		select {
+		case err := <-run.done:
+			t.Fatalf("a rekey during the wait ended the runner: %v", err)
+		default:
+		}
+
+		full.Store(false)
+		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+		s = h.waitCore(func(s control.Snapshot) bool { return s.Connected })
+		require.Greater(t, s.Authentications, auths, "reconnected once the write completed")
+		require.EqualValues(t, 1, effects.Load(), "the effect ran once")
+		// The outage outlived ReconnectEventMinOutage, so runner.reconnected
+		// may report it; every event still arrives once, in order.
+		requireEachEventOnceAllowing(t, s)
+		requireNoFailure(t, h)
 	})
 }

@@ -89,6 +89,9 @@ type options struct {
 	// StoreFault injects state write failures (state.Config.WriteFault;
 	// tests only). Run sets none.
 	StoreFault func(op string) error
+	// OnReadHeld observes the client's reader stopping at the deferral
+	// bound (prp.ClientConfig; tests only). Run sets none.
+	OnReadHeld func(frames int, bytes int64)
 }
 
 // runLoop is Run without the stderr line: it returns nil for every clean
@@ -175,6 +178,10 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		// durability.md §6.2 item 4: no reconnect while a write waits for
 		// disk space (the lease's expiry ends the wait instead).
 		HoldReconnect: func() bool { return r.store.Summary().DiskFull },
+		// §6.2 item 2: frames wait, bounded, behind a write waiting for
+		// disk space.
+		Deferral:   r.deferral,
+		OnReadHeld: r.readHeld(opts.OnReadHeld),
 
 		OnCommandArrived: r.onCommandArrived,
 		Logger:           logger,

@@ -376,7 +376,8 @@ func (s *Store) openStore() (st *State, fresh bool, err error) {
 	if s.db, err = s.dir.openDB(DBName); err != nil {
 		return nil, false, err
 	}
-	st, header, err := loadDB(s.db)
+	var header []byte
+	err = guardStore(func() (err error) { st, header, err = loadDB(s.db); return err })
 	if err != nil {
 		return nil, false, err
 	}

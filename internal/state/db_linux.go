@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -77,8 +78,36 @@ func (d *dirHandle) openDBFile(name string, flag int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), filepath.Join(d.path, name)), nil
 }
 
-// openDB opens (creating when absent) the store file name for writing.
-func (d *dirHandle) openDB(name string) (*bolt.DB, error) {
+// checkDB checks an existing store file before bbolt opens it for
+// writing (checkStoreFile); a missing one is left to openDB to create.
+func (d *dirHandle) checkDB(name string) error {
+	f, err := d.openDBFile(name, unix.O_RDONLY)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat state store: %w", err)
+	}
+	return checkStoreFile(f, fi.Size())
+}
+
+// openDB opens (creating when absent) the store file name for writing. An
+// existing file is checked first, and a panic of bbolt's is an error: a
+// damaged file gives errStoreDamaged, never a crash.
+func (d *dirHandle) openDB(name string) (db *bolt.DB, err error) {
+	if err := d.checkDB(name); err != nil {
+		return nil, err
+	}
+	err = guardStore(func() (err error) { db, err = d.openBolt(name); return err })
+	return db, err
+}
+
+func (d *dirHandle) openBolt(name string) (*bolt.DB, error) {
 	db, err := bolt.Open(name, fileMode, &bolt.Options{
 		Timeout: dbLockTimeout,
 		// The free list is rebuilt by a scan on open instead of being
@@ -150,13 +179,24 @@ func (d *dirHandle) openDBSnapshot(limit int64) (*bolt.DB, int64, error) {
 		if !ok {
 			continue
 		}
-		db, err := bolt.Open(DBName, fileMode, &bolt.Options{
-			ReadOnly: true, Timeout: dbLockTimeout,
-			OpenFile: func(string, int, os.FileMode) (*os.File, error) { return mem, nil },
+		if err := checkStoreFile(mem, size); err != nil {
+			mem.Close()
+			return nil, 0, err
+		}
+		var db *bolt.DB
+		err = guardStore(func() (err error) {
+			db, err = bolt.Open(DBName, fileMode, &bolt.Options{
+				ReadOnly: true, Timeout: dbLockTimeout,
+				OpenFile: func(string, int, os.FileMode) (*os.File, error) { return mem, nil },
+			})
+			return err
 		})
 		if err != nil {
 			mem.Close()
-			return nil, 0, fmt.Errorf("open state store copy: %w: %w", errCorruptState, err)
+			if errors.Is(err, errStoreDamaged) {
+				return nil, 0, err
+			}
+			return nil, 0, fmt.Errorf("open state store copy: %w: %w", errStoreDamaged, err)
 		}
 		return db, size, nil
 	}
@@ -169,6 +209,9 @@ func copyStable(src *os.File, limit int64) (mem *os.File, size int64, ok bool, e
 	metas := func() ([]byte, error) {
 		b := make([]byte, dbMetaBytes)
 		n, err := src.ReadAt(b, 0)
+		if errors.Is(err, io.EOF) && n == 0 {
+			return nil, damaged("the file is empty")
+		}
 		if err != nil && n == 0 {
 			return nil, fmt.Errorf("read state store: %w", err)
 		}
@@ -210,7 +253,7 @@ func copyStable(src *os.File, limit int64) (mem *os.File, size int64, ok bool, e
 	}
 	page := unix.Getpagesize()
 	if len(before) < 2*page || len(after) < 2*page {
-		return fail(fmt.Errorf("read state store: %w: shorter than its meta pages", errCorruptState))
+		return fail(damaged("shorter than its meta pages"))
 	}
 	if !bytes.Equal(before[:page], after[:page]) && !bytes.Equal(before[page:2*page], after[page:2*page]) {
 		mem.Close()

@@ -46,7 +46,7 @@ func read(dir string) (st *State, file string, size int64, err error) {
 	db, size, err := d.openDBSnapshot(maxInspectBytes)
 	if err == nil {
 		defer db.Close()
-		st, _, err := loadDB(db)
+		err = guardStore(func() (err error) { st, _, err = loadDB(db); return err })
 		return st, DBName, size, err
 	}
 	if !errors.Is(err, os.ErrNotExist) {

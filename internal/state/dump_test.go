@@ -14,7 +14,7 @@ import (
 )
 
 // dumpFixture writes a state with three events and two records, closed.
-func dumpFixture(t *testing.T) (Config, *Store) {
+func dumpFixture(t testing.TB) (Config, *Store) {
 	t.Helper()
 	cfg := testConfig(filepath.Join(t.TempDir(), "state"))
 	s, err := Open(cfg)

@@ -184,6 +184,10 @@ type Store struct {
 	abort     chan struct{}
 	abortOnce sync.Once
 	abortErr  error
+	// spaceMu guards spaceWait: open while a write waits for disk space,
+	// closed when that wait ends (SpaceWait).
+	spaceMu   sync.Mutex
+	spaceWait chan struct{}
 }
 
 // Open loads the state in cfg.Dir or creates a fresh one, and performs
@@ -699,8 +703,31 @@ func (s *Store) Abort(cause error) {
 }
 
 func (s *Store) setDiskFull(v bool) {
+	s.spaceMu.Lock()
+	switch {
+	case v && s.spaceWait == nil:
+		s.spaceWait = make(chan struct{})
+	case !v && s.spaceWait != nil:
+		close(s.spaceWait)
+		s.spaceWait = nil
+	}
+	s.spaceMu.Unlock()
 	s.diskFull.Store(v)
 	s.publish(s.cur.Load())
+}
+
+// SpaceWait returns a channel closed when the current wait for disk space
+// ends (the write completed, failed or was aborted), or nil when no write
+// waits. It never blocks: a caller that would otherwise queue on the
+// store's lock behind the blocked write (an ACK, durability.md §6.2 item
+// 2) waits on the channel instead, with its own bound.
+func (s *Store) SpaceWait() <-chan struct{} {
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	if s.spaceWait == nil {
+		return nil
+	}
+	return s.spaceWait
 }
 
 // diskFullErr reports a write failure for lack of space: no blocks, or the
