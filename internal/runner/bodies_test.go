@@ -1,9 +1,12 @@
 package runner
 
 import (
+	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,7 +15,9 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/prp/prptest"
+	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // bodyFlags are the two outbox configurations every [bodies] scenario runs
@@ -277,6 +282,64 @@ func TestWorkspace32_BodyRoom(t *testing.T) {
 			}
 			require.NotNil(t, last)
 			requireSkipped(t, findBody(t, last, prp.EventItemCompleted, "assistant_message"))
+		})
+	}
+}
+
+// TestWorkspace20_V1LeaseNoBodies: on a PRP v1 lease a 10,000-byte message
+// has no output.body.chunk (not even downgraded) and no outputBody: the
+// item.completed carries the text inline as before. The same run on v2
+// has bodies (TestWorkspace15_MessageBody).
+func TestWorkspace20_V1LeaseNoBodies(t *testing.T) {
+	for _, f := range bodyFlags {
+		t.Run(f.name, func(t *testing.T) {
+			core, tr := newVersionCore(t)
+			core.maxVersion = 1
+			prov, err := json.Marshal(map[string]any{"provider": map[string]any{"kind": "acpx", "agent": "claude",
+				"command": fakeacpBin(t), "cwd": t.TempDir()}})
+			require.NoError(t, err)
+			for i, c := range []struct{ typ, payload string }{
+				{"run.prepare", string(prov)},
+				{"session.open", `{}`},
+				{"turn.start", `{"text":"long 10000"}`},
+			} {
+				core.commands = append(core.commands, rawCommand(t, prp.Command{Schema: prp.CommandSchemaV1, CommandID: cmdID(i + 1),
+					ControllerSeq: uint64(i + 1), Type: c.typ, IssuedAt: fixedIssuedAt, Payload: json.RawMessage(c.payload)}))
+			}
+			h := &harness{t: t, stateDir: filepath.Join(t.TempDir(), "state"), connectURL: "ws://127.0.0.1:1" + prp.ConnectPath(testIdentity.RunID)}
+			cfg := h.config(false, append([]string{"--pcwrap-path", testbin.Path(t, "pcwrap")}, f.flags...)...)
+			tok, err := core.store.IssueTicket(time.Minute, time.Now())
+			require.NoError(t, err)
+			ticket, err := config.NewBootstrapTicket(tok)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			r := &running{cancel: cancel, done: make(chan error, 1)}
+			go func() { r.done <- runLoop(ctx, cfg, ticket, testLogger(), options{Transport: tr}) }()
+			terminal := func() bool {
+				for _, raw := range core.events {
+					if strings.Contains(string(raw), `"eventType":"run.terminal"`) {
+						return true
+					}
+				}
+				return false
+			}
+			core.wait(func() bool { return len(core.results) == len(core.commands) && terminal() })
+			r.cancel()
+			require.NoError(t, r.wait(t))
+
+			core.mu.Lock()
+			defer core.mu.Unlock()
+			found := false
+			for _, raw := range core.events {
+				s := string(raw)
+				require.NotContains(t, s, prp.EventOutputBodyChunk)
+				require.NotContains(t, s, "outputBody")
+				if strings.Contains(s, `"eventType":"item.completed"`) && strings.Contains(s, `"kind":"assistant_message"`) {
+					require.Contains(t, s, strings.Repeat("0123456789", 1000), "the whole text inline")
+					found = true
+				}
+			}
+			require.True(t, found)
 		})
 	}
 }
