@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/logging"
+	"github.com/pcrunner/pcrunner/internal/outputbody"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/quote"
@@ -621,10 +623,10 @@ func printCore(ctx context.Context, core *control.Core, w *out) {
 		}
 		for ; epochs < len(s.Epochs); epochs++ {
 			e := s.Epochs[epochs]
-			printBatch(w, e.Events, e.Results, &printedEvents, printed)
+			printBatch(w, core, e.Events, e.Results, &printedEvents, printed)
 			printedEvents, printed = 0, map[string]bool{}
 		}
-		printBatch(w, s.Events, s.Results, &printedEvents, printed)
+		printBatch(w, core, s.Events, s.Results, &printedEvents, printed)
 		if err != nil {
 			return
 		}
@@ -632,7 +634,9 @@ func printCore(ctx context.Context, core *control.Core, w *out) {
 }
 
 // printBatch prints the events past *printedEvents and the results not in printed.
-func printBatch(w *out, events []json.RawMessage, results map[string]json.RawMessage, printedEvents *int, printed map[string]bool) {
+// An event that carries outputBody is followed by the body as the core
+// reassembled and verified it (printBody).
+func printBatch(w *out, core *control.Core, events []json.RawMessage, results map[string]json.RawMessage, printedEvents *int, printed map[string]bool) {
 	for _, e := range events[min(*printedEvents, len(events)):] {
 		var env struct {
 			Payload json.RawMessage `json:"payload"`
@@ -642,6 +646,7 @@ func printBatch(w *out, events []json.RawMessage, results map[string]json.RawMes
 		_ = json.Unmarshal(env.Payload, &ev)
 		ev["kind"] = "event"
 		w.line(ev)
+		printBody(w, core, env.Payload)
 	}
 	*printedEvents = max(*printedEvents, len(events))
 	var fresh []prp.CommandResultPayload
@@ -659,6 +664,31 @@ func printBatch(w *out, events []json.RawMessage, results map[string]json.RawMes
 		w.line(map[string]any{"kind": "command_result", "commandId": p.CommandID, "controllerSeq": p.ControllerSeq,
 			"commandType": p.CommandType, "status": p.Status, "result": p.Result})
 	}
+}
+
+// printBody prints, after an event that carries outputBody, one line
+// {"kind":"output_body", bodyId, byteLength, sha256, chunks} with the
+// length and digest of the text the core reassembled from the committed
+// chunks, or the server's refusal (status 404 or 409, its message).
+func printBody(w *out, core *control.Core, payload json.RawMessage) {
+	var ev struct {
+		Payload struct {
+			OutputBody *outputbody.Ref `json:"outputBody"`
+		} `json:"payload"`
+	}
+	if json.Unmarshal(payload, &ev) != nil || ev.Payload.OutputBody == nil {
+		return
+	}
+	ref := ev.Payload.OutputBody
+	line := map[string]any{"kind": "output_body", "bodyId": ref.BodyID}
+	text, err := core.OutputBody(ref.BodyID, ref)
+	if err != nil {
+		line["status"], line["error"] = outputbody.Status(err), err.Error()
+	} else {
+		sum := sha256.Sum256([]byte(text))
+		line["status"], line["byteLength"], line["sha256"] = outputbody.Status(nil), len(text), hex.EncodeToString(sum[:])
+	}
+	w.line(line)
 }
 
 // runnerdProc is one launched runnerd.
