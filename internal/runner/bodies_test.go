@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"github.com/pcrunner/pcrunner/internal/outputbody"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
-	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/runner/config"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
@@ -33,6 +33,9 @@ var bodyFlags = []struct {
 	{"runnerd-defaults", nil, 32 << 10},
 	{"server-flags", []string{"--max-outbox-bytes", "16777216", "--p0-reserve-bytes", "1048576"}, 15 << 20},
 }
+
+// bigTurnWait bounds the wait for a turn of a 4 MiB message.
+const bigTurnWait = time.Minute
 
 // bodyEvent is a committed event with its payload decoded.
 type bodyEvent struct {
@@ -54,12 +57,21 @@ func bodyTurns(t *testing.T, h *harness, prompts ...string) []bodyEvent {
 	t.Helper()
 	h.prepareFake()
 	require.Equal(t, "completed", h.waitResult(h.queue("session.open", `{}`).CommandID).Status)
+	// Scan each committed event once: a turn of megabytes commits many
+	// large events, and decoding them all on every change costs more than
+	// the turn.
+	seen, terminals := 0, 0
 	for i, p := range prompts {
 		tb, err := json.Marshal(map[string]string{"text": p})
 		require.NoError(t, err)
 		require.Equal(t, "completed", h.waitResult(h.queue("turn.start", string(tb)).CommandID).Status)
 		h.waitCore(func(s control.Snapshot) bool {
-			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "run.terminal")) == i+1
+			for ; seen < len(s.Events); seen++ {
+				if bytes.Contains(s.Events[seen], []byte(`"eventType":"run.terminal"`)) {
+					terminals++
+				}
+			}
+			return terminals == i+1
 		})
 	}
 	var out []bodyEvent
@@ -266,6 +278,9 @@ func TestWorkspace32_BodyRoom(t *testing.T) {
 	for _, f := range bodyFlags {
 		t.Run(f.name, func(t *testing.T) {
 			h := newHarness(t, nil)
+			// A 4 MiB message is some 16 durable writes of 256 KiB deltas
+			// and a 4 MiB agent record: a bound for slow (-race) runs.
+			h.core.WaitBound = bigTurnWait
 			h.agentRun(f.flags...)
 			evs := bodyTurns(t, h, "long 40000", "long 4194304")
 			first := findBody(t, evs, prp.EventItemCompleted, "assistant_message")

@@ -19,10 +19,13 @@ const maxSleep = 120 * time.Second
 const maxChunks = 100000
 
 // Bounds of the long-text scenarios: a message up to the output body
-// limit, sent in agent_message_chunk updates of at most longChunkBytes.
+// limit, sent in agent_message_chunk updates of longChunkBytes, or in
+// longChunkCount larger ones for a long message (each update costs
+// runnerd a durable write).
 const (
 	maxLongBytes   = 4 << 20
 	longChunkBytes = 16 << 10
+	longChunkCount = 16
 )
 
 // longText is n bytes of text: "long" is ASCII digits; "long-emoji" mixes
@@ -328,7 +331,7 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		if err != nil || n < 0 || n > maxLongBytes {
 			return "", nil, &rpcError{Code: -32602, Message: "long needs 0..4194304 bytes"}
 		}
-		for _, part := range splitText(longText(word, n), longChunkBytes) {
+		for _, part := range splitText(longText(word, n), max(longChunkBytes, n/longChunkCount)) {
 			t.say(part)
 		}
 	case "tool-out": // tool-out N: an execute tool call that completes with N bytes of output
