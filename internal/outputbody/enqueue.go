@@ -75,7 +75,7 @@ func Enqueue(tx *state.Tx, c Carrier) (Outcome, error) {
 		err = checkAll(body)
 	}
 	if err != nil {
-		return Skipped, skip(tx, carrier, prp.EventRunnerDiagnostic, codeInvalid, err.Error())
+		return Skipped, skip(tx, carrier, prp.EventRunnerDiagnostic, codeInvalid, "an output body failed the runner's own check; its preview was sent")
 	}
 	group := make([]state.Event, 0, len(body.Chunks)+1)
 	for _, ch := range body.Chunks {
@@ -91,6 +91,9 @@ func Enqueue(tx *state.Tx, c Carrier) (Outcome, error) {
 	}
 	group = append(group, withBody)
 	_, err = tx.EnqueueGroup(group, MaxBatchEvents)
+	if errors.Is(err, state.ErrChunkRewritten) {
+		return Skipped, skip(tx, carrier, prp.EventRunnerDiagnostic, codeInvalid, "the outbox would rewrite an output body chunk; its preview was sent")
+	}
 	if errors.Is(err, state.ErrGroupDoesNotFit) {
 		return Skipped, skip(tx, carrier, prp.EventHarnessDiagnostic, CodeSkipped,
 			fmt.Sprintf("an output body of %d chunks does not fit the outbox; its preview was sent", len(body.Chunks)))
@@ -117,7 +120,11 @@ func skip(tx *state.Tx, carrier state.Event, typ, code, message string) error {
 	if _, err := tx.Enqueue(carrier); err != nil {
 		return err
 	}
-	p, err := jsonenc.Marshal(map[string]string{"code": code, "message": message})
+	key := "code" // harness.diagnostic's; runner.diagnostic names it reasonCode
+	if typ == prp.EventRunnerDiagnostic {
+		key = "reasonCode"
+	}
+	p, err := jsonenc.Marshal(map[string]string{key: code, "message": message})
 	if err != nil {
 		return err
 	}
