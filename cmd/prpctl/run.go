@@ -70,7 +70,10 @@ USAGE
 Commands run in order: every --command first, then the --script steps. Each
 command waits its turn in the core journal (one in flight, prp.md §7.1).
 stdout gets one JSON line per committed event, command result and runnerd
-exit; runnerd's own output goes to stderr. Exit status: 0 when every command
+exit, and after an event carrying outputBody one {"kind":"output_body"} line:
+the body as the core reassembled and verified it from its chunks (byteLength,
+sha256, httpStatus 200; or the server's 404/409 and its message). runnerd's
+own output goes to stderr. Exit status: 0 when every command
 got a result in time, 1 otherwise, 2 for a usage error. When the runnerd that
 prpctl launched exits before every command has its result, prpctl stops at
 once and exits with runnerd's status (1 when that status is 0).
@@ -667,9 +670,9 @@ func printBatch(w *out, core *control.Core, events []json.RawMessage, results ma
 }
 
 // printBody prints, after an event that carries outputBody, one line
-// {"kind":"output_body", bodyId, byteLength, sha256, chunks} with the
+// {"kind":"output_body", bodyId, byteLength, sha256, httpStatus} with the
 // length and digest of the text the core reassembled from the committed
-// chunks, or the server's refusal (status 404 or 409, its message).
+// chunks, or the server's refusal (httpStatus 404 or 409, its message).
 func printBody(w *out, core *control.Core, payload json.RawMessage) {
 	var ev struct {
 		Payload struct {
@@ -683,10 +686,10 @@ func printBody(w *out, core *control.Core, payload json.RawMessage) {
 	line := map[string]any{"kind": "output_body", "bodyId": ref.BodyID}
 	text, err := core.OutputBody(ref.BodyID, ref)
 	if err != nil {
-		line["status"], line["error"] = outputbody.Status(err), err.Error()
+		line["httpStatus"], line["error"] = outputbody.Status(err), err.Error()
 	} else {
 		sum := sha256.Sum256([]byte(text))
-		line["status"], line["byteLength"], line["sha256"] = outputbody.Status(nil), len(text), hex.EncodeToString(sum[:])
+		line["httpStatus"], line["byteLength"], line["sha256"] = outputbody.Status(nil), len(text), hex.EncodeToString(sum[:])
 	}
 	w.line(line)
 }
