@@ -217,6 +217,31 @@ func TestWorkspace16_EmojiAndToken(t *testing.T) {
 	}
 }
 
+// TestWorkspace17_ControlCharacters: a message of 40,000 NUL and control
+// characters (6 bytes each as JSON) → chunks shrink until each text's JSON
+// string is within 32,768 bytes, and the body reassembles exactly (server
+// flags; under the defaults the ten chunks do not fit and the fallback
+// applies).
+func TestWorkspace17_ControlCharacters(t *testing.T) {
+	for _, f := range bodyFlags {
+		t.Run(f.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.agentRun(f.flags...)
+			evs := bodyTurns(t, h, "long-ctl 40000")
+			b := findBody(t, evs, prp.EventItemCompleted, "assistant_message")
+			if f.room < 6*40_000 {
+				requireSkipped(t, b)
+				return
+			}
+			requireBody(t, b, strings.Repeat("\x00\x01\x1f", 40_000/3+1)[:40_000])
+			require.Greater(t, len(b.chunks), 7)
+			for _, c := range b.chunks {
+				require.LessOrEqual(t, len(jsonenc.MustMarshal(c.Text)), outputbody.MaxChunkJSONBytes)
+			}
+		})
+	}
+}
+
 // TestWorkspace18_ToolOutputBody: a tool output of 5,000 bytes → chunks,
 // then tool.execution.completed with outputBody and its output preview;
 // outputBytes and outputDigest still describe the whole output.

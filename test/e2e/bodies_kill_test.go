@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -13,19 +14,33 @@ import (
 	"github.com/pcrunner/pcrunner/internal/state"
 )
 
-// TestWorkspace21_BodyAfterKill: runnerd (server outbox flags) is SIGKILLed
-// right after the durable write that commits a 40,000-byte message's
-// chunks and carrier, before it sends them. After the restart every chunk
-// and the carrier reach the core exactly once, in order, byte-identical
-// to what the outbox held, and the core's assembly of the body gives the
-// message (workspace.md §12 scenario 21).
+// TestWorkspace21_BodyAfterKill: runnerd is SIGKILLed right after the
+// durable write that commits a message's chunks and carrier, before it
+// sends them. After the restart every chunk and the carrier reach the core
+// exactly once, in order, byte-identical to what the outbox held, and the
+// core's assembly of the body gives the message (workspace.md §12 scenario
+// 21). Under runnerd's default outbox a body of one chunk (10,000 bytes)
+// fits; under the server's flags one of two (40,000 bytes).
 func TestWorkspace21_BodyAfterKill(t *testing.T) {
-	r := hookRig(t, "--max-outbox-bytes", "16777216", "--p0-reserve-bytes", "1048576")
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		length int
+	}{
+		{"runnerd-defaults", nil, 10_000},
+		{"server-flags", []string{"--max-outbox-bytes", "16777216", "--p0-reserve-bytes", "1048576"}, 40_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) { bodyAfterKill(t, tc.flags, tc.length) })
+	}
+}
+
+func bodyAfterKill(t *testing.T, flags []string, length int) {
+	r := hookRig(t, flags...)
 	r.env = killAfterEnv(prp.EventOutputBodyChunk)
 	proc := r.start(t)
 	r.prepare(t)
 	r.open(t)
-	r.queue(t, prp.CommandTurnStart, map[string]any{"text": "long 40000"})
+	r.queue(t, prp.CommandTurnStart, map[string]any{"text": fmt.Sprintf("long %d", length)})
 	waitExit(t, proc)
 	require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
 
@@ -42,7 +57,8 @@ func TestWorkspace21_BodyAfterKill(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, group, 3, "two chunks and the carrier are durable")
+	chunkCount := (length + outputbody.MaxChunkBytes - 1) / outputbody.MaxChunkBytes
+	require.Len(t, group, chunkCount+1, "the chunks and the carrier are durable")
 
 	r.env = nil
 	r.start(t)
@@ -59,7 +75,7 @@ func TestWorkspace21_BodyAfterKill(t *testing.T) {
 			var c outputbody.Chunk
 			require.NoError(t, json.Unmarshal(e.Payload, &c))
 			chunks = append(chunks, c)
-		case e.SourceSeq == group[2]:
+		case e.SourceSeq == group[chunkCount]:
 			var p struct {
 				OutputBody outputbody.Ref `json:"outputBody"`
 			}
@@ -67,10 +83,11 @@ func TestWorkspace21_BodyAfterKill(t *testing.T) {
 			ref = p.OutputBody
 		}
 	}
-	require.Len(t, chunks, 2, "each chunk once")
-	require.Equal(t, group[0]+1, group[1])
-	require.Equal(t, group[1]+1, group[2], "contiguous, the carrier right after its chunks")
+	require.Len(t, chunks, chunkCount, "each chunk once")
+	for i := 1; i < len(group); i++ {
+		require.Equal(t, group[i-1]+1, group[i], "contiguous, the carrier right after its chunks")
+	}
 	body, err := outputbody.Assemble(ref, chunks)
 	require.NoError(t, err)
-	require.Len(t, body, 40_000)
+	require.Len(t, body, length)
 }

@@ -28,14 +28,18 @@ const (
 	longChunkCount = 16
 )
 
-// longText is n bytes of text: "long" is ASCII digits; "long-emoji" mixes
+// longText is n bytes of text: "long" is ASCII digits; "long-ctl" NUL and
+// other control characters (6 bytes each as JSON); "long-emoji" mixes
 // 4-byte emoji with text and puts a ghp_ token (a pattern of runnerd's
 // outbox sanitiser) across byte 32,766, the first chunk boundary.
 func longText(kind string, n int) string {
 	var b strings.Builder
 	unit := "0123456789"
-	if kind == "long-emoji" {
+	switch kind {
+	case "long-emoji":
 		unit = "ab\U0001F600c"
+	case "long-ctl":
+		unit = "\x00\x01\x1f"
 	}
 	for b.Len() < n {
 		b.WriteString(unit)
@@ -326,7 +330,7 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.readFile(rest)
 	case "tool-fail": // tool-fail <text>: an execute tool call that ends failed with text
 		t.toolDone(t.toolCall("execute", "Run a command", nil), "failed", rest)
-	case "long", "long-emoji": // long[-emoji] N: one message of N bytes (workspace.md §12 [bodies])
+	case "long", "long-emoji", "long-ctl": // long[-emoji|-ctl] N: one message of N bytes (workspace.md §12 [bodies])
 		n, err := strconv.Atoi(strings.TrimSpace(rest))
 		if err != nil || n < 0 || n > maxLongBytes {
 			return "", nil, &rpcError{Code: -32602, Message: "long needs 0..4194304 bytes"}
