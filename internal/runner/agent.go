@@ -12,7 +12,6 @@ import (
 	"github.com/pcrunner/pcrunner/internal/agent"
 	"github.com/pcrunner/pcrunner/internal/codexapp"
 	"github.com/pcrunner/pcrunner/internal/opencode"
-	"github.com/pcrunner/pcrunner/internal/outputbody"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/state"
@@ -242,7 +241,7 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 				if err != nil {
 					return err
 				}
-				chunked = chunked || out == outputbody.Attached
+				chunked = chunked || out == bodyAttached
 			}
 		}
 		return nil
@@ -274,8 +273,8 @@ func (a *agentExec) enqueue(tx *state.Tx, e state.Event) error {
 
 // enqueueCarrier adds an event whose long text may go as an output body
 // (workspace.md §7), with enqueue's handling of an outbox bound.
-func (a *agentExec) enqueueCarrier(tx *state.Tx, c outputbody.Carrier) (outputbody.Outcome, error) {
-	out, err := outputbody.Enqueue(tx, c)
+func (a *agentExec) enqueueCarrier(tx *state.Tx, c bodyCarrier) (bodyOutcome, error) {
+	out, err := enqueueBody(tx, c)
 	if errors.Is(err, state.ErrEventTooLarge) {
 		err = a.refuseTooLarge(tx, c.Event)
 	}
@@ -289,7 +288,7 @@ func (a *agentExec) enqueueCarrier(tx *state.Tx, c outputbody.Carrier) (outputbo
 // long text.
 type carrierRun struct {
 	events  []state.Event
-	carrier *outputbody.Carrier
+	carrier *bodyCarrier
 }
 
 // splitAtCarriers cuts events (stateEvents of evs, one for one) after
@@ -302,7 +301,7 @@ func splitAtCarriers(events []state.Event, evs []provider.Event) []carrierRun {
 		if e.Body == "" {
 			continue
 		}
-		c := &outputbody.Carrier{Event: events[i], Text: e.Body, TextField: e.BodyField, TruncatedField: e.BodyTruncatedField}
+		c := &bodyCarrier{Event: events[i], Text: e.Body, TextField: e.BodyField, TruncatedField: e.BodyTruncatedField}
 		runs = append(runs, carrierRun{events: events[start:i], carrier: c})
 		start = i + 1
 	}

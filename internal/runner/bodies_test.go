@@ -120,7 +120,7 @@ func findBody(t *testing.T, evs []bodyEvent, carrierType, kind string) bodyOf {
 				if d.eventType == prp.EventRunTerminal {
 					break
 				}
-				if d.eventType == prp.EventHarnessDiagnostic && d.str("code") == outputbody.CodeSkipped {
+				if d.eventType == prp.EventHarnessDiagnostic && d.str("code") == codeBodySkipped {
 					b.skipped = true
 				}
 			}
