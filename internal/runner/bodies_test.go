@@ -88,6 +88,17 @@ func bodyTurns(t *testing.T, h *harness, prompts ...string) []bodyEvent {
 	return out
 }
 
+// envelopePayload is the envelope's payload (what the event schemas
+// validate).
+func envelopePayload(t *testing.T, e bodyEvent) json.RawMessage {
+	t.Helper()
+	var env struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	require.NoError(t, json.Unmarshal(e.raw, &env))
+	return env.Payload
+}
+
 // bodyOf is what the committed events say of the first carrier of
 // carrierType: the chunks before it (since the previous carrier), its
 // outputBody, and whether an output_body_skipped diagnostic followed it
@@ -157,7 +168,8 @@ func requireSkipped(t *testing.T, b bodyOf) {
 // TestWorkspace15_MessageBody: a message of 10,000 ASCII bytes → one chunk
 // (offset "0") before the item.completed carrying outputBody, byteLength
 // "10000", the body digest the chunk's; the chunk is valid against
-// event-v2. It fits both outbox configurations.
+// event-v2. It fits both outbox configurations. (durability.md §11
+// scenario 22 is this one.)
 func TestWorkspace15_MessageBody(t *testing.T) {
 	schemas := prpschema.Load(t)
 	for _, f := range bodyFlags {
@@ -175,13 +187,10 @@ func TestWorkspace15_MessageBody(t *testing.T) {
 			require.Len(t, b.carrier.str("text"), outputbody.Threshold, "the carrier keeps a preview")
 			for _, e := range evs {
 				if e.eventType == prp.EventOutputBodyChunk {
-					var env struct {
-						Payload json.RawMessage `json:"payload"`
-					}
-					require.NoError(t, json.Unmarshal(e.raw, &env))
-					require.NoError(t, prpschema.Validate(schemas.EventV2, env.Payload))
+					require.NoError(t, prpschema.Validate(schemas.EventV2, envelopePayload(t, e)))
 				}
 			}
+			require.NoError(t, prpschema.Validate(schemas.EventV1, envelopePayload(t, b.carrier)), "the carrier with outputBody")
 		})
 	}
 }
@@ -258,11 +267,7 @@ func TestWorkspace18_ToolOutputBody(t *testing.T) {
 			require.Equal(t, want[:outputbody.Threshold], b.carrier.str("output"))
 			require.Equal(t, "true", string(b.carrier.payload["outputTruncated"]))
 			require.Equal(t, "5000", string(b.carrier.payload["outputBytes"]))
-			var env struct {
-				Payload json.RawMessage `json:"payload"`
-			}
-			require.NoError(t, json.Unmarshal(b.carrier.raw, &env))
-			require.NoError(t, prpschema.Validate(schemas.EventV1, env.Payload), "outputBody is in the toolExecution schema")
+			require.NoError(t, prpschema.Validate(schemas.EventV1, envelopePayload(t, b.carrier)), "outputBody is in the toolExecution schema")
 		})
 	}
 }
