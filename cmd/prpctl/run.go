@@ -73,8 +73,8 @@ stdout gets one JSON line per committed event, command result and runnerd
 exit, and after an event carrying outputBody one {"kind":"output_body"} line:
 the body as the core reassembled and verified it from its chunks (byteLength,
 sha256, httpStatus 200; or the server's 404/409 and its message). runnerd's
-own output goes to stderr. Exit status: 0 when every command
-got a result in time, 1 otherwise, 2 for a usage error. When the runnerd that
+own output goes to stderr. Exit status: 0 when every command got a result in
+time, 1 otherwise, 2 for a usage error. When the runnerd that
 prpctl launched exits before every command has its result, prpctl stops at
 once and exits with runnerd's status (1 when that status is 0).
 

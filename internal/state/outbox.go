@@ -305,9 +305,11 @@ func (tx *Tx) appendBuilt(b builtEvent) uint64 {
 // EnqueueGroup appends evs as runner events in order, all or none: a body's
 // chunks and the event that carries it (workspace.md §7.4). It refuses with
 // ErrGroupDoesNotFit, storing nothing and changing no lifecycle, a group of
-// more than maxEvents events, one with a P0 event, an event whose sealed
-// frame exceeds the frame limit, or a group that does not fit the non-P0
-// room. No event of the group coalesces, and none is merged into later.
+// more than maxEvents events, an event whose sealed frame exceeds the frame
+// limit, or a group that does not fit the non-P0 room. A P0 or executor
+// event has no place in a group (it would need the reserve or the receipt
+// journal): it is refused as invalid. No event of the group coalesces, and
+// none is merged into later.
 func (tx *Tx) EnqueueGroup(evs []Event, maxEvents int) ([]uint64, error) {
 	if len(evs) == 0 || len(evs) > maxEvents {
 		return nil, fmt.Errorf("enqueue group of %d: %w", len(evs), ErrGroupDoesNotFit)
