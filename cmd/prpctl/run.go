@@ -684,7 +684,7 @@ func printBody(w *out, core *control.Core, payload json.RawMessage) {
 	}
 	ref := ev.Payload.OutputBody
 	line := map[string]any{"kind": "output_body", "bodyId": ref.BodyID}
-	text, err := core.OutputBody(ref.BodyID, ref)
+	text, err := core.OutputBody(ref.BodyID)
 	if err != nil {
 		line["httpStatus"], line["error"] = outputbody.Status(err), err.Error()
 	} else {

@@ -143,32 +143,17 @@ func Preview(text string, n int) (string, bool) {
 }
 
 // Check is the runner's check of one chunk before it is enqueued (OB's
-// sanitize_chunk, workspace.md §7.5): Admit's rules, then the outbox's
-// sanitiser must leave the text unchanged. A failure is a runner bug.
+// sanitize_chunk, workspace.md §7.5): Admit's rules, the reference's
+// schema and media type, offset + length within byteLength within
+// MaxBodyBytes, bodyId = sha256, and the outbox's sanitiser leaving the
+// text unchanged. A failure is a runner bug.
 func Check(c Chunk, sanitize func(string) string) error {
 	if err := Admit(c); err != nil {
 		return err
 	}
-	if sanitize != nil && sanitize(c.Text) != c.Text {
-		return fmt.Errorf("check chunk: %w: the outbox sanitiser would rewrite it", ErrInvalidChunk)
-	}
-	return nil
-}
-
-// ErrInvalidChunk is a chunk the server's admission refuses
-// (native_output_body_binding_invalid).
-var ErrInvalidChunk = errors.New("native_output_body_binding_invalid")
-
-// Admit is the server's admission of one chunk (workspace.md §7.7): the
-// schemas, a non-empty text within MaxChunkBytes, offset + length within
-// byteLength within MaxBodyBytes, the chunk digest, bodyId = sha256.
-func Admit(c Chunk) error {
-	bad := func(why string) error { return fmt.Errorf("admit chunk: %w: %s", ErrInvalidChunk, why) }
-	if c.Schema != ChunkSchema || c.Body.Schema != RefSchema || c.Body.MediaType != MediaType {
-		return bad("wrong schema")
-	}
-	if c.Text == "" || len(c.Text) > MaxChunkBytes || !utf8.ValidString(c.Text) {
-		return bad("empty or oversized text")
+	bad := func(why string) error { return fmt.Errorf("check chunk: %w: %s", ErrInvalidChunk, why) }
+	if c.Body.Schema != RefSchema || c.Body.MediaType != MediaType || !utf8.ValidString(c.Text) {
+		return bad("wrong reference")
 	}
 	total, ok := decimal(c.Body.ByteLength)
 	if !ok || total < 1 || total > MaxBodyBytes {
@@ -180,6 +165,28 @@ func Admit(c Chunk) error {
 	}
 	if !isDigest(c.Body.SHA256) || c.Body.BodyID != c.Body.SHA256 {
 		return bad("bodyId is not the body's sha256")
+	}
+	if sanitize != nil && sanitize(c.Text) != c.Text {
+		return bad("the outbox sanitiser would rewrite it")
+	}
+	return nil
+}
+
+// ErrInvalidChunk is a chunk the server's admission refuses
+// (native_output_body_binding_invalid).
+var ErrInvalidChunk = errors.New("native_output_body_binding_invalid")
+
+// Admit is the server's admission of one chunk (workspace.md §7.7, the
+// reference's prepareRunOutputChunkPayload): the chunk schema, a
+// non-empty text of at most MaxChunkBytes, and its digest. Whether the
+// chunks make a body is the download's question (Assemble).
+func Admit(c Chunk) error {
+	bad := func(why string) error { return fmt.Errorf("admit chunk: %w: %s", ErrInvalidChunk, why) }
+	if c.Schema != ChunkSchema {
+		return bad("wrong schema")
+	}
+	if c.Text == "" || len(c.Text) > MaxChunkBytes {
+		return bad("empty or oversized text")
 	}
 	sum := sha256.Sum256([]byte(c.Text))
 	if c.SHA256 != hex.EncodeToString(sum[:]) {

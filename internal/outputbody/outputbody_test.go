@@ -22,7 +22,7 @@ func checkBody(t testing.TB, text string, b Body) {
 	}
 	var joined strings.Builder
 	for _, c := range b.Chunks {
-		require.NoError(t, Admit(c))
+		require.NoError(t, Check(c, nil))
 		require.Equal(t, strconv.Itoa(joined.Len()), c.Offset, "offsets are contiguous")
 		require.True(t, utf8.ValidString(c.Text), "cut on a UTF-8 boundary")
 		require.LessOrEqual(t, len(c.Text), MaxChunkBytes)
@@ -34,7 +34,7 @@ func checkBody(t testing.TB, text string, b Body) {
 	require.Equal(t, hex.EncodeToString(sum[:]), b.Ref.SHA256)
 	require.Equal(t, b.Ref.SHA256, b.Ref.BodyID)
 	require.Equal(t, strconv.Itoa(joined.Len()), b.Ref.ByteLength)
-	got, err := Assemble(b.Ref, b.Chunks)
+	got, err := Assemble(b.Ref.BodyID, b.Chunks)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
@@ -98,68 +98,103 @@ func TestCutBounds(t *testing.T) {
 	require.ErrorIs(t, err, ErrEmpty)
 }
 
-// TestWorkspace22_Assembly: the server's download rules (ROB): all chunks →
-// the exact text; the last dropped → not complete; two swapped, a gap, a
-// wrong digest or another body → verification error; none → not found.
+// TestWorkspace22_Assembly: the server's download rules (ROB,
+// assembleRunOutputBody): all chunks → the exact text, in whatever order
+// they were stored and with a repeated body's chunks stored twice; the
+// last dropped → not complete; two chunks' texts swapped, a gap, a wrong
+// digest, another body's chunk or a changed byteLength → verification
+// error; more than byteLength → exceeds; none, or an id that is not a
+// digest → not found.
 func TestWorkspace22_Assembly(t *testing.T) {
 	text := strings.Repeat("0123456789", 10_000)
 	b, err := Cut(text)
 	require.NoError(t, err)
 	require.Len(t, b.Chunks, 4)
-	cs := b.Chunks
+	cs, id := b.Chunks, b.Ref.BodyID
+	clone := func() []Chunk { return append([]Chunk(nil), cs...) }
 
-	got, err := Assemble(b.Ref, cs)
+	got, err := Assemble(id, cs)
 	require.NoError(t, err)
 	require.Equal(t, text, got)
+	got, err = Assemble(id, append([]Chunk{cs[3], cs[1], cs[0], cs[2]}, cs...))
+	require.NoError(t, err, "offset order, one chunk per offset")
+	require.Equal(t, text, got)
 
-	_, err = Assemble(b.Ref, cs[:3])
+	_, err = Assemble(id, cs[:3])
 	require.ErrorIs(t, err, ErrNotComplete)
 	require.Equal(t, 409, Status(err))
 
-	_, err = Assemble(b.Ref, []Chunk{cs[0], cs[2], cs[1], cs[3]})
+	swapped := clone()
+	swapped[0].Text, swapped[0].SHA256, swapped[1].Text, swapped[1].SHA256 = cs[1].Text, cs[1].SHA256, cs[0].Text, cs[0].SHA256
+	_, err = Assemble(id, swapped)
 	require.ErrorIs(t, err, ErrVerification)
 	require.Equal(t, "Stored output failed verification", err.Error())
 
-	_, err = Assemble(b.Ref, []Chunk{cs[0], cs[2], cs[3]})
+	_, err = Assemble(id, []Chunk{cs[0], cs[2], cs[3]})
 	require.ErrorIs(t, err, ErrVerification, "a gap")
 
-	bad := append([]Chunk(nil), cs...)
+	bad := clone()
 	bad[1].Text = strings.Repeat("9", len(bad[1].Text))
-	_, err = Assemble(b.Ref, bad)
+	_, err = Assemble(id, bad)
 	require.ErrorIs(t, err, ErrVerification, "a chunk's digest")
 
 	other, err := Cut(strings.Repeat("z", 5000))
 	require.NoError(t, err)
-	_, err = Assemble(b.Ref, append(cs[:1:1], other.Chunks...))
+	_, err = Assemble(id, []Chunk{cs[0], {Schema: ChunkSchema, Body: other.Ref, Offset: cs[1].Offset, SHA256: cs[1].SHA256, Text: cs[1].Text}})
 	require.ErrorIs(t, err, ErrVerification, "another body's chunk")
 
-	_, err = Assemble(b.Ref, nil)
+	grown := clone()
+	grown[1].Body.ByteLength = "100001"
+	_, err = Assemble(id, grown)
+	require.ErrorIs(t, err, ErrVerification, "byteLength changed")
+
+	short := clone()
+	for i := range short {
+		short[i].Body.ByteLength = "40000"
+	}
+	_, err = Assemble(id, short)
+	require.ErrorIs(t, err, ErrExceedsLength)
+
+	_, err = Assemble(id, nil)
 	require.ErrorIs(t, err, ErrNotFound)
 	require.Equal(t, 404, Status(err))
+	_, err = Assemble("not-a-digest", cs)
+	require.ErrorIs(t, err, ErrNotFound)
 }
 
-// TestAdmitRefuses: the server's admission refuses an empty or oversized
-// text, a wrong schema, a digest mismatch, an offset past byteLength and a
-// bodyId that is not the digest; Check adds the outbox sanitiser.
+// TestAdmitRefuses: the server's admission refuses a wrong schema, an
+// empty or oversized text and a digest mismatch; the runner's Check
+// refuses those and a wrong reference, an offset past byteLength, a
+// bodyId that is not the digest, and a text the sanitiser would change.
 func TestAdmitRefuses(t *testing.T) {
 	b, err := Cut(strings.Repeat("k", 5000))
 	require.NoError(t, err)
 	good := b.Chunks[0]
-	require.NoError(t, Check(good, func(s string) string { return s }))
-	for name, mut := range map[string]func(c *Chunk){
-		"empty":      func(c *Chunk) { c.Text = "" },
-		"oversized":  func(c *Chunk) { c.Text = strings.Repeat("k", MaxChunkBytes+1) },
-		"schema":     func(c *Chunk) { c.Schema = "x" },
-		"ref schema": func(c *Chunk) { c.Body.Schema = "x" },
-		"digest":     func(c *Chunk) { c.SHA256 = strings.Repeat("0", 64) },
-		"offset":     func(c *Chunk) { c.Offset = "1" },
-		"lead zero":  func(c *Chunk) { c.Offset = "00" },
-		"bodyId":     func(c *Chunk) { c.Body.BodyID = strings.Repeat("0", 64) },
-		"length":     func(c *Chunk) { c.Body.ByteLength = "4194305" },
+	keep := func(s string) string { return s }
+	require.NoError(t, Admit(good))
+	require.NoError(t, Check(good, keep))
+	for name, tc := range map[string]struct {
+		mut   func(c *Chunk)
+		admit bool // the server admits it; only Check refuses
+	}{
+		"empty":      {func(c *Chunk) { c.Text = "" }, false},
+		"oversized":  {func(c *Chunk) { c.Text = strings.Repeat("k", MaxChunkBytes+1) }, false},
+		"schema":     {func(c *Chunk) { c.Schema = "x" }, false},
+		"digest":     {func(c *Chunk) { c.SHA256 = strings.Repeat("0", 64) }, false},
+		"ref schema": {func(c *Chunk) { c.Body.Schema = "x" }, true},
+		"offset":     {func(c *Chunk) { c.Offset = "1" }, true},
+		"lead zero":  {func(c *Chunk) { c.Offset = "00" }, true},
+		"bodyId":     {func(c *Chunk) { c.Body.BodyID = strings.Repeat("0", 64) }, true},
+		"length":     {func(c *Chunk) { c.Body.ByteLength = "4194305" }, true},
 	} {
 		c := good
-		mut(&c)
-		require.ErrorIs(t, Admit(c), ErrInvalidChunk, name)
+		tc.mut(&c)
+		if tc.admit {
+			require.NoError(t, Admit(c), name)
+		} else {
+			require.ErrorIs(t, Admit(c), ErrInvalidChunk, name)
+		}
+		require.ErrorIs(t, Check(c, keep), ErrInvalidChunk, name)
 	}
 	require.ErrorIs(t, Check(good, strings.ToUpper), ErrInvalidChunk, "the sanitiser would rewrite it")
 }

@@ -142,16 +142,18 @@ func findBody(t *testing.T, evs []bodyEvent, carrierType, kind string) bodyOf {
 	return bodyOf{}
 }
 
-// requireBody checks a body arrived whole: each chunk admitted, the
-// assembly the server does gives want, the carrier references it.
+// requireBody checks a body arrived whole: each chunk passes the runner's
+// own check and names the carrier's body, and the assembly the server
+// does gives want.
 func requireBody(t *testing.T, b bodyOf, want string) {
 	t.Helper()
 	require.NotNil(t, b.ref, "the carrier has outputBody")
 	require.False(t, b.skipped)
 	for _, c := range b.chunks {
-		require.NoError(t, outputbody.Admit(c))
+		require.NoError(t, outputbody.Check(c, nil))
+		require.Equal(t, *b.ref, c.Body, "the carrier references the chunks' body")
 	}
-	got, err := outputbody.Assemble(*b.ref, b.chunks)
+	got, err := outputbody.Assemble(b.ref.BodyID, b.chunks)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
@@ -215,7 +217,7 @@ func TestWorkspace16_EmojiAndToken(t *testing.T) {
 				return
 			}
 			require.Greater(t, len(b.chunks), 3)
-			whole, err := outputbody.Assemble(*b.ref, b.chunks)
+			whole, err := outputbody.Assemble(b.ref.BodyID, b.chunks)
 			require.NoError(t, err)
 			require.Contains(t, whole, "[REDACTED]")
 			for _, c := range b.chunks {

@@ -137,7 +137,7 @@ func TestWorkspace33_StoredBytes(t *testing.T) {
 			require.Equal(t, bodyAttached, enqueueCarrierTx(t, s, messageCarrier(text)))
 			got := readBodyOutbox(t, s)
 			require.Len(t, got.bodies, 1)
-			whole, err := outputbody.Assemble(got.bodies[0], got.chunks)
+			whole, err := outputbody.Assemble(got.bodies[0].BodyID, got.chunks)
 			require.NoError(t, err)
 			require.NotContains(t, whole, "ghp_")
 			require.Equal(t, state.RedactSecrets(text), whole)
@@ -178,11 +178,12 @@ func FuzzStoredBody(f *testing.F) {
 			return
 		}
 		require.Len(t, got.bodies, 1)
-		whole, err := outputbody.Assemble(got.bodies[0], got.chunks)
+		whole, err := outputbody.Assemble(got.bodies[0].BodyID, got.chunks)
 		require.NoError(t, err)
 		require.Equal(t, got.bodies[0].ByteLength, strconv.Itoa(len(whole)))
 		for _, c := range got.chunks {
-			require.NoError(t, outputbody.Admit(c))
+			require.NoError(t, outputbody.Check(c, nil))
+			require.Equal(t, got.bodies[0], c.Body)
 			require.LessOrEqual(t, len(jsonenc.MustMarshal(c.Text)), outputbody.MaxChunkJSONBytes)
 		}
 		_, err = s.ApplyAck(s.Summary().HighestSourceSeq, 2)

@@ -87,7 +87,7 @@ func bodyAfterKill(t *testing.T, flags []string, length int) {
 	for i := 1; i < len(group); i++ {
 		require.Equal(t, group[i-1]+1, group[i], "contiguous, the carrier right after its chunks")
 	}
-	body, err := outputbody.Assemble(ref, chunks)
+	body, err := outputbody.Assemble(ref.BodyID, chunks)
 	require.NoError(t, err)
 	require.Len(t, body, length)
 }

@@ -675,8 +675,9 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *prp.Envelope) error {
 }
 
 // admitChunk is the server's admission of an output.body.chunk payload
-// (workspace.md §7.7): exactly the five keys, then outputbody.Admit. A
-// refused chunk ends the connection, as the real server's commit does.
+// (workspace.md §7.7): the event-v2 schema's five keys and no other, then
+// outputbody.Admit. A refused chunk ends the connection, as the real
+// server's commit does.
 func admitChunk(raw json.RawMessage) (outputbody.Chunk, error) {
 	var c outputbody.Chunk
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -701,23 +702,15 @@ func (c *Core) keepChunkLocked(ch outputbody.Chunk) {
 	c.bodies[id] = append(c.bodies[id], ch)
 }
 
-// OutputBody is the server's download of body bodyID (workspace.md §7.7):
-// the whole text, or outputbody.ErrNotFound (404), ErrNotComplete,
-// ErrVerification or ErrExceedsLength (409). It checks what the chunks
-// committed so far say against the first chunk's reference, or against
-// ref when given (a carrier's outputBody).
-func (c *Core) OutputBody(bodyID string, ref *outputbody.Ref) (string, error) {
+// OutputBody is the server's download of body bodyID from the chunks
+// committed so far (workspace.md §7.7, outputbody.Assemble): the whole
+// text, or outputbody.ErrNotFound (404), ErrNotComplete, ErrVerification
+// or ErrExceedsLength (409).
+func (c *Core) OutputBody(bodyID string) (string, error) {
 	c.mu.Lock()
 	chunks := slices.Clone(c.bodies[bodyID])
 	c.mu.Unlock()
-	if len(chunks) == 0 {
-		return "", outputbody.ErrNotFound
-	}
-	want := chunks[0].Body
-	if ref != nil {
-		want = *ref
-	}
-	return outputbody.Assemble(want, chunks)
+	return outputbody.Assemble(bodyID, chunks)
 }
 
 // OutputBodyIDs lists the bodies of the committed chunks in order.
