@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
 	"github.com/pcrunner/pcrunner/internal/logging"
+	"github.com/pcrunner/pcrunner/internal/outputbody"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
 	"github.com/pcrunner/pcrunner/internal/quote"
@@ -68,8 +70,11 @@ USAGE
 Commands run in order: every --command first, then the --script steps. Each
 command waits its turn in the core journal (one in flight, prp.md §7.1).
 stdout gets one JSON line per committed event, command result and runnerd
-exit; runnerd's own output goes to stderr. Exit status: 0 when every command
-got a result in time, 1 otherwise, 2 for a usage error. When the runnerd that
+exit, and after an event carrying outputBody one {"kind":"output_body"} line:
+the body as the core reassembled and verified it from its chunks (byteLength,
+sha256, httpStatus 200; or the server's 404/409 and its message). runnerd's
+own output goes to stderr. Exit status: 0 when every command got a result in
+time, 1 otherwise, 2 for a usage error. When the runnerd that
 prpctl launched exits before every command has its result, prpctl stops at
 once and exits with runnerd's status (1 when that status is 0).
 
@@ -621,10 +626,10 @@ func printCore(ctx context.Context, core *control.Core, w *out) {
 		}
 		for ; epochs < len(s.Epochs); epochs++ {
 			e := s.Epochs[epochs]
-			printBatch(w, e.Events, e.Results, &printedEvents, printed)
+			printBatch(w, core, e.Events, e.Results, &printedEvents, printed)
 			printedEvents, printed = 0, map[string]bool{}
 		}
-		printBatch(w, s.Events, s.Results, &printedEvents, printed)
+		printBatch(w, core, s.Events, s.Results, &printedEvents, printed)
 		if err != nil {
 			return
 		}
@@ -632,7 +637,9 @@ func printCore(ctx context.Context, core *control.Core, w *out) {
 }
 
 // printBatch prints the events past *printedEvents and the results not in printed.
-func printBatch(w *out, events []json.RawMessage, results map[string]json.RawMessage, printedEvents *int, printed map[string]bool) {
+// An event that carries outputBody is followed by the body as the core
+// reassembled and verified it (printBody).
+func printBatch(w *out, core *control.Core, events []json.RawMessage, results map[string]json.RawMessage, printedEvents *int, printed map[string]bool) {
 	for _, e := range events[min(*printedEvents, len(events)):] {
 		var env struct {
 			Payload json.RawMessage `json:"payload"`
@@ -642,6 +649,7 @@ func printBatch(w *out, events []json.RawMessage, results map[string]json.RawMes
 		_ = json.Unmarshal(env.Payload, &ev)
 		ev["kind"] = "event"
 		w.line(ev)
+		printBody(w, core, env.Payload)
 	}
 	*printedEvents = max(*printedEvents, len(events))
 	var fresh []prp.CommandResultPayload
@@ -659,6 +667,31 @@ func printBatch(w *out, events []json.RawMessage, results map[string]json.RawMes
 		w.line(map[string]any{"kind": "command_result", "commandId": p.CommandID, "controllerSeq": p.ControllerSeq,
 			"commandType": p.CommandType, "status": p.Status, "result": p.Result})
 	}
+}
+
+// printBody prints, after an event that carries outputBody, one line
+// {"kind":"output_body", bodyId, byteLength, sha256, httpStatus} with the
+// length and digest of the text the core reassembled from the committed
+// chunks, or the server's refusal (httpStatus 404 or 409, its message).
+func printBody(w *out, core *control.Core, payload json.RawMessage) {
+	var ev struct {
+		Payload struct {
+			OutputBody *outputbody.Ref `json:"outputBody"`
+		} `json:"payload"`
+	}
+	if json.Unmarshal(payload, &ev) != nil || ev.Payload.OutputBody == nil {
+		return
+	}
+	ref := ev.Payload.OutputBody
+	line := map[string]any{"kind": "output_body", "bodyId": ref.BodyID}
+	text, err := core.OutputBody(ref.BodyID)
+	if err != nil {
+		line["httpStatus"], line["error"] = outputbody.Status(err), err.Error()
+	} else {
+		sum := sha256.Sum256([]byte(text))
+		line["httpStatus"], line["byteLength"], line["sha256"] = outputbody.Status(nil), len(text), hex.EncodeToString(sum[:])
+	}
+	w.line(line)
 }
 
 // runnerdProc is one launched runnerd.

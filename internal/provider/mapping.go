@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/pcrunner/pcrunner/internal/outputbody"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
@@ -22,9 +23,12 @@ const (
 
 // Payload bounds, from the reference schemas.
 const (
-	// maxItemText bounds the text kept for item.completed; it mirrors the
+	// maxItemText bounds item.completed's inline text; it mirrors the
 	// tool execution output bound (provider-event.schema.json).
 	maxItemText = 65536
+	// maxItemBody bounds the text an open item accumulates: the whole of
+	// it may travel as an output body (workspace.md §7.2).
+	maxItemBody = outputbody.MaxBodyBytes
 	// maxToolOutput is toolExecution.output maxLength.
 	maxToolOutput = 65536
 	// maxShortText is the schema's shortText maxLength.
@@ -52,6 +56,13 @@ type Event struct {
 	// (prp.md §9.4): the receipt journal deduplicates it (tools.md §3
 	// item 3: the semantic tool events).
 	ExecutorID string `json:"executorId,omitempty"`
+	// Body, when set, is the event's full text (a message's, a thought's
+	// or a tool's output), of which the payload holds a preview: the
+	// runner sends it as an output body where the lease allows
+	// (workspace.md §7). BodyField and BodyTruncatedField name the
+	// payload's preview and its truncation flag.
+	Body                          string `json:"-"`
+	BodyField, BodyTruncatedField string `json:"-"`
 }
 
 // MapState is the mapping's durable state (part of the record): item ids
@@ -251,8 +262,8 @@ func (mp Mapper) chunk(st *MapState, turnID string, u SessionUpdate) []Event {
 		return evs
 	}
 	if !it.Truncated {
-		if len(it.Text)+len(text) > maxItemText {
-			it.Text += truncateUTF8(text, maxItemText-len(it.Text))
+		if len(it.Text)+len(text) > maxItemBody {
+			it.Text += truncateUTF8(text, maxItemBody-len(it.Text))
 			it.Truncated = true
 		} else {
 			it.Text += text
@@ -328,7 +339,8 @@ func (mp Mapper) tool(st *MapState, turnID string, u SessionUpdate) []Event {
 	case status != "running":
 		it.Done = true
 		evs = append(evs,
-			Event{EventType: prp.EventToolExecutionCompleted, Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload},
+			withBody(Event{EventType: prp.EventToolExecutionCompleted, Priority: P1, TurnID: turnID, ItemID: it.ItemID, Payload: payload},
+				output, "output", "outputTruncated"),
 			Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: turnID, ItemID: it.ItemID,
 				Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
 		if status == "failed" {
@@ -678,6 +690,15 @@ func RuntimeRequestOf(r AgentRequest) RuntimeRequest {
 	return RuntimeRequest{ID: r.RuntimeRequestID, TurnID: r.TurnID, ItemID: r.ItemID, Choices: r.Choices}
 }
 
+// withBody gives e its full text when the text is long enough for an
+// output body (workspace.md §7.2).
+func withBody(e Event, text, field, truncatedField string) Event {
+	if len(text) > outputbody.Threshold {
+		e.Body, e.BodyField, e.BodyTruncatedField = text, field, truncatedField
+	}
+	return e
+}
+
 // Settle ends a turn: open items complete, then exactly one terminal turn
 // event, at most one run.result.proposed (the accepted semantic result, or
 // the synthesised one under a completion contract) and one run.terminal
@@ -714,11 +735,13 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 				Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
 					Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
 		} else {
-			p := map[string]any{"kind": it.Kind, "text": it.Text}
-			if it.Truncated {
+			inline := truncateUTF8(it.Text, maxItemText)
+			p := map[string]any{"kind": it.Kind, "text": inline}
+			if it.Truncated || len(inline) < len(it.Text) {
 				p["textTruncated"] = true
 			}
-			evs = append(evs, Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID, Payload: p})
+			evs = append(evs, withBody(Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID, Payload: p},
+				it.Text, "text", "textTruncated"))
 		}
 		if failure != "" {
 			evs = append(evs, mp.itemFailed(s.TurnID, it.ItemID, it.Kind, failure))

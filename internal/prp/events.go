@@ -52,6 +52,10 @@ const (
 	EventItemCompleted = "item.completed"
 	EventItemFailed    = "item.failed"
 
+	// EventOutputBodyChunk carries one chunk of a long text's body
+	// (workspace.md §7); v2 only.
+	EventOutputBodyChunk = "output.body.chunk"
+
 	EventUsageReported           = "usage.reported"
 	EventPlanUpdated             = "plan.updated"
 	EventContextCompacted        = "context.compacted"
@@ -104,6 +108,10 @@ type EventRule struct {
 	// schemaVersion 2, goes out on a v1 link as a runner.diagnostic, and
 	// the latest real payload per family is replayed on the next v2 link.
 	V2Family string
+	// V2Only marks a v2-only type without a replay family: on a v1 link it
+	// goes out as a runner.diagnostic and is not replayed (a chunk belongs
+	// to its carrier's batch; runnerd makes none on a v1 lease).
+	V2Only bool
 	// EndsTurn marks the events that end a provider turn (prp.md §8.3).
 	EndsTurn bool
 	// CoalesceByItem marks the P2 deltas that merge by itemId into one
@@ -116,7 +124,7 @@ type EventRule struct {
 
 // SchemaVersion is the envelope's schemaVersion for the type (prp.md §8.1).
 func (r EventRule) SchemaVersion() int {
-	if r.V2Family != "" {
+	if r.V2Family != "" || r.V2Only {
 		return 2
 	}
 	return 1
@@ -175,6 +183,8 @@ var eventTable = map[string]EventRule{
 	EventItemDelta:     {CoalesceByItem: true},
 	EventItemCompleted: {},
 	EventItemFailed:    {},
+	// Exactly the five keys of workspace.md §7.4: the runner adds no id.
+	EventOutputBodyChunk: {Payload: PayloadExact, V2Only: true},
 
 	EventUsageReported:    {},
 	EventPlanUpdated:      {Payload: PayloadClosed},

@@ -213,7 +213,9 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 	if err != nil {
 		return err
 	}
+	chunked := false
 	err = a.r.store.Update(func(tx *state.Tx) error {
+		chunked = false
 		if err := tx.SetRecord(agentRecord, record); err != nil {
 			return err
 		}
@@ -228,13 +230,18 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 				return err
 			}
 		}
-		for _, e := range tx.Fold(events) {
-			_, err := tx.Enqueue(e)
-			if errors.Is(err, state.ErrEventTooLarge) {
-				err = a.refuseTooLarge(tx, e)
+		for _, run := range splitAtCarriers(events, evs) {
+			for _, e := range tx.Fold(run.events) {
+				if err := a.enqueue(tx, e); err != nil {
+					return err
+				}
 			}
-			if err != nil && !outboxBound(err) {
-				return err
+			if run.carrier != nil {
+				out, err := a.enqueueCarrier(tx, *run.carrier)
+				if err != nil {
+					return err
+				}
+				chunked = chunked || out == bodyAttached
 			}
 		}
 		return nil
@@ -242,9 +249,66 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 	if err != nil {
 		return err
 	}
-	hookDurableWrite(eventTypes(events))
+	types := eventTypes(events)
+	if chunked {
+		types = append(types, prp.EventOutputBodyChunk)
+	}
+	hookDurableWrite(types)
 	a.r.flush()
 	return nil
+}
+
+// enqueue adds one event; an outbox bound refuses it without failing the
+// write.
+func (a *agentExec) enqueue(tx *state.Tx, e state.Event) error {
+	_, err := tx.Enqueue(e)
+	if errors.Is(err, state.ErrEventTooLarge) {
+		err = a.refuseTooLarge(tx, e)
+	}
+	if err != nil && !outboxBound(err) {
+		return err
+	}
+	return nil
+}
+
+// enqueueCarrier adds an event whose long text may go as an output body
+// (workspace.md §7), with enqueue's handling of an outbox bound.
+func (a *agentExec) enqueueCarrier(tx *state.Tx, c bodyCarrier) (bodyOutcome, error) {
+	out, err := enqueueBody(tx, c)
+	if errors.Is(err, state.ErrEventTooLarge) {
+		err = a.refuseTooLarge(tx, c.Event)
+	}
+	if err != nil && !outboxBound(err) {
+		return out, err
+	}
+	return out, nil
+}
+
+// carrierRun is a run of events to fold, then at most one carrier of a
+// long text.
+type carrierRun struct {
+	events  []state.Event
+	carrier *bodyCarrier
+}
+
+// splitAtCarriers cuts events (stateEvents of evs, one for one) after
+// each event that carries a full text: such an event is never folded, and
+// its chunks go right before it.
+func splitAtCarriers(events []state.Event, evs []provider.Event) []carrierRun {
+	var runs []carrierRun
+	start := 0
+	for i, e := range evs {
+		if e.Body == "" {
+			continue
+		}
+		c := &bodyCarrier{Event: events[i], Text: e.Body, TextField: e.BodyField, TruncatedField: e.BodyTruncatedField}
+		runs = append(runs, carrierRun{events: events[start:i], carrier: c})
+		start = i + 1
+	}
+	if start < len(events) {
+		runs = append(runs, carrierRun{events: events[start:]})
+	}
+	return runs
 }
 
 // refuseTooLarge stands in for an event the outbox refused because its

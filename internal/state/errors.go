@@ -28,6 +28,15 @@ var (
 	// ErrEventTooLarge: one event envelope, sealed, exceeds the frame limit
 	// (SealedFrameBytes). The event is not stored; nothing else changes.
 	ErrEventTooLarge = errors.New("event exceeds the frame limit")
+	// ErrChunkRewritten: the outbox's sanitiser would change an
+	// output.body.chunk, whose digests cover its exact text (workspace.md
+	// §7.4). The chunk is not stored; nothing else changes.
+	ErrChunkRewritten = errors.New("output body chunk would be rewritten by the sanitiser")
+	// ErrGroupDoesNotFit: a group of events (a body's chunks and their
+	// carrier) exceeds the outbox's non-P0 room, the frame limit or the
+	// group bound (workspace.md §7.6). Nothing is stored and nothing else
+	// changes: the caller sends less.
+	ErrGroupDoesNotFit = errors.New("event group does not fit the outbox")
 	// errInvalidEvent: an event type, payload or identity is malformed.
 	errInvalidEvent = errors.New("invalid event")
 	// errExecutorEventConflict: an executor event id was reused with different event data.

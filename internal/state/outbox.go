@@ -208,10 +208,7 @@ func (tx *Tx) Enqueue(ev Event) (uint64, error) {
 func (tx *Tx) buildEnvelope(sourceEventID string, seq uint64, ev Event, clean json.RawMessage) ([]byte, error) {
 	st := tx.st
 	schemaVersion := prp.EventRuleOf(ev.Type).SchemaVersion()
-	version := MaxProtocolVersion
-	if st.LastConnectionProtocolVersion != nil && *st.LastConnectionProtocolVersion >= 1 && *st.LastConnectionProtocolVersion <= MaxProtocolVersion {
-		version = *st.LastConnectionProtocolVersion
-	}
+	version := tx.EventProtocolVersion()
 	return jsonenc.Marshal(envelope{
 		Protocol: protocolName, Version: version, Kind: "event",
 		RunnerInstanceID: st.RunnerInstanceID, EnvironmentLeaseID: st.EnvironmentLeaseID,
@@ -240,24 +237,52 @@ func (tx *Tx) checkEvent(ev Event) error {
 
 // appendEvent checks bounds and appends one new event.
 func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
-	if err := tx.checkEvent(ev); err != nil {
+	b, err := tx.buildEvent(sourceEventID, tx.st.NextSourceSeq, ev)
+	if err != nil {
 		return 0, err
+	}
+	if err := tx.checkBounds(ev.Priority, len(b.env), 0); err != nil {
+		return 0, err
+	}
+	return tx.appendBuilt(b), nil
+}
+
+// builtEvent is an event checked, sanitised and encoded for one sequence
+// number, not yet in the outbox.
+type builtEvent struct {
+	ev    Event
+	seq   uint64
+	clean json.RawMessage
+	env   []byte
+}
+
+// buildEvent checks, sanitises and encodes ev as sequence seq. An
+// output.body.chunk the sanitiser would change is refused: its digests
+// cover its exact text (workspace.md §7.4).
+func (tx *Tx) buildEvent(sourceEventID string, seq uint64, ev Event) (builtEvent, error) {
+	if err := tx.checkEvent(ev); err != nil {
+		return builtEvent{}, err
 	}
 	if !validToken(sourceEventID, maxEventIDChars) {
-		return 0, fmt.Errorf("enqueue event: %w: source event id too long", errInvalidEvent)
+		return builtEvent{}, fmt.Errorf("enqueue event: %w: source event id too long", errInvalidEvent)
 	}
-	clean, err := sanitizeJSON(ev.Payload)
+	clean, changed, err := sanitizeJSONChanged(ev.Payload)
 	if err != nil {
-		return 0, fmt.Errorf("enqueue event: %w", err)
+		return builtEvent{}, fmt.Errorf("enqueue event: %w", err)
 	}
-	seq := tx.st.NextSourceSeq
+	if changed && ev.Type == prp.EventOutputBodyChunk {
+		return builtEvent{}, fmt.Errorf("enqueue event: %w", ErrChunkRewritten)
+	}
 	env, err := tx.buildEnvelope(sourceEventID, seq, ev, clean)
 	if err != nil {
-		return 0, fmt.Errorf("encode envelope: %w", err)
+		return builtEvent{}, fmt.Errorf("encode envelope: %w", err)
 	}
-	if err := tx.checkBounds(ev.Priority, len(env), 0); err != nil {
-		return 0, err
-	}
+	return builtEvent{ev: ev, seq: seq, clean: clean, env: env}, nil
+}
+
+// appendBuilt appends an event built for the next sequence number.
+func (tx *Tx) appendBuilt(b builtEvent) uint64 {
+	ev, seq, env := b.ev, b.seq, b.env
 	tx.st.NextSourceSeq++
 	tx.st.Outbox = append(tx.st.Outbox, OutboxEvent{
 		SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Envelope: env, ByteSize: len(env),
@@ -272,9 +297,60 @@ func (tx *Tx) appendEvent(sourceEventID string, ev Event) (uint64, error) {
 		if tx.st.V2ReplayEvents == nil {
 			tx.st.V2ReplayEvents = map[string]V2ReplayEvent{}
 		}
-		tx.st.V2ReplayEvents[fam] = V2ReplayEvent{SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Payload: clean}
+		tx.st.V2ReplayEvents[fam] = V2ReplayEvent{SourceSeq: seq, Priority: ev.Priority, EventType: ev.Type, Payload: b.clean}
 	}
-	return seq, nil
+	return seq
+}
+
+// EnqueueGroup appends evs as runner events in order, all or none: a body's
+// chunks and the event that carries it (workspace.md §7.4). It refuses with
+// ErrGroupDoesNotFit, storing nothing and changing no lifecycle, a group of
+// more than maxEvents events, an event whose sealed frame exceeds the frame
+// limit, or a group that does not fit the non-P0 room. A P0 or executor
+// event has no place in a group (it would need the reserve or the receipt
+// journal): it is refused as invalid. No event of the group coalesces, and
+// none is merged into later.
+func (tx *Tx) EnqueueGroup(evs []Event, maxEvents int) ([]uint64, error) {
+	if len(evs) == 0 || len(evs) > maxEvents {
+		return nil, fmt.Errorf("enqueue group of %d: %w", len(evs), ErrGroupDoesNotFit)
+	}
+	built := make([]builtEvent, 0, len(evs))
+	total := 0
+	for i, ev := range evs {
+		if ev.Priority == P0 || ev.ExecutorID != "" {
+			return nil, fmt.Errorf("enqueue group: %w: P0 and executor events go alone", errInvalidEvent)
+		}
+		ev.CoalesceKey = ""
+		seq := tx.st.NextSourceSeq + uint64(i)
+		b, err := tx.buildEvent(runnerSourceEventID(tx.st.RunnerInstanceID, seq), seq, ev)
+		if err != nil {
+			return nil, err
+		}
+		if !tx.s.frameFits(len(b.env)) {
+			return nil, fmt.Errorf("enqueue group: %w: an event exceeds the frame limit", ErrGroupDoesNotFit)
+		}
+		total += len(b.env)
+		built = append(built, b)
+	}
+	cfg := tx.s.cfg
+	if tx.st.outboxBytes()+total > cfg.MaxOutboxBytes-cfg.P0ReserveBytes {
+		return nil, fmt.Errorf("enqueue group of %d bytes: %w", total, ErrGroupDoesNotFit)
+	}
+	seqs := make([]uint64, len(built))
+	for i, b := range built {
+		seqs[i] = tx.appendBuilt(b)
+	}
+	tx.coalesce = coalesceMark{}
+	return seqs, nil
+}
+
+// EventProtocolVersion is the PRP version the events of this transaction
+// are built for: the last connection's, or the highest runnerd speaks.
+func (tx *Tx) EventProtocolVersion() int {
+	if v := tx.st.LastConnectionProtocolVersion; v != nil && *v >= 1 && *v <= MaxProtocolVersion {
+		return *v
+	}
+	return MaxProtocolVersion
 }
 
 // checkBounds applies the outbox bounds to an event of size bytes that

@@ -128,35 +128,42 @@ func redactText(s string) string {
 // It fails with errSensitiveIdentity when redaction would touch an identity
 // or a tool input, and with errInvalidEvent when raw is not a JSON object.
 func sanitizeJSON(raw []byte) (json.RawMessage, error) {
+	b, _, err := sanitizeJSONChanged(raw)
+	return b, err
+}
+
+// sanitizeJSONChanged is sanitizeJSON that also reports whether redaction
+// changed anything.
+func sanitizeJSONChanged(raw []byte) (json.RawMessage, bool, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("decode payload: %w", errInvalidEvent)
+		return nil, false, fmt.Errorf("decode payload: %w", errInvalidEvent)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("decode payload: %w: trailing data", errInvalidEvent)
+		return nil, false, fmt.Errorf("decode payload: %w: trailing data", errInvalidEvent)
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return nil, fmt.Errorf("decode payload: %w: not an object", errInvalidEvent)
+		return nil, false, fmt.Errorf("decode payload: %w: not an object", errInvalidEvent)
 	}
 	changed := false
 	out, err := sanitizeValue(v, false, &changed)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !changed {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, raw); err != nil {
-			return nil, fmt.Errorf("compact payload: %w", errInvalidEvent)
+			return nil, false, fmt.Errorf("compact payload: %w", errInvalidEvent)
 		}
-		return buf.Bytes(), nil
+		return buf.Bytes(), false, nil
 	}
 	b, err := jsonenc.Marshal(out)
 	if err != nil {
-		return nil, fmt.Errorf("encode payload: %w", err)
+		return nil, false, fmt.Errorf("encode payload: %w", err)
 	}
-	return b, nil
+	return b, true, nil
 }
 
 func sanitizeValue(v any, protected bool, changed *bool) (any, error) {

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,6 +27,8 @@ type prpctlLine struct {
 	Status      string          `json:"status"`
 	Result      json.RawMessage `json:"result"`
 	Code        *int            `json:"code"`
+	// raw is the whole line.
+	raw []byte
 }
 
 func runPrpctl(t *testing.T, args ...string) (int, []prpctlLine) {
@@ -39,6 +44,7 @@ func runPrpctl(t *testing.T, args ...string) (int, []prpctlLine) {
 	for sc.Scan() {
 		var l prpctlLine
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), sc.Text())
+		l.raw = bytes.Clone(sc.Bytes())
 		lines = append(lines, l)
 	}
 	if t.Failed() || cmd.ProcessState.ExitCode() != 0 {
@@ -140,4 +146,40 @@ func TestPrpctlReturnsWhenRunnerdDies(t *testing.T) {
 			require.Contains(t, stderr.String(), "prpctl: runnerd exited with status 1 before")
 		})
 	}
+}
+
+// TestPrpctlPrintsOutputBodies: a long agent answer reaches prpctl as
+// output.body.chunk events and the carrier; prpctl prints, right after the
+// carrier, the body its core reassembled and verified: byteLength and the
+// digest of the whole answer, status 200 (workspace.md §7).
+func TestPrpctlPrintsOutputBodies(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "script.jsonl")
+	prepare, err := json.Marshal(map[string]any{"command": "run.prepare", "payload": map[string]any{"provider": map[string]any{
+		"kind": "acpx", "agent": "claude", "command": fakeacpBin(t), "cwd": t.TempDir()}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(script, append(prepare, []byte(`
+{"command":"session.open","payload":{"reuse":"same_session"}}
+{"command":"turn.start","payload":{"text":"long 10000"}}
+{"waitEvent":"run.terminal"}
+`)...), 0o600))
+	code, lines := runPrpctl(t, "--mode", "listen", "--runnerd", runnerdBin(t), "--state-dir", stateDir(t),
+		"--runnerd-arg=--pcwrap-path="+testbin.Path(t, "pcwrap"), "--script", script, "--timeout", "15s")
+	require.Equal(t, 0, code)
+	require.Len(t, linesOf(lines, "output_body"), 1)
+	var body struct {
+		ByteLength int    `json:"byteLength"`
+		SHA256     string `json:"sha256"`
+		Status     int    `json:"httpStatus"`
+	}
+	for i, l := range lines {
+		if l.Kind == "output_body" {
+			require.Equal(t, "item.completed", lines[i-1].EventType, "right after its carrier")
+			require.Equal(t, "output.body.chunk", lines[i-2].EventType)
+			require.NoError(t, json.Unmarshal(l.raw, &body))
+		}
+	}
+	sum := sha256.Sum256([]byte(strings.Repeat("0123456789", 1000)))
+	require.Equal(t, 200, body.Status)
+	require.Equal(t, 10_000, body.ByteLength)
+	require.Equal(t, hex.EncodeToString(sum[:]), body.SHA256)
 }

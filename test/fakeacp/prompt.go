@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // maxSleep bounds the `sleep` scenario so a forgotten test cannot hang.
@@ -16,6 +17,66 @@ const maxSleep = 120 * time.Second
 
 // maxChunks bounds the `chunks` and `stamp` bench scenarios.
 const maxChunks = 100000
+
+// Bounds of the long-text scenarios: a message up to the output body
+// limit, sent in agent_message_chunk updates of longChunkBytes, or in
+// longChunkCount larger ones for a long message (each update costs
+// runnerd a durable write).
+const (
+	maxLongBytes   = 4 << 20
+	longChunkBytes = 16 << 10
+	longChunkCount = 16
+)
+
+// longText is n bytes of text: "long" is ASCII digits; "long-ctl" NUL and
+// other control characters (6 bytes each as JSON); "long-emoji" mixes
+// 4-byte emoji with text and puts a ghp_ token (a pattern of runnerd's
+// outbox sanitiser) across byte 32,766, the first chunk boundary.
+func longText(kind string, n int) string {
+	var b strings.Builder
+	unit := "0123456789"
+	switch kind {
+	case "long-emoji":
+		unit = "ab\U0001F600c"
+	case "long-ctl":
+		unit = "\x00\x01\x1f"
+	}
+	for b.Len() < n {
+		b.WriteString(unit)
+	}
+	s := []byte(b.String()[:n])
+	token := "ghp_" + strings.Repeat("T", 36)
+	if kind == "long-emoji" && n > 32766+len(token) {
+		at := 32766 - len(token)/2
+		for at > 0 && !utf8.RuneStart(s[at]) {
+			at--
+		}
+		end := at + len(token)
+		for end < len(s) && !utf8.RuneStart(s[end]) {
+			end++
+		}
+		s = append(append(append([]byte(nil), s[:at]...), token+strings.Repeat(" ", end-at-len(token))...), s[end:]...)
+	}
+	out := strings.ToValidUTF8(string(s), "")
+	return out + strings.Repeat("x", n-len(out))
+}
+
+// splitText cuts s into parts of at most n bytes on rune boundaries.
+func splitText(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
 
 type promptParams struct {
 	SessionID string `json:"sessionId"`
@@ -269,6 +330,20 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		t.readFile(rest)
 	case "tool-fail": // tool-fail <text>: an execute tool call that ends failed with text
 		t.toolDone(t.toolCall("execute", "Run a command", nil), "failed", rest)
+	case "long", "long-emoji", "long-ctl": // long[-emoji|-ctl] N: one message of N bytes (workspace.md §12 [bodies])
+		n, err := strconv.Atoi(strings.TrimSpace(rest))
+		if err != nil || n < 0 || n > maxLongBytes {
+			return "", nil, &rpcError{Code: -32602, Message: "long needs 0..4194304 bytes"}
+		}
+		for _, part := range splitText(longText(word, n), max(longChunkBytes, n/longChunkCount)) {
+			t.say(part)
+		}
+	case "tool-out": // tool-out N: an execute tool call that completes with N bytes of output
+		n, err := strconv.Atoi(strings.TrimSpace(rest))
+		if err != nil || n < 0 || n > maxLongBytes {
+			return "", nil, &rpcError{Code: -32602, Message: "tool-out needs 0..4194304 bytes"}
+		}
+		t.toolDone(t.toolCall("execute", "Run a command", nil), "completed", longText("long", n))
 	case "write":
 		path, content, _ := strings.Cut(rest, " ")
 		t.writeFile(path, content)

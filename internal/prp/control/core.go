@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/outputbody"
 	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
@@ -127,17 +128,21 @@ type Core struct {
 	envSeq   int
 	commands []*coreCommand
 	acked    int64
-	events   []json.RawMessage          // committed event envelopes, as received
-	canon    [][]byte                   // their canonical forms
-	results  map[string]json.RawMessage // settled results by commandId; replaced, never mutated
-	issued   int                        // commands queued over all epochs (the commandId counter)
-	pongs    int
-	lastPong prp.PongPayload
-	auths    int
-	renewals int
-	frames   []ConnFrames  // per ended connection, in the order they ended
-	changed  chan struct{} // closed and replaced by notifyLocked
-	closed   bool
+	events   []json.RawMessage // committed event envelopes, as received
+	canon    [][]byte          // their canonical forms
+	// bodies holds the committed output.body.chunk payloads by bodyId,
+	// in commit order; bodyOrder the bodyIds in order of first chunk.
+	bodies    map[string][]outputbody.Chunk
+	bodyOrder []string
+	results   map[string]json.RawMessage // settled results by commandId; replaced, never mutated
+	issued    int                        // commands queued over all epochs (the commandId counter)
+	pongs     int
+	lastPong  prp.PongPayload
+	auths     int
+	renewals  int
+	frames    []ConnFrames  // per ended connection, in the order they ended
+	changed   chan struct{} // closed and replaced by notifyLocked
+	closed    bool
 	// readHold, while non-nil, stops every connection's reader before its
 	// next frame (HoldReads); closing it resumes them.
 	readHold chan struct{}
@@ -620,10 +625,20 @@ func (c *Core) activate(cc *coreConn, env *prp.Envelope) error {
 // event, which the runner's cumulative cursor makes equivalent.
 func (c *Core) admitEvent(cc *coreConn, pt []byte, env *prp.Envelope) error {
 	var p struct {
-		SourceSeq int64 `json:"sourceSeq"`
+		SourceSeq int64           `json:"sourceSeq"`
+		EventType string          `json:"eventType"`
+		Payload   json.RawMessage `json:"payload"`
 	}
 	if err := env.DecodePayload(&p); err != nil {
 		return err
+	}
+	var chunk *outputbody.Chunk
+	if p.EventType == prp.EventOutputBodyChunk {
+		ch, err := admitChunk(p.Payload)
+		if err != nil {
+			return err
+		}
+		chunk = &ch
 	}
 	c.mu.Lock()
 	activating := cc.activation != nil
@@ -641,6 +656,9 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *prp.Envelope) error {
 		c.events = append(c.events, append(json.RawMessage(nil), pt...))
 		c.canon = append(c.canon, canon)
 		c.acked = p.SourceSeq
+		if chunk != nil {
+			c.keepChunkLocked(*chunk)
+		}
 		c.notifyLocked()
 	case p.SourceSeq >= 1 && p.SourceSeq <= c.acked && int(p.SourceSeq) <= len(c.canon):
 		if string(c.canon[p.SourceSeq-1]) != string(canon) {
@@ -654,6 +672,52 @@ func (c *Core) admitEvent(cc *coreConn, pt []byte, env *prp.Envelope) error {
 	c.mu.Unlock()
 	cc.ackOwed = true
 	return nil
+}
+
+// admitChunk is the server's admission of an output.body.chunk payload
+// (workspace.md §7.7): the event-v2 schema's five keys and no other, then
+// outputbody.Admit. A refused chunk ends the connection, as the real
+// server's commit does.
+func admitChunk(raw json.RawMessage) (outputbody.Chunk, error) {
+	var c outputbody.Chunk
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("admit event: %w: chunk payload", outputbody.ErrInvalidChunk)
+	}
+	if err := outputbody.Admit(c); err != nil {
+		return c, fmt.Errorf("admit event: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Core) keepChunkLocked(ch outputbody.Chunk) {
+	id := ch.Body.BodyID
+	if c.bodies == nil {
+		c.bodies = map[string][]outputbody.Chunk{}
+	}
+	if _, ok := c.bodies[id]; !ok {
+		c.bodyOrder = append(c.bodyOrder, id)
+	}
+	c.bodies[id] = append(c.bodies[id], ch)
+}
+
+// OutputBody is the server's download of body bodyID from the chunks
+// committed so far (workspace.md §7.7, outputbody.Assemble): the whole
+// text, or outputbody.ErrNotFound (404), ErrNotComplete, ErrVerification
+// or ErrExceedsLength (409).
+func (c *Core) OutputBody(bodyID string) (string, error) {
+	c.mu.Lock()
+	chunks := slices.Clone(c.bodies[bodyID])
+	c.mu.Unlock()
+	return outputbody.Assemble(bodyID, chunks)
+}
+
+// OutputBodyIDs lists the bodies of the committed chunks in order.
+func (c *Core) OutputBodyIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.bodyOrder)
 }
 
 func (c *Core) admitResult(cc *coreConn, env *prp.Envelope) error {

@@ -3,6 +3,8 @@ package config
 import (
 	"encoding/json"
 	"runtime/debug"
+
+	"github.com/pcrunner/pcrunner/internal/prp"
 )
 
 // buildMetadataSchema names the --build-metadata document (prp.md §13).
@@ -31,8 +33,10 @@ const (
 //     and "connection_lease_renewal" (lease_renew, prp.md §5) before it
 //     reuses a preinstalled runner.
 //   - capabilities: the reference lists Codex-specific features
-//     ("codex.warm-attachment.passive-notices.v1"); runnerd drives no Codex
-//     app-server, so it claims none. Always an array, never null.
+//     ("codex.warm-attachment.passive-notices.v1"), which runnerd does not
+//     claim; it lists "history.output_bodies.v1" (beyond, workspace.md
+//     §7.1): long texts travel as output bodies on v2 leases. Always an
+//     array, never null.
 const (
 	metadataBinaryName             = "paperclip-runnerd"
 	metadataPackageName            = "@paperclipai/paperclip-runner"
@@ -92,7 +96,7 @@ func metadata() buildMetadata {
 			MaximumVersion: metadataPRPMaximumVersion,
 		},
 		PRPTransportModes:          []string{transportDialWSLoopback, transportDialWSS, transportListenWS},
-		Capabilities:               []string{},
+		Capabilities:               []string{prp.OutputBodiesCapability},
 		DurableSessionCapabilities: []string{"unlimited_runtime", "connection_lease_renewal"},
 	}
 }

@@ -32,7 +32,7 @@ func TestBuildMetadataShape(t *testing.T) {
 	require.EqualValues(t, 1, m["harnessDriverVersion"])
 	require.Equal(t, map[string]any{"name": "paperclip.runner", "minimumVersion": float64(1), "maximumVersion": float64(2)}, m["prp"])
 	require.Equal(t, []any{"dial_ws_loopback", "dial_wss", "listen_ws"}, m["prpTransportModes"])
-	require.Equal(t, []any{}, m["capabilities"])
+	require.Equal(t, []any{"history.output_bodies.v1"}, m["capabilities"], "workspace.md §7.1")
 	require.Subset(t, m["durableSessionCapabilities"], []any{"unlimited_runtime", "connection_lease_renewal"})
 }
 
