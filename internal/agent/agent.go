@@ -771,11 +771,14 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 	}
 	m.st = st
 	// The texts leave the encoded copy only: m.st keeps them, as the
-	// client's own state does.
+	// client's own state does. A batch without a session lists none, so
+	// the Sink drops them all and the next one starts from scratch.
 	enc := st
+	var texts []ItemText
+	lens := textLens{}
 	if enc.Session != nil {
 		s := *enc.Session
-		b.texts, s.Process, m.texts = m.texts.takeTexts(s.Process)
+		texts, s.Process, lens = m.texts.takeTexts(s.Process)
 		enc.Session = &s
 	}
 	// Encoded now: the Manager goes on changing its own state.
@@ -783,7 +786,7 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 	if err != nil {
 		return fmt.Errorf("encode agent state: %w", err)
 	}
-	b.record = record
+	b.record, b.texts, m.texts = record, texts, lens
 	m.commits.push(b, m.settleInline)
 	return nil
 }

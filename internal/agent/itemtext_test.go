@@ -76,3 +76,37 @@ func TestOpenItemTextLeavesTheRecord(t *testing.T) {
 	}
 	require.Equal(t, []string{want.String() + "slept 5000 ms"}, completed)
 }
+
+// TestTakeTexts: the first commit of an item hands its whole text, the
+// next ones what it gained; an item without text is not listed; the
+// encoded copy loses the texts and the Manager's does not; after a
+// commit without a process (the Sink drops every text) an item starts
+// again from its whole text.
+func TestTakeTexts(t *testing.T) {
+	msg := &provider.ItemState{ItemID: "t-item-1", Kind: "assistant_message", Text: "hello"}
+	tool := &provider.ItemState{ItemID: "t-item-2", Kind: "tool_call"}
+	p := &provider.ProcessRecord{Map: provider.MapState{Items: map[string]*provider.ItemState{"m": msg, "tool": tool}}}
+
+	texts, enc, lens := textLens{}.takeTexts(p)
+	require.Equal(t, []ItemText{{ItemID: "t-item-1", Off: 0, Chunk: "hello"}}, texts)
+	require.Empty(t, enc.Map.Items["m"].Text)
+	require.Equal(t, "hello", msg.Text, "the Manager's copy keeps its text")
+
+	msg.Text += ", world"
+	texts, _, lens = lens.takeTexts(p)
+	require.Equal(t, []ItemText{{ItemID: "t-item-1", Off: 5, Chunk: ", world"}}, texts)
+	texts, _, lens = lens.takeTexts(p)
+	require.Equal(t, []ItemText{{ItemID: "t-item-1", Off: 12, Chunk: ""}}, texts, "listed unchanged, so the Sink keeps it")
+
+	texts, enc, lens = lens.takeTexts(nil)
+	require.Empty(t, texts)
+	require.Nil(t, enc)
+	texts, _, _ = lens.takeTexts(p)
+	require.Equal(t, []ItemText{{ItemID: "t-item-1", Off: 0, Chunk: "hello, world"}}, texts)
+
+	st := Stored{Session: &provider.Record{Process: &provider.ProcessRecord{Map: provider.MapState{
+		Items: map[string]*provider.ItemState{"m": {ItemID: "t-item-1"}, "old": {ItemID: "t-item-0", Text: "inline"}}}}}}
+	st.RestoreTexts(func(id string) (string, bool) { return map[string]string{"t-item-1": "hello, world"}[id], id == "t-item-1" })
+	require.Equal(t, "hello, world", st.Session.Process.Map.Items["m"].Text)
+	require.Equal(t, "inline", st.Session.Process.Map.Items["old"].Text, "a record that holds its text keeps it")
+}

@@ -87,7 +87,7 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	var samples []time.Duration
 	var turns int
 	pcwrap := 0
-	var runnerdRun, runnerdWait, pcwrapRun, pcwrapWait time.Duration
+	var runnerdRun, runnerdWait, pcwrapRun, pcwrapWait, runnerdUser, runnerdSys time.Duration
 	for i := 0; b.Loop(); i++ {
 		before := len(r.c.core.Snapshot().Events)
 		if pcwrap == 0 {
@@ -95,10 +95,13 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 		}
 		rr, rw := schedstat(r.pid)
 		pr, pw := schedstat(pcwrap)
+		ru, rs := cpuTimes(r.pid)
 		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d %d", n, messageGap.Milliseconds())})
 		s := waitTerminals(b, r, i+1)
 		rr2, rw2 := schedstat(r.pid)
 		pr2, pw2 := schedstat(pcwrap)
+		ru2, rs2 := cpuTimes(r.pid)
+		runnerdUser, runnerdSys = runnerdUser+ru2-ru, runnerdSys+rs2-rs
 		runnerdRun, runnerdWait = runnerdRun+rr2-rr, runnerdWait+rw2-rw
 		pcwrapRun, pcwrapWait = pcwrapRun+pr2-pr, pcwrapWait+pw2-pw
 		turns++
@@ -129,6 +132,8 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	per := func(d time.Duration) time.Duration { return d / time.Duration(turns*n) }
 	b.ReportMetric(float64(per(runnerdRun).Microseconds()), "runnerd-cpu-us/msg")
 	b.ReportMetric(float64(per(pcwrapRun).Microseconds()), "pcwrap-cpu-us/msg")
+	b.ReportMetric(float64(per(runnerdUser).Microseconds()), "runnerd-user-us/msg")
+	b.ReportMetric(float64(per(runnerdSys).Microseconds()), "runnerd-sys-us/msg")
 	fmt.Printf("per message (whole turns, over %d): runnerd on CPU %v, runnable but waiting for a CPU %v; pcwrap on CPU %v, waiting %v\n",
 		turns*n, per(runnerdRun), per(runnerdWait), per(pcwrapRun), per(pcwrapWait))
 	data, floor, store := syncAfterIdle(b, r.dir, messageGap, 60)
@@ -152,6 +157,26 @@ func schedstat(pid int) (run, wait time.Duration) {
 		}
 	}
 	return run, wait
+}
+
+// cpuTimes is pid's user and system CPU time so far (/proc/<pid>/stat
+// utime and stime, in clock ticks of 10 ms: coarse, so only a sum over
+// many messages says anything; zeros when pid is gone).
+func cpuTimes(pid int) (user, sys time.Duration) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command name, which may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, 0
+	}
+	const tick = 10 * time.Millisecond // USER_HZ
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u) * tick, time.Duration(s) * tick
 }
 
 // messageGap is the pause between the stamped lines of
