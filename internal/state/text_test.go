@@ -65,20 +65,34 @@ func TestTextsSurviveReopen(t *testing.T) {
 // commit), a ratio in one run.
 func TestTextStepWriteDoesNotGrowWithText(t *testing.T) {
 	const steps = 50
-	perStep := func(before int) float64 {
+	// perStep is a step's store bytes after before bytes of text; inRecord
+	// keeps the text inside the record instead, as the agent's record
+	// did, to show that the measure sees the difference.
+	perStep := func(before int, inRecord bool) float64 {
 		s, _ := newStore(t)
-		// Built as an agent builds it, chunk by chunk.
-		for off := 0; off < before; off += 1 << 10 {
-			putText(t, s, "item", off, strings.Repeat("x", 1<<10))
+		held := strings.Repeat("x", before) // the record's text when inRecord
+		if !inRecord {
+			// Built as an agent builds it, chunk by chunk.
+			for off := 0; off < before; off += 1 << 10 {
+				putText(t, s, "item", off, strings.Repeat("x", 1<<10))
+			}
 		}
 		start := pageAlloc(s)
 		for i := range steps {
 			require.NoError(t, s.Update(func(tx *Tx) error {
-				if err := tx.SetRecord("acpAgent", map[string]int{"step": i}); err != nil {
-					return err
-				}
-				if err := tx.PutText("item", before+i*8, []byte("chunk-8 ")); err != nil {
-					return err
+				const chunk = "chunk-8 "
+				if inRecord {
+					held += chunk
+					if err := tx.SetRecord("acpAgent", map[string]any{"step": i, "text": held}); err != nil {
+						return err
+					}
+				} else {
+					if err := tx.SetRecord("acpAgent", map[string]int{"step": i}); err != nil {
+						return err
+					}
+					if err := tx.PutText("item", before+i*len(chunk), []byte(chunk)); err != nil {
+						return err
+					}
 				}
 				_, err := tx.Enqueue(p1("item.delta"))
 				return err
@@ -86,9 +100,12 @@ func TestTextStepWriteDoesNotGrowWithText(t *testing.T) {
 		}
 		return float64(pageAlloc(s)-start) / steps
 	}
-	small, large := perStep(1<<10), perStep(60<<10)
+	small, large := perStep(1<<10, false), perStep(60<<10, false)
 	t.Logf("store bytes per step: %.0f at 1 KiB of text, %.0f at 60 KiB", small, large)
 	require.LessOrEqual(t, large/small, 1.5, "a step's write must not grow with the text it extends")
+	recSmall, recLarge := perStep(1<<10, true), perStep(60<<10, true)
+	t.Logf("with the text inside the record: %.0f at 1 KiB, %.0f at 60 KiB", recSmall, recLarge)
+	require.Greater(t, recLarge/recSmall, 3.0, "the measure sees a record that holds the text")
 }
 
 // pageAlloc is the bytes of the pages s's transactions allocated so far.
