@@ -106,7 +106,9 @@ func TestTakeTexts(t *testing.T) {
 
 	st := Stored{Session: &provider.Record{Process: &provider.ProcessRecord{Map: provider.MapState{
 		Items: map[string]*provider.ItemState{"m": {ItemID: "t-item-1"}, "old": {ItemID: "t-item-0", Text: "inline"}}}}}}
-	st.RestoreTexts(func(id string) (string, bool) { return map[string]string{"t-item-1": "hello, world"}[id], id == "t-item-1" })
+	st.RestoreTexts(func(id string) (string, bool) {
+		return map[string]string{"t-item-1": "hello, world"}[id], id == "t-item-1"
+	})
 	require.Equal(t, "hello, world", st.Session.Process.Map.Items["m"].Text)
 	require.Equal(t, "inline", st.Session.Process.Map.Items["old"].Text, "a record that holds its text keeps it")
 }
