@@ -182,13 +182,14 @@ type Binding struct {
 
 // Sink is where the agent's state and events become durable.
 type Sink interface {
-	// Commit stores record (the Stored record, encoded) and appends events
-	// to the outbox, in order, in one durable write, and has them sent
+	// Commit stores record (the Stored record, encoded, without its item
+	// texts) and texts (ItemText says how), and appends events to the
+	// outbox, in order, in one durable write, and has them sent
 	// without waiting for the socket. A
 	// non-nil outcome is recorded as its command's result in that same
 	// write; the command's result has not been sent yet. Only the
 	// committer calls it, one write at a time, never under Manager.mu.
-	Commit(record json.RawMessage, events []provider.Event, outcome *CommandOutcome) error
+	Commit(record json.RawMessage, texts []ItemText, events []provider.Event, outcome *CommandOutcome) error
 	// Drained reports whether new provider output may be taken (prp.md
 	// §8.5: everything sent is acknowledged). It must not block.
 	Drained() bool
@@ -324,6 +325,9 @@ type Manager struct {
 	// settleInline is set while the event reader prepares a batch it
 	// settles itself once it has released mu (commitFromReaderLocked).
 	settleInline bool
+	// texts is what the prepared batches handed the Sink of the item
+	// texts (itemtext.go).
+	texts textLens
 }
 
 // NewManager returns a manager resuming st. Call Start to re-adopt a live
@@ -766,12 +770,23 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 		st.Session = &rec
 	}
 	m.st = st
+	// The texts leave the encoded copy only: m.st keeps them, as the
+	// client's own state does. A batch without a session lists none, so
+	// the Sink drops them all and the next one starts from scratch.
+	enc := st
+	var texts []ItemText
+	lens := textLens{}
+	if enc.Session != nil {
+		s := *enc.Session
+		texts, s.Process, lens = m.texts.takeTexts(s.Process)
+		enc.Session = &s
+	}
 	// Encoded now: the Manager goes on changing its own state.
-	record, err := jsonenc.Marshal(st)
+	record, err := jsonenc.Marshal(enc)
 	if err != nil {
 		return fmt.Errorf("encode agent state: %w", err)
 	}
-	b.record = record
+	b.record, b.texts, m.texts = record, texts, lens
 	m.commits.push(b, m.settleInline)
 	return nil
 }

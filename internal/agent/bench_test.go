@@ -20,8 +20,8 @@ type stampSink struct {
 	samples []time.Duration
 }
 
-func (s *stampSink) Commit(record json.RawMessage, evs []provider.Event, out *CommandOutcome) error {
-	if err := s.memSink.Commit(record, evs, out); err != nil {
+func (s *stampSink) Commit(record json.RawMessage, texts []ItemText, evs []provider.Event, out *CommandOutcome) error {
+	if err := s.memSink.Commit(record, texts, evs, out); err != nil {
 		return err
 	}
 	now := time.Now()

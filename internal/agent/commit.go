@@ -34,6 +34,7 @@ const maxUncommittedBatches = 1
 // woken and its after-commit hooks start.
 type batch struct {
 	record  json.RawMessage // the Stored record as prepared
+	texts   []ItemText      // the item texts, apart from the record
 	events  []provider.Event
 	outcome *CommandOutcome
 	// The process whose files and lines the batch covers (nil when none),
@@ -283,7 +284,7 @@ func (c *committer) settle(b *batch) {
 			stageErr = b.recordPrompt(staged)
 		}
 	}
-	if err := m.cfg.Sink.Commit(b.record, b.events, b.outcome); err != nil {
+	if err := m.cfg.Sink.Commit(b.record, b.texts, b.events, b.outcome); err != nil {
 		if unpublished != nil {
 			_ = b.w.Discard(staged)
 		}

@@ -32,7 +32,7 @@ func newGatedSink() *gatedSink {
 	return &gatedSink{entered: make(chan struct{}, 64), release: make(chan error, 64)}
 }
 
-func (s *gatedSink) Commit(_ json.RawMessage, evs []provider.Event, _ *CommandOutcome) error {
+func (s *gatedSink) Commit(_ json.RawMessage, _ []ItemText, evs []provider.Event, _ *CommandOutcome) error {
 	s.entered <- struct{}{}
 	if err := <-s.release; err != nil {
 		return err

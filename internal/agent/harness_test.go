@@ -41,16 +41,50 @@ type memSink struct {
 	// and the event types of the commit that recorded each.
 	outcomes      map[string]CommandOutcome
 	outcomeEvents map[string][]string
+	// texts are the item texts as the commits left them, by item id; st
+	// holds them in its items, as a record the runner restores does.
+	texts map[string]string
+	// written is each commit's size, in order.
+	written []commitSize
 }
+
+// commitSize is what one commit handed the Sink, in bytes: the record,
+// the item text chunks, and the item texts' total length after it.
+type commitSize struct{ record, chunks, texts int }
 
 func newMemSink() *memSink { return &memSink{changed: make(chan struct{})} }
 
-func (s *memSink) Commit(record json.RawMessage, evs []provider.Event, out *CommandOutcome) error {
+func (s *memSink) Commit(record json.RawMessage, texts []ItemText, evs []provider.Event, out *CommandOutcome) error {
 	var cp Stored
 	if err := json.Unmarshal(record, &cp); err != nil {
 		return err
 	}
+	if err := s.putTexts(&cp, len(record), texts); err != nil {
+		return err
+	}
 	s.keep(cp, evs, out)
+	return nil
+}
+
+// putTexts applies a commit's item texts as the runner's Sink does and
+// restores them into cp.
+func (s *memSink) putTexts(cp *Stored, recordBytes int, texts []ItemText) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := make(map[string]string, len(texts))
+	n := commitSize{record: recordBytes}
+	for _, t := range texts {
+		cur, ok := s.texts[t.ItemID]
+		if t.Off != 0 && (!ok || t.Off != len(cur)) {
+			return fmt.Errorf("item text %s at %d: the sink holds %d bytes", t.ItemID, t.Off, len(cur))
+		}
+		next[t.ItemID] = cur[:t.Off] + t.Chunk
+		n.chunks += len(t.Chunk)
+		n.texts += t.Off + len(t.Chunk)
+	}
+	s.texts = next
+	s.written = append(s.written, n)
+	cp.RestoreTexts(func(id string) (string, bool) { v, ok := next[id]; return v, ok })
 	return nil
 }
 

@@ -34,9 +34,9 @@ type coreSink struct {
 	mu     sync.Mutex
 }
 
-func (s *coreSink) Commit(record json.RawMessage, evs []provider.Event, out *CommandOutcome) error {
+func (s *coreSink) Commit(record json.RawMessage, texts []ItemText, evs []provider.Event, out *CommandOutcome) error {
 	if s.store != nil {
-		if err := s.durable(record, evs); err != nil {
+		if err := s.durable(record, texts, evs); err != nil {
 			return err
 		}
 		s.answer(evs)
@@ -44,17 +44,33 @@ func (s *coreSink) Commit(record json.RawMessage, evs []provider.Event, out *Com
 		if err := json.Unmarshal(record, &st); err != nil {
 			return err
 		}
+		if err := s.putTexts(&st, len(record), texts); err != nil {
+			return err
+		}
 		s.keep(st, nil, out)
 		return nil
 	}
 	s.answer(evs)
-	return s.memSink.Commit(record, nil, out) // keep the record, not the events: the run is long
+	return s.memSink.Commit(record, texts, nil, out) // keep the record, not the events: the run is long
 }
 
-func (s *coreSink) durable(record json.RawMessage, evs []provider.Event) error {
+func (s *coreSink) durable(record json.RawMessage, texts []ItemText, evs []provider.Event) error {
 	err := s.store.Update(func(tx *state.Tx) error {
 		if err := tx.SetRecord("acpAgent", record); err != nil {
 			return err
+		}
+		// The item texts as the runner's Sink stores them.
+		listed := map[string]bool{}
+		for _, t := range texts {
+			listed["acpAgent/item/"+t.ItemID] = true
+			if err := tx.PutText("acpAgent/item/"+t.ItemID, t.Off, []byte(t.Chunk)); err != nil {
+				return err
+			}
+		}
+		for _, name := range tx.TextNames("acpAgent/item/") {
+			if !listed[name] {
+				tx.DropText(name)
+			}
 		}
 		for _, e := range evs {
 			b, err := json.Marshal(e.Payload)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -21,6 +22,10 @@ import (
 // agentRecord is the state store's record holding the agent executor's
 // durable record (acp.md §3.4).
 const agentRecord = "acpAgent"
+
+// agentTextPrefix starts the names of the store's texts that hold the
+// agent's open item texts (agent.ItemText), followed by the item id.
+const agentTextPrefix = agentRecord + "/item/"
 
 // agentShutdownWait bounds stopping the agent on an orderly runnerd stop:
 // the agent stop wait plus a margin (acp.md §3.6).
@@ -51,6 +56,10 @@ func newAgentExec(r *loop) (*agentExec, error) {
 	if _, err := r.store.Record(agentRecord, &st); err != nil {
 		return nil, err
 	}
+	st.RestoreTexts(func(itemID string) (string, bool) {
+		b, ok := r.store.Text(agentTextPrefix + itemID)
+		return string(b), ok
+	})
 	pcwrap, err := agent.FindPcwrap(r.cfg.PcwrapPath)
 	if err != nil {
 		r.log.Warn("pcwrap not found; agents cannot start", "err", err)
@@ -206,9 +215,10 @@ func (a *agentExec) stop(orderly bool) {
 	a.m.Close()
 }
 
-// Commit implements agent.Sink: the record and the events in one durable
-// write, then a poke of the send routine (it never waits for the socket).
-func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *agent.CommandOutcome) error {
+// Commit implements agent.Sink: the record, the item texts and the events
+// in one durable write, then a poke of the send routine (it never waits
+// for the socket).
+func (a *agentExec) Commit(record json.RawMessage, texts []agent.ItemText, evs []provider.Event, out *agent.CommandOutcome) error {
 	events, err := stateEvents(evs)
 	if err != nil {
 		return err
@@ -217,6 +227,9 @@ func (a *agentExec) Commit(record json.RawMessage, evs []provider.Event, out *ag
 	err = a.r.store.Update(func(tx *state.Tx) error {
 		chunked = false
 		if err := tx.SetRecord(agentRecord, record); err != nil {
+			return err
+		}
+		if err := putItemTexts(tx, texts); err != nil {
 			return err
 		}
 		if out != nil {
@@ -267,6 +280,25 @@ func (a *agentExec) enqueue(tx *state.Tx, e state.Event) error {
 	}
 	if err != nil && !outboxBound(err) {
 		return err
+	}
+	return nil
+}
+
+// putItemTexts stores the item texts of a commit (agent.ItemText): each
+// listed one extended or replaced, every other one dropped.
+func putItemTexts(tx *state.Tx, texts []agent.ItemText) error {
+	listed := make(map[string]bool, len(texts))
+	for _, t := range texts {
+		name := agentTextPrefix + t.ItemID
+		listed[name] = true
+		if err := tx.PutText(name, t.Off, []byte(t.Chunk)); err != nil {
+			return fmt.Errorf("store item text: %w", err)
+		}
+	}
+	for _, name := range tx.TextNames(agentTextPrefix) {
+		if !listed[name] {
+			tx.DropText(name)
+		}
 	}
 	return nil
 }

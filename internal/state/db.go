@@ -169,7 +169,7 @@ func (h *headerEncoder) encode(st *State) ([]byte, error) {
 // putDelta writes into tx what turns the stored state from (nil: an empty
 // store) into st with header: the events appended since, the acknowledged
 // ones removed, the newest stored event when a merge changed it, the
-// records whose bytes changed, and the header. It reports whether it
+// records whose bytes changed, the texts' new bytes, and the header. It reports whether it
 // changed anything.
 func putDelta(tx *bolt.Tx, from, st *State, fromHeader, header []byte) (bool, error) {
 	ob, err := tx.CreateBucketIfNotExists(bucketOutbox)
@@ -186,14 +186,19 @@ func putDelta(tx *bolt.Tx, from, st *State, fromHeader, header []byte) (bool, er
 	if err != nil {
 		return false, err
 	}
+	tb, err := tx.CreateBucketIfNotExists(bucketTexts)
+	if err != nil {
+		return false, err
+	}
 	changed := false
 	put := func(b *bolt.Bucket, k, v []byte) error { changed = true; return b.Put(k, v) }
 	del := func(b *bolt.Bucket, k []byte) error { changed = true; return b.Delete(k) }
 
 	var old []OutboxEvent
 	var oldRecords map[string]json.RawMessage
+	var oldTexts map[string][]byte
 	if from != nil {
-		old, oldRecords = from.Outbox, from.Extensions
+		old, oldRecords, oldTexts = from.Outbox, from.Extensions, from.Texts
 	}
 	// Both outboxes are contiguous runs of sequence numbers, so only
 	// their ends are walked: a step costs nothing per unchanged event.
@@ -242,6 +247,10 @@ func putDelta(tx *bolt.Tx, from, st *State, fromHeader, header []byte) (bool, er
 				return false, err
 			}
 		}
+	}
+	dropText := func(b *bolt.Bucket, name string) error { changed = true; return dropTextRows(b, name) }
+	if err := putTextDelta(tb, oldTexts, st.Texts, put, dropText); err != nil {
+		return false, err
 	}
 	if !bytes.Equal(fromHeader, header) {
 		if err := put(hb, keyHeader, header); err != nil {
@@ -306,6 +315,11 @@ func loadDB(db *bolt.DB) (st *State, header []byte, err error) {
 			st.Extensions[string(k)] = bytes.Clone(v)
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		// A store written before texts existed has no bucket.
+		st.Texts, err = loadTexts(tx.Bucket(bucketTexts))
 		return err
 	})
 	if err != nil {
@@ -487,6 +501,7 @@ func (s *Store) compactIfSparse() error {
 	for _, v := range s.written.Extensions {
 		live += int64(len(v))
 	}
+	live += int64(s.written.textsBytes())
 	if size < compactMinBytes || size <= compactRatio*live {
 		return nil
 	}

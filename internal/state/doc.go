@@ -1,7 +1,7 @@
 // Package state is runnerd's durable state: the store file runner-state.db
 // (bbolt) that holds the runner's identity, lifecycle, cursors, event
-// outbox, command journal, fences and the records other packages keep,
-// and runner-state.json, the projection of its header that the server
+// outbox, command journal, fences, the records other packages keep and
+// their append-only texts (text.go), and runner-state.json, the projection of its header that the server
 // reads (prp.md §7, §8, §9; durability.md §7.2).
 //
 // Contracts:
@@ -9,7 +9,7 @@
 //   - Every mutation goes through [Store.Update], which applies a function to a
 //     private copy of the state and commits it as one store transaction
 //     holding only what changed (appended and acknowledged events, changed
-//     records, the header), then rewrites runner-state.json when the header
+//     records, the bytes appended to a text, the header), then rewrites runner-state.json when the header
 //     changed (temp file, fdatasync, exchange or rename, directory fsync);
 //     when Update returns nil both are durable. A failed function leaves
 //     the committed state untouched. Group the events, cursors and markers

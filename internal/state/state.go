@@ -168,6 +168,9 @@ type State struct {
 	// and fields of a newer writer. They round-trip byte-for-byte. Use
 	// Tx.SetRecord.
 	Extensions map[string]json.RawMessage `json:"-"`
+	// Texts are the named append-only texts (text.go): in the store only,
+	// never in FileName. Use Tx.PutText.
+	Texts map[string][]byte `json:"-"`
 
 	// outboxSize is the sum of the outbox's ByteSize when outboxSized;
 	// kept by the package's own changes to the outbox, so a step does not
@@ -324,6 +327,7 @@ func (s *State) cloneShared() *State {
 	c.Diagnostics = slices.Clone(s.Diagnostics)
 	c.CompactedCommandFilter = slices.Clone(s.CompactedCommandFilter)
 	c.Extensions = maps.Clone(s.Extensions)
+	c.Texts = maps.Clone(s.Texts)
 	if s.PendingTerminalDelivery != nil {
 		f := *s.PendingTerminalDelivery
 		c.PendingTerminalDelivery = &f

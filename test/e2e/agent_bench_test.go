@@ -87,7 +87,7 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	var samples []time.Duration
 	var turns int
 	pcwrap := 0
-	var runnerdRun, runnerdWait, pcwrapRun, pcwrapWait time.Duration
+	var runnerdRun, runnerdWait, pcwrapRun, pcwrapWait, runnerdUser, runnerdSys time.Duration
 	for i := 0; b.Loop(); i++ {
 		before := len(r.c.core.Snapshot().Events)
 		if pcwrap == 0 {
@@ -95,10 +95,13 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 		}
 		rr, rw := schedstat(r.pid)
 		pr, pw := schedstat(pcwrap)
+		ru, rs := cpuTimes(r.pid)
 		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d %d", n, messageGap.Milliseconds())})
 		s := waitTerminals(b, r, i+1)
 		rr2, rw2 := schedstat(r.pid)
 		pr2, pw2 := schedstat(pcwrap)
+		ru2, rs2 := cpuTimes(r.pid)
+		runnerdUser, runnerdSys = runnerdUser+ru2-ru, runnerdSys+rs2-rs
 		runnerdRun, runnerdWait = runnerdRun+rr2-rr, runnerdWait+rw2-rw
 		pcwrapRun, pcwrapWait = pcwrapRun+pr2-pr, pcwrapWait+pw2-pw
 		turns++
@@ -129,13 +132,16 @@ func BenchmarkAgentMessageOnWire(b *testing.B) {
 	per := func(d time.Duration) time.Duration { return d / time.Duration(turns*n) }
 	b.ReportMetric(float64(per(runnerdRun).Microseconds()), "runnerd-cpu-us/msg")
 	b.ReportMetric(float64(per(pcwrapRun).Microseconds()), "pcwrap-cpu-us/msg")
+	b.ReportMetric(float64(per(runnerdUser).Microseconds()), "runnerd-user-us/msg")
+	b.ReportMetric(float64(per(runnerdSys).Microseconds()), "runnerd-sys-us/msg")
 	fmt.Printf("per message (whole turns, over %d): runnerd on CPU %v, runnable but waiting for a CPU %v; pcwrap on CPU %v, waiting %v\n",
 		turns*n, per(runnerdRun), per(runnerdWait), per(pcwrapRun), per(pcwrapWait))
-	data, floor := syncAfterIdle(b, r.dir, messageGap, 60)
+	data, floor, store := syncAfterIdle(b, r.dir, messageGap, 60)
 	b.ReportMetric(msf(data), "disk-sync-p50-ms")
 	b.ReportMetric(msf(floor), "disk-floor-p50-ms")
-	fmt.Printf("the same disk after the same %v idle, no runnerd: one data sync p50 %v; a state write's syncs (data sync, exchange, directory sync) p50 %v\n",
-		messageGap, data, floor)
+	b.ReportMetric(msf(store), "disk-floor-store-p50-ms")
+	fmt.Printf("the same disk after the same %v idle, no runnerd: one data sync p50 %v; a state write's syncs (data sync, exchange, directory sync) p50 %v; the store's commit path (pages and their sync, meta page and its sync, then the projection's write, sync, exchange and directory sync) p50 %v\n",
+		messageGap, data, floor, store)
 }
 
 // schedstat sums pid's threads' time on a CPU and time runnable but
@@ -153,17 +159,40 @@ func schedstat(pid int) (run, wait time.Duration) {
 	return run, wait
 }
 
+// cpuTimes is pid's user and system CPU time so far (/proc/<pid>/stat
+// utime and stime, in clock ticks of 10 ms: coarse, so only a sum over
+// many messages says anything; zeros when pid is gone).
+func cpuTimes(pid int) (user, sys time.Duration) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command name, which may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, 0
+	}
+	const tick = 10 * time.Millisecond // USER_HZ
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u) * tick, time.Duration(s) * tick
+}
+
 // messageGap is the pause between the stamped lines of
 // BenchmarkAgentMessageOnWire ("stamp N 20").
 const messageGap = 20 * time.Millisecond
 
 // syncAfterIdle is the disk's share of the agent path, measured on the
 // state directory's file system in the same run: n times, after gap idle,
-// an 8 KiB overwrite and fdatasync (data), and the state write's syncs
-// (overwrite, fdatasync, RENAME_EXCHANGE, directory fsync: floor). On a
+// an 8 KiB overwrite and fdatasync (data); the single-file state write's
+// syncs (overwrite, fdatasync, RENAME_EXCHANGE, directory fsync: floor);
+// and the store's commit path, the same four syncs a step makes (store:
+// two pages written and synced, a meta page written and synced, as a
+// bbolt commit does, then floor's sequence for the projection). On a
 // virtual disk the first flush after an idle gap costs several times one
 // in a busy loop; every durable agent message pays it.
-func syncAfterIdle(b *testing.B, dir string, gap time.Duration, n int) (data, floor time.Duration) {
+func syncAfterIdle(b *testing.B, dir string, gap time.Duration, n int) (data, floor, store time.Duration) {
 	b.Helper()
 	d, err := os.MkdirTemp(filepath.Dir(dir), "disk-baseline")
 	if err != nil {
@@ -186,19 +215,16 @@ func syncAfterIdle(b *testing.B, dir string, gap time.Duration, n int) (data, fl
 		b.Fatal(err)
 	}
 	defer unix.Close(fd)
-	var datas, floors []time.Duration
-	for range n {
-		time.Sleep(gap)
-		t0 := time.Now()
-		if _, err := unix.Pwrite(fd, block, 0); err != nil {
-			b.Fatal(err)
-		}
-		if err := unix.Fdatasync(fd); err != nil {
-			b.Fatal(err)
-		}
-		datas = append(datas, time.Since(t0))
-		time.Sleep(gap)
-		t0 = time.Now()
+	if err := os.WriteFile(filepath.Join(d, "db"), make([]byte, 4*len(block)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	dbfd, err := unix.Open(filepath.Join(d, "db"), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(dbfd)
+	// projection is floor's sequence: the state file's write and swap.
+	projection := func() {
 		if _, err := unix.Pwrite(fd, block, 0); err != nil {
 			b.Fatal(err)
 		}
@@ -211,11 +237,45 @@ func syncAfterIdle(b *testing.B, dir string, gap time.Duration, n int) (data, fl
 		if err := unix.Fsync(dfd); err != nil {
 			b.Fatal(err)
 		}
+	}
+	var datas, floors, stores []time.Duration
+	for range n {
+		time.Sleep(gap)
+		t0 := time.Now()
+		if _, err := unix.Pwrite(fd, block, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fdatasync(fd); err != nil {
+			b.Fatal(err)
+		}
+		datas = append(datas, time.Since(t0))
+		time.Sleep(gap)
+		t0 = time.Now()
+		projection()
 		floors = append(floors, time.Since(t0))
+		time.Sleep(gap)
+		t0 = time.Now()
+		for _, off := range []int64{2 * int64(len(block)), 3 * int64(len(block))} {
+			if _, err := unix.Pwrite(dbfd, block[:4096], off); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := unix.Fdatasync(dbfd); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := unix.Pwrite(dbfd, block[:4096], 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fdatasync(dbfd); err != nil {
+			b.Fatal(err)
+		}
+		projection()
+		stores = append(stores, time.Since(t0))
 	}
 	slices.Sort(datas)
 	slices.Sort(floors)
-	return pct(datas, 50), pct(floors, 50)
+	slices.Sort(stores)
+	return pct(datas, 50), pct(floors, 50), pct(stores, 50)
 }
 
 // BenchmarkAgentTenThousandChunksOnWire: one turn of 10,000 small chunks;
@@ -236,29 +296,18 @@ func tenThousandOnWire(b *testing.B, r *agentRig, script, label string) {
 		want.WriteString(strconv.Itoa(i) + ",")
 	}
 	for i := 0; b.Loop(); i++ {
+		// The same pings first with nothing streaming: the figure is
+		// the streaming p99 over this one, from the same run.
+		idleCtx, stopIdle := context.WithTimeout(context.Background(), idlePingWindow)
+		idle := pingEvery(idleCtx, r.c.core.Core)
+		stopIdle()
 		before := len(r.c.core.Snapshot().Events)
 		ctx, stopPings := context.WithCancel(context.Background())
 		var rtts []time.Duration
 		pinged := make(chan struct{})
 		go func() {
 			defer close(pinged)
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for ctx.Err() == nil {
-				pongs := r.c.core.Snapshot().Pongs
-				start := time.Now()
-				if r.c.core.Ping(ctx) == nil {
-					wctx, cancel := context.WithTimeout(ctx, waitBound)
-					if r.c.core.Wait(wctx, func(s control.Snapshot) bool { return s.Pongs > pongs }) == nil {
-						rtts = append(rtts, time.Since(start))
-					}
-					cancel()
-				}
-				select {
-				case <-ctx.Done():
-				case <-tick.C:
-				}
-			}
+			rtts = pingEvery(ctx, r.c.core.Core)
 		}()
 		start := time.Now()
 		benchRun(b, r, "turn.start", map[string]any{"text": script})
@@ -282,14 +331,45 @@ func tenThousandOnWire(b *testing.B, r *agentRig, script, label string) {
 			b.Fatalf("%s: deltas lost or out of order: got %d bytes, want %d", label, got.Len(), want.Len())
 		}
 		slices.Sort(rtts)
-		if len(rtts) == 0 {
+		slices.Sort(idle)
+		if len(rtts) == 0 || len(idle) == 0 {
 			b.Fatal("no ping answered")
 		}
 		b.ReportMetric(float64(deltas), "delta-events")
 		b.ReportMetric(msf(pct(rtts, 99)), "ping-p99-ms")
-		fmt.Printf("%s: all in order in %d item.delta events (P2 coalescing), turn took %v; %d pings: p50 %v p99 %v (target p99 < 5ms)\n",
-			label, deltas, took.Round(time.Millisecond), len(rtts), pct(rtts, 50), pct(rtts, 99))
+		b.ReportMetric(msf(pct(idle, 99)), "idle-ping-p99-ms")
+		b.ReportMetric(msf(pct(rtts, 99)-pct(idle, 99)), "ping-p99-over-idle-ms")
+		fmt.Printf("%s: all in order in %d item.delta events (P2 coalescing), turn took %v; %d pings: p50 %v p99 %v (target p99 < 5ms); idle before it, %d pings: p50 %v p99 %v\n",
+			label, deltas, took.Round(time.Millisecond), len(rtts), pct(rtts, 50), pct(rtts, 99), len(idle), pct(idle, 50), pct(idle, 99))
 	}
+}
+
+// idlePingWindow is how long the idle pings of tenThousandOnWire run:
+// about as many pings as a streaming turn gets.
+const idlePingWindow = 2 * time.Second
+
+// pingEvery pings core every 10 ms until ctx ends and returns each
+// answered ping's time until its pong.
+func pingEvery(ctx context.Context, core *control.Core) []time.Duration {
+	var rtts []time.Duration
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		pongs := core.Snapshot().Pongs
+		start := time.Now()
+		if core.Ping(ctx) == nil {
+			wctx, cancel := context.WithTimeout(ctx, waitBound)
+			if core.Wait(wctx, func(s control.Snapshot) bool { return s.Pongs > pongs }) == nil {
+				rtts = append(rtts, time.Since(start))
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	return rtts
 }
 
 func benchRun(b *testing.B, r *agentRig, typ string, payload any) {

@@ -15,7 +15,7 @@ import (
 // maxSleep bounds the `sleep` scenario so a forgotten test cannot hang.
 const maxSleep = 120 * time.Second
 
-// maxChunks bounds the `chunks` and `stamp` bench scenarios.
+// maxChunks bounds the `chunks`, `stamp` and `bulk` bench scenarios.
 const maxChunks = 100000
 
 // Bounds of the long-text scenarios: a message up to the output body
@@ -77,6 +77,9 @@ func splitText(s string, n int) []string {
 	}
 	return out
 }
+
+// maxBulkChunk bounds one chunk of the `bulk` scenario.
+const maxBulkChunk = 65536
 
 type promptParams struct {
 	SessionID string `json:"sessionId"`
@@ -446,6 +449,32 @@ func (t *turn) run(text string) (string, any, *rpcError) {
 		for i := range n {
 			t.a.update(t.s, map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": t.msgID,
 				"content": map[string]any{"type": "text", "text": strconv.Itoa(i) + ","}})
+		}
+	case "bulk":
+		// bulk N SIZE: N chunks of SIZE bytes, written as fast as the
+		// pipe takes them, alternately of one message and one thought,
+		// so no two consecutive deltas coalesce (bench: a large stream
+		// of events live, replayed from a built outbox to compare).
+		f := strings.Fields(rest)
+		n, size := -1, -1
+		if len(f) == 2 {
+			n, _ = strconv.Atoi(f[0])
+			size, _ = strconv.Atoi(f[1])
+		}
+		if n < 0 || n > maxChunks || size < 1 || size > maxBulkChunk {
+			return "", nil, &rpcError{Code: -32602, Message: "bulk needs N (0..100000) and SIZE (1..65536)"}
+		}
+		if t.msgID == "" {
+			t.msgID = t.a.next("msg")
+		}
+		thought := t.a.next("msg")
+		for i := range n {
+			kind, id := "agent_message_chunk", t.msgID
+			if i%2 == 1 {
+				kind, id = "agent_thought_chunk", thought
+			}
+			t.a.update(t.s, map[string]any{"sessionUpdate": kind, "messageId": id,
+				"content": map[string]any{"type": "text", "text": fmt.Sprintf("%08d", i) + strings.Repeat("x", max(size-8, 0))}})
 		}
 	case "stamp":
 		// stamp N GAPMS: N chunks "<unix-nanos>;" written GAPMS apart (bench
