@@ -17,6 +17,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -393,8 +394,14 @@ func sessionDir(tb testing.TB, subs ...string) string {
 // GOGC or GOMAXPROCS. PCWRAP_BENCH_TAGS (space-separated) builds it with
 // those tags: "pprof" writes a CPU profile to $PCWRAP_CPUPROFILE (set it
 // in PCWRAP_BENCH_ENV; each launch overwrites it, so run one benchmark).
+// PCWRAP_BENCH_BIN runs that pcwrap binary instead of building one, so
+// two builds can be compared in alternating runs of one compiled bench.
 func pcwrapCmd(tb testing.TB, args []string) *exec.Cmd {
-	cmd := exec.Command(testbin.Path(tb, "pcwrap", strings.Fields(os.Getenv("PCWRAP_BENCH_TAGS"))...), args...)
+	bin := os.Getenv("PCWRAP_BENCH_BIN")
+	if bin == "" {
+		bin = testbin.Path(tb, "pcwrap", strings.Fields(os.Getenv("PCWRAP_BENCH_TAGS"))...)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("PCWRAP_BENCH_ENV"))...)
 	return cmd
 }
@@ -614,20 +621,30 @@ const spacedPairs = 5
 // of pcwrap.
 func BenchmarkSpacedJSON(b *testing.B) {
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16)
+	yard := newBase64Yardstick(chunk)
 	for _, v := range spacedVariants {
 		b.Run(v.name, func(b *testing.B) {
 			var c, s []throughputRun
+			// paired runs a one-way run between two encoding/base64
+			// decodes of the same data, so each run has its own yardstick
+			// (yardstick).
+			paired := func(start func(testing.TB, ...string) child) throughputRun {
+				before := yard.measure(b)
+				r := runThroughput(b, start, false, chunk)
+				r.base64 = before.add(yard.measure(b))
+				return r
+			}
 			for b.Loop() {
 				c, s = c[:0], s[:0]
 				for k := range spacedPairs {
 					// Alternate which goes first, so a trend in the load
 					// favours neither.
 					if k%2 == 0 {
-						c = append(c, runThroughput(b, v.compact, false, chunk))
+						c = append(c, paired(v.compact))
 					}
-					s = append(s, runThroughput(b, v.spaced, false, chunk))
+					s = append(s, paired(v.spaced))
 					if k%2 == 1 {
-						c = append(c, runThroughput(b, v.compact, false, chunk))
+						c = append(c, paired(v.compact))
 					}
 				}
 			}
@@ -643,8 +660,70 @@ func BenchmarkSpacedJSON(b *testing.B) {
 			b.ReportMetric(sc/cc, "spaced/compact-cpu")
 			wake := func(r throughputRun) float64 { return r.wakeupsPerFile }
 			b.ReportMetric(medianOf(c, wake), "compact-wakeups/file")
+			// Each run against its own yardstick, per CPU-second and
+			// wall-clock; the median of those ratios.
+			cpuRatio := func(r throughputRun) float64 { return r.mbPerCPU / r.base64.mbPerCPU() }
+			wallRatio := func(r throughputRun) float64 { return r.mbps / r.base64.mbps() }
+			b.ReportMetric(medianOf(c, cpuRatio), "compact/base64-cpu")
+			b.ReportMetric(medianOf(s, cpuRatio), "spaced/base64-cpu")
+			b.ReportMetric(medianOf(c, wallRatio), "compact/base64-wall")
+			b.ReportMetric(medianOf(s, wallRatio), "spaced/base64-wall")
+			b64 := func(r throughputRun) float64 { return r.base64.mbPerCPU() }
+			b.ReportMetric(medianOf(append(slices.Clone(c), s...), b64), "base64-MB/cpu-s")
 		})
 	}
+}
+
+// base64Yardstick decodes the throughput runs' data with encoding/base64
+// on one locked thread: the rate pcwrap's one-way throughput is held to.
+// BenchmarkBase64Decode measures it once per bench; BenchmarkSpacedJSON
+// measures it around every one-way run (paired), because on this shared
+// machine even the CPU-second rate of the same loop swings by 2x from
+// minute to minute, and a yardstick taken at another moment than the run
+// it judges adds that swing to the ratio. It decodes the 512 files' data
+// each from its own copy of the encoded text into one reused output
+// buffer, as pcwrap decodes each file freshly read into its read buffer:
+// one hot 87 KiB input, decoded 512 times, would be the gentler test.
+type base64Yardstick struct {
+	src [][]byte // the encoded data of each stdin file of a run
+	dst []byte
+}
+
+func newBase64Yardstick(chunk []byte) *base64Yardstick {
+	enc := base64.StdEncoding.EncodeToString(chunk)
+	y := &base64Yardstick{dst: make([]byte, len(chunk))}
+	for range throughputTotal / throughputChunk {
+		y.src = append(y.src, []byte(enc))
+	}
+	return y
+}
+
+// decodeRun is the payload decoded, the wall-clock and the thread's CPU
+// time of yardstick decodes (sums, for a pair).
+type decodeRun struct {
+	bytes     int64
+	wall, cpu time.Duration
+}
+
+func (a decodeRun) add(b decodeRun) decodeRun {
+	return decodeRun{a.bytes + b.bytes, a.wall + b.wall, a.cpu + b.cpu}
+}
+
+func (d decodeRun) mbPerCPU() float64 { return float64(d.bytes) / 1e6 / d.cpu.Seconds() }
+func (d decodeRun) mbps() float64     { return float64(d.bytes) / 1e6 / d.wall.Seconds() }
+
+// measure decodes every file's data once on a locked thread.
+func (y *base64Yardstick) measure(tb testing.TB) decodeRun {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	thread := fmt.Sprintf("/proc/self/task/%d/schedstat", unix.Gettid())
+	t0, c0 := time.Now(), taskSched(tb, thread).cpu
+	for _, src := range y.src {
+		if _, err := base64.StdEncoding.Decode(y.dst, src); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return decodeRun{throughputTotal, time.Since(t0), taskSched(tb, thread).cpu - c0}
 }
 
 func medianOf(runs []throughputRun, f func(throughputRun) float64) float64 {
@@ -659,7 +738,8 @@ func medianOf(runs []throughputRun, f func(throughputRun) float64) float64 {
 type throughputRun struct {
 	mbps, rss                                  float64
 	mbPerCPU, writerMBPerCPU, consumerMBPerCPU float64
-	wakeupsPerFile                             float64 // of the measured process, per 64 KiB stdin file
+	wakeupsPerFile                             float64   // of the measured process, per 64 KiB stdin file
+	base64                                     decodeRun // the yardstick around this run (BenchmarkSpacedJSON)
 }
 
 func runThroughput(b *testing.B, start func(testing.TB, ...string) child, roundTrip bool, chunk []byte) throughputRun {
@@ -859,6 +939,22 @@ func BenchmarkBase64Decode(b *testing.B) {
 		// CPU-second of pcwrap compares with when neighbours take turns
 		// on the CPUs (wall-clock MB/s then measures them).
 		b.ReportMetric(mb/percentile(cpu, 0.50).Seconds(), "MB/cpu-s")
+	})
+	// The same from a copy of the encoded text per file (base64Yardstick),
+	// as BenchmarkSpacedJSON measures it around each run.
+	b.Run("fresh", func(b *testing.B) {
+		y := newBase64Yardstick(bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16))
+		var runs []decodeRun
+		for b.Loop() {
+			runs = runs[:0]
+			for range base64Runs {
+				runs = append(runs, y.measure(b))
+			}
+		}
+		slices.SortFunc(runs, func(a, b decodeRun) int { return cmp.Compare(a.cpu, b.cpu) })
+		b.ReportMetric(runs[len(runs)/2].mbPerCPU(), "MB/cpu-s")
+		slices.SortFunc(runs, func(a, b decodeRun) int { return cmp.Compare(a.wall, b.wall) })
+		b.ReportMetric(runs[len(runs)/2].mbps(), "MB/s")
 	})
 }
 
