@@ -172,8 +172,9 @@ func (f *frames) wait(tb testing.TB) {
 // on pcwrap's stdout.
 type wrapped struct {
 	*frames
-	cmd *exec.Cmd
-	w   queue
+	cmd   *exec.Cmd
+	w     queue
+	stdin string // the session's stdin/ (queuedFiles)
 }
 
 func startWrapped(tb testing.TB, args ...string) child { return startWrappedAs(tb, false, args) }
@@ -197,7 +198,7 @@ func startWrappedAs(tb testing.TB, spaced bool, args []string) child {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &wrapped{frames: newFrames(), cmd: cmd, w: w}
+	s := &wrapped{frames: newFrames(), cmd: cmd, w: w, stdin: filepath.Join(dir, sessiondir.StdinDir)}
 	go s.run(func(deliver func(frame.Frame) error) error {
 		defer io.Copy(io.Discard, out) // shutdownAck after exit
 		lines := bufio.NewReaderSize(out, 256<<10)
@@ -255,6 +256,7 @@ type evented struct {
 	*frames
 	cmd    *exec.Cmd
 	w      queue
+	stdin  string // the session's stdin/ (queuedFiles)
 	fs     *sessiondir.DirFS
 	cancel context.CancelFunc
 }
@@ -281,7 +283,7 @@ func startEventedAs(tb testing.TB, spaced bool, args []string) child {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &evented{frames: newFrames(), cmd: cmd, w: w, fs: fs, cancel: cancel}
+	e := &evented{frames: newFrames(), cmd: cmd, w: w, stdin: filepath.Join(dir, sessiondir.StdinDir), fs: fs, cancel: cancel}
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
 		FS: fs, Watch: filepath.Join(dir, sessiondir.EventsDir), Logger: slog.New(slog.DiscardHandler),
 		DataBuffer: e.buffer, ReuseRaw: true,
@@ -724,6 +726,149 @@ func (y *base64Yardstick) measure(tb testing.TB) decodeRun {
 		}
 	}
 	return decodeRun{throughputTotal, time.Since(t0), taskSched(tb, thread).cpu - c0}
+}
+
+// BenchmarkBacklog: pcwrap's one-way throughput when it is the
+// bottleneck. BenchmarkSpacedJSON's writer is slower than pcwrap, so
+// there pcwrap waits for every file and pays a wake-up round per file;
+// here the child holds its stdin unread until the whole 32 MiB is queued
+// (pcwrap reads the first files, then leaves the rest on disk while the
+// child's stdin is full), and the figures are taken from the moment the
+// child starts reading until it has read everything. MB per CPU-second
+// counts the files still on disk at that moment. Compact and spaced runs
+// alternate, each between two yardstick decodes, as in
+// BenchmarkSpacedJSON.
+func BenchmarkBacklog(b *testing.B) {
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16)
+	yard := newBase64Yardstick(chunk)
+	for _, v := range spacedVariants {
+		b.Run(v.name, func(b *testing.B) {
+			var c, s []throughputRun
+			paired := func(start func(testing.TB, ...string) child) throughputRun {
+				before := yard.measure(b)
+				r := runBacklog(b, start, chunk)
+				r.base64 = before.add(yard.measure(b))
+				return r
+			}
+			for b.Loop() {
+				c, s = c[:0], s[:0]
+				for k := range spacedPairs {
+					if k%2 == 0 {
+						c = append(c, paired(v.compact))
+					}
+					s = append(s, paired(v.spaced))
+					if k%2 == 1 {
+						c = append(c, paired(v.compact))
+					}
+				}
+			}
+			perCPU := func(r throughputRun) float64 { return r.mbPerCPU }
+			cpuRatio := func(r throughputRun) float64 { return r.mbPerCPU / r.base64.mbPerCPU() }
+			wake := func(r throughputRun) float64 { return r.wakeupsPerFile }
+			mbps := func(r throughputRun) float64 { return r.mbps }
+			b.ReportMetric(medianOf(c, mbps), "compact-MB/s")
+			b.ReportMetric(medianOf(c, perCPU), "compact-MB/cpu-s")
+			b.ReportMetric(medianOf(s, perCPU), "spaced-MB/cpu-s")
+			b.ReportMetric(medianOf(s, perCPU)/medianOf(c, perCPU), "spaced/compact-cpu")
+			b.ReportMetric(medianOf(c, cpuRatio), "compact/base64-cpu")
+			b.ReportMetric(medianOf(s, cpuRatio), "spaced/base64-cpu")
+			b.ReportMetric(medianOf(c, wake), "compact-wakeups/file")
+			b64 := func(r throughputRun) float64 { return r.base64.mbPerCPU() }
+			b.ReportMetric(medianOf(append(slices.Clone(c), s...), b64), "base64-MB/cpu-s")
+		})
+	}
+}
+
+// runBacklog is one BenchmarkBacklog run: the child waits on a fifo
+// before it reads its stdin, so the queue fills first.
+func runBacklog(b *testing.B, start func(testing.TB, ...string) child, chunk []byte) throughputRun {
+	fifo := filepath.Join(b.TempDir(), "go")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	c := start(b, "sh", "-c", `read go <"$0" && cat >/dev/null && echo done && exec sleep 60`, fifo)
+	defer c.close(b)
+	q, ok := c.(interface{ queuedFiles() (int, error) })
+	if !ok {
+		b.Fatalf("%T has no stdin queue", c)
+	}
+	const files = throughputTotal / throughputChunk
+	for range files {
+		if err := c.send(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.end(); err != nil {
+		b.Fatal(err)
+	}
+	// pcwrap reads until the child's stdin is full, then leaves the rest:
+	// wait until the count on disk holds still.
+	left, err := settledQueue(q.queuedFiles)
+	if err != nil {
+		b.Fatal(err)
+	}
+	left-- // the stdinEnd file
+	if left < files/2 {
+		b.Fatalf("only %d of %d files left queued before the child reads", left, files)
+	}
+	s0 := procSched(b, c.pid())
+	t0 := time.Now()
+	if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	done := make([]byte, len("done\n"))
+	if err := c.recv(done); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(t0)
+	used := procSched(b, c.pid()).sub(s0)
+	kib, err := procStatusKiB(c.pid(), "VmHWM")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mb := float64(left*throughputChunk) / 1e6
+	r := throughputRun{mbps: mb / el.Seconds(), rss: float64(kib) / 1024, wakeupsPerFile: float64(used.runs) / float64(left)}
+	if used.cpu > 0 {
+		r.mbPerCPU = mb / used.cpu.Seconds()
+	}
+	return r
+}
+
+// backlogPoll spaces the counts of settledQueue; backlogSteady is how
+// many equal counts in a row mean pcwrap has stopped reading.
+const (
+	backlogPoll   = 5 * time.Millisecond
+	backlogSteady = 4
+)
+
+// settledQueue returns the count once it held still backlogSteady polls.
+func settledQueue(count func() (int, error)) (int, error) {
+	deadline := time.Now().Add(opTimeout)
+	last, same := -1, 0
+	for time.Now().Before(deadline) {
+		n, err := count()
+		if err != nil {
+			return 0, err
+		}
+		if n == last {
+			if same++; same == backlogSteady {
+				return n, nil
+			}
+		} else {
+			last, same = n, 1
+		}
+		time.Sleep(backlogPoll)
+	}
+	return 0, fmt.Errorf("stdin queue still changing after %v", opTimeout)
+}
+
+func (s *wrapped) queuedFiles() (int, error) { return countQueued(s.stdin) }
+func (e *evented) queuedFiles() (int, error) { return countQueued(e.stdin) }
+
+// countQueued counts the queue files (*.json) in a stdin/.
+func countQueued(dir string) (int, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*"+sessiondir.JSONSuffix))
+	return len(names), err
 }
 
 func medianOf(runs []throughputRun, f func(throughputRun) float64) float64 {
