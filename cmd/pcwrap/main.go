@@ -33,10 +33,13 @@ const procs = 1
 // goroutines in turn (the watch's, the reader, the feeder); with a second
 // P idle, each hand-off woke another thread to run it. On one P the
 // goroutine that is handed the work runs next on the same thread.
-// Measured in alternating runs of scripts/bench-pcwrap: wake-ups per
-// 64 KiB stdin file 7-11 -> 4-5, CPU per small stdin file 130-190 ->
-// 75-80 us. A goroutine blocked in a syscall (the wait for the child)
-// still loses the P to the others, as on more Ps.
+// Medians of alternating runs of scripts/bench-pcwrap: wake-ups per
+// 64 KiB stdin file 11 -> 5, CPU per small stdin file 114 -> 74 us. The
+// price: the feeder's writer runs only when the reader pauses, so its
+// bounded queue fills more often, and peak RSS in the round trip rose
+// from about 6.9 to 8.4 MiB (the bound is 10). A goroutine blocked in a
+// syscall (the wait for the child) still loses the P to the others, as on
+// more Ps.
 func main() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(procs)
