@@ -746,7 +746,7 @@ func BenchmarkBacklog(b *testing.B) {
 			var c, s []throughputRun
 			paired := func(start func(testing.TB, ...string) child) throughputRun {
 				before := yard.measure(b)
-				r := runBacklog(b, start, chunk)
+				r := runBacklog(b, start, chunk, throughputTotal/throughputChunk)
 				r.base64 = before.add(yard.measure(b))
 				return r
 			}
@@ -779,9 +779,10 @@ func BenchmarkBacklog(b *testing.B) {
 	}
 }
 
-// runBacklog is one BenchmarkBacklog run: the child waits on a fifo
-// before it reads its stdin, so the queue fills first.
-func runBacklog(b *testing.B, start func(testing.TB, ...string) child, chunk []byte) throughputRun {
+// runBacklog is one BenchmarkBacklog run of files stdin files of chunk:
+// the child waits on a fifo before it reads its stdin, so the queue fills
+// first.
+func runBacklog(b testing.TB, start func(testing.TB, ...string) child, chunk []byte, files int) throughputRun {
 	fifo := filepath.Join(b.TempDir(), "go")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		b.Fatal(err)
@@ -792,7 +793,6 @@ func runBacklog(b *testing.B, start func(testing.TB, ...string) child, chunk []b
 	if !ok {
 		b.Fatalf("%T has no stdin queue", c)
 	}
-	const files = throughputTotal / throughputChunk
 	for range files {
 		if err := c.send(chunk); err != nil {
 			b.Fatal(err)
@@ -826,7 +826,7 @@ func runBacklog(b *testing.B, start func(testing.TB, ...string) child, chunk []b
 	if err != nil {
 		b.Fatal(err)
 	}
-	mb := float64(left*throughputChunk) / 1e6
+	mb := float64(left*len(chunk)) / 1e6
 	r := throughputRun{mbps: mb / el.Seconds(), rss: float64(kib) / 1024, wakeupsPerFile: float64(used.runs) / float64(left)}
 	if used.cpu > 0 {
 		r.mbPerCPU = mb / used.cpu.Seconds()
@@ -1185,6 +1185,16 @@ func TestBenchSmoke(t *testing.T) {
 				t.Fatalf("one-way child said %q: %v", done, err)
 			}
 			c.close(t)
+
+			// A backlog run of 2 MiB: more than pcwrap takes in before
+			// the child reads, so files stay queued.
+			const smokeFiles = 32
+			if !v.wrapper {
+				return
+			}
+			if r := runBacklog(t, v.start, make([]byte, throughputChunk), smokeFiles); r.mbPerCPU <= 0 {
+				t.Fatalf("backlog run: %+v", r)
+			}
 		})
 	}
 }
