@@ -35,11 +35,11 @@ const procs = 1
 // goroutine that is handed the work runs next on the same thread.
 // Medians of alternating runs of scripts/bench-pcwrap: wake-ups per
 // 64 KiB stdin file 11 -> 5, CPU per small stdin file 114 -> 74 us. The
-// price: the feeder's writer runs only when the reader pauses, so its
-// bounded queue fills more often, and peak RSS in the round trip rose
-// from about 6.9 to 8.4 MiB (the bound is 10). A goroutine blocked in a
-// syscall (the wait for the child) still loses the P to the others, as on
-// more Ps.
+// feeder's writer then runs only when the reader pauses, so its bounded
+// queue fills more often; the Feeder keeps a free buffer for every queued
+// chunk (stdinpoll's freeBufs), else that churn grows the heap. A
+// goroutine blocked in a syscall (the wait for the child) still loses the
+// P to the others, as on more Ps.
 func main() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(procs)
