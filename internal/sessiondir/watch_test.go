@@ -91,3 +91,50 @@ func TestQueueWatchLive(t *testing.T) {
 	for range w.C { // drain a pending wake-up; then closed
 	}
 }
+
+// TestQueueWatchEvents: a watch without its goroutine hands every event
+// to the reader, which asks Wakes: the writer's temporary name does not
+// wake it, the rename into place does; an overflow wakes through
+// ErrorWakes, another error does not; Close closes Events.
+func TestQueueWatchEvents(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w, err := WatchQueueEvents(false, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.C != nil {
+		t.Fatal("a watch without a goroutine has a C")
+	}
+	tmp := filepath.Join(dir, "000000000001.json.tmp")
+	if err := os.WriteFile(tmp, []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "000000000001.json")); err != nil {
+		t.Fatal(err)
+	}
+	var woke []string
+	for len(woke) == 0 {
+		select {
+		case ev := <-w.Events:
+			if w.Wakes(ev) {
+				woke = append(woke, filepath.Base(ev.Name))
+			} else if filepath.Base(ev.Name) != filepath.Base(tmp) {
+				t.Fatalf("%v did not wake the reader", ev)
+			}
+		case <-time.After(watchWait):
+			t.Fatalf("no event for the rename within %v", watchWait)
+		}
+	}
+	if woke[0] != "000000000001.json" {
+		t.Fatalf("woke for %q, want the queue name", woke)
+	}
+	if w.ErrorWakes(errors.New("read failed")) || !w.ErrorWakes(fsnotify.ErrEventOverflow) || w.Overflows() != 1 {
+		t.Fatalf("ErrorWakes: want a wake-up for the overflow only, got %d overflows", w.Overflows())
+	}
+	w.Close()
+	for range w.Events { // what was still buffered; then closed
+	}
+}

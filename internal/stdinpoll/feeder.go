@@ -17,9 +17,14 @@ import (
 const maxQueuedBytes = 512 << 10
 
 // freeBufs bounds the Feeder's free list of written payload buffers
-// (Buffer): a few are enough to keep the reader from allocating and
-// zeroing one per file; more would only pin memory.
-const freeBufs = 4
+// (Buffer): as many 64 KiB chunks as the queue holds (maxQueuedBytes),
+// and two more for the one in flight and the one being decoded, so a
+// queue that fills and drains again hands every buffer back instead of
+// leaving some to the collector and allocating anew. On one P (pcwrap's
+// main) the reader fills the queue before the writer runs, and with 4
+// the churn made the heap overshoot: peak RSS in the round trip rose by
+// about 1.5 MiB.
+const freeBufs = maxQueuedBytes/(64<<10) + 2
 
 // maxRecycled is the largest payload buffer kept for reuse: a 64 KiB chunk
 // fits, a rare huge file does not pin its memory.

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/pcrunner/pcrunner/internal/frame"
@@ -157,9 +158,14 @@ func (r *Reader) Kick() {
 // is shutting down. Tick scans run TickInterval after the previous tick
 // scan completed; inotify events, an overflow and Kick trigger event scans
 // in between, which never spend the retry budget.
+//
+// The watch's events come to this loop itself, not through a goroutine
+// that filters them: a stdin file brings about five, and a hand-off to
+// another goroutine per event was a good part of pcwrap's cost per file
+// when the writer is slower than the reader (each file then wakes it).
 func (r *Reader) Run(ctx context.Context) {
 	var (
-		wake     <-chan struct{}
+		w        watch
 		watching bool
 	)
 	if !r.cfg.NoWatch && !hookNoInotify() {
@@ -167,11 +173,11 @@ func (r *Reader) Run(ctx context.Context) {
 		// cannot redirect the watch. The test hook loses every event as
 		// in an overflow (scenario 60).
 		dir := r.cfg.Dir
-		if w, err := sessiondir.WatchQueue(hookLoseEvent(), fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), dir.Name()); err != nil {
+		if qw, err := sessiondir.WatchQueueEvents(hookLoseEvent(), fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), dir.Name()); err != nil {
 			r.cfg.Logger.Warn("stdin queue: inotify unavailable; polling only", "err", err)
 		} else {
-			defer w.Close()
-			wake, watching = w.C, true
+			defer qw.Close()
+			w, watching = watch{qw, qw.Events, qw.Errors}, true
 		}
 	}
 	r.Scan(false)
@@ -182,9 +188,31 @@ func (r *Reader) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-wake:
+		case ev, ok := <-w.events:
+			scan := !ok
+			if ok {
+				scan = w.Wakes(ev)
+			} else {
+				w.events = nil
+			}
+			if !w.drain() && !scan {
+				continue
+			}
+			if !w.live() {
+				w, watching = watch{}, false // the watch ended: ticks alone
+			}
+			r.Scan(false)
+		case err, ok := <-w.errors:
 			if !ok {
-				wake, watching = nil, false // the watch ended: ticks alone
+				w.errors = nil // the end of events says the watch ended
+				continue
+			}
+			wakes := w.ErrorWakes(err)
+			if !w.drain() && !wakes {
+				continue
+			}
+			if !w.live() {
+				w, watching = watch{}, false
 			}
 			r.Scan(false)
 		case <-r.kick:
@@ -205,6 +233,44 @@ func (r *Reader) Run(ctx context.Context) {
 		}
 	}
 }
+
+// watch is the reader's side of its queue watch: nil channels (which
+// never deliver) when there is none.
+type watch struct {
+	waker
+	events <-chan fsnotify.Event
+	errors <-chan error
+}
+
+// waker judges a watch's events (sessiondir's queue watch).
+type waker interface {
+	Wakes(fsnotify.Event) bool
+	ErrorWakes(error) bool
+}
+
+// drain takes the events already waiting and reports whether any calls
+// for a scan, so one scan answers a burst (a scan lists the directory
+// after every one of them happened). It stops at the watch's end, which
+// live then reports.
+func (w *watch) drain() bool {
+	scan := false
+	for w.events != nil {
+		select {
+		case ev, ok := <-w.events:
+			if !ok {
+				w.events = nil
+				return true // the watch ended: scan once, then ticks alone
+			}
+			scan = w.Wakes(ev) || scan
+		default:
+			return scan
+		}
+	}
+	return scan
+}
+
+// live reports whether the watch still delivers events.
+func (w *watch) live() bool { return w.events != nil }
 
 // pending reports whether the last scan saw queue files or holds retry
 // state, i.e. whether tick scans must come every TickInterval.

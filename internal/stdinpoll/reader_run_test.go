@@ -2,12 +2,14 @@ package stdinpoll
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -77,4 +79,36 @@ func TestRunWithoutInotify(t *testing.T) {
 	publish(t, dir, 3, `{"type":"stdinEnd"}`)
 	assert.Eventually(t, func() bool { return len(rec.snapshot()) == 3 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, []string{"stdin:a", "stdin:b", "end"}, rec.snapshot())
+}
+
+// queueNames wakes for names ending in ".json" (the queue watch's rule,
+// enough here), and for an overflow.
+type queueNames struct{}
+
+func (queueNames) Wakes(ev fsnotify.Event) bool { return filepath.Ext(ev.Name) == ".json" }
+func (queueNames) ErrorWakes(err error) bool    { return errors.Is(err, fsnotify.ErrEventOverflow) }
+
+// TestWatchDrain: the events already waiting are taken in one go, and
+// whether any of them calls for a scan is reported, so one scan answers a
+// burst; the watch's end asks for a last scan and stops the watch.
+func TestWatchDrain(t *testing.T) {
+	events := make(chan fsnotify.Event, 8)
+	w := watch{queueNames{}, events, nil}
+	assert.False(t, w.drain(), "nothing waiting")
+
+	events <- fsnotify.Event{Name: "000000000001.json.tmp", Op: fsnotify.Create}
+	events <- fsnotify.Event{Name: "000000000001.json.tmp", Op: fsnotify.Write}
+	assert.False(t, w.drain(), "the writer's temporary name only")
+	assert.Empty(t, events)
+
+	events <- fsnotify.Event{Name: "000000000001.json", Op: fsnotify.Create}
+	events <- fsnotify.Event{Name: "000000000002.json.tmp", Op: fsnotify.Create}
+	assert.True(t, w.drain(), "a queue name among them")
+	assert.Empty(t, events)
+	assert.True(t, w.live())
+
+	close(events)
+	assert.True(t, w.drain(), "the end of the watch")
+	assert.False(t, w.live())
+	assert.False(t, w.drain(), "after its end")
 }

@@ -17,6 +17,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -171,8 +172,9 @@ func (f *frames) wait(tb testing.TB) {
 // on pcwrap's stdout.
 type wrapped struct {
 	*frames
-	cmd *exec.Cmd
-	w   queue
+	cmd   *exec.Cmd
+	w     queue
+	stdin string // the session's stdin/ (queuedFiles)
 }
 
 func startWrapped(tb testing.TB, args ...string) child { return startWrappedAs(tb, false, args) }
@@ -196,7 +198,7 @@ func startWrappedAs(tb testing.TB, spaced bool, args []string) child {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &wrapped{frames: newFrames(), cmd: cmd, w: w}
+	s := &wrapped{frames: newFrames(), cmd: cmd, w: w, stdin: filepath.Join(dir, sessiondir.StdinDir)}
 	go s.run(func(deliver func(frame.Frame) error) error {
 		defer io.Copy(io.Discard, out) // shutdownAck after exit
 		lines := bufio.NewReaderSize(out, 256<<10)
@@ -254,6 +256,7 @@ type evented struct {
 	*frames
 	cmd    *exec.Cmd
 	w      queue
+	stdin  string // the session's stdin/ (queuedFiles)
 	fs     *sessiondir.DirFS
 	cancel context.CancelFunc
 }
@@ -280,7 +283,7 @@ func startEventedAs(tb testing.TB, spaced bool, args []string) child {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &evented{frames: newFrames(), cmd: cmd, w: w, fs: fs, cancel: cancel}
+	e := &evented{frames: newFrames(), cmd: cmd, w: w, stdin: filepath.Join(dir, sessiondir.StdinDir), fs: fs, cancel: cancel}
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
 		FS: fs, Watch: filepath.Join(dir, sessiondir.EventsDir), Logger: slog.New(slog.DiscardHandler),
 		DataBuffer: e.buffer, ReuseRaw: true,
@@ -393,8 +396,14 @@ func sessionDir(tb testing.TB, subs ...string) string {
 // GOGC or GOMAXPROCS. PCWRAP_BENCH_TAGS (space-separated) builds it with
 // those tags: "pprof" writes a CPU profile to $PCWRAP_CPUPROFILE (set it
 // in PCWRAP_BENCH_ENV; each launch overwrites it, so run one benchmark).
+// PCWRAP_BENCH_BIN runs that pcwrap binary instead of building one, so
+// two builds can be compared in alternating runs of one compiled bench.
 func pcwrapCmd(tb testing.TB, args []string) *exec.Cmd {
-	cmd := exec.Command(testbin.Path(tb, "pcwrap", strings.Fields(os.Getenv("PCWRAP_BENCH_TAGS"))...), args...)
+	bin := os.Getenv("PCWRAP_BENCH_BIN")
+	if bin == "" {
+		bin = testbin.Path(tb, "pcwrap", strings.Fields(os.Getenv("PCWRAP_BENCH_TAGS"))...)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("PCWRAP_BENCH_ENV"))...)
 	return cmd
 }
@@ -614,20 +623,30 @@ const spacedPairs = 5
 // of pcwrap.
 func BenchmarkSpacedJSON(b *testing.B) {
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16)
+	yard := newBase64Yardstick(chunk)
 	for _, v := range spacedVariants {
 		b.Run(v.name, func(b *testing.B) {
 			var c, s []throughputRun
+			// paired runs a one-way run between two encoding/base64
+			// decodes of the same data, so each run has its own yardstick
+			// (yardstick).
+			paired := func(start func(testing.TB, ...string) child) throughputRun {
+				before := yard.measure(b)
+				r := runThroughput(b, start, false, chunk)
+				r.base64 = before.add(yard.measure(b))
+				return r
+			}
 			for b.Loop() {
 				c, s = c[:0], s[:0]
 				for k := range spacedPairs {
 					// Alternate which goes first, so a trend in the load
 					// favours neither.
 					if k%2 == 0 {
-						c = append(c, runThroughput(b, v.compact, false, chunk))
+						c = append(c, paired(v.compact))
 					}
-					s = append(s, runThroughput(b, v.spaced, false, chunk))
+					s = append(s, paired(v.spaced))
 					if k%2 == 1 {
-						c = append(c, runThroughput(b, v.compact, false, chunk))
+						c = append(c, paired(v.compact))
 					}
 				}
 			}
@@ -643,8 +662,213 @@ func BenchmarkSpacedJSON(b *testing.B) {
 			b.ReportMetric(sc/cc, "spaced/compact-cpu")
 			wake := func(r throughputRun) float64 { return r.wakeupsPerFile }
 			b.ReportMetric(medianOf(c, wake), "compact-wakeups/file")
+			// Each run against its own yardstick, per CPU-second and
+			// wall-clock; the median of those ratios.
+			cpuRatio := func(r throughputRun) float64 { return r.mbPerCPU / r.base64.mbPerCPU() }
+			wallRatio := func(r throughputRun) float64 { return r.mbps / r.base64.mbps() }
+			b.ReportMetric(medianOf(c, cpuRatio), "compact/base64-cpu")
+			b.ReportMetric(medianOf(s, cpuRatio), "spaced/base64-cpu")
+			b.ReportMetric(medianOf(c, wallRatio), "compact/base64-wall")
+			b.ReportMetric(medianOf(s, wallRatio), "spaced/base64-wall")
+			b64 := func(r throughputRun) float64 { return r.base64.mbPerCPU() }
+			b.ReportMetric(medianOf(append(slices.Clone(c), s...), b64), "base64-MB/cpu-s")
 		})
 	}
+}
+
+// base64Yardstick decodes the throughput runs' data with encoding/base64
+// on one locked thread: the rate pcwrap's one-way throughput is held to.
+// BenchmarkBase64Decode measures it once per bench; BenchmarkSpacedJSON
+// measures it around every one-way run (paired), because on this shared
+// machine even the CPU-second rate of the same loop swings by 2x from
+// minute to minute, and a yardstick taken at another moment than the run
+// it judges adds that swing to the ratio. It decodes the 512 files' data
+// each from its own copy of the encoded text into one reused output
+// buffer, as pcwrap decodes each file freshly read into its read buffer:
+// one hot 87 KiB input, decoded 512 times, would be the gentler test.
+type base64Yardstick struct {
+	src [][]byte // the encoded data of each stdin file of a run
+	dst []byte
+}
+
+func newBase64Yardstick(chunk []byte) *base64Yardstick {
+	enc := base64.StdEncoding.EncodeToString(chunk)
+	y := &base64Yardstick{dst: make([]byte, len(chunk))}
+	for range throughputTotal / throughputChunk {
+		y.src = append(y.src, []byte(enc))
+	}
+	return y
+}
+
+// decodeRun is the payload decoded, the wall-clock and the thread's CPU
+// time of yardstick decodes (sums, for a pair).
+type decodeRun struct {
+	bytes     int64
+	wall, cpu time.Duration
+}
+
+func (a decodeRun) add(b decodeRun) decodeRun {
+	return decodeRun{a.bytes + b.bytes, a.wall + b.wall, a.cpu + b.cpu}
+}
+
+func (d decodeRun) mbPerCPU() float64 { return float64(d.bytes) / 1e6 / d.cpu.Seconds() }
+func (d decodeRun) mbps() float64     { return float64(d.bytes) / 1e6 / d.wall.Seconds() }
+
+// measure decodes every file's data once on a locked thread.
+func (y *base64Yardstick) measure(tb testing.TB) decodeRun {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	thread := fmt.Sprintf("/proc/self/task/%d/schedstat", unix.Gettid())
+	t0, c0 := time.Now(), taskSched(tb, thread).cpu
+	for _, src := range y.src {
+		if _, err := base64.StdEncoding.Decode(y.dst, src); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return decodeRun{throughputTotal, time.Since(t0), taskSched(tb, thread).cpu - c0}
+}
+
+// BenchmarkBacklog: pcwrap's one-way throughput when it is the
+// bottleneck. BenchmarkSpacedJSON's writer is slower than pcwrap, so
+// there pcwrap waits for every file and pays a wake-up round per file;
+// here the child holds its stdin unread until the whole 32 MiB is queued
+// (pcwrap reads the first files, then leaves the rest on disk while the
+// child's stdin is full), and the figures are taken from the moment the
+// child starts reading until it has read everything. MB per CPU-second
+// counts the files still on disk at that moment. Compact and spaced runs
+// alternate, each between two yardstick decodes, as in
+// BenchmarkSpacedJSON.
+func BenchmarkBacklog(b *testing.B) {
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16)
+	yard := newBase64Yardstick(chunk)
+	for _, v := range spacedVariants {
+		b.Run(v.name, func(b *testing.B) {
+			var c, s []throughputRun
+			paired := func(start func(testing.TB, ...string) child) throughputRun {
+				before := yard.measure(b)
+				r := runBacklog(b, start, chunk, throughputTotal/throughputChunk)
+				r.base64 = before.add(yard.measure(b))
+				return r
+			}
+			for b.Loop() {
+				c, s = c[:0], s[:0]
+				for k := range spacedPairs {
+					if k%2 == 0 {
+						c = append(c, paired(v.compact))
+					}
+					s = append(s, paired(v.spaced))
+					if k%2 == 1 {
+						c = append(c, paired(v.compact))
+					}
+				}
+			}
+			perCPU := func(r throughputRun) float64 { return r.mbPerCPU }
+			cpuRatio := func(r throughputRun) float64 { return r.mbPerCPU / r.base64.mbPerCPU() }
+			wake := func(r throughputRun) float64 { return r.wakeupsPerFile }
+			mbps := func(r throughputRun) float64 { return r.mbps }
+			b.ReportMetric(medianOf(c, mbps), "compact-MB/s")
+			b.ReportMetric(medianOf(c, perCPU), "compact-MB/cpu-s")
+			b.ReportMetric(medianOf(s, perCPU), "spaced-MB/cpu-s")
+			b.ReportMetric(medianOf(s, perCPU)/medianOf(c, perCPU), "spaced/compact-cpu")
+			b.ReportMetric(medianOf(c, cpuRatio), "compact/base64-cpu")
+			b.ReportMetric(medianOf(s, cpuRatio), "spaced/base64-cpu")
+			b.ReportMetric(medianOf(c, wake), "compact-wakeups/file")
+			b64 := func(r throughputRun) float64 { return r.base64.mbPerCPU() }
+			b.ReportMetric(medianOf(append(slices.Clone(c), s...), b64), "base64-MB/cpu-s")
+		})
+	}
+}
+
+// runBacklog is one BenchmarkBacklog run of files stdin files of chunk:
+// the child waits on a fifo before it reads its stdin, so the queue fills
+// first.
+func runBacklog(b testing.TB, start func(testing.TB, ...string) child, chunk []byte, files int) throughputRun {
+	fifo := filepath.Join(b.TempDir(), "go")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	c := start(b, "sh", "-c", `read go <"$0" && cat >/dev/null && echo done && exec sleep 60`, fifo)
+	defer c.close(b)
+	q, ok := c.(interface{ queuedFiles() (int, error) })
+	if !ok {
+		b.Fatalf("%T has no stdin queue", c)
+	}
+	for range files {
+		if err := c.send(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.end(); err != nil {
+		b.Fatal(err)
+	}
+	// pcwrap reads until the child's stdin is full, then leaves the rest:
+	// wait until the count on disk holds still.
+	left, err := settledQueue(q.queuedFiles)
+	if err != nil {
+		b.Fatal(err)
+	}
+	left-- // the stdinEnd file
+	if left < files/2 {
+		b.Fatalf("only %d of %d files left queued before the child reads", left, files)
+	}
+	s0 := procSched(b, c.pid())
+	t0 := time.Now()
+	if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	done := make([]byte, len("done\n"))
+	if err := c.recv(done); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(t0)
+	used := procSched(b, c.pid()).sub(s0)
+	kib, err := procStatusKiB(c.pid(), "VmHWM")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mb := float64(left*len(chunk)) / 1e6
+	r := throughputRun{mbps: mb / el.Seconds(), rss: float64(kib) / 1024, wakeupsPerFile: float64(used.runs) / float64(left)}
+	if used.cpu > 0 {
+		r.mbPerCPU = mb / used.cpu.Seconds()
+	}
+	return r
+}
+
+// backlogPoll spaces the counts of settledQueue; backlogSteady is how
+// many equal counts in a row mean pcwrap has stopped reading.
+const (
+	backlogPoll   = 5 * time.Millisecond
+	backlogSteady = 4
+)
+
+// settledQueue returns the count once it held still backlogSteady polls.
+func settledQueue(count func() (int, error)) (int, error) {
+	deadline := time.Now().Add(opTimeout)
+	last, same := -1, 0
+	for time.Now().Before(deadline) {
+		n, err := count()
+		if err != nil {
+			return 0, err
+		}
+		if n == last {
+			if same++; same == backlogSteady {
+				return n, nil
+			}
+		} else {
+			last, same = n, 1
+		}
+		time.Sleep(backlogPoll)
+	}
+	return 0, fmt.Errorf("stdin queue still changing after %v", opTimeout)
+}
+
+func (s *wrapped) queuedFiles() (int, error) { return countQueued(s.stdin) }
+func (e *evented) queuedFiles() (int, error) { return countQueued(e.stdin) }
+
+// countQueued counts the queue files (*.json) in a stdin/.
+func countQueued(dir string) (int, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*"+sessiondir.JSONSuffix))
+	return len(names), err
 }
 
 func medianOf(runs []throughputRun, f func(throughputRun) float64) float64 {
@@ -659,7 +883,8 @@ func medianOf(runs []throughputRun, f func(throughputRun) float64) float64 {
 type throughputRun struct {
 	mbps, rss                                  float64
 	mbPerCPU, writerMBPerCPU, consumerMBPerCPU float64
-	wakeupsPerFile                             float64 // of the measured process, per 64 KiB stdin file
+	wakeupsPerFile                             float64   // of the measured process, per 64 KiB stdin file
+	base64                                     decodeRun // the yardstick around this run (BenchmarkSpacedJSON)
 }
 
 func runThroughput(b *testing.B, start func(testing.TB, ...string) child, roundTrip bool, chunk []byte) throughputRun {
@@ -860,6 +1085,22 @@ func BenchmarkBase64Decode(b *testing.B) {
 		// on the CPUs (wall-clock MB/s then measures them).
 		b.ReportMetric(mb/percentile(cpu, 0.50).Seconds(), "MB/cpu-s")
 	})
+	// The same from a copy of the encoded text per file (base64Yardstick),
+	// as BenchmarkSpacedJSON measures it around each run.
+	b.Run("fresh", func(b *testing.B) {
+		y := newBase64Yardstick(bytes.Repeat([]byte("0123456789abcdef"), throughputChunk/16))
+		var runs []decodeRun
+		for b.Loop() {
+			runs = runs[:0]
+			for range base64Runs {
+				runs = append(runs, y.measure(b))
+			}
+		}
+		slices.SortFunc(runs, func(a, b decodeRun) int { return cmp.Compare(a.cpu, b.cpu) })
+		b.ReportMetric(runs[len(runs)/2].mbPerCPU(), "MB/cpu-s")
+		slices.SortFunc(runs, func(a, b decodeRun) int { return cmp.Compare(a.wall, b.wall) })
+		b.ReportMetric(runs[len(runs)/2].mbps(), "MB/s")
+	})
 }
 
 // procCPU returns the CPU time of pid: the sum over its threads of
@@ -944,6 +1185,16 @@ func TestBenchSmoke(t *testing.T) {
 				t.Fatalf("one-way child said %q: %v", done, err)
 			}
 			c.close(t)
+
+			// A backlog run of 2 MiB: more than pcwrap takes in before
+			// the child reads, so files stay queued.
+			const smokeFiles = 32
+			if !v.wrapper {
+				return
+			}
+			if r := runBacklog(t, v.start, make([]byte, throughputChunk), smokeFiles); r.mbPerCPU <= 0 {
+				t.Fatalf("backlog run: %+v", r)
+			}
 		})
 	}
 }
