@@ -678,3 +678,33 @@ func TestEvidenceKillsCoverEveryRow(t *testing.T) {
 		}
 	}
 }
+
+// TestFencedRestartLeavesNextCommand: runnerd is SIGKILLed right after
+// the write of runner.suspend's lifecycle, fence and result. The next
+// process only reconciles that result and stops (prp.md §9.4). The core
+// queues session.open as soon as it has the suspend's result, and the new
+// connection, whose welcome carried the suspend, is not fenced at the
+// core, so the command reaches the stopping process: it must leave it
+// unanswered for the next process instead of failing it ("the agent
+// executor is closed"). The next process opens the session and runs a turn.
+func TestFencedRestartLeavesNextCommand(t *testing.T) {
+	r := hookRig(t)
+	r.env = killAfterEnv(prp.CommandRunnerSuspend + "#2")
+	proc := r.start(t)
+	r.prepare(t)
+	r.open(t)
+	id := r.queue(t, prp.CommandRunnerSuspend, map[string]any{})
+	waitExit(t, proc)
+	require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+
+	r.env = nil
+	proc = r.start(t)
+	completed(`{"lifecycle":"suspended"}`)(t, r.result(t, id))
+	next := r.queue(t, prp.CommandSessionOpen, map[string]any{"reuse": "same_session"})
+	require.Zero(t, waitExit(t, proc), "the fenced process stops by itself")
+	require.Nil(t, r.c.core.Snapshot().Results[next], "the stopping process must leave the next command unanswered")
+
+	r.start(t)
+	decodeOpen(t, r.result(t, next))
+	requireTurnWorks(t, r, "echo after-resume")
+}
