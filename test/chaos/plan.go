@@ -125,6 +125,9 @@ func ParsePlan(s string) (Plan, error) {
 			}
 			p.Scenario = Scenario(val)
 		case "faults":
+			if p.Scenario == "" {
+				return p, errors.New("plan: faults before scenario")
+			}
 			if val == "" {
 				continue
 			}

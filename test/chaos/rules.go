@@ -119,23 +119,28 @@ func indeterminateWithEvidence(r *Record) string {
 	return ""
 }
 
-// oneTerminalPerTurn: every accepted turn.start ends with exactly one
-// run.terminal, and no run.terminal ends a turn that was never accepted.
+// oneTerminalPerTurn: every turn ends with exactly one run.terminal. A
+// turn is an accepted turn.start, or one whose turn.started is committed
+// though its turn.start was not accepted (runnerd died before the prompt
+// was delivered: the turn is failed, with its terminal); the turns are the
+// larger of the two counts.
 func oneTerminalPerTurn(r *Record) string {
-	accepted := 0
+	accepted, started, terminals := 0, 0, 0
 	for _, res := range r.Results {
 		if res.Type == prp.CommandTurnStart && res.Status == "completed" {
 			accepted++
 		}
 	}
-	terminals := 0
 	for _, e := range r.Events {
-		if e.Type == prp.EventRunTerminal {
+		switch e.Type {
+		case prp.EventRunTerminal:
 			terminals++
+		case prp.EventTurnStarted:
+			started++
 		}
 	}
-	if terminals != accepted {
-		return fmt.Sprintf("%d turns accepted, %d run.terminal events", accepted, terminals)
+	if turns := max(accepted, started); terminals != turns {
+		return fmt.Sprintf("%d turns (%d accepted, %d started), %d run.terminal events", turns, accepted, started, terminals)
 	}
 	return ""
 }

@@ -226,7 +226,7 @@ func (d *runDriver) scenario() bool {
 	case ScenarioTool:
 		ok = d.toolTurn()
 	case ScenarioTwoTurns:
-		ok = d.turn("echo one", PointTurn) && d.turn("echo two", "")
+		ok = d.turn("echo one", PointTurn) && d.open() && d.turn("echo two", "")
 	case ScenarioClose:
 		ok = d.turn("echo before-close", PointTurn) && d.closeSession()
 	case ScenarioSuspend:
@@ -297,10 +297,12 @@ func (d *runDriver) turn(text, point string) bool {
 	return d.settled(before+1, point != "" && d.agentMayDie())
 }
 
-// agentMayDie: the plan kills the agent or its pcwrap, or fills the disk
-// under pcwrap's output, so an accepted turn may end failed (cleanly).
+// agentMayDie: the plan kills the agent or its pcwrap, fills the disk
+// under pcwrap's output, or lets the lease expire (runnerd must exit for a
+// fresh ticket and stops its agent on the way), so the struck turn may end
+// failed or interrupted, cleanly, with its one run.terminal.
 func (d *runDriver) agentMayDie() bool {
-	return d.plan.Has(FaultAgentKill) || d.plan.Has(FaultPcwrapKill) || d.plan.Has(FaultENOSPC)
+	return d.plan.Has(FaultAgentKill) || d.plan.Has(FaultPcwrapKill) || d.plan.Has(FaultENOSPC) || d.plan.Has(FaultLease)
 }
 
 // mayFail: the plan kills the agent (or its pcwrap, or runnerd before the

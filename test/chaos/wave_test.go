@@ -124,6 +124,8 @@ func report(i, n int, p Plan, o outcome) {
 			fmt.Printf("    %s\n", f)
 		}
 		fmt.Printf("    replay: %s\n", replayCommand(p))
+		fmt.Printf("    results: %s\n", resultsLine(o.rec.Results))
+		fmt.Printf("    events: %s\n", eventsLine(o.rec.Events))
 		fmt.Printf("    runnerd stderr (last lines):\n%s\n", indent(o.stderr))
 	default:
 		fmt.Printf("run %d/%d ok %s (%v)\n", i+1, n, p, o.rec.Duration.Round(time.Millisecond))
@@ -131,6 +133,30 @@ func report(i, n int, p Plan, o outcome) {
 			fmt.Printf("    runnerd stderr (last lines):\n%s\n", indent(o.stderr))
 		}
 	}
+}
+
+// resultsLine is the run's command results, one word each.
+func resultsLine(rs []Result) string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Type + "=" + r.Status
+		if r.Code != "" {
+			out[i] += "/" + r.Code
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// eventsLine is the run's committed event types, runner.* and
+// item.delta left out.
+func eventsLine(evs []Event) string {
+	var out []string
+	for _, e := range evs {
+		if !strings.HasPrefix(e.Type, "runner.") && e.Type != "item.delta" {
+			out = append(out, e.Type)
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 func indent(s string) string {
