@@ -366,6 +366,13 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("protocol error: %w", err)
 	}
+	if r.term.leaves(cmd.CommandID) {
+		// A process that only reconciles a terminal result, or is
+		// stopping, takes no new command (prp.md §9.4): unjournaled and
+		// unanswered, it stays pending and the next welcome carries it.
+		r.log.Info("command left for the next process: this one is ending", "commandId", cmd.CommandID, "type", cmd.Type)
+		return nil
+	}
 	hookCommandReceived(cmd.Type)
 	var adm state.Admission
 	err = r.update(func(tx *state.Tx) error {

@@ -72,6 +72,19 @@ func (t *terminal) ending() bool {
 	return t.wait != nil || t.stop != nil
 }
 
+// leaves reports whether a command other than the one the terminal wait
+// is for must be left for the next process: this one is on its way out
+// (a terminal wait or a stop cause). Executing it here would answer it
+// with a failure (the executor is shutting down) instead of running it.
+func (t *terminal) leaves(commandID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.wait != nil {
+		return t.wait.fence.CommandID != commandID
+	}
+	return t.stop != nil
+}
+
 // begin starts the wait for fence f unless one runs; timeout fires after
 // terminalAckTimeout on clk.
 func (t *terminal) begin(clk clock.Clock, f state.TerminalFence, status string, timeout func()) {
