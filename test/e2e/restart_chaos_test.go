@@ -708,3 +708,24 @@ func TestFencedRestartLeavesNextCommand(t *testing.T) {
 	decodeOpen(t, r.result(t, next))
 	requireTurnWorks(t, r, "echo after-resume")
 }
+
+// TestPcwrapSIGKILLBeforeOpen: the agent's pcwrap is SIGKILLed between
+// turns and session.open follows at once, before runnerd has reaped it.
+// The open must not adopt the process whose wrapper is gone (it would
+// answer with the dead session, and the next turn would fail at once with
+// transport_closed): it spawns a new agent, and the next turn works.
+func TestPcwrapSIGKILLBeforeOpen(t *testing.T) {
+	for i := range 5 { // the window is the reaping goroutine's: try it a few times
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			r := hookRig(t)
+			r.start(t)
+			r.prepare(t, "--supports-load-session")
+			first := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			requireTurnWorks(t, r, "echo before")
+			require.NoError(t, syscall.Kill(pcwrapPid(t, r.sessionDir(t)), syscall.SIGKILL))
+			again := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			require.NotEqual(t, first.ProcessID, again.ProcessID, "a new agent, not the one whose pcwrap died")
+			requireTurnWorks(t, r, "echo after-pcwrap-kill")
+		})
+	}
+}
