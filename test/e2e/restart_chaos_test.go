@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -710,7 +711,8 @@ func TestFencedRestartLeavesNextCommand(t *testing.T) {
 }
 
 // TestPcwrapSIGKILLBeforeOpen: the agent's pcwrap is SIGKILLed between
-// turns and session.open follows at once, before runnerd has reaped it.
+// turns and session.open follows as soon as it is dead (a zombie, or
+// gone), possibly before runnerd has reaped it.
 // The open must not adopt the process whose wrapper is gone (it would
 // answer with the dead session, and the next turn would fail at once with
 // transport_closed): it spawns a new agent, and the next turn works.
@@ -722,10 +724,23 @@ func TestPcwrapSIGKILLBeforeOpen(t *testing.T) {
 			r.prepare(t, "--supports-load-session")
 			first := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
 			requireTurnWorks(t, r, "echo before")
-			require.NoError(t, syscall.Kill(pcwrapPid(t, r.sessionDir(t)), syscall.SIGKILL))
+			pid := pcwrapPid(t, r.sessionDir(t))
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			require.Eventually(t, func() bool { return !running(pid) }, waitBound, time.Millisecond, "pcwrap dies")
 			again := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
 			require.NotEqual(t, first.ProcessID, again.ProcessID, "a new agent, not the one whose pcwrap died")
 			requireTurnWorks(t, r, "echo after-pcwrap-kill")
 		})
 	}
+}
+
+// running reports whether pid is a live process (not a zombie, not gone).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z' && s[i+2] != 'X'
 }
