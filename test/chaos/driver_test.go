@@ -220,6 +220,9 @@ func drive(bins binaries, p Plan) outcome {
 	out := outcome{rec: rec, flagged: Judge(&rec), hit: hits}
 	if len(out.flagged) > 0 || os.Getenv("CHAOS_STDERR") == "1" {
 		out.stderr = tail(stderr, stderrLines)
+		if os.Getenv("CHAOS_STDERR") == "1" {
+			out.stderr = stderr
+		}
 	}
 	return out
 }

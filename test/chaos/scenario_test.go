@@ -98,7 +98,11 @@ func (d *runDriver) strike(point string) {
 		if f.Kind == FaultRunnerdKill || f.At != point {
 			continue
 		}
-		time.Sleep(time.Duration(d.rng.Int64N(int64(maxJitter))))
+		if point != PointClose && point != PointSuspend {
+			// A close or a suspend stops the agent within milliseconds:
+			// strike at once, or a kill finds nothing to kill.
+			time.Sleep(time.Duration(d.rng.Int64N(int64(maxJitter))))
+		}
 		if d.inject(f.Kind) {
 			d.mu.Lock()
 			d.hits = append(d.hits, Cell{Scenario: d.plan.Scenario, Step: point, Fault: f.Kind})
@@ -235,10 +239,22 @@ func (d *runDriver) scenario() bool {
 	if !ok {
 		return false
 	}
-	// The final session.close ends the agent through the protocol: the
-	// orderly stop after it has no agent to wait for.
-	return d.open() && d.turn("echo final", "") && d.completed(prp.CommandSessionClose, map[string]any{})
+	// The final turn. A kill of the agent (or pcwrap) that lands as the
+	// session opens may still fail it, cleanly; then the next turn must
+	// work (acp.md §5.1). The final session.close ends the agent through
+	// the protocol: the orderly stop after it has no agent to wait for.
+	if !d.open() {
+		return false
+	}
+	if !d.turn("echo final", finalPoint) && !(d.agentMayDie() && d.open() && d.turn("echo final-again", "")) {
+		return false
+	}
+	return d.completed(prp.CommandSessionClose, map[string]any{})
 }
+
+// finalPoint marks the final turn: it strikes nothing, and a kill of the
+// agent may fail it once.
+const finalPoint = "final"
 
 // completed runs a command and wants it completed.
 func (d *runDriver) completed(typ string, payload any) bool {
@@ -278,7 +294,7 @@ func (d *runDriver) open() bool {
 func (d *runDriver) turn(text, point string) bool {
 	before := count(d.core.Snapshot(), prp.EventRunTerminal)
 	id := d.queue(prp.CommandTurnStart, map[string]any{"text": text}, "")
-	if point != "" {
+	if point != "" && point != finalPoint {
 		d.strike(point)
 	}
 	res, ok := d.result(id, prp.CommandTurnStart)
@@ -288,13 +304,40 @@ func (d *runDriver) turn(text, point string) bool {
 	if res.Status != "completed" {
 		// Not delivered (runnerd or the agent died before the prompt
 		// reached it): the run goes on with the next step.
-		if point == "" || !d.mayFail() {
+		if point == "" || point == finalPoint || !d.mayFail() {
 			d.fail("turn.start %q: %s %s", text, res.Status, res.Result)
 			return false
 		}
 		return true
 	}
+	if point == finalPoint && d.agentMayDie() {
+		return d.settledQuiet(before + 1)
+	}
 	return d.settled(before+1, point != "" && d.agentMayDie())
+}
+
+// settledQuiet waits for the n-th run.terminal and reports whether it
+// completed, recording nothing when it did not (the caller tries again).
+func (d *runDriver) settledQuiet(n int) bool {
+	if !d.wait("run.terminal "+strconv.Itoa(n), func(s control.Snapshot) bool { return count(s, prp.EventRunTerminal) >= n }) {
+		return false
+	}
+	return d.lastTerminal() == "completed"
+}
+
+// lastTerminal is the newest run.terminal's turnTerminalState.
+func (d *runDriver) lastTerminal() string {
+	state := ""
+	for _, e := range events(d.core.Snapshot()) {
+		if e.EventType == prp.EventRunTerminal {
+			var p struct {
+				TurnTerminalState string `json:"turnTerminalState"`
+			}
+			_ = json.Unmarshal(e.Payload, &p)
+			state = p.TurnTerminalState
+		}
+	}
+	return state
 }
 
 // agentMayDie: the plan kills the agent or its pcwrap, fills the disk
@@ -318,16 +361,7 @@ func (d *runDriver) settled(n int, mayFail bool) bool {
 	if !d.wait("run.terminal "+strconv.Itoa(n), func(s control.Snapshot) bool { return count(s, prp.EventRunTerminal) >= n }) {
 		return false
 	}
-	state := ""
-	for _, e := range events(d.core.Snapshot()) {
-		if e.EventType == prp.EventRunTerminal {
-			var p struct {
-				TurnTerminalState string `json:"turnTerminalState"`
-			}
-			_ = json.Unmarshal(e.Payload, &p)
-			state = p.TurnTerminalState
-		}
-	}
+	state := d.lastTerminal()
 	if state != "completed" && !mayFail {
 		d.fail("a turn no fault touched ended %s", state)
 		return false
