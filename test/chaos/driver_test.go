@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +20,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/catalog"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
+	"github.com/pcrunner/pcrunner/internal/prp/prptest"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
 )
 
@@ -93,9 +94,9 @@ type runDriver struct {
 	rng      *rand.Rand
 	root     string // the run's directory: state, workspace, filler
 	state    string
+	pcore    *prptest.Core
 	core     *control.Core
-	srv      *httptest.Server
-	args     []string
+	url      string // the connect URL of the first identity's run route
 	deadline time.Time
 	ctx      context.Context
 
@@ -139,8 +140,9 @@ func boundOf(p Plan) time.Duration {
 	return b
 }
 
-// drive runs plan p and judges it.
-func drive(bins binaries, p Plan) outcome {
+// drive runs plan p and judges it; t owns the run's core (its cleanup
+// closes whatever the run left open).
+func drive(t testing.TB, bins binaries, p Plan) outcome {
 	start := time.Now()
 	d := &runDriver{plan: p, bins: bins, rng: rand.New(rand.NewPCG(p.Seed, p.Seed>>1|1)), superDone: make(chan struct{})}
 	bound := boundOf(p)
@@ -175,19 +177,11 @@ func drive(bins binaries, p Plan) outcome {
 	if p.Has(FaultRekey) {
 		cfg.FrameLimit = rekeyFrameLimit
 	}
-	d.core = control.NewCore(cfg)
-	d.srv = httptest.NewServer(d.core)
-	defer func() { d.core.Close(); d.srv.Close() }()
-	url := "ws://" + strings.TrimPrefix(d.srv.URL, "http://") + prp.ConnectPath(chaosIdentity.RunID)
-	d.args = []string{
-		"--state-dir", d.state, "--connect-url", url, "--pcwrap-path", bins.pcwrap,
-		"--lifecycle-mode", "warm", "--idle-timeout-ms", "600000",
-		"--runner-id", chaosIdentity.RunnerInstanceID, "--environment-lease-id", chaosIdentity.EnvironmentLeaseID,
-		"--run-id", chaosIdentity.RunID, "--session-id", chaosIdentity.NormalizedSessionID,
-		"--turn-id", chaosIdentity.TurnID, "--item-id", chaosIdentity.ItemID,
-		"--runner-version", chaosVersion, "--runner-digest", chaosDigest,
-		"--reconnect-delay-ms", "5",
-	}
+	d.pcore = prptest.NewCore(t, cfg)
+	d.pcore.WaitBound = restartBound
+	d.core = d.pcore.Core
+	defer d.pcore.CloseAll()
+	d.url = d.pcore.ServeLoopback()
 	for _, f := range p.Faults {
 		if f.Kind == FaultRunnerdKill {
 			d.killArmed = f.At
@@ -234,14 +228,34 @@ func (d *runDriver) fail(format string, args ...any) {
 	d.mu.Unlock()
 }
 
-// startLife launches runnerd with a fresh ticket; the first life carries
-// the kill point, if the plan has one. d.mu must not be held.
+// argsFor is runnerd's command line as identity id: its flags and its
+// run's connect route (each run dials its own, prp.md §1.1).
+func (d *runDriver) argsFor(id prp.Identity) []string {
+	url := strings.TrimSuffix(d.url, prp.ConnectPath(chaosIdentity.RunID)) + prp.ConnectPath(id.RunID)
+	return []string{
+		"--state-dir", d.state, "--connect-url", url, "--pcwrap-path", d.bins.pcwrap,
+		"--lifecycle-mode", "warm", "--idle-timeout-ms", "600000",
+		"--runner-id", id.RunnerInstanceID, "--environment-lease-id", id.EnvironmentLeaseID,
+		"--run-id", id.RunID, "--session-id", id.NormalizedSessionID,
+		"--turn-id", id.TurnID, "--item-id", id.ItemID,
+		"--runner-version", chaosVersion, "--runner-digest", chaosDigest,
+		"--reconnect-delay-ms", "5",
+	}
+}
+
+// startLife launches runnerd with a fresh ticket, as the identity the core
+// issues it for (after settling forward a warm rotation whose receipt the
+// core acknowledged, as the server does, prp.md §9.5); the first life
+// carries the kill point, if the plan has one. d.mu must not be held.
 func (d *runDriver) startLife() error {
+	if _, err := d.pcore.TrySettleWarmForward(); err != nil {
+		return err
+	}
 	ticket, err := d.core.MintTicket()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(d.bins.runnerd, d.args...)
+	cmd := exec.Command(d.bins.runnerd, d.argsFor(d.core.Snapshot().Identity)...)
 	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -371,7 +385,50 @@ func processesUnder(dir string) []int {
 func (d *runDriver) collect(rec *Record) {
 	s := d.core.Snapshot()
 	text := ""
-	for _, raw := range s.Events {
+	type journal struct {
+		events  []json.RawMessage
+		results map[string]json.RawMessage
+	}
+	var journals []journal
+	for _, ep := range s.Epochs {
+		journals = append(journals, journal{ep.Events, ep.Results})
+	}
+	journals = append(journals, journal{s.Events, s.Results})
+	for epoch, j := range journals {
+		d.collectEvents(rec, epoch, j.events, &text)
+	}
+	d.mu.Lock()
+	queued := append([]queuedCommand(nil), d.queuedLocked()...)
+	d.mu.Unlock()
+	rec.ToolAnswers = map[string]int{}
+	for _, q := range queued {
+		var raw json.RawMessage
+		for _, j := range journals {
+			if r := j.results[q.id]; r != nil {
+				raw = r
+			}
+		}
+		if raw == nil {
+			continue
+		}
+		var res prp.CommandResultPayload
+		if err := json.Unmarshal(raw, &res); err != nil {
+			rec.Errors = append(rec.Errors, "decode result: "+err.Error())
+			continue
+		}
+		var body struct{ Code string }
+		_ = json.Unmarshal(res.Result, &body)
+		rec.Results = append(rec.Results, Result{ID: q.id, Type: q.typ, Status: res.Status, Code: body.Code, CallID: q.callID})
+		if q.callID != "" {
+			rec.ToolAnswers[q.callID] = strings.Count(text, toolAnswer(q.callID))
+		}
+	}
+}
+
+// collectEvents adds one identity's committed events to the record and
+// their message text to text.
+func (d *runDriver) collectEvents(rec *Record, epoch int, raws []json.RawMessage, text *string) {
+	for _, raw := range raws {
 		var env struct {
 			Payload struct {
 				SourceSeq     uint64 `json:"sourceSeq"`
@@ -391,31 +448,10 @@ func (d *runDriver) collect(rec *Record) {
 			continue
 		}
 		p := env.Payload
-		rec.Events = append(rec.Events, Event{Seq: p.SourceSeq, ID: p.SourceEventID, Type: p.EventType,
+		rec.Events = append(rec.Events, Event{Epoch: epoch, Seq: p.SourceSeq, ID: p.SourceEventID, Type: p.EventType,
 			Outcome: p.Payload.TurnTerminalState, CallID: p.Payload.SemanticTool.CallID})
 		if p.EventType == prp.EventItemDelta {
-			text += p.Payload.Text
-		}
-	}
-	d.mu.Lock()
-	queued := append([]queuedCommand(nil), d.queuedLocked()...)
-	d.mu.Unlock()
-	rec.ToolAnswers = map[string]int{}
-	for _, q := range queued {
-		raw := s.Results[q.id]
-		if raw == nil {
-			continue
-		}
-		var res prp.CommandResultPayload
-		if err := json.Unmarshal(raw, &res); err != nil {
-			rec.Errors = append(rec.Errors, "decode result: "+err.Error())
-			continue
-		}
-		var body struct{ Code string }
-		_ = json.Unmarshal(res.Result, &body)
-		rec.Results = append(rec.Results, Result{ID: q.id, Type: q.typ, Status: res.Status, Code: body.Code, CallID: q.callID})
-		if q.callID != "" {
-			rec.ToolAnswers[q.callID] = strings.Count(text, toolAnswer(q.callID))
+			*text += p.Payload.Text
 		}
 	}
 }

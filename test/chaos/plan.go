@@ -31,10 +31,11 @@ const (
 	ScenarioTwoTurns  Scenario = "two-turns" // two turns in a row
 	ScenarioClose     Scenario = "close"     // a turn, then session.close
 	ScenarioSuspend   Scenario = "suspend"   // a turn, runner.suspend, a new runnerd, a turn
+	ScenarioWarm      Scenario = "warm"      // a turn, a warm run.attach rotation to the next run, a turn there
 )
 
 // Scenarios are every scenario, in the matrix's order.
-var Scenarios = []Scenario{ScenarioPlain, ScenarioStreaming, ScenarioTool, ScenarioTwoTurns, ScenarioClose, ScenarioSuspend}
+var Scenarios = []Scenario{ScenarioPlain, ScenarioStreaming, ScenarioTool, ScenarioTwoTurns, ScenarioClose, ScenarioSuspend, ScenarioWarm}
 
 // FaultKind names one fault.
 type FaultKind string
@@ -62,6 +63,7 @@ const (
 	PointTool    = "tool"    // once the agent's tool call is committed (semantic_tool.input)
 	PointClose   = "close"   // right after session.close is queued
 	PointSuspend = "suspend" // right after runner.suspend is queued
+	PointAttach  = "attach"  // right after run.attach is queued
 	PointStart   = "start"   // the whole run (a core setting)
 )
 
@@ -161,11 +163,12 @@ func ParsePlan(s string) (Plan, error) {
 // arrived).
 var KillSteps = map[Scenario][]string{
 	ScenarioPlain:     {prp.CommandTurnStart + "#1", prp.CommandTurnStart + "#2", prp.EventTurnStarted, prp.EventRunTerminal},
-	ScenarioStreaming: {prp.CommandTurnStart + "#1", prp.EventItemDelta, prp.EventRunTerminal},
+	ScenarioStreaming: {prp.EventItemDelta, prp.EventRunTerminal},
 	ScenarioTool:      {prp.EventSemanticToolInput, prp.CommandSemanticToolResult + "#1", prp.CommandSemanticToolResult + "#2", prp.EventRunTerminal},
 	ScenarioTwoTurns:  {prp.EventRunTerminal, prp.CommandTurnStart + "#4"},
 	ScenarioClose:     {prp.CommandSessionClose + "#1", prp.CommandSessionClose + "#2", prp.EventHarnessExited},
 	ScenarioSuspend:   {prp.CommandRunnerSuspend + "#1", prp.CommandRunnerSuspend + "#2"},
+	ScenarioWarm:      {prp.CommandRunAttach + "#1", prp.CommandRunAttach + "#2", prp.CommandRunAttach + "#3"},
 }
 
 // pointsOf lists where fault kind can strike scenario s.
@@ -184,6 +187,8 @@ func pointsOf(s Scenario, kind FaultKind) []string {
 		pts = append(pts, PointClose)
 	case ScenarioSuspend:
 		pts = append(pts, PointSuspend)
+	case ScenarioWarm:
+		pts = append(pts, PointAttach)
 	}
 	return pts
 }

@@ -36,6 +36,9 @@ type Record struct {
 
 // Event is what the rules read of a committed event.
 type Event struct {
+	// Epoch counts the identities before this event's: a warm rotation
+	// starts a new journal, whose events number from 1 again.
+	Epoch   int
 	Seq     uint64
 	ID      string
 	Type    string
@@ -145,14 +148,20 @@ func oneTerminalPerTurn(r *Record) string {
 	return ""
 }
 
-// eventsExactlyOnce: sourceSeq runs 1..n in admission order (nothing lost,
-// nothing reordered) and no sourceEventId is committed twice.
+// eventsExactlyOnce: in each identity's journal, sourceSeq runs 1..n in
+// admission order (nothing lost, nothing reordered), and no sourceEventId
+// is committed twice (ids, like sequences, are per journal).
 func eventsExactlyOnce(r *Record) string {
 	ids := map[string]uint64{}
-	for i, e := range r.Events {
-		if e.Seq != uint64(i+1) {
-			return fmt.Sprintf("event %d (%s) has sourceSeq %d: lost or reordered", i+1, e.Type, e.Seq)
+	epoch, want := 0, uint64(1)
+	for _, e := range r.Events {
+		if e.Epoch != epoch {
+			epoch, want, ids = e.Epoch, 1, map[string]uint64{}
 		}
+		if e.Seq != want {
+			return fmt.Sprintf("event %d of identity %d (%s) has sourceSeq %d: lost or reordered", want, epoch, e.Type, e.Seq)
+		}
+		want++
 		if prev, dup := ids[e.ID]; dup {
 			return fmt.Sprintf("sourceEventId %s at sourceSeq %d and %d", e.ID, prev, e.Seq)
 		}
@@ -163,9 +172,10 @@ func eventsExactlyOnce(r *Record) string {
 
 // toolAnswerOnce: a tool call answered by a delivered or detached
 // semantic_tool.result reaches the agent exactly once, unless its agent
-// died before it could (the plan killed it), and then at most once.
+// died before it could (the plan killed it, or let the lease expire, after
+// which runnerd exits and stops its agent), and then at most once.
 func toolAnswerOnce(r *Record) string {
-	agentMayDie := r.Plan.Has(FaultAgentKill) || r.Plan.Has(FaultPcwrapKill)
+	agentMayDie := r.Plan.Has(FaultAgentKill) || r.Plan.Has(FaultPcwrapKill) || r.Plan.Has(FaultLease)
 	for _, res := range r.Results {
 		if res.Type != prp.CommandSemanticToolResult || res.Status != "completed" || res.CallID == "" {
 			continue

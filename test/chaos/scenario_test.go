@@ -235,6 +235,8 @@ func (d *runDriver) scenario() bool {
 		ok = d.turn("echo before-close", PointTurn) && d.closeSession()
 	case ScenarioSuspend:
 		ok = d.turn("echo before-suspend", PointTurn) && d.suspend()
+	case ScenarioWarm:
+		ok = d.turn("echo before-attach", PointTurn) && d.attach(provider)
 	}
 	if !ok {
 		return false
@@ -304,7 +306,7 @@ func (d *runDriver) turn(text, point string) bool {
 	if res.Status != "completed" {
 		// Not delivered (runnerd or the agent died before the prompt
 		// reached it): the run goes on with the next step.
-		if point == "" || point == finalPoint || !d.mayFail() {
+		if point == finalPoint || !d.mayFail() {
 			d.fail("turn.start %q: %s %s", text, res.Status, res.Result)
 			return false
 		}
@@ -313,7 +315,9 @@ func (d *runDriver) turn(text, point string) bool {
 	if point == finalPoint && d.agentMayDie() {
 		return d.settledQuiet(before + 1)
 	}
-	return d.settled(before+1, point != "" && d.agentMayDie())
+	// A kill of the agent may land after the turn it struck, failing the
+	// next one instead: any turn but the final may fail then.
+	return d.settled(before+1, d.agentMayDie())
 }
 
 // settledQuiet waits for the n-th run.terminal and reports whether it
@@ -465,4 +469,28 @@ func (d *runDriver) suspend() bool {
 		return false
 	}
 	return true
+}
+
+// chaosNext is the run a warm rotation hands the runner to.
+var chaosNext = prp.Identity{
+	RunnerInstanceID: chaosIdentity.RunnerInstanceID, EnvironmentLeaseID: chaosIdentity.EnvironmentLeaseID,
+	RunID: "run_chaos_2", NormalizedSessionID: chaosIdentity.NormalizedSessionID, TurnID: "turn_chaos_2", ItemID: "item_chaos_2",
+}
+
+// attach rotates the runner to chaosNext with a warm run.attach (prp.md
+// §9.5), striking right after queueing it, and waits until the rotation is
+// applied or the attach has its result in the old journal (cut before the
+// activating write: execution_indeterminate, not applied). The run goes on
+// under whichever identity the core holds.
+func (d *runDriver) attach(provider map[string]any) bool {
+	base := strings.TrimSuffix(d.url, prp.ConnectPath(chaosIdentity.RunID))
+	id := d.queue(prp.CommandRunAttach, map[string]any{"provider": provider, "paperclipNextAuthority": map[string]any{
+		"identity": chaosNext, "connection": map[string]any{"mode": "connect", "connectUrl": base + prp.ConnectPath(chaosNext.RunID)}}}, "")
+	d.strike(PointAttach)
+	if id == "" {
+		return false
+	}
+	return d.wait("the rotation or the attach's result", func(s control.Snapshot) bool {
+		return (s.Identity == chaosNext && s.Warm == nil) || s.Results[id] != nil
+	})
 }

@@ -23,12 +23,12 @@ func TestMain(m *testing.M) {
 //
 //	PCRUNNER_CHAOS_WAVE=1   run TestWave at all
 //	CHAOS_SEEDS="a b c"     wave seeds (words); the runs are split among them
-//	CHAOS_N=60              runs in all (at least one per cell and seed)
+//	CHAOS_N=90              runs in all (at least one per cell and seed)
 //	CHAOS_PAR=2             runs at once
 //	CHAOS_PLAN=<plan>       replay one plan (Plan.String) instead
 //	CHAOS_COUNTS=<file>     write "passed failed skipped" there
 const (
-	defaultWaveRuns = 60
+	defaultWaveRuns = 90
 	defaultPar      = 2
 	defaultSeed     = "ci"
 )
@@ -78,7 +78,7 @@ func TestWave(t *testing.T) {
 	for range max(1, envInt("CHAOS_PAR", defaultPar)) {
 		wg.Go(func() {
 			for i := range next {
-				o := drive(bins, plans[i])
+				o := drive(t, bins, plans[i])
 				outs[i] = o
 				printMu.Lock()
 				report(i, len(plans), plans[i], o)
