@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,6 +309,15 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 		// The welcome no longer lists the terminal command: the core has
 		// its result. Finish cleanup (prp.md §9.4).
 		r.beginTerminal(*fence, "")
+	}
+	if id := r.warm.preparedID(); id != "" && !slices.ContainsFunc(w.PendingCommands, func(raw json.RawMessage) bool { return commandID(raw) == id }) {
+		// The core has the prepared attach's result (it no longer lists
+		// the attach), but its receipt may have died with the last
+		// connection, and with its transition pending the core sends
+		// nothing more here: send the result again, which it answers
+		// with the receipt (prp.md §9.5). A welcome that lists the attach
+		// got the same above.
+		r.warm.resendPrepared(r.send, id)
 	}
 	r.kick() // a suspend recorded by an earlier process finishes now
 	return nil
