@@ -744,3 +744,49 @@ func running(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z' && s[i+2] != 'X'
 }
+
+// TestIndeterminateSuspendLeavesNextCommand: runnerd is SIGKILLed right
+// after runner.suspend's pending marker; the next process replays the
+// suspend's result, execution_indeterminate, and the core acknowledges it,
+// which asks that process to end. The core queues session.open as soon as
+// it has the result, and that command can reach the runner before the
+// acknowledgement (here the core's sending of the acknowledgement is held
+// back a moment, so it always does): the ending process must leave it for
+// the next one instead of starting it and failing it as its executor shuts
+// down.
+func TestIndeterminateSuspendLeavesNextCommand(t *testing.T) {
+	const ackLag = 300 * time.Millisecond
+	for i := range 2 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			r := newAgentRigWith(t, func(cfg *control.Config) {
+				cfg.Outbound = func(_ string, payload any) (any, error) {
+					if p, ok := payload.(prp.CommandResultAckPayload); ok && p.CommandType == prp.CommandRunnerSuspend {
+						time.Sleep(ackLag) // the next command overtakes the acknowledgement
+					}
+					return payload, nil
+				}
+			})
+			r.bin = testbin.Path(t, "runnerd", testbin.HooksTag)
+			r.env = killAfterEnv(prp.CommandRunnerSuspend + "#1")
+			proc := r.start(t)
+			r.prepare(t)
+			r.open(t)
+			id := r.queue(t, prp.CommandRunnerSuspend, map[string]any{})
+			waitExit(t, proc)
+			require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+
+			r.env = nil
+			proc = r.start(t)
+			r.c.wait(t, func(s control.Snapshot) bool { return s.Results[id] != nil })
+			next := r.queue(t, prp.CommandSessionOpen, map[string]any{"reuse": "same_session"})
+			indeterminate(t, r.result(t, id))
+			require.Zero(t, waitExit(t, proc), "the process the core asked to end stops cleanly")
+			if raw := r.c.core.Snapshot().Results[next]; raw != nil {
+				require.Contains(t, string(raw), `"completed"`, "a command the ending process took must not fail for it")
+			}
+			r.start(t)
+			decodeOpen(t, r.result(t, next))
+			requireTurnWorks(t, r, "echo after-indeterminate-suspend")
+		})
+	}
+}
