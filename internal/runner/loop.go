@@ -296,6 +296,9 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 	r.send.attach(c, v)
 	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
 
+	// A result without effect sent on the last connection may never be
+	// acknowledged now: this connection's welcome says what comes next.
+	r.term.awaitSettle("")
 	fence := r.store.PendingTerminalDelivery()
 	for _, raw := range w.PendingCommands {
 		if fence != nil && commandID(raw) != fence.CommandID {
@@ -441,6 +444,11 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	if terminalLifecycle(cmd.Type) != "" {
 		if f := r.store.PendingTerminalDelivery(); f != nil && f.CommandID == cmd.CommandID {
 			r.beginTerminal(*f, wire)
+		} else if res.Status != state.StatusCompleted {
+			// Its acknowledgement will ask this process to end
+			// (terminalAck); a command the core sends before it is left
+			// for the next process.
+			r.term.awaitSettle(cmd.CommandID)
 		}
 	}
 	return nil
