@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 //	CHAOS_PAR=2             runs at once
 //	CHAOS_PLAN=<plan>       replay one plan (Plan.String) instead
 //	CHAOS_COUNTS=<file>     write "passed failed skipped" there
+//	CHAOS_STDERR=1          print runnerd's whole stderr for every run
 const (
 	defaultWaveRuns = 90
 	defaultPar      = 2
