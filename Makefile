@@ -4,7 +4,7 @@ GO ?= go
 # all targets at 10s take about 15 to 20 minutes on two cores.
 FUZZTIME ?= 10s
 
-.PHONY: build test demo demo-warm bench fuzz image-test containment
+.PHONY: build test demo demo-warm bench fuzz image-test containment chaos
 
 build:
 	./scripts/build
@@ -35,3 +35,9 @@ containment:
 # Builds Dockerfile.sandbox with podman offline and runs it (needs root; minutes).
 image-test:
 	./scripts/image-test
+
+# A long chaos wave in the background (test/chaos): N runs over SEEDS, up to
+# the CPU count at once (PAR); prints where its output and summary go.
+SEEDS ?= a b c
+chaos:
+	BACKGROUND=1 N=$(N) SEEDS="$(SEEDS)" $(if $(PAR),PAR=$(PAR)) ./scripts/chaos

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 
 	"github.com/pcrunner/pcrunner/internal/procsession"
 )
@@ -66,6 +68,21 @@ func FindPcwrap(explicit string) (string, error) {
 }
 
 func wrapperAlive(dir string) bool { return procsession.WrapperAlive(dir) }
+
+// childRunning reports whether our unreaped child pid is still running:
+// its /proc stat state is neither zombie nor dead. Until it is reaped the
+// pid cannot name another process.
+func childRunning(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || len(b) < i+3 {
+		return false
+	}
+	return b[i+2] != 'Z' && b[i+2] != 'X'
+}
 
 func killOrphanGroup(dir string) (bool, error) { return procsession.KillOrphanGroup(dir) }
 

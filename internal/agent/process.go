@@ -104,14 +104,16 @@ type process struct {
 
 func (p *process) end() { p.endOnce.Do(func() { close(p.ended) }) }
 
-// alive reports whether pcwrap still runs.
+// alive reports whether pcwrap still runs. Our own child is reaped a
+// moment after it dies, and its agent may outlive it holding the session
+// lock: until the reaping, its zombie state tells.
 func (p *process) alive() bool {
 	if p.pcwrapDone != nil {
 		select {
 		case <-p.pcwrapDone:
 			return false
 		default:
-			return true
+			return childRunning(p.pid)
 		}
 	}
 	return wrapperAlive(p.dir)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -295,6 +296,9 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 	r.send.attach(c, v)
 	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
 
+	// A result without effect sent on the last connection may never be
+	// acknowledged now: this connection's welcome says what comes next.
+	r.term.awaitSettle("")
 	fence := r.store.PendingTerminalDelivery()
 	for _, raw := range w.PendingCommands {
 		if fence != nil && commandID(raw) != fence.CommandID {
@@ -308,6 +312,15 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 		// The welcome no longer lists the terminal command: the core has
 		// its result. Finish cleanup (prp.md §9.4).
 		r.beginTerminal(*fence, "")
+	}
+	if id := r.warm.preparedID(); id != "" && !slices.ContainsFunc(w.PendingCommands, func(raw json.RawMessage) bool { return commandID(raw) == id }) {
+		// The core has the prepared attach's result (it no longer lists
+		// the attach), but its receipt may have died with the last
+		// connection, and with its transition pending the core sends
+		// nothing more here: send the result again, which it answers
+		// with the receipt (prp.md §9.5). A welcome that lists the attach
+		// got the same above.
+		r.warm.resendPrepared(r.send, id)
 	}
 	r.kick() // a suspend recorded by an earlier process finishes now
 	return nil
@@ -369,6 +382,13 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("protocol error: %w", err)
 	}
+	if r.term.leaves(cmd.CommandID) {
+		// A process that only reconciles a terminal result, or is
+		// stopping, takes no new command (prp.md §9.4): unjournaled and
+		// unanswered, it stays pending and the next welcome carries it.
+		r.log.Info("command left for the next process: this one is ending", "commandId", cmd.CommandID, "type", cmd.Type)
+		return nil
+	}
 	hookCommandReceived(cmd.Type)
 	var adm state.Admission
 	err = r.update(func(tx *state.Tx) error {
@@ -427,6 +447,11 @@ func (r *loop) handleCommand(ctx context.Context, raw []byte) error {
 	if terminalLifecycle(cmd.Type) != "" {
 		if f := r.store.PendingTerminalDelivery(); f != nil && f.CommandID == cmd.CommandID {
 			r.beginTerminal(*f, wire)
+		} else if res.Status != state.StatusCompleted {
+			// Its acknowledgement will ask this process to end
+			// (terminalAck); a command the core sends before it is left
+			// for the next process.
+			r.term.awaitSettle(cmd.CommandID)
 		}
 	}
 	return nil

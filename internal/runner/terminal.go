@@ -18,6 +18,18 @@ type terminal struct {
 	wait   *terminalWait
 	stop   error // why the loop ends; set once
 	cancel context.CancelFunc
+	// settling is the terminal command whose result without effect
+	// (indeterminate, rejected) went out on this connection: the core's
+	// acknowledgement of it asks this process to end, so no new command
+	// is taken meanwhile. A new connection clears it.
+	settling string
+}
+
+// awaitSettle marks commandID's result without effect as sent ("" clears).
+func (t *terminal) awaitSettle(commandID string) {
+	t.mu.Lock()
+	t.settling = commandID
+	t.mu.Unlock()
 }
 
 // terminalWait is the §7.4 fence in memory: the terminal result is sent and
@@ -70,6 +82,23 @@ func (t *terminal) ending() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.wait != nil || t.stop != nil
+}
+
+// leaves reports whether a command other than the one the terminal wait
+// is for must be left for the next process: this one is on its way out
+// (a terminal wait, a terminal result without effect awaiting its
+// acknowledgement, or a stop cause). Executing it here would answer it
+// with a failure (the executor is shutting down) instead of running it.
+func (t *terminal) leaves(commandID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.wait != nil {
+		return t.wait.fence.CommandID != commandID
+	}
+	if t.settling != "" && t.settling != commandID {
+		return true
+	}
+	return t.stop != nil
 }
 
 // begin starts the wait for fence f unless one runs; timeout fires after

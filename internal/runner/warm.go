@@ -460,6 +460,17 @@ func (w *warm) owns(commandID string) bool {
 	return w.prepared != nil && w.prepared.CommandID == commandID
 }
 
+// preparedID is the prepared attach's commandId, "" when none awaits its
+// receipt.
+func (w *warm) preparedID() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.prepared == nil {
+		return ""
+	}
+	return w.prepared.CommandID
+}
+
 // resendPrepared re-sends a prepared attach's journaled result, so the core
 // acknowledges it with its receipt again (CP: a replayed attach result
 // gets its receipt); a still-waiting attach sends nothing yet.

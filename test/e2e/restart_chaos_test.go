@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -676,5 +677,116 @@ func TestEvidenceKillsCoverEveryRow(t *testing.T) {
 			sel := fmt.Sprintf("%s#%d", typ, k)
 			require.True(t, covered[sel] || unkilledSteps[sel] != "", "%s: no kill test lands on this durable step, and unkilledSteps gives no reason", sel)
 		}
+	}
+}
+
+// TestFencedRestartLeavesNextCommand: runnerd is SIGKILLed right after
+// the write of runner.suspend's lifecycle, fence and result. The next
+// process only reconciles that result and stops (prp.md §9.4). The core
+// queues session.open as soon as it has the suspend's result, and the new
+// connection, whose welcome carried the suspend, is not fenced at the
+// core, so the command reaches the stopping process: it must leave it
+// unanswered for the next process instead of failing it ("the agent
+// executor is closed"). The next process opens the session and runs a turn.
+func TestFencedRestartLeavesNextCommand(t *testing.T) {
+	r := hookRig(t)
+	r.env = killAfterEnv(prp.CommandRunnerSuspend + "#2")
+	proc := r.start(t)
+	r.prepare(t)
+	r.open(t)
+	id := r.queue(t, prp.CommandRunnerSuspend, map[string]any{})
+	waitExit(t, proc)
+	require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+
+	r.env = nil
+	proc = r.start(t)
+	completed(`{"lifecycle":"suspended"}`)(t, r.result(t, id))
+	next := r.queue(t, prp.CommandSessionOpen, map[string]any{"reuse": "same_session"})
+	require.Zero(t, waitExit(t, proc), "the fenced process stops by itself")
+	require.Nil(t, r.c.core.Snapshot().Results[next], "the stopping process must leave the next command unanswered")
+
+	r.start(t)
+	decodeOpen(t, r.result(t, next))
+	requireTurnWorks(t, r, "echo after-resume")
+}
+
+// TestPcwrapSIGKILLBeforeOpen: the agent's pcwrap is SIGKILLed between
+// turns and session.open follows as soon as it is dead (a zombie, or
+// gone), possibly before runnerd has reaped it.
+// The open must not adopt the process whose wrapper is gone (it would
+// answer with the dead session, and the next turn would fail at once with
+// transport_closed): it spawns a new agent, and the next turn works.
+func TestPcwrapSIGKILLBeforeOpen(t *testing.T) {
+	for i := range 5 { // the window is the reaping goroutine's: try it a few times
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			r := hookRig(t)
+			r.start(t)
+			r.prepare(t, "--supports-load-session")
+			first := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			requireTurnWorks(t, r, "echo before")
+			pid := pcwrapPid(t, r.sessionDir(t))
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			require.Eventually(t, func() bool { return !running(pid) }, waitBound, time.Millisecond, "pcwrap dies")
+			again := decodeOpen(t, r.run(t, prp.CommandSessionOpen, map[string]any{}))
+			require.NotEqual(t, first.ProcessID, again.ProcessID, "a new agent, not the one whose pcwrap died")
+			requireTurnWorks(t, r, "echo after-pcwrap-kill")
+		})
+	}
+}
+
+// running reports whether pid is a live process (not a zombie, not gone).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// TestIndeterminateSuspendLeavesNextCommand: runnerd is SIGKILLed right
+// after runner.suspend's pending marker; the next process replays the
+// suspend's result, execution_indeterminate, and the core acknowledges it,
+// which asks that process to end. The core queues session.open as soon as
+// it has the result, and that command can reach the runner before the
+// acknowledgement (here the core's sending of the acknowledgement is held
+// back a moment, so it always does): the ending process must leave it for
+// the next one instead of starting it and failing it as its executor shuts
+// down.
+func TestIndeterminateSuspendLeavesNextCommand(t *testing.T) {
+	const ackLag = 300 * time.Millisecond
+	for i := range 2 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			r := newAgentRigWith(t, func(cfg *control.Config) {
+				cfg.Outbound = func(_ string, payload any) (any, error) {
+					if p, ok := payload.(prp.CommandResultAckPayload); ok && p.CommandType == prp.CommandRunnerSuspend {
+						time.Sleep(ackLag) // the next command overtakes the acknowledgement
+					}
+					return payload, nil
+				}
+			})
+			r.bin = testbin.Path(t, "runnerd", testbin.HooksTag)
+			r.env = killAfterEnv(prp.CommandRunnerSuspend + "#1")
+			proc := r.start(t)
+			r.prepare(t)
+			r.open(t)
+			id := r.queue(t, prp.CommandRunnerSuspend, map[string]any{})
+			waitExit(t, proc)
+			require.Equal(t, syscall.SIGKILL, proc.ProcessState.Sys().(syscall.WaitStatus).Signal(), "runnerd killed itself")
+
+			r.env = nil
+			proc = r.start(t)
+			r.c.wait(t, func(s control.Snapshot) bool { return s.Results[id] != nil })
+			next := r.queue(t, prp.CommandSessionOpen, map[string]any{"reuse": "same_session"})
+			indeterminate(t, r.result(t, id))
+			require.Zero(t, waitExit(t, proc), "the process the core asked to end stops cleanly")
+			if raw := r.c.core.Snapshot().Results[next]; raw != nil {
+				require.Contains(t, string(raw), `"completed"`, "a command the ending process took must not fail for it")
+			}
+			r.start(t)
+			decodeOpen(t, r.result(t, next))
+			requireTurnWorks(t, r, "echo after-indeterminate-suspend")
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -344,5 +346,35 @@ func TestPRP24_WarmAttachE2EListen(t *testing.T) {
 	s := w.c.wait(t, func(s control.Snapshot) bool { return s.Identity == warmNext && s.Warm == nil })
 	require.Len(t, s.Epochs, 1)
 	require.NotNil(t, s.Epochs[0].Results[attach.CommandID])
+	w.finishOnSameAgent(t)
+}
+
+// TestWarmAttachReceiptLost: the core admits the run.attach result and
+// sends its receipt, but the connection drops with the receipt (as a
+// half-open link that dies would). The runner reconnects under the old
+// identity; the core, its transition pending, delivers nothing more there.
+// The runner sends the prepared attach's result again on the new
+// connection, the core answers a replayed attach result with its receipt
+// (prp.md §9.5), and the rotation completes in the same process: runnerd
+// does not give up after its ack wait and exit non-zero.
+func TestWarmAttachReceiptLost(t *testing.T) {
+	var lost atomic.Bool
+	w := newWarmE2E(t)
+	w.c = newCoreServerWith(t, func(cfg *control.Config) {
+		cfg.Outbound = func(_ string, payload any) (any, error) {
+			if p, ok := payload.(prp.CommandResultAckPayload); ok && len(p.WarmTransition) > 0 && lost.CompareAndSwap(false, true) {
+				return nil, errors.New("the receipt is lost with the connection")
+			}
+			return payload, nil
+		}
+	})
+	w.args = runnerdArgs(w.dir, "--connect-url", w.c.connectURL(), "--pcwrap-path", testbin.Path(t, "pcwrap"))
+	proc, _ := w.start(t, identity, "")
+	w.warmUp(t)
+	_, err := w.c.core.QueueCommand(prp.Command{Type: prp.CommandRunAttach, Payload: mustJSON(t, w.attachPayload())})
+	require.NoError(t, err)
+	w.c.wait(t, func(s control.Snapshot) bool { return s.Identity == warmNext && s.Warm == nil })
+	require.True(t, lost.Load(), "the first receipt was lost")
+	require.NoError(t, proc.Process.Signal(syscall.Signal(0)), "the same runnerd rotated")
 	w.finishOnSameAgent(t)
 }

@@ -3,6 +3,7 @@ package prptest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -71,6 +72,18 @@ func NewCore(t testing.TB, cfg control.Config) *Core {
 		}
 	})
 	return c
+}
+
+// CloseAll does now what t's cleanup does at the end: closes the core,
+// then the transport, then the loopback server. For a test that makes many
+// cores in turn (the chaos wave); calling it again, or the cleanup after
+// it, does nothing more.
+func (c *Core) CloseAll() {
+	c.Core.Close()
+	c.tr.Close()
+	if c.srv != nil {
+		c.srv.Close()
+	}
 }
 
 // Transport is the in-memory path to the core's dial route.
@@ -229,31 +242,41 @@ func (c *Core) tamper(raw json.RawMessage) json.RawMessage {
 // when SettleWarmForward returns.
 func (c *Core) SettleWarmForward() bool {
 	c.t.Helper()
+	settled, err := c.TrySettleWarmForward()
+	if err != nil {
+		c.t.Fatalf("%v", err)
+	}
+	return settled
+}
+
+// TrySettleWarmForward is SettleWarmForward reporting a failure instead of
+// failing the test, for callers off the test's goroutine (the chaos wave's
+// runnerd supervisor).
+func (c *Core) TrySettleWarmForward() (bool, error) {
 	s := c.Snapshot()
 	if s.Warm == nil {
-		return false
+		return false, nil
 	}
 	r := *s.Warm
 	lease, ok := c.Store().LeaseState(r.LeaseID, time.Now())
 	if !ok {
-		c.t.Fatalf("settle warm transition: the receipt's lease %s is expired or revoked", r.LeaseID)
+		return false, fmt.Errorf("settle warm transition: the receipt's lease %s is expired or revoked", r.LeaseID)
 	}
 	lease.Token = "lease_prptest_settle_" + strings.TrimPrefix(r.TransitionID, "sha256:")
 	c.Store().AddLease(lease)
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.bound())
 	defer cancel()
-	fail := func(what string, err error) {
-		c.t.Helper()
-		c.t.Fatalf("settle warm transition: %s: %v", what, err)
+	fail := func(what string, err error) (bool, error) {
+		return false, fmt.Errorf("settle warm transition: %s: %w", what, err)
 	}
 	d, err := prp.NewDialer(ctx, prp.DialerConfig{URL: "ws://" + pipeHost + prp.ConnectPath(r.NewIdentity.RunID), Transport: c.tr})
 	if err != nil {
-		fail("dialer", err)
+		return fail("dialer", err)
 	}
 	peer, err := d.DialPeer(ctx)
 	if err != nil {
-		fail("dial", err)
+		return fail("dial", err)
 	}
 	h := prp.ClientHandshake{
 		Identity: r.NewIdentity, RunnerVersion: c.cfg.RunnerVersion, RunnerDigest: c.cfg.RunnerDigest,
@@ -262,7 +285,7 @@ func (c *Core) SettleWarmForward() bool {
 	sess, _, err := h.Run(ctx, peer)
 	if err != nil {
 		_ = peer.Close()
-		fail("handshake", err)
+		return fail("handshake", err)
 	}
 	// net.Pipe is synchronous: read (and drop) what the core sends, so that
 	// its writer never blocks on this connection.
@@ -278,18 +301,22 @@ func (c *Core) SettleWarmForward() bool {
 	defer func() { _ = peer.Close(); <-drained }()
 	env, err := sess.NewControl(prp.KindWarmTransitionActivated, prp.WarmTransitionActivatedPayload{TransitionID: r.TransitionID})
 	if err != nil {
-		fail("activation envelope", err)
+		return fail("activation envelope", err)
 	}
 	frame, err := sess.SealEnvelope(env)
 	if err != nil {
-		fail("seal activation", err)
+		return fail("seal activation", err)
 	}
 	if err := peer.WriteMsg(ctx, frame); err != nil {
-		fail("send activation", err)
+		return fail("send activation", err)
 	}
-	c.WaitFor(func(s control.Snapshot) bool { return s.Warm == nil && s.Identity == r.NewIdentity })
+	if err := c.Wait(ctx, func(s control.Snapshot) bool { return s.Warm == nil && s.Identity == r.NewIdentity }); err != nil {
+		return fail("activation", err)
+	}
 	_ = peer.Close()
 	<-drained
-	c.WaitFor(func(s control.Snapshot) bool { return s.Connections == 0 })
-	return true
+	if err := c.Wait(ctx, func(s control.Snapshot) bool { return s.Connections == 0 }); err != nil {
+		return fail("hang up", err)
+	}
+	return true, nil
 }
