@@ -14,8 +14,8 @@ import (
 )
 
 // Dump prints the state in dir for an operator: the header fields, the
-// outbox (sequence, type, priority, size) and the records (names and
-// sizes). It changes nothing and never blocks or waits for a live
+// outbox (sequence, type, priority, size), the records and the texts
+// (names and sizes). It changes nothing and never blocks or waits for a live
 // runnerd (see Read). Nothing is printed unless the whole state was read
 // and decoded. Strings from the state are quoted.
 func Dump(dir string, w io.Writer) error {
@@ -130,6 +130,13 @@ func dumpState(st *State, file string, fileBytes int64, out io.Writer) error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(st.Extensions)) {
 		fmt.Fprintf(w, "  %s\t%d\n", str(k), len(st.Extensions[k]))
+	}
+	fmt.Fprintf(w, "\ntexts: %d\n", len(st.Texts))
+	if len(st.Texts) > 0 {
+		fmt.Fprintln(w, "  name\tbytes")
+	}
+	for _, k := range slices.Sorted(maps.Keys(st.Texts)) {
+		fmt.Fprintf(w, "  %s\t%d\n", str(k), len(st.Texts[k]))
 	}
 	return w.Flush()
 }

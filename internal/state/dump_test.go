@@ -28,6 +28,9 @@ func dumpFixture(t testing.TB) (Config, *Store) {
 		if err := tx.SetRecord("acpAgent", map[string]string{"kind": "codex"}); err != nil {
 			return err
 		}
+		if err := tx.PutText("acpAgent/item/t-item-1", 0, []byte("hello, world")); err != nil {
+			return err
+		}
 		return tx.SetRecord("toolTable", []int{1, 2, 3})
 	}))
 	return cfg, s
@@ -53,8 +56,8 @@ func dirSnapshot(t *testing.T, dir string) map[string]string {
 }
 
 // TestDumpPrintsHeaderOutboxAndRecords: the dump shows the header fields,
-// each outbox event (sequence, type, priority, size) and each record
-// (name, size), and changes nothing in the directory, not even a mode
+// each outbox event (sequence, type, priority, size), each record and
+// each text (name, size), and changes nothing in the directory, not even a mode
 // runnerd itself would tighten.
 func TestDumpPrintsHeaderOutboxAndRecords(t *testing.T) {
 	cfg, s := dumpFixture(t)
@@ -77,6 +80,8 @@ func TestDumpPrintsHeaderOutboxAndRecords(t *testing.T) {
 		`(?m)^records: 2$`,
 		`(?m)^  "acpAgent" +16$`,
 		`(?m)^  "toolTable" +7$`,
+		`(?m)^texts: 1$`,
+		`(?m)^  "acpAgent/item/t-item-1" +12$`,
 	} {
 		require.Regexp(t, want, got)
 	}
