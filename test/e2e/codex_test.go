@@ -41,7 +41,7 @@ func (r *agentRig) requireSchemaValid(t *testing.T) {
 			Payload any `json:"payload"` // the event inside the transport frame
 		}
 		require.NoError(t, json.Unmarshal(raw, &env))
-		require.NoError(t, prpschema.Validate(s.EventV1, env.Payload), "event %d: %s", i, raw)
+		require.NoError(t, prpschema.Validate(s.Event(env.Payload), env.Payload), "event %d: %s", i, raw)
 	}
 }
 

@@ -46,6 +46,26 @@ type Set struct {
 	GoalSchemaMissing bool
 }
 
+// eventSchemaV2 is the schema field of an event payload built for a v2
+// lease (an output.body.chunk, a session goal event).
+const eventSchemaV2 = "paperclip.prp.event.v2"
+
+// Event is the event schema a payload names: EventV2 for a v2 event,
+// EventV1 otherwise (and for a payload that is not an object).
+func (s *Set) Event(payload any) *jsonschema.Schema {
+	var head struct {
+		Schema string `json:"schema"`
+	}
+	b, ok := payload.(json.RawMessage)
+	if !ok {
+		b, _ = json.Marshal(payload)
+	}
+	if json.Unmarshal(b, &head) == nil && head.Schema == eventSchemaV2 {
+		return s.EventV2
+	}
+	return s.EventV1
+}
+
 var (
 	once   sync.Once
 	loaded *Set
