@@ -296,6 +296,11 @@ type Manager struct {
 	commitDone chan struct{}
 	stopOnce   sync.Once // closes commitStop: Close may run twice
 	hooks      sync.WaitGroup
+	// shuttingDown is closed once Shutdown begins: from then on the
+	// event reader takes files without waiting for the flow-control gate
+	// (awaitDrained). shutdownOnce closes it: Shutdown may run twice.
+	shuttingDown chan struct{}
+	shutdownOnce sync.Once
 	// duringWalk, when set (tests only, before the first turn), runs in
 	// each after-walk's window, without mu.
 	duringWalk func()
@@ -376,7 +381,8 @@ func NewManager(cfg Config, st Stored) *Manager {
 		// copy only forgets the marks.
 		st.Tools.Unanswered()
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{}}
+	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "agent"), st: st, waiters: map[int64]chan provider.Inbound{},
+		shuttingDown: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.commits = newCommitter(m)
 	m.commitStop, m.commitDone = make(chan struct{}), make(chan struct{})
@@ -642,8 +648,15 @@ func (m *Manager) wakeAfterCommitLocked(fn func()) {
 }
 
 // Shutdown stops the live agent (orderly runnerd stop, acp.md §3.6), then
-// closes the manager.
+// closes the manager. The stop consumes what the agent leaves up to its
+// exit frame without waiting for the flow-control gate: runnerd stops its
+// agent once the link has ended, or, for a terminal command, on the
+// routine that applies ACKs, so no ACK would open the gate before the
+// stop wait ran out, and the exit frame would go unread. What the
+// stop takes is bounded by the stop wait and by the outbox's own bounds;
+// it is sent on the next connection.
 func (m *Manager) Shutdown(ctx context.Context) {
+	m.shutdownOnce.Do(func() { close(m.shuttingDown) })
 	m.stopAgent(ctx, stopRelease)
 	m.Close()
 }

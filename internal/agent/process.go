@@ -489,7 +489,8 @@ func (p *process) mayDeferCommitLocked(stop, more bool) bool {
 // only once everything sent is acknowledged. It wakes on the sink's drain
 // signal, which the ACK path fires on a routine no command handler blocks
 // (prp.Client's ack routine), so a handler waiting on the agent never holds
-// the gate shut.
+// the gate shut. Once Shutdown begins the gate stays open (Shutdown says
+// why).
 func (m *Manager) awaitDrained(ctx context.Context) error {
 	for {
 		sig := m.cfg.Sink.DrainSignal()
@@ -499,6 +500,8 @@ func (m *Manager) awaitDrained(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-m.shuttingDown:
+			return nil
 		case <-sig:
 		}
 	}
