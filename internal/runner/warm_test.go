@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -624,4 +625,29 @@ func placeEventAfterPrepare(wr *warmRig, drop bool) error {
 		return fmt.Errorf("%w (last %s)", err, last)
 	}
 	return nil
+}
+
+// TestWarmActivatedAckLost: the core applied warm_transition_activated but
+// its ack died with the connection (the chaos wave's half-open during the
+// activation). The runner, still "activating", can only reconnect with the
+// transition's id; the core answers that hello with the activated welcome
+// again and acknowledges the repeated warm_transition_activated without
+// applying it twice, and the new run's next turn runs.
+func TestWarmActivatedAckLost(t *testing.T) {
+	var lost atomic.Bool
+	wr := newWarmRigWith(t, false, func(cc *control.Config) {
+		cc.Outbound = func(kind string, payload any) (any, error) {
+			if kind == prp.KindWarmTransitionActivatedAck && lost.CompareAndSwap(false, true) {
+				return nil, errors.New("the ack is lost with the connection")
+			}
+			return payload, nil
+		}
+	}, nil, nil)
+	h := wr.h
+	s := wr.rotate(t)
+	require.True(t, lost.Load(), "the first activated ack was lost")
+	require.Len(t, s.Epochs, 1, "the activation is applied once")
+	res := h.waitResult(h.queue("turn.start", `{"text":"echo after"}`).CommandID)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	require.Len(t, h.core.Snapshot().Epochs, 1, "the repeated activation archived nothing more")
 }
