@@ -52,6 +52,22 @@ type sender struct {
 	// boundReported is the outbox bound last reported as a diagnostic;
 	// cleared once the store leaves storage pressure.
 	boundReported string
+	// warm is the prepared run.attach while a warm rotation holds the old
+	// outbox at its receipt's cursor (holdWarm); nil otherwise.
+	warm *warmHold
+}
+
+// warmHold: from a run.attach's prepared write until its rotation
+// settles, no event after through is sent. The core binds its receipt to
+// its cursor when the attach result arrives (prp.md §9.5 step 2), so an
+// event ahead of the result, on this connection or replayed on the next,
+// would give it another receipt than the runner's. The attach result
+// itself goes ahead of every held event. A held event is discarded with
+// the old outbox at activation, or replayed by the next process when the
+// rotation dies in "prepared".
+type warmHold struct {
+	commandID string
+	through   uint64
 }
 
 // pendingResult is a command result waiting for the send routine, behind
@@ -190,8 +206,9 @@ func (s *sender) detach() {
 
 // queueResult hands the routine a command_result, to go after every event
 // committed before it, so evidence reaches the core ahead of the result
-// (prp.md §7.2 step 6). While disconnected it does nothing: the core
-// re-delivers the command and the journal replays this result.
+// (prp.md §7.2 step 6); a held run.attach's result goes right after its
+// receipt's cursor (warmHold). While disconnected it does nothing: the
+// core re-delivers the command and the journal replays this result.
 func (s *sender) queueResult(res state.CommandResult) {
 	after := s.store.Summary().HighestSourceSeq
 	s.mu.Lock()
@@ -199,7 +216,25 @@ func (s *sender) queueResult(res state.CommandResult) {
 		s.mu.Unlock()
 		return
 	}
+	if s.warm != nil && s.warm.commandID == res.CommandID {
+		after = min(after, s.warm.through)
+	}
 	s.results = append(s.results, pendingResult{res: res, after: after})
+	s.mu.Unlock()
+	s.poke()
+}
+
+// holdWarm holds the outbox after through for the run.attach commandID
+// (warmHold); releaseWarm ends the hold.
+func (s *sender) holdWarm(commandID string, through uint64) {
+	s.mu.Lock()
+	s.warm = &warmHold{commandID: commandID, through: through}
+	s.mu.Unlock()
+}
+
+func (s *sender) releaseWarm() {
+	s.mu.Lock()
+	s.warm = nil
 	s.mu.Unlock()
 	s.poke()
 }
@@ -215,11 +250,21 @@ func (s *sender) ship(ctx context.Context, wait bool) error {
 	for {
 		s.mu.Lock()
 		c, v, gen, after := s.conn, s.version, s.gen, s.sentThrough
+		limit := uint64(math.MaxUint64)
+		if s.warm != nil {
+			limit = s.warm.through
+		}
 		s.mu.Unlock()
 		if c == nil {
 			return nil
 		}
 		evs := s.store.Unsent(after)
+		for i, e := range evs {
+			if e.SourceSeq > limit {
+				evs = evs[:i] // held (warmHold): releaseWarm pokes for them
+				break
+			}
+		}
 		for _, e := range evs {
 			if err := s.shipResults(ctx, c, v, gen, e.SourceSeq, wait); err != nil {
 				return err
@@ -240,9 +285,9 @@ func (s *sender) ship(ctx context.Context, wait bool) error {
 			s.mu.Unlock()
 		}
 		if len(evs) == 0 {
-			// Every committed event is on the wire: so is every queued
-			// result's evidence.
-			return s.shipResults(ctx, c, v, gen, math.MaxUint64, wait)
+			// Every committed event up to the hold is on the wire: so is
+			// the evidence of every queued result before it.
+			return s.shipResults(ctx, c, v, gen, min(limit, math.MaxUint64-1)+1, wait)
 		}
 		// Another pass: more may have been committed meanwhile.
 	}

@@ -256,7 +256,8 @@ func (r *loop) tryPrepare() error {
 		w.mu.Unlock()
 		return nil
 	}
-	if sum := r.store.Summary(); sum.AckedSourceSeq != sum.HighestSourceSeq {
+	sum := r.store.Summary()
+	if sum.AckedSourceSeq != sum.HighestSourceSeq {
 		w.mu.Unlock()
 		return nil
 	}
@@ -271,6 +272,10 @@ func (r *loop) tryPrepare() error {
 	if err != nil {
 		return err
 	}
+	// Held before the write: an event committed right after it must not
+	// reach the core ahead of the result (warmHold). One committed
+	// before it makes the write refuse, and prepareDeferred releases.
+	r.send.holdWarm(cmd.CommandID, sum.AckedSourceSeq)
 	var receipt prp.WarmTransition
 	var res state.CommandResult
 	err = r.update(func(tx *state.Tx) error {
@@ -294,6 +299,7 @@ func (r *loop) tryPrepare() error {
 		return r.prepareDeferred(cmd) // an event slipped in before the write: wait for its ACK
 	}
 	if err != nil {
+		r.send.releaseWarm()
 		return err
 	}
 	warmKillPoint(killPrepared)
@@ -311,6 +317,7 @@ func (r *loop) tryPrepare() error {
 // prepareDeferred puts cmd back to wait for the next ACK after a prepare
 // that could not happen yet, or refuses it if its wait ran out meanwhile.
 func (r *loop) prepareDeferred(cmd *prp.Command) error {
+	r.send.releaseWarm() // nothing was prepared
 	w := &r.warm
 	w.mu.Lock()
 	expired := w.expired
@@ -367,8 +374,10 @@ func (r *loop) warmResultAck(p prp.CommandResultAckPayload) (bool, error) {
 	w.dialer, w.listen = nil, ""
 	w.mu.Unlock()
 	warmKillPoint(killAcked)
-	// Nothing of the new identity may reach the old connection.
+	// Nothing of the new identity may reach the old connection, and the
+	// old outbox's held events go with it (warmHold).
 	r.send.detach()
+	r.send.releaseWarm()
 	if err := r.update(func(tx *state.Tx) error { return tx.ActivateWarmTransition(p.WarmTransition) }); err != nil {
 		return true, fmt.Errorf("activate warm transition: %w", err)
 	}

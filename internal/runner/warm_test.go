@@ -3,11 +3,15 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -509,4 +513,141 @@ func TestWarmAttachToolBridgeCarriesOver(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before.Bridge.Port, after.Bridge.Port, "the same bridge")
 	require.Equal(t, []string{"session/new"}, wr.metaMethods(t))
+}
+
+// TestWarmAttachEventAfterPrepare: an event the runner commits after the
+// prepared write (here the agent's death, as the chaos wave's agent kill
+// did) must not reach the core ahead of the run.attach result, since the
+// core binds the receipt to its cursor when the result arrives (prp.md
+// §9.5 step 2). The prepared-write hook places the event exactly there,
+// on the live connection and, as the wave's socket drop did, after the
+// connection was lost and the runner re-authenticated but before its
+// connected handler ran. Each time the same runnerd rotates, and the
+// receipt binds the cursor of the prepare.
+func TestWarmAttachEventAfterPrepare(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		name := "connected"
+		if drop {
+			name = "reconnect"
+		}
+		t.Run(name, func(t *testing.T) {
+			var armed atomic.Bool
+			var hookErr atomic.Value // error: what the hook could not arrange
+			var wr *warmRig
+			prev := warmKillPoint
+			t.Cleanup(func() { warmKillPoint = prev }) // after the runner's own cleanup stops it
+			warmKillPoint = func(point string) {
+				if point != killPrepared || !armed.CompareAndSwap(true, false) {
+					return
+				}
+				if err := placeEventAfterPrepare(wr, drop); err != nil {
+					hookErr.Store(err)
+				}
+			}
+			wr = newWarmRig(t, false)
+			h := wr.h
+			acked := h.core.Snapshot().AckedSourceSeq
+			armed.Store(true)
+			h.queue(prp.CommandRunAttach, wr.attachPayload(nextIdentity, nil))
+			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+			defer cancel()
+			var stopped error // runLoop's result, if runnerd stopped instead
+			err := h.core.Wait(ctx, func(s control.Snapshot) bool {
+				select {
+				case stopped = <-wr.run.done:
+					wr.run.done <- stopped // the cleanup's wait sees it too
+					return true
+				default:
+				}
+				return s.Warm == nil && s.Identity == nextIdentity
+			})
+			if stopped == nil {
+				select {
+				case stopped = <-wr.run.done:
+					wr.run.done <- stopped
+				default:
+				}
+			}
+			s := h.core.Snapshot()
+			if err != nil || stopped != nil || s.Identity != nextIdentity {
+				t.Fatalf("no rotation (%v): runnerd stopped: %v; hook: %v; core: identity %s, pending transition %v, acked %d",
+					err, stopped, hookErr.Load(), s.Identity.RunID, s.Warm != nil, s.AckedSourceSeq)
+			}
+			require.Nil(t, hookErr.Load(), "the hook placed the event")
+			require.False(t, armed.Load(), "the prepared hook ran")
+			require.Len(t, s.Epochs, 1)
+			require.Equal(t, acked, s.Epochs[0].Receipt.OldAckedSourceSeq, "the receipt binds the prepare's cursor")
+		})
+	}
+}
+
+// placeEventAfterPrepare runs on the runner's ack routine right after the
+// prepared write: with drop, the core drops the connection and the hook
+// waits for the runner to authenticate again (its connected handler waits
+// for this routine); then the agent is killed and the hook waits until
+// the runner committed the event that reports it.
+func placeEventAfterPrepare(wr *warmRig, drop bool) error {
+	deadline := time.Now().Add(waitBound)
+	poll := func(what string, done func() bool) error {
+		for !done() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s not within %v", what, waitBound)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	if drop {
+		auths := wr.h.core.Snapshot().Authentications
+		wr.h.core.DropCurrent()
+		if err := poll("re-authentication", func() bool { return wr.h.core.Snapshot().Authentications > auths }); err != nil {
+			return err
+		}
+	}
+	pid, ok := wr.pid.(float64)
+	if !ok {
+		return fmt.Errorf("agent pid %v", wr.pid)
+	}
+	if err := syscall.Kill(int(pid), syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill the agent: %w", err)
+	}
+	var last string
+	err := poll("an event after the prepare", func() bool {
+		st, err := state.Read(wr.h.stateDir)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprint(st.HighestSourceSeq(), st.AckedSourceSeq, len(st.Outbox))
+		return st.HighestSourceSeq() > st.AckedSourceSeq
+	})
+	if err != nil {
+		return fmt.Errorf("%w (last %s)", err, last)
+	}
+	return nil
+}
+
+// TestWarmActivatedAckLost: the core applied warm_transition_activated but
+// its ack died with the connection (the chaos wave's half-open during the
+// activation). The runner, still "activating", can only reconnect with the
+// transition's id; the core answers that hello with the activated welcome
+// again and acknowledges the repeated warm_transition_activated without
+// applying it twice, and the new run's next turn runs.
+func TestWarmActivatedAckLost(t *testing.T) {
+	var lost atomic.Bool
+	wr := newWarmRigWith(t, false, func(cc *control.Config) {
+		cc.Outbound = func(kind string, payload any) (any, error) {
+			if kind == prp.KindWarmTransitionActivatedAck && lost.CompareAndSwap(false, true) {
+				return nil, errors.New("the ack is lost with the connection")
+			}
+			return payload, nil
+		}
+	}, nil, nil)
+	h := wr.h
+	s := wr.rotate(t)
+	require.True(t, lost.Load(), "the first activated ack was lost")
+	require.Len(t, s.Epochs, 1, "the activation is applied once")
+	res := h.waitResult(h.queue("turn.start", `{"text":"echo after"}`).CommandID)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	require.Len(t, h.core.Snapshot().Epochs, 1, "the repeated activation archived nothing more")
 }

@@ -114,6 +114,11 @@ type Core struct {
 	// warm is the pending warm transition (prp.md §9.5): set when the
 	// run.attach result is admitted, cleared by warm_transition_activated.
 	warm *coreWarm
+	// activated is the last transition warm_transition_activated applied:
+	// its ack may have died with the connection, so the runner, still
+	// activating, reconnects naming it and gets the activated welcome and
+	// the ack again, nothing applied twice. A new transition clears it.
+	activated *prp.WarmTransition
 	// next journals the commands queued while a transition is pending:
 	// they belong to the new identity's journal and wait for activation.
 	next []*coreCommand
@@ -375,6 +380,9 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 	h.Warm = func(id string) (prp.WarmTransition, bool) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		if c.warm == nil && c.activated != nil && c.activated.TransitionID == id {
+			return *c.activated, true
+		}
 		if c.warm == nil || c.warm.receipt.TransitionID != id {
 			return prp.WarmTransition{}, false
 		}
@@ -423,12 +431,13 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 	for o := range c.conns {
 		old = append(old, o)
 	}
-	if cc.activation != nil && (c.warm == nil || c.warm.receipt.TransitionID != cc.activation.TransitionID) {
+	reactivation := cc.activation != nil && c.warm == nil && c.activated != nil && c.activated.TransitionID == cc.activation.TransitionID
+	if cc.activation != nil && !reactivation && (c.warm == nil || c.warm.receipt.TransitionID != cc.activation.TransitionID) {
 		c.mu.Unlock()
 		cc.l.Close()
 		return fmt.Errorf("serve runner: %w: transition settled during the handshake", prp.ErrWarmTransition)
 	}
-	if cc.activation != nil {
+	if cc.activation != nil && !reactivation {
 		c.warm.activating = true
 	}
 	c.conns[cc] = struct{}{}
@@ -439,8 +448,8 @@ func (c *Core) serve(ctx context.Context, ws *prp.PeerConn) error {
 	// A command queued while the handshake ran went to the old connection
 	// or nowhere; deliver it here unless the welcome already did.
 	missed := c.lowestPendingLocked()
-	if missed == inWelcome || c.warm != nil {
-		missed = nil
+	if missed == inWelcome || c.warm != nil || cc.activation != nil {
+		missed = nil // an activating connection takes commands after the activated ack
 	}
 	c.mu.Unlock()
 	for _, o := range old {
@@ -588,16 +597,25 @@ func (c *Core) activate(cc *coreConn, env *prp.Envelope) error {
 		return err
 	}
 	c.mu.Lock()
-	if cc.activation == nil || c.warm == nil || p.TransitionID != c.warm.receipt.TransitionID ||
-		cc.activation.TransitionID != p.TransitionID {
+	if cc.activation == nil || cc.activation.TransitionID != p.TransitionID {
 		c.mu.Unlock()
 		return fmt.Errorf("activate warm transition: %w: not this connection's transition", prp.ErrWarmTransition)
 	}
-	r := c.warm.receipt
-	c.epochs = append(c.epochs, Epoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
-	c.identity = r.NewIdentity
-	c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
-	c.commands, c.next, c.warm = c.next, nil, nil
+	var r prp.WarmTransition
+	switch {
+	case c.warm != nil && p.TransitionID == c.warm.receipt.TransitionID:
+		r = c.warm.receipt
+		c.epochs = append(c.epochs, Epoch{Identity: c.identity, AckedSourceSeq: c.acked, Events: c.events, Results: c.results, Receipt: r})
+		c.identity = r.NewIdentity
+		c.acked, c.events, c.canon, c.results = 0, nil, nil, map[string]json.RawMessage{}
+		c.commands, c.next, c.warm = c.next, nil, nil
+		c.activated = &r
+	case c.warm == nil && c.activated != nil && p.TransitionID == c.activated.TransitionID:
+		r = *c.activated // applied already; its ack was lost: only the ack again
+	default:
+		c.mu.Unlock()
+		return fmt.Errorf("activate warm transition: %w: not this connection's transition", prp.ErrWarmTransition)
+	}
 	cc.activation = nil
 	c.acking = cc
 	c.notifyLocked()
@@ -809,7 +827,7 @@ func (c *Core) prepareWarm(cc *coreConn, cmd *coreCommand, payload json.RawMessa
 	results := maps.Clone(c.results)
 	results[p.CommandID] = canon
 	c.results = results
-	c.warm = &coreWarm{receipt: r}
+	c.warm, c.activated = &coreWarm{receipt: r}, nil
 	// Commands queued behind the run.attach were never delivered (only the
 	// lowest pending one is): they move to the new identity's journal,
 	// renumbered from 1, keeping their commandId.
