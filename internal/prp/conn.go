@@ -26,6 +26,19 @@ type Conn struct {
 	sess    *Session
 	welcome *Welcome
 	d       *deferral // the inbound frames not yet settled (deferral.go)
+	// prev is the previous connection's command routine, which may still
+	// run a command when this connection authenticates; set before this
+	// connection's routines start, read-only after.
+	prev *routineEnd
+}
+
+// AwaitPrevious waits until the previous connection's command routine has
+// returned (its command, if one still ran, recorded its result). The
+// connection's OnAuthenticated calls it before it admits a command; its
+// queued commands wait for it anyway. False: ctx ended first, or that
+// routine failed (Run is ending with its error).
+func (c *Conn) AwaitPrevious(ctx context.Context) bool {
+	return c.prev.await(ctx)
 }
 
 // Session returns the connection's secure session.

@@ -399,6 +399,9 @@ func (r *loop) warmResultAck(p prp.CommandResultAckPayload) (bool, error) {
 // handshake already required phase "activated" and the exact receipt):
 // send warm_transition_activated; nothing else goes out until its ack.
 func (r *loop) warmActivated(ctx context.Context, c *prp.Conn, wel *prp.Welcome) error {
+	if !c.AwaitPrevious(ctx) {
+		return nil // Run is ending; the rotation resumes with the next process
+	}
 	w := &r.warm
 	w.mu.Lock()
 	rcpt := w.activating
