@@ -102,7 +102,7 @@ func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
 		}
 		seen = gen
 		current := func() bool { _, g := d.get(); return g == gen }
-		conn.prev = prev
+		conn.prev, conn.authed = prev, make(chan struct{})
 		next, err := c.serveConn(ctx, conn, current)
 		prev = next
 		if err != nil {
@@ -148,6 +148,12 @@ func (c *Client) serveConn(ctx context.Context, conn *Conn, current func() bool)
 			c.failFatal(cerr)
 		}
 	}()
+	// The next connection's OnAuthenticated waits for this one's setup
+	// (not for its commands), so the newest connection is set up last.
+	select {
+	case <-conn.authed:
+	case <-ctx.Done():
+	}
 	return end, nil
 }
 
@@ -192,6 +198,7 @@ func (c *Client) commandLoop(ctx context.Context, cancel context.CancelFunc, con
 	defer q.abandon()
 	err := func() error {
 		defer releaseWelcome()
+		defer conn.markAuthed()
 		if c.cfg.OnAuthenticated == nil {
 			return nil
 		}

@@ -182,3 +182,66 @@ func TestNextConnectionAuthenticatesWhileCommandBlocks(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestNewestConnectionSetUpLast: a connection's OnAuthenticated that has
+// not yet called AwaitPrevious (its setup: the runner attaches its sender
+// there) holds back a newer connection's, so the newest connection is
+// always the one set up last, even when its predecessor died meanwhile.
+func TestNewestConnectionSetUpLast(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), dispatchTestBound)
+	defer cancel()
+	core := newTestCore(nil)
+	defer core.Close()
+	ticket, err := core.MintTicket()
+	require.NoError(t, err)
+
+	entered, release, third := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var auths int
+	var setups []int
+	cfg := prp.ClientConfig{Dialer: dialTarget(t, core), Ticket: ticket, ReconnectDelay: time.Millisecond}
+	cfg.OnAuthenticated = func(ctx context.Context, c *prp.Conn, w *prp.Welcome) error {
+		mu.Lock()
+		auths++
+		n := auths
+		mu.Unlock()
+		if n == 2 {
+			close(entered)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		mu.Lock()
+		setups = append(setups, n)
+		mu.Unlock()
+		if n == 3 {
+			close(third)
+		}
+		c.AwaitPrevious(ctx)
+		return nil
+	}
+	_, done := startClient(t, ctx, cfg)
+	require.NoError(t, core.Wait(ctx, func(s control.Snapshot) bool { return s.Authentications == 1 }))
+	core.DropCurrent()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the second connection never reached OnAuthenticated")
+	}
+	require.NoError(t, core.Wait(ctx, func(s control.Snapshot) bool { return s.Authentications == 2 && s.Connected }))
+	core.DropCurrent()
+	require.NoError(t, core.Wait(ctx, func(s control.Snapshot) bool { return s.Authentications == 3 }))
+	close(release)
+	select {
+	case <-third:
+	case <-ctx.Done():
+		t.Fatal("the third connection never reached OnAuthenticated")
+	}
+	mu.Lock()
+	require.Equal(t, []int{1, 2, 3}, setups, "a newer connection was set up before an older one")
+	mu.Unlock()
+	cancel()
+	<-done
+}

@@ -399,9 +399,6 @@ func (r *loop) warmResultAck(p prp.CommandResultAckPayload) (bool, error) {
 // handshake already required phase "activated" and the exact receipt):
 // send warm_transition_activated; nothing else goes out until its ack.
 func (r *loop) warmActivated(ctx context.Context, c *prp.Conn, wel *prp.Welcome) error {
-	if !c.AwaitPrevious(ctx) {
-		return nil // Run is ending; the rotation resumes with the next process
-	}
 	w := &r.warm
 	w.mu.Lock()
 	rcpt := w.activating
@@ -416,6 +413,7 @@ func (r *loop) warmActivated(ctx context.Context, c *prp.Conn, wel *prp.Welcome)
 		return err
 	}
 	warmKillPoint(killReconnected)
+	c.AwaitPrevious(ctx) // false: Run is ending, and with it this hook's routine
 	return nil
 }
 
