@@ -84,8 +84,12 @@ type ClientConfig struct {
 	// welcome.AckedSourceSeq, replay the unacknowledged outbox and admit
 	// the welcome's pending command. The connection's acks may be applied
 	// while it runs: they answer frames sent on this connection, which the
-	// hook sends only after applying the welcome's cursor. It starts only
-	// once every routine of the previous connection has returned.
+	// hook sends only after applying the welcome's cursor. It may start
+	// while the previous connection's command routine still runs a command
+	// (whose wait may need this connection: provider output gated on ACKs,
+	// prp.md §8.5); before it admits a command it calls Conn.AwaitPrevious.
+	// This connection's queued commands start only after that routine
+	// returned.
 	OnAuthenticated func(ctx context.Context, c *Conn, w *Welcome) error
 	// OnControl receives every inbound command, ack, command_result_ack and
 	// warm_transition_activated_ack; ping, lease_renewed and revoke are

@@ -1,6 +1,9 @@
 package prp
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Conn is one authenticated connection as the Client's user sees it.
 //
@@ -26,7 +29,30 @@ type Conn struct {
 	sess    *Session
 	welcome *Welcome
 	d       *deferral // the inbound frames not yet settled (deferral.go)
+	// prev is the previous connection's command routine, which may still
+	// run a command when this connection authenticates; set before this
+	// connection's routines start, read-only after.
+	prev *routineEnd
+	// authed is closed once OnAuthenticated called AwaitPrevious or
+	// returned (markAuthed): the next connection's OnAuthenticated starts
+	// only then. Made before this connection's routines start.
+	authed     chan struct{}
+	authedOnce sync.Once
 }
+
+// AwaitPrevious waits until the previous connection's command routine has
+// returned (its command, if one still ran, recorded its result). The
+// connection's OnAuthenticated calls it once it has set the connection up
+// and before it admits a command; its queued commands wait for it anyway.
+// What the hook does before the call never overlaps a newer connection's
+// OnAuthenticated. False: ctx ended first, or that routine failed (Run is
+// ending with its error).
+func (c *Conn) AwaitPrevious(ctx context.Context) bool {
+	c.markAuthed()
+	return c.prev.await(ctx)
+}
+
+func (c *Conn) markAuthed() { c.authedOnce.Do(func() { close(c.authed) }) }
 
 // Session returns the connection's secure session.
 func (c *Conn) Session() *Session { return c.sess }

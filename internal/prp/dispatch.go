@@ -16,8 +16,9 @@ import (
 //     a command is queued only after every ack that arrived before it was
 //     applied: the per-connection order of acks and commands stays
 //     observable to the core (prp.md §8.4, §8.5).
-//   - The command routine runs OnAuthenticated, then the commands, one at a
-//     time in order. It may block for as long as a command takes (a
+//   - The command routine runs OnAuthenticated, then (once the previous
+//     connection's command routine returned) the commands, one at a time
+//     in order. It may block for as long as a command takes (a
 //     session.open waits up to 60 s) without delaying any ack, so provider
 //     output gated on ACKs (prp.md §8.5 flow control) keeps flowing.
 //
@@ -55,10 +56,39 @@ func (d *dispatcher) get() (*Conn, int) {
 	return d.conn, d.gen
 }
 
+// routineEnd reports the end of one connection's command routine.
+type routineEnd struct {
+	done   chan struct{} // closed once the routine returned
+	failed bool          // the routine's hook failed; written before done closes
+	q      *commandQueue // its commands, which a command_result_ack on the next connection waits for
+}
+
+// ended is the routineEnd of no routine (the first connection's previous).
+func ended() *routineEnd {
+	e := &routineEnd{done: make(chan struct{}), q: newCommandQueue(nil)}
+	close(e.done)
+	return e
+}
+
+// await waits for the routine's end; false when ctx ended first or the
+// routine failed.
+func (e *routineEnd) await(ctx context.Context) bool {
+	select {
+	case <-e.done:
+		return !e.failed
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // dispatchLoop serves the newest connection until a newer one takes over or
-// it ends, then the next; the routines of one connection have all returned
-// before the next connection's OnAuthenticated starts.
+// it ends, then the next. A command still running when its connection ends
+// keeps running while the next connection authenticates (its wait may need
+// that connection: agent output gated on ACKs, prp.md §8.5); the next
+// connection's commands start only after it returned.
 func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
+	prev := ended()
+	defer func() { <-prev.done }()
 	seen := 0
 	for {
 		select {
@@ -72,7 +102,10 @@ func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
 		}
 		seen = gen
 		current := func() bool { _, g := d.get(); return g == gen }
-		if err := c.serveConn(ctx, conn, current); err != nil {
+		conn.prev, conn.authed = prev, make(chan struct{})
+		next, err := c.serveConn(ctx, conn, current)
+		prev = next
+		if err != nil {
 			c.failFatal(err)
 			return
 		}
@@ -83,12 +116,12 @@ func (c *Client) dispatchLoop(ctx context.Context, d *dispatcher) {
 }
 
 // serveConn runs the ack routine (on the calling goroutine) and the command
-// routine of one connection, and returns once both have ended: the
-// connection ended and its queued commands ran, it was superseded, ctx
-// ended, or a hook failed (that error is returned).
-func (c *Client) serveConn(ctx context.Context, conn *Conn, current func() bool) error {
+// routine of one connection. It returns once the ack routine ended (the
+// connection ended, was superseded, or ctx ended), with the end of the
+// command routine, which may still run a command: its fatal error is
+// reported by failFatal. A failed ack hook is returned, after both ended.
+func (c *Client) serveConn(ctx context.Context, conn *Conn, current func() bool) (*routineEnd, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	q := newCommandQueue(conn.d.release)
 	releaseWelcome := q.hold(commandIDs(conn.welcome.PendingCommands))
 	cmdErr := make(chan error, 1)
@@ -98,10 +131,30 @@ func (c *Client) serveConn(ctx context.Context, conn *Conn, current func() bool)
 		cancel()
 	}
 	q.close()
-	if cerr := <-cmdErr; err == nil {
-		err = cerr
+	end := &routineEnd{done: make(chan struct{}), q: q}
+	finish := func() error {
+		defer close(end.done)
+		defer cancel()
+		cerr := <-cmdErr
+		end.failed = cerr != nil
+		return cerr
 	}
-	return err
+	if err != nil {
+		finish()
+		return end, err
+	}
+	go func() {
+		if cerr := finish(); cerr != nil {
+			c.failFatal(cerr)
+		}
+	}()
+	// The next connection's OnAuthenticated waits for this one's setup
+	// (not for its commands), so the newest connection is set up last.
+	select {
+	case <-conn.authed:
+	case <-ctx.Done():
+	}
+	return end, nil
 }
 
 // ackLoop is the ack routine: the link inbox's only consumer.
@@ -124,7 +177,9 @@ func (c *Client) ackLoop(ctx context.Context, conn *Conn, q *commandQueue, curre
 			}
 			continue // settled when its handler returns (commandQueue.settle)
 		case KindCommandResultAck:
-			if !q.waitSettled(ctx, commandIDOf(env.Payload)) {
+			// Its handler may still run on the last connection's routine.
+			id := commandIDOf(env.Payload)
+			if !conn.prev.q.waitSettled(ctx, id) || !q.waitSettled(ctx, id) {
 				return nil
 			}
 		}
@@ -143,6 +198,7 @@ func (c *Client) commandLoop(ctx context.Context, cancel context.CancelFunc, con
 	defer q.abandon()
 	err := func() error {
 		defer releaseWelcome()
+		defer conn.markAuthed()
 		if c.cfg.OnAuthenticated == nil {
 			return nil
 		}
@@ -151,6 +207,9 @@ func (c *Client) commandLoop(ctx context.Context, cancel context.CancelFunc, con
 	if err != nil {
 		cancel()
 		return err
+	}
+	if !conn.prev.await(ctx) {
+		return nil // the last connection's command failed: Run ends with it
 	}
 	for {
 		it, ok := q.pop(ctx)

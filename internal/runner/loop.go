@@ -31,8 +31,10 @@ var errCleanStop = errors.New("clean stop")
 // the durable journal, runs their effects, and ships the outbox and command
 // results on the current connection (prp.md §7, §8).
 //
-// Concurrency: the prp.Client calls onAuthenticated and onControl serially
-// on its dispatch goroutine, so admission and effects never overlap. The
+// Concurrency: the prp.Client runs commands one at a time on a command
+// routine; onAuthenticated may start while the last connection's command
+// still runs, and admits commands only after it returned
+// (Conn.AwaitPrevious), so admission and effects never overlap. The
 // state other routines share is split by concern, each part with its own
 // lock: the sender (sender.go: the connection, the send cursor and the
 // queued results, shipped by its own send routine), the terminal fence
@@ -260,9 +262,11 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 		fact = state.Event{Type: typ, Priority: state.P0,
 			Payload: jsonenc.MustMarshal(map[string]any{"connectionId": c.Session().ConnectionID, "protocolVersion": v})}
 	}
-	fenced := r.store.PendingTerminalDelivery() != nil
-	// One write for the connection's facts (each write is two fsyncs).
+	// One write for the connection's facts (each write is two fsyncs). The
+	// last connection's command may still run (and set a terminal fence):
+	// the fence is read in the write.
 	err := r.update(func(tx *state.Tx) error {
+		fenced := tx.Fenced()
 		if err := tx.SetProtocolVersion(v); err != nil {
 			return err
 		}
@@ -295,6 +299,14 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 
 	r.send.attach(c, v)
 	r.log.Info("connected", "connectionId", c.Session().ConnectionID, "version", v, "first", first)
+
+	// A command of the last connection may still run: its wait may need
+	// this connection's cursor and sender (agent output gated on ACKs,
+	// prp.md §8.5). What follows admits commands and settles results, so
+	// it waits for that command's result.
+	if !c.AwaitPrevious(ctx) {
+		return nil // Run is ending (ctx, or that command's fatal error)
+	}
 
 	// A result without effect sent on the last connection may never be
 	// acknowledged now: this connection's welcome says what comes next.

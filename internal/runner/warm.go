@@ -413,6 +413,7 @@ func (r *loop) warmActivated(ctx context.Context, c *prp.Conn, wel *prp.Welcome)
 		return err
 	}
 	warmKillPoint(killReconnected)
+	c.AwaitPrevious(ctx) // false: Run is ending, and with it this hook's routine
 	return nil
 }
 

@@ -86,6 +86,10 @@ func (tx *Tx) SetTerminalFence(r CommandResult, l Lifecycle) error {
 	return nil
 }
 
+// Fenced reports whether a terminal command's result awaits delivery
+// (pendingTerminalDelivery) in this transaction.
+func (tx *Tx) Fenced() bool { return tx.st.PendingTerminalDelivery != nil }
+
 // ClearTerminalFence clears pendingTerminalDelivery after the result was
 // acknowledged and the outbox flushed (prp.md §7.4).
 func (tx *Tx) ClearTerminalFence() { tx.st.PendingTerminalDelivery = nil }
