@@ -43,7 +43,11 @@ func TestShutdownWithoutAcks(t *testing.T) {
 			stop := since(evs, len(before))
 			require.Equal(t, 1, count(stop, "harness.exited"), "the exit frame is consumed, not abandoned: %v", types(stop))
 			ex := payloadOf(stop, "harness.exited")
-			require.NotNil(t, ex["exitCode"], "the agent's own exit, from its exit frame: %v", ex)
+			// The frame carries the agent's code, or the signal when pcwrap's
+			// shutdown ended it before it left on stdin's end; without either
+			// the event was made without the frame.
+			require.True(t, ex["exitCode"] != nil || ex["signal"] != nil,
+				"the agent's own exit, from its exit frame: %v", ex)
 			if tc.prompt != "" {
 				require.Equal(t, 1, count(evs, "run.terminal"), "the turn in flight ends once: %v", types(stop))
 			}
