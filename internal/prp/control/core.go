@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
@@ -200,6 +201,11 @@ type coreConn struct {
 	replayOnly bool
 	// activation is the receipt this connection authenticated to activate.
 	activation *prp.WarmTransition
+	// revoking: Revoke has revoked this connection's lease and its revoke
+	// frame may not be on the wire yet. A frame the runner sent meanwhile
+	// is ignored, not answered by closing: a close then could overtake the
+	// revoke, and the runner would see a plain disconnect.
+	revoking atomic.Bool
 }
 
 // NewCore returns a core for one runner registration.
@@ -495,6 +501,9 @@ func (c *Core) inspect(cc *coreConn, pt []byte) (prp.FrameAction, error) {
 		return 0, err
 	}
 	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
+		if cc.revoking.Load() {
+			return prp.FrameConsumed, nil
+		}
 		return 0, errLeaseNotUsable
 	}
 	var p prp.PongPayload
@@ -553,6 +562,9 @@ func (c *Core) handle(cc *coreConn, pt []byte) error {
 		return err
 	}
 	if _, ok := c.store.LeaseState(cc.lease.ID, time.Now()); !ok {
+		if cc.revoking.Load() {
+			return nil
+		}
 		return errLeaseNotUsable // every later frame, lease_renew included (scenario 27)
 	}
 	switch env.Kind {
@@ -986,8 +998,10 @@ func (c *Core) Revoke(epoch int64) error {
 	if cur == nil {
 		return prp.ErrNotConnected
 	}
+	cur.revoking.Store(true)
 	p, err := c.store.Revoke(cur.lease.ID, epoch)
 	if err != nil {
+		cur.revoking.Store(false)
 		return err
 	}
 	return c.sendOn(cur, prp.KindRevoke, "", p)
