@@ -107,6 +107,14 @@ func (h host) AfterCommit(fn func(ctx context.Context)) {
 
 func (h host) Deliver(d provider.Driver, record func(), in []provider.Inbound) error {
 	m := h.m
+	// The agent reader's two waits (deliver): room in the commit queue,
+	// then prp.md §8.5's flow control. While they hold, the provider's
+	// stream waits unread and its next delivery takes all that arrived.
+	// At the supervisor's end nothing is committed: the provider keeps
+	// what it said, and a restart recovers it from there.
+	if m.commits.awaitRoom(m.ctx) != nil || m.awaitDrained(m.ctx) != nil {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.proc

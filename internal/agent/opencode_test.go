@@ -3,8 +3,11 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -183,5 +186,69 @@ func TestOpenCode04_Permission(t *testing.T) {
 			require.Equal(t, 1, count(evs, "runtime_request.resolved"), "%v", types(evs))
 			require.Equal(t, tc.status, payloadOf(evs, "tool.execution.completed")["status"])
 		})
+	}
+}
+
+// TestOpenCodeBurstCommitsInBatches: OpenCode's event stream follows the
+// agent reader's waits (the commit queue, then prp.md §8.5's flow
+// control), and what arrived meanwhile goes in one durable write: a burst
+// of deltas held at the gate costs a few writes, not one each, and every
+// delta arrives once, in order.
+func TestOpenCodeBurstCommitsInBatches(t *testing.T) {
+	const words = 400
+	r := newOpenCodeRig(t)
+	r.prepareOpenCode()
+	r.open()
+	n := len(r.sink.waitEvent(t, "session.started"))
+	gate := make(chan struct{})
+	r.sink.mu.Lock()
+	r.sink.gate = gate // nothing sent is acknowledged until the burst is over
+	r.sink.mu.Unlock()
+
+	ws := make([]string, words)
+	for i := range ws {
+		ws[i] = fmt.Sprintf("w%d", i)
+	}
+	text := strings.Join(ws, " ")
+	r.turn("FAKEOC: text " + text)
+	r.m.mu.Lock()
+	rec := opencode.ReadRecord(r.m.cl.Core)
+	r.m.mu.Unlock()
+	waitOpenCodeIdle(t, rec.URL, rec.Password)
+	r.sink.mu.Lock()
+	before := r.sink.commits
+	r.sink.mu.Unlock()
+	close(gate)
+
+	evs := since(r.sink.waitEvent(t, "run.terminal"), n)
+	r.sink.mu.Lock()
+	writes := r.sink.commits - before
+	r.sink.mu.Unlock()
+	require.Equal(t, text, said(evs), "every delta once, in order")
+	require.Equal(t, 1, count(evs, "turn.completed"))
+	t.Logf("%d deltas in %d durable writes", words, writes)
+	require.Less(t, writes, words/4, "a held burst is committed in batches")
+}
+
+// waitOpenCodeIdle waits until the OpenCode server at url reports no busy
+// session: the turn's events are all published.
+func waitOpenCodeIdle(t *testing.T, url, password string) {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for {
+		req, err := http.NewRequest(http.MethodGet, url+"/session/status", nil)
+		require.NoError(t, err)
+		req.SetBasicAuth("opencode", password)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var busy map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&busy)
+		resp.Body.Close()
+		require.NoError(t, err)
+		if len(busy) == 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the OpenCode turn did not end within %v", testWait)
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -24,6 +24,11 @@ const (
 	// maxListenLine bounds the stdout prefix searched for the listening
 	// line (a few log lines; OpenCode prints it first).
 	maxListenLine = 64 << 10
+	// maxDeliverBatch bounds the messages one durable write takes from
+	// the event stream: what is already buffered when a message arrives
+	// joins it, up to this many. It mirrors the agent reader's bound on
+	// one batch (128 events, an outbox group's bound).
+	maxDeliverBatch = 128
 	// passwordBytes is the entropy of a server password (256 bits).
 	passwordBytes = 32
 	// reconnectDelay is the pause before the event stream is reopened

@@ -308,6 +308,11 @@ func (s *stream) next() (event, error) {
 	}
 }
 
+// ready reports whether next would return an event's data without
+// reading the connection (an event that then fails to decode is skipped,
+// and next reads on).
+func (s *stream) ready() bool { return s.sse.ready() }
+
 // Close ends the stream.
 func (s *stream) Close() error { return s.body.Close() }
 

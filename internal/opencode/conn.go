@@ -194,24 +194,33 @@ func (c *Conn) stream(ctx context.Context, failures *int) error {
 	}
 	*failures = 0
 	c.readyOnce.Do(func() { close(c.ready) })
+	// Messages of events already buffered join one delivery, so a burst
+	// of deltas costs a few durable writes, not one each; a delivery
+	// never waits for bytes not yet received.
+	var pending []provider.Inbound
 	for {
 		ev, err := s.next()
 		if err != nil {
+			if len(pending) > 0 { // a buffered event failed to decode, then the stream ended
+				c.sink(c.state(), pending)
+			}
 			if err == io.EOF {
 				return errors.New("read event stream: closed by the server")
 			}
 			return err
 		}
 		c.mu.Lock()
-		in := translate(&c.st, ev)
+		pending = append(pending, translate(&c.st, ev)...)
 		idle := c.st.Idle
+		deliver := len(pending) > 0 && (idle || len(pending) >= maxDeliverBatch || !s.ready())
 		var snap State
-		if len(in) > 0 {
+		if deliver {
 			snap = c.st.clone()
 		}
 		c.mu.Unlock()
-		if len(in) > 0 {
-			c.sink(snap, in)
+		if deliver {
+			c.sink(snap, pending)
+			pending = nil
 		}
 		if idle {
 			if err := c.reconcile(ctx); err != nil {

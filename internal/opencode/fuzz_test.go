@@ -3,6 +3,7 @@ package opencode
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -82,6 +83,39 @@ func FuzzRecover(f *testing.F) {
 			for _, m := range in {
 				if m.Update != nil && m.Update.Content != nil && m.Update.Content.Text != "" {
 					t.Fatalf("second recovery emitted text again: %q", m.Update.Content.Text)
+				}
+			}
+		}
+	})
+}
+
+// FuzzSSEReaderReady: whenever ready says an event is in hand, next
+// returns it (or refuses it by its bound) without reading again.
+func FuzzSSEReaderReady(f *testing.F) {
+	f.Add([]byte("data: a\n\ndata: b\n\n: c\n\ndata: d\n"))
+	f.Add([]byte("data: a\r\n\r\ndata\n\ndatum: x\n\n"))
+	f.Add([]byte("data: a\n\ndata: b\r\rdata: c\n\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 32<<10 {
+			return
+		}
+		src := &oneShot{data: b}
+		r := newSSEReader(src, 256)
+		for {
+			if _, err := r.next(); err != nil {
+				return
+			}
+			for r.ready() {
+				reads := src.reads
+				_, err := r.next()
+				if src.reads != reads {
+					t.Fatalf("ready, yet next read the connection again")
+				}
+				if errors.Is(err, errEventTooLarge) {
+					return
+				}
+				if err != nil {
+					t.Fatalf("ready, yet next failed: %v", err)
 				}
 			}
 		}

@@ -74,6 +74,38 @@ func (s *sseReader) next() ([]byte, error) {
 	}
 }
 
+// ready reports whether a whole event with data is already buffered, so
+// next would return without reading the connection. It looks only at the
+// bytes in hand and never blocks; a bare \r in them answers false (next
+// still reads it right; the caller only stops batching).
+func (s *sseReader) ready() bool {
+	if len(s.queue) > 0 || s.eof {
+		return false
+	}
+	buf, _ := s.r.Peek(s.r.Buffered())
+	data := false
+	for len(buf) > 0 {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			return false
+		}
+		line := buf[:i]
+		buf = buf[i+1:]
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		switch {
+		case bytes.IndexByte(line, '\r') >= 0:
+			return false
+		case len(line) == 0:
+			if data {
+				return true
+			}
+		case bytes.HasPrefix(line, []byte("data")) && (len(line) == 4 || line[4] == ':'):
+			data = true
+		}
+	}
+	return false
+}
+
 // line reads one line without its terminator (\n, \r\n or \r), bounded
 // by the event bound.
 func (s *sseReader) line() ([]byte, error) {

@@ -104,3 +104,61 @@ func TestNewPassword(t *testing.T) {
 	require.Len(t, a, 43) // 32 bytes, base64url without padding
 	require.Equal(t, envPassword+"="+a, serverEnv(a))
 }
+
+// oneShot hands its bytes over in one read, then reports that nothing
+// more has arrived: what a connection looks like between two writes.
+type oneShot struct {
+	data  []byte
+	reads int
+}
+
+var errNothingYet = errors.New("nothing more has arrived")
+
+func (o *oneShot) Read(p []byte) (int, error) {
+	o.reads++
+	if len(o.data) == 0 {
+		return 0, errNothingYet
+	}
+	n := copy(p, o.data)
+	o.data = o.data[n:]
+	return n, nil
+}
+
+// TestSSEReaderReady: ready is true exactly when a whole event with data
+// is already in hand, so a batch of buffered events never waits for the
+// connection.
+func TestSSEReaderReady(t *testing.T) {
+	cases := []struct {
+		name, rest string
+		ready      bool
+	}{
+		{"whole event", "data: b\n\n", true},
+		{"crlf event", "data: b\r\n\r\n", true},
+		{"bare data field", "data\n\n", true},
+		{"two events", "data: b\n\ndata: c\n\n", true},
+		{"nothing", "", false},
+		{"half an event", "data: b\n", false},
+		{"half a line", "data: b", false},
+		{"comment only", ": keepalive\n\n", false},
+		{"comment then half", ": keepalive\n\ndata: b\n", false},
+		{"other field only", "event: x\n\n", false},
+		{"field named like data", "datum: b\n\n", false},
+		{"bare cr", "data: b\r\rdata: c\n\n", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &oneShot{data: []byte("data: a\n\n" + tc.rest)}
+			r := newSSEReader(src, 0)
+			d, err := r.next()
+			require.NoError(t, err)
+			require.Equal(t, "a", string(d))
+			require.Equal(t, tc.ready, r.ready())
+			if tc.ready {
+				reads := src.reads
+				_, err := r.next()
+				require.NoError(t, err)
+				require.Equal(t, reads, src.reads, "a ready event is read from the buffer alone")
+			}
+		})
+	}
+}
