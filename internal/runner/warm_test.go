@@ -377,36 +377,57 @@ func TestWarmAttachInexactReceipt(t *testing.T) {
 		res := wr.h.waitResult(wr.h.queue("turn.start", `{"text":"echo after"}`).CommandID)
 		require.Equal(t, "completed", res.Status, string(res.Result))
 	})
-	t.Run("command_result_ack", func(t *testing.T) {
-		wr := newWarmRig(t, false)
-		h := wr.h
-		h.core.TamperWarmReceipts(1, 0)
-		h.queue(prp.CommandRunAttach, wr.attachPayload(nextIdentity, nil))
-		err := wr.run.wait(t)
-		require.Error(t, err)
-		require.Contains(t, err.Error(), "another warm transition receipt")
-		st := h.readState()
-		require.Equal(t, state.WarmTransitionSchema, st.Schema)
-		require.Equal(t, testIdentity.RunID, st.RunID, "the old identity until the core's word")
-		w, err := st.PendingWarm()
-		require.NoError(t, err)
-		require.Equal(t, state.WarmPrepared, w.Phase)
+	for _, expired := range []bool{false, true} {
+		name := "command_result_ack"
+		if expired {
+			name += "_lease_expired"
+		}
+		t.Run(name, func(t *testing.T) { inexactAckSettlesForward(t, expired) })
+	}
+}
 
-		require.True(t, h.core.SettleWarmForward())
-		cfg := h.config(false, "--pcwrap-path", testbin.Path(t, "pcwrap"))
-		cfg.Identity = nextIdentity
-		u, err := url.Parse(wr.connection["connectUrl"].(string))
-		require.NoError(t, err)
-		cfg.ConnectURL = u
-		h.start(cfg, options{})
-		h.waitCore(func(s control.Snapshot) bool {
-			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.reconciled")) == 1
-		})
-		res := h.waitResult(h.queue("turn.start", `{"text":"echo after"}`).CommandID)
-		require.Equal(t, "completed", res.Status, string(res.Result))
-		res = h.waitResult(h.queue("session.open", `{"reuse":"same_session"}`).CommandID)
-		require.Equal(t, wr.pid, processIDOf(t, res.Result), "the same agent")
+// inexactAckSettlesForward is TestWarmAttachInexactReceipt's
+// command_result_ack case; with expired, the receipt's lease ran out
+// while runnerd was gone, which must not keep the core from settling
+// forward (the server settles from its own records).
+func inexactAckSettlesForward(t *testing.T, expired bool) {
+	wr := newWarmRig(t, false)
+	h := wr.h
+	h.core.TamperWarmReceipts(1, 0)
+	h.queue(prp.CommandRunAttach, wr.attachPayload(nextIdentity, nil))
+	err := wr.run.wait(t)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "another warm transition receipt")
+	st := h.readState()
+	require.Equal(t, state.WarmTransitionSchema, st.Schema)
+	require.Equal(t, testIdentity.RunID, st.RunID, "the old identity until the core's word")
+	w, err := st.PendingWarm()
+	require.NoError(t, err)
+	require.Equal(t, state.WarmPrepared, w.Phase)
+
+	if expired {
+		receipt := h.core.Snapshot().Warm
+		require.NotNil(t, receipt)
+		lease, ok := h.core.Store().LeaseState(receipt.LeaseID, time.Now())
+		require.True(t, ok)
+		lease.Token = "lease_expired_in_the_outage"
+		lease.ExpiresAtUnixMs = time.Now().Add(-time.Second).UnixMilli()
+		h.core.Store().AddLease(lease)
+	}
+	require.True(t, h.core.SettleWarmForward())
+	cfg := h.config(false, "--pcwrap-path", testbin.Path(t, "pcwrap"))
+	cfg.Identity = nextIdentity
+	u, err := url.Parse(wr.connection["connectUrl"].(string))
+	require.NoError(t, err)
+	cfg.ConnectURL = u
+	h.start(cfg, options{})
+	h.waitCore(func(s control.Snapshot) bool {
+		return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "runner.reconciled")) == 1
 	})
+	res := h.waitResult(h.queue("turn.start", `{"text":"echo after"}`).CommandID)
+	require.Equal(t, "completed", res.Status, string(res.Result))
+	res = h.waitResult(h.queue("session.open", `{"reuse":"same_session"}`).CommandID)
+	require.Equal(t, wr.pid, processIDOf(t, res.Result), "the same agent")
 }
 
 // TestWarmCommandQueuedWhileActivationAckSends: a command queued the moment

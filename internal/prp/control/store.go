@@ -191,6 +191,15 @@ func (m *MemoryCredentialStore) LeaseState(leaseID string, now time.Time) (prp.L
 	return r.lease, !r.revoked && r.lease.ExpiresAtUnixMs > now.UnixMilli()
 }
 
+// Revoked reports whether the lease is known and revoked (expired or
+// not).
+func (m *MemoryCredentialStore) Revoked(leaseID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.byLeaseIDLocked(leaseID)
+	return r != nil && r.revoked
+}
+
 // renewLease applies a lease_renew as CP #renewLease does: the stated epoch
 // must match and the stated expiry must be > 0 and ≤ the recorded one. A
 // stated expiry equal to the recorded one extends it to max(recorded,

@@ -258,9 +258,17 @@ func (c *Core) TrySettleWarmForward() (bool, error) {
 		return false, nil
 	}
 	r := *s.Warm
-	lease, ok := c.Store().LeaseState(r.LeaseID, time.Now())
-	if !ok {
-		return false, fmt.Errorf("settle warm transition: the receipt's lease %s is expired or revoked", r.LeaseID)
+	now := time.Now()
+	lease, ok := c.Store().LeaseState(r.LeaseID, now)
+	switch {
+	case lease.ID == "" || c.Store().Revoked(r.LeaseID):
+		return false, fmt.Errorf("settle warm transition: the receipt's lease %s is unknown or revoked", r.LeaseID)
+	case !ok:
+		// Expired while the runner was gone (its outage outlived the
+		// lease). The server settles from its own records, lease or not;
+		// this stand-in speaks the protocol, so it extends the lease for
+		// its one connection.
+		lease.ExpiresAtUnixMs = now.Add(c.bound()).UnixMilli()
 	}
 	lease.Token = "lease_prptest_settle_" + strings.TrimPrefix(r.TransitionID, "sha256:")
 	c.Store().AddLease(lease)
