@@ -56,6 +56,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sandbox"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
+	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/terminal"
 	"github.com/pcrunner/pcrunner/internal/toolcall"
 	"github.com/pcrunner/pcrunner/internal/workspace"
@@ -407,8 +408,8 @@ func (m *Manager) setMapper() {
 		return
 	}
 	_, secrets := acpx.AgentEnv(b.Agent, m.cfg.Environ)
-	m.mapper = provider.Mapper{Redactor: provider.NewRedactor(secrets...), Provider: b.Agent, Cwd: b.Cwd,
-		ContractRevision: b.ContractRevision, CriterionIDs: b.CriterionIDs}
+	m.mapper = provider.Mapper{Redactor: provider.NewRedactor(secrets...), OpenSecret: state.OpenSecretStart,
+		Provider: b.Agent, Cwd: b.Cwd, ContractRevision: b.ContractRevision, CriterionIDs: b.CriterionIDs}
 	if d, ok := m.newDriver(b.Driver).(provider.EventNamer); ok {
 		m.mapper.Adapter, m.mapper.Driver = d.EventNames()
 	}

@@ -29,6 +29,11 @@ const (
 	// maxItemBody bounds the text an open item accumulates: the whole of
 	// it may travel as an output body (workspace.md §7.2).
 	maxItemBody = outputbody.MaxBodyBytes
+	// maxHeldText bounds the text a streamed item holds back while it may
+	// be the start of a credential (Mapper.OpenSecret): a private key
+	// block of a 4096-bit RSA key is about 3.3 KB. Past it the text goes
+	// out as it is, sanitised one delta at a time.
+	maxHeldText = 16 << 10
 	// maxToolOutput is toolExecution.output maxLength.
 	maxToolOutput = 65536
 	// maxShortText is the schema's shortText maxLength.
@@ -106,6 +111,9 @@ type ItemState struct {
 	Target    string `json:"target,omitempty"`
 	ReadOnly  *bool  `json:"readOnly,omitempty"`
 	Status    string `json:"status,omitempty"`
+	// Held is streamed text not yet sent: it may be the start of a
+	// credential the next chunk completes (Mapper.chunk).
+	Held string `json:"held,omitempty"`
 }
 
 // Ending is how a turn finished, as PRP sees it.
@@ -143,6 +151,10 @@ type Descriptor struct {
 type Mapper struct {
 	// Redactor scrubs every text that reaches a payload.
 	Redactor *Redactor
+	// OpenSecret is the outbox sanitiser's rule for streamed text: the
+	// least index from which a text may start a credential that more text
+	// completes (state.OpenSecretStart); nil holds nothing back for it.
+	OpenSecret func(string) int
 	// Provider names the agent in usage receipts (the descriptor's agent).
 	Provider string
 	// Cwd relativises tool targets; absolute paths outside it are dropped.
@@ -249,17 +261,46 @@ func (mp Mapper) chunk(st *MapState, turnID string, u SessionUpdate) []Event {
 	if u.Kind == UpdateAgentThoughtChunk {
 		kind = "reasoning"
 	}
-	text := ""
+	raw := ""
 	if u.Content != nil && u.Content.Type == "text" {
-		text = mp.Redactor.String(u.Content.Text)
+		raw = u.Content.Text
 	}
 	key := kind + ":" + u.MessageID
 	it, evs := mp.item(st, turnID, key, kind)
 	if kind == "assistant_message" {
 		st.LastMessage = key
 	}
-	if text == "" {
+	if raw == "" {
 		return evs
+	}
+	// Each delta is sanitised on its own, so text that may begin a
+	// credential waits for the chunk that completes or ends it.
+	s := it.Held + raw
+	cut := mp.openSecret(s)
+	it.Held = s[cut:]
+	return append(evs, mp.delta(it, turnID, s[:cut])...)
+}
+
+// openSecret is the least index of s that may start a secret more text
+// completes (a known value or a credential shape), or len(s); a held
+// tail past maxHeldText is let go.
+func (mp Mapper) openSecret(s string) int {
+	cut := mp.Redactor.OpenStart(s)
+	if mp.OpenSecret != nil {
+		cut = min(cut, mp.OpenSecret(s))
+	}
+	if len(s)-cut > maxHeldText {
+		return len(s)
+	}
+	return cut
+}
+
+// delta scrubs text, adds it to the item's text and yields its item.delta
+// (nothing for empty text).
+func (mp Mapper) delta(it *ItemState, turnID, text string) []Event {
+	text = mp.Redactor.String(text)
+	if text == "" {
+		return nil
 	}
 	if !it.Truncated {
 		if len(it.Text)+len(text) > maxItemBody {
@@ -269,8 +310,8 @@ func (mp Mapper) chunk(st *MapState, turnID string, u SessionUpdate) []Event {
 			it.Text += text
 		}
 	}
-	return append(evs, Event{EventType: prp.EventItemDelta, Priority: P2, TurnID: turnID, ItemID: it.ItemID,
-		Payload: map[string]any{"kind": kind, "text": text}})
+	return []Event{{EventType: prp.EventItemDelta, Priority: P2, TurnID: turnID, ItemID: it.ItemID,
+		Payload: map[string]any{"kind": it.Kind, "text": text}}}
 }
 
 // item returns the open item for key, starting it if needed.
@@ -735,6 +776,9 @@ func (mp Mapper) Settle(st *MapState, s Settlement) []Event {
 				Event{EventType: prp.EventItemCompleted, Priority: P1, TurnID: s.TurnID, ItemID: it.ItemID,
 					Payload: map[string]any{"kind": "tool_call", "title": it.Name, "status": status}})
 		} else {
+			// What the item held back leaves now, whole.
+			evs = append(evs, mp.delta(it, s.TurnID, it.Held)...)
+			it.Held = ""
 			inline := truncateUTF8(it.Text, maxItemText)
 			p := map[string]any{"kind": it.Kind, "text": inline}
 			if it.Truncated || len(inline) < len(it.Text) {

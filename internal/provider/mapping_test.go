@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/state"
 	"github.com/pcrunner/pcrunner/internal/testutil/prpschema"
 )
 
@@ -265,6 +266,49 @@ func TestSettleEmitsAcceptedResult(t *testing.T) {
 			require.Contains(t, string(b), "12345678901234567890", "numbers are kept as written")
 			require.Equal(t, "blocked", evs[len(evs)-1].Payload["reportedWorkDisposition"])
 			require.Nil(t, st.SemanticResult, "the result belongs to its turn")
+		}
+	}
+}
+
+// TestChunkHoldsSplitSecret: a credential split across two message chunks
+// (a shape the outbox sanitiser masks, or a known value) leaves in one
+// item.delta, so sanitising each delta on its own still masks it; the
+// deltas together are the message, and what an item still holds leaves
+// with its settlement.
+func TestChunkHoldsSplitSecret(t *testing.T) {
+	token := "ghp_" + strings.Repeat("T", 36)
+	for _, text := range []string{
+		"my token is " + token + " and more",
+		"key " + testSecret + " done",
+		"ends with " + token,
+	} {
+		for cut := 0; cut <= len(text); cut++ {
+			mp := testMapper()
+			mp.OpenSecret = state.OpenSecretStart
+			st := &MapState{}
+			evs := mp.TurnStarted(st, "turn-1")
+			for _, part := range []string{text[:cut], text[cut:]} {
+				b, _ := json.Marshal(map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": "m-1",
+					"content": map[string]any{"type": "text", "text": part}})
+				evs = append(evs, mp.Update(st, "turn-1", upd(t, string(b)))...)
+			}
+			evs = append(evs, mp.Settle(st, Settlement{TurnID: "turn-1", Ending: EndCompleted, StopReason: StopEndTurn})...)
+			var said, sent strings.Builder
+			for _, e := range evs {
+				if e.EventType != "item.delta" {
+					continue
+				}
+				d := e.Payload["text"].(string)
+				said.WriteString(d)
+				sent.WriteString(state.RedactSecrets(d)) // the outbox sanitises each delta alone
+			}
+			want := mp.Redactor.String(text)
+			require.Equal(t, want, said.String(), "the deltas are the message (cut %d)", cut)
+			require.NotContains(t, sent.String(), "TTTT", "cut %d", cut)
+			require.NotContains(t, sent.String(), "SECRET", "cut %d", cut)
+			for _, it := range st.Items {
+				require.Empty(t, it.Held, "nothing is held past the settlement")
+			}
 		}
 	}
 }

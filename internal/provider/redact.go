@@ -49,3 +49,23 @@ func (r *Redactor) String(s string) string {
 	}
 	return credentialShapes.ReplaceAllString(s, redacted)
 }
+
+// OpenStart returns the least index from which the end of s may be the
+// start of a known secret value, cut short; len(s) when none is. A
+// streamer holds s from there until more text decides, so a value split
+// across two chunks is still scrubbed whole.
+func (r *Redactor) OpenStart(s string) int {
+	open := len(s)
+	if r == nil {
+		return open
+	}
+	for _, sec := range r.secrets {
+		for j := max(0, len(s)-len(sec)+1); j < open; j++ {
+			if s[j] == sec[0] && strings.HasPrefix(sec, s[j:]) {
+				open = j
+				break
+			}
+		}
+	}
+	return open
+}

@@ -174,3 +174,27 @@ func FuzzMayHoldSecret(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOpenSecretStart: for any text cut into any deltas, the pieces a
+// streamer sends split no match of the sanitiser, and sanitising them one
+// by one equals sanitising the whole.
+func FuzzOpenSecretStart(f *testing.F) {
+	f.Add("token ghp_TTTTTTTTTTTTTTTTTTTTTTTT end", []byte{3, 9, 1})
+	f.Add("Bearer abcdefghijk -----BEGIN EC PRIVATE KEY-----\nx\n-----END EC PRIVATE KEY-----", []byte{7, 20, 2})
+	f.Add("sk-ant-aaaaaaaaaaaaaaaaaaaa AKIAABCDEFGHIJKLMNOP xoxp-0123456789", []byte{1, 1, 30})
+	f.Fuzz(func(t *testing.T, text string, sizes []byte) {
+		if len(text) > 4096 {
+			return
+		}
+		var chunks []string
+		for i := 0; len(text) > 0; i++ {
+			n := len(text)
+			if len(sizes) > 0 {
+				n = min(n, int(sizes[i%len(sizes)])%64+1)
+			}
+			chunks = append(chunks, text[:n])
+			text = text[n:]
+		}
+		requireNoMatchSplit(t, chunks)
+	})
+}
