@@ -53,13 +53,20 @@ func newAgentRigWith(t *testing.T, tweak func(*control.Config), extra ...string)
 // stops its agents) if the test did not.
 func (r *agentRig) start(t *testing.T) *exec.Cmd {
 	t.Helper()
+	cmd, _ := r.startLogged(t)
+	return cmd
+}
+
+// startLogged is start, returning runnerd's stderr as well.
+func (r *agentRig) startLogged(t *testing.T) (*exec.Cmd, *syncbuf.Buffer) {
+	t.Helper()
 	cmd, stderr := r.startCapturing(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("runnerd (pid %d) stderr:\n%s", cmd.Process.Pid, tail(stderr.String(), 40))
 		}
 	})
-	return cmd
+	return cmd, stderr
 }
 
 // tail returns the last n lines of s.
