@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -74,5 +76,24 @@ func TestCommandSpanningReconnectSeesItsOutputDelivered(t *testing.T) {
 		require.JSONEq(t, `{"reachedBound":false}`, string(res.Result),
 			"the open's output reached the core only after the open's own bound")
 		requireEachEventOnceAllowing(t, h.core.Snapshot())
+	})
+}
+
+// TestStartupMemoryReleasedOnceAtFirstConnection: the release of start-up
+// memory (a forced collection in runnerd) runs when the process's first
+// connection is set up, and a reconnect does not run it again.
+func TestStartupMemoryReleasedOnceAtFirstConnection(t *testing.T) {
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		var released atomic.Int32
+		h.start(h.config(false), options{ReleaseStartupMemory: func() { released.Add(1) }})
+		h.waitResult(h.queue(prp.CommandSessionSnapshot, `{}`).CommandID)
+		synctest.Wait() // the connection's setup has returned
+		require.EqualValues(t, 1, released.Load(), "released at the first connection")
+
+		h.core.DropCurrent()
+		h.waitCore(func(s control.Snapshot) bool { return s.Authentications == 2 })
+		h.waitResult(h.queue(prp.CommandSessionSnapshot, `{}`).CommandID)
+		synctest.Wait()
+		require.EqualValues(t, 1, released.Load(), "a reconnect releases nothing more")
 	})
 }
