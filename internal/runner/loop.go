@@ -74,10 +74,6 @@ type loop struct {
 	// committer's. Set and cleared by the command routine.
 	deferred atomic.Pointer[prp.Command]
 
-	// releaseStartup is options.ReleaseStartupMemory made once-only, nil
-	// without it (see connected).
-	releaseStartup func()
-
 	// lostAt is when the current outage began (r.clk, Unix nanoseconds),
 	// 0 while connected or before the first loss of this process: written
 	// by OnLost on the client's supervisor, read by the command routine.
@@ -130,9 +126,6 @@ func newLoop(cfg config.Config, st *state.Store, logger *slog.Logger, opts optio
 	r.frames = newFrameLimit(int(cfg.MaxFrameBytes))
 	r.started = r.clk.Now()
 	r.susp = &suspender{kick: make(chan struct{}, 1), lastActivity: r.started}
-	if opts.ReleaseStartupMemory != nil {
-		r.releaseStartup = sync.OnceFunc(opts.ReleaseStartupMemory)
-	}
 	for typ, mk := range opts.Handlers {
 		if !loopOwned(typ) {
 			r.handlers[typ] = mk(r.emit)
@@ -342,16 +335,6 @@ func (r *loop) connected(ctx context.Context, c *prp.Conn, w *prp.Welcome, activ
 		r.warm.resendPrepared(r.send, id)
 	}
 	r.kick() // a suspend recorded by an earlier process finishes now
-	if r.releaseStartup != nil {
-		// Start-up (package initialisation, opening or migrating the
-		// store, the first handshake) leaves garbage that no collection
-		// has reclaimed yet, and an idle runner allocates too little to
-		// start one for minutes: its pages stay resident until then. One
-		// collection that also returns the free pages to the kernel,
-		// after the welcome's commands were dispatched, costs a few
-		// milliseconds once and lowers idle RSS by about 0.5 MiB.
-		r.releaseStartup()
-	}
 	return nil
 }
 

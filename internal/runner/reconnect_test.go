@@ -79,16 +79,20 @@ func TestCommandSpanningReconnectSeesItsOutputDelivered(t *testing.T) {
 	})
 }
 
-// TestStartupMemoryReleasedOnceAtFirstConnection: the release of start-up
-// memory (a forced collection in runnerd) runs when the process's first
-// connection is set up, and a reconnect does not run it again.
-func TestStartupMemoryReleasedOnceAtFirstConnection(t *testing.T) {
+// TestStartupMemoryReleasedOnceBeforeFirstConnection: the release of
+// start-up memory (a forced collection in runnerd) runs once per process,
+// after start-up and before the core sees a connection; a reconnect does not
+// run it again.
+func TestStartupMemoryReleasedOnceBeforeFirstConnection(t *testing.T) {
 	simTest(t, nil, func(t *testing.T, h *harness) {
-		var released atomic.Int32
-		h.start(h.config(false), options{ReleaseStartupMemory: func() { released.Add(1) }})
+		var released, authenticatedBefore atomic.Int32
+		h.start(h.config(false), options{ReleaseStartupMemory: func() {
+			released.Add(1)
+			authenticatedBefore.Store(int32(h.core.Snapshot().Authentications))
+		}})
 		h.waitResult(h.queue(prp.CommandSessionSnapshot, `{}`).CommandID)
-		synctest.Wait() // the connection's setup has returned
-		require.EqualValues(t, 1, released.Load(), "released at the first connection")
+		require.EqualValues(t, 1, released.Load(), "released during start-up")
+		require.Zero(t, authenticatedBefore.Load(), "released before the first connection")
 
 		h.core.DropCurrent()
 		h.waitCore(func(s control.Snapshot) bool { return s.Authentications == 2 })
