@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -74,5 +76,28 @@ func TestCommandSpanningReconnectSeesItsOutputDelivered(t *testing.T) {
 		require.JSONEq(t, `{"reachedBound":false}`, string(res.Result),
 			"the open's output reached the core only after the open's own bound")
 		requireEachEventOnceAllowing(t, h.core.Snapshot())
+	})
+}
+
+// TestStartupMemoryReleasedOnceBeforeFirstConnection: the release of
+// start-up memory (a forced collection in runnerd) runs once per process,
+// after start-up and before the core sees a connection; a reconnect does not
+// run it again.
+func TestStartupMemoryReleasedOnceBeforeFirstConnection(t *testing.T) {
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		var released, authenticatedBefore atomic.Int32
+		h.start(h.config(false), options{ReleaseStartupMemory: func() {
+			released.Add(1)
+			authenticatedBefore.Store(int32(h.core.Snapshot().Authentications))
+		}})
+		h.waitResult(h.queue(prp.CommandSessionSnapshot, `{}`).CommandID)
+		require.EqualValues(t, 1, released.Load(), "released during start-up")
+		require.Zero(t, authenticatedBefore.Load(), "released before the first connection")
+
+		h.core.DropCurrent()
+		h.waitCore(func(s control.Snapshot) bool { return s.Authentications == 2 })
+		h.waitResult(h.queue(prp.CommandSessionSnapshot, `{}`).CommandID)
+		synctest.Wait()
+		require.EqualValues(t, 1, released.Load(), "a reconnect releases nothing more")
 	})
 }

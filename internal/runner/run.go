@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/prp"
@@ -32,7 +33,7 @@ import (
 // A cancelled ctx (SIGTERM, SIGINT) is an orderly stop: the state is saved
 // and Run returns config.ExitOK (prp.md §13).
 func Run(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger) int {
-	return runTo(ctx, cfg, ticket, logger, options{}, os.Stderr)
+	return runTo(ctx, cfg, ticket, logger, options{ReleaseStartupMemory: debug.FreeOSMemory}, os.Stderr)
 }
 
 func runTo(ctx context.Context, cfg config.Config, ticket *config.BootstrapTicket, logger *slog.Logger, opts options, stderr io.Writer) int {
@@ -92,6 +93,11 @@ type options struct {
 	// OnReadHeld observes the client's reader stopping at the deferral
 	// bound (prp.ClientConfig; tests only). Run sets none.
 	OnReadHeld func(frames int, bytes int64)
+	// ReleaseStartupMemory runs once, when start-up is done and before the
+	// client connects or accepts. Run sets debug.FreeOSMemory; tests set
+	// none (a forced collection per test would only slow the suites) or a
+	// probe.
+	ReleaseStartupMemory func()
 }
 
 // runLoop is Run without the stderr line: it returns nil for every clean
@@ -213,6 +219,17 @@ func runLoop(ctx context.Context, cfg config.Config, ticket *config.BootstrapTic
 		r.listener = ln
 	default:
 		return config.NewError(config.CodeRunnerFailed, "mode "+cfg.Mode.String()+" has no control loop", nil)
+	}
+	if opts.ReleaseStartupMemory != nil {
+		// Start-up (package initialisation, opening or migrating the store,
+		// loading the agent record) leaves garbage no collection has
+		// reclaimed yet, and an idle runner allocates too little to start
+		// one for minutes, so those pages stay resident. One collection
+		// that returns the free pages to the kernel costs a few
+		// milliseconds here, once, ahead of the first connection rather
+		// than inside the connected, idle runner's time (after the
+		// listening line, so start-to-listening is not delayed).
+		opts.ReleaseStartupMemory()
 	}
 	client, err := prp.NewClient(ccfg)
 	if err != nil {
