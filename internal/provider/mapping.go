@@ -106,10 +106,11 @@ type ItemState struct {
 	Target    string `json:"target,omitempty"`
 	ReadOnly  *bool  `json:"readOnly,omitempty"`
 	Status    string `json:"status,omitempty"`
-	// text holds Text's bytes with room to grow, so a chunk costs a copy
-	// of the chunk and not of the text so far (appendText). Copies of the
-	// item (a cloned record) share it; appends never touch the bytes a
-	// Text already covers.
+	// text holds Text's bytes with room to grow (at most about twice
+	// maxItemBody), so a chunk costs a copy of the chunk and not of the
+	// text so far (appendText). A shallow copy of the item shares it, a
+	// cloned record starts without one; appends never touch the bytes a
+	// Text already covers. It is not part of the record.
 	text *strings.Builder
 }
 
