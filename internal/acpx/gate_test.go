@@ -130,10 +130,10 @@ func TestRecordRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Feed([]byte(`{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"sess-1","toolCall":{"toolCallId":"c"},"options":[]}}` + "\n{\"jsonrpc\":"))
 	require.NoError(t, err)
-	rec := c.Record()
 	mp := testMapper()
-	mp.TurnStarted(&rec.Process.Map, "turn-1")
-	mp.Update(&rec.Process.Map, "turn-1", upd(t, `{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}`))
+	mp.TurnStarted(c.Map(), "turn-1")
+	mp.Update(c.Map(), "turn-1", upd(t, `{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}`))
+	rec := c.Record()
 	b, err := json.Marshal(rec)
 	require.NoError(t, err)
 	var back provider.Record

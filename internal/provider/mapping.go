@@ -114,6 +114,28 @@ type ItemState struct {
 	// Held is streamed text not yet sent: it may be the start of a
 	// credential the next chunk completes (Mapper.chunk).
 	Held string `json:"held,omitempty"`
+	// text holds Text's bytes with room to grow (at most about twice
+	// maxItemBody), so a chunk costs a copy of the chunk and not of the
+	// text so far (appendText). A shallow copy of the item shares it, a
+	// cloned record starts without one; appends never touch the bytes a
+	// Text already covers. It is not part of the record.
+	text *strings.Builder
+}
+
+// appendText appends s to it.Text in time proportional to len(s): Text
+// is a view of the builder's bytes, and a builder only ever appends, so
+// every Text taken earlier, in this item or a copy of it, stays as it
+// was. A builder that does not end exactly at Text (a copy appended
+// first, or Text was set directly) is replaced by one holding Text;
+// comparing the two is cheap when they share their bytes, the usual case.
+func (it *ItemState) appendText(s string) {
+	if it.text == nil || it.text.Len() != len(it.Text) || it.text.String() != it.Text {
+		it.text = &strings.Builder{}
+		it.text.Grow(len(it.Text) + len(s))
+		it.text.WriteString(it.Text)
+	}
+	it.text.WriteString(s)
+	it.Text = it.text.String()
 }
 
 // Ending is how a turn finished, as PRP sees it.
@@ -304,10 +326,10 @@ func (mp Mapper) delta(it *ItemState, turnID, text string) []Event {
 	}
 	if !it.Truncated {
 		if len(it.Text)+len(text) > maxItemBody {
-			it.Text += truncateUTF8(text, maxItemBody-len(it.Text))
+			it.appendText(truncateUTF8(text, maxItemBody-len(it.Text)))
 			it.Truncated = true
 		} else {
-			it.Text += text
+			it.appendText(text)
 		}
 	}
 	return []Event{{EventType: prp.EventItemDelta, Priority: P2, TurnID: turnID, ItemID: it.ItemID,

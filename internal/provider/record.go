@@ -188,6 +188,7 @@ func (m MapState) clone() MapState {
 			if v != nil {
 				c := *v
 				c.ReadOnly = clonePtr(v.ReadOnly)
+				c.text = nil // the copy's first append makes its own
 				v = &c
 			}
 			out.Items[k] = v

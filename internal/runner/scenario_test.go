@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,6 +479,49 @@ func TestPingAnsweredWhileCommandRuns(t *testing.T) {
 		require.Nil(t, h.core.Snapshot().Results[cmd.CommandID], "answered while the command still runs")
 		close(release)
 		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+	})
+}
+
+// TestPingAnsweredWhileCommitSyncs: a PRP ping is answered while an
+// agent's commit waits in the state write's data sync, the store's lock
+// held: the pong touches neither the disk nor that lock, and the event
+// being committed reaches the core only after the sync.
+func TestPingAnsweredWhileCommitSyncs(t *testing.T) {
+	simTest(t, nil, func(t *testing.T, h *harness) {
+		var armed atomic.Bool
+		entered, release := make(chan struct{}), make(chan struct{})
+		syncFault := func(op string) error {
+			if op == "fdatasync" && armed.CompareAndSwap(true, false) {
+				close(entered)
+				<-release
+			}
+			return nil
+		}
+		streaming := func(commit emit) handler {
+			return func(ctx context.Context, cmd *prp.Command) (json.RawMessage, error) {
+				armed.Store(true)
+				return nil, commit(ctx, state.Event{Type: "item.delta", Priority: state.P2,
+					Payload: json.RawMessage(`{"kind":"assistant_message","text":"chunk"}`)})
+			}
+		}
+		h.start(h.config(false), options{StoreFault: syncFault, Handlers: map[string]func(emit) handler{"turn.start": streaming}})
+		h.waitCore(func(s control.Snapshot) bool { return s.Connected })
+		cmd := h.queue("turn.start", `{"text":"stream"}`)
+		select {
+		case <-entered:
+		case <-time.After(waitBound):
+			t.Fatal("the commit never reached its data sync")
+		}
+		pongs := h.core.Snapshot().Pongs
+		require.NoError(t, h.core.Ping(t.Context()))
+		s := h.waitCore(func(s control.Snapshot) bool { return s.Pongs > pongs })
+		require.Empty(t, prptest.OfType(prptest.DecodeEvents(t, s.Events), "item.delta"), "answered while the commit syncs")
+		require.Nil(t, s.Results[cmd.CommandID])
+		close(release)
+		require.Equal(t, "completed", h.waitResult(cmd.CommandID).Status)
+		h.waitCore(func(s control.Snapshot) bool {
+			return len(prptest.OfType(prptest.DecodeEvents(t, s.Events), "item.delta")) == 1
+		})
 	})
 }
 
