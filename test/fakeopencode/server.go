@@ -334,8 +334,17 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		case <-sub.closed:
 			return
 		case b := <-sub.ch:
-			if _, err := w.Write(b); err != nil {
-				return
+			// What is queued goes out with it in one flush, as a server
+			// writing a burst does.
+			for more := true; more; {
+				if _, err := w.Write(b); err != nil {
+					return
+				}
+				select {
+				case b = <-sub.ch:
+				default:
+					more = false
+				}
 			}
 			fl.Flush()
 		}
