@@ -286,7 +286,13 @@ func (c *Conn) write(line []byte) error {
 func (c *Conn) send(encode func(*acpx.Client) ([]byte, error)) error {
 	c.mu.Lock()
 	if c.err != nil || isClosed(c.done) {
+		// The reader may have ended before the first send (a banner
+		// that trips the bad-line bound arrives at once): say why.
+		cause := c.err
 		c.mu.Unlock()
+		if cause != nil {
+			return fmt.Errorf("%w: %w", errClosed, cause)
+		}
 		return errClosed
 	}
 	line, err := encode(c.cl)
