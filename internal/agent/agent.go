@@ -52,6 +52,7 @@ import (
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/clock"
 	"github.com/pcrunner/pcrunner/internal/jsonenc"
+	"github.com/pcrunner/pcrunner/internal/procsession"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sandbox"
@@ -453,7 +454,8 @@ func (m *Manager) startLocked() error {
 	dir := sessionPath(m.cfg.StateDir, rec.Process.UUID)
 	pr := m.st.Prompt
 	m.st.Prompt = nil
-	p, err := m.attachLocked(rec.Process.UUID, dir, nil, rec.Process.NextStdinSeq, rec.Process.ConsumedEventSeq)
+	wrapper := procsession.Wrapper{Pid: rec.Process.WrapperPID, Start: rec.Process.WrapperStart}
+	p, err := m.attachLocked(rec.Process.UUID, dir, nil, wrapper, rec.Process.NextStdinSeq, rec.Process.ConsumedEventSeq)
 	if err != nil {
 		// The directory is gone or unusable: the agent is lost, and
 		// whether a staged prompt reached it cannot be known.
@@ -469,7 +471,7 @@ func (m *Manager) startLocked() error {
 	}
 	// Before anything else is written: the recorded lines come first.
 	recoverLines(p, m.st.Lines, m.log)
-	live := wrapperAlive(dir)
+	live := p.alive()
 	m.log.Info("re-adopting process session", "uuid", p.uuid, "live", live)
 	// A dead pcwrap's files are consumed exactly once, then the agent is
 	// recorded gone; a session runnerd had closed ends as a stop, not a loss.
@@ -777,6 +779,7 @@ func (m *Manager) prepareLocked(events []provider.Event, lines [][]byte, outcome
 			// The lines this write covers are written after it.
 			rec.Process.NextStdinSeq = uint64(p.nextSeq)
 			rec.Process.ConsumedEventSeq = uint64(p.consumed)
+			rec.Process.WrapperPID, rec.Process.WrapperStart = p.wrapper.Pid, p.wrapper.Start
 			p.recorded = p.consumed
 		} else {
 			rec.Process = nil
@@ -1106,7 +1109,7 @@ func (m *Manager) open(ctx context.Context, deadline <-chan time.Time, b *Bindin
 	}
 	m.advertiseLocked(b, resume)
 	m.cl.SetSessionMeta(meta)
-	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, 1, 0)
+	_, err = m.attachLocked(l.uuid, l.dir, l.cmd, l.wrapper, 1, 0)
 	if err == nil {
 		// Durable with the launch, before the handshake's first request.
 		err = m.commitThenWriteLocked([]provider.Event{provider.SessionStarting(resume, resumed)}, nil)

@@ -29,9 +29,10 @@ type launchSpec struct {
 
 // launched is a started pcwrap.
 type launched struct {
-	uuid string
-	dir  string
-	cmd  *exec.Cmd
+	uuid    string
+	dir     string
+	cmd     *exec.Cmd
+	wrapper procsession.Wrapper
 }
 
 // sessionPath returns <state-dir>/process-sessions/<uuid>.
@@ -45,7 +46,7 @@ func launch(spec launchSpec) (*launched, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch agent: %w", err)
 	}
-	return &launched{uuid: l.UUID, dir: l.Dir, cmd: l.Cmd}, nil
+	return &launched{uuid: l.UUID, dir: l.Dir, cmd: l.Cmd, wrapper: l.Wrapper}, nil
 }
 
 // FindPcwrap resolves pcwrap (acp.md §3.1): explicit path, else next to

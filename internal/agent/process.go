@@ -14,6 +14,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/acpx"
 	"github.com/pcrunner/pcrunner/internal/frame"
+	"github.com/pcrunner/pcrunner/internal/procsession"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
@@ -59,7 +60,8 @@ const reasonAgentOOMKilled = "agent_oom_killed"
 type process struct {
 	uuid     string
 	dir      string
-	pid      int // pcwrap's pid when this process started it (tests, logs)
+	pid      int                 // pcwrap's pid when this process started it (tests, logs)
+	wrapper  procsession.Wrapper // recorded: a restart tells a starting pcwrap from a gone one
 	w        *sessiondir.Writer
 	fs       *sessiondir.DirFS // events/, held by the reader; nil once it closed
 	consumed int64             // last event file fed to the client
@@ -106,7 +108,10 @@ func (p *process) end() { p.endOnce.Do(func() { close(p.ended) }) }
 
 // alive reports whether pcwrap still runs. Our own child is reaped a
 // moment after it dies, and its agent may outlive it holding the session
-// lock: until the reaping, its zombie state tells.
+// lock: until the reaping, its zombie state tells. An adopted pcwrap is
+// known by its recorded identity: it may not hold .pcwrap.lock yet when
+// runnerd went away right after starting it. A record without one (an
+// older runnerd's) falls back to the lock.
 func (p *process) alive() bool {
 	if p.pcwrapDone != nil {
 		select {
@@ -115,6 +120,9 @@ func (p *process) alive() bool {
 		default:
 			return childRunning(p.pid)
 		}
+	}
+	if p.wrapper.Known() {
+		return p.wrapper.Running()
 	}
 	return wrapperAlive(p.dir)
 }
@@ -138,7 +146,7 @@ func (p *process) startupFailure() error {
 // attachLocked opens the writer and starts the reader of a process
 // session. cmd is the pcwrap this process started (nil when re-adopted).
 // m.mu held.
-func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consumed uint64) (*process, error) {
+func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, wrapper procsession.Wrapper, nextSeq, consumed uint64) (*process, error) {
 	if nextSeq == 0 {
 		nextSeq = 1
 	}
@@ -153,7 +161,7 @@ func (m *Manager) attachLocked(uuid, dir string, cmd *exec.Cmd, nextSeq, consume
 	}
 	_, secrets := acpx.AgentEnv(m.agentName(), m.cfg.Environ)
 	p := &process{
-		uuid: uuid, dir: dir, w: w, consumed: int64(consumed), recorded: int64(consumed), nextSeq: int64(nextSeq),
+		uuid: uuid, dir: dir, wrapper: wrapper, w: w, consumed: int64(consumed), recorded: int64(consumed), nextSeq: int64(nextSeq),
 		ended: make(chan struct{}), readerDone: make(chan struct{}),
 		tail: provider.StderrTail{Redactor: provider.NewRedactor(secrets...)},
 	}

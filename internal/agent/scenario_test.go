@@ -16,10 +16,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pcrunner/pcrunner/internal/procsession"
 	"github.com/pcrunner/pcrunner/internal/provider"
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/sessiondir"
 	"github.com/pcrunner/pcrunner/internal/testutil/syncbuf"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // agentPgid reads the agent's process group from .pcwrap.child.
@@ -357,6 +359,59 @@ func TestRestartDuringHandshake(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, dirs, "the stale agent was stopped")
+}
+
+// TestRestartBeforeWrapperLocks: runnerd goes away right after it started
+// pcwrap, before pcwrap took .pcwrap.lock. The next runnerd must not take
+// the unlocked session for a dead one: its pcwrap is still starting, and a
+// session removed under it would be recreated and its agent orphaned. The
+// recorded pcwrap identity tells; the stale agent is stopped, its pcwrap
+// ends, and one process session is left.
+func TestRestartBeforeWrapperLocks(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "gate")
+	slow := filepath.Join(t.TempDir(), "pcwrap-slow")
+	script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + testbin.Path(t, "pcwrap") + "' \"$@\"\n"
+	require.NoError(t, os.WriteFile(slow, []byte(script), 0o700))
+	r := newRig(t, func(c *Config) {
+		c.Pcwrap = slow
+		c.ColdBound = func(string) time.Duration { return 300 * time.Millisecond }
+	})
+	r.prepare()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = r.m.Open(ctx, "cmd-open") }()
+	eventually(t, "pcwrap launched", func() bool {
+		st, _ := r.sink.snapshot()
+		return st.Session != nil && st.Session.Process != nil
+	})
+	r.m.Close() // the crash: pcwrap has not taken its lock yet
+	cancel()
+	<-done
+	st, _ := r.sink.snapshot()
+	rec := st.Session.Process
+	wrapper := procsession.Wrapper{Pid: rec.WrapperPID, Start: rec.WrapperStart}
+	require.True(t, wrapper.Running(), "the record names the starting pcwrap")
+	stale := sessionPath(r.state, rec.UUID)
+	require.False(t, wrapperAlive(stale), "pcwrap holds no lock yet")
+
+	m2 := NewManager(r.cfg, st)
+	r.m = m2
+	require.NoError(t, m2.Start())
+	require.NoError(t, os.WriteFile(gate, nil, 0o600)) // pcwrap goes on starting
+	r.prepare()
+	res := r.open()
+	require.Contains(t, string(res), `"status":"started"`)
+	eventually(t, "the stale pcwrap ended", func() bool { return !wrapper.Running() })
+	eventually(t, "the stale session removed", func() bool { _, err := os.Lstat(stale); return os.IsNotExist(err) })
+	entries, err := os.ReadDir(filepath.Join(r.state, processSessionsDir))
+	require.NoError(t, err)
+	dirs := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs++
+		}
+	}
+	require.Equal(t, 1, dirs, "one process session: the new agent's")
 }
 
 // TestCloseDuringTurn: session.close under a running turn stops the agent

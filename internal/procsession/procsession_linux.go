@@ -59,6 +59,69 @@ type launched struct {
 	UUID string
 	Dir  string
 	Cmd  *exec.Cmd
+	// Wrapper names the pcwrap process; zero when /proc could not tell.
+	Wrapper Wrapper
+}
+
+// Wrapper names one pcwrap process by its pid and start time (field 22 of
+// /proc/<pid>/stat, clock ticks since boot), which together never name
+// another process. A restarted runnerd needs it: a pcwrap that is still
+// starting has not taken .pcwrap.lock yet, and only its pid tells it from
+// one that is gone.
+type Wrapper struct {
+	Pid   int
+	Start uint64
+}
+
+// Known reports whether w names a process at all.
+func (w Wrapper) Known() bool { return w.Pid > 0 }
+
+// Running reports whether the process w names still runs: its pid is a
+// process started at w.Start that is neither a zombie nor dead.
+func (w Wrapper) Running() bool {
+	if !w.Known() {
+		return false
+	}
+	state, start, err := procStat(w.Pid)
+	return err == nil && start == w.Start && state != 'Z' && state != 'X'
+}
+
+// wrapperOf reads the identity of a started, unreaped process.
+func wrapperOf(pid int) Wrapper {
+	_, start, err := procStat(pid)
+	if err != nil {
+		return Wrapper{}
+	}
+	return Wrapper{Pid: pid, Start: start}
+}
+
+// procStat reads the state and start time of pid from /proc/<pid>/stat.
+func procStat(pid int) (state byte, start uint64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("read process status: %w", err)
+	}
+	return parseStat(b)
+}
+
+// parseStat extracts the state (field 3) and start time (field 22) from a
+// /proc/<pid>/stat line. The comm field may hold spaces and parentheses,
+// so the fields are counted from the last ')'.
+func parseStat(b []byte) (state byte, start uint64, err error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, errors.New("read process status: malformed")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state), f[19] field 22 (starttime).
+	if len(f) < 20 || len(f[0]) != 1 {
+		return 0, 0, errors.New("read process status: short")
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read process status: %w", err)
+	}
+	return f[0][0], start, nil
 }
 
 // newUUID returns a random UUID v4.
@@ -137,7 +200,7 @@ func Launch(spec Spec) (*launched, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start pcwrap: %w", err)
 	}
-	return &launched{UUID: uuid, Dir: dir, Cmd: cmd}, nil
+	return &launched{UUID: uuid, Dir: dir, Cmd: cmd, Wrapper: wrapperOf(cmd.Process.Pid)}, nil
 }
 
 // WrapperAlive reports whether a pcwrap still holds the session's

@@ -1,7 +1,9 @@
 package procsession
 
 import (
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -41,6 +43,47 @@ func FuzzParseChildRecord(f *testing.F) {
 		rec, err := ParseChildRecord(b)
 		if err == nil && rec.Pgid <= 1 {
 			t.Fatal("accepted a group id that would hit runnerd or init")
+		}
+	})
+}
+
+// TestWrapperRunning: a process is named by pid and start time; it runs
+// until it exits (a zombie does not run), and the same pid with another
+// start time names nothing.
+func TestWrapperRunning(t *testing.T) {
+	require.False(t, Wrapper{}.Running(), "the zero Wrapper names no process")
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	w := wrapperOf(cmd.Process.Pid)
+	require.True(t, w.Known())
+	require.True(t, w.Running())
+	require.False(t, Wrapper{Pid: w.Pid, Start: w.Start + 1}.Running(), "a reused pid is another process")
+	require.NoError(t, cmd.Process.Kill())
+	require.Eventually(t, func() bool { return !w.Running() }, 10*time.Second, 5*time.Millisecond,
+		"a killed process, a zombie until reaped, does not run")
+	_ = cmd.Wait()
+	require.False(t, w.Running())
+}
+
+func TestParseStat(t *testing.T) {
+	line := []byte("4242 (a (b) c) S 1 4242 4242 0 -1 4194560 99 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10\n")
+	state, start, err := parseStat(line)
+	require.NoError(t, err)
+	require.Equal(t, byte('S'), state)
+	require.EqualValues(t, 123456, start)
+	for _, bad := range []string{"", "4242 (x S 1", "4242 (x) S 1 2 3", "4242 (x) SS 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1"} {
+		_, _, err := parseStat([]byte(bad))
+		require.Error(t, err, bad)
+	}
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("4242 (sh) S 1 4242 4242 0 -1 4194560 99 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10\n"))
+	f.Add([]byte("1 ()) Z"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		state, _, err := parseStat(b)
+		if err == nil && (state == ' ' || state == ')') {
+			t.Fatalf("state %q taken from outside field 3", state)
 		}
 	})
 }

@@ -61,6 +61,11 @@ type ProcessRecord struct {
 	// client core never touches them, the runner does.
 	NextStdinSeq     uint64 `json:"nextStdinSeq,omitempty"`
 	ConsumedEventSeq uint64 `json:"consumedEventSeq,omitempty"`
+	// WrapperPID and WrapperStart name the pcwrap process (its pid and
+	// /proc start time), so a restart can tell a pcwrap that is still
+	// starting from one that is gone; 0 when unknown.
+	WrapperPID   int    `json:"wrapperPid,omitempty"`
+	WrapperStart uint64 `json:"wrapperStart,omitempty"`
 
 	Wire WireState `json:"wire"`
 	Map  MapState  `json:"map"`

@@ -86,8 +86,10 @@ type term struct {
 	dir       string
 	limit     int
 	// pcwrapDone is closed when our child pcwrap was reaped; nil when
-	// adopted after a restart (then the session lock tells).
+	// adopted after a restart (then wrapper tells, or the session lock
+	// for a tail file without it).
 	pcwrapDone chan struct{}
+	wrapper    procsession.Wrapper
 	cancel     context.CancelFunc
 	readerDone chan struct{}
 
@@ -116,6 +118,10 @@ type header struct {
 	Exit      *ExitStatus       `json:"exit,omitempty"`
 	Waiters   []json.RawMessage `json:"waiters,omitempty"`
 	Released  bool              `json:"released,omitempty"`
+	// WrapperPID and WrapperStart name the pcwrap process: a restart
+	// right after the launch finds it before it holds .pcwrap.lock.
+	WrapperPID   int    `json:"wrapperPid,omitempty"`
+	WrapperStart uint64 `json:"wrapperStart,omitempty"`
 }
 
 // New returns a Manager. Call Adopt to take over the terminals a previous
@@ -182,7 +188,7 @@ func (m *Manager) Create(req CreateRequest, cwd string, env []string) (createRes
 	if err != nil {
 		return createResult{}, fmt.Errorf("create terminal: %w", err)
 	}
-	t := &term{id: l.UUID, sessionID: req.SessionID, dir: l.Dir, limit: limit, pcwrapDone: make(chan struct{})}
+	t := &term{id: l.UUID, sessionID: req.SessionID, dir: l.Dir, limit: limit, pcwrapDone: make(chan struct{}), wrapper: l.Wrapper}
 	// Reaps our child; ends when pcwrap does. Not in wg: a Close leaves
 	// the terminal running for the next runnerd.
 	go func() {
@@ -340,6 +346,9 @@ func (t *term) alive() bool {
 			return true
 		}
 	}
+	if t.wrapper.Known() {
+		return t.wrapper.Running()
+	}
 	return procsession.WrapperAlive(t.dir)
 }
 
@@ -395,7 +404,7 @@ func (m *Manager) persist(t *term) error {
 	defer t.pmu.Unlock()
 	t.mu.Lock()
 	h := header{ID: t.id, SessionID: t.sessionID, Limit: t.limit, Consumed: t.consumed, Truncated: t.truncated,
-		Exit: t.exit, Waiters: t.waiters, Released: t.released}
+		Exit: t.exit, Waiters: t.waiters, Released: t.released, WrapperPID: t.wrapper.Pid, WrapperStart: t.wrapper.Start}
 	hb, err := json.Marshal(h)
 	if err != nil {
 		t.mu.Unlock()
@@ -494,7 +503,8 @@ func parseTail(id string, b []byte) (*term, error) {
 		return nil, errors.New("read terminal tail: malformed")
 	}
 	return &term{id: id, sessionID: h.SessionID, limit: h.Limit, tail: tail, truncated: h.Truncated,
-		exit: h.Exit, waiters: h.Waiters, consumed: h.Consumed, released: h.Released}, nil
+		exit: h.Exit, waiters: h.Waiters, consumed: h.Consumed, released: h.Released,
+		wrapper: procsession.Wrapper{Pid: h.WrapperPID, Start: h.WrapperStart}}, nil
 }
 
 // startReader runs t's event reader until its pcwrap is gone (and every

@@ -247,6 +247,36 @@ func TestTools12_TerminalReadoptedAfterRestart(t *testing.T) {
 	assert.Equal(t, 4, *out.ExitStatus.ExitCode)
 }
 
+// TestTerminalReadoptedBeforeWrapperLocks: runnerd goes away right after
+// it started a terminal's pcwrap, before pcwrap took .pcwrap.lock. The next
+// runnerd knows the starting pcwrap by its recorded identity and follows
+// the terminal to its exit, instead of taking it for gone.
+func TestTerminalReadoptedBeforeWrapperLocks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	slow := filepath.Join(t.TempDir(), "pcwrap-slow")
+	script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + h.pcwrap + "' \"$@\"\n"
+	require.NoError(t, os.WriteFile(slow, []byte(script), 0o700))
+	h.pcwrap = slow
+	h.m.Close()
+	h.m = h.manager()
+	id := h.create(`echo hi; exit 3`)
+	h.m.Close() // the crash: pcwrap has not taken its lock yet
+
+	h.m = h.manager()
+	require.NoError(t, h.m.Adopt())
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	st, done, err := h.m.WaitForExit(Request{SessionID: sess, TerminalID: id}, json.RawMessage(`8`))
+	require.NoError(t, err)
+	if !done {
+		st = h.answer(8)
+	}
+	require.NotNil(t, st.ExitCode, "the terminal ran to its exit")
+	assert.Equal(t, 3, *st.ExitCode)
+	assert.Equal(t, "hi\n", h.output(id).Output)
+}
+
 // TestTools12_TerminalOutputBounded: 10 MiB of output (whole characters) keeps the tail
 // (cut on a UTF-8 boundary), sets truncated, and memory stays bounded.
 func TestTools12_TerminalOutputBounded(t *testing.T) {
