@@ -439,6 +439,11 @@ func (m *Manager) Start() error {
 
 // startLocked is Start with m.mu held.
 func (m *Manager) startLocked() error {
+	recorded := ""
+	if m.cl != nil && m.cl.Record().Process != nil {
+		recorded = m.cl.Record().Process.UUID
+	}
+	m.terms.Sweep(func(id string) bool { return id == recorded })
 	if m.cl == nil {
 		return nil
 	}

@@ -414,6 +414,47 @@ func TestRestartBeforeWrapperLocks(t *testing.T) {
 	require.Equal(t, 1, dirs, "one process session: the new agent's")
 }
 
+// TestRestartEndsUnrecordedSession: runnerd went away between starting a
+// pcwrap and recording it, so no record names the session. The next
+// runnerd ends it, whether its pcwrap is still starting (found by its
+// environment, before it holds .pcwrap.lock) or runs its child, and
+// removes the directory: nothing is left running unread.
+func TestRestartEndsUnrecordedSession(t *testing.T) {
+	for _, starting := range []bool{true, false} {
+		t.Run(map[bool]string{true: "pcwrap-starting", false: "pcwrap-running"}[starting], func(t *testing.T) {
+			gate := filepath.Join(t.TempDir(), "gate")
+			slow := filepath.Join(t.TempDir(), "pcwrap-slow")
+			script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + testbin.Path(t, "pcwrap") + "' \"$@\"\n"
+			require.NoError(t, os.WriteFile(slow, []byte(script), 0o700))
+			r := newRig(t)
+			l, err := procsession.Launch(procsession.Spec{StateDir: r.state, Pcwrap: slow,
+				Argv: []string{"sleep", "300"}, Cwd: r.cwd, Env: r.cfg.Environ})
+			require.NoError(t, err)
+			reaped := make(chan struct{})
+			go func() { _ = l.Cmd.Wait(); close(reaped) }() // the test started it: it reaps it
+			defer func() { _ = l.Cmd.Process.Kill(); <-reaped }()
+			if !starting {
+				require.NoError(t, os.WriteFile(gate, nil, 0o600))
+				eventually(t, "pcwrap holds its lock", func() bool { return wrapperAlive(l.Dir) })
+			}
+			require.True(t, l.Wrapper.Running())
+
+			require.NoError(t, r.m.Start())
+			require.NoError(t, os.WriteFile(gate, nil, 0o600)) // a starting pcwrap goes on
+			eventually(t, "the unrecorded pcwrap ended", func() bool {
+				select {
+				case <-reaped:
+					return true
+				default:
+					return false
+				}
+			})
+			eventually(t, "its session removed", func() bool { _, err := os.Lstat(l.Dir); return os.IsNotExist(err) })
+			require.False(t, procsession.FindWrapper(l.Dir).Known(), "nothing of the session runs")
+		})
+	}
+}
+
 // TestCloseDuringTurn: session.close under a running turn stops the agent
 // and ends the turn interrupted, with one result and one terminal.
 func TestCloseDuringTurn(t *testing.T) {

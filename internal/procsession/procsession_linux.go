@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,6 +85,63 @@ func (w Wrapper) Running() bool {
 	}
 	state, start, err := procStat(w.Pid)
 	return err == nil && start == w.Start && state != 'Z' && state != 'X'
+}
+
+// maxEnvironBytes bounds the read of one /proc/<pid>/environ: the kernel's
+// usual ARG_MAX (2 MiB) bounds a process's arguments and environment
+// together.
+const maxEnvironBytes = 2 << 20
+
+// FindWrapper finds the pcwrap of a session directory that no record
+// names (runnerd went away between starting pcwrap and recording it), by
+// its environment: the running process whose sessiondir.EnvDir is dir and
+// that started first, pcwrap starting before its child. Zero when none
+// runs.
+func FindWrapper(dir string) Wrapper {
+	want := []byte(sessiondir.EnvDir + "=" + dir)
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return Wrapper{}
+	}
+	var found Wrapper
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 || pid == os.Getpid() || !hasEnv(pid, want) {
+			continue
+		}
+		state, start, err := procStat(pid)
+		if err != nil || state == 'Z' || state == 'X' {
+			continue
+		}
+		if !found.Known() || start < found.Start || start == found.Start && pid < found.Pid {
+			found = Wrapper{Pid: pid, Start: start}
+		}
+	}
+	return found
+}
+
+// hasEnv reports whether pid's environment holds the entry want.
+func hasEnv(pid int, want []byte) bool {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false // another user's process, or gone
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxEnvironBytes))
+	return err == nil && environHas(b, want)
+}
+
+// environHas reports whether the NUL-separated environment b holds the
+// entry want, whole.
+func environHas(b, want []byte) bool {
+	for len(b) > 0 {
+		entry, rest, _ := bytes.Cut(b, []byte{0})
+		if bytes.Equal(entry, want) {
+			return true
+		}
+		b = rest
+	}
+	return false
 }
 
 // wrapperOf reads the identity of a started, unreaped process.

@@ -1,11 +1,14 @@
 package procsession
 
 import (
+	"bytes"
 	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pcrunner/pcrunner/internal/sessiondir"
 )
 
 func TestUUIDRoundTrip(t *testing.T) {
@@ -86,4 +89,37 @@ func FuzzParseStat(f *testing.F) {
 			t.Fatalf("state %q taken from outside field 3", state)
 		}
 	})
+}
+
+func TestEnvironHas(t *testing.T) {
+	env := []byte("A=1\x00PAPERCLIP_PROCESS_SESSION_DIR=/s/p/x\x00B=2\x00")
+	require.True(t, environHas(env, []byte("PAPERCLIP_PROCESS_SESSION_DIR=/s/p/x")))
+	require.False(t, environHas(env, []byte("PAPERCLIP_PROCESS_SESSION_DIR=/s/p")), "a prefix is another directory")
+	require.False(t, environHas(env, []byte("SESSION_DIR=/s/p/x")), "a suffix is another variable")
+	require.True(t, environHas([]byte("B=2\x00A=1"), []byte("A=1")), "the last entry needs no NUL")
+}
+
+func FuzzEnvironHas(f *testing.F) {
+	f.Add([]byte("A=1\x00B=2\x00"), []byte("B=2"))
+	f.Fuzz(func(t *testing.T, env, want []byte) {
+		got := environHas(env, want)
+		if got && !bytes.Contains(append(append([]byte{0}, env...), 0), append(append([]byte{0}, want...), 0)) &&
+			!bytes.HasSuffix(env, want) {
+			t.Fatalf("%q found in %q, which does not hold it whole", want, env)
+		}
+	})
+}
+
+// TestFindWrapper: a process is found by its session directory in its
+// environment, and nothing is found for another directory.
+func TestFindWrapper(t *testing.T) {
+	dir := "/nonexistent/process-sessions/" + t.Name()
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = []string{sessiondir.EnvDir + "=" + dir}
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	w := FindWrapper(dir)
+	require.Equal(t, cmd.Process.Pid, w.Pid)
+	require.True(t, w.Running())
+	require.False(t, FindWrapper(dir+"-other").Known())
 }

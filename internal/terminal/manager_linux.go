@@ -471,6 +471,42 @@ func (m *Manager) Adopt() error {
 	return nil
 }
 
+// Sweep ends the process sessions that nothing records: no tail file names
+// them and keep does not claim them (the agent's recorded session). One is
+// left when runnerd goes away between starting a pcwrap and recording it;
+// its pcwrap would run its child with nobody reading. Terminals share
+// process-sessions/ with the agent, and this Manager already owns ending a
+// session nobody reads: each is stopped and removed as a released terminal
+// is, its pcwrap found by its environment.
+func (m *Manager) Sweep(keep func(id string) bool) {
+	ents, err := os.ReadDir(filepath.Join(m.cfg.StateDir, procsession.Dir))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || keep(id) {
+			continue
+		}
+		if _, err := procsession.ParseUUID(id); err != nil {
+			continue
+		}
+		if _, err := os.Lstat(m.tailPath(id)); !errors.Is(err, os.ErrNotExist) {
+			continue // a terminal: Adopt's
+		}
+		m.mu.Lock()
+		_, open := m.terms[id]
+		m.mu.Unlock()
+		if open {
+			continue
+		}
+		dir := procsession.Path(m.cfg.StateDir, id)
+		t := &term{id: id, dir: dir, released: true, wrapper: procsession.FindWrapper(dir)}
+		m.log.Warn("ending a process session that nothing records", "pcwrapRunning", t.wrapper.Known())
+		m.startCleanup(t)
+	}
+}
+
 // load reads a tail file.
 func (m *Manager) load(id string) (*term, error) {
 	if _, err := procsession.ParseUUID(id); err != nil {

@@ -277,6 +277,53 @@ func TestTerminalReadoptedBeforeWrapperLocks(t *testing.T) {
 	assert.Equal(t, "hi\n", h.output(id).Output)
 }
 
+// TestSweepEndsOnlyUnrecorded: Sweep ends a process session that nothing
+// records and leaves alone a terminal (its tail file records it) and the
+// session keep claims.
+func TestSweepEndsOnlyUnrecorded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	id := h.create(`echo up; while [ ! -e ` + gate + ` ]; do sleep 0.02; done; exit 5`)
+	h.waitOutput(id, "up\n")
+	start := func() (string, chan struct{}) {
+		l, err := procsession.Launch(procsession.Spec{StateDir: h.state, Pcwrap: h.pcwrap,
+			Argv: []string{"sleep", "300"}, Cwd: h.state, Env: h.env()})
+		require.NoError(t, err)
+		reaped := make(chan struct{})
+		go func() { _ = l.Cmd.Wait(); close(reaped) }()
+		t.Cleanup(func() { _ = l.Cmd.Process.Kill(); <-reaped })
+		eventually(t, "pcwrap holds its lock", func() bool { return procsession.WrapperAlive(l.Dir) })
+		return l.Dir, reaped
+	}
+	kept, keptReaped := start()
+	stray, strayReaped := start()
+
+	h.m.Sweep(func(id string) bool { return id == filepath.Base(kept) })
+	select {
+	case <-strayReaped:
+	case <-time.After(waitBound):
+		t.Fatal("the unrecorded pcwrap was not ended")
+	}
+	eventually(t, "the unrecorded session removed", func() bool { _, err := os.Lstat(stray); return os.IsNotExist(err) })
+	require.True(t, procsession.WrapperAlive(kept), "the kept session runs on")
+	select {
+	case <-keptReaped:
+		t.Fatal("the kept pcwrap ended")
+	default:
+	}
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	st := h.waitExit(id, 9)
+	require.NotNil(t, st.ExitCode, "the terminal runs on to its exit")
+	assert.Equal(t, 5, *st.ExitCode)
+	require.NoError(t, procsession.StopWrapper(kept))
+	select {
+	case <-keptReaped:
+	case <-time.After(waitBound):
+		t.Fatal("the kept pcwrap did not stop")
+	}
+}
+
 // TestTools12_TerminalOutputBounded: 10 MiB of output (whole characters) keeps the tail
 // (cut on a UTF-8 boundary), sets truncated, and memory stays bounded.
 func TestTools12_TerminalOutputBounded(t *testing.T) {
