@@ -361,6 +361,17 @@ func TestRestartDuringHandshake(t *testing.T) {
 	require.Equal(t, 1, dirs, "the stale agent was stopped")
 }
 
+// gatedPcwrap writes a pcwrap that starts only once the file gate exists:
+// until then it runs under its final pid without .pcwrap.lock, as a pcwrap
+// still starting does.
+func gatedPcwrap(t *testing.T) (path, gate string) {
+	gate = filepath.Join(t.TempDir(), "gate")
+	path = filepath.Join(t.TempDir(), "pcwrap-gated")
+	script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + testbin.Path(t, "pcwrap") + "' \"$@\"\n"
+	require.NoError(t, os.WriteFile(path, []byte(script), 0o700))
+	return path, gate
+}
+
 // TestRestartBeforeWrapperLocks: runnerd goes away right after it started
 // pcwrap, before pcwrap took .pcwrap.lock. The next runnerd must not take
 // the unlocked session for a dead one: its pcwrap is still starting, and a
@@ -368,10 +379,7 @@ func TestRestartDuringHandshake(t *testing.T) {
 // recorded pcwrap identity tells; the stale agent is stopped, its pcwrap
 // ends, and one process session is left.
 func TestRestartBeforeWrapperLocks(t *testing.T) {
-	gate := filepath.Join(t.TempDir(), "gate")
-	slow := filepath.Join(t.TempDir(), "pcwrap-slow")
-	script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + testbin.Path(t, "pcwrap") + "' \"$@\"\n"
-	require.NoError(t, os.WriteFile(slow, []byte(script), 0o700))
+	slow, gate := gatedPcwrap(t)
 	r := newRig(t, func(c *Config) {
 		c.Pcwrap = slow
 		c.ColdBound = func(string) time.Duration { return 300 * time.Millisecond }
@@ -422,10 +430,7 @@ func TestRestartBeforeWrapperLocks(t *testing.T) {
 func TestRestartEndsUnrecordedSession(t *testing.T) {
 	for _, starting := range []bool{true, false} {
 		t.Run(map[bool]string{true: "pcwrap-starting", false: "pcwrap-running"}[starting], func(t *testing.T) {
-			gate := filepath.Join(t.TempDir(), "gate")
-			slow := filepath.Join(t.TempDir(), "pcwrap-slow")
-			script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + testbin.Path(t, "pcwrap") + "' \"$@\"\n"
-			require.NoError(t, os.WriteFile(slow, []byte(script), 0o700))
+			slow, gate := gatedPcwrap(t)
 			r := newRig(t)
 			l, err := procsession.Launch(procsession.Spec{StateDir: r.state, Pcwrap: slow,
 				Argv: []string{"sleep", "300"}, Cwd: r.cwd, Env: r.cfg.Environ})
