@@ -334,31 +334,47 @@ func TestACP28_StdinWriteFails(t *testing.T) {
 func TestRestartDuringHandshake(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.ColdBound = func(string) time.Duration { return 300 * time.Millisecond } })
 	r.prepare("--hang-on-new-session")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _, _ = r.m.Open(ctx, "cmd-open") }()
-	eventually(t, "agent launched", func() bool {
-		st, _ := r.sink.snapshot()
-		return st.Session != nil && st.Session.Process != nil
-	})
-	r.m.Close() // the crash: the reader stops, the agent stays
-	cancel()
-	<-done
-	st, _ := r.sink.snapshot()
+	st := crashDuringOpen(r) // the reader stops, the agent stays
 	m2 := NewManager(r.cfg, st)
 	r.m = m2
 	require.NoError(t, m2.Start())
 	r.prepare()
 	res := r.open()
 	require.Contains(t, string(res), `"status":"started"`)
-	entries, _ := os.ReadDir(filepath.Join(r.state, processSessionsDir))
+	require.Equal(t, 1, r.sessionDirs(), "the stale agent was stopped")
+}
+
+// crashDuringOpen starts session.open, and once the launch is recorded
+// closes the Manager as a crash would (its readers stop, the agent stays)
+// and ends the open. It returns what a restart finds.
+func crashDuringOpen(r *rig) Stored {
+	r.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = r.m.Open(ctx, "cmd-open") }()
+	eventually(r.t, "agent launched", func() bool {
+		st, _ := r.sink.snapshot()
+		return st.Session != nil && st.Session.Process != nil
+	})
+	r.m.Close()
+	cancel()
+	<-done
+	st, _ := r.sink.snapshot()
+	return st
+}
+
+// sessionDirs counts the process session directories in the state dir.
+func (r *rig) sessionDirs() int {
+	r.t.Helper()
+	entries, err := os.ReadDir(filepath.Join(r.state, processSessionsDir))
+	require.NoError(r.t, err)
 	dirs := 0
 	for _, e := range entries {
 		if e.IsDir() {
 			dirs++
 		}
 	}
-	require.Equal(t, 1, dirs, "the stale agent was stopped")
+	return dirs
 }
 
 // gatedPcwrap writes a pcwrap that starts only once the file gate exists:
@@ -385,17 +401,7 @@ func TestRestartBeforeWrapperLocks(t *testing.T) {
 		c.ColdBound = func(string) time.Duration { return 300 * time.Millisecond }
 	})
 	r.prepare()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _, _ = r.m.Open(ctx, "cmd-open") }()
-	eventually(t, "pcwrap launched", func() bool {
-		st, _ := r.sink.snapshot()
-		return st.Session != nil && st.Session.Process != nil
-	})
-	r.m.Close() // the crash: pcwrap has not taken its lock yet
-	cancel()
-	<-done
-	st, _ := r.sink.snapshot()
+	st := crashDuringOpen(r) // pcwrap has not taken its lock yet
 	rec := st.Session.Process
 	wrapper := procsession.Wrapper{Pid: rec.WrapperPID, Start: rec.WrapperStart}
 	require.True(t, wrapper.Running(), "the record names the starting pcwrap")
@@ -411,15 +417,7 @@ func TestRestartBeforeWrapperLocks(t *testing.T) {
 	require.Contains(t, string(res), `"status":"started"`)
 	eventually(t, "the stale pcwrap ended", func() bool { return !wrapper.Running() })
 	eventually(t, "the stale session removed", func() bool { _, err := os.Lstat(stale); return os.IsNotExist(err) })
-	entries, err := os.ReadDir(filepath.Join(r.state, processSessionsDir))
-	require.NoError(t, err)
-	dirs := 0
-	for _, e := range entries {
-		if e.IsDir() {
-			dirs++
-		}
-	}
-	require.Equal(t, 1, dirs, "one process session: the new agent's")
+	require.Equal(t, 1, r.sessionDirs(), "one process session: the new agent's")
 }
 
 // TestRestartEndsUnrecordedSession: runnerd went away between starting a
