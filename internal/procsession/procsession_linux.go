@@ -92,12 +92,45 @@ func (w Wrapper) Running() bool {
 // together.
 const maxEnvironBytes = 2 << 20
 
+// findSettle bounds how long FindWrapper looks again for the pcwrap of a
+// directory that has no .pcwrap.lock yet, every findStep. A process caught
+// in its exec shows an empty environment for a moment (the kernel records
+// where it lies only after the exec's parent has resumed), and a process
+// forked but not yet exec'd shows its parent's.
+const (
+	findSettle = time.Second
+	findStep   = 20 * time.Millisecond
+)
+
 // FindWrapper finds the pcwrap of a session directory that no record
 // names (runnerd went away between starting pcwrap and recording it), by
 // its environment: the running process whose sessiondir.EnvDir is dir and
-// that started first, pcwrap starting before its child. Zero when none
-// runs.
+// that started first, pcwrap starting before its child. While dir exists
+// without a lock file it looks again, bounded by findSettle. Zero when
+// none runs.
 func FindWrapper(dir string) Wrapper {
+	deadline := time.Now().Add(findSettle)
+	for {
+		w := findWrapper(dir)
+		if w.Known() || !lockPending(dir) || time.Now().After(deadline) {
+			return w
+		}
+		time.Sleep(findStep)
+	}
+}
+
+// lockPending reports whether dir exists but holds no .pcwrap.lock yet:
+// its pcwrap, if any, has not got far enough to create it.
+func lockPending(dir string) bool {
+	if _, err := os.Lstat(dir); err != nil {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(dir, sessiondir.LockFile))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// findWrapper is one look of FindWrapper.
+func findWrapper(dir string) Wrapper {
 	want := []byte(sessiondir.EnvDir + "=" + dir)
 	ents, err := os.ReadDir("/proc")
 	if err != nil {

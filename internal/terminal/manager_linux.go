@@ -359,41 +359,46 @@ func (m *Manager) startCleanup(t *term) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		if t.cancel != nil {
-			t.cancel()
-			<-t.readerDone
-		}
-		if t.alive() {
-			if err := procsession.StopWrapper(t.dir); err != nil {
-				m.log.Warn("stop terminal", "err", err)
-			}
-			deadline := time.NewTimer(releaseWait)
-			tick := time.NewTicker(goneCheck)
-			for t.alive() {
-				select {
-				case <-deadline.C:
-					m.log.Warn("terminal pcwrap did not exit within the release wait; removing its session directory")
-				case <-tick.C:
-					continue
-				}
-				break
-			}
-			deadline.Stop()
-			tick.Stop()
-		}
-		if !t.alive() {
-			if killed, _ := procsession.KillOrphanGroup(t.dir); killed {
-				m.log.Warn("killed what was left of a terminal's process group")
-			}
-		}
-		if err := os.RemoveAll(t.dir); err != nil {
-			m.log.Warn("remove terminal session dir", "err", err)
-		}
-		_ = os.Remove(procsession.StderrPath(m.cfg.StateDir, t.id))
-		if err := os.Remove(m.tailPath(t.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			m.log.Warn("remove terminal tail", "err", err)
-		}
+		m.cleanup(t)
 	}()
+}
+
+// cleanup is startCleanup's work, on the caller's goroutine.
+func (m *Manager) cleanup(t *term) {
+	if t.cancel != nil {
+		t.cancel()
+		<-t.readerDone
+	}
+	if t.alive() {
+		if err := procsession.StopWrapper(t.dir); err != nil {
+			m.log.Warn("stop terminal", "err", err)
+		}
+		deadline := time.NewTimer(releaseWait)
+		tick := time.NewTicker(goneCheck)
+		for t.alive() {
+			select {
+			case <-deadline.C:
+				m.log.Warn("terminal pcwrap did not exit within the release wait; removing its session directory")
+			case <-tick.C:
+				continue
+			}
+			break
+		}
+		deadline.Stop()
+		tick.Stop()
+	}
+	if !t.alive() {
+		if killed, _ := procsession.KillOrphanGroup(t.dir); killed {
+			m.log.Warn("killed what was left of a terminal's process group")
+		}
+	}
+	if err := os.RemoveAll(t.dir); err != nil {
+		m.log.Warn("remove terminal session dir", "err", err)
+	}
+	_ = os.Remove(procsession.StderrPath(m.cfg.StateDir, t.id))
+	if err := os.Remove(m.tailPath(t.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Warn("remove terminal tail", "err", err)
+	}
 }
 
 // persist writes t's tail file (header line, then the tail) by temp file
@@ -500,10 +505,14 @@ func (m *Manager) Sweep(keep func(id string) bool) {
 		if open {
 			continue
 		}
-		dir := procsession.Path(m.cfg.StateDir, id)
-		t := &term{id: id, dir: dir, released: true, wrapper: procsession.FindWrapper(dir)}
-		m.log.Warn("ending a process session that nothing records", "pcwrapRunning", t.wrapper.Known())
-		m.startCleanup(t)
+		t := &term{id: id, dir: procsession.Path(m.cfg.StateDir, id), released: true}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			t.wrapper = procsession.FindWrapper(t.dir) // may look again for a while: not on the caller's time
+			m.log.Warn("ending a process session that nothing records", "pcwrapRunning", t.wrapper.Known())
+			m.cleanup(t)
+		}()
 	}
 }
 
