@@ -377,17 +377,6 @@ func (r *rig) sessionDirs() int {
 	return dirs
 }
 
-// gatedPcwrap writes a pcwrap that starts only once the file gate exists:
-// until then it runs under its final pid without .pcwrap.lock, as a pcwrap
-// still starting does.
-func gatedPcwrap(t *testing.T) (path, gate string) {
-	gate = filepath.Join(t.TempDir(), "gate")
-	path = filepath.Join(t.TempDir(), "pcwrap-gated")
-	script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + testbin.Path(t, "pcwrap") + "' \"$@\"\n"
-	require.NoError(t, os.WriteFile(path, []byte(script), 0o700))
-	return path, gate
-}
-
 // TestRestartBeforeWrapperLocks: runnerd goes away right after it started
 // pcwrap, before pcwrap took .pcwrap.lock. The next runnerd must not take
 // the unlocked session for a dead one: its pcwrap is still starting, and a
@@ -395,7 +384,7 @@ func gatedPcwrap(t *testing.T) (path, gate string) {
 // recorded pcwrap identity tells; the stale agent is stopped, its pcwrap
 // ends, and one process session is left.
 func TestRestartBeforeWrapperLocks(t *testing.T) {
-	slow, gate := gatedPcwrap(t)
+	slow, gate := testbin.GatedPcwrap(t)
 	r := newRig(t, func(c *Config) {
 		c.Pcwrap = slow
 		c.ColdBound = func(string) time.Duration { return 300 * time.Millisecond }
@@ -428,7 +417,7 @@ func TestRestartBeforeWrapperLocks(t *testing.T) {
 func TestRestartEndsUnrecordedSession(t *testing.T) {
 	for _, starting := range []bool{true, false} {
 		t.Run(map[bool]string{true: "pcwrap-starting", false: "pcwrap-running"}[starting], func(t *testing.T) {
-			slow, gate := gatedPcwrap(t)
+			slow, gate := testbin.GatedPcwrap(t)
 			r := newRig(t)
 			l, err := procsession.Launch(procsession.Spec{StateDir: r.state, Pcwrap: slow,
 				Argv: []string{"sleep", "300"}, Cwd: r.cwd, Env: r.cfg.Environ})

@@ -254,10 +254,7 @@ func TestTools12_TerminalReadoptedAfterRestart(t *testing.T) {
 func TestTerminalReadoptedBeforeWrapperLocks(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	gate := filepath.Join(t.TempDir(), "gate")
-	slow := filepath.Join(t.TempDir(), "pcwrap-slow")
-	script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + h.pcwrap + "' \"$@\"\n"
-	require.NoError(t, os.WriteFile(slow, []byte(script), 0o700))
+	slow, gate := testbin.GatedPcwrap(t)
 	h.pcwrap = slow
 	h.m.Close()
 	h.m = h.manager()

@@ -99,3 +99,18 @@ func RepoRoot(tb testing.TB) string {
 	}
 	return root
 }
+
+// GatedPcwrap writes a pcwrap that execs the real one only once the file
+// gate exists. Until then it runs under its final pid without
+// .pcwrap.lock, as a pcwrap still starting does: restart tests hold it
+// there.
+func GatedPcwrap(tb testing.TB) (path, gate string) {
+	tb.Helper()
+	gate = filepath.Join(tb.TempDir(), "gate")
+	path = filepath.Join(tb.TempDir(), "pcwrap-gated")
+	script := "#!/bin/sh\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\nexec '" + Path(tb, "pcwrap") + "' \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o700); err != nil {
+		tb.Fatalf("write gated pcwrap: %v", err)
+	}
+	return path, gate
+}
