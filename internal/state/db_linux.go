@@ -114,6 +114,7 @@ func (d *dirHandle) openBolt(name string) (*bolt.DB, error) {
 		// written by every commit: one page less to write and sync per
 		// step.
 		NoFreelistSync: true,
+		NoSync:         skipStepSyncs,
 		FreelistType:   bolt.FreelistMapType,
 		OpenFile:       func(n string, flag int, _ os.FileMode) (*os.File, error) { return d.openDBFile(n, flag) },
 	})

@@ -355,7 +355,7 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 	if err := d.injected("fdatasync"); err != nil {
 		return fmt.Errorf("fdatasync state temp file: %w", err)
 	}
-	if err := unix.Fdatasync(fd); err != nil {
+	if err := stepSync(unix.Fdatasync, fd); err != nil {
 		return fmt.Errorf("fdatasync state temp file: %w", err)
 	}
 	exchanged, err := d.swap(name)
@@ -380,7 +380,7 @@ func (d *dirHandle) commitTemp(fd int, name string, b []byte, size int64) (err e
 	}
 	err = d.injected("fsync dir")
 	if err == nil {
-		err = unix.Fsync(d.fd)
+		err = stepSync(unix.Fsync, d.fd)
 	}
 	if err != nil {
 		// The swap happened; its directory entries may not be durable,

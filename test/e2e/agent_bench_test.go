@@ -18,6 +18,7 @@ import (
 
 	"github.com/pcrunner/pcrunner/internal/prp"
 	"github.com/pcrunner/pcrunner/internal/prp/control"
+	"github.com/pcrunner/pcrunner/internal/testutil/testbin"
 )
 
 // Agent benchmarks (issue "Agents over ACP through pcwrap"): runnerd+pcwrap
@@ -80,68 +81,105 @@ func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // when the core has committed the item.delta that carries it: pcwrap,
 // event file, runnerd's parse, durable outbox write and PRP send.
 func BenchmarkAgentMessageOnWire(b *testing.B) {
-	const n = 150
 	r := newBenchRig(b, "acp")
-	arr := watchArrivals(r.c.core.Core)
-	defer arr.close()
-	var samples []time.Duration
-	var turns int
-	pcwrap := 0
-	var runnerdRun, runnerdWait, pcwrapRun, pcwrapWait, runnerdUser, runnerdSys time.Duration
+	var f messageFigures
 	for i := 0; b.Loop(); i++ {
-		before := len(r.c.core.Snapshot().Events)
-		if pcwrap == 0 {
-			pcwrap = envPid(b, "PAPERCLIP_PROCESS_SESSION_DIR="+r.dir+"/")
-		}
-		rr, rw := schedstat(r.pid)
-		pr, pw := schedstat(pcwrap)
-		ru, rs := cpuTimes(r.pid)
-		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d %d", n, messageGap.Milliseconds())})
-		s := waitTerminals(b, r, i+1)
-		rr2, rw2 := schedstat(r.pid)
-		pr2, pw2 := schedstat(pcwrap)
-		ru2, rs2 := cpuTimes(r.pid)
-		runnerdUser, runnerdSys = runnerdUser+ru2-ru, runnerdSys+rs2-rs
-		runnerdRun, runnerdWait = runnerdRun+rr2-rr, runnerdWait+rw2-rw
-		pcwrapRun, pcwrapWait = pcwrapRun+pr2-pr, pcwrapWait+pw2-pw
-		turns++
-		evs := decodeEvents(b, s.Events)
-		for j := before; j < len(evs); j++ {
-			if evs[j].EventType != "item.delta" {
-				continue
-			}
-			var p struct {
-				Text string `json:"text"`
-			}
-			_ = json.Unmarshal(evs[j].Payload, &p)
-			for _, f := range strings.Split(p.Text, ";") {
-				if ns, err := strconv.ParseInt(f, 10, 64); err == nil {
-					samples = append(samples, arr.time(j).Sub(time.Unix(0, ns)))
-				}
-			}
-		}
+		f.stampTurn(b, r, i)
 	}
-	if len(samples) == 0 {
-		b.Fatal("no samples")
-	}
-	slices.Sort(samples)
-	b.ReportMetric(msf(pct(samples, 50)), "p50-ms")
-	b.ReportMetric(msf(pct(samples, 99)), "p99-ms")
+	f.report(b, "")
 	fmt.Printf("runnerd+pcwrap agent line → event committed at the core, %d messages: p50 %v p90 %v p99 %v max %v (target p50 < 1.2ms, p99 < 3ms; one durable state write per event file is included, the ACK writes none)\n",
-		len(samples), pct(samples, 50), pct(samples, 90), pct(samples, 99), samples[len(samples)-1])
-	per := func(d time.Duration) time.Duration { return d / time.Duration(turns*n) }
-	b.ReportMetric(float64(per(runnerdRun).Microseconds()), "runnerd-cpu-us/msg")
-	b.ReportMetric(float64(per(pcwrapRun).Microseconds()), "pcwrap-cpu-us/msg")
-	b.ReportMetric(float64(per(runnerdUser).Microseconds()), "runnerd-user-us/msg")
-	b.ReportMetric(float64(per(runnerdSys).Microseconds()), "runnerd-sys-us/msg")
+		len(f.samples), pct(f.samples, 50), pct(f.samples, 90), pct(f.samples, 99), f.samples[len(f.samples)-1])
 	fmt.Printf("per message (whole turns, over %d): runnerd on CPU %v, runnable but waiting for a CPU %v; pcwrap on CPU %v, waiting %v\n",
-		turns*n, per(runnerdRun), per(runnerdWait), per(pcwrapRun), per(pcwrapWait))
+		f.messages, f.per(f.runnerdRun), f.per(f.runnerdWait), f.per(f.pcwrapRun), f.per(f.pcwrapWait))
+
+	// The same turn on a runnerd whose steps skip their syncs (a test-hook
+	// build): the work per message without the durability, which no store
+	// design can go below on this machine.
+	tags := append([]string{"testhooks"}, strings.Fields(os.Getenv("RUNNERD_BENCH_TAGS"))...)
+	bare := newBenchRigWith(b, "acp", testbin.Path(b, "runnerd", tags...), "PCRUNNER_TESTHOOK_SKIP_STEP_SYNCS=1")
+	var nf messageFigures
+	nf.stampTurn(b, bare, 0)
+	nf.report(b, "nosync-")
+	fmt.Printf("the same turn, runnerd's syncs skipped (%d messages): line p50 %v p99 %v; per message runnerd on CPU %v, pcwrap %v\n",
+		len(nf.samples), pct(nf.samples, 50), pct(nf.samples, 99), nf.per(nf.runnerdRun), nf.per(nf.pcwrapRun))
+
 	data, floor, store := syncAfterIdle(b, r.dir, messageGap, 60)
 	b.ReportMetric(msf(data), "disk-sync-p50-ms")
 	b.ReportMetric(msf(floor), "disk-floor-p50-ms")
 	b.ReportMetric(msf(store), "disk-floor-store-p50-ms")
 	fmt.Printf("the same disk after the same %v idle, no runnerd: one data sync p50 %v; a state write's syncs (data sync, exchange, directory sync) p50 %v; the store's commit path (pages and their sync, meta page and its sync, then the projection's write, sync, exchange and directory sync) p50 %v\n",
 		messageGap, data, floor, store)
+}
+
+// stampedMessages is the number of stamped messages in one turn.
+const stampedMessages = 150
+
+// messageFigures gathers the on-wire figures of stamped turns: each
+// message's time from the agent's line to the core's commit, and the CPU
+// runnerd and pcwrap spent over the turns.
+type messageFigures struct {
+	samples                 []time.Duration
+	messages                int
+	runnerdRun, runnerdWait time.Duration
+	runnerdUser, runnerdSys time.Duration
+	pcwrapRun, pcwrapWait   time.Duration
+	pcwrap                  int
+}
+
+// stampTurn runs r's turn number turn (from 0): fakeacp stamps
+// stampedMessages messages, messageGap apart.
+func (f *messageFigures) stampTurn(b *testing.B, r *agentRig, turn int) {
+	b.Helper()
+	arr := watchArrivals(r.c.core.Core)
+	defer arr.close()
+	before := len(r.c.core.Snapshot().Events)
+	if f.pcwrap == 0 {
+		f.pcwrap = envPid(b, "PAPERCLIP_PROCESS_SESSION_DIR="+r.dir+"/")
+	}
+	rr, rw := schedstat(r.pid)
+	pr, pw := schedstat(f.pcwrap)
+	ru, rs := cpuTimes(r.pid)
+	benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d %d", stampedMessages, messageGap.Milliseconds())})
+	s := waitTerminals(b, r, turn+1)
+	rr2, rw2 := schedstat(r.pid)
+	pr2, pw2 := schedstat(f.pcwrap)
+	ru2, rs2 := cpuTimes(r.pid)
+	f.runnerdUser, f.runnerdSys = f.runnerdUser+ru2-ru, f.runnerdSys+rs2-rs
+	f.runnerdRun, f.runnerdWait = f.runnerdRun+rr2-rr, f.runnerdWait+rw2-rw
+	f.pcwrapRun, f.pcwrapWait = f.pcwrapRun+pr2-pr, f.pcwrapWait+pw2-pw
+	f.messages += stampedMessages
+	evs := decodeEvents(b, s.Events)
+	for j := before; j < len(evs); j++ {
+		if evs[j].EventType != "item.delta" {
+			continue
+		}
+		var p struct {
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(evs[j].Payload, &p)
+		for _, field := range strings.Split(p.Text, ";") {
+			if ns, err := strconv.ParseInt(field, 10, 64); err == nil {
+				f.samples = append(f.samples, arr.time(j).Sub(time.Unix(0, ns)))
+			}
+		}
+	}
+	if len(f.samples) == 0 {
+		b.Fatal("no samples")
+	}
+	slices.Sort(f.samples)
+}
+
+// per is d per message.
+func (f *messageFigures) per(d time.Duration) time.Duration { return d / time.Duration(f.messages) }
+
+// report writes the figures as metrics, their names prefixed.
+func (f *messageFigures) report(b *testing.B, prefix string) {
+	b.ReportMetric(msf(pct(f.samples, 50)), prefix+"p50-ms")
+	b.ReportMetric(msf(pct(f.samples, 99)), prefix+"p99-ms")
+	b.ReportMetric(float64(f.per(f.runnerdRun).Microseconds()), prefix+"runnerd-cpu-us/msg")
+	b.ReportMetric(float64(f.per(f.pcwrapRun).Microseconds()), prefix+"pcwrap-cpu-us/msg")
+	b.ReportMetric(float64(f.per(f.runnerdUser).Microseconds()), prefix+"runnerd-user-us/msg")
+	b.ReportMetric(float64(f.per(f.runnerdSys).Microseconds()), prefix+"runnerd-sys-us/msg")
 }
 
 // schedstat sums pid's threads' time on a CPU and time runnable but

@@ -68,11 +68,18 @@ func messageOnWire(b *testing.B, r *agentRig, n int) []time.Duration {
 // prepared and a session open.
 func newBenchRig(b *testing.B, kind string) *agentRig {
 	b.Helper()
+	return newBenchRigWith(b, kind, runnerdBin(b))
+}
+
+// newBenchRigWith is newBenchRig with runnerd binary bin, env added to its
+// environment.
+func newBenchRigWith(b *testing.B, kind, bin string, env ...string) *agentRig {
+	b.Helper()
 	c := newCoreServer(b)
 	dir := stateDir(b)
-	r := &agentRig{c: c, bin: runnerdBin(b), dir: dir,
+	r := &agentRig{c: c, bin: bin, dir: dir, env: env,
 		args: runnerdArgs(dir, "--connect-url", c.connectURL(), "--pcwrap-path", testbin.Path(b, "pcwrap"))}
-	proc := c.startRunnerd(b, r.bin, r.args)
+	proc := c.startRunnerd(b, r.bin, r.args, env...)
 	r.pid = proc.Process.Pid
 	b.Cleanup(func() {
 		_ = proc.Process.Signal(syscall.SIGTERM)

@@ -81,13 +81,14 @@ func runnerdArgs(stateDir string, mode ...string) []string {
 	}, mode...)
 }
 
-// startRunnerd launches runnerd with a fresh ticket in its environment.
-func (c *coreServer) startRunnerd(t testing.TB, bin string, args []string) *exec.Cmd {
+// startRunnerd launches runnerd with a fresh ticket and env in its
+// environment.
+func (c *coreServer) startRunnerd(t testing.TB, bin string, args []string, env ...string) *exec.Cmd {
 	t.Helper()
 	ticket, err := c.core.MintTicket()
 	require.NoError(t, err)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
+	cmd.Env = append(append(os.Environ(), env...), "PAPERCLIP_RUNNER_BOOTSTRAP_TICKET="+ticket)
 	require.NoError(t, cmd.Start())
 	return cmd
 }
