@@ -399,7 +399,7 @@ func (s *Store) openStore() (st *State, fresh bool, err error) {
 	if err := s.compactIfSparse(); err != nil {
 		return nil, false, err
 	}
-	if err := s.reproject(header); err != nil {
+	if err := s.reproject(st, header); err != nil {
 		return nil, false, err
 	}
 	return st.cloneShared(), fresh, nil
@@ -435,20 +435,21 @@ func (s *Store) buildStore(st *State) error {
 	return nil
 }
 
-// reproject rewrites FileName when it does not hold header.
-func (s *Store) reproject(header []byte) error {
+// reproject rewrites FileName, durably, when it does not hold header,
+// st's projection.
+func (s *Store) reproject(st *State, header []byte) error {
 	b, err := s.dir.read(stateOverheadBytes + int64(s.cfg.MaxOutboxBytes) + padBlock)
 	if err == nil && bytes.Equal(b, padded(bytes.Clone(header))) {
-		s.projected = header
+		s.projected, s.projectedState = header, st
 		return nil
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errStateTooLarge) {
 		return err
 	}
-	if err := s.dir.write(header); err != nil {
+	if err := s.dir.write(header, true); err != nil {
 		return fmt.Errorf("project state: %w", err)
 	}
-	s.projected = header
+	s.projected, s.projectedState = header, st
 	return nil
 }
 

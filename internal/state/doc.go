@@ -10,10 +10,13 @@
 //     private copy of the state and commits it as one store transaction
 //     holding only what changed (appended and acknowledged events, changed
 //     records, the bytes appended to a text, the header), then rewrites runner-state.json when the header
-//     changed (temp file, fdatasync, exchange or rename, directory fsync);
-//     when Update returns nil both are durable. A failed function leaves
-//     the committed state untouched. Group the events, cursors and markers
-//     of one logical step into one Update.
+//     changed (temp file, fdatasync, exchange or rename, and a directory
+//     fsync when a field the server acts on changed, or when the older
+//     files run out); when Update returns nil the store is durable, and so
+//     is the file's name for what the server acts on (a power loss may
+//     leave it an older cursor or outbox view, never a torn file). A
+//     failed function leaves the committed state untouched. Group the
+//     events, cursors and markers of one logical step into one Update.
 //
 //   - Committed states are immutable. Readers ([Store.Summary],
 //     [Store.Snapshot], [Store.Unacked]) never take the lock that a write holds

@@ -29,10 +29,10 @@ func openDir(path string) (*dirHandle, error) {
 	return nil, fmt.Errorf("open state dir: %w", errors.ErrUnsupported)
 }
 
-func (d *dirHandle) close()                           {}
-func (d *dirHandle) read(limit int64) ([]byte, error) { return nil, errors.ErrUnsupported }
-func (d *dirHandle) write(b []byte) error             { return errors.ErrUnsupported }
-func (d *dirHandle) removeStaleTemps() error          { return errors.ErrUnsupported }
+func (d *dirHandle) close()                             {}
+func (d *dirHandle) read(limit int64) ([]byte, error)   { return nil, errors.ErrUnsupported }
+func (d *dirHandle) write(b []byte, syncDir bool) error { return errors.ErrUnsupported }
+func (d *dirHandle) removeStaleTemps() error            { return errors.ErrUnsupported }
 
 func openDirReadOnly(path string) (*dirHandle, error) {
 	return nil, fmt.Errorf("open state dir: %w", errors.ErrUnsupported)

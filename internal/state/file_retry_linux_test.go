@@ -116,7 +116,8 @@ func (l *opLog) snapshot() []string {
 
 // TestDurability28_FullDiskAtEachStepRedoesWholeWrite (durability.md §11
 // scenario 28, §6.2 item 1): ENOSPC or EDQUOT at the temp file's write,
-// its data sync, the rename or the directory sync blocks the write instead
+// its data sync, the rename or the directory sync (of a step that changes
+// the lifecycle, which syncs the directory) blocks the write instead
 // of poisoning the store: the summary reports storage pressure (never the
 // outbox's backpressure), nothing is published, each retry redoes the
 // whole write in a new temp file (every sync follows a write of the same
@@ -131,11 +132,11 @@ func TestDurability28_FullDiskAtEachStepRedoesWholeWrite(t *testing.T) {
 					cfg := testConfig(filepath.Join(t.TempDir(), "state"))
 					s, err := Open(cfg)
 					require.NoError(t, err)
-					require.NoError(t, s.Update(func(tx *Tx) error { return setN(tx, 1) }))
+					require.NoError(t, s.Update(func(tx *Tx) error { return setNVisibly(tx, 1, Ready) }))
 					var log opLog
 					s.dir.fault = log.fault(op, failures, errno)
 					done := make(chan error, 1)
-					go func() { done <- s.Update(func(tx *Tx) error { return setN(tx, 2) }) }()
+					go func() { done <- s.Update(func(tx *Tx) error { return setNVisibly(tx, 2, Connecting) }) }()
 					synctest.Wait()
 					select {
 					case err := <-done:
@@ -277,4 +278,13 @@ func requireOnlyStateFile(t *testing.T, dir string) {
 func setN[T any](tx *Tx, v T) error {
 	tx.st.Diagnostics = []string{fmt.Sprint(v)}
 	return tx.SetRecord("n", v)
+}
+
+// setNVisibly is setN that also sets the lifecycle to l: a change the
+// server acts on, so its projection syncs the directory.
+func setNVisibly[T any](tx *Tx, v T, l Lifecycle) error {
+	if err := tx.SetLifecycle(l); err != nil {
+		return err
+	}
+	return setN(tx, v)
 }

@@ -179,6 +179,37 @@ type State struct {
 	outboxSized bool
 }
 
+// crashVisibleChange reports whether b differs from a in a field that the
+// server acts on when it reads FileName with runnerd gone: the schema, the
+// identity, the lifecycle and its bounds, a terminal fence, the warm
+// transition or the revocation epoch. A projection that changes one is
+// durable under FileName (its directory synced) before anything the step
+// enables. The other fields (the sequence counters, the outbox view, the
+// journal, the records) may lag after a power loss, never be torn:
+// runnerd itself reads the store, and re-projects FileName from it before
+// it connects.
+func crashVisibleChange(a, b *State) bool {
+	return a.Schema != b.Schema ||
+		a.RunnerInstanceID != b.RunnerInstanceID || a.EnvironmentLeaseID != b.EnvironmentLeaseID ||
+		a.RunID != b.RunID || a.NormalizedSessionID != b.NormalizedSessionID ||
+		a.TurnID != b.TurnID || a.ItemID != b.ItemID ||
+		a.Lifecycle != b.Lifecycle || a.Backpressure != b.Backpressure ||
+		a.MaxOutboxBytes != b.MaxOutboxBytes || a.P0ReserveBytes != b.P0ReserveBytes ||
+		!equalPtr(a.RecoverableFailure, b.RecoverableFailure) ||
+		!equalPtr(a.PendingTerminalDelivery, b.PendingTerminalDelivery) ||
+		!equalPtr(a.PendingProviderCleanup, b.PendingProviderCleanup) ||
+		!bytes.Equal(a.WarmTransition, b.WarmTransition) ||
+		a.RevocationEpoch != b.RevocationEpoch
+}
+
+// equalPtr reports whether a and b are both nil or point to equal values.
+func equalPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
 // plainState has State's fields without its methods, for the default codec.
 type plainState State
 

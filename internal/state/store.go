@@ -143,9 +143,11 @@ type Store struct {
 	// only its difference from written.
 	written       *State
 	writtenHeader []byte
-	// projected is the header FileName holds (nil: unknown).
-	projected []byte
-	hdr       headerEncoder
+	// projected is the header FileName holds (nil: unknown), and
+	// projectedState the state it projects.
+	projected      []byte
+	projectedState *State
+	hdr            headerEncoder
 
 	mu          sync.Mutex // serialises writers and guards the db fields above; held across the fsync
 	failed      error      // sticky write failure: disk and memory may differ
@@ -617,10 +619,11 @@ func (s *Store) persist(st *State, header []byte) error {
 		killPoint(KillStoreCommitted)
 	}
 	if !bytes.Equal(s.projected, header) {
-		if err := s.dir.write(header); err != nil {
+		syncDir := s.projectedState == nil || crashVisibleChange(s.projectedState, st)
+		if err := s.dir.write(header, syncDir); err != nil {
 			return err
 		}
-		s.projected = header
+		s.projected, s.projectedState = header, st
 		killPoint(KillProjected)
 	}
 	return nil
