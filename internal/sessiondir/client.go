@@ -337,6 +337,7 @@ func tailWith(ctx context.Context, fs EventFS, out io.Writer, opts TailOptions) 
 	ropts := opts.EventReaderOptions
 	ropts.FS = fs
 	ropts.Keep = true
+	ropts.AllowGaps = true // the consumer removes files before tail sees them
 	r := NewEventReader(ropts)
 	line := tailLine
 	if opts.Text {

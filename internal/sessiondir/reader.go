@@ -27,6 +27,14 @@ const maxFailedCycles = 5
 // a long error message and refuses a runaway planted file.
 const maxEventFileBytes = 1 << 20
 
+// maxGapRelists bounds the fresh listings in a row that look for the same
+// missing file (EventReader.cycle). One is enough: the file existed
+// before the fresh listing began, and a directory read returns every
+// entry that is neither added nor removed while it runs. (A fresh listing
+// may in turn miss a newer file created while it runs; it then delivers
+// up to that one and looks again.)
+const maxGapRelists = 2
+
 // errPollFailed is returned by EventReader.Run after maxFailedCycles
 // consecutive failed cycles; the error wraps the last cycle's failure.
 var errPollFailed = errors.New("ACP process session bridge poll failed")
@@ -34,6 +42,10 @@ var errPollFailed = errors.New("ACP process session bridge poll failed")
 // ErrStopReading may be returned by a Deliver callback to end Run after the
 // current file (which counts as delivered) without an error.
 var ErrStopReading = errors.New("stop reading events")
+
+// errEventGap: the next event file in sequence is missing while a later
+// one is there, in a fresh listing too.
+var errEventGap = errors.New("event file missing before a later one")
 
 // errNotObject: an event body must be one JSON object (spec §7.2).
 var errNotObject = errors.New("event file is not a JSON object")
@@ -79,6 +91,14 @@ type EventReaderOptions struct {
 	// on a session another consumer drains). The watermark still prevents
 	// a second delivery.
 	Keep bool
+	// AllowGaps delivers past a missing sequence (pcwrap tail, whose files
+	// another consumer removes; the reference host's reader). Without it
+	// the files are this reader's alone, so they are delivered strictly
+	// one after another: pcwrap numbers them from 1 without a hole and
+	// publishes each before the next, so a missing file is one the
+	// listing skipped (see cycle), and a gap a fresh listing confirms is a
+	// failed cycle, never output silently passed over.
+	AllowGaps bool
 	// Interval overrides eventPollInterval (tests).
 	Interval time.Duration
 	// Logger receives the poll-failure and removal warnings (default
@@ -209,20 +229,23 @@ func (r *EventReader) Cycle(deliver func(Event) error) (stop bool, err error) {
 	return false, nil
 }
 
-func (r *EventReader) cycle(deliver func(Event) error) (stop bool, err error) {
+// eventFile is a listed event file.
+type eventFile struct {
+	name string
+	seq  int64
+}
+
+// list returns the event files, in sequence order.
+func (r *EventReader) list() ([]eventFile, error) {
 	names, err := r.opts.FS.List()
 	if err != nil {
-		return false, fmt.Errorf("list event files: %w", err)
+		return nil, fmt.Errorf("list event files: %w", err)
 	}
-	type entry struct {
-		name string
-		seq  int64
-	}
-	files := make([]entry, 0, len(names))
+	files := make([]eventFile, 0, len(names))
 	for _, n := range names {
 		// pcwrap only writes 12-digit names; anything else is not ours.
 		if seq, ok := ParseSeq(n); ok && seq > 0 && strings.HasSuffix(n, JSONSuffix) {
-			files = append(files, entry{n, seq})
+			files = append(files, eventFile{n, seq})
 		}
 	}
 	sort.Slice(files, func(i, j int) bool {
@@ -231,11 +254,42 @@ func (r *EventReader) cycle(deliver func(Event) error) (stop bool, err error) {
 		}
 		return files[i].name < files[j].name
 	})
-	for _, f := range files {
+	return files, nil
+}
+
+// cycle delivers the listed files in sequence order. Unless AllowGaps, a
+// file whose predecessor is missing is not delivered before a fresh
+// listing: a directory read that takes several getdents calls returns
+// entries in hash order (ext4), so a file created while it runs can be
+// missing from it while a later one is there (seen with a backlog of a
+// few hundred files); delivering the later one would pass over the
+// other for good.
+func (r *EventReader) cycle(deliver func(Event) error) (stop bool, err error) {
+	files, err := r.list()
+	if err != nil {
+		return false, err
+	}
+	relists, relistedAt := 0, r.delivered
+	for i := 0; i < len(files); i++ {
+		f := files[i]
 		if f.seq <= r.delivered {
 			if !r.opts.Keep {
 				r.remove(f.name)
 			}
+			continue
+		}
+		if f.seq != r.delivered+1 && !r.opts.AllowGaps {
+			if r.delivered != relistedAt {
+				relists, relistedAt = 0, r.delivered // delivered since: a new gap
+			}
+			if relists == maxGapRelists {
+				return false, fmt.Errorf("%w: %s is not there, %s is", errEventGap, SeqName(r.delivered+1), f.name)
+			}
+			relists++
+			if files, err = r.list(); err != nil {
+				return false, err
+			}
+			i = -1
 			continue
 		}
 		raw, err := r.read(f.name)

@@ -295,13 +295,124 @@ func TestEventReaderIgnoresForeignEntries(t *testing.T) {
 	fs, err := OpenEventsDir(d)
 	require.NoError(t, err)
 	defer fs.Close()
+	// Strict (runnerd's readers): the foreign and temporary entries are
+	// not files 1 and 2, so file 3 waits for them.
 	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
 	var got []int64
 	stop, err := r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
+	require.NoError(t, err, "one failed cycle is not fatal")
+	assert.False(t, stop)
+	assert.Empty(t, got)
+	// Allowing gaps (tail), file 3 is delivered past them.
+	r = NewEventReader(EventReaderOptions{FS: fs, Logger: discard(), AllowGaps: true})
+	stop, err = r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
 	require.NoError(t, err)
 	assert.False(t, stop)
 	assert.Equal(t, []int64{3}, got)
 	assert.FileExists(t, secret)
+}
+
+// skipFS lists the real directory but leaves out, once each, the names
+// skip holds: what a directory read in hash order does to a file created
+// while it runs.
+type skipFS struct {
+	EventFS
+	skip map[string]bool
+}
+
+func (f *skipFS) List() ([]string, error) {
+	names, err := f.EventFS.List()
+	out := names[:0]
+	for _, n := range names {
+		if f.skip[n] {
+			delete(f.skip, n)
+			continue
+		}
+		out = append(out, n)
+	}
+	return out, err
+}
+
+// A listing that skips a file while it holds a later one does not make
+// the reader pass over it: a fresh listing finds it, and every file is
+// delivered once, in order.
+func TestEventReaderRelistsForASkippedFile(t *testing.T) {
+	d := newSession(t)
+	writeEvents(t, d, 1, frame.DataFrame("stdout", []byte("a")), frame.DataFrame("stdout", []byte("b")),
+		frame.DataFrame("stdout", []byte("c")), frame.ExitFrame(intp(0), ""))
+	fs, err := OpenEventsDir(d)
+	require.NoError(t, err)
+	defer fs.Close()
+	r := NewEventReader(EventReaderOptions{FS: &skipFS{EventFS: fs, skip: map[string]bool{SeqName(2): true}}, Logger: discard()})
+	var got []int64
+	_, err = r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 2, 3, 4}, got)
+}
+
+// A file missing for good (a fresh listing confirms the gap) is never
+// passed over: each cycle fails, and the fifth in a row is fatal.
+func TestEventReaderGapFailsTheReader(t *testing.T) {
+	d := newSession(t)
+	writeEvents(t, d, 1, frame.DataFrame("stdout", []byte("a")))
+	writeEvents(t, d, 3, frame.ExitFrame(intp(0), ""))
+	fs, err := OpenEventsDir(d)
+	require.NoError(t, err)
+	defer fs.Close()
+	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
+	var got []int64
+	for range maxFailedCycles - 1 {
+		_, err = r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
+		require.NoError(t, err)
+	}
+	_, err = r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
+	require.ErrorIs(t, err, errPollFailed)
+	require.ErrorIs(t, err, errEventGap)
+	assert.Equal(t, []int64{1}, got, "file 3 waits for file 2")
+}
+
+// Against the real file system: a writer publishes files as pcwrap does
+// (temporary name, rename, one after another) while the reader cycles,
+// keeping what it delivered (as runnerd does until a commit covers it),
+// so the directory holds thousands of files and each listing takes many
+// getdents calls that race with the renames. Every file arrives once, in
+// order. Before the reader checked the sequence, this lost files on ext4
+// in most runs (a listing in hash order held a later file but not an
+// earlier one created during it).
+func TestEventReaderLosesNoFileToListingRaces(t *testing.T) {
+	const listingRaceBound = time.Minute // the whole run: a few seconds here
+	const files = 3000
+	d := newSession(t)
+	fs, err := OpenEventsDir(d)
+	require.NoError(t, err)
+	defer fs.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body := append(frame.DataFrame("stdout", []byte("x")).AppendJSON(nil), '\n')
+		for seq := int64(1); seq <= files; seq++ {
+			p := filepath.Join(d, EventsDir, SeqName(seq))
+			if os.WriteFile(p+TmpSuffix, body, 0o600) != nil || os.Rename(p+TmpSuffix, p) != nil {
+				return
+			}
+		}
+	}()
+	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard(), Keep: true})
+	next := int64(1)
+	deadline := time.Now().Add(listingRaceBound)
+	for next <= files && time.Now().Before(deadline) {
+		_, err := r.Cycle(func(e Event) error {
+			if e.Seq != next {
+				return fmt.Errorf("file %d delivered, %d expected", e.Seq, next)
+			}
+			next++
+			return nil
+		})
+		require.NoError(t, err)
+		require.Zero(t, r.failed, "no failed cycle: a file a listing missed is found by the next")
+	}
+	<-done
+	require.Equal(t, int64(files+1), next, "every file delivered once, in order")
 }
 
 // With inotify a new file is delivered without waiting for the poll; the

@@ -194,7 +194,9 @@ func (s *Session) poll(ctx context.Context, eventsDir string) {
 	r := sessiondir.NewEventReader(sessiondir.EventReaderOptions{
 		FS:       shellFS{ctx: ctx, q: s.q, dir: eventsDir},
 		PollOnly: true, // the host has no inotify across the exec channel
-		Logger:   slog.New(&lineHandler{log: s.h.logf}),
+		// The reference host's reader delivers whatever it lists, in order.
+		AllowGaps: true,
+		Logger:    slog.New(&lineHandler{log: s.h.logf}),
 	})
 	err := r.Run(ctx, func(ev sessiondir.Event) error {
 		switch ev.Frame.Type {
