@@ -669,6 +669,12 @@ func TestStdinLineSurvivesCrashAfterCommit(t *testing.T) {
 			r.m.Close() // runnerd is SIGKILLed here
 			cancel()
 			<-done
+			if name == "consumed" {
+				// The agent answered once pcwrap resumed, and the reader may
+				// have committed the answer's event files, then deleted
+				// them: the state the crash leaves holds those commits.
+				st, _ = r.sink.snapshot()
+			}
 
 			m2 := NewManager(r.cfg, st)
 			r.m = m2 // the rig's cleanup shuts it down
