@@ -18,10 +18,11 @@ var benchEvent = Event{Type: "item.delta", Priority: P1, Payload: json.RawMessag
 // fsync rate of the disk (write 512 B + fsync), durable event appends with
 // one event per Update (each a store transaction, whose page and meta
 // writes bbolt syncs separately, then the projection's write: one data
-// sync of the spare, swap, one directory sync) and the projection's file
-// discipline alone with the same syscalls on two same-size files
-// (disciplineFloor). The target was set for the single-file write of two
-// syncs; the store's step makes four. Metrics: fsync/s,
+// sync of the spare, swap, and a directory sync when the spares run out)
+// and the projection's file discipline alone, as a write that syncs the
+// directory makes it, on two same-size files (disciplineFloor). The target
+// was set for the single-file write of two syncs; the store's routine step
+// makes three, and a fourth one step in maxSpares. Metrics: fsync/s,
 // append/s, append/fsync (target: >= 0.45), floor/fsync and
 // append/floor.
 //
