@@ -386,17 +386,25 @@ func TestEventReaderLosesNoFileToListingRaces(t *testing.T) {
 	fs, err := OpenEventsDir(d)
 	require.NoError(t, err)
 	defer fs.Close()
-	done := make(chan struct{})
+	done, stop := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		body := append(frame.DataFrame("stdout", []byte("x")).AppendJSON(nil), '\n')
 		for seq := int64(1); seq <= files; seq++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			p := filepath.Join(d, EventsDir, SeqName(seq))
 			if os.WriteFile(p+TmpSuffix, body, 0o600) != nil || os.Rename(p+TmpSuffix, p) != nil {
 				return
 			}
 		}
 	}()
+	// A failed check must not leave the writer filling the directory
+	// while the test's cleanup removes it.
+	t.Cleanup(func() { close(stop); <-done })
 	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard(), Keep: true})
 	next := int64(1)
 	deadline := time.Now().Add(listingRaceBound)
@@ -411,7 +419,6 @@ func TestEventReaderLosesNoFileToListingRaces(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, r.failed, "no failed cycle: a file a listing missed is found by the next")
 	}
-	<-done
 	require.Equal(t, int64(files+1), next, "every file delivered once, in order")
 }
 
