@@ -148,6 +148,18 @@ func (f *messageFigures) stampTurn(b *testing.B, r *agentRig, turn int) {
 	f.runnerdRun, f.runnerdWait = f.runnerdRun+rr2-rr, f.runnerdWait+rw2-rw
 	f.pcwrapRun, f.pcwrapWait = f.pcwrapRun+pr2-pr, f.pcwrapWait+pw2-pw
 	f.messages += stampedMessages
+	f.samples = append(f.samples, stampLatencies(b, arr, s, before)...)
+	if len(f.samples) == 0 {
+		b.Fatal("no samples")
+	}
+	slices.Sort(f.samples)
+}
+
+// stampLatencies is, for each stamp fakeacp wrote into the item.delta
+// events of s from index before on, the time from the stamp until the
+// core committed its event.
+func stampLatencies(b *testing.B, arr *arrivals, s control.Snapshot, before int) []time.Duration {
+	var out []time.Duration
 	evs := decodeEvents(b, s.Events)
 	for j := before; j < len(evs); j++ {
 		if evs[j].EventType != "item.delta" {
@@ -159,14 +171,11 @@ func (f *messageFigures) stampTurn(b *testing.B, r *agentRig, turn int) {
 		_ = json.Unmarshal(evs[j].Payload, &p)
 		for _, field := range strings.Split(p.Text, ";") {
 			if ns, err := strconv.ParseInt(field, 10, 64); err == nil {
-				f.samples = append(f.samples, arr.time(j).Sub(time.Unix(0, ns)))
+				out = append(out, arr.time(j).Sub(time.Unix(0, ns)))
 			}
 		}
 	}
-	if len(f.samples) == 0 {
-		b.Fatal("no samples")
-	}
-	slices.Sort(f.samples)
+	return out
 }
 
 // per is d per message.

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -41,21 +38,7 @@ func messageOnWire(b *testing.B, r *agentRig, n int) []time.Duration {
 		before := len(r.c.core.Snapshot().Events)
 		benchRun(b, r, "turn.start", map[string]any{"text": fmt.Sprintf("stamp %d 20", n)})
 		s := waitTerminals(b, r, i+1)
-		evs := decodeEvents(b, s.Events)
-		for j := before; j < len(evs); j++ {
-			if evs[j].EventType != "item.delta" {
-				continue
-			}
-			var p struct {
-				Text string `json:"text"`
-			}
-			_ = json.Unmarshal(evs[j].Payload, &p)
-			for _, f := range strings.Split(p.Text, ";") {
-				if ns, err := strconv.ParseInt(f, 10, 64); err == nil {
-					samples = append(samples, arr.time(j).Sub(time.Unix(0, ns)))
-				}
-			}
-		}
+		samples = append(samples, stampLatencies(b, arr, s, before)...)
 	}
 	if len(samples) == 0 {
 		b.Fatal("no samples")
