@@ -292,9 +292,7 @@ func TestEventReaderIgnoresForeignEntries(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(ev, "000000000002.json.tmp"), []byte("{}"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(ev, "notes.json"), []byte("{}"), 0o600))
 	writeEvents(t, d, 3, frame.ExitFrame(intp(0), ""))
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	// Strict (runnerd's readers): the foreign and temporary entries are
 	// not files 1 and 2, so file 3 waits for them.
 	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
@@ -310,6 +308,15 @@ func TestEventReaderIgnoresForeignEntries(t *testing.T) {
 	assert.False(t, stop)
 	assert.Equal(t, []int64{3}, got)
 	assert.FileExists(t, secret)
+}
+
+// openEventsFS opens session d's events directory for the test.
+func openEventsFS(t *testing.T, d string) *DirFS {
+	t.Helper()
+	fs, err := OpenEventsDir(d)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fs.Close() })
+	return fs
 }
 
 // skipFS lists the real directory but leaves out, once each, the names
@@ -340,12 +347,10 @@ func TestEventReaderRelistsForASkippedFile(t *testing.T) {
 	d := newSession(t)
 	writeEvents(t, d, 1, frame.DataFrame("stdout", []byte("a")), frame.DataFrame("stdout", []byte("b")),
 		frame.DataFrame("stdout", []byte("c")), frame.ExitFrame(intp(0), ""))
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	r := NewEventReader(EventReaderOptions{FS: &skipFS{EventFS: fs, skip: map[string]bool{SeqName(2): true}}, Logger: discard()})
 	var got []int64
-	_, err = r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
+	_, err := r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
 	require.NoError(t, err)
 	assert.Equal(t, []int64{1, 2, 3, 4}, got)
 }
@@ -356,16 +361,14 @@ func TestEventReaderGapFailsTheReader(t *testing.T) {
 	d := newSession(t)
 	writeEvents(t, d, 1, frame.DataFrame("stdout", []byte("a")))
 	writeEvents(t, d, 3, frame.ExitFrame(intp(0), ""))
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
 	var got []int64
 	for range maxFailedCycles - 1 {
-		_, err = r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
+		_, err := r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
 		require.NoError(t, err)
 	}
-	_, err = r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
+	_, err := r.Cycle(func(e Event) error { got = append(got, e.Seq); return nil })
 	require.ErrorIs(t, err, errPollFailed)
 	require.ErrorIs(t, err, errEventGap)
 	assert.Equal(t, []int64{1}, got, "file 3 waits for file 2")
@@ -383,9 +386,7 @@ func TestEventReaderLosesNoFileToListingRaces(t *testing.T) {
 	const listingRaceBound = time.Minute // the whole run: a few seconds here
 	const files = 3000
 	d := newSession(t)
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	done, stop := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -426,9 +427,7 @@ func TestEventReaderLosesNoFileToListingRaces(t *testing.T) {
 // wait is bounded so a broken watch still passes on the poll.
 func TestEventReaderWatchDeliversNewFiles(t *testing.T) {
 	d := newSession(t)
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	r := NewEventReader(EventReaderOptions{FS: fs, Watch: filepath.Join(d, EventsDir), Logger: discard()})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -454,12 +453,10 @@ func TestEventReaderWatchDeliversNewFiles(t *testing.T) {
 // ErrSessionGone instead of five retries of an empty listing.
 func TestEventReaderSessionGone(t *testing.T) {
 	d := newSession(t)
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
 	require.NoError(t, os.RemoveAll(d))
-	_, err = r.Cycle(func(Event) error { return nil })
+	_, err := r.Cycle(func(Event) error { return nil })
 	require.ErrorIs(t, err, ErrSessionGone)
 }
 
@@ -505,13 +502,11 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func TestEventReaderDropsReplayedSeq(t *testing.T) {
 	d := newSession(t)
 	writeEvents(t, d, 1, stdoutFrame("one"), stdoutFrame("two"))
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
 	var got []string
 	deliver := func(ev Event) error { got = append(got, string(ev.Frame.Data)); return nil }
-	_, err = r.Cycle(deliver)
+	_, err := r.Cycle(deliver)
 	require.NoError(t, err)
 	writeEvents(t, d, 1, stdoutFrame("replayed"))
 	writeEvents(t, d, 3, stdoutFrame("three"))
@@ -525,9 +520,7 @@ func TestEventReaderDropsReplayedSeq(t *testing.T) {
 // forged frames ends the reader; nothing is read through the link.
 func TestEventReaderPathSwapEndsSession(t *testing.T) {
 	d := newSession(t)
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	forged := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(forged, EventsDir), 0o700))
 	writeEvents(t, forged, 1, frame.ExitFrame(intp(0), ""))
@@ -536,7 +529,7 @@ func TestEventReaderPathSwapEndsSession(t *testing.T) {
 	require.NoError(t, os.Symlink(filepath.Join(forged, EventsDir), ev))
 	r := NewEventReader(EventReaderOptions{FS: fs, Logger: discard()})
 	delivered := 0
-	_, err = r.Cycle(func(Event) error { delivered++; return nil })
+	_, err := r.Cycle(func(Event) error { delivered++; return nil })
 	require.ErrorIs(t, err, ErrSessionGone)
 	assert.Zero(t, delivered)
 	assert.FileExists(t, filepath.Join(forged, EventsDir, SeqName(1)))
@@ -548,9 +541,7 @@ func TestEventReaderPathSwapEndsSession(t *testing.T) {
 func TestEventReaderReusesBuffers(t *testing.T) {
 	d := newSession(t)
 	writeEvents(t, d, 1, stdoutFrame("first payload\n"), stdoutFrame("second\n"), frame.ErrorFrame("an error"), frame.ExitFrame(intp(0), ""))
-	fs, err := OpenEventsDir(d)
-	require.NoError(t, err)
-	defer fs.Close()
+	fs := openEventsFS(t, d)
 	var given [][]byte
 	var raws []*byte
 	var out []string
@@ -562,7 +553,7 @@ func TestEventReaderReusesBuffers(t *testing.T) {
 			return b
 		},
 	})
-	err = r.Run(context.Background(), func(ev Event) error {
+	err := r.Run(context.Background(), func(ev Event) error {
 		raws = append(raws, &ev.Raw[0])
 		switch ev.Frame.Type {
 		case frame.FrameData:

@@ -85,7 +85,7 @@ type dirHandle struct {
 	// unsynced are the files swapped out of FileName since the last
 	// directory sync that succeeded: each may still be the state file on
 	// disk, so none is written or removed until a directory sync succeeds
-	// (syncDir), which makes them spares, up to maxSpares, and removes
+	// (syncDir), which makes them spares, up to keep, and removes
 	// the rest. A write whose directory sync failed leaves its file here
 	// too; a full disk retries many times, and each holds a copy of the
 	// state until then.
